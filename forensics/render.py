@@ -1,0 +1,34 @@
+"""Small HTML fragment helpers shared by every ``_repr_html_`` (and so by the report): escaped by default."""
+
+from __future__ import annotations
+
+import html
+from typing import Any, Iterable
+
+VERDICT_COLORS = {"pass": "#1b7837", "warn": "#b35806", "fail": "#b2182b", "info": "#4d4d4d"}
+
+
+def esc(x: Any) -> str:
+    """HTML-escape any value (file names, token text and config values are untrusted)."""
+    return html.escape("" if x is None else str(x), quote=True)
+
+
+def html_table(headers: Iterable[Any], rows: Iterable[Iterable[Any]], cls: str = "hsf-table") -> str:
+    """A plain escaped table. Cells are escaped unless wrapped with :class:`Raw`."""
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{cell(c)}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table class='{esc(cls)}'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+class Raw(str):
+    """Markup already escaped by its producer (only for fragments built from escaped parts)."""
+
+
+def cell(c: Any) -> str:
+    return str(c) if isinstance(c, Raw) else esc(c)
+
+
+def badge(verdict: str) -> Raw:
+    color = VERDICT_COLORS.get(verdict, "#4d4d4d")
+    return Raw(f"<span class='hsf-badge hsf-{esc(verdict)}' style='color:{color};font-weight:600'>"
+               f"{esc(verdict)}</span>")
