@@ -1,0 +1,34 @@
+"""Shared fixtures: the repository's sample data and one session-wide load of the real SmolLM2 model."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> pathlib.Path:
+    return ROOT
+
+
+@pytest.fixture(scope="session")
+def sample_data() -> pathlib.Path:
+    path = ROOT / "sample_data"
+    if not path.is_dir():
+        pytest.skip("sample_data/ is not in this checkout")
+    return path
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """``(model, tokenizer)`` of the packaged SmolLM2-135M-Instruct, loaded once per test session."""
+    from forensics.model import load_model
+
+    return load_model()
