@@ -12,7 +12,6 @@ export PYTHONDONTWRITEBYTECODE = 1
 
 $(STAMP):
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
 	# the CPU build of torch first (a bare `torch` would pull a multi-GB CUDA build)
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e ".[model,report,notebooks,dask,dev]"
