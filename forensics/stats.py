@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .capture import Capture, Slot, short_dtype
-from .render import html_table, esc
+from .capture import Capture, Slot, r_label, short_dtype
+from .errors import ForensicsError
+from .render import esc, html_table
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -27,10 +28,12 @@ MASSIVE_ABS_THRESHOLD = 100.0  # Sun et al. 2024 §2.2; refine_massive_activatio
 MASSIVE_REL_THRESHOLD = 1000.0  # ... MASSIVE_ACTIVATION_REL_THRESHOLD
 SINK_RATIO = 5.0  # a token whose norm is ≥ 5× the slot's median token norm is flagged as a sink
 MEDIAN_ABS_SAMPLE_COLS = 64  # columns per row sampled (evenly strided) to estimate median |x|
-MAX_LISTED_POSITIONS = 32
+MAX_LISTED_POSITIONS = 32  # positions listed per finding (counts are always complete)
+MAX_LISTED_DIMS = 8  # feature dims listed per massive token, largest |x| first
+NORM_ROUNDING_SLACK = 1e-4  # float32 norms may round below a true max |x|: re-read rows above (1 - slack)·threshold
 
 
-def token_norms(h: "torch.Tensor", block: int = NORM_BLOCK_ROWS) -> "torch.Tensor":
+def token_norms(h: torch.Tensor, block: int = NORM_BLOCK_ROWS) -> torch.Tensor:
     """Per-token L2 norms ``[tokens]`` in float32, computed in row blocks (never upcasting all of ``h``).
 
     Example:
@@ -41,8 +44,15 @@ def token_norms(h: "torch.Tensor", block: int = NORM_BLOCK_ROWS) -> "torch.Tenso
     import torch
 
     out = torch.empty(h.shape[0], dtype=torch.float32)
-    for s in range(0, h.shape[0], block):
-        out[s:s + block] = torch.linalg.vector_norm(h[s:s + block], dim=-1, dtype=torch.float32)
+    if h.dtype in (torch.bfloat16, torch.float16, torch.float32):
+        for s in range(0, h.shape[0], block):
+            out[s:s + block] = torch.linalg.vector_norm(h[s:s + block], dim=-1, dtype=torch.float32)
+    elif h.dtype == torch.float64:  # vector_norm refuses to narrow: accumulate in float64, store float32
+        for s in range(0, h.shape[0], block):
+            out[s:s + block] = torch.linalg.vector_norm(h[s:s + block], dim=-1)
+    else:  # float8 and other types vector_norm cannot promote: upcast one row block at a time
+        for s in range(0, h.shape[0], block):
+            out[s:s + block] = torch.linalg.vector_norm(h[s:s + block].float(), dim=-1)
     return out
 
 
@@ -67,7 +77,7 @@ class NormSummary:
     max_pos: int
 
     @classmethod
-    def of(cls, norms: np.ndarray, positions: np.ndarray | None = None) -> "NormSummary":
+    def of(cls, norms: np.ndarray, positions: np.ndarray | None = None) -> NormSummary:
         x = np.asarray(norms, dtype=np.float64)
         pos = np.arange(x.size) if positions is None else np.asarray(positions)
         keep = np.isfinite(x)
@@ -87,6 +97,11 @@ class NormSummary:
 
     def to_dict(self) -> dict:
         return {k: _num(v) for k, v in self.__dict__.items()}
+
+    def __repr__(self) -> str:
+        return (f"NormSummary(n={self.n} mean={_g(self.mean)} std={_g(self.std)} median={_g(self.median)} "
+                f"p5–p95=[{_g(self.p05)}, {_g(self.p95)}] min={_g(self.min)}@{self.min_pos} "
+                f"max={_g(self.max)}@{self.max_pos})")
 
 
 def _num(v: Any) -> Any:
@@ -122,6 +137,8 @@ class SlotStats:
     rms_mean: float  # mean over tokens of rms(x) = ‖x‖/√H
     claimed: str | None = None
     declared_r: Any = None
+    num_sinks: int = 0  # all sinks (``sinks`` lists at most MAX_LISTED_POSITIONS)
+    num_massive_tokens: int = 0  # all massive tokens (``massive_tokens`` lists at most MAX_LISTED_POSITIONS)
 
     @property
     def first_ratio(self) -> float:
@@ -139,9 +156,11 @@ class SlotStats:
              f"μ={_g(n.mean)} σ={_g(n.std)} p5–p95=[{_g(n.p05)}, {_g(n.p95)}] "
              f"tok0={_g(self.first)} ({_g(self.first_ratio)}× med)")
         if self.sinks:
-            s += f" sinks@{_short_list(self.sinks)}"
+            s += f" sinks@{_short_list(self.sinks)} (≥{SINK_RATIO:g}× med)"
         if self.massive_tokens:
-            s += f" massive: {len(self.massive_tokens)} tok, dims {_short_list(self.massive_dims)}"
+            top = max(t["max_abs"] for t in self.massive_tokens)
+            s += (f" massive: {self.num_massive_tokens} tok |x|max={_g(top)} > {_g(self.massive_threshold)}, "
+                  f"dims {_short_list(self.massive_dims)}")
         if self.nan:
             s += f" NaN×{self.nan}!"
         if self.inf:
@@ -149,6 +168,30 @@ class SlotStats:
         return s
 
     __repr__ = one_line
+
+    def flags(self) -> list[str]:
+        """Short findings for tables: sinks, massive activations, NaN/Inf (empty when nothing stands out)."""
+        out = []
+        if self.sinks:
+            out.append(f"sinks {_short_list(self.sinks)} ≥{SINK_RATIO:g}×")
+        if self.massive_tokens:
+            out.append(f"massive {self.num_massive_tokens} tok dims {_short_list(self.massive_dims, 4)}")
+        if self.nan or self.inf:
+            out.append(f"NaN {self.nan} / Inf {self.inf}!")
+        return out
+
+    def _repr_html_(self) -> str:
+        n = self.norm
+        rows = [["‖x‖ (all tokens)", _g(n.mean), _g(n.std), _g(n.median), _g(n.p05), _g(n.p95), _g(n.mad),
+                 f"{_g(n.min)} @{n.min_pos}", f"{_g(n.max)} @{n.max_pos}"]]
+        for label, m in (("‖x‖ excl. token 0", self.norm_excl_first), ("‖x‖ excl. sinks", self.norm_excl_sinks)):
+            rows.append([label, _g(m.mean), _g(m.std), _g(m.median), _g(m.p05), _g(m.p95), _g(m.mad),
+                         f"{_g(m.min)} @{m.min_pos}", f"{_g(m.max)} @{m.max_pos}"])
+        head = (f"<div class='hsf-caption'><b>{esc(self.name)}</b> {esc(list(self.shape))} {esc(self.dtype)} — "
+                f"token 0 {esc(_g(self.first))} ({esc(_g(self.first_ratio))}× median), last {esc(_g(self.last))}"
+                f"{'; ' + esc('; '.join(self.flags())) if self.flags() else ''}</div>")
+        return head + html_table(["", "mean", "std", "median", "p5", "p95", "MAD", "min", "max"], rows,
+                                 cls="hsf-slot-stats")
 
     def to_dict(self) -> dict:
         norm = self.norm.to_dict()
@@ -163,13 +206,13 @@ class SlotStats:
             "norm_excl_first": self.norm_excl_first.to_dict(),
             "norm_excl_sinks": self.norm_excl_sinks.to_dict(),
             "rms_mean": _num(self.rms_mean),
-            "sinks": {"ratio_threshold": SINK_RATIO, "positions": self.sinks,
+            "sinks": {"ratio_threshold": SINK_RATIO, "count": self.num_sinks, "positions": self.sinks,
                       "ratios": [round(r, 3) for r in self.sink_ratios]},
             "nonfinite": {"nan": self.nan, "inf": self.inf, "nan_positions": self.nan_positions,
                           "inf_positions": self.inf_positions},
             "massive": {"abs_threshold": MASSIVE_ABS_THRESHOLD, "rel_threshold": MASSIVE_REL_THRESHOLD,
                         "median_abs": _num(self.median_abs), "threshold": _num(self.massive_threshold),
-                        "tokens": self.massive_tokens, "dims": self.massive_dims},
+                        "count": self.num_massive_tokens, "tokens": self.massive_tokens, "dims": self.massive_dims},
             "summary": self.one_line(),
         }
 
@@ -187,50 +230,96 @@ def _short_list(xs: list, k: int = 6) -> str:
     return "[" + ", ".join(str(x) for x in xs[:k]) + (", …" if len(xs) > k else "") + "]"
 
 
-def slot_stats(slot: Slot, block: int = NORM_BLOCK_ROWS) -> SlotStats:
-    """All statistics of one slot in one pass over row blocks of its tensor."""
+def median_abs_sample(h: torch.Tensor) -> float:
+    """Median ``|x|`` of a slot from ``MEDIAN_ABS_SAMPLE_COLS`` evenly strided columns of every row.
+
+    Exact when ``H < 2 · MEDIAN_ABS_SAMPLE_COLS`` (every column is sampled). NaN/Inf are left out.
+    """
+    stride = max(1, int(h.shape[1]) // MEDIAN_ABS_SAMPLE_COLS)
+    sample = np.abs(h[:, ::stride].float().numpy().ravel())  # numpy: no thread-pool start-up per call
+    sample = sample[np.isfinite(sample)]
+    # torch.median convention (lower middle value), so small tensors match a float64 reference exactly
+    return float(np.partition(sample, (sample.size - 1) // 2)[(sample.size - 1) // 2]) if sample.size else float("nan")
+
+
+def _row_blocks(h: torch.Tensor, rows: list[int], block: int):
+    """Yield ``(row positions, rows as float32)`` for the given rows, ``block`` rows at a time."""
     import torch
 
+    for s in range(0, len(rows), block):
+        idx = rows[s:s + block]
+        yield idx, h[torch.tensor(idx, dtype=torch.long)].float()
+
+
+def nonfinite_rows(h: torch.Tensor, norms: torch.Tensor, block: int = NORM_BLOCK_ROWS) -> tuple[dict, dict]:
+    """NaN and Inf counts per token position (only rows whose norm is not finite are re-read)."""
+    import torch
+
+    nan, inf = {}, {}
+    bad = torch.nonzero(~torch.isfinite(norms)).flatten().tolist()
+    for idx, rows in _row_blocks(h, bad, block):
+        n_nan, n_inf = torch.isnan(rows).sum(-1).tolist(), torch.isinf(rows).sum(-1).tolist()
+        for p, a, b in zip(idx, n_nan, n_inf, strict=True):
+            if a:
+                nan[p] = int(a)
+            if b:
+                inf[p] = int(b)
+    return nan, inf
+
+
+def massive_activations(h: torch.Tensor, norms: torch.Tensor, threshold: float, median_abs: float,
+                        block: int = NORM_BLOCK_ROWS) -> list[dict]:
+    """Tokens holding an entry with ``|x| > threshold`` (Sun et al. 2024), with their feature dims.
+
+    Exact without a full pass: ``|x_i| ≤ ‖x‖₂``, so only rows whose norm exceeds the threshold (or is not
+    finite) can hold a massive entry, and only those rows are re-read.
+    """
+    import torch
+
+    cand = torch.nonzero(~(norms <= threshold * (1 - NORM_ROUNDING_SLACK))).flatten().tolist()
+    out = []
+    for idx, rows in _row_blocks(h, cand, block):
+        a = rows.abs_()
+        a[~torch.isfinite(a)] = 0.0  # NaN/Inf are reported as non-finite, not as massive
+        amax = a.amax(-1)
+        for j, p in enumerate(idx):
+            m = float(amax[j])
+            if m <= threshold:
+                continue
+            row = a[j]
+            dims = torch.nonzero(row > threshold).flatten()
+            dims = dims[torch.argsort(row[dims], descending=True)].tolist()
+            out.append({"pos": int(p), "max_abs": m,
+                        "ratio_to_median_abs": m / median_abs if median_abs > 0 else None,
+                        "dims": [int(d) for d in dims[:MAX_LISTED_DIMS]], "num_dims": len(dims)})
+    return out
+
+
+def slot_stats(slot: Slot, block: int = NORM_BLOCK_ROWS) -> SlotStats:
+    """All statistics of one slot: one chunked norm pass, plus re-reads of only the rows that need it.
+
+    Per-token norms come from :func:`token_norms` (row blocks, float32 accumulation); median ``|x|`` from
+    a strided column sample; NaN/Inf and massive-activation rows are found from the norms and only those
+    rows are read again, so the cost stays that of the norm pass.
+    """
     h = slot.tensor()
     T, H = int(h.shape[0]), int(h.shape[1])
-    norms = torch.empty(T, dtype=torch.float32)
-    rowmax = torch.empty(T, dtype=torch.float32)
-    nan_rows, inf_rows = torch.zeros(T, dtype=torch.int64), torch.zeros(T, dtype=torch.int64)
-    col_stride = max(1, H // MEDIAN_ABS_SAMPLE_COLS)
-    samples = []
-    for s in range(0, T, block):
-        b = h[s:s + block]
-        norms[s:s + block] = torch.linalg.vector_norm(b, dim=-1, dtype=torch.float32)
-        lo, hi = torch.aminmax(b, dim=-1)
-        rowmax[s:s + block] = torch.maximum(hi.float(), -lo.float())
-        if not torch.isfinite(norms[s:s + block]).all():
-            bf = b.float()
-            nan_rows[s:s + block] = torch.isnan(bf).sum(-1)
-            inf_rows[s:s + block] = torch.isinf(bf).sum(-1)
-        samples.append(b[:, ::col_stride].float().abs().flatten())
-    sample = torch.cat(samples)
-    sample = sample[torch.isfinite(sample)]
-    median_abs = float(sample.median()) if sample.numel() else float("nan")
+    norms_t = token_norms(h, block)
+    nan, inf = nonfinite_rows(h, norms_t, block)
+    median_abs = median_abs_sample(h)
     threshold = max(MASSIVE_ABS_THRESHOLD, MASSIVE_REL_THRESHOLD * median_abs) if math.isfinite(median_abs) \
         else MASSIVE_ABS_THRESHOLD
-    massive = []
-    for p in torch.nonzero(torch.isfinite(rowmax) & (rowmax > threshold)).flatten().tolist():
-        row = h[p].float().abs()
-        dims = torch.nonzero(row > threshold).flatten()
-        dims = dims[torch.argsort(row[dims], descending=True)].tolist()
-        massive.append({"pos": int(p), "max_abs": float(rowmax[p]),
-                        "ratio_to_median_abs": float(rowmax[p]) / median_abs if median_abs > 0 else None,
-                        "dims": [int(d) for d in dims[:8]]})
-    n = norms.numpy().astype(np.float32)
+    massive = massive_activations(h, norms_t, threshold, median_abs, block)
+    n = norms_t.numpy()
     finite = np.isfinite(n)
     med = float(np.median(n[finite])) if finite.any() else float("nan")
-    ratios = n / med if med and med > 0 else np.full_like(n, np.nan)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = n / med if med and med > 0 else np.full_like(n, np.nan)
     sinks = [int(i) for i in np.nonzero(finite & (ratios >= SINK_RATIO))[0]]
     pos = np.arange(T)
     keep_first = pos != 0
     keep_sinks = ~np.isin(pos, sinks)
-    nan_pos = torch.nonzero(nan_rows).flatten().tolist()
-    inf_pos = torch.nonzero(inf_rows).flatten().tolist()
+    nan_pos, inf_pos = sorted(nan), sorted(inf)
     return SlotStats(
         index=slot.index, name=slot.name, key=slot.key, shape=(T, H), dtype=short_dtype(slot.dtype), norms=n,
         norm=NormSummary.of(n),
@@ -238,11 +327,12 @@ def slot_stats(slot: Slot, block: int = NORM_BLOCK_ROWS) -> SlotStats:
         norm_excl_sinks=NormSummary.of(n[keep_sinks], pos[keep_sinks]) if keep_sinks.any() else NormSummary.of(n),
         first=float(n[0]), last=float(n[-1]), sinks=sinks[:MAX_LISTED_POSITIONS],
         sink_ratios=[float(ratios[i]) for i in sinks[:MAX_LISTED_POSITIONS]],
-        nan=int(nan_rows.sum()), inf=int(inf_rows.sum()),
+        nan=sum(nan.values()), inf=sum(inf.values()),
         nan_positions=nan_pos[:MAX_LISTED_POSITIONS], inf_positions=inf_pos[:MAX_LISTED_POSITIONS],
         median_abs=median_abs, massive_threshold=threshold, massive_tokens=massive[:MAX_LISTED_POSITIONS],
         rms_mean=float(np.mean(n[finite]) / math.sqrt(H)) if finite.any() else float("nan"),
         claimed=slot.claimed, declared_r=slot.declared_r,
+        num_sinks=len(sinks), num_massive_tokens=len(massive),
     )
 
 
@@ -270,25 +360,38 @@ class CaptureStats:
                 "notes": list(c.provenance.notes), "error": None,
                 "slots": [s.to_dict() for s in self.slots]}
 
-    def _repr_html_(self) -> str:
+    def _rows(self) -> list[list]:
         rows = []
         for s in self.slots:
             n = s.norm
-            flags = []
-            if s.sinks:
-                flags.append(f"sinks {_short_list(s.sinks)}")
-            if s.massive_tokens:
-                flags.append(f"massive dims {_short_list(s.massive_dims)}")
-            if s.nan or s.inf:
-                flags.append(f"NaN {s.nan} / Inf {s.inf}")
-            rows.append([s.index, s.name, "×".join(map(str, s.shape)), s.dtype, _g(n.mean), _g(n.std), _g(n.median),
-                         _g(n.p05), _g(n.p95), _g(s.first), _g(s.last), _g(s.norm_excl_first.mean),
-                         "; ".join(flags) or "—"])
-        head = (f"<div class='hsf-caption'><b>{esc(os.path.basename(self.path))}</b> — {esc(self.capture.format)}, "
-                f"{self.capture.num_tokens} tokens, hidden {self.capture.hidden_size}</div>")
-        return head + html_table(
-            ["#", "slot", "shape", "dtype", "‖x‖ mean", "std", "median", "p5", "p95", "token 0", "last",
-             "mean excl. tok0", "flags"], rows, cls="hsf-stats")
+            said = r_label(s.declared_r) if s.declared_r is not None else (s.claimed or "—")
+            rows.append([s.index, s.name, "×".join(map(str, s.shape)), s.dtype, said, _g(n.mean), _g(n.std),
+                         _g(n.median), _g(n.p05), _g(n.p95), _g(s.first), _g(s.last), _g(s.norm_excl_first.mean),
+                         "; ".join(s.flags()) or "—"])
+        return rows
+
+    _HEADERS = ["#", "slot", "shape", "dtype", "declared", "‖x‖ mean", "std", "median", "p5", "p95", "token 0",
+                "last", "mean excl. tok0", "flags"]
+
+    def table(self) -> str:
+        """A plain-text table of the slots (what ``hsf inspect`` prints), headed by file, format and layout."""
+        c = self.capture
+        head = [f"{c.path}", f"  format {c.format}, {c.num_tokens} tokens, hidden {c.hidden_size}, "
+                             f"{len(self.slots)} slots" + (f", layout {c.provenance.layout}" if c.provenance.layout
+                                                          else "")]
+        rows = [[str(x) for x in r] for r in self._rows()]
+        widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(self._HEADERS)]
+        fmt = "  " + "  ".join(f"{{:{'<' if i in (1, 2, 3, 4, 13) else '>'}{w}}}" for i, w in enumerate(widths))
+        lines = head + [fmt.format(*self._HEADERS)] + [fmt.format(*r) for r in rows]
+        lines += [f"  note: {note}" for note in c.provenance.notes]
+        return "\n".join(line.rstrip() for line in lines)
+
+    def _repr_html_(self) -> str:
+        c = self.capture
+        layout = f", layout {c.provenance.layout}" if c.provenance.layout else ""
+        head = (f"<div class='hsf-caption'><b>{esc(os.path.basename(self.path))}</b> — {esc(c.format)}, "
+                f"{c.num_tokens} tokens, hidden {c.hidden_size}{esc(layout)}</div>")
+        return head + html_table(self._HEADERS, self._rows(), cls="hsf-stats")
 
 
 def summarize(capture: Capture | str | os.PathLike) -> CaptureStats:
@@ -303,4 +406,13 @@ def summarize(capture: Capture | str | os.PathLike) -> CaptureStats:
         from .formats import load
 
         capture = load(capture)
-    return CaptureStats(capture=capture, slots=[slot_stats(s) for s in capture.slots])
+    slots = []
+    for s in capture.slots:
+        try:
+            slots.append(slot_stats(s))
+        except ForensicsError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a tensor we cannot reduce is bad input, not a crash
+            raise ForensicsError(f"cannot compute statistics of {list(s.shape)} {short_dtype(s.dtype)}: "
+                                 f"{type(e).__name__}: {str(e)[:200]}", path=capture.path, slot=s.name) from None
+    return CaptureStats(capture=capture, slots=slots)

@@ -11,7 +11,7 @@ tensors → generic). Side files (``capture.json`` written by ``hsf capture``, s
 from __future__ import annotations
 
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
 from ..capture import FINAL_POST, Capture
 from ..errors import ForensicsError
@@ -48,21 +48,32 @@ def load(path: str | os.PathLike) -> Capture:
     kind = sniff(path)
     if kind == "safetensors":
         sf = SafetensorsFile(path)
-        cap = speculators.read_safetensors(sf, path) if speculators.match_safetensors(sf) else \
-            generic.read_safetensors(sf, path)
+        reader = speculators if speculators.match_safetensors(sf) else generic
+        cap = _guarded(reader.NAME, path, reader.read_safetensors, sf, path)
     elif kind in ("zip", "gzip", "pickle"):
         obj = torch_load(path, kind)
         reader = next((r for r in TORCH_READERS if r.match(obj)), None)
         if reader is None:
-            what = f"dict with keys {sorted(obj)[:12]}" if isinstance(obj, dict) else type(obj).__name__
-            raise ForensicsError(f"no reader recognises this content ({what})", path=path)
-        cap = reader.read(obj, path)
+            what = f"dict with keys {sorted(map(str, obj))[:12]}" if isinstance(obj, dict) else type(obj).__name__
+            raise ForensicsError(f"no reader recognises this content ({what}); expected one of the formats "
+                                 f"{', '.join(FORMATS)}", path=path)
+        cap = _guarded(reader.NAME, path, reader.read, obj, path)
     else:
         raise ForensicsError(
             "not a torch checkpoint, safetensors file or gzip stream (the first bytes match no supported "
             "container; a text file?)", path=path)
     _apply_sidecars(cap)
     return cap
+
+
+def _guarded(fmt: str, path: str, fn, *args) -> Capture:
+    """Run a reader; anything it did not foresee still becomes a ForensicsError naming the file."""
+    try:
+        return fn(*args)
+    except ForensicsError:
+        raise
+    except Exception as e:  # noqa: BLE001 - bad input never gives a traceback
+        raise ForensicsError(f"unreadable as {fmt}: {type(e).__name__}: {str(e)[:200]}", path=path) from None
 
 
 def _sidecar(path: str, name: str) -> dict | None:
@@ -77,16 +88,24 @@ def _sidecar(path: str, name: str) -> dict | None:
 def _apply_sidecars(cap: Capture) -> None:
     from ..capture import parse_r
 
-    cfg = _sidecar(cap.path, "data_config.json")
-    if cfg:
-        ids = (cfg.get("hidden_states") or {}).get("layer_ids")
-        if isinstance(ids, list):
-            cap.declared_layers = ids
-            cap.declared_convention = "speculators-legacy"
-            cap.provenance.notes.append("layer ids from data_config.json (speculators legacy generator: r = id + 1)")
-            if len(ids) == len(cap.slots) and all(isinstance(i, int) for i in ids):
-                for s, i in zip(cap.slots, ids):  # legacy generator captures after block id: r = id + 1
-                    s.declared_r = i + 1
+    # data_config.json is written by speculators' legacy generator next to its data_{i}.pt files only
+    # (DataGenerationConfig, eagle3-conventions §2.1); it says nothing about other formats.
+    cfg = _sidecar(cap.path, "data_config.json") if cap.format == speculators_v1.NAME else None
+    hs_cfg = cfg.get("hidden_states") if cfg else None
+    ids = hs_cfg.get("layer_ids") if isinstance(hs_cfg, dict) else None
+    if isinstance(ids, list):
+        cap.declared_layers = ids
+        cap.declared_convention = "speculators-legacy"
+        if len(ids) == len(cap.slots) and all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+            # the legacy generator captures *after* block id (custom_worker._patched_forward), so r = id + 1;
+            # speculators' tests/datagen/test_vllm_hidden_states.py @ dd6deac9: id 2 == HF hidden_states[3]
+            for s, i in zip(cap.slots, ids, strict=True):
+                s.declared_r = i + 1
+            cap.provenance.notes.append(f"layer ids {ids} from data_config.json (speculators legacy generator: "
+                                        "r = id + 1)")
+        else:
+            cap.provenance.notes.append(f"data_config.json declares layer ids {ids} but the file has "
+                                        f"{len(cap.slots)} slots: ids not applied to slots")
     meta = _sidecar(cap.path, "capture.json")
     if meta:
         cap.meta = meta
@@ -97,9 +116,12 @@ def _apply_sidecars(cap: Capture) -> None:
             except ValueError:
                 parsed = None
             if parsed:
-                for s, r in zip(cap.slots, parsed):
+                for s, r in zip(cap.slots, parsed, strict=True):
                     s.declared_r = r
                 cap.provenance.notes.append("slot r values from capture.json")
+        elif isinstance(rs, list):
+            cap.provenance.notes.append(f"capture.json declares r {rs} for {len(rs)} slots but the file has "
+                                        f"{len(cap.slots)}: r not applied to slots")
         if meta.get("layer_ids") is not None and cap.declared_layers is None:
             cap.declared_layers = meta.get("layer_ids")
             cap.declared_convention = meta.get("convention")

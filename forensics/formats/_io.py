@@ -47,15 +47,29 @@ def sniff(path: str) -> str:
 
 
 def _load_error(path: str, e: BaseException) -> ForensicsError:
+    """Turn a torch.load failure into a named error: refused pickle, truncated file, or other corruption."""
     import pickle
+    import struct as _struct
+    import zipfile
 
-    msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    if isinstance(e, pickle.UnpicklingError) or "weights_only" in str(e) or "Unsupported global" in str(e):
+    text = str(e).strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    # torch wraps what its weights-only unpickler rejects as "Weights only load failed ... <reason> ..."
+    reason = next((ln for ln in lines if "GLOBAL" in ln or "Unsupported" in ln or "blocked" in ln
+                   or "not an allowed" in ln.lower()), None)
+    if reason is not None:
         return ForensicsError(
-            "refused: the pickle references code that torch.load(weights_only=True) will not run "
-            f"({msg[:200]}); nothing was executed", path=path)
-    if "zip archive" in str(e) or "central directory" in str(e) or isinstance(e, EOFError):
-        return ForensicsError(f"truncated or corrupt torch checkpoint ({msg[:200]})", path=path)
+            f"refused: the pickle references code that torch.load(weights_only=True) will not run ({reason[:200]}); "
+            "nothing was executed", path=path)
+    msg = next((ln for ln in lines if not ln.startswith("Weights only load failed")), lines[0] if lines else "")
+    msg = msg or type(e).__name__
+    low = text.lower()
+    if isinstance(e, (EOFError, _struct.error, zipfile.BadZipFile)) or any(
+            w in low for w in ("truncated", "unexpected eof", "central directory", "ran out of input",
+                               "zip archive")):
+        return ForensicsError(f"truncated or corrupt torch checkpoint ({type(e).__name__}: {msg[:200]})", path=path)
+    if isinstance(e, pickle.UnpicklingError):
+        return ForensicsError(f"corrupt or unsupported pickle stream ({msg[:200]})", path=path)
     return ForensicsError(f"cannot read as a torch checkpoint: {type(e).__name__}: {msg[:200]}", path=path)
 
 
@@ -147,6 +161,7 @@ SAFETENSORS_DTYPES = {
     "I64": "torch.int64", "I32": "torch.int32", "I16": "torch.int16", "I8": "torch.int8",
     "U8": "torch.uint8", "BOOL": "torch.bool", "F8_E4M3": "torch.float8_e4m3fn", "F8_E5M2": "torch.float8_e5m2",
 }
+FLOAT_DTYPES = ("torch.bfloat16", "torch.float16", "torch.float32", "torch.float64")
 
 
 def read_json(path: str) -> dict | None:

@@ -10,22 +10,44 @@ from __future__ import annotations
 
 from ..errors import ForensicsError
 from ._common import build, lazy_slot, provenance
-from ._io import SAFETENSORS_DTYPES, SafetensorsFile
+from ._io import FLOAT_DTYPES, SAFETENSORS_DTYPES, SafetensorsFile
 
 NAME = "speculators"
 
 
+def _stack_shape(sf: SafetensorsFile) -> tuple[int, ...]:
+    """Shape of ``hidden_states`` with a leading batch dim of 1 dropped from a 4-D ``[1, seq, k, H]``."""
+    shape = sf.shape("hidden_states")
+    return shape[1:] if len(shape) == 4 and shape[0] == 1 else shape
+
+
+def _n_ids(sf: SafetensorsFile) -> int | None:
+    if "token_ids" not in sf.keys():
+        return None
+    n = 1
+    for d in sf.shape("token_ids"):
+        n *= d
+    return n
+
+
 def match_safetensors(sf: SafetensorsFile) -> bool:
-    keys = sf.keys()
-    return "hidden_states" in keys and len(sf.shape("hidden_states")) == 3
+    """A 3-D ``hidden_states`` stack; ``[1, seq, H]`` (one sequence with a batch dim) is left to generic."""
+    if "hidden_states" not in sf.keys():
+        return False
+    shape = _stack_shape(sf)
+    if len(shape) != 3:
+        return False
+    n_ids = _n_ids(sf)
+    return not (shape[0] == 1 and (n_ids is None or shape[1] == n_ids) and len(sf.shape("hidden_states")) == 3)
 
 
 def read_safetensors(sf: SafetensorsFile, path: str):
     import torch
 
-    shape = sf.shape("hidden_states")
+    shape = _stack_shape(sf)
+    batched = len(sf.shape("hidden_states")) == 4
     ids = sf.get("token_ids") if "token_ids" in sf.keys() else None
-    n_ids = int(ids.numel()) if ids is not None else None
+    n_ids = _n_ids(sf)
     a, b, h = shape
     notes = []
     if n_ids is not None and a == n_ids and b != n_ids:
@@ -42,17 +64,22 @@ def read_safetensors(sf: SafetensorsFile, path: str):
         raise ForensicsError(
             f"length mismatch: token_ids has {n_ids} tokens but hidden_states has shape {list(shape)} "
             "(neither axis 0 nor axis 1 matches)", path=path)
-    if seq == 0:
-        raise ForensicsError(f"zero-length sequence: hidden_states shape {list(shape)}", path=path)
+    if seq == 0 or h == 0 or k == 0:
+        raise ForensicsError(f"zero-length sequence, layer count or hidden size: hidden_states shape {list(shape)}",
+                             path=path)
     dt = SAFETENSORS_DTYPES.get(sf.dtype_name("hidden_states"), "")
-    if dt not in ("torch.bfloat16", "torch.float16", "torch.float32", "torch.float64"):
+    if dt not in FLOAT_DTYPES:
         raise ForensicsError(f"hidden_states must be floating point, found {sf.dtype_name('hidden_states')}",
                              path=path)
     dtype = getattr(torch, dt.split(".")[1])
+    if batched:
+        notes.append("leading batch dim of 1 squeezed")
+    stack = (lambda: sf.get("hidden_states")[0]) if batched else (lambda: sf.get("hidden_states"))
     slots = []
     for i in range(k):
-        getter = (lambda i=i: sf.get("hidden_states")[i]) if transposed else (lambda i=i: sf.get("hidden_states")[:, i])
+        getter = (lambda i=i: stack()[i]) if transposed else (lambda i=i: stack()[:, i])
         claimed = "target" if (i == k - 1 and k > 1) else f"aux[{i}]"
-        slots.append(lazy_slot(i, f"hidden_states[:, {i}]", "hidden_states", (seq, h), dtype, getter, claimed))
+        name = f"hidden_states[{i}]" if transposed else f"hidden_states[:, {i}]"
+        slots.append(lazy_slot(i, name, "hidden_states", (seq, h), dtype, getter, claimed))
     mask = sf.get("loss_mask") if "loss_mask" in sf.keys() else None
     return build(slots, ids, mask, provenance(path, NAME, layout=layout, notes=notes))
