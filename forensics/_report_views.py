@@ -1,0 +1,435 @@
+"""View models for the HTML report: plain dicts of escaped-later values, built from the result objects.
+
+Nothing here recomputes statistics: it reads ``CaptureStats`` / ``Fingerprint`` / ``AuditResult`` fields
+and turns them into rows, SVG coordinates (numbers only) and inline PNG figures from ``forensics.plots``.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .capture import r_label
+
+MAX_CARD_FILES = 8  # per-slot cards and cross-slot figures for at most this many files; the rest summarised
+MAX_BROWSER_SAMPLES = 24  # panels in the static sample browser
+MAX_BROWSER_TOKENS = 192  # tokens shown per sample in the browser's token strip
+MAX_VERDICT_FILES = 40  # verdict rows: every non-passing file, then passing ones up to this many
+MAX_OUTLIER_ROWS = 12  # sink / massive-activation rows per slot card
+MAX_CHECK_ROWS = 1500
+LOW_CONFIDENCE = 0.6  # an inferred identity below this confidence is a warning, not a pass
+HIST_BINS = 28
+FIG_DPI = 80  # modest: the size budget is 5 MB (issue 7)
+FAIL_FINDINGS = {"reordered", "duplicate", "postnorm", "off_by_one", "nonfinite", "mislabelled", "mismatch"}
+RANK = {"pass": 0, "info": 0, "warn": 1, "fail": 2}
+
+
+@dataclass
+class FileResult:
+    """One input file as the report sees it: the capture, its stats and fingerprint, or an error."""
+
+    path: str
+    rel: str = ""
+    capture: Any = None
+    stats: Any = None
+    fp: Any = None
+    error: str | None = None
+    tokens: list[str] | None = field(default=None, repr=False)
+
+
+def worst(verdicts) -> str:
+    vs = [v for v in verdicts if v]
+    return max(vs, key=lambda v: RANK.get(v, 0)) if vs else "info"
+
+
+def fmt(x: Any) -> str:
+    """Numbers as a reviewer reads them (3–4 significant digits); None/NaN as an em dash."""
+    if x is None:
+        return "—"
+    if isinstance(x, bool):
+        return str(x)
+    if isinstance(x, (int, np.integer)):
+        return str(int(x))
+    if isinstance(x, (float, np.floating)):
+        x = float(x)
+        if not math.isfinite(x):
+            return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+        ax = abs(x)
+        if ax != 0 and (ax >= 1e5 or ax < 1e-3):
+            return f"{x:.3g}"
+        return f"{x:.4g}" if ax >= 100 else f"{x:.3g}"
+    if isinstance(x, (list, tuple)):
+        return "[" + ", ".join(fmt(v) for v in x) + "]"
+    return str(x)
+
+
+def _label(r: Any) -> str | None:
+    return None if r is None else r_label(r)
+
+
+# ---------------------------------------------------------------- tokens
+_TOKENIZERS: dict[str, Any] = {}
+
+
+def _tokenizer_dir(cap) -> str | None:
+    """The capture's tokenizer: ``capture.json``'s ``tokenizer`` (relative to the json), else a ``tokenizer/``
+    folder next to the file or in one of its parents (sample_data/tokenizer)."""
+    d = os.path.dirname(os.path.abspath(cap.path))
+    rel = (cap.meta or {}).get("tokenizer")
+    if isinstance(rel, str):
+        for folder in (d, os.path.dirname(d)):
+            if os.path.isfile(os.path.join(folder, "capture.json")):
+                cand = os.path.normpath(os.path.join(folder, rel))
+                if os.path.isdir(cand):
+                    return cand
+    for _ in range(4):
+        cand = os.path.join(d, "tokenizer")
+        if os.path.isfile(os.path.join(cand, "tokenizer.json")) or os.path.isfile(
+                os.path.join(cand, "tokenizer_config.json")):
+            return cand
+        parent = os.path.dirname(d)
+        if parent == d:
+            break
+        d = parent
+    return None
+
+
+def load_tokens(cap, errors: list[dict]) -> list[str] | None:
+    """Token text per position (local tokenizer files only; never the hub), or None when unknown."""
+    if cap.input_ids is None:
+        return None
+    folder = _tokenizer_dir(cap)
+    if folder is None:
+        return None
+    tok = _TOKENIZERS.get(folder)
+    if tok is None:
+        try:
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            from transformers import AutoTokenizer
+
+            tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        except Exception as e:  # noqa: BLE001
+            errors.append({"where": f"tokenizer {folder}", "message": f"{type(e).__name__}: {e}"})
+            tok = False
+        _TOKENIZERS[folder] = tok
+    if not tok:
+        return None
+    ids = [int(i) for i in cap.input_ids.tolist()]
+    return [tok.decode([i]) for i in ids]
+
+
+def show_token(t: str | None) -> str:
+    """Token text with whitespace made visible (the template escapes it)."""
+    if t is None:
+        return ""
+    return t.replace("\n", "⏎").replace("\t", "⇥").replace(" ", "·") or "∅"
+
+
+# ---------------------------------------------------------------- verdicts
+def _slot_verdict(fs, ss, findings: list) -> dict:
+    """pass / warn / fail for one slot, with the one number that decided it."""
+    claimed = _label(ss.declared_r) or ss.claimed or None
+    role = label = r = conf = None
+    evidence = []
+    if fs is not None:
+        role, label, conf = fs.role, fs.label, fs.confidence
+        r = getattr(fs, "r_exact", None)
+        if r is None:
+            r = getattr(fs, "r_estimate", None)
+        evidence = list(getattr(fs, "evidence", []) or [])
+    inferred = label or (_label(fs.r_exact) if fs is not None and fs.r_exact is not None else None)
+    mine = [f for f in findings if ss.index in (getattr(f, "slots", None) or [])]
+    verdict, decided = "pass", None
+    if ss.nan or ss.inf:
+        verdict, decided = "fail", f"non-finite values: NaN×{ss.nan}, Inf×{ss.inf} (threshold 0)"
+    elif any(getattr(f, "kind", "") in FAIL_FINDINGS for f in mine):
+        f = next(f for f in mine if f.kind in FAIL_FINDINGS)
+        verdict, decided = "fail", f"{f.kind}: {f.message}"
+    elif claimed and inferred and claimed != inferred and claimed.startswith(("embed", "L", "final")):
+        verdict, decided = "fail", f"claimed {claimed}, data says {inferred}"
+    elif fs is None:
+        verdict = "info"
+    elif conf is not None and conf < LOW_CONFIDENCE:
+        verdict = "warn"
+    elif mine:
+        verdict, decided = "warn", f"{mine[0].kind}: {mine[0].message}"
+    if decided is None:
+        decided = _deciding_evidence(evidence) or (f"token-0 norm = {fmt(ss.first_ratio)}× median of the rest"
+                                                   if math.isfinite(ss.first_ratio) else "—")
+    return {"index": ss.index, "name": ss.name, "claimed": claimed or "—", "role": role or "—",
+            "label": inferred or "—", "r": fmt(r) if r is not None else "—",
+            "confidence": fmt(conf) if conf is not None else "—", "verdict": verdict, "decided": decided}
+
+
+def _deciding_evidence(evidence: list) -> str | None:
+    """The first evidence line that carries a verdict, as ``signal = value (threshold …)``."""
+    for e in evidence:
+        if getattr(e, "verdict", None) not in (None, "", "info", "n/a", "skip"):
+            thr = getattr(e, "threshold", None)
+            return f"{e.signal} = {fmt(e.value)}" + (f" (threshold {fmt(thr)})" if thr is not None else "")
+    return None
+
+
+def build_verdicts(files: list[FileResult], audit_res) -> dict:
+    rows, counts = [], {"pass": 0, "warn": 0, "fail": 0, "info": 0}
+    for f in files:
+        if f.error:
+            rows.append({"file": f.rel, "error": f.error, "verdict": "fail", "slots": [], "findings": []})
+            counts["fail"] += 1
+            continue
+        findings = list(getattr(f.fp, "findings", []) or []) if f.fp is not None else []
+        fslots = {s.index: s for s in (f.fp.slots if f.fp is not None else [])}
+        slots = [_slot_verdict(fslots.get(ss.index), ss, findings) for ss in f.stats.slots]
+        for s in slots:
+            counts[s["verdict"]] += 1
+        fverdict = worst([s["verdict"] for s in slots] +
+                         ["fail" if getattr(x, "kind", "") in FAIL_FINDINGS else "warn" for x in findings])
+        rows.append({"file": f.rel, "error": None, "verdict": fverdict, "slots": slots,
+                     "findings": [{"kind": x.kind, "slots": list(x.slots or []), "message": x.message}
+                                  for x in findings]})
+    shown = [r for r in rows if r["verdict"] != "pass"]
+    shown += [r for r in rows if r["verdict"] == "pass"][:max(0, MAX_VERDICT_FILES - len(shown))]
+    hidden = len(rows) - len(shown)
+    audit = None
+    if audit_res is not None:
+        audit = {"verdict": audit_res.verdict, "reason": getattr(audit_res, "reason", ""),
+                 "fix": getattr(audit_res, "fix", None) or {}}
+    overall = worst([r["verdict"] for r in rows] +
+                    ([{"match": "pass", "mismatch": "fail"}.get(audit["verdict"], "warn")] if audit else []))
+    return {"rows": [r for r in rows if r in shown], "hidden": hidden, "counts": counts, "audit": audit,
+            "overall": overall, "nfiles": len(rows)}
+
+
+# ---------------------------------------------------------------- provenance
+def build_provenance(files: list[FileResult], **facts) -> dict:
+    rows = []
+    for f in files:
+        if f.error:
+            rows.append({"file": f.rel, "error": f.error})
+            continue
+        c = f.capture
+        rows.append({"file": f.rel, "error": None, "format": c.format, "size": c.provenance.size_bytes,
+                     "sha256": c.provenance.sha256(), "layout": c.provenance.layout or "—",
+                     "tokens": c.num_tokens, "hidden": c.hidden_size,
+                     "slots": ", ".join(f"{s.name} {list(s.shape)} {s.dtype}" for s in f.stats.slots),
+                     "declared_layers": fmt(c.declared_layers) if c.declared_layers is not None else "—",
+                     "convention": c.declared_convention or "—",
+                     "declared_r": fmt([_label(r) for r in c.declared_r]) if c.declared_r else "—",
+                     "notes": list(c.provenance.notes), "model": (c.meta or {}).get("model"),
+                     "num_layers": c.num_layers})
+    model_facts = facts.pop("facts", None) or {}
+    settings = {k: v for k, v in facts.items() if v is not None}
+    return {"rows": rows, "model_facts": model_facts, "settings": settings}
+
+
+# ---------------------------------------------------------------- per-slot cards
+def _hist(norms: np.ndarray) -> dict | None:
+    """A log-x histogram of per-token norms as SVG coordinates (viewBox 0..240 × 0..64)."""
+    x = np.asarray(norms, dtype=np.float64)
+    x = x[np.isfinite(x) & (x > 0)]
+    if x.size == 0:
+        return None
+    lx = np.log10(x)
+    lo, hi = float(lx.min()), float(lx.max())
+    if hi - lo < 1e-6:
+        lo, hi = lo - 0.05, hi + 0.05
+    counts, edges = np.histogram(lx, bins=HIST_BINS, range=(lo, hi))
+    top = max(int(counts.max()), 1)
+    w = 240.0 / HIST_BINS
+    bars = [{"x": round(i * w, 2), "w": round(w - 0.6, 2), "y": round(52 - 50 * math.sqrt(c / top), 2),
+             "h": round(50 * math.sqrt(c / top), 2), "n": int(c), "lo": fmt(10 ** edges[i]),
+             "hi": fmt(10 ** edges[i + 1])} for i, c in enumerate(counts) if c]
+    med = float(np.median(x))
+    return {"bars": bars, "median_x": round(240 * (math.log10(med) - lo) / (hi - lo), 2),
+            "lo": fmt(10 ** lo), "hi": fmt(10 ** hi), "median": fmt(med)}
+
+
+def _outliers(ss, tokens: list[str] | None) -> list[dict]:
+    """Sink and massive-activation tokens of one slot: position, token text, norm, ratio, top dims."""
+    med = ss.norm.median
+    massive = {t["pos"]: t for t in ss.massive_tokens}
+    rows = []
+    for p in sorted(set(ss.sinks) | set(massive))[:MAX_OUTLIER_ROWS]:
+        m = massive.get(p)
+        norm = float(ss.norms[p])
+        rows.append({"pos": p, "token": show_token(tokens[p]) if tokens and p < len(tokens) else "—",
+                     "norm": fmt(norm), "ratio": fmt(norm / med) if med else "—",
+                     "sink": p in ss.sinks, "max_abs": fmt(m["max_abs"]) if m else "—",
+                     "dims": fmt(m["dims"][:6]) if m else "—"})
+    return rows
+
+
+def build_cards(files: list[FileResult]) -> dict:
+    out = []
+    for f in files[:MAX_CARD_FILES]:
+        fslots = {s.index: s for s in (f.fp.slots if f.fp is not None else [])}
+        findings = list(getattr(f.fp, "findings", []) or []) if f.fp is not None else []
+        cards = []
+        for ss in f.stats.slots:
+            v = _slot_verdict(fslots.get(ss.index), ss, findings)
+            n, x0, xs = ss.norm, ss.norm_excl_first, ss.norm_excl_sinks
+            stats = [("n tokens", n.n), ("median ‖x‖", n.median), ("mean", n.mean), ("std", n.std), ("MAD", n.mad),
+                     ("p01", n.p01), ("p05", n.p05), ("p25", n.p25), ("p75", n.p75), ("p95", n.p95), ("p99", n.p99),
+                     ("min (pos)", f"{fmt(n.min)} ({n.min_pos})"), ("max (pos)", f"{fmt(n.max)} ({n.max_pos})"),
+                     ("token 0", ss.first), ("token 0 / median rest", ss.first_ratio),
+                     ("median excl. token 0", x0.median),
+                     ("mean ± std excl. token 0", f"{fmt(x0.mean)} ± {fmt(x0.std)}"),
+                     ("mean ± std excl. sinks", f"{fmt(xs.mean)} ± {fmt(xs.std)}"), ("rms mean", ss.rms_mean),
+                     ("median |x|", ss.median_abs), ("massive threshold", ss.massive_threshold)]
+            cards.append({"id": f"{_anchor(f.rel)}-s{ss.index}", "verdict": v, "summary": ss.one_line(),
+                          "stats": [(k, fmt(val)) for k, val in stats], "hist": _hist(ss.norms),
+                          "outliers": _outliers(ss, f.tokens), "n_outliers": len(set(ss.sinks) |
+                                                                               {t["pos"] for t in ss.massive_tokens})})
+        out.append({"file": f.rel, "anchor": _anchor(f.rel), "fragment": _frag(f.fp) or _frag(f.stats),
+                    "cards": cards})
+    return {"files": out, "omitted": max(0, len(files) - MAX_CARD_FILES)}
+
+
+def _anchor(rel: str) -> str:
+    return "f-" + "".join(c if c.isalnum() else "-" for c in rel)[:80]
+
+
+def _frag(obj) -> str | None:
+    if obj is None or not hasattr(obj, "_repr_html_"):
+        return None
+    try:
+        return obj._repr_html_()
+    except Exception as e:  # noqa: BLE001
+        import html
+
+        return f"<p class='hsf-error'>{html.escape(f'{type(e).__name__}: {e}')}</p>"
+
+
+# ---------------------------------------------------------------- figures (forensics.plots) and cross-slot
+def figure(name: str, *args, **kw) -> dict:
+    """Call ``forensics.plots.<name>`` and inline the Figure as a base64 PNG; the error text when it fails."""
+    try:
+        from . import plots
+    except ImportError as e:
+        return {"name": name, "src": None, "error": f"forensics.plots unavailable ({e})"}
+    fn = getattr(plots, name, None)
+    if fn is None:
+        return {"name": name, "src": None, "error": f"forensics.plots has no {name}()"}
+    try:
+        png = plots.figure_to_png_bytes(fn(*args, **kw), dpi=FIG_DPI)
+    except Exception as e:  # noqa: BLE001 — listed in the report, never fatal
+        return {"name": name, "src": None, "error": f"{type(e).__name__}: {e}"}
+    return {"name": name, "src": "data:image/png;base64," + base64.b64encode(png).decode(), "error": None}
+
+
+CROSS_FIGURES = [("norm_distributions", "Per-token norm distributions (log axis)", False),
+                 ("norm_by_position", "Per-token norm by position, sinks and massive tokens marked", False),
+                 ("similarity_heatmap", "Pairwise angular distance between slots (massive dims masked)", True),
+                 ("depth_ladder", "Depth ladder: slots placed on r with confidence", True),
+                 ("massive_dims", "Massive-activation dimensions per slot", False)]
+
+
+def build_cross(files: list[FileResult]) -> dict:
+    out = []
+    for f in files[:MAX_CARD_FILES]:
+        src = f.fp if f.fp is not None else f.stats
+        figs = [dict(figure(name, src), title=title) for name, title, needs_fp in CROSS_FIGURES
+                if f.fp is not None or not needs_fp]
+        sim = getattr(f.fp, "similarity", None) if f.fp is not None else None
+        out.append({"file": f.rel, "figures": figs, "similarity": _sim_table(f, sim)})
+    return {"files": out, "omitted": max(0, len(files) - MAX_CARD_FILES)}
+
+
+def _sim_table(f: FileResult, sim) -> dict | None:
+    """The similarity matrix as numbers with a cell shade (for reading exact values next to the heatmap)."""
+    if sim is None:
+        return None
+    m = np.asarray(sim, dtype=np.float64)
+    names = [s.label or s.role or str(s.index) for s in f.fp.slots]
+    top = float(np.nanmax(m)) if m.size and np.isfinite(m).any() else 1.0
+    rows = [[{"v": fmt(float(v)), "a": round(float(v) / top, 3) if top > 0 and math.isfinite(v) else 0}
+             for v in row] for row in m]
+    return {"names": names, "rows": rows}
+
+
+# ---------------------------------------------------------------- checks
+def build_checks(files: list[FileResult], audit_res, scan_res) -> dict:
+    from .stats import SINK_RATIO
+
+    rows = []
+    for f in files:
+        fslots = {s.index: s for s in (f.fp.slots if f.fp is not None else [])}
+        for ss in f.stats.slots:
+            where = f"{f.rel} [{ss.index}] {ss.name}"
+            rows.append({"where": where, "check": "non-finite values (NaN + Inf)", "value": ss.nan + ss.inf,
+                         "threshold": "= 0", "outcome": "fail" if ss.nan or ss.inf else "pass"})
+            rows.append({"where": where, "check": "token-0 norm / median of the rest", "value": fmt(ss.first_ratio),
+                         "threshold": f"≥ {fmt(SINK_RATIO)} ⇒ sink",
+                         "outcome": "info"})
+            mx = max((t["max_abs"] for t in ss.massive_tokens), default=None)
+            rows.append({"where": where, "check": "massive activations (max |x|)",
+                         "value": fmt(mx) if mx is not None else f"none > {fmt(ss.massive_threshold)}",
+                         "threshold": f"> {fmt(ss.massive_threshold)}", "outcome": "info"})
+            for e in getattr(fslots.get(ss.index), "evidence", None) or []:
+                rows.append({"where": where, "check": str(e.signal), "value": fmt(e.value),
+                             "threshold": fmt(e.threshold), "outcome": str(e.verdict or "info")})
+        for x in (getattr(f.fp, "findings", None) or []) if f.fp is not None else []:
+            rows.append({"where": f"{f.rel} slots {fmt(list(x.slots or []))}", "check": f"finding: {x.kind}",
+                         "value": x.message, "threshold": "—",
+                         "outcome": "fail" if x.kind in FAIL_FINDINGS else "warn"})
+    if audit_res is not None:
+        for s in getattr(audit_res, "slices", []) or []:
+            rows.append({"where": f"audit fc slice {s.get('slice')}", "check": "trained r vs served r",
+                         "value": f"{fmt(s.get('trained_r'))} vs {fmt(s.get('served_r'))}", "threshold": "equal",
+                         "outcome": "pass" if s.get("ok") else "fail"})
+        for x in getattr(audit_res, "findings", []) or []:
+            d = x if isinstance(x, dict) else getattr(x, "__dict__", {"message": str(x)})
+            rows.append({"where": "audit", "check": str(d.get("kind", "finding")), "value": str(d.get("message", "")),
+                         "threshold": fmt(d.get("threshold")) if d.get("threshold") is not None else "—",
+                         "outcome": str(d.get("verdict") or d.get("severity") or "warn")})
+    for a in (getattr(scan_res, "anomalies", None) or []) if scan_res is not None else []:
+        rows.append({"where": f"scan {a.get('file', '')}", "check": str(a.get("kind", "anomaly")),
+                     "value": str(a.get("message", "")), "threshold": "—", "outcome": "warn"})
+    for r in rows:
+        r["cls"] = r["outcome"] if r["outcome"] in RANK else "info"
+    counts = {k: sum(r["cls"] == k for r in rows) for k in ("pass", "warn", "fail", "info")}
+    return {"rows": rows[:MAX_CHECK_ROWS], "omitted": max(0, len(rows) - MAX_CHECK_ROWS), "counts": counts}
+
+
+# ---------------------------------------------------------------- sample browser
+def _spark(norms: np.ndarray, sinks: list[int], w: float = 560.0, h: float = 34.0) -> dict:
+    """Norm vs position on a log-y axis as an SVG polyline (numbers only)."""
+    x = np.asarray(norms, dtype=np.float64)
+    ok = np.isfinite(x) & (x > 0)
+    lx = np.where(ok, np.log10(np.where(ok, x, 1.0)), np.nan)
+    lo, hi = (float(np.nanmin(lx)), float(np.nanmax(lx))) if ok.any() else (0.0, 1.0)
+    span = max(hi - lo, 1e-6)
+    n = max(len(x) - 1, 1)
+    pts = [(round(w * i / n, 1), round(h - 2 - (h - 4) * (v - lo) / span, 1)) for i, v in enumerate(lx)
+           if math.isfinite(v)]
+    marks = [{"x": round(w * i / n, 1), "y": round(h - 2 - (h - 4) * (lx[i] - lo) / span, 1)}
+             for i in sinks if i < len(lx) and math.isfinite(lx[i])]
+    return {"points": " ".join(f"{a},{b}" for a, b in pts), "sinks": marks, "lo": fmt(10 ** lo), "hi": fmt(10 ** hi)}
+
+
+def build_browser(files: list[FileResult]) -> dict:
+    panels = []
+    for k, f in enumerate(files[:MAX_BROWSER_SAMPLES]):
+        fslots = {s.index: s for s in (f.fp.slots if f.fp is not None else [])}
+        slots = []
+        for ss in f.stats.slots:
+            fs = fslots.get(ss.index)
+            name = (fs.label if fs is not None and fs.label else None) or _label(ss.declared_r) or ss.name
+            slots.append({"name": name, "key": ss.name, "median": fmt(ss.norm.median),
+                          "spark": _spark(ss.norms, ss.sinks)})
+        ratio = np.nanmax(np.stack([s.norms / s.norm.median if s.norm.median else s.norms * 0
+                                    for s in f.stats.slots]), axis=0)
+        n = min(len(ratio), MAX_BROWSER_TOKENS)
+        toks = [{"pos": i, "text": show_token(f.tokens[i]) if f.tokens else str(i),
+                 "ratio": fmt(float(ratio[i])),
+                 "shade": round(min(1.0, math.log10(max(float(ratio[i]), 1.0)) / 1.5), 2) if math.isfinite(ratio[i])
+                 else 1.0} for i in range(n)]
+        panels.append({"k": k, "file": f.rel, "tokens_total": len(ratio), "tokens": toks, "slots": slots,
+                       "has_text": f.tokens is not None, "format": f.capture.format,
+                       "fragment": _frag(f.stats)})
+    return {"panels": panels, "omitted": max(0, len(files) - MAX_BROWSER_SAMPLES)}

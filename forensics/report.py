@@ -1,0 +1,260 @@
+"""The offline HTML report: verdicts first, evidence below, in one self-contained file (``hsf report``).
+
+Layout follows fingerprint-signals.md §6 / ecosystem.md §2.5 (deepchecks order: verdicts, then evidence):
+verdict block → provenance → per-slot cards → cross-slot figures → checks table → static sample browser.
+Every result object contributes its own ``_repr_html_`` fragment verbatim (the notebook's view, escaped by
+its producer); everything else goes through Jinja2 autoescaping, so a ``<script>`` in a file name, token
+text or config value renders as text. Images are inline (base64 PNG or SVG built from numbers only); the
+file makes no network request and stays under ``SIZE_BUDGET_BYTES`` on ``sample_data/`` by capping the
+per-file panels (``MAX_CARD_FILES``, ``MAX_BROWSER_SAMPLES``) and summarising the rest.
+
+Example:
+    >>> import forensics
+    >>> forensics.report(["sample_data"]).save("out/report.html")     # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import datetime
+import html
+import importlib
+import os
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import __version__
+from ._report_views import (
+    FileResult,
+    build_browser,
+    build_cards,
+    build_checks,
+    build_cross,
+    build_provenance,
+    build_verdicts,
+    figure,
+    load_tokens,
+    worst,
+)
+from .errors import ForensicsError
+
+SIZE_BUDGET_BYTES = 5_000_000  # issue 7: ≤ 5 MB for sample_data/ (ydata-profiling's 80–290 MB is the anti-example)
+TEMPLATE = "report.html.j2"
+
+
+def _optional(module: str, name: str):
+    """A function from a sibling module, or None when that module is not part of this installation."""
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        return None
+
+
+def _error_text(e: BaseException) -> str:
+    return str(e) if isinstance(e, ForensicsError) else f"{type(e).__name__}: {e}"
+
+
+@dataclass
+class Report:
+    """A rendered-on-demand report: ``.html`` (str), ``.save(path)``, ``.counts`` (verdict counts)."""
+
+    context: dict = field(repr=False)
+    argv: list[str] = field(default_factory=list)
+    output: str | None = None
+
+    def command(self) -> str:
+        """The exact ``hsf report …`` command that regenerates this report."""
+        return shlex.join(["hsf", "report", *self.argv, "-o", self.output or "report.html"])
+
+    @property
+    def counts(self) -> dict:
+        return dict(self.context["verdicts"]["counts"])
+
+    @property
+    def html(self) -> str:
+        return render(self.context, command=self.command())
+
+    def save(self, path: str | os.PathLike) -> str:
+        """Write the report to ``path`` (parent folders created) and return the absolute path."""
+        path = os.fspath(path)
+        self.output = path
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        text = self.html
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        return os.path.abspath(path)
+
+    def __repr__(self) -> str:
+        c = self.counts
+        return (f"Report({len(self.context['files'])} files, pass {c.get('pass', 0)}, warn {c.get('warn', 0)}, "
+                f"fail {c.get('fail', 0)}; audit {self.context.get('audit_verdict') or '—'})")
+
+    def _repr_html_(self) -> str:
+        return (f"<iframe srcdoc=\"{html.escape(self.html, quote=True)}\" "
+                "style='width:100%;height:720px;border:1px solid #ccc'></iframe>")
+
+
+def render(context: dict, command: str) -> str:
+    """Render the Jinja2 template (autoescape on) with a context built by :func:`report`."""
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.PackageLoader("forensics", "templates"),
+                             autoescape=True, trim_blocks=True, lstrip_blocks=True,
+                             undefined=jinja2.StrictUndefined)
+    here = os.path.join(os.path.dirname(__file__), "templates")
+    with open(os.path.join(here, "report.css"), encoding="utf-8") as f:
+        css = f.read()
+    with open(os.path.join(here, "report.js"), encoding="utf-8") as f:
+        js = f.read()
+    return env.get_template(TEMPLATE).render(**context, command=command, css=css, js=js)
+
+
+def _argv(paths, layers, model, draft, engine, engine_version, trainer, target_config, served, title) -> list[str]:
+    argv = [os.fspath(p) for p in paths]
+    if layers is not None:
+        argv += ["--layers", layers if isinstance(layers, str) else ",".join(str(x) for x in layers)]
+    for flag, v in (("--model", model), ("--draft", draft), ("--engine", engine),
+                    ("--engine-version", engine_version), ("--trainer", trainer),
+                    ("--target-config", target_config), ("--served", served), ("--title", title)):
+        if v is not None:
+            argv += [flag, os.fspath(v) if isinstance(v, os.PathLike) else str(v)]
+    return argv
+
+
+def _analyse(path: str, layers, model, errors: list[dict]) -> FileResult:
+    """Load one capture, fingerprint it (when that module exists) and keep what the views need."""
+    from .formats import load
+    from .stats import summarize
+
+    try:
+        cap = load(path)
+    except ForensicsError as e:
+        return FileResult(path=path, error=_error_text(e))
+    fp = None
+    fingerprint = _optional("forensics.fingerprint", "fingerprint")
+    if fingerprint is not None:
+        try:
+            fp = fingerprint(cap, layers=layers, model=model)
+        except Exception as e:  # noqa: BLE001 — a failing section is listed in the report, not fatal
+            errors.append({"where": f"fingerprint: {path}", "message": _error_text(e)})
+    try:
+        stats = fp.stats if fp is not None else summarize(cap)
+    except ForensicsError as e:
+        return FileResult(path=path, error=_error_text(e))
+    return FileResult(path=path, capture=cap, stats=stats, fp=fp)
+
+
+def report(paths, layers=None, model=None, draft=None, engine=None, engine_version=None, trainer=None,
+           target_config=None, served=None, scan=None, title=None) -> Report:
+    """Analyse capture files/directories and build the offline HTML report.
+
+    Args:
+        paths: capture files or directories (a single path is accepted too).
+        layers: the expected layer list (``"0,3,16,28"``, ``[0, 3, 16, 28]`` or ``"embed,L3,…"``) for labels.
+        model: model path (HF folder, safetensors dir or .gguf) for exact-mode fingerprints and model facts.
+        draft, engine, engine_version, trainer, target_config, served: passed to :func:`forensics.audit`
+            (run when any of them is given; the draft is also probed when ``forensics.draft`` exists).
+        scan: a ``ScanResult`` to include, or ``True`` to scan the first path.
+        title: the report title.
+
+    Returns:
+        :class:`Report` — ``.html``, ``.save(path)``.
+    """
+    from .formats import iter_files
+
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    paths = [os.fspath(p) for p in paths]
+    if isinstance(layers, (list, tuple)):
+        layers = ",".join(str(x) for x in layers)
+    errors: list[dict] = []
+    files: list[FileResult] = []
+    for p in paths:
+        try:
+            found = list(iter_files(p))
+        except ForensicsError as e:
+            files.append(FileResult(path=p, error=_error_text(e)))
+            continue
+        if not found:
+            files.append(FileResult(path=p, error=f"{p}: no capture files found"))
+        files.extend(_analyse(f, layers, model, errors) for f in found)
+    root = os.path.commonpath([os.path.dirname(os.path.abspath(p)) for p in paths]) if paths else os.getcwd()
+    for f in files:
+        f.rel = os.path.relpath(os.path.abspath(f.path), root)
+        if f.capture is not None:
+            f.tokens = load_tokens(f.capture, errors)
+
+    audit_res = probe_res = scan_res = facts = None
+    if any(v is not None for v in (draft, engine, trainer, served, target_config)):
+        audit_fn = _optional("forensics.audit", "audit")
+        if audit_fn is None:
+            errors.append({"where": "audit", "message": "forensics.audit is not available in this installation"})
+        else:
+            try:
+                audit_res = audit_fn(data=paths[0] if paths else None, draft=draft, engine=engine,
+                                     engine_version=engine_version, trainer=trainer,
+                                     target_config=target_config, served=served)
+            except Exception as e:  # noqa: BLE001
+                errors.append({"where": "audit", "message": _error_text(e)})
+    if draft is not None and paths:
+        probe_fn = _optional("forensics.draft", "probe")
+        if probe_fn is not None:
+            try:
+                probe_res = probe_fn(draft, paths[0], model=model)
+            except Exception as e:  # noqa: BLE001
+                errors.append({"where": "draft probe", "message": _error_text(e)})
+    if scan is True and paths:
+        scan_fn = _optional("forensics.scan", "scan")
+        try:
+            scan_res = scan_fn(paths[0]) if scan_fn else None
+        except Exception as e:  # noqa: BLE001
+            errors.append({"where": "scan", "message": _error_text(e)})
+    elif scan not in (None, False):
+        scan_res = scan
+    if model is not None:
+        try:
+            from .model import load_model, model_facts
+
+            facts = model_facts(load_model(model)[0])
+        except Exception as e:  # noqa: BLE001
+            errors.append({"where": "model facts", "message": _error_text(e)})
+
+    ok = [f for f in files if f.error is None]
+    for f in files:
+        if f.error:
+            errors.append({"where": f.rel or f.path, "message": f.error})
+    verdicts = build_verdicts(files, audit_res)
+    audit_fig = figure("audit_slices", audit_res) if audit_res is not None else None
+    context = {
+        "title": title or "Hidden-state forensics report",
+        "version": __version__,
+        "generated": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        "inputs": paths,
+        "files": files,
+        "verdicts": verdicts,
+        "overall": worst([verdicts["overall"]]),
+        "provenance": build_provenance(files, layers=layers, model=model, facts=facts, draft=draft, engine=engine,
+                                       engine_version=engine_version, trainer=trainer, served=served),
+        "cards": build_cards(ok),
+        "cross": build_cross(ok),
+        "checks": build_checks(ok, audit_res, scan_res),
+        "browser": build_browser(ok),
+        "audit_html": _fragment(audit_res),
+        "audit_verdict": getattr(audit_res, "verdict", None),
+        "audit_fig": audit_fig,
+        "probe_html": _fragment(probe_res),
+        "scan_html": _fragment(scan_res),
+        "errors": errors,
+    }
+    argv = _argv(paths, layers, model, draft, engine, engine_version, trainer, target_config, served, title)
+    return Report(context=context, argv=argv)
+
+
+def _fragment(obj: Any) -> str | None:
+    """A result object's own escaped ``_repr_html_`` fragment (inserted verbatim), or None."""
+    if obj is None or not hasattr(obj, "_repr_html_"):
+        return None
+    try:
+        return obj._repr_html_()
+    except Exception as e:  # noqa: BLE001
+        return f"<p class='hsf-error'>{html.escape(_error_text(e))}</p>"
