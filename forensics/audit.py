@@ -1,0 +1,407 @@
+"""Wiring audit: does the serving engine feed an EAGLE-3 draft the hidden states it was trained on?
+
+Training side: the data's slots (what they *are*: fingerprinted r/role override what sidecars declare),
+cut by the trainer's view (fc inputs in stored order, then the target). Serving side: what the engine
+captures from the draft config (``forensics.conventions.engine_capture``), or, config-free, what a
+capture of the served states shows (``--served``). Both in r; slice k of the fc is compared directly.
+
+Verdict: ``match`` / ``mismatch`` (wiring only; training-target and vocab-map problems are findings) /
+``cannot-tell`` (with the reason). The fix comes from ``conventions.from_r``: the id list, the key, and
+where to write it, for the engine and version given.
+
+Example:
+    >>> res = audit(data=["embed", "L3", "L31", "L59"], draft="kimi-draft/", engine="sglang",
+    ...             engine_version="pre-25454", trainer="speculators-v1",
+    ...             target_config="kimi/config.json")                     # doctest: +SKIP
+    >>> res.verdict, res.fix["ids"]                                        # doctest: +SKIP
+    ('mismatch', [-1, 2, 30])
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import conventions as cv
+from .capture import FINAL_POST, Capture, parse_r, r_label
+from .errors import ForensicsError
+from .render import Raw, badge, esc, html_table
+
+WIRING_KINDS = {"slices", "ids_ignored_key", "ids_missing", "engine_cannot_capture", "fc_width", "order",
+                "aux_disabled", "served_data"}
+FORMAT_TRAINER = {"speculators-v1": "speculators-v1", "speculators": "speculators", "specforge": "specforge"}
+
+
+@dataclass
+class Finding:
+    """One problem or fact, with the evidence that shows it."""
+
+    kind: str
+    severity: str  # error | warn | info
+    message: str
+    evidence: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "severity": self.severity, "message": self.message, "evidence": self.evidence}
+
+
+@dataclass
+class AuditResult:
+    """Verdict, the slot-by-slot table, findings with evidence, and the fix."""
+
+    verdict: str
+    reason: str
+    slices: list[dict]
+    findings: list[Finding]
+    fix: dict | None
+    trained: dict
+    served: dict
+    context: dict
+
+    def to_dict(self) -> dict:
+        return {"verdict": self.verdict, "reason": self.reason, "slices": self.slices,
+                "findings": [f.to_dict() for f in self.findings], "fix": self.fix, "trained": self.trained,
+                "served": self.served, "context": self.context}
+
+    def __repr__(self) -> str:
+        s = f"AuditResult({self.verdict}: {self.reason}"
+        if self.fix and self.fix.get("ids") is not None:
+            s += f"; fix {self.fix['where']} {self.fix['key']} = {self.fix['ids']}"
+        return s + ")"
+
+    def _repr_html_(self) -> str:
+        rows = [[s["slice"], r_label(s["trained_r"]), r_label(s["served_r"]), "yes" if s["ok"] else "NO"]
+                for s in self.slices]
+        frows = [[badge({"error": "fail", "warn": "warn"}.get(f.severity, "info")), f.kind, f.message]
+                 for f in self.findings]
+        fix = ""
+        if self.fix:
+            fix = (f"<p><b>fix</b>: write <code>{esc(self.fix.get('ids'))}</code> at "
+                   f"<code>{esc(self.fix.get('key'))}</code> ({esc(self.fix.get('where'))}, "
+                   f"{esc(self.fix.get('engine'))} {esc(self.fix.get('version'))})"
+                   + (f"<br>caveat: {esc(self.fix['caveat'])}" if self.fix.get("caveat") else "") + "</p>")
+        return (f"<div class='hsf-audit'><p>{badge({'match': 'pass', 'mismatch': 'fail'}.get(self.verdict, 'warn'))}"
+                f" {esc(self.reason)}</p>"
+                + html_table(["fc slice", "trained on", "served", "ok"], rows)
+                + (html_table(["", "finding", "evidence"], frows) if frows else "") + fix + "</div>")
+
+    def text(self) -> str:
+        """The multi-line report ``hsf audit`` prints."""
+        from .commands.audit import render_text
+
+        return render_text(self)
+
+
+def target_facts(target_config: Any) -> dict:
+    """num_layers, hidden_size, arch family and vocab of the target, from its HF config.json (a folder,
+    a file, or a dict); multimodal configs (Kimi-K2.5) keep the decoder under ``text_config``."""
+    if target_config is None:
+        return {}
+    cfg = target_config
+    if not isinstance(cfg, dict):
+        path = os.fspath(cfg)
+        if os.path.isdir(path):
+            path = os.path.join(path, "config.json")
+        try:
+            with open(path, encoding="utf-8") as f:
+                cfg = json.load(f)
+        except OSError as e:
+            raise ForensicsError(f"cannot open target config: {e.strerror}", path=path) from None
+        except ValueError as e:
+            raise ForensicsError(f"target config is not valid JSON ({e})", path=path) from None
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
+    get = lambda k: cfg.get(k) if cfg.get(k) is not None else text.get(k)  # noqa: E731
+    archs = list(cfg.get("architectures") or []) + list(text.get("architectures") or [])
+    out = {"num_layers": get("num_hidden_layers"), "hidden_size": get("hidden_size"),
+           "vocab_size": get("vocab_size"),
+           "arch": cv.arch_family(archs, f"{cfg.get('model_type', '')} {text.get('model_type', '')}"),
+           "architectures": archs}
+    return {k: v for k, v in out.items() if v is not None}
+
+
+# ---- training side ---------------------------------------------------------------------------------------
+
+
+def _first_capture(data: Any) -> Capture:
+    from .formats import iter_files, load
+
+    if isinstance(data, Capture):
+        return data
+    files = list(iter_files(os.fspath(data)))
+    if not files:
+        raise ForensicsError("no capture files found", path=os.fspath(data))
+    return load(files[0])
+
+
+def _fingerprint_r(cap: Capture, model: Any = None) -> list[dict] | None:
+    """Per-slot {r, role, label, confidence} from ``forensics.fingerprint`` (None when unavailable)."""
+    try:
+        from .fingerprint import fingerprint
+    except ImportError:
+        return None
+    fp = fingerprint(cap, model=model)
+    return [{"r": getattr(s, "r_exact", None), "role": getattr(s, "role", None),
+             "label": getattr(s, "label", None), "confidence": getattr(s, "confidence", None)} for s in fp.slots]
+
+
+def slot_rs(cap: Capture, use_fingerprint: bool = True, model: Any = None
+            ) -> tuple[list, list[str], list[Finding]]:
+    """r of every slot and where it came from: a fingerprinted exact r overrides the declared one."""
+    declared = [s.declared_r for s in cap.slots]
+    fps = _fingerprint_r(cap, model) if use_fingerprint else None
+    rs, src, findings = [], [], []
+    for i, d in enumerate(declared):
+        f = fps[i] if fps and i < len(fps) else None
+        fr = f["r"] if f else None
+        if fr is not None:
+            rs.append(fr)
+            src.append("fingerprint")
+            if d is not None and d != fr:
+                findings.append(Finding("declared_vs_data", "error",
+                                        f"slot {i} is declared {r_label(d)} but its fingerprint says {r_label(fr)}",
+                                        {"slot": i, "declared": d, "fingerprint": fr, "role": f["role"],
+                                         "confidence": f["confidence"]}))
+        else:
+            rs.append(d)
+            src.append("declared" if d is not None else "unknown")
+            if f and d is not None and f["role"] in ("embedding", "final_postnorm") and \
+                    (d == 0) != (f["role"] == "embedding"):
+                findings.append(Finding("declared_vs_data", "warn",
+                                        f"slot {i} is declared {r_label(d)} but looks like {f['role']}",
+                                        {"slot": i, "declared": d, "role": f["role"]}))
+    return rs, src, findings
+
+
+def training_side(data: Any, trainer: str | None, draft_info, L: int | None, use_fingerprint: bool,
+                  model: Any) -> tuple[dict, list[Finding]]:
+    """What the draft's fc consumed (r per slice, in stored order) and what its target was."""
+    findings: list[Finding] = []
+    cap = None
+    if data is None:
+        if draft_info is None or trainer is None:
+            return {"fc_r": None, "target_r": None, "source": "none"}, findings
+        # No data: read the ids the draft config records, in the trainer's numbering.
+        t = cv.canonical_system(trainer)
+        ids = draft_info.ids_nested if t == "specforge" else draft_info.ids_top
+        ids = ids if ids is not None else (draft_info.ids_top if t == "specforge" else draft_info.ids_nested)
+        if ids is None or L is None:
+            return {"fc_r": None, "target_r": None, "source": "none"}, findings
+        fc = cv.to_r("vllm" if t == "speculators-legacy" else t, ids, L)
+        return {"fc_r": fc, "target_r": None, "source": f"draft config ids {list(ids)} read as {t}",
+                "slot_source": ["draft config"] * len(fc)}, findings
+    if isinstance(data, (list, tuple)) and all(isinstance(x, (int, str)) for x in data):
+        rs, src = [parse_r(x) for x in data], ["layout"] * len(data)
+        source = "declared layout"
+    else:
+        cap = _first_capture(data)
+        rs, src, fps = slot_rs(cap, use_fingerprint, model)
+        findings += fps
+        source = f"{cap.format} capture {cap.path}"
+        trainer = trainer or FORMAT_TRAINER.get(cap.format)
+    if trainer is None:
+        raise ForensicsError("the trainer is needed to know which slots fed the fc: pass --trainer "
+                             f"({', '.join(cv.TRAINERS)})")
+    view = cv.trainer_view(trainer, len(rs))
+    fc = [rs[i] for i in view.fc_slots]
+    target = rs[view.target_slot] if view.target_slot is not None else None
+    out = {"fc_r": fc, "target_r": target, "source": source, "slot_source": src, "trainer": view.trainer,
+           "view": view.source, "target_norm": view.target_norm, "slots_r": rs, "capture": cap}
+    ints = [r for r in fc if isinstance(r, int)]
+    if len(ints) == len(fc) and ints != sorted(ints):
+        findings.append(Finding("order", "error",
+                                f"training fed the fc r = {[r_label(r) for r in fc]}, not in ascending order; "
+                                "SGLang and vLLM always concatenate in ascending layer order",
+                                {"fc_r": fc}))
+    if len(set(map(str, fc))) != len(fc):
+        findings.append(Finding("duplicate", "warn", f"the fc inputs repeat a layer: {fc}", {"fc_r": fc}))
+    if FINAL_POST in fc:
+        findings.append(Finding("postnorm_aux", "error", "a post-norm final state is fed to the fc; "
+                                "engines capture pre-norm states only", {"fc_r": fc}))
+    findings += _target_findings(view, target, L)
+    return out, findings
+
+
+def _target_findings(view, target, L: int | None) -> list[Finding]:
+    if target is None:
+        return []
+    ev = {"target_r": target, "num_layers": L, "trainer": view.trainer, "wants": view.target_norm}
+    if view.target_norm == "pre":  # speculators applies verifier_norm itself (speculators#313)
+        if target == FINAL_POST:
+            return [Finding("target_postnorm", "error", "the training target is post-norm but "
+                            f"{view.trainer} applies the final norm itself (speculators#313): normed twice", ev)]
+        if L is not None and target != L:
+            return [Finding("target_not_final", "error",
+                            f"the training target was r = {target} ({r_label(target)}), not r = {L} (last block, "
+                            f"pre-norm): lm_head(norm(·)) of it is a logit lens {L - target} block(s) early, not "
+                            f"the model's next-token distribution; regenerate the last slot at r = {L}", ev)]
+    elif view.target_norm == "post":  # SpecForge target head is lm_head only
+        if target != FINAL_POST:
+            return [Finding("target_prenorm", "error", f"the training target is {r_label(target)} but "
+                            "SpecForge applies lm_head only and needs the post-norm final state", ev)]
+    return []
+
+
+# ---- serving side ----------------------------------------------------------------------------------------
+
+
+def serving_side(info, engine: str, version: str | None, L: int, H: int | None, arch: str,
+                 trained_fc: list | None) -> tuple[dict, list[Finding]]:
+    """What ``engine`` captures for this draft, and every config/checkpoint problem on the way."""
+    findings: list[Finding] = []
+    ec = cv.engine_capture(engine, info.config, L, version, arch)
+    other = cv.TOP_KEY if engine == "sglang" else cv.NESTED_KEY
+    other_ids = info.ids_top if engine == "sglang" else info.ids_nested
+    ev = {"key_read": ec.key, "ids_read": ec.ids, "other_key": other, "other_ids": other_ids,
+          "default_r": cv.default_r(L)}
+    if ec.source == "default" and other_ids:
+        findings.append(Finding("ids_ignored_key", "error",
+                                f"{engine} reads only `{ec.key}`; the ids {list(other_ids)} sit in `{other}`, which "
+                                f"{engine} ignores, so it silently falls back to r = {ec.r}", ev))
+    elif ec.source == "default":
+        findings.append(Finding("ids_missing", "warn",
+                                f"the draft config has no ids: {engine} silently uses its default r = {ec.r} "
+                                "(vllm#50170)", ev))
+    if info.ids_top is not None and info.ids_nested is not None and list(info.ids_top) != list(info.ids_nested):
+        findings.append(Finding("ids_disagree", "warn",
+                                f"top-level ids {info.ids_top} and nested ids {info.ids_nested} disagree; {engine} "
+                                f"reads `{ec.key}`, the other engine would read the other list", ev))
+    if info.use_aux_hidden_state is False and engine == "sglang":
+        findings.append(Finding("aux_disabled", "error", "eagle_config.use_aux_hidden_state is false: SGLang "
+                                "does not feed aux states to the draft", {}))
+    for p in ec.problems:
+        findings.append(Finding("engine_cannot_capture", "error", p, {"ids": ec.ids, "captured_r": ec.r}))
+    h = info.target_hidden_size or H
+    if info.fc_shape and len(info.fc_shape) == 2 and h:
+        width = info.fc_shape[1]
+        fev = {"fc_shape": list(info.fc_shape), "hidden": h, "served_states": len(ec.r)}
+        if width != len(ec.r) * h:
+            findings.append(Finding("fc_width", "error",
+                                    f"fc.weight is {list(info.fc_shape)}: it takes {width} = {width / h:g}·{h} "
+                                    f"inputs, but {engine} concatenates {len(ec.r)} states ({len(ec.r) * h})", fev))
+        if trained_fc is not None and width != len(trained_fc) * h:
+            findings.append(Finding("fc_vs_data", "error", f"fc.weight takes {width / h:g} states but the training "
+                                    f"data fed {len(trained_fc)}", fev))
+        if width == h:
+            findings.append(Finding("fc_skip", "warn", "fc input width equals the hidden size: SGLang and EAGLE "
+                                    "skip the fc silently (sglang#21272)", fev))
+    if info.vocab and info.vocab.problems:
+        findings.append(Finding("vocab_maps", "error", "; ".join(info.vocab.problems), info.vocab.__dict__))
+    if info.name_scheme == "mixed":
+        findings.append(Finding("weight_names", "error", "weights mix `layers.0.*` and `midlayer.*` names", {}))
+    elif engine == "sglang" and info.name_scheme == "layers.0" and arch != "deepseek":
+        findings.append(Finding("weight_names", "warn", "speculators-style `layers.0.*` names: SGLang's "
+                                "llama_eagle3.py (d737979c) skips unmatched names without error; only "
+                                "kimi_k25_eagle3.py remaps them to `midlayer.*`. Rename or check the load log",
+                                {"scheme": info.name_scheme}))
+    served = {"r": ec.r, "source": f"{engine} {ec.version} reading `{ec.key}`"
+              + (f" = {ec.ids}" if ec.ids is not None else " (absent: default)"),
+              "engine": engine, "version": ec.version, "arch": arch, "key": ec.key, "ids": ec.ids,
+              "id_source": ec.source, "notes": ec.notes}
+    return served, findings
+
+
+# ---- verdict ---------------------------------------------------------------------------------------------
+
+
+def audit(data: Any = None, draft: Any = None, engine: str | None = None, engine_version: str | None = None,
+          trainer: str | None = None, target_config: Any = None, served: Any = None,
+          num_layers: int | None = None, hidden_size: int | None = None, arch: str | None = None,
+          use_fingerprint: bool = True, model: Any = None) -> AuditResult:
+    """Audit one draft's wiring. ``data``: capture file/folder, a ``Capture``, or a declared layout such as
+    ``["embed", "L3", "L31", "L59"]``; ``draft``: checkpoint folder or config.json; ``served``: a capture
+    of what the engine actually fed the draft (config-free check)."""
+    from .draft_config import read_draft
+
+    engine = cv.canonical_system(engine) if engine else None
+    if engine is not None and engine not in cv.ENGINES:
+        raise ForensicsError(f"engine must be one of {cv.ENGINES}, found {engine!r}")
+    facts = target_facts(target_config)
+    info = read_draft(draft) if draft is not None else None
+    L = num_layers or facts.get("num_layers")
+    H = hidden_size or facts.get("hidden_size")
+    arch = arch or facts.get("arch") or "generic"
+    findings: list[Finding] = []
+    if L is None and data is not None and not isinstance(data, (list, tuple)):
+        L = _first_capture(data).num_layers
+    trained, tf = training_side(data, trainer, info, L, use_fingerprint, model)
+    findings += tf
+    cap = trained.pop("capture", None)
+    if H is None:
+        H = (info.target_hidden_size if info else None) or (cap.hidden_size if cap else None)
+    context = {"engine": engine, "engine_version": cv.parse_version(engine, engine_version) if engine else None,
+               "trainer": trained.get("trainer") or trainer, "num_layers": L, "hidden_size": H, "arch": arch,
+               "draft": info.to_dict() if info else None, "target": facts}
+    served_side: dict = {"r": None, "source": "none"}
+    if info is not None and engine is not None and L is not None:
+        served_side, sf = serving_side(info, engine, engine_version, L, H, arch, trained.get("fc_r"))
+        findings += sf
+    if served is not None:
+        from .audit_served import compare_served
+
+        data_served, cf = compare_served(data, trained, served, use_fingerprint, model)
+        findings += cf
+        if served_side.get("r") is not None and data_served["r"] != served_side["r"]:
+            findings.append(Finding("config_vs_served", "error",
+                                    f"the config predicts served r = {served_side['r']} but the served capture shows "
+                                    f"{[r_label(r) for r in data_served['r']]}", {}))
+        served_side = {**data_served, "config_prediction": served_side.get("r")}
+    verdict, reason, slices = _verdict(trained, served_side, findings, info, engine, L)
+    fix = None
+    if verdict == "mismatch" and engine and L and trained.get("fc_r") and \
+            all(isinstance(r, int) for r in trained["fc_r"]):
+        fix = cv.from_r(engine, trained["fc_r"], L, engine_version, arch).to_dict()
+        if info is not None and info.ids_top is not None and info.ids_nested is not None:
+            other = cv.NESTED_KEY if fix["where"] == "top-level" else cv.TOP_KEY
+            fix["also"] = f"make `{other}` agree (or remove it) so the other engine reads the same layers"
+    return AuditResult(verdict, reason, slices, findings, fix, trained, served_side, context)
+
+
+def _verdict(trained: dict, served: dict, findings: list[Finding], info, engine, L):
+    fc, sr = trained.get("fc_r"), served.get("r")
+    if fc is None:
+        return "cannot-tell", "nothing says which layers the draft was trained on (pass --data, or a draft " \
+               "config plus --trainer)", []
+    if sr is None:
+        why = "no served capture and no draft config + engine" if L is not None or info is None else \
+            "the target's layer count is unknown (pass --target-config or --num-layers)"
+        return "cannot-tell", f"{why}: the serving side is unknown", []
+    n = max(len(fc), len(sr))
+    oks = served.get("ok")
+    slices = []
+    for k in range(n):
+        t = fc[k] if k < len(fc) else None
+        s = sr[k] if k < len(sr) else None
+        ok = bool(oks[k]) if oks is not None and k < len(oks) else (t is not None and t == s)
+        slices.append({"slice": k, "trained_r": t, "served_r": s, "ok": ok})
+    bad = [s for s in slices if not s["ok"]]
+    unknown = [s["slice"] for s in slices if s["trained_r"] is None]
+    wiring_errors = [f for f in findings if f.severity == "error" and f.kind in WIRING_KINDS]
+    if bad and (not unknown or oks is not None):
+        shift = {(s["served_r"] - s["trained_r"]) for s in slices if isinstance(s["served_r"], int)
+                 and isinstance(s["trained_r"], int)}
+        if len(shift) == 1 and shift != {0} and len(bad) == len(slices):
+            d = shift.pop()
+            findings.insert(0, Finding("off_by_one" if abs(d) == 1 else "shifted", "error",
+                                       f"every slice is served {abs(d)} block(s) {'deeper' if d > 0 else 'shallower'} "
+                                       "than trained: the trainer and the engine number layers differently "
+                                       "(vllm#43671, sglang#25454)", {"shift": d}))
+        findings.insert(0, Finding("slices", "error",
+                                   f"{len(bad)} of {n} fc slices are served a different layer than trained: "
+                                   + ", ".join(f"slice {s['slice']} trained {r_label(s['trained_r'])} served "
+                                               f"{r_label(s['served_r'])}" for s in bad), {"slices": bad}))
+        pair = f"served {[r_label(r) for r in sr]} but trained on {[r_label(r) for r in fc]}"
+        if oks is not None:
+            pair = f"the served states differ from the training fc inputs in slice(s) {[s['slice'] for s in bad]}" \
+                   f" ({pair})"
+        return "mismatch", pair, slices
+    if unknown and oks is None:
+        return "cannot-tell", f"the training r of slice(s) {unknown} is unknown (no sidecar declares it and the " \
+                              "fingerprint could not name it)", slices
+    if wiring_errors:
+        return "mismatch", wiring_errors[0].message, slices
+    return "match", f"every fc slice is served the layer it was trained on: {[r_label(r) for r in fc]}", slices
+
+
+__all__ = ["audit", "AuditResult", "Finding", "target_facts", "slot_rs", "Raw"]
