@@ -89,6 +89,15 @@ def slot_colors(k: int) -> list:
     return [cmap(x) for x in np.linspace(0.0, 0.95, k)]
 
 
+def _colors_for(stats: CaptureStats, sel: list[int]) -> dict[int, Any]:
+    """Slot index → colour: fixed per slot when the capture has ≤ 8 slots, else per selected slot (so a
+    handful picked out of a 32-slot ladder still get distinct Okabe–Ito colours)."""
+    k = len(stats.slots)
+    if k <= len(OKABE_ITO):
+        return dict(enumerate(slot_colors(k)))
+    return dict(zip(sel, slot_colors(len(sel)), strict=True))
+
+
 def _figure(height: float = ROW_HEIGHT, width: float = FIG_WIDTH) -> Figure:
     from matplotlib.figure import Figure
 
@@ -195,8 +204,8 @@ def norm_distributions(result: Any, slots: Sequence[int] | None = None, title: s
     stats, _ = _unpack(result)
     sel = _selected(stats, slots)
     labels = slot_labels(result)
-    colors = slot_colors(len(stats.slots))
-    fig = _figure()
+    colors = _colors_for(stats, sel)
+    fig = _figure(width=min(FIG_WIDTH, 2.6 + 1.1 * len(sel)))
     ax = fig.add_subplot()
     if not sel:
         _empty(ax, "no slot selected")
@@ -249,7 +258,7 @@ def norm_by_position(result: Any, slots: Sequence[int] | None = None,
     stats, _ = _unpack(result)
     sel = _selected(stats, slots)
     labels = slot_labels(result)
-    colors = slot_colors(len(stats.slots))
+    colors = _colors_for(stats, sel)
     fig = _figure()
     ax = fig.add_subplot()
     if not sel:
@@ -293,7 +302,7 @@ def massive_dims(result: Any, slots: Sequence[int] | None = None, title: str | N
     stats, _ = _unpack(result)
     sel = _selected(stats, slots)
     labels = slot_labels(result)
-    colors = slot_colors(len(stats.slots))
+    colors = _colors_for(stats, sel)
     fig = _figure(height=max(2.2, 0.45 * len(sel) + 1.2))
     ax = fig.add_subplot()
     hidden = max((s.shape[1] for s in stats.slots), default=1)
