@@ -22,7 +22,10 @@ from .capture import Capture, r_label
 from .errors import ForensicsError
 
 W1_NAME = "W1(log10 token norm, token 0 excluded)"
-W1_THRESHOLD = 0.06  # log10 units: ~15 % shift of the typical token norm; calibrated on SmolLM2 (see tests)
+# log10 units (0.05 ≈ 12 % typical norm shift). Calibrated on SmolLM2-135M sample_data: the same r on
+# different texts gives 0.004–0.017; slots 4+ blocks apart ≥ 0.10; adjacent blocks 0.03–0.07 (so an
+# off-by-one on *different* texts needs the fingerprint or same-token cosine, not this distance).
+W1_THRESHOLD = 0.05
 SAME_TENSOR_COS = 0.999  # mean per-token cosine above which two slots on the same tokens are one tensor
 MAX_FILES = 8  # files pooled per side for the norm distributions
 QUANTILES = np.linspace(0.005, 0.995, 199)
@@ -106,7 +109,8 @@ def compare_served(data: Any, trained: dict, served: Any, use_fingerprint: bool 
             nearest = int(np.argmax(cos[j]))
         want = j if j < len(fc_r) else None  # fc slice j was trained on training slot j
         d_want = float(dist[j, want]) if want is not None else None
-        same = (d_want is not None and d_want <= W1_THRESHOLD) if cos is None else \
+        # same: within the threshold *and* no other training slot is closer
+        same = (d_want is not None and d_want <= W1_THRESHOLD and nearest == want) if cos is None else \
             (want is not None and cos[j, want] >= SAME_TENSOR_COS)
         fp_r = s_fp[j] if j < len(s_fp) else None
         if same:

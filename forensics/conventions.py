@@ -53,7 +53,7 @@ VLLM_MIXIN_PR = 36063  # vllm-project/vllm#36063: EagleModelMixin, ids 0 and L r
 VLLM_DEEPSEEK_FINAL_PR = 46973  # vllm-project/vllm#46973: DeepSeek-V2 family can capture id L
 _TIMELINES = {"sglang": (SGLANG_PLUS1_PR,), "vllm": (VLLM_MIXIN_PR, VLLM_DEEPSEEK_FINAL_PR)}
 _OLDEST = ("old", "oldest", "legacy")
-_NEWEST = ("latest", "main", "new", "newest", "current", "nightly")
+_NEWEST = ("latest", "main", "new", "newest", "current", "nightly", "any")
 DEEPSEEK_ARCH_PATTERNS = ("deepseek", "kimi")
 
 

@@ -1,0 +1,146 @@
+"""Tests for forensics.conventions: every rule checked against values worked out by hand from the
+reference (eagle3-conventions.md §1, §3.2, §4, §5.1, §8), plus the to_r ∘ from_r round trip."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from forensics import conventions as cv
+from forensics.errors import ForensicsError
+
+KIMI_L = 61
+
+
+@pytest.mark.parametrize("system, ids, version, arch, want", [
+    ("speculators-v1", [2, 30, 58, 60], None, None, [3, 31, 59, 61]),  # legacy generator: after the layer
+    ("speculators-v1", [-1], None, None, [None]),  # ids outside 0..L-1 rejected: no embedding
+    ("speculators", [2, 30, 58, 61], None, None, [2, 30, 58, 61]),  # vLLM ids, last = L
+    ("vllm", [2, 30, 58], "pre-36063", None, [2, 30, 58]),
+    ("vllm", [0, 62], None, None, [0, None]),
+    ("sglang", [2, 30, 58], "pre-25454", "deepseek", [3, 31, 59]),  # the Kimi story §8
+    ("sglang", [-1, 2, 30], "pre-25454", "deepseek", [0, 3, 31]),
+    ("sglang", [2, 30, 58], "post-25454", "deepseek", [2, 30, 58]),  # first id != 1: raw
+    ("sglang", [1, 29, 57], "post-25454", "deepseek", [2, 30, 58]),  # first id == 1: +1
+    ("sglang", [-1, 2, 30], "post-25454", "deepseek", [None, 2, 30]),  # -1 never matches
+    ("sglang", [2, 30, 58], "post-25454", "generic", [3, 31, 59]),  # other model files keep +1
+    ("sglang", [60], "pre-25454", None, [None]),  # index 61 = L is never reached by the loop
+    ("specforge", [1, 29, 57], None, None, [2, 30, 58]),
+])
+def test_to_r_rules(system, ids, version, arch, want):
+    assert cv.to_r(system, ids, KIMI_L, version, arch) == want
+
+
+@pytest.mark.parametrize("system, L, want", [
+    ("vllm", 80, [2, 40, 77]), ("sglang", 61, [2, 30, 58]), ("specforge", 30, [2, 15, 27]),
+    ("eagle", 32, [2, 16, 29]), ("speculators", 30, [2, 15, 27, 30]),
+    ("speculators-v1", 30, [3, 16, 28, 30]),
+])
+def test_defaults_without_ids(system, L, want):
+    assert cv.to_r(system, None, L) == want
+
+
+def test_specforge_needs_exactly_three_non_negative_ids():
+    with pytest.raises(ForensicsError, match="exactly 3"):
+        cv.to_r("specforge", [1, 2], 30)
+    with pytest.raises(ForensicsError, match="exactly 3"):
+        cv.to_r("specforge", [-1, 2, 3], 30)
+
+
+@pytest.mark.parametrize("text, want", [
+    (None, "post-25454"), ("latest", "post-25454"), ("sglang<25454", "pre-25454"), ("<25454", "pre-25454"),
+    ("pre-25454", "pre-25454"), (">=25454", "post-25454"), ("sglang>=#25454", "post-25454"), ("old", "pre-25454"),
+])
+def test_sglang_versions(text, want):
+    assert cv.parse_version("sglang", text) == want
+
+
+@pytest.mark.parametrize("text, want", [
+    (None, "post-46973"), ("pre-36063", "pre-36063"), ("pre-46973", "post-36063"), ("vllm>=36063", "post-36063"),
+])
+def test_vllm_versions(text, want):
+    assert cv.parse_version("vllm", text) == want
+
+
+@pytest.mark.parametrize("bad", ["0.5.3", "pre-12345", "yesterday"])
+def test_unknown_versions_are_refused_with_the_accepted_list(bad):
+    with pytest.raises(ForensicsError, match="accepted: pre-25454, post-25454"):
+        cv.parse_version("sglang", bad)
+
+
+def test_arch_family():
+    assert cv.arch_family(["KimiK25ForConditionalGeneration"]) == "deepseek"
+    assert cv.arch_family(["DeepseekV3ForCausalLM"]) == "deepseek"
+    assert cv.arch_family(["LlamaForCausalLM"], "llama") == "generic"
+
+
+def test_sglang_reads_only_the_nested_key_vllm_only_the_top_level():
+    top = {"eagle_aux_hidden_state_layer_ids": [0, 3, 16]}
+    nested = {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 15, 27]}}
+    s = cv.engine_capture("sglang", top, 30, "pre-25454")
+    assert s.source == "default" and s.r == [2, 15, 27] and s.key == cv.NESTED_KEY
+    v = cv.engine_capture("vllm", nested, 30)
+    assert v.source == "default" and v.r == [2, 15, 27] and v.key == cv.TOP_KEY
+    s2 = cv.engine_capture("sglang", nested, 30, "pre-25454")
+    assert s2.source == "config" and s2.r == [3, 16, 28]
+
+
+def test_empty_lists_sglang_captures_nothing_vllm_falls_back():
+    assert cv.engine_capture("sglang", {"eagle_config": {"eagle_aux_hidden_state_layer_ids": []}}, 30).r == []
+    v = cv.engine_capture("vllm", {"eagle_aux_hidden_state_layer_ids": []}, 30)
+    assert v.source == "default" and v.r == [2, 15, 27]
+
+
+def test_engine_capture_is_ascending_and_reports_uncapturable():
+    e = cv.engine_capture("sglang", {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [30, -1, 2]}},
+                          KIMI_L, "pre-25454")
+    assert e.r == [0, 3, 31]
+    assert any("residual is None" in p for p in e.problems)  # embedding needs a patch
+    old = cv.engine_capture("vllm", {"eagle_aux_hidden_state_layer_ids": [2, 30, 61]}, KIMI_L, "pre-46973",
+                            "deepseek")
+    assert old.r == [2, 30, 61] and any("#46973" in p for p in old.problems)
+    new = cv.engine_capture("vllm", {"eagle_aux_hidden_state_layer_ids": [2, 30, 61]}, KIMI_L, None, "deepseek")
+    assert new.problems == []
+
+
+def test_from_r_kimi_fixes():
+    pre = cv.from_r("sglang", [0, 3, 31], KIMI_L, "pre-25454", "deepseek")
+    assert pre.ids == [-1, 2, 30] and pre.where == "nested" and "patch" in pre.caveat
+    post = cv.from_r("sglang", [0, 3, 31], KIMI_L, "post-25454", "deepseek")
+    assert post.ids == [0, 3, 31] and "patch" in post.caveat
+    v = cv.from_r("vllm", [0, 3, 31], KIMI_L)
+    assert v.ids == [0, 3, 31] and v.where == "top-level" and v.key == cv.TOP_KEY
+
+
+def test_from_r_impossible_cases_say_why():
+    assert cv.from_r("sglang", [3, 31, 61], KIMI_L, "pre-25454").ids is None  # r = L never captured
+    p = cv.from_r("vllm", [3, 0, 31], KIMI_L)
+    assert p.ids is None and "ascending" in p.caveat
+    assert cv.from_r("specforge", [0, 3, 31], KIMI_L).ids is None
+    assert cv.from_r("sglang", [1], KIMI_L, "post-25454", "deepseek").ids is None
+
+
+@pytest.mark.parametrize("system, version, arch", [
+    ("sglang", "pre-25454", "generic"), ("sglang", "post-25454", "generic"), ("sglang", "pre-25454", "deepseek"),
+    ("sglang", "post-25454", "deepseek"), ("vllm", None, "generic"), ("vllm", "pre-36063", "generic"),
+    ("specforge", None, None), ("speculators-v1", None, None), ("speculators", None, None),
+])
+def test_round_trip_from_r_then_to_r(system, version, arch):
+    L = 12
+    for rs in itertools.combinations(range(0, L + 1), 3):
+        plan = cv.from_r(system, list(rs), L, version, arch)
+        if plan.ids is None:
+            continue
+        got = cv.to_r(system, plan.ids, L, version, arch)
+        if system in ("sglang", "vllm"):
+            got = sorted(got)  # engines concatenate in ascending layer order
+        assert got == list(rs), (system, version, arch, rs, plan.ids)
+
+
+def test_trainer_views():
+    v1 = cv.trainer_view("speculators-v1", 4)
+    assert v1.fc_slots == [0, 1, 2] and v1.target_slot == 3 and v1.target_norm == "pre"
+    assert cv.trainer_view("specforge", 4).target_norm == "post"
+    with pytest.raises(ForensicsError):
+        cv.trainer_view("medusa", 4)
