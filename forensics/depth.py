@@ -1,0 +1,204 @@
+"""Data-only depth signals between slots: exact duplicate rows, masked angular distance, seriation.
+
+* Duplicate rows: the embedding output is a table lookup, so repeated token ids give bit-identical
+  rows; any later layer mixes in context (fingerprint-signals §3.5, transformers issue #2461).
+* Masked angular distance: per-token ``arccos(cos(a_t, b_t)) / π`` averaged over tokens (Gromov et al.,
+  ICLR 2025), after dropping sink tokens and masking massive-activation dims (rogue dims dominate raw
+  cosine: "All Bark and No Bite", EMNLP 2021) and mean-centring each slot.
+* Seriation: the residual stream accumulates, so the depth order is the Hamiltonian path of least
+  total distance (ShortGPT / "Layers as Painters": adjacent layers are closest); the path's direction
+  is decided separately (norm growth, sink fading; see ``fingerprint.py``).
+* ``normalizes``: slot B equals RMSNorm(slot A) with some per-dim gain γ — then B is post-norm and A is
+  the final pre-norm state, without reading γ from a checkpoint.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+MAX_DISTANCE_ROWS = 2048  # tokens used for pairwise distances (evenly strided beyond this)
+EXACT_PATH_MAX_SLOTS = 9  # brute-force the best path up to this many slots; heuristic above
+NORMALIZES_MAX_RESIDUAL = 0.02  # ‖B − γ̂ ⊙ A/rms(A)‖ / ‖B‖ at or below this ⇒ B = RMSNorm(A) (bf16 rounding ≈ 0.004)
+
+
+def _row_keys(h: torch.Tensor) -> list[bytes]:
+    """One exact byte key per row (bit patterns, so -0.0 ≠ 0.0 and NaN rows compare by bits)."""
+    import torch
+
+    x = h.contiguous()
+    if x.dtype in (torch.bfloat16, torch.float16):
+        x = x.view(torch.int16)
+    elif x.dtype == torch.float32:
+        x = x.view(torch.int32)
+    elif x.dtype == torch.float64:
+        x = x.view(torch.int64)
+    a = x.numpy()
+    return [a[i].tobytes() for i in range(a.shape[0])]
+
+
+def duplicate_rows(h: torch.Tensor, input_ids: torch.Tensor | None) -> dict:
+    """Exact-duplicate-row statistics of one ``[T, H]`` slot.
+
+    With token ids: ``groups`` = ids that occur more than once, ``identical`` = how many of those groups
+    have bit-identical rows, ``fraction`` = identical / groups (None when no id repeats). Without ids:
+    ``rows_with_twin`` = rows that equal some other row (all-zero padding rows excluded) and
+    ``fraction`` = rows_with_twin / T.
+    """
+    import torch
+
+    keys = _row_keys(h)
+    zero = (h == 0).all(dim=-1).tolist()
+    out: dict = {"tokens": len(keys)}
+    if input_ids is not None and int(input_ids.numel()) == len(keys):
+        by_id: dict[int, list[int]] = {}
+        for i, t in enumerate(input_ids.tolist()):
+            by_id.setdefault(int(t), []).append(i)
+        groups = [g for g in by_id.values() if len(g) > 1]
+        identical = sum(1 for g in groups if len({keys[i] for i in g}) == 1 and not zero[g[0]])
+        # rows of *different* ids that are identical would not be a table lookup
+        distinct = {}
+        clashes = 0
+        for t, g in by_id.items():
+            k = keys[g[0]]
+            if k in distinct and distinct[k] != t and not zero[g[0]]:
+                clashes += 1
+            distinct[k] = t
+        out.update(groups=len(groups), identical=identical, clashes=clashes,
+                   fraction=(identical / len(groups)) if groups else None)
+        return out
+    counts: dict[bytes, int] = {}
+    for k, z in zip(keys, zero, strict=True):
+        if not z:
+            counts[k] = counts.get(k, 0) + 1
+    twins = sum(c for c in counts.values() if c > 1)
+    out.update(rows_with_twin=twins, fraction=twins / max(1, len(keys)))
+    del torch
+    return out
+
+
+def _prepared(h: torch.Tensor, rows: torch.Tensor, mask_dims: Sequence[int]) -> torch.Tensor:
+    """Selected rows in float32, massive dims zeroed, mean-centred, each row unit length."""
+    import torch
+
+    x = h[rows].to(torch.float32)
+    if mask_dims:
+        x[:, list(mask_dims)] = 0.0
+    x = torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
+    x = x - x.mean(dim=0, keepdim=True)
+    return x / x.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+
+
+def angular_distances(tensors: Sequence[torch.Tensor], drop_tokens: Sequence[int],
+                      mask_dims: Sequence[int]) -> tuple[np.ndarray, int]:
+    """``k×k`` mean per-token angular distance in [0, 1] (0 = same direction) and the tokens used.
+
+    Tokens in ``drop_tokens`` (sinks, non-finite rows) are left out; ``mask_dims`` (massive-activation
+    dims) are zeroed in every slot; each slot is mean-centred over tokens.
+    """
+    import torch
+
+    T = min(int(t.shape[0]) for t in tensors)
+    keep = torch.ones(T, dtype=torch.bool)
+    drop = [i for i in drop_tokens if 0 <= i < T]
+    if drop and len(drop) < T:
+        keep[drop] = False
+    rows = torch.nonzero(keep).flatten()
+    if rows.numel() > MAX_DISTANCE_ROWS:
+        rows = rows[torch.linspace(0, rows.numel() - 1, MAX_DISTANCE_ROWS).long()]
+    prep = [_prepared(t, rows, mask_dims) for t in tensors]
+    k = len(prep)
+    D = np.zeros((k, k), dtype=np.float64)
+    for i in range(k):
+        for j in range(i + 1, k):
+            c = (prep[i] * prep[j]).sum(-1).clamp(-1.0, 1.0)
+            D[i, j] = D[j, i] = float(torch.arccos(c).mean()) / math.pi
+    return D, int(rows.numel())
+
+
+def _path_cost(D: np.ndarray, path: Sequence[int]) -> float:
+    return float(sum(D[path[i], path[i + 1]] for i in range(len(path) - 1)))
+
+
+def seriate(D: np.ndarray, nodes: Sequence[int]) -> tuple[list[int], float, float]:
+    """Shortest Hamiltonian path through ``nodes`` under ``D``: ``(path, cost, runner_up_cost)``.
+
+    Exact (all orderings) up to ``EXACT_PATH_MAX_SLOTS`` nodes, else nearest-neighbour starts + 2-opt.
+    A path and its reverse are the same here; direction is decided by the caller. ``runner_up_cost``
+    is the cheapest path that is not this one or its reverse (inf when there is none).
+    """
+    nodes = list(nodes)
+    if len(nodes) <= 2:
+        return nodes, _path_cost(D, nodes), math.inf
+    if len(nodes) <= EXACT_PATH_MAX_SLOTS:
+        costs = []
+        for p in itertools.permutations(nodes):
+            if p[0] < p[-1]:
+                costs.append((_path_cost(D, p), list(p)))
+        costs.sort(key=lambda c: c[0])
+        return costs[0][1], costs[0][0], (costs[1][0] if len(costs) > 1 else math.inf)
+    best: tuple[float, list[int]] | None = None
+    for start in nodes:
+        path, rest = [start], set(nodes) - {start}
+        while rest:
+            nxt = min(rest, key=lambda j: D[path[-1], j])
+            path.append(nxt)
+            rest.remove(nxt)
+        path = _two_opt(D, path)
+        c = _path_cost(D, path)
+        if best is None or c < best[0] - 1e-12:
+            best = (c, path)
+    assert best is not None
+    cost, path = best
+    runner = min((_path_cost(D, path[:i] + path[i:i + 2][::-1] + path[i + 2:]) for i in range(len(path) - 1)),
+                 default=math.inf)
+    return path, cost, runner
+
+
+def _two_opt(D: np.ndarray, path: list[int]) -> list[int]:
+    """Reverse sub-paths while that shortens the open path (O(1) gain per candidate)."""
+    n = len(path)
+    improved = True
+    while improved:
+        improved = False
+        for i in range(n - 1):
+            for j in range(i + 2, n + 1):
+                a, b = path[i], path[j - 1]
+                old = (D[path[i - 1], a] if i > 0 else 0.0) + (D[b, path[j]] if j < n else 0.0)
+                new = (D[path[i - 1], b] if i > 0 else 0.0) + (D[a, path[j]] if j < n else 0.0)
+                if new < old - 1e-12:
+                    path = path[:i] + path[i:j][::-1] + path[j:]
+                    improved = True
+    return path
+
+
+def normalizes(pre: torch.Tensor, post: torch.Tensor, drop_tokens: Sequence[int] = ()) -> dict:
+    """Does ``post`` = γ ⊙ pre / rms(pre) for one per-dim γ? Fits γ̂ by least squares per dim.
+
+    Returns ``{"residual": ‖post − γ̂ ⊙ u‖ / ‖post‖, "gamma_rms": rms(γ̂)}`` with ``u = pre / rms(pre)``;
+    a residual at bf16 rounding level means ``post`` is RMSNorm(``pre``) exactly (RMSNorm definition,
+    transformers LlamaRMSNorm; fingerprint-signals §3.6).
+    """
+    import torch
+
+    T = min(int(pre.shape[0]), int(post.shape[0]))
+    keep = torch.ones(T, dtype=torch.bool)
+    drop = [i for i in drop_tokens if 0 <= i < T]
+    if drop and len(drop) < T:
+        keep[drop] = False
+    rows = torch.nonzero(keep).flatten()[:MAX_DISTANCE_ROWS]
+    a = pre[rows].to(torch.float64)
+    b = post[rows].to(torch.float64)
+    u = a / a.pow(2).mean(-1, keepdim=True).sqrt().clamp_min(1e-30)
+    gamma = (b * u).sum(0) / u.pow(2).sum(0).clamp_min(1e-30)
+    resid = float((b - gamma * u).norm() / b.norm().clamp_min(1e-30))
+    if not math.isfinite(resid):
+        resid = float("inf")
+    return {"residual": resid, "gamma_rms": float(gamma.pow(2).mean().sqrt())}
