@@ -106,35 +106,35 @@ def _run_pool(batches: list[list[Item]], opts: dict, workers: int) -> Iterator[l
     ctx = mp.get_context("forkserver")
     # torch and the readers are imported once in the fork server, not once per worker
     ctx.set_forkserver_preload(["torch", "forensics.scan_rows", "forensics.formats", "forensics.stats"])
-    pending, strikes = deque(batches), {}
-    while pending:
+    pending, quarantine = deque(batches), deque()
+    while pending or quarantine:
         ex = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=init_worker,
                                  initargs=(opts.get("tune_malloc", True),))
         inflight: dict = {}
         try:
-            while pending or inflight:
-                while pending and len(inflight) < workers * INFLIGHT_PER_WORKER:
-                    b = pending.popleft()
-                    inflight[ex.submit(scan_batch, b, opts)] = b
+            while pending or quarantine or inflight:
+                if quarantine:  # suspects of a dead worker run alone, one file at a time
+                    if not inflight:
+                        b = quarantine.popleft()
+                        inflight[ex.submit(scan_batch, b, opts)] = b
+                else:
+                    while pending and len(inflight) < workers * INFLIGHT_PER_WORKER:
+                        b = pending.popleft()
+                        inflight[ex.submit(scan_batch, b, opts)] = b
                 done, _ = wait(list(inflight), return_when=FIRST_COMPLETED)
                 for fut in done:
                     rows = fut.result()  # raises BrokenProcessPool if a worker died
                     del inflight[fut]
                     yield rows
         except BrokenProcessPool:
-            dead = []  # retry each suspect file alone; a file present at two deaths is reported, not retried
-            for b in inflight.values():
-                for it in b:
-                    strikes[it[0]] = strikes.get(it[0], 0) + 1
-                    if strikes[it[0]] >= 2 or len(b) == 1 and len(inflight) == 1:
-                        row = empty_row(*it)
-                        row.update(error=f"{it[0]}: the worker process died while reading this file "
-                                         "(crash or killed: out of memory?)", error_kind="unreadable")
-                        dead.append(row)
-                    else:
-                        pending.appendleft([it])
-            if dead:
-                yield dead
+            if len(inflight) == 1 and len(next(iter(inflight.values()))) == 1:
+                (it,) = next(iter(inflight.values()))  # it ran alone: this file killed the worker
+                row = empty_row(*it)
+                row.update(error=f"{it[0]}: the worker process died while reading this file (crash, or killed: "
+                                 "out of memory?)", error_kind="unreadable")
+                yield [row]
+            else:
+                quarantine.extend([it] for b in inflight.values() for it in b)
         finally:
             ex.shutdown(wait=False, cancel_futures=True)
 

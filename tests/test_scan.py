@@ -1,0 +1,270 @@
+"""Tests of `hsf scan` (forensics.scan) and the mergeable sketches (forensics.sketch).
+
+References are computed independently here: per-token norms in float64 straight from the saved
+tensors, numpy float64 quantiles/mean/std, and the known defects planted in a small mixed directory.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from forensics.scan import read_rows, scan
+from forensics.sketch import SKETCH_REL_ERROR, ExactSum, LogHistogram, Moments
+
+T, H, V, L = 48, 24, 8, 30  # tokens, hidden, vocab, layers of the synthetic residual-stream ladder
+
+
+def _ladder(g, rs=(0, 3, 16, 28)):
+    """A small residual stream: embedding lookup (repeated ids give identical rows), then each block adds
+    a little noise (norms grow with depth), a sink on token 0 from block 2 on; optionally final_post."""
+    ids = torch.randint(0, V, (T,), generator=g)
+    x = torch.randn(V, H, generator=g)[ids]
+    out = {0: x}
+    for k in range(1, L + 1):
+        x = x + torch.randn(T, H, generator=g) * (0.25 + k / 60)
+        if k == 2:
+            x[0] *= 20
+        out[k] = x
+    out["final_post"] = x / x.pow(2).mean(-1, keepdim=True).sqrt() * (1 + 0.1 * torch.randn(H, generator=g))
+    return ids, [out[r].to(torch.bfloat16) for r in rs]
+
+
+def make_mixed(root) -> dict:
+    """A directory of every supported layout plus planted defects; returns {basename: kinds it must raise}."""
+    from safetensors.torch import save_file
+
+    g = torch.Generator().manual_seed(0)
+    os.makedirs(root / "v1")
+
+    def v1(name, edit=None, extra_ids=0):
+        ids, hs = _ladder(g)
+        if edit:
+            edit(hs)
+        torch.save({"input_ids": torch.cat([ids, ids[:extra_ids]]), "loss_mask": torch.ones(T + extra_ids),
+                    "hidden_states": hs}, root / "v1" / name)
+
+    for i in range(10):
+        v1(f"data_{i}.pt")
+    v1("data_10.pt", lambda hs: hs[2].__setitem__((5, 3), float("nan")))
+    v1("data_11.pt", lambda hs: hs.__setitem__(slice(1, 3), [hs[2], hs[1]]))
+    v1("data_12.pt", extra_ids=3)
+    v1("data_13.pt", lambda hs: hs.__setitem__(3, hs[2].clone()))
+    blob = (root / "v1" / "data_0.pt").read_bytes()
+    (root / "v1" / "data_14.pt").write_bytes(blob[: len(blob) // 2])
+    os.makedirs(root / "hidden_states")
+    for i in range(3):
+        ids, hs = _ladder(g, (2, 15, 27, 30))
+        save_file({"hidden_states": torch.stack(hs, 1).contiguous(), "token_ids": ids},
+                  str(root / "hidden_states" / f"hs_{i}.safetensors"))
+    os.makedirs(root / "rows_0-10")
+    for i in range(3):
+        ids, hs = _ladder(g, (2, 15, 27, "final_post"))
+        buf = io.BytesIO()
+        torch.save({"input_ids": ids, "loss_mask": torch.ones(T), "aux_hidden_state": torch.cat(hs[:3], 1)[None],
+                    "hidden_state": hs[3][None]}, buf)
+        with gzip.open(root / "rows_0-10" / f"data_{i}.ckpt.gz", "wb") as f:
+            f.write(buf.getvalue())
+    return {"data_10.pt": {"nonfinite"}, "data_11.pt": {"order"}, "data_12.pt": {"length_mismatch"},
+            "data_13.pt": {"duplicate"}, "data_14.pt": {"unreadable"}}
+
+
+@pytest.fixture(scope="session")
+def mixed(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mixed")
+    return root, make_mixed(root)
+
+
+@pytest.fixture(scope="session")
+def reference(mixed):
+    """An uninterrupted in-process scan: the reference every other path must reproduce."""
+    return scan(mixed[0], workers=0)
+
+
+def _strip(rows):
+    return [{k: v for k, v in r.items() if k != "elapsed"} for r in rows]
+
+
+def _norms64(path, fmt):
+    """Per-slot float64 token norms, read independently of the toolkit's readers."""
+    if fmt == "speculators":
+        from safetensors.torch import load_file
+
+        hs = load_file(path)["hidden_states"]
+        slots = [hs[:, i] for i in range(hs.shape[1])]
+    elif fmt == "specforge":
+        with gzip.open(path, "rb") as f:
+            d = torch.load(io.BytesIO(f.read()), weights_only=True)
+        aux = d["aux_hidden_state"][0]
+        slots = [aux[:, i * H:(i + 1) * H] for i in range(aux.shape[1] // H)] + [d["hidden_state"][0]]
+    else:
+        slots = torch.load(path, weights_only=True)["hidden_states"]
+    return [s.double().norm(dim=-1).numpy() for s in slots]
+
+
+def test_mixed_directory_every_defect_found_rest_summarised(mixed, reference):
+    root, expected = mixed
+    res = reference
+    found: dict[str, set] = {}
+    for a in res.anomalies:
+        found.setdefault(os.path.basename(a["file"]), set()).add(a["kind"])
+    assert set(found) == set(expected)  # the planted files, and no clean file
+    for name, kinds in expected.items():
+        assert kinds <= found[name], name
+    assert "outlier_norm" in found["data_11.pt"]  # swapped slots: both medians far from the dataset's
+    if res.rows[0]["basis"] == "fingerprint":
+        assert "role" in found["data_11.pt"]
+    assert res.summary["files"] == 21 and res.summary["errors"] == 2
+    groups = res.summary["groups"]
+    assert {k: g["files"] for k, g in groups.items()} == {"speculators-v1": 13, "speculators": 3, "specforge": 3}
+    assert groups["speculators-v1"]["majority"]["order"] == {"value": [0, 1, 2, 3], "files": 12}
+    rows = {os.path.basename(r["path"]): r for r in res.rows}
+    assert "length mismatch" in rows["data_12.pt"]["error"] and rows["data_14.pt"]["error_kind"] == "unreadable"
+    assert rows["data_10.pt"]["slots"][2]["nan"] == 1
+
+    # dataset per-slot distributions against float64 norms of every token of every readable file
+    for fmt, g in groups.items():
+        per_slot = [[] for _ in range(g["num_slots"])]
+        for r in res.rows:
+            if r["format"] == fmt and not r["error"]:
+                for i, x in enumerate(_norms64(r["path"], fmt)):
+                    per_slot[i].append(x[np.isfinite(x)])
+        for sl, xs in zip(g["slots"], per_slot, strict=True):
+            x = np.concatenate(xs)
+            assert sl["tokens"] == x.size
+            # token norms are float32 in the toolkit: agreement to float32 rounding, not better
+            assert sl["mean"] == pytest.approx(x.mean(), rel=1e-6)
+            assert sl["std"] == pytest.approx(x.std(), rel=1e-5)
+            for key, q in (("p05", 0.05), ("median", 0.5), ("p95", 0.95)):
+                assert abs(sl[key] / np.quantile(x, q) - 1) <= SKETCH_REL_ERROR + 1e-6, (fmt, sl["index"], key)
+
+
+def test_sketch_quantiles_within_documented_bin_error():
+    rng = np.random.default_rng(1)
+    x = np.concatenate([rng.lognormal(3, 1.5, 20_000), rng.uniform(0.5, 2, 3), [0.0, 0.0], rng.lognormal(8, 0.1, 50)])
+    whole = LogHistogram()
+    whole.add(x)
+    qs = [0.0, 0.001, 0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99, 0.999, 1.0]
+    est = whole.quantile(qs)
+    ref = np.quantile(x, qs)
+    for q, e, r in zip(qs, est, ref, strict=True):
+        assert abs(e - r) <= SKETCH_REL_ERROR * abs(r) + 1e-12, q
+    # merging chunks in any order gives the identical sketch
+    parts = np.array_split(rng.permutation(x), 7)
+    a, b = LogHistogram(), LogHistogram()
+    for p in parts:
+        h = LogHistogram()
+        h.add(p)
+        a.merge(LogHistogram.from_dict(json.loads(json.dumps(h.to_dict()))))
+    for p in reversed(parts):
+        h = LogHistogram()
+        h.add(p)
+        b.merge(h)
+    assert np.array_equal(a.counts, whole.counts) and np.array_equal(b.counts, whole.counts)
+    assert a.quantile(qs) == est and (a.min, a.max, a.zero) == (x.min(), x.max(), 2)
+    assert math.isnan(LogHistogram().quantile(0.5))
+
+
+def test_moments_exact_and_order_free():
+    rng = np.random.default_rng(2)
+    x = (rng.lognormal(5, 0.01, 50_000)).astype(np.float32)  # tight spread: naive Σx² would cancel badly
+    chunks = np.array_split(x, 13)
+    fwd, rev = Moments(), Moments()
+    for c in chunks:
+        fwd.add_sums(*Moments.file_sums(c))
+    for c in reversed(chunks):
+        rev.add_sums(*Moments.file_sums(c))
+    x64 = x.astype(np.float64)
+    assert (fwd.mean(), fwd.var()) == (rev.mean(), rev.var())
+    assert fwd.mean() == pytest.approx(x64.mean(), rel=1e-14)
+    assert fwd.var() == pytest.approx(x64.var(), rel=1e-9)
+    s = ExactSum([1e16, 1.0, -1e16, 1e-3])
+    assert s.value() == 1.001
+
+
+def test_pool_rows_equal_in_process_rows(mixed, reference):
+    res = scan(mixed[0], workers=2)
+    assert _strip(res.rows) == _strip(reference.rows)
+    assert res.summary == reference.summary and res.anomalies == reference.anomalies
+
+
+def test_interrupted_scan_resumes_to_the_uninterrupted_result(mixed, reference, tmp_path):
+    out = tmp_path / "scan.jsonl"
+    seen = []
+
+    def stop(row):
+        seen.append(row["path"])
+        if len(seen) == 7:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        scan(mixed[0], workers=2, out=out, on_row=stop)
+    kept = list(read_rows(str(out)))
+    assert 7 <= len(kept) < 21
+    with open(out, "a") as f:  # a process killed mid-write leaves a torn last line
+        f.write('{"path": "/torn", "size": 1')
+    res = scan(mixed[0], workers=2, out=out, resume=True)
+    assert res.timing["resumed_files"] == len(kept)
+    assert res.timing["scanned_files"] == 21 - len(kept)
+    assert _strip(res.rows) == _strip(reference.rows)
+    assert res.summary == reference.summary and res.anomalies == reference.anomalies
+    again = scan(mixed[0], workers=2, out=out, resume=True)  # nothing left: every row comes from the file
+    assert again.timing["scanned_files"] == 0 and again.summary == reference.summary
+
+
+def test_killed_worker_costs_only_its_file(mixed, reference, monkeypatch):
+    monkeypatch.setenv("HSF_SCAN_TEST_DIE_ON", "v1/data_3.pt")
+    res = scan(mixed[0], workers=2)
+    rows = {os.path.basename(r["path"]): r for r in res.rows}
+    assert "worker process died" in rows["data_3.pt"]["error"]
+    others = [r for r in _strip(res.rows) if not r["path"].endswith("v1/data_3.pt")]
+    assert others == [r for r in _strip(reference.rows) if not r["path"].endswith("v1/data_3.pt")]
+
+
+def test_dask_local_cluster_gives_the_same_rows(mixed, reference):
+    pytest.importorskip("distributed")
+    res = scan(mixed[0], workers=2, dask="local")
+    assert _strip(res.rows) == _strip(reference.rows)
+    assert res.summary == reference.summary
+
+
+def test_sample_is_deterministic(mixed):
+    a, b = scan(mixed[0], workers=0, sample=5), scan(mixed[0], workers=0, sample=5)
+    assert [r["path"] for r in a.rows] == [r["path"] for r in b.rows] and len(a.rows) == 5
+
+
+def test_cli_json_exit_codes_and_resume_needs_out(mixed, tmp_path, capsys):
+    from forensics.cli import main
+
+    out = tmp_path / "rows.jsonl"
+    assert main(["scan", str(mixed[0]), "--workers", "0", "-o", str(out), "--json"]) == 2  # unreadable files
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["summary"]["files"] == 21 and "rows" not in doc
+    assert len(list(read_rows(str(out)))) == 21
+    assert main(["scan", str(mixed[0] / "hidden_states"), "--workers", "0"]) == 0
+    assert main(["scan", str(mixed[0]), "--resume"]) == 2
+    assert "--resume needs -o" in capsys.readouterr().err
+
+
+def test_html_escapes_file_names(tmp_path):
+    (tmp_path / "x<script>alert(1)<\\script>.pt").write_bytes(b"not a checkpoint")
+    res = scan(tmp_path, workers=0)
+    html = res._repr_html_()
+    assert "<script>" not in html and "&lt;script&gt;" in html
+    assert res.to_dict()["anomalies"][0]["kind"] == "unreadable"
+
+
+def test_real_sample_data_scans_clean(sample_data):
+    res = scan(sample_data / "speculators_v1", workers=0)
+    assert res.anomalies == [] and res.summary["files"] == 5
+    g = res.summary["groups"]["speculators-v1"]
+    assert g["majority"]["order"]["files"] == 5 and g["num_slots"] == 4
+    x = np.concatenate([_norms64(str(p), "speculators-v1")[0] for p in sorted((sample_data / "speculators_v1").glob("data_*.pt"))])
+    assert g["slots"][0]["mean"] == pytest.approx(x.mean(), rel=1e-6)
