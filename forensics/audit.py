@@ -30,7 +30,7 @@ from .errors import ForensicsError
 from .render import Raw, badge, esc, html_table
 
 WIRING_KINDS = {"slices", "ids_ignored_key", "ids_missing", "engine_cannot_capture", "fc_width", "order",
-                "aux_disabled", "served_data"}
+                "aux_disabled", "served_data", "hidden_size", "config_vs_served"}
 FORMAT_TRAINER = {"speculators-v1": "speculators-v1", "speculators": "speculators", "specforge": "specforge"}
 
 
@@ -135,42 +135,62 @@ def _first_capture(data: Any) -> Capture:
     return load(files[0])
 
 
-def _fingerprint_r(cap: Capture, model: Any = None) -> list[dict] | None:
-    """Per-slot {r, role, label, confidence} from ``forensics.fingerprint`` (None when unavailable)."""
+DATA_ERROR_KINDS = {"missing_embedding", "postnorm", "prenorm", "off_by_one", "wrong_layer", "reordered", "duplicate",
+                    "nonfinite", "unexpected_embedding"}
+STRONG_ROLES = ("embedding", "final_postnorm")  # roles a fingerprint names without a reference model
+_FP_CACHE: dict[tuple[int, int], tuple[list[dict], list]] = {}
+
+
+def fingerprint_slots(cap: Capture, model: Any = None) -> tuple[list[dict] | None, list[Finding]]:
+    """Per-slot {r_exact, label, role, confidence, decided_by} from ``forensics.fingerprint`` plus its
+    findings (``data_<kind>``); ``(None, [])`` when the fingerprint module is not installed."""
+    key = (id(cap), id(model))
+    if key in _FP_CACHE:
+        return _FP_CACHE[key]
     try:
         from .fingerprint import fingerprint
     except ImportError:
-        return None
-    fp = fingerprint(cap, model=model)
-    return [{"r": getattr(s, "r_exact", None), "role": getattr(s, "role", None),
-             "label": getattr(s, "label", None), "confidence": getattr(s, "confidence", None)} for s in fp.slots]
+        return None, []
+    fp = fingerprint(cap, model=model, num_layers=cap.num_layers)
+    slots = [{"r_exact": s.r_exact, "label": s.label, "role": s.role, "confidence": s.confidence,
+              "decided_by": s.decided_by} for s in fp.slots]
+    found = [Finding(f"data_{f.kind}", "error" if f.kind in DATA_ERROR_KINDS else "warn",
+                     f"training data: {f.message}", {"slots": list(f.slots), "source": "fingerprint"})
+             for f in fp.findings]
+    _FP_CACHE.clear()  # keep one entry: captures are large and short-lived
+    _FP_CACHE[key] = (slots, found)
+    return slots, found
 
 
 def slot_rs(cap: Capture, use_fingerprint: bool = True, model: Any = None
             ) -> tuple[list, list[str], list[Finding]]:
-    """r of every slot and where it came from: a fingerprinted exact r overrides the declared one."""
+    """r of every slot and where it came from. Precedence: the exact r of the fingerprint (with a reference
+    model), then the fingerprint's label (the declared layers placed by *measured* depth order), then the
+    declared r; a fingerprint that disagrees with the declaration is a finding."""
     declared = [s.declared_r for s in cap.slots]
-    fps = _fingerprint_r(cap, model) if use_fingerprint else None
-    rs, src, findings = [], [], []
+    fps, findings = fingerprint_slots(cap, model) if use_fingerprint else (None, [])
+    findings = list(findings)
+    rs, src = [], []
     for i, d in enumerate(declared):
-        f = fps[i] if fps and i < len(fps) else None
-        fr = f["r"] if f else None
-        if fr is not None:
-            rs.append(fr)
-            src.append("fingerprint")
-            if d is not None and d != fr:
-                findings.append(Finding("declared_vs_data", "error",
-                                        f"slot {i} is declared {r_label(d)} but its fingerprint says {r_label(fr)}",
-                                        {"slot": i, "declared": d, "fingerprint": fr, "role": f["role"],
-                                         "confidence": f["confidence"]}))
-        else:
-            rs.append(d)
-            src.append("declared" if d is not None else "unknown")
-            if f and d is not None and f["role"] in ("embedding", "final_postnorm") and \
-                    (d == 0) != (f["role"] == "embedding"):
+        f = fps[i] if fps and i < len(fps) else {}
+        r, how = d, ("declared" if d is not None else "unknown")
+        if f.get("r_exact") is not None:
+            r, how = f["r_exact"], "fingerprint (exact)"
+        elif f.get("label"):
+            r, how = parse_r(f["label"]), "fingerprint (depth order)"
+        if d is not None and r != d:
+            findings.append(Finding("declared_vs_data", "error",
+                                    f"slot {i} is declared {r_label(d)} but the data is {r_label(r)} ({how})",
+                                    {"slot": i, "declared": d, "measured": r, "role": f.get("role"),
+                                     "confidence": f.get("confidence")}))
+        elif f.get("role") in STRONG_ROLES or r in (0, FINAL_POST):
+            want = {0: "embedding", FINAL_POST: "final_postnorm"}.get(r)
+            if f.get("role") and (f["role"] in STRONG_ROLES or want) and f["role"] != want:
                 findings.append(Finding("declared_vs_data", "warn",
-                                        f"slot {i} is declared {r_label(d)} but looks like {f['role']}",
-                                        {"slot": i, "declared": d, "role": f["role"]}))
+                                        f"slot {i} is {r_label(r)} but its fingerprint role is {f['role']}",
+                                        {"slot": i, "r": r, "role": f["role"], "decided_by": f.get("decided_by")}))
+        rs.append(r)
+        src.append(how)
     return rs, src, findings
 
 
@@ -192,12 +212,13 @@ def training_side(data: Any, trainer: str | None, draft_info, L: int | None, use
         return {"fc_r": fc, "target_r": None, "source": f"draft config ids {list(ids)} read as {t}",
                 "slot_source": ["draft config"] * len(fc)}, findings
     if isinstance(data, (list, tuple)) and all(isinstance(x, (int, str)) for x in data):
-        rs, src = [parse_r(x) for x in data], ["layout"] * len(data)
+        rs, src, roles = [parse_r(x) for x in data], ["layout"] * len(data), None
         source = "declared layout"
     else:
         cap = _first_capture(data)
         rs, src, fps = slot_rs(cap, use_fingerprint, model)
         findings += fps
+        roles = [f["role"] for f in (fingerprint_slots(cap, model)[0] or [])] if use_fingerprint else []
         source = f"{cap.format} capture {cap.path}"
         trainer = trainer or FORMAT_TRAINER.get(cap.format)
     if trainer is None:
@@ -207,7 +228,8 @@ def training_side(data: Any, trainer: str | None, draft_info, L: int | None, use
     fc = [rs[i] for i in view.fc_slots]
     target = rs[view.target_slot] if view.target_slot is not None else None
     out = {"fc_r": fc, "target_r": target, "source": source, "slot_source": src, "trainer": view.trainer,
-           "view": view.source, "target_norm": view.target_norm, "slots_r": rs, "capture": cap}
+           "view": view.source, "target_norm": view.target_norm, "slots_r": rs, "capture": cap,
+           "roles": roles if cap is not None else None}
     ints = [r for r in fc if isinstance(r, int)]
     if len(ints) == len(fc) and ints != sorted(ints):
         findings.append(Finding("order", "error",
@@ -273,6 +295,10 @@ def serving_side(info, engine: str, version: str | None, L: int, H: int | None, 
     for p in ec.problems:
         findings.append(Finding("engine_cannot_capture", "error", p, {"ids": ec.ids, "captured_r": ec.r}))
     h = info.target_hidden_size or H
+    if H and info.target_hidden_size and info.target_hidden_size != H:
+        findings.append(Finding("hidden_size", "error", f"the draft expects target hidden size "
+                                f"{info.target_hidden_size} but the target has {H}: it was built for another model",
+                                {"draft_target_hidden_size": info.target_hidden_size, "target_hidden_size": H}))
     if info.fc_shape and len(info.fc_shape) == 2 and h:
         width = info.fc_shape[1]
         fev = {"fc_shape": list(info.fc_shape), "hidden": h, "served_states": len(ec.r)}
@@ -330,6 +356,10 @@ def audit(data: Any = None, draft: Any = None, engine: str | None = None, engine
     cap = trained.pop("capture", None)
     if H is None:
         H = (info.target_hidden_size if info else None) or (cap.hidden_size if cap else None)
+    if cap is not None and H and cap.hidden_size != H:
+        findings.append(Finding("hidden_size", "error", f"the training data has hidden size {cap.hidden_size} but "
+                                f"the target has {H}: data and target are different models",
+                                {"data_hidden_size": cap.hidden_size, "target_hidden_size": H}))
     context = {"engine": engine, "engine_version": cv.parse_version(engine, engine_version) if engine else None,
                "trainer": trained.get("trainer") or trainer, "num_layers": L, "hidden_size": H, "arch": arch,
                "draft": info.to_dict() if info else None, "target": facts}

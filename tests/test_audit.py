@@ -244,3 +244,57 @@ def test_served_capture_overrides_a_config_that_looks_right(sample_data, ladder,
     res = audit(data=str(sample_data / "speculators_v1"), draft=draft, engine="vllm", target_config=target,
                 served=served, use_fingerprint=False)
     assert res.verdict == "mismatch" and "config_vs_served" in kinds(res)
+
+
+# ---- the data decides: fingerprinted r overrides what the sidecar declares ------------------------------
+
+
+def _v1_capture(folder, tensors, input_ids, declared):
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.save({"input_ids": input_ids, "hidden_states": [t.clone() for t in tensors],
+                "loss_mask": torch.ones_like(input_ids)}, folder / "data_0.pt")
+    (folder / "capture.json").write_text(json.dumps({"r": declared, "num_layers": 30, "hidden_size": 576}))
+    return str(folder)
+
+
+def test_reordered_training_slots_are_found_by_depth_order(sample_data, tmp_path):
+    """Stored [embed, L16, L3, L28] but declared [0, 3, 16, 28]: the fingerprint's depth order wins."""
+    train = load(sample_data / "speculators_v1" / "data_0.pt")
+    t = [s.tensor() for s in train.slots]
+    data = _v1_capture(tmp_path / "reord", [t[0], t[2], t[1], t[3]], train.input_ids, [0, 3, 16, 28])
+    draft = smol_draft(tmp_path / "d", speculators_config([0, 3, 16], 576, V=49152, Vd=8192))
+    res = audit(data=data, draft=draft, engine="vllm", num_layers=30, hidden_size=576)
+    assert res.trained["fc_r"] == [0, 16, 3]
+    assert {"declared_vs_data", "data_reordered", "order"} <= kinds(res)
+    assert res.verdict == "mismatch" and res.fix["ids"] is None and "ascending" in res.fix["caveat"]
+    # trusting the sidecar alone would have called this wiring a match
+    assert audit(data=data, draft=draft, engine="vllm", num_layers=30, hidden_size=576,
+                 use_fingerprint=False).verdict == "match"
+
+
+def test_exact_r_from_a_ladder_reference_catches_a_mislabelled_slot(ladder, tmp_path):
+    """Stored [embed, L4, L16, L28] labelled [0, 3, 16, 28]: exact mode against the ladder names L4."""
+    cap, by_r = ladder
+    data = _v1_capture(tmp_path / "mis", [by_r[r].tensor() for r in (0, 4, 16, 28)], cap.input_ids, [0, 3, 16, 28])
+    draft = smol_draft(tmp_path / "d", speculators_config([0, 3, 16], 576, V=49152, Vd=8192))
+    res = audit(data=data, draft=draft, engine="vllm", num_layers=30, hidden_size=576, model=cap)
+    assert res.trained["fc_r"] == [0, 4, 16]
+    f = next(f for f in res.findings if f.kind == "declared_vs_data")
+    assert f.evidence["declared"] == 3 and f.evidence["measured"] == 4
+    assert res.verdict == "mismatch" and res.fix["ids"] == [0, 4, 16]
+
+
+def test_config_free_with_fingerprint_roles(sample_data, ladder, tmp_path):
+    cap, by_r = ladder
+    served = _served(tmp_path / "r.safetensors", [by_r[3], by_r[16], by_r[28]], cap.input_ids)
+    res = audit(data=str(sample_data / "speculators_v1"), served=served)
+    assert res.verdict == "mismatch"
+    d0 = res.served["distances"][0]
+    assert d0["trained_role"] == "embedding" and d0["served_role"] != "embedding"
+
+
+def test_hidden_size_mismatch_between_draft_and_target(kimi):
+    draft, _ = kimi
+    res = audit(data=["embed", "L3", "L16", "L28"], draft=draft, engine="vllm", trainer="speculators-v1",
+                num_layers=30, hidden_size=576)
+    assert "hidden_size" in kinds(res) and res.verdict == "mismatch"
