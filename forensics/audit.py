@@ -178,6 +178,10 @@ def slot_rs(cap: Capture, use_fingerprint: bool = True, model: Any = None
             r, how = f["r_exact"], "fingerprint (exact)"
         elif f.get("label"):
             r, how = parse_r(f["label"]), "fingerprint (depth order)"
+        elif d is None and f.get("role") in STRONG_ROLES:
+            r, how = {"embedding": 0, "final_postnorm": FINAL_POST}[f["role"]], "fingerprint (role)"
+        elif d is None and cap.slots[i].claimed == FINAL_POST:
+            r, how = FINAL_POST, f"format ({cap.format} stores the post-norm final state here)"
         if d is not None and r != d:
             findings.append(Finding("declared_vs_data", "error",
                                     f"slot {i} is declared {r_label(d)} but the data is {r_label(r)} ({how})",
@@ -203,13 +207,10 @@ def training_side(data: Any, trainer: str | None, draft_info, L: int | None, use
         if draft_info is None or trainer is None:
             return {"fc_r": None, "target_r": None, "source": "none"}, findings
         # No data: read the ids the draft config records, in the trainer's numbering.
-        t = cv.canonical_system(trainer)
-        ids = draft_info.ids_nested if t == "specforge" else draft_info.ids_top
-        ids = ids if ids is not None else (draft_info.ids_top if t == "specforge" else draft_info.ids_nested)
-        if ids is None or L is None:
+        fc = _ids_as_trained(trainer, draft_info, L) if L is not None else None
+        if fc is None:
             return {"fc_r": None, "target_r": None, "source": "none"}, findings
-        fc = cv.to_r("vllm" if t == "speculators-legacy" else t, ids, L)
-        return {"fc_r": fc, "target_r": None, "source": f"draft config ids {list(ids)} read as {t}",
+        return {"fc_r": fc, "target_r": None, "source": f"draft config ids read in {trainer}'s numbering",
                 "slot_source": ["draft config"] * len(fc)}, findings
     if isinstance(data, (list, tuple)) and all(isinstance(x, (int, str)) for x in data):
         rs, src, roles = [parse_r(x) for x in data], ["layout"] * len(data), None
@@ -226,6 +227,18 @@ def training_side(data: Any, trainer: str | None, draft_info, L: int | None, use
                              f"({', '.join(cv.TRAINERS)})")
     view = cv.trainer_view(trainer, len(rs))
     fc = [rs[i] for i in view.fc_slots]
+    if any(r is None for r in fc) and draft_info is not None and L is not None:
+        assumed = _ids_as_trained(view.trainer, draft_info, L)
+        if assumed is not None and len(assumed) == len(fc):
+            findings.append(Finding("assumed_from_config", "warn",
+                                    f"the data declares no layers for fc slot(s) "
+                                    f"{[i for i, r in enumerate(fc) if r is None]}; assumed r = {assumed} from the "
+                                    f"draft config under {view.trainer}'s numbering. "
+                                    "Pass --model for an exact, data-based answer", {"assumed_r": assumed}))
+            for i, r in enumerate(assumed):
+                if fc[i] is None:
+                    fc[i], src[view.fc_slots[i]] = r, "draft config (trainer numbering)"
+                    rs[view.fc_slots[i]] = r
     target = rs[view.target_slot] if view.target_slot is not None else None
     out = {"fc_r": fc, "target_r": target, "source": source, "slot_source": src, "trainer": view.trainer,
            "view": view.source, "target_norm": view.target_norm, "slots_r": rs, "capture": cap,
@@ -243,6 +256,20 @@ def training_side(data: Any, trainer: str | None, draft_info, L: int | None, use
                                 "engines capture pre-norm states only", {"fc_r": fc}))
     findings += _target_findings(view, target, L)
     return out, findings
+
+
+def _ids_as_trained(trainer: str, info, L: int) -> list | None:
+    """The r a draft config's ids mean to the trainer that wrote them: SpecForge nested ids go through SGLang's
+    +1 (§5.1); speculators records vLLM ids at the top level (speculators#379: r = id)."""
+    t = cv.canonical_system(trainer)
+    first, second = (info.ids_nested, info.ids_top) if t == "specforge" else (info.ids_top, info.ids_nested)
+    ids = first if first is not None else second
+    if not ids:
+        return None
+    try:
+        return cv.to_r("specforge" if t == "specforge" else "vllm", list(ids), L)
+    except ForensicsError:  # an id list the trainer would refuse: no assumption
+        return None
 
 
 def _target_findings(view, target, L: int | None) -> list[Finding]:
@@ -278,7 +305,8 @@ def serving_side(info, engine: str, version: str | None, L: int, H: int | None, 
     ev = {"key_read": ec.key, "ids_read": ec.ids, "other_key": other, "other_ids": other_ids,
           "default_r": cv.default_r(L)}
     if ec.source == "default" and other_ids:
-        findings.append(Finding("ids_ignored_key", "error",
+        lucky = trained_fc is not None and list(trained_fc) == ec.r  # the default happens to be right
+        findings.append(Finding("ids_ignored_key", "warn" if lucky else "error",
                                 f"{engine} reads only `{ec.key}`; the ids {list(other_ids)} sit in `{other}`, which "
                                 f"{engine} ignores, so it silently falls back to r = {ec.r}", ev))
     elif ec.source == "default":

@@ -298,3 +298,46 @@ def test_hidden_size_mismatch_between_draft_and_target(kimi):
     res = audit(data=["embed", "L3", "L16", "L28"], draft=draft, engine="vllm", trainer="speculators-v1",
                 num_layers=30, hidden_size=576)
     assert "hidden_size" in kinds(res) and res.verdict == "mismatch"
+
+
+# ---- the other real sample formats -------------------------------------------------------------------------
+
+
+def test_real_specforge_data_sglang_match_vllm_default_coincides(sample_data, smol, tmp_path):
+    t, target = smol
+    draft = smol_draft(tmp_path / "sf", sglang_config([1, 14, 26], 576, V=49152, Vd=8192))
+    data = str(sample_data / "specforge")
+    res = audit(data=data, draft=draft, engine="sglang", target_config=target, use_fingerprint=False)
+    assert res.context["trainer"] == "specforge" and res.trained["target_r"] == "final_post"
+    assert res.verdict == "match" and not [f for f in res.findings if f.severity == "error"]
+    # vLLM ignores the nested ids, but its default r = (2, 15, 27) is what SpecForge's default trained on
+    v = audit(data=data, draft=draft, engine="vllm", target_config=target, use_fingerprint=False)
+    assert v.verdict == "match"
+    assert next(f for f in v.findings if f.kind == "ids_ignored_key").severity == "warn"
+
+
+def test_real_speculators_current_data(sample_data, smol, tmp_path):
+    t, target = smol
+    data = str(sample_data / "speculators" / "hidden_states")
+    ok = audit(data=data, draft=smol_draft(tmp_path / "a", speculators_config([2, 15, 27], 576, V=49152, Vd=8192)),
+               engine="vllm", target_config=target, use_fingerprint=False)
+    assert ok.verdict == "match" and ok.trained["target_r"] == 30
+    assert not {"target_not_final", "target_postnorm"} & kinds(ok)
+    bad = audit(data=data, draft=smol_draft(tmp_path / "b", sglang_config([2, 15, 27], 576, V=49152, Vd=8192)),
+                engine="sglang", engine_version="pre-25454", target_config=target, use_fingerprint=False)
+    assert bad.verdict == "mismatch" and "off_by_one" in kinds(bad) and bad.fix["ids"] == [1, 14, 26]
+
+
+def test_undeclared_data_falls_back_to_the_config_with_a_warning(sample_data, smol, tmp_path):
+    import shutil
+
+    t, target = smol
+    (tmp_path / "x" / "rows").mkdir(parents=True)
+    shutil.copy(sample_data / "specforge" / "rows_0-2000" / "data_0.ckpt", tmp_path / "x" / "rows")
+    cfg = sglang_config([1, 14, 26], 576, V=49152, Vd=8192)
+    cfg["eagle_aux_hidden_state_layer_ids"] = [2, 15, 27]
+    draft = smol_draft(tmp_path / "d", cfg)
+    res = audit(data=str(tmp_path / "x"), draft=draft, engine="vllm", trainer="specforge", target_config=target,
+                use_fingerprint=False)
+    assert res.trained["fc_r"] == [2, 15, 27] and "assumed_from_config" in kinds(res)
+    assert res.verdict == "match"
