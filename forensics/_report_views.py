@@ -20,6 +20,7 @@ MAX_CARD_FILES = 8  # per-slot cards and cross-slot figures for at most this man
 MAX_BROWSER_SAMPLES = 24  # panels in the static sample browser
 MAX_BROWSER_TOKENS = 192  # tokens shown per sample in the browser's token strip
 MAX_VERDICT_FILES = 40  # verdict rows: every non-passing file, then passing ones up to this many
+MAX_INLINE_SLOTS = 8  # a passing file with more slots (a ladder) shows its slot rows folded
 MAX_OUTLIER_ROWS = 12  # sink / massive-activation rows per slot card
 MAX_CHECK_ROWS = 1500
 LOW_CONFIDENCE = 0.6  # an inferred identity below this confidence is a warning, not a pass
@@ -27,6 +28,7 @@ HIST_BINS = 28
 FIG_DPI = 80  # modest: the size budget is 5 MB (issue 7)
 FAIL_FINDINGS = {"reordered", "duplicate", "postnorm", "off_by_one", "nonfinite", "mislabelled", "mismatch"}
 RANK = {"pass": 0, "info": 0, "warn": 1, "fail": 2}
+SEVERITY = {"error": "fail", "warn": "warn", "warning": "warn", "info": "info"}  # audit finding severity → outcome
 
 
 @dataclass
@@ -60,12 +62,19 @@ def fmt(x: Any) -> str:
         if not math.isfinite(x):
             return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
         ax = abs(x)
-        if ax != 0 and (ax >= 1e5 or ax < 1e-3):
+        if 1e4 <= ax < 1e7:
+            return f"{x:,.0f}"
+        if ax != 0 and (ax >= 1e7 or ax < 1e-3):
             return f"{x:.3g}"
         return f"{x:.4g}" if ax >= 100 else f"{x:.3g}"
     if isinstance(x, (list, tuple)):
         return "[" + ", ".join(fmt(v) for v in x) + "]"
     return str(x)
+
+
+def _short(xs: list, k: int = 8) -> str:
+    xs = [str(x) for x in xs]
+    return ", ".join(xs) if len(xs) <= k else ", ".join(xs[:k - 2]) + ", …, " + ", ".join(xs[-2:])
 
 
 def _label(r: Any) -> str | None:
@@ -131,7 +140,7 @@ def show_token(t: str | None) -> str:
 
 
 # ---------------------------------------------------------------- verdicts
-def _slot_verdict(fs, ss, findings: list) -> dict:
+def _slot_verdict(fs, ss, findings: list, order: list | None = None) -> dict:
     """pass / warn / fail for one slot, with the one number that decided it."""
     claimed = _label(ss.declared_r) or ss.claimed or None
     role = label = r = conf = None
@@ -159,19 +168,26 @@ def _slot_verdict(fs, ss, findings: list) -> dict:
     elif mine:
         verdict, decided = "warn", f"{mine[0].kind}: {mine[0].message}"
     if decided is None:
-        decided = _deciding_evidence(evidence) or (f"token-0 norm = {fmt(ss.first_ratio)}× median of the rest"
-                                                   if math.isfinite(ss.first_ratio) else "—")
+        decided = _deciding_evidence(evidence, getattr(fs, "decided_by", None), order)
+    if decided is None:
+        decided = (f"token-0 norm = {fmt(ss.first_ratio)}× median of the rest" if math.isfinite(ss.first_ratio)
+                   else "—")
     return {"index": ss.index, "name": ss.name, "claimed": claimed or "—", "role": role or "—",
             "label": inferred or "—", "r": fmt(r) if r is not None else "—",
             "confidence": fmt(conf) if conf is not None else "—", "verdict": verdict, "decided": decided}
 
 
-def _deciding_evidence(evidence: list) -> str | None:
-    """The first evidence line that carries a verdict, as ``signal = value (threshold …)``."""
-    for e in evidence:
-        if getattr(e, "verdict", None) not in (None, "", "info", "n/a", "skip"):
-            thr = getattr(e, "threshold", None)
-            return f"{e.signal} = {fmt(e.value)}" + (f" (threshold {fmt(thr)})" if thr is not None else "")
+def _deciding_evidence(evidence: list, decided_by: str | None, order: list | None) -> str | None:
+    """The evidence line the fingerprint says decided (``decided_by``; ``order`` = the depth chain), else the
+    first one, as ``signal = value → verdict (threshold …)``."""
+    pool = list(evidence)
+    if decided_by:
+        pool = [e for e in evidence if e.signal == decided_by] or \
+               (list(order or []) if decided_by == "order" else []) or pool
+    for e in pool:
+        thr = getattr(e, "threshold", None)
+        text = f"{e.signal} = {fmt(e.value)}" + (f" → {e.verdict}" if getattr(e, "verdict", None) else "")
+        return text + (f" (threshold {fmt(thr)})" if thr is not None else "")
     return None
 
 
@@ -179,17 +195,21 @@ def build_verdicts(files: list[FileResult], audit_res) -> dict:
     rows, counts = [], {"pass": 0, "warn": 0, "fail": 0, "info": 0}
     for f in files:
         if f.error:
-            rows.append({"file": f.rel, "error": f.error, "verdict": "fail", "slots": [], "findings": []})
+            rows.append({"file": f.rel, "error": f.error, "verdict": "fail", "slots": [], "findings": [],
+                         "collapsed": False, "labels": "", "format": "unreadable"})
             counts["fail"] += 1
             continue
         findings = list(getattr(f.fp, "findings", []) or []) if f.fp is not None else []
         fslots = {s.index: s for s in (f.fp.slots if f.fp is not None else [])}
-        slots = [_slot_verdict(fslots.get(ss.index), ss, findings) for ss in f.stats.slots]
+        order = list(getattr(f.fp, "order_evidence", None) or []) if f.fp is not None else []
+        slots = [_slot_verdict(fslots.get(ss.index), ss, findings, order) for ss in f.stats.slots]
         for s in slots:
             counts[s["verdict"]] += 1
         fverdict = worst([s["verdict"] for s in slots] +
                          ["fail" if getattr(x, "kind", "") in FAIL_FINDINGS else "warn" for x in findings])
         rows.append({"file": f.rel, "error": None, "verdict": fverdict, "slots": slots,
+                     "collapsed": len(slots) > MAX_INLINE_SLOTS and fverdict == "pass",
+                     "labels": _short([s["label"] for s in slots]), "format": f.capture.format,
                      "findings": [{"kind": x.kind, "slots": list(x.slots or []), "message": x.message}
                                   for x in findings]})
     shown = [r for r in rows if r["verdict"] != "pass"]
@@ -216,15 +236,24 @@ def build_provenance(files: list[FileResult], **facts) -> dict:
         rows.append({"file": f.rel, "error": None, "format": c.format, "size": c.provenance.size_bytes,
                      "sha256": c.provenance.sha256(), "layout": c.provenance.layout or "—",
                      "tokens": c.num_tokens, "hidden": c.hidden_size,
-                     "slots": ", ".join(f"{s.name} {list(s.shape)} {s.dtype}" for s in f.stats.slots),
+                     "slots": _slots_summary(f.stats.slots),
                      "declared_layers": fmt(c.declared_layers) if c.declared_layers is not None else "—",
                      "convention": c.declared_convention or "—",
-                     "declared_r": fmt([_label(r) for r in c.declared_r]) if c.declared_r else "—",
+                     "declared_r": "[" + _short([_label(r) for r in c.declared_r]) + "]" if c.declared_r else "—",
                      "notes": list(c.provenance.notes), "model": (c.meta or {}).get("model"),
                      "num_layers": c.num_layers})
     model_facts = facts.pop("facts", None) or {}
     settings = {k: v for k, v in facts.items() if v is not None}
     return {"rows": rows, "model_facts": model_facts, "settings": settings}
+
+
+def _slots_summary(slots) -> str:
+    """``k × [T, H] dtype: name0, name1, …`` when every slot shares shape and dtype, else one entry each."""
+    kinds = {(tuple(s.shape), s.dtype) for s in slots}
+    if len(kinds) == 1 and len(slots) > 1:
+        shape, dtype = next(iter(kinds))
+        return f"{len(slots)} × {list(shape)} {dtype}: " + _short([s.name for s in slots], 6)
+    return ", ".join(f"{s.name} {list(s.shape)} {s.dtype}" for s in slots)
 
 
 # ---------------------------------------------------------------- per-slot cards
@@ -271,7 +300,8 @@ def build_cards(files: list[FileResult]) -> dict:
         findings = list(getattr(f.fp, "findings", []) or []) if f.fp is not None else []
         cards = []
         for ss in f.stats.slots:
-            v = _slot_verdict(fslots.get(ss.index), ss, findings)
+            v = _slot_verdict(fslots.get(ss.index), ss, findings,
+                              list(getattr(f.fp, "order_evidence", None) or []) if f.fp is not None else [])
             n, x0, xs = ss.norm, ss.norm_excl_first, ss.norm_excl_sinks
             stats = [("n tokens", n.n), ("median ‖x‖", n.median), ("mean", n.mean), ("std", n.std), ("MAD", n.mad),
                      ("p01", n.p01), ("p05", n.p05), ("p25", n.p25), ("p75", n.p75), ("p95", n.p95), ("p99", n.p99),
@@ -285,8 +315,9 @@ def build_cards(files: list[FileResult]) -> dict:
                           "stats": [(k, fmt(val)) for k, val in stats], "hist": _hist(ss.norms),
                           "outliers": _outliers(ss, f.tokens), "n_outliers": len(set(ss.sinks) |
                                                                                {t["pos"] for t in ss.massive_tokens})})
+        fv = worst([c["verdict"]["verdict"] for c in cards])
         out.append({"file": f.rel, "anchor": _anchor(f.rel), "fragment": _frag(f.fp) or _frag(f.stats),
-                    "cards": cards})
+                    "cards": cards, "verdict": fv, "open": not out or fv in ("warn", "fail")})
     return {"files": out, "omitted": max(0, len(files) - MAX_CARD_FILES)}
 
 
@@ -336,7 +367,7 @@ def build_cross(files: list[FileResult]) -> dict:
         figs = [dict(figure(name, src), title=title) for name, title, needs_fp in CROSS_FIGURES
                 if f.fp is not None or not needs_fp]
         sim = getattr(f.fp, "similarity", None) if f.fp is not None else None
-        out.append({"file": f.rel, "figures": figs, "similarity": _sim_table(f, sim)})
+        out.append({"file": f.rel, "figures": figs, "similarity": _sim_table(f, sim), "open": not out})
     return {"files": out, "omitted": max(0, len(files) - MAX_CARD_FILES)}
 
 
@@ -353,47 +384,72 @@ def _sim_table(f: FileResult, sim) -> dict | None:
 
 
 # ---------------------------------------------------------------- checks
-def build_checks(files: list[FileResult], audit_res, scan_res) -> dict:
+def _row(where: str, check: str, value: Any, threshold: Any, outcome: str, says: str = "") -> dict:
+    return {"where": where, "check": check, "value": value if isinstance(value, str) else fmt(value),
+            "threshold": threshold if isinstance(threshold, str) else fmt(threshold), "outcome": outcome,
+            "cls": outcome if outcome in RANK else "info", "says": says}
+
+
+def _file_checks(f: FileResult) -> list[dict]:
+    """Every check of one file: non-finite counts (pass/fail) and each fingerprint evidence line (raw value,
+    threshold, what it says); without a fingerprint, the stats' own sink and massive-activation measures."""
     from .stats import SINK_RATIO
 
     rows = []
-    for f in files:
-        fslots = {s.index: s for s in (f.fp.slots if f.fp is not None else [])}
-        for ss in f.stats.slots:
-            where = f"{f.rel} [{ss.index}] {ss.name}"
-            rows.append({"where": where, "check": "non-finite values (NaN + Inf)", "value": ss.nan + ss.inf,
-                         "threshold": "= 0", "outcome": "fail" if ss.nan or ss.inf else "pass"})
-            rows.append({"where": where, "check": "token-0 norm / median of the rest", "value": fmt(ss.first_ratio),
-                         "threshold": f"≥ {fmt(SINK_RATIO)} ⇒ sink",
-                         "outcome": "info"})
+    fslots = {s.index: s for s in (f.fp.slots if f.fp is not None else [])}
+    for ss in f.stats.slots:
+        where = f"[{ss.index}] {ss.name}"
+        rows.append(_row(where, "non-finite values (NaN + Inf)", ss.nan + ss.inf, "= 0",
+                         "fail" if ss.nan or ss.inf else "pass"))
+        evidence = getattr(fslots.get(ss.index), "evidence", None) or []
+        if not evidence:
+            rows.append(_row(where, "token-0 norm / median of the rest", ss.first_ratio,
+                             f"≥ {fmt(SINK_RATIO)} ⇒ sink", "info"))
             mx = max((t["max_abs"] for t in ss.massive_tokens), default=None)
-            rows.append({"where": where, "check": "massive activations (max |x|)",
-                         "value": fmt(mx) if mx is not None else f"none > {fmt(ss.massive_threshold)}",
-                         "threshold": f"> {fmt(ss.massive_threshold)}", "outcome": "info"})
-            for e in getattr(fslots.get(ss.index), "evidence", None) or []:
-                rows.append({"where": where, "check": str(e.signal), "value": fmt(e.value),
-                             "threshold": fmt(e.threshold), "outcome": str(e.verdict or "info")})
-        for x in (getattr(f.fp, "findings", None) or []) if f.fp is not None else []:
-            rows.append({"where": f"{f.rel} slots {fmt(list(x.slots or []))}", "check": f"finding: {x.kind}",
-                         "value": x.message, "threshold": "—",
-                         "outcome": "fail" if x.kind in FAIL_FINDINGS else "warn"})
+            rows.append(_row(where, "massive activations (max |x|)",
+                             mx if mx is not None else f"none > {fmt(ss.massive_threshold)}",
+                             f"> {fmt(ss.massive_threshold)}", "info"))
+        for e in evidence:
+            rows.append(_row(where, str(e.signal), e.value, e.threshold, "info", str(e.verdict or "")))
+    if f.fp is not None:
+        for e in getattr(f.fp, "order_evidence", None) or []:
+            rows.append(_row("depth order", str(e.signal), e.value, e.threshold, "info", str(e.verdict or "")))
+        for x in getattr(f.fp, "findings", None) or []:
+            rows.append(_row(f"slots {fmt(list(x.slots or []))}", f"finding: {x.kind}", x.message, "—",
+                             "fail" if x.kind in FAIL_FINDINGS else "warn"))
+    return rows
+
+
+def _group(title: str, rows: list[dict], anchor: str) -> dict:
+    counts = {k: sum(r["cls"] == k for r in rows) for k in ("pass", "warn", "fail", "info")}
+    return {"title": title, "anchor": anchor, "rows": rows[:MAX_CHECK_ROWS], "counts": counts,
+            "omitted": max(0, len(rows) - MAX_CHECK_ROWS), "worst": worst([r["cls"] for r in rows])}
+
+
+def build_checks(files: list[FileResult], audit_res, scan_res) -> dict:
+    """Checks grouped by file (then the audit and the scan), each group with its outcome counts."""
+    groups = []
     if audit_res is not None:
-        for s in getattr(audit_res, "slices", []) or []:
-            rows.append({"where": f"audit fc slice {s.get('slice')}", "check": "trained r vs served r",
-                         "value": f"{fmt(s.get('trained_r'))} vs {fmt(s.get('served_r'))}", "threshold": "equal",
-                         "outcome": "pass" if s.get("ok") else "fail"})
+        rows = [_row(f"fc slice {s.get('slice')}", "trained r vs served r",
+                     f"{fmt(s.get('trained_r'))} vs {fmt(s.get('served_r'))}", "equal",
+                     "pass" if s.get("ok") else "fail") for s in getattr(audit_res, "slices", []) or []]
         for x in getattr(audit_res, "findings", []) or []:
             d = x if isinstance(x, dict) else getattr(x, "__dict__", {"message": str(x)})
-            rows.append({"where": "audit", "check": str(d.get("kind", "finding")), "value": str(d.get("message", "")),
-                         "threshold": fmt(d.get("threshold")) if d.get("threshold") is not None else "—",
-                         "outcome": str(d.get("verdict") or d.get("severity") or "warn")})
-    for a in (getattr(scan_res, "anomalies", None) or []) if scan_res is not None else []:
-        rows.append({"where": f"scan {a.get('file', '')}", "check": str(a.get("kind", "anomaly")),
-                     "value": str(a.get("message", "")), "threshold": "—", "outcome": "warn"})
-    for r in rows:
-        r["cls"] = r["outcome"] if r["outcome"] in RANK else "info"
-    counts = {k: sum(r["cls"] == k for r in rows) for k in ("pass", "warn", "fail", "info")}
-    return {"rows": rows[:MAX_CHECK_ROWS], "omitted": max(0, len(rows) - MAX_CHECK_ROWS), "counts": counts}
+            ev = d.get("evidence") or {}
+            value = "; ".join(f"{k} = {fmt(v)}" for k, v in ev.items()) if isinstance(ev, dict) else fmt(ev)
+            rows.append(_row(str(d.get("kind", "finding")), str(d.get("message", "")), value or "—", "—",
+                             SEVERITY.get(str(d.get("severity")), "warn")))
+        groups.append(_group("wiring audit", rows, "checks-audit"))
+    for f in files:
+        groups.append(_group(f.rel, _file_checks(f), "checks-" + _anchor(f.rel)))
+    if scan_res is not None:
+        rows = [_row(str(a.get("file", "")), str(a.get("kind", "anomaly")), str(a.get("message", "")), "—", "warn")
+                for a in getattr(scan_res, "anomalies", None) or []]
+        groups.append(_group("dataset scan", rows, "checks-scan"))
+    counts = {k: sum(g["counts"][k] for g in groups) for k in ("pass", "warn", "fail", "info")}
+    for i, g in enumerate(groups):
+        g["open"] = g["worst"] in ("warn", "fail") or i == 0
+    return {"groups": groups, "counts": counts}
 
 
 # ---------------------------------------------------------------- sample browser

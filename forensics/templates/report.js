@@ -20,9 +20,9 @@
     if (next) { next.addEventListener("click", function () { show(Number(select.value) + 1); }); }
     show(0);
   }
-  var only = document.getElementById("only-problems"), table = document.getElementById("checks-table");
-  if (only && table) {
-    only.addEventListener("change", function () { table.classList.toggle("only-problems", only.checked); });
+  var only = document.getElementById("only-problems"), checks = document.getElementById("checks");
+  if (only && checks) {
+    only.addEventListener("change", function () { checks.classList.toggle("only-problems", only.checked); });
   }
   window.addEventListener("beforeprint", function () {
     Array.prototype.forEach.call(document.querySelectorAll("details"), function (d) { d.open = true; });
