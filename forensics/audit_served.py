@@ -77,7 +77,8 @@ def compare_served(data: Any, trained: dict, served: Any, use_fingerprint: bool 
                    model: Any = None) -> tuple[dict, list]:
     """Slot-by-slot comparison of a served capture with the training ``data`` (path or Capture);
     returns (served side, findings)."""
-    from .audit import Finding, slot_rs
+    from .audit import Finding
+    from .audit_training import STRONG_ROLES, fingerprint_slots
 
     if data is None or isinstance(data, (list, tuple)):
         raise ForensicsError("the config-free check (--served) needs the training data as capture files (--data)")
@@ -101,7 +102,10 @@ def compare_served(data: Any, trained: dict, served: Any, use_fingerprint: bool 
     if same_text:
         cos = np.array([[mean_cosine(s0.slots[j].tensor(), train.slots[i].tensor()) for i in range(n_train)]
                         for j in range(n_served)])
-    s_fp = slot_rs(s0, use_fingerprint, model)[0] if use_fingerprint else [s.declared_r for s in s0.slots]
+    s_fps = (fingerprint_slots(s0, model)[0] if use_fingerprint else None) or [{} for _ in s0.slots]
+    t_roles = trained.get("roles") or [None] * n_train
+    s_fp = [f.get("r_exact") if f.get("r_exact") is not None else s.declared_r
+            for f, s in zip(s_fps, s0.slots, strict=True)]
     r_out, ok, findings, rows = [], [], [], []
     for j in range(n_served):
         nearest = int(np.nanargmin(dist[j])) if np.isfinite(dist[j]).any() else None
@@ -122,11 +126,16 @@ def compare_served(data: Any, trained: dict, served: Any, use_fingerprint: bool 
             rj = fp_r
         if same and fp_r is not None and slots_r[want] is not None and fp_r != slots_r[want]:
             same = False  # the fingerprints name different layers
+        s_role = s_fps[j].get("role") if j < len(s_fps) else None
+        t_role = t_roles[want] if want is not None and want < len(t_roles) else None
+        if same and s_role and t_role and (s_role in STRONG_ROLES or t_role in STRONG_ROLES) and s_role != t_role:
+            same = False  # e.g. an embedding served where a layer output was trained, or vice versa
         r_out.append(rj)
         ok.append(bool(same))
         ev = {"distance": W1_NAME, "value": d_want, "threshold": W1_THRESHOLD,
               "nearest_training_slot": nearest, "nearest_value": None if nearest is None else float(dist[j, nearest]),
-              "nearest_r": None if nearest is None else slots_r[nearest], "served_fingerprint_r": fp_r}
+              "nearest_r": None if nearest is None else slots_r[nearest], "served_fingerprint_r": fp_r,
+              "served_role": s_role, "trained_role": t_role}
         if cos is not None:
             ev.update({"same_tokens": True, "mean_cosine": None if want is None else float(cos[j, want]),
                        "cosine_threshold": SAME_TENSOR_COS})
