@@ -28,6 +28,7 @@ MASSIVE_ABS_THRESHOLD = 100.0  # Sun et al. 2024 §2.2; refine_massive_activatio
 MASSIVE_REL_THRESHOLD = 1000.0  # ... MASSIVE_ACTIVATION_REL_THRESHOLD
 SINK_RATIO = 5.0  # a token whose norm is ≥ 5× the slot's median token norm is flagged as a sink
 MEDIAN_ABS_SAMPLE_COLS = 128  # ≥ this many columns per row (staggered) are sampled to estimate median |x|
+MEDIAN_ABS_SAMPLE_SIZE = 32768  # about this many entries in that sample (rows thinned evenly)
 MAX_LISTED_POSITIONS = 32  # positions listed per finding (counts are always complete)
 MAX_LISTED_DIMS = 8  # feature dims listed per massive token, largest |x| first
 NORM_ROUNDING_SLACK = 1e-4  # float32 norms may round below a true max |x|: re-read rows above (1 - slack)·threshold
@@ -231,19 +232,23 @@ def _short_list(xs: list, k: int = 6) -> str:
 
 
 def median_abs_sample(h: torch.Tensor) -> float:
-    """Median ``|x|`` of a slot from ``H // stride`` columns per row, staggered across rows.
+    """Median ``|x|`` of a slot from a staggered sample of about ``MEDIAN_ABS_SAMPLE_SIZE`` entries.
 
-    ``stride = H // MEDIAN_ABS_SAMPLE_COLS``; row t reads columns ``t % stride, t % stride + stride, …``, so
-    every feature dim is sampled across the rows (hidden states have strong per-dim scales, and a fixed
-    column subset was biased by up to 8% on the SmolLM2 captures; staggered: ≤ 4%). Exact when
-    ``H < 2 · MEDIAN_ABS_SAMPLE_COLS``. NaN/Inf are left out; the lower middle value is taken (torch.median).
+    ``stride = H // MEDIAN_ABS_SAMPLE_COLS``; the j-th sampled row reads columns ``j % stride + k·stride``,
+    so every feature dim is sampled across rows (hidden states have strong per-dim scales: a fixed column
+    subset was biased by up to 8% on the SmolLM2 captures, the staggered sample by ≤ 4%). Rows are
+    thinned evenly so the sample stays near ``MEDIAN_ABS_SAMPLE_SIZE``. Exact when
+    ``H < 2 · MEDIAN_ABS_SAMPLE_COLS`` and ``T · H ≤ MEDIAN_ABS_SAMPLE_SIZE``. NaN/Inf are left out; the
+    lower middle value is taken (as ``torch.median``).
     """
     import torch
 
     T, H = int(h.shape[0]), int(h.shape[1])
     stride = max(1, H // MEDIAN_ABS_SAMPLE_COLS)
-    idx = (torch.arange(T)[:, None] % stride) + torch.arange(H // stride)[None, :] * stride
-    sample = np.abs(h.gather(1, idx).float().numpy().ravel())  # numpy: no thread-pool start-up per call
+    cols = H // stride
+    rows = torch.arange(0, T, max(1, (T * cols) // MEDIAN_ABS_SAMPLE_SIZE))
+    idx = (torch.arange(len(rows))[:, None] % stride) + torch.arange(cols)[None, :] * stride
+    sample = np.abs(h[rows[:, None], idx].float().numpy().ravel())  # numpy: no thread-pool start-up
     sample = sample[np.isfinite(sample)]
     if not sample.size:
         return float("nan")
