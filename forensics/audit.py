@@ -60,9 +60,10 @@ class AuditResult:
     context: dict
 
     def to_dict(self) -> dict:
-        return {"verdict": self.verdict, "reason": self.reason, "slices": self.slices,
-                "findings": [f.to_dict() for f in self.findings], "fix": self.fix, "trained": self.trained,
-                "served": self.served, "context": self.context}
+        """JSON-safe (NaN/inf → None, numpy → Python): the ``hsf audit --json`` document."""
+        return json_safe({"verdict": self.verdict, "reason": self.reason, "slices": self.slices,
+                          "findings": [f.to_dict() for f in self.findings], "fix": self.fix,
+                          "trained": self.trained, "served": self.served, "context": self.context})
 
     def __repr__(self) -> str:
         s = f"AuditResult({self.verdict}: {self.reason}"
@@ -91,6 +92,25 @@ class AuditResult:
         from .commands.audit import render_text
 
         return render_text(self)
+
+
+def json_safe(x: Any) -> Any:
+    """Recursively replace NaN/inf by None and numpy scalars/arrays by Python values."""
+    import math
+
+    import numpy as np
+
+    if isinstance(x, dict):
+        return {str(k): json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [json_safe(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return json_safe(x.tolist())
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
 
 
 def target_facts(target_config: Any) -> dict:
@@ -130,6 +150,7 @@ def serving_side(info, engine: str, version: str | None, L: int, H: int | None, 
     ec = cv.engine_capture(engine, info.config, L, version, arch)
     other = cv.TOP_KEY if engine == "sglang" else cv.NESTED_KEY
     other_ids = info.ids_top if engine == "sglang" else info.ids_nested
+    other_ids = other_ids if isinstance(other_ids, list) else None
     ev = {"key_read": ec.key, "ids_read": ec.ids, "other_key": other, "other_ids": other_ids,
           "default_r": cv.default_r(L)}
     if ec.source == "default" and other_ids:
@@ -141,7 +162,7 @@ def serving_side(info, engine: str, version: str | None, L: int, H: int | None, 
         findings.append(Finding("ids_missing", "warn",
                                 f"the draft config has no ids: {engine} silently uses its default r = {ec.r} "
                                 "(vllm#50170)", ev))
-    if info.ids_top is not None and info.ids_nested is not None and list(info.ids_top) != list(info.ids_nested):
+    if info.ids_top is not None and info.ids_nested is not None and info.ids_top != info.ids_nested:
         findings.append(Finding("ids_disagree", "warn",
                                 f"top-level ids {info.ids_top} and nested ids {info.ids_nested} disagree; {engine} "
                                 f"reads `{ec.key}`, the other engine would read the other list", ev))

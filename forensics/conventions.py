@@ -120,6 +120,14 @@ def sglang_plus_one(ids: list[int], version: str, arch: str | None) -> bool:
     return bool(ids) and ids[0] == 1
 
 
+def int_ids(ids) -> list[int]:
+    """The ids as ints, or a ForensicsError naming the bad values (bool and float are not layer ids)."""
+    bad = [i for i in ids if isinstance(i, bool) or not isinstance(i, int)]
+    if bad:
+        raise ForensicsError(f"layer ids must be integers, found {bad!r} in {list(ids)!r}")
+    return [int(i) for i in ids]
+
+
 def to_r(system: str, ids: list[int] | None, num_layers: int, version: str | None = None,
          arch: str | None = None) -> list[int | None]:
     """r of every id, in the order given; ``None`` for an id the system never captures.
@@ -135,7 +143,7 @@ def to_r(system: str, ids: list[int] | None, num_layers: int, version: str | Non
         if system == "speculators":  # scripts/launch_vllm.py default + --include-last-layer
             return default_r(L) + [L]
         return list(default_r(L))
-    ids = [int(i) for i in ids]
+    ids = int_ids(ids)
     if system == "speculators-legacy":
         # custom_worker.py captures after block id: r = id + 1; ids outside [0, L-1] rejected.
         return [i + 1 if 0 <= i <= L - 1 else None for i in ids]
@@ -253,7 +261,11 @@ def engine_capture(engine: str, config: dict, num_layers: int, version: str | No
         r = default_r(num_layers)  # SGLang: `if layer_ids is None` -> default, no +1 (§3.2)
         return EngineCapture(engine, v, arch, key, None, "default", sorted(set(r)), [], problems,
                              notes + [f"no ids under {key}: silent default r = {r} (vllm#50170)"])
-    ids = [int(i) for i in ids]
+    try:
+        ids = int_ids(ids)
+    except ForensicsError as e:
+        return EngineCapture(engine, v, arch, key, list(ids), "config", [], [], problems + [
+            f"{e.message}: {engine} fails to load the draft"], notes)
     per_id = to_r(engine, ids, num_layers, v, arch)
     dropped = [i for i, r in zip(ids, per_id, strict=True) if r is None]
     captured = sorted({r for r in per_id if r is not None})

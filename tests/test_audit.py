@@ -341,3 +341,19 @@ def test_undeclared_data_falls_back_to_the_config_with_a_warning(sample_data, sm
                 use_fingerprint=False)
     assert res.trained["fc_r"] == [2, 15, 27] and "assumed_from_config" in kinds(res)
     assert res.verdict == "match"
+
+
+def test_result_views_are_json_safe_and_escaped(tmp_path):
+    cfg = sglang_config([1, 14, 26], 16)
+    cfg["eagle_aux_hidden_state_layer_ids"] = ["<script>", 2, 3]  # hostile config values end up in messages
+    draft = make_draft(tmp_path / "d", cfg, H=16)
+    res = audit(data=["L2", "L15", "L27", "final_post"], draft=draft, engine="sglang", trainer="specforge",
+                num_layers=30, hidden_size=16)
+    json.dumps(res.to_dict(), allow_nan=False)
+    html = res._repr_html_()
+    assert "<script>" not in html and "&lt;script&gt;" in html
+    assert res.verdict in repr(res)
+    v = audit(data=["L2", "L15", "L27", "final_post"], draft=draft, engine="vllm", trainer="specforge",
+              num_layers=30, hidden_size=16)  # vLLM reads the hostile list: a finding, not a traceback
+    assert v.verdict == "mismatch" and any("must be integers" in f.message for f in v.findings)
+    json.dumps(v.to_dict(), allow_nan=False)

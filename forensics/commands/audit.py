@@ -94,8 +94,9 @@ def render_text(res) -> str:
         out.append("findings:")
         for f in res.findings:
             out.append(f"  {f.severity.upper():5} {f.kind}: {f.message}")
-            ev = {k: v for k, v in f.evidence.items() if k in ("distance", "value", "threshold", "nearest_r",
-                                                                 "nearest_value", "mean_cosine")}
+            ev = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in f.evidence.items()
+                  if k in ("distance", "value", "threshold", "nearest_r", "nearest_value", "mean_cosine",
+                           "served_role", "trained_role")}
             if ev:
                 out.append(f"        evidence: {json.dumps(ev, default=str)}")
     fx = res.fix
