@@ -1,9 +1,10 @@
 """One scan row per capture file, computed in a worker process (local pool or Dask).
 
 A row holds what a dataset scan needs to know about one file: its format and shape, per-slot norm
-summaries, role/label/depth rank (from :func:`forensics.fingerprint` when available, else the rank of the
-median token norm), per-file findings, and a mergeable sketch of every slot's per-token norms
-(:mod:`forensics.sketch`), so the parent process never holds per-token arrays. An unreadable file
+summaries, role/label/depth rank from :func:`forensics.fingerprint` (for the files chosen to be
+fingerprinted), the rank of each slot's median token norm (always: a cheap order signature), findings,
+and a mergeable sketch of every slot's per-token norms (:mod:`forensics.sketch`), so the parent process
+never holds per-token arrays. An unreadable file
 becomes a row with ``error`` set; nothing a file contains can crash the scan.
 """
 
@@ -52,19 +53,19 @@ def init_worker(tune_malloc: bool = True) -> None:
     _worker_ready = True
 
 
-def scan_batch(items: list[tuple[str, int, int]], opts: dict) -> list[dict]:
-    """Rows for a batch of ``(path, size, mtime_ns)`` items (the unit of work sent to a worker)."""
+def scan_batch(items: list[tuple[str, int, int, bool]], opts: dict) -> list[dict]:
+    """Rows for a batch of ``(path, size, mtime_ns, fingerprint?)`` items (the unit of work of a worker)."""
     init_worker(opts.get("tune_malloc", True))
     die_on = opts.get("_test_die_on")  # test hook: simulate a worker killed while reading this file
     rows = []
-    for path, size, mtime_ns in items:
+    for path, size, mtime_ns, use_fp in items:
         if die_on and path.endswith(die_on):
             os._exit(3)
-        rows.append(file_row(path, size, mtime_ns, use_fingerprint=opts.get("fingerprint", True)))
+        rows.append(file_row(path, size, mtime_ns, use_fingerprint=use_fp))
     return rows
 
 
-def empty_row(path: str, size: int | None, mtime_ns: int | None) -> dict:
+def empty_row(path: str, size: int | None, mtime_ns: int | None, *_: object) -> dict:
     return {"path": path, "size": size, "mtime_ns": mtime_ns, "format": None, "num_tokens": None,
             "hidden": None, "num_slots": 0, "basis": None, "slots": [], "findings": [], "error": None,
             "error_kind": None, "elapsed": 0.0, "sketch": []}
@@ -113,10 +114,10 @@ def _fill(row: dict, path: str, use_fingerprint: bool) -> None:
     fp = fp_fn(cap) if fp_fn is not None else None
     st = fp.stats if fp is not None else summarize(cap)
     row.update(format=cap.format, num_tokens=cap.num_tokens, hidden=cap.hidden_size, num_slots=len(st.slots),
-               basis="fingerprint" if fp is not None else "norm-rank")
+               basis="fingerprint" if fp is not None else "stats")
     fps = {s.index: s for s in fp.slots} if fp is not None else {}
-    # Fallback depth order without a fingerprint: rank of the token-0-excluded median norm (the residual
-    # norm mostly grows with depth; fingerprint-signals.md §1). Only its consistency across files is used.
+    # Cheap order signature of every file: the rank of each slot's token-0-excluded median norm. Not a depth
+    # (norms are not monotone in depth: fingerprint-signals.md §1); only its agreement across files is used.
     med = [s.norm_excl_first.median for s in st.slots]
     rank = {i: r for r, i in enumerate(sorted(range(len(med)), key=lambda i: (_sort_key(med[i]), i)))}
     for s in st.slots:
@@ -131,7 +132,8 @@ def _fill(row: dict, path: str, use_fingerprint: bool) -> None:
             "massive_dims": list(s.massive_dims), "claimed": s.claimed,
             "declared": None if s.declared_r is None else r_label(s.declared_r),
             "role": getattr(f, "role", None), "label": getattr(f, "label", None),
-            "depth_rank": int(f.depth_rank) if f is not None and f.depth_rank is not None else rank[s.index],
+            "depth_rank": int(f.depth_rank) if f is not None and f.depth_rank is not None else None,
+            "norm_rank": rank[s.index],
             "confidence": _num(getattr(f, "confidence", None)),
             "r_exact": getattr(f, "r_exact", None),
         })

@@ -54,7 +54,8 @@ class _Group:
         self.tokens = Counter()  # n -> files (min/max/total from it; bounded by distinct lengths)
         self.num_slots, self.hidden = Counter(), Counter()
         self.slots: dict[int, _SlotAgg] = defaultdict(_SlotAgg)
-        self.sig: dict[str, dict[int, tuple]] = {"order": {}, "roles": {}, "labels": {}}
+        self.sig: dict[str, dict[int, tuple]] = {"order": {}, "roles": {}, "labels": {}, "norm_order": {}}
+        self.fingerprinted: set[int] = set()
         self.shape: dict[int, tuple] = {}
         self.findings: dict[str, dict[int, list]] = defaultdict(dict)
 
@@ -103,9 +104,12 @@ class Aggregator:
                 self._anomaly(no, "nonfinite", s["index"],
                               f"{path}: slot {s['index']} ({s['name']}): NaN×{s['nan']} Inf×{s['inf']}",
                               value={"nan": s["nan"], "inf": s["inf"]})
-        g.sig["order"][no] = tuple(s["depth_rank"] for s in row["slots"])
-        g.sig["roles"][no] = tuple(s.get("role") for s in row["slots"])
-        g.sig["labels"][no] = tuple(s.get("label") for s in row["slots"])
+        g.sig["norm_order"][no] = tuple(s["norm_rank"] for s in row["slots"])
+        if row.get("basis") == "fingerprint":
+            g.fingerprinted.add(no)
+            g.sig["order"][no] = tuple(s["depth_rank"] for s in row["slots"])
+            g.sig["roles"][no] = tuple(s.get("role") for s in row["slots"])
+            g.sig["labels"][no] = tuple(s.get("label") for s in row["slots"])
         for f in row.get("findings") or []:
             if f["kind"] == "nonfinite":  # reported from the NaN/Inf counts above
                 continue
@@ -144,18 +148,20 @@ class Aggregator:
                 self._anomaly(no, "hidden_size", None, f"{self.paths[no]}: hidden size {h}, majority {hidden}",
                               value=h, threshold=hidden)
         majority = {}
+        kinds = {"order": "order", "roles": "role", "labels": "label", "norm_order": "order"}
         for what, sigs in g.sig.items():
             same = {no: s for no, s in sigs.items() if len(s) == n_slots}
             ref, count = _majority(Counter(same.values()))
-            majority[what] = {"value": list(ref) if ref is not None else None, "files": count}
+            majority[what] = {"value": list(ref) if ref is not None else None, "files": count, "of": len(same)}
             if ref is None or all(v is None for v in ref):
-                continue  # no roles/labels without a fingerprint: nothing to compare
+                continue  # e.g. no labels without a declared/expected layer list: nothing to compare
             for no, s in sorted(same.items()):
-                if s != ref:
-                    kind = {"order": "order", "roles": "role", "labels": "label"}[what]
-                    self._anomaly(no, kind, None, f"{self.paths[no]}: slot {what} {list(s)} differ from the "
-                                  f"majority {list(ref)} ({count} of {g.files} files)", value=list(s),
-                                  threshold=list(ref))
+                if s == ref or (what == "norm_order" and no in g.fingerprinted):
+                    continue  # a fingerprinted file is judged on its fingerprint depth order, not norm ranks
+                basis = " (ranks of median token norms)" if what == "norm_order" else ""
+                self._anomaly(no, kinds[what], None, f"{self.paths[no]}: slot {what.replace('_', ' ')}{basis} "
+                              f"{list(s)} differs from the majority {list(ref)} ({count} of {len(same)} files)",
+                              value=list(s), threshold=list(ref))
         findings = {}
         for kind, per_file in sorted(g.findings.items()):
             share = len(per_file) / g.files

@@ -124,7 +124,7 @@ def test_mixed_directory_every_defect_found_rest_summarised(mixed, reference):
     assert res.summary["files"] == 21 and res.summary["errors"] == 2
     groups = res.summary["groups"]
     assert {k: g["files"] for k, g in groups.items()} == {"speculators-v1": 13, "speculators": 3, "specforge": 3}
-    assert groups["speculators-v1"]["majority"]["order"] == {"value": [0, 1, 2, 3], "files": 12}
+    assert groups["speculators-v1"]["majority"]["norm_order"] == {"value": [0, 1, 2, 3], "files": 12, "of": 13}
     rows = {os.path.basename(r["path"]): r for r in res.rows}
     assert "length mismatch" in rows["data_12.pt"]["error"] and rows["data_14.pt"]["error_kind"] == "unreadable"
     assert rows["data_10.pt"]["slots"][2]["nan"] == 1
@@ -144,6 +144,20 @@ def test_mixed_directory_every_defect_found_rest_summarised(mixed, reference):
             assert sl["std"] == pytest.approx(x.std(), rel=1e-5)
             for key, q in (("p05", 0.05), ("median", 0.5), ("p95", 0.95)):
                 assert abs(sl[key] / np.quantile(x, q) - 1) <= SKETCH_REL_ERROR + 1e-6, (fmt, sl["index"], key)
+
+
+@pytest.mark.parametrize("fingerprint", [False, 4])
+def test_cheap_checks_find_every_defect_without_fingerprinting_every_file(mixed, fingerprint):
+    root, expected = mixed
+    res = scan(root, workers=0, fingerprint=fingerprint)
+    found: dict[str, set] = {}
+    for a in res.anomalies:
+        found.setdefault(os.path.basename(a["file"]), set()).add(a["kind"])
+    assert set(found) == set(expected)
+    for name, kinds in expected.items():
+        assert kinds <= found[name], name
+    basis = [r["basis"] for r in res.rows if not r["error"]]
+    assert ("fingerprint" in basis) == bool(fingerprint) and "stats" in basis
 
 
 def test_sketch_quantiles_within_documented_bin_error():
@@ -266,5 +280,6 @@ def test_real_sample_data_scans_clean(sample_data):
     assert res.anomalies == [] and res.summary["files"] == 5
     g = res.summary["groups"]["speculators-v1"]
     assert g["majority"]["order"]["files"] == 5 and g["num_slots"] == 4
-    x = np.concatenate([_norms64(str(p), "speculators-v1")[0] for p in sorted((sample_data / "speculators_v1").glob("data_*.pt"))])
+    files = sorted((sample_data / "speculators_v1").glob("data_*.pt"))
+    x = np.concatenate([_norms64(str(p), "speculators-v1")[0] for p in files])
     assert g["slots"][0]["mean"] == pytest.approx(x.mean(), rel=1e-6)

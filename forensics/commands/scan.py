@@ -22,8 +22,9 @@ def add_arguments(p) -> None:
     p.add_argument("-o", "--out", metavar="OUT", help="JSON Lines file: one row per file, appended as it finishes")
     p.add_argument("--resume", action="store_true", help="continue an interrupted scan from OUT (needs -o)")
     p.add_argument("--sample", type=int, metavar="K", help="scan K randomly drawn files (same K every time)")
-    p.add_argument("--no-fingerprint", action="store_true",
-                   help="per-slot statistics only (depth order from norm ranks; faster)")
+    p.add_argument("--fingerprint", default="all", metavar="all|none|N",
+                   help="fingerprint every file (default), none, or about N files spread over the dataset; "
+                        "every file gets the statistics, norm-rank order and outlier checks either way")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
@@ -36,9 +37,13 @@ def run(args) -> int:
     if args.sample is not None and args.sample < 1:
         raise ForensicsError(f"--sample must be ≥ 1, got {args.sample}")
     dask = "local" if args.dask_local else args.dask
+    which = str(args.fingerprint).lower()
+    if which not in ("all", "none") and not which.isdigit():
+        raise ForensicsError(f"--fingerprint takes all, none or a number of files, got {args.fingerprint!r}")
+    fingerprint = True if which == "all" else False if which == "none" else int(which)
     try:
         res = scan(args.paths if len(args.paths) > 1 else args.paths[0], workers=args.workers, out=args.out,
-                   resume=args.resume, sample=args.sample, dask=dask, fingerprint=not args.no_fingerprint,
+                   resume=args.resume, sample=args.sample, dask=dask, fingerprint=fingerprint,
                    progress=False if (args.no_progress or args.json) else None)
     except KeyboardInterrupt:
         if args.out:

@@ -1,0 +1,237 @@
+"""Benchmark of `hsf scan` on Kimi-shaped samples: `cat`, the naive loop and the scan, side by side.
+
+Generates N distinct speculators-v1 samples (4 × bf16 [1281, 7168] hidden states, ~73.5 MB each, the
+Kimi-K2.5 shape of fingerprint-signals.md §1) in a temporary folder, warms the page cache, then times, on
+the same files and in one run:
+
+- ``cat FILES > /dev/null`` (the page-cache read ceiling);
+- the naive loop: ``torch.load(f, weights_only=True)`` + ``[h.float().norm(dim=-1) for h in hidden_states]``
+  (torch's default threads, default malloc);
+- ``forensics.scan(..., workers=2)``: first call (includes starting the fork server and workers) and a
+  second call in the same process (warm), with and without the glibc malloc tuning, with and without
+  fingerprints (fingerprints on a few files only: they cost seconds per Kimi-sized file).
+
+Every measured mode runs in its own child process, so its peak memory is its own: peak RSS and PSS summed
+over the process and all its descendants (fork server and workers), sampled every 50 ms with psutil.
+The larger file count reuses the N distinct files through hard links (same inodes: the page cache is
+shared, so it measures per-file overheads and memory growth with the number of files, not a bigger cache).
+
+    nice .venv/bin/python benchmarks/bench_scan.py            # 32 distinct files, then 128 (hard links)
+    nice .venv/bin/python benchmarks/bench_scan.py --files 32 --links 0 --keep /tmp/kimi
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+T, H, K = 1281, 7168, 4  # Kimi-K2.5 sample: tokens, hidden size, captured slots
+
+
+def make_samples(folder: str, n: int) -> list[str]:
+    """N distinct Kimi-shaped speculators-v1 files (forensics.synth.kimi_like when available)."""
+    import torch
+
+    try:  # the synthetic-data module's generator, when present
+        from forensics.synth import kimi_like, write_speculators_v1
+    except ImportError:
+        kimi_like = None
+    g = torch.Generator().manual_seed(0)
+    base = None
+    paths = []
+    for i in range(n):
+        p = os.path.join(folder, f"data_{i}.pt")
+        paths.append(p)
+        if kimi_like is not None:
+            write_speculators_v1(kimi_like(seed=i), p)
+        else:
+            if base is None:  # slot scales grow with depth; token 0 is a sink in the middle slots
+                base = [torch.randn(T, H, generator=g) * (1 + 3 * j) for j in range(K)]
+                for j in (1, 2):
+                    base[j][0] *= 60
+            scale = 1 + 0.01 * i  # distinct bytes per file, without drawing 37 M normals per file
+            obj = {"input_ids": torch.randint(0, 129280, (T,), generator=g),
+                   "loss_mask": torch.ones(T, dtype=torch.bool),
+                   "hidden_states": [(b * scale).to(torch.bfloat16) for b in base]}
+            torch.save(obj, p)
+    return paths
+
+
+def link_copies(paths: list[str], folder: str, total: int) -> list[str]:
+    os.makedirs(folder, exist_ok=True)
+    out = []
+    for i in range(total):
+        p = os.path.join(folder, f"data_{i}.pt")
+        if not os.path.exists(p):
+            os.link(paths[i % len(paths)], p)
+        out.append(p)
+    return out
+
+
+class PeakMemory:
+    """Peak RSS and PSS summed over this process and all its descendants, sampled in a thread."""
+
+    def __init__(self, every: float = 0.05):
+        import psutil
+
+        self.me, self.every = psutil.Process(), every
+        self.rss = self.pss = 0
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        import psutil
+
+        i = 0
+        while not self._stop.is_set():
+            procs = [self.me] + self.me.children(recursive=True)
+            rss = pss = 0
+            for p in procs:
+                try:
+                    if i % 4 == 0:
+                        m = p.memory_full_info()
+                        pss += m.pss
+                        rss += m.rss
+                    else:
+                        rss += p.memory_info().rss
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    pass
+            self.rss = max(self.rss, rss)
+            if i % 4 == 0:
+                self.pss = max(self.pss, pss)
+            i += 1
+            time.sleep(self.every)
+
+    def __enter__(self):
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._t.join()
+
+
+def child(mode: str, list_file: str, out_dir: str) -> dict:
+    """One measured mode, in this (child) process."""
+    with open(list_file) as f:
+        files = f.read().split()
+    nbytes = sum(os.path.getsize(p) for p in files)
+    res: dict = {"mode": mode, "files": len(files), "bytes": nbytes}
+    if mode == "naive":
+        import torch
+
+        with PeakMemory() as mem:
+            t0 = time.perf_counter()
+            for p in files:
+                d = torch.load(p, weights_only=True)
+                [h.float().norm(dim=-1) for h in d["hidden_states"]]
+            res["seconds"] = time.perf_counter() - t0
+    else:
+        from forensics import scan
+
+        fp = "fingerprint" in mode
+        tune = "untuned" not in mode
+        if fp:
+            files = files[:4]
+            res.update(files=len(files), bytes=sum(os.path.getsize(p) for p in files))
+        runs = []
+        with PeakMemory() as mem:
+            for rep in range(2):  # first: starts fork server + workers; second: warm
+                out = os.path.join(out_dir, f"rows_{mode}_{len(files)}_{rep}.jsonl")
+                t0 = time.perf_counter()
+                r = scan(files, workers=2, out=out, fingerprint=fp, tune_malloc=tune, progress=False)
+                runs.append(time.perf_counter() - t0)
+                assert r.summary["files"] == len(files) and r.summary["errors"] == 0, r.summary
+        res["seconds_first"], res["seconds"] = runs
+    res["peak_rss_sum"], res["peak_pss_sum"] = mem.rss, mem.pss
+    return res
+
+
+def run_child(mode: str, files: list[str], tmp: str) -> dict:
+    lst = os.path.join(tmp, f"list_{mode}_{len(files)}.txt")
+    with open(lst, "w") as f:
+        f.write("\n".join(files))
+    out = subprocess.run([sys.executable, __file__, "--child", mode, lst, tmp], capture_output=True, text=True)
+    if out.returncode:
+        raise RuntimeError(f"{mode} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def time_cat(files: list[str], reps: int = 3) -> dict:
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        subprocess.run(["cat", *files], stdout=subprocess.DEVNULL, check=True)
+        ts.append(time.perf_counter() - t0)
+    return {"mode": "cat", "files": len(files), "bytes": sum(os.path.getsize(p) for p in files),
+            "seconds": sorted(ts)[len(ts) // 2], "peak_rss_sum": None, "peak_pss_sum": None}
+
+
+def table(results: list[dict]) -> str:
+    by = {(r["mode"], r["files"]): r for r in results}
+    lines = ["| files | mode | GB/s | files/s | × naive | × cat | peak RSS Σ | peak PSS Σ | note |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        gbps = r["bytes"] / r["seconds"] / 1e9
+        naive = by.get(("naive", r["files"]))
+        cat = by.get(("cat", r["files"]))
+        x_naive = gbps / (naive["bytes"] / naive["seconds"] / 1e9) if naive else None
+        x_cat = gbps / (cat["bytes"] / cat["seconds"] / 1e9) if cat else None
+        note = f"first call {r['bytes'] / r['seconds_first'] / 1e9:.2f} GB/s" if r.get("seconds_first") else ""
+        mb = (lambda v: "n/a" if v is None else f"{v / 1e6:.0f} MB")
+        lines.append(f"| {r['files']} | {r['mode']} | {gbps:.2f} | {r['files'] / r['seconds']:.1f} | "
+                     f"{'' if x_naive is None else f'{x_naive:.1f}×'} | {'' if x_cat is None else f'{x_cat:.2f}×'} | "
+                     f"{mb(r['peak_rss_sum'])} | {mb(r['peak_pss_sum'])} | {note} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        print(json.dumps(child(*sys.argv[2:5])))
+        return
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--files", type=int, default=32, help="distinct generated files (default 32, ~2.4 GB)")
+    ap.add_argument("--links", type=int, default=128, help="also run on this many files via hard links (0: no)")
+    ap.add_argument("--keep", help="folder to generate into and keep (default: a temp folder, removed)")
+    ap.add_argument("--modes", default="naive,scan,scan-untuned,scan-fingerprint")
+    args = ap.parse_args()
+    need = args.files * 73.5e6 * 1.1
+    root = args.keep or tempfile.mkdtemp(prefix="hsf-bench-scan-")
+    free = shutil.disk_usage(os.path.dirname(os.path.abspath(root))).free
+    if free < need:
+        sys.exit(f"need {need / 1e9:.1f} GB free next to {root}, have {free / 1e9:.1f} GB")
+    try:
+        os.makedirs(os.path.join(root, "distinct"), exist_ok=True)
+        existing = sorted(os.listdir(os.path.join(root, "distinct")))
+        t0 = time.perf_counter()
+        files = [os.path.join(root, "distinct", f) for f in existing] if len(existing) == args.files else \
+            make_samples(os.path.join(root, "distinct"), args.files)
+        print(f"# {len(files)} files ready in {time.perf_counter() - t0:.1f} s under {root}", file=sys.stderr)
+        sets = [files] + ([link_copies(files, os.path.join(root, "links"), args.links)] if args.links else [])
+        print(f"# load average before: {os.getloadavg()}, cores: {os.cpu_count()}", file=sys.stderr)
+        results = []
+        for fs in sets:
+            subprocess.run(["cat", *fs], stdout=subprocess.DEVNULL, check=True)  # warm the page cache
+            results.append(time_cat(fs))
+            for mode in args.modes.split(","):
+                print(f"# {mode} on {len(fs)} files …", file=sys.stderr)
+                results.append(run_child(mode, fs, root))
+            results.append(time_cat(fs))  # cat again: shows how much the machine's load moved meanwhile
+            results[-1]["mode"] = "cat (again)"
+        print(f"# load average after: {os.getloadavg()}", file=sys.stderr)
+        print(table(results))
+        print(json.dumps(results), file=sys.stderr)
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
