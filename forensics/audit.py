@@ -225,6 +225,7 @@ def audit(data: Any = None, draft: Any = None, engine: str | None = None, engine
     info = read_draft(draft) if draft is not None else None
     L = num_layers or facts.get("num_layers")
     H = hidden_size or facts.get("hidden_size")
+    arch_given = arch is not None or "arch" in facts
     arch = arch or facts.get("arch") or "generic"
     findings: list[Finding] = []
     if L is None and data is not None and not isinstance(data, (list, tuple)):
@@ -245,6 +246,7 @@ def audit(data: Any = None, draft: Any = None, engine: str | None = None, engine
     if info is not None and engine is not None and L is not None:
         served_side, sf = serving_side(info, engine, engine_version, L, H, arch, trained.get("fc_r"))
         findings += sf
+        findings += _assumption_findings(info, engine, engine_version, L, arch, arch_given, served_side["r"])
     if served is not None:
         from .audit_served import compare_served
 
@@ -264,6 +266,29 @@ def audit(data: Any = None, draft: Any = None, engine: str | None = None, engine
             other = cv.NESTED_KEY if fix["where"] == "top-level" else cv.TOP_KEY
             fix["also"] = f"make `{other}` agree (or remove it) so the other engine reads the same layers"
     return AuditResult(verdict, reason, slices, findings, fix, trained, served_side, context)
+
+
+def _assumption_findings(info, engine: str, version: str | None, L: int, arch: str, arch_given: bool,
+                         served_r: list) -> list[Finding]:
+    """When the engine version or the target architecture was not given and the answer depends on it, say
+    what the other readings would serve (the registry's rules differ by version and model file)."""
+    versions = [version] if version is not None else \
+        sorted({cv.parse_version(engine, f"pre-{p}") for p in cv._TIMELINES[engine]} |
+               {cv.parse_version(engine, None)})
+    archs = [arch] if arch_given else ["generic", "deepseek"]
+    alts = {}
+    for v in versions:
+        for a in archs:
+            r = cv.engine_capture(engine, info.config, L, v, a).r
+            if r != served_r:
+                alts[f"{engine} {v}, {a} path"] = r
+    if not alts:
+        return []
+    assumed = ", ".join(x for x, given in (("version " + cv.parse_version(engine, version), version is None),
+                                           (f"{arch} model path", not arch_given)) if given)
+    return [Finding("assumption", "warn", f"assumed {assumed}; the served layers depend on it: "
+                    + "; ".join(f"{k} would serve r = {v}" for k, v in alts.items())
+                    + " (pass --engine-version / --target-config)", {"alternatives": alts})]
 
 
 def _verdict(trained: dict, served: dict, findings: list[Finding], info, engine, L):
