@@ -267,9 +267,13 @@ def engine_capture(engine: str, config: dict, num_layers: int, version: str | No
         return EngineCapture(engine, v, arch, key, list(ids), "config", [], [], problems + [
             f"{e.message}: {engine} fails to load the draft"], notes)
     per_id = to_r(engine, ids, num_layers, v, arch)
+    ok, why = reachable_r(engine, num_layers, v, arch)
+    L = int(num_layers)
+    # An id for r = L in a capture-before-each-block loop matches nothing (vllm#46788): dropped. An r = 0
+    # request crashes (residual None) unless patched: kept, with the problem stated.
+    per_id = [None if (r == L and r not in ok) else r for r in per_id]
     dropped = [i for i, r in zip(ids, per_id, strict=True) if r is None]
     captured = sorted({r for r in per_id if r is not None})
-    ok, why = reachable_r(engine, num_layers, v, arch)
     for r in captured:
         if r not in ok and r in why:
             problems.append(why[r])
