@@ -337,7 +337,7 @@ def slot_stats(slot: Slot, block: int = NORM_BLOCK_ROWS) -> SlotStats:
     return SlotStats(
         index=slot.index, name=slot.name, key=slot.key, shape=(T, H), dtype=short_dtype(slot.dtype), norms=n,
         norm=NormSummary.of(n),
-        norm_excl_first=NormSummary.of(n[keep_first], pos[keep_first]) if T > 1 else NormSummary.of(n),
+        norm_excl_first=NormSummary.of(n[keep_first], pos[keep_first]),  # n=0 (None in JSON) for one token
         norm_excl_sinks=NormSummary.of(n[keep_sinks], pos[keep_sinks]) if keep_sinks.any() else NormSummary.of(n),
         first=float(n[0]), last=float(n[-1]), sinks=sinks[:MAX_LISTED_POSITIONS],
         sink_ratios=[float(ratios[i]) for i in sinks[:MAX_LISTED_POSITIONS]],

@@ -217,3 +217,13 @@ def test_to_dict_keys_repr_and_html():
     assert "<b>evil</b>" not in html and "&lt;b&gt;evil&lt;/b&gt;" in html
     assert len(repr(cs).splitlines()) == 3
     assert "mean excl. tok0" in cs.table()
+
+
+def test_single_token_slot_has_empty_excl_first_summary():
+    st = forensics.summarize(make_capture(torch.tensor([[3.0, 4.0]]))).slots[0]
+    assert st.norm.n == 1 and st.norm.mean == pytest.approx(5.0)
+    assert st.first == st.last == pytest.approx(5.0)
+    assert st.norm_excl_first.n == 0 and math.isnan(st.first_ratio)
+    d = st.to_dict()
+    json.dumps(d, allow_nan=False)
+    assert d["norm"]["mean_excl_first"] is None
