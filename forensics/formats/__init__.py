@@ -3,9 +3,12 @@
 Detection order: the container is sniffed from the first bytes (zip/legacy torch pickle, gzip,
 safetensors), then the keys decide the reader (``hidden_states`` list → speculators v1;
 ``aux_hidden_state`` → SpecForge; ``hidden_state`` + ``target`` → speculators v0; ``hidden_state`` alone
-→ EAGLE-1/2; 3-D ``hidden_states`` safetensors → speculators current; anything else with float
-tensors → generic). Side files (``capture.json`` written by ``hsf capture``, speculators'
-``data_config.json``) add declared layers.
+→ EAGLE-1/2; a ``[seq, k, H]``/``[k, seq, H]`` ``hidden_states`` stack in safetensors (optionally with a
+leading batch dim of 1) → speculators current, except a single ``[1, seq, H]`` sequence; anything else
+with float tensors → generic). File names never decide (a checkpoint named ``.safetensors`` is still read
+as a checkpoint). Side files add declared layers: ``capture.json`` (written by ``hsf capture``; ``"r"`` per
+slot) and, for speculators v1 only, ``data_config.json`` (``hidden_states.layer_ids``, r = id + 1).
+Anything a reader did not foresee still becomes a :class:`ForensicsError` naming the file.
 """
 
 from __future__ import annotations
