@@ -267,7 +267,8 @@ def scan(path: str | os.PathLike | list, workers: int = 2, out: str | os.PathLik
               "gb_per_s": round(new_bytes / work / 1e9, 4) if work > 0 else None,
               "files_per_s": round((len(done) - resumed) / work, 3) if work > 0 else None,
               "workers": workers, "dask": None if dask is None else str(dask)}
-    return ScanResult(path=str(path), summary=summary, anomalies=anomalies, timing=timing, out=out,
+    shown = ", ".join(map(str, path)) if isinstance(path, (list, tuple)) else str(path)
+    return ScanResult(path=shown, summary=summary, anomalies=anomalies, timing=timing, out=out,
                       _rows=None if held is None else [held[i] for i in sorted(held)],
                       _keys=[(it[0], it[1], it[2]) for it in items])
 

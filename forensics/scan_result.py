@@ -8,6 +8,15 @@ from dataclasses import dataclass, field
 from .render import esc, html_table
 
 MAX_LISTED_ANOMALIES = 200  # anomalies shown in repr/HTML (all are in .anomalies and to_dict())
+MAX_LISTED_SLOTS = 12  # slot lines per format in repr (a 32-slot ladder would drown the anomalies)
+
+
+def _order(g: dict) -> tuple[str, dict]:
+    """The group's majority depth order (fingerprint) or, without fingerprints, its norm-rank order."""
+    m = g["majority"]
+    if m["order"]["value"] is not None:
+        return "depth order", m["order"]
+    return "norm-rank order", m["norm_order"]
 
 
 def _g(x) -> str:
@@ -73,17 +82,19 @@ class ScanResult:
     def __repr__(self) -> str:
         lines = [self._headline()]
         for fmt, g in self.summary["groups"].items():
-            order = g["majority"]["order"]
+            what, order = _order(g)
             lines.append(f"  {fmt}: {g['files']} files, {g['num_slots']} slots, hidden {g['hidden']}, tokens "
-                         f"{g['tokens']['min']}–{g['tokens']['max']}; majority depth order {_short(order['value'])} "
-                         f"({order['files']}/{g['files']})")
+                         f"{g['tokens']['min']}–{g['tokens']['max']}; majority {what} {_short(order['value'])} "
+                         f"({order['files']}/{order['of']})")
             labels = g["majority"]["labels"]["value"]
             if labels and any(labels):
                 lines.append(f"    majority labels {_short(labels)}")
-            for sl in g["slots"]:
+            for sl in g["slots"][:MAX_LISTED_SLOTS]:
                 lines.append(f"    [{sl['index']}] {sl['name']}{' ' + sl['label'] if sl.get('label') else ''}: "
                              f"‖x‖ median {_g(sl['median'])} p5–p95 [{_g(sl['p05'])}, {_g(sl['p95'])}] "
                              f"μ {_g(sl['mean'])} σ {_g(sl['std'])} over {sl['tokens']} tokens")
+            if len(g["slots"]) > MAX_LISTED_SLOTS:
+                lines.append(f"    … {len(g['slots']) - MAX_LISTED_SLOTS} more slots")
         for a in self.anomalies[:MAX_LISTED_ANOMALIES]:
             lines.append(f"  {a['kind']}: {a['message']}")
         if len(self.anomalies) > MAX_LISTED_ANOMALIES:
@@ -93,11 +104,11 @@ class ScanResult:
     def _repr_html_(self) -> str:
         parts = [f"<div class='hsf-caption'><b>{esc(self._headline())}</b></div>"]
         for fmt, g in self.summary["groups"].items():
-            maj = g["majority"]
+            what, order = _order(g)
             parts.append(
                 f"<div class='hsf-caption'>{esc(fmt)}: {g['files']} files, {g['num_slots']} slots, hidden "
-                f"{esc(g['hidden'])}; majority depth order {esc(_short(maj['order']['value']))} "
-                f"({maj['order']['files']}/{g['files']} files)</div>")
+                f"{esc(g['hidden'])}; majority {esc(what)} {esc(_short(order['value']))} "
+                f"({order['files']}/{order['of']} files)</div>")
             rows = [[sl["index"], sl["name"], sl.get("label") or "—", sl.get("role") or "—", sl["files"],
                      sl["tokens"], _g(sl["mean"]), _g(sl["std"]), _g(sl["p05"]), _g(sl["median"]), _g(sl["p95"]),
                      _g(sl["max"]), f"{sl['nan']}/{sl['inf']}",

@@ -26,6 +26,7 @@ OUTLIER_MIN_FILES = 8  # fewer files than this in a group: no outlier test (a me
 MAD_TO_SIGMA = 1.4826  # MAD × this = σ for a normal distribution
 MINORITY_FINDING_SHARE = 0.5  # a fingerprint finding in fewer files than this share is an anomaly per file
 ALWAYS_ANOMALY = {"duplicate"}  # findings that are anomalies even when most files have them
+HIST_BINS_PER_DECADE = 20  # resolution of the per-slot histogram in the summary (for plots)
 QUANTILES = {"p01": 0.01, "p05": 0.05, "p25": 0.25, "median": 0.5, "p75": 0.75, "p95": 0.95, "p99": 0.99}
 
 
@@ -160,7 +161,7 @@ class Aggregator:
                     continue  # a fingerprinted file is judged on its fingerprint depth order, not norm ranks
                 basis = " (ranks of median token norms)" if what == "norm_order" else ""
                 self._anomaly(no, kinds[what], None, f"{self.paths[no]}: slot {what.replace('_', ' ')}{basis} "
-                              f"{list(s)} differs from the majority {list(ref)} ({count} of {len(same)} files)",
+                              f"{list(s)}, but the majority of files have {list(ref)} ({count} of {len(same)})",
                               value=list(s), threshold=list(ref))
         findings = {}
         for kind, per_file in sorted(g.findings.items()):
@@ -185,7 +186,7 @@ class Aggregator:
              "role": _majority(a.roles)[0], "files": a.files, "tokens": a.moments.n,
              "mean": _f(a.moments.mean()), "std": _f(a.moments.std()),
              "min": _f(a.hist.min), "max": _f(a.hist.max), **{k: _f(v) for k, v in zip(QUANTILES, q, strict=True)},
-             "nan": a.nan, "inf": a.inf, "outliers": None}
+             "nan": a.nan, "inf": a.inf, "outliers": None, "histogram": _coarse(a.hist)}
         if len(a.medians) >= OUTLIER_MIN_FILES:
             nos = np.array(sorted(a.medians))
             logm = np.log(np.array([a.medians[n] for n in nos], dtype=np.float64))
@@ -202,6 +203,20 @@ class Aggregator:
                                   f"{zi:+.1f} (log scale, |z| > OUTLIER_Z={OUTLIER_Z:g})",
                                   value=round(zi, 3), threshold=OUTLIER_Z)
         return d
+
+
+def _coarse(h: LogHistogram) -> dict:
+    """The slot's token-norm histogram at ``HIST_BINS_PER_DECADE`` (bin j spans ``10**(log10_lo + j/b)``
+    to ``10**(log10_lo + (j+1)/b)``), trimmed to the non-empty run; zero/under/over counted apart."""
+    from .sketch import BINS_PER_DECADE, SKETCH_MIN
+
+    f = BINS_PER_DECADE // HIST_BINS_PER_DECADE
+    c = h.counts.reshape(-1, f).sum(1)
+    nz = np.nonzero(c)[0]
+    i0, i1 = (int(nz[0]), int(nz[-1]) + 1) if nz.size else (0, 0)
+    return {"log10_lo": round(math.log10(SKETCH_MIN) + i0 / HIST_BINS_PER_DECADE, 6),
+            "bins_per_decade": HIST_BINS_PER_DECADE, "counts": c[i0:i1].tolist(),
+            "zero": h.zero, "under": h.under, "over": h.over}
 
 
 def _f(x: float) -> float | None:

@@ -283,3 +283,27 @@ def test_real_sample_data_scans_clean(sample_data):
     files = sorted((sample_data / "speculators_v1").glob("data_*.pt"))
     x = np.concatenate([_norms64(str(p), "speculators-v1")[0] for p in files])
     assert g["slots"][0]["mean"] == pytest.approx(x.mean(), rel=1e-6)
+
+
+def test_real_captures_one_miswired_shard_is_found(sample_data, tmp_path):
+    """The seed's failure on real SmolLM2 states: one shard captured as [L3, L16, L28, L30] (the served
+    wiring) among files captured as [embed, L3, L16, L28] (the trained one)."""
+    import shutil
+
+    import forensics
+
+    src = sample_data / "speculators_v1"
+    for name in ("capture.json", "data_config.json"):
+        shutil.copy(src / name, tmp_path / name)
+    for i in range(10):
+        shutil.copy(src / f"data_{i % 5}.pt", tmp_path / f"data_{i}.pt")
+    lad = forensics.load(sample_data / "ladder" / "capture_0.safetensors")
+    assert [lad.slots[r].declared_r for r in (3, 16, 28, 30)] == [3, 16, 28, 30]
+    torch.save({"input_ids": lad.input_ids, "loss_mask": lad.loss_mask,
+                "hidden_states": [lad.slots[r].tensor().clone() for r in (3, 16, 28, 30)]}, tmp_path / "data_10.pt")
+    res = scan(tmp_path, workers=0)
+    assert {os.path.basename(a["file"]) for a in res.anomalies} == {"data_10.pt"}
+    kinds = {a["kind"] for a in res.anomalies}
+    assert "outlier_norm" in kinds and kinds & {"role", "order"}, kinds
+    slot0 = [a for a in res.anomalies if a["kind"] == "outlier_norm" and a["slot"] == 0]
+    assert slot0 and slot0[0]["value"] > 6  # L3 norms (~77) where the embedding (~2.8) belongs
