@@ -360,6 +360,9 @@ def capture(texts: list[str], layers: str | list | None = None, fmt: str = "spec
         raise ForensicsError(f"--max-tokens must be >= 1, got {max_tokens}")
     if os.path.exists(out) and not os.path.isdir(out):
         raise ForensicsError("output path exists and is not a directory", path=out)
+    if os.path.exists(os.path.join(out, "capture.json")):  # never mix two captures' files in one folder
+        raise ForensicsError("output folder already holds a capture (capture.json); choose another --out or "
+                             "delete it first", path=out)
     rs = parse_layers(layers)
     for t in texts:
         read_text(t)  # missing / empty / undecodable text: fail before loading the model

@@ -171,7 +171,7 @@ def test_cli_writes_formats_and_truncates(smollm2, texts, tmp_path, capsys):
     raw = torch.load(out / "rows_0-2000" / "data_0.ckpt", weights_only=True)
     assert raw["input_ids"].numel() == 5 and raw["aux_hidden_state"].shape == (1, 5, 3 * H)
     assert main(["capture", "--text", str(texts / "raw.txt"), "--format", "speculators", "--layers",
-                 "2,15,27,30", "--out", str(tmp_path / "sp"), "--no-progress"]) == 0
+                 "2,15,27,30", "--out", str(tmp_path / "sp"), "--max-tokens", "5", "--no-progress"]) == 0
     cap = forensics.load(str(tmp_path / "sp" / "hidden_states" / "hs_0.safetensors"))
     assert [s.declared_r for s in cap.slots] == [2, 15, 27, 30]
 
@@ -196,7 +196,36 @@ def test_bad_input_clear_error_nothing_written(smollm2, texts, tmp_path, capsys,
     assert not out.exists()
 
 
-def test_api_rejects_unknown_format(texts, tmp_path):
+def test_api_rejects_unknown_format_and_existing_capture(texts, tmp_path):
     with pytest.raises(ForensicsError, match="unknown format"):
         capture([str(texts / "raw.txt")], fmt="parquet", out=str(tmp_path / "x"))
     assert not (tmp_path / "x").exists()
+    (tmp_path / "y").mkdir()
+    (tmp_path / "y" / "capture.json").write_text("{}")
+    with pytest.raises(ForensicsError, match="already holds a capture"):
+        capture([str(texts / "raw.txt")], out=str(tmp_path / "y"))
+    assert os.listdir(tmp_path / "y") == ["capture.json"]
+
+
+def test_hf_folder_model(smollm2, texts, tmp_path):
+    """A Hugging Face folder (here a tiny random 2-block Llama with the SmolLM2 tokenizer) works too, and
+    its r = L is pre-norm."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    _, tok = smollm2
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2)
+    folder = tmp_path / "tiny"
+    LlamaForCausalLM(cfg).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    run = capture([str(texts / "raw.txt")], layers="embed,L1,L2,final_post", fmt="safetensors",
+                  out=str(tmp_path / "o"), model=str(folder), dtype="fp32", progress=False)
+    assert run.meta["num_layers"] == 2 and run.meta["hidden_size"] == 64
+    cap = forensics.load(str(tmp_path / "o" / run.files[0]))
+    model = LlamaForCausalLM.from_pretrained(folder).eval()
+    hs, blocks = hf_states(model, cap.input_ids)
+    t = [s.tensor() for s in cap.slots]
+    assert torch.equal(t[0], model.model.embed_tokens.weight.detach()[cap.input_ids])
+    assert torch.allclose(t[1], hs[1], atol=1e-6) and torch.allclose(t[2], blocks[1], atol=1e-6)
+    assert torch.allclose(model.model.norm(t[2]), hs[2], atol=1e-5) and torch.allclose(t[3], hs[2], atol=1e-6)

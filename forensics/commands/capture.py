@@ -30,8 +30,9 @@ def add_arguments(p) -> None:
                         "pre-norm), final_post. Default: the format's own default layers")
     p.add_argument("--format", dest="fmt", choices=FORMATS, default="speculators-v1",
                    help="file layout to write (default: speculators-v1)")
-    p.add_argument("--out", metavar="DIR", required=True, help="output folder")
-    p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS,
+    p.add_argument("--out", metavar="DIR", required=True,
+                   help="output folder (created; refused if it already holds a capture.json)")
+    p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, metavar="N",
                    help=f"truncate each sample to this many tokens (default: {DEFAULT_MAX_TOKENS})")
     p.add_argument("--dtype", choices=("bf16", "fp32"), default="bf16",
                    help="stored dtype (the model runs in fp32; default: bf16)")
