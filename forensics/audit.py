@@ -316,10 +316,12 @@ def _verdict(trained: dict, served: dict, findings: list[Finding], info, engine,
                  and isinstance(s["trained_r"], int)}
         if len(shift) == 1 and shift != {0} and len(bad) == len(slices):
             d = shift.pop()
+            cause = ("the engine ignored or missed the ids and used its default, whose numbering differs from "
+                     "the trainer's (see ids_missing / ids_ignored_key)" if served.get("id_source") == "default"
+                     else "the trainer and the engine number layers differently (vllm#43671, sglang#25454)")
             findings.insert(0, Finding("off_by_one" if abs(d) == 1 else "shifted", "error",
                                        f"every slice is served {abs(d)} block(s) {'deeper' if d > 0 else 'shallower'} "
-                                       "than trained: the trainer and the engine number layers differently "
-                                       "(vllm#43671, sglang#25454)", {"shift": d}))
+                                       f"than trained: {cause}", {"shift": d}))
         findings.insert(0, Finding("slices", "error",
                                    f"{len(bad)} of {n} fc slices are served a different layer than trained: "
                                    + ", ".join(f"slice {s['slice']} trained {r_label(s['trained_r'])} served "

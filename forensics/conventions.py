@@ -260,7 +260,7 @@ def engine_capture(engine: str, config: dict, num_layers: int, version: str | No
     if ids is None:
         r = default_r(num_layers)  # SGLang: `if layer_ids is None` -> default, no +1 (§3.2)
         return EngineCapture(engine, v, arch, key, None, "default", sorted(set(r)), [], problems,
-                             notes + [f"no ids under {key}: silent default r = {r} (vllm#50170)"])
+                             notes + [f"no ids under {key}: default r = {r}, no warning (vllm#50170 asks for one)"])
     try:
         ids = int_ids(ids)
     except ForensicsError as e:
