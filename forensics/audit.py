@@ -312,8 +312,9 @@ def _verdict(trained: dict, served: dict, findings: list[Finding], info, engine,
     unknown = [s["slice"] for s in slices if s["trained_r"] is None]
     wiring_errors = [f for f in findings if f.severity == "error" and f.kind in WIRING_KINDS]
     if bad and (not unknown or oks is not None):
-        shift = {(s["served_r"] - s["trained_r"]) for s in slices if isinstance(s["served_r"], int)
-                 and isinstance(s["trained_r"], int)}
+        pairs = [(s["trained_r"], s["served_r"]) for s in slices]
+        all_int = all(isinstance(t, int) and isinstance(v, int) for t, v in pairs)
+        shift = {v - t for t, v in pairs} if all_int else set()
         if len(shift) == 1 and shift != {0} and len(bad) == len(slices):
             d = shift.pop()
             cause = ("the engine ignored or missed the ids and used its default, whose numbering differs from "

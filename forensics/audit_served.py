@@ -152,7 +152,9 @@ def compare_served(data: Any, trained: dict, served: Any, use_fingerprint: bool 
     if n_served != len(fc_r):
         findings.append(Finding("served_data", "error", f"the served capture has {n_served} states, training fed "
                                 f"the fc {len(fc_r)}", {"served": n_served, "trained": len(fc_r)}))
+    how = "mean cosine on the same tokens" if same_text else f"nearest training slot by {W1_NAME} ≤ {W1_THRESHOLD}"
     out = {"r": r_out, "ok": ok, "source": f"served capture {s0.path} ({len(scaps)} file(s), "
-                                          f"{'same' if same_text else 'different'} tokens as training)",
+                                          f"{'same' if same_text else 'different'} tokens as training; r named by "
+                                          f"{how})",
            "distances": rows, "matrix": np.round(dist, 4).tolist(), "distance": W1_NAME, "threshold": W1_THRESHOLD}
     return out, findings

@@ -116,7 +116,12 @@ def training_side(data: Any, trainer: str | None, draft_info, L: int | None, use
         findings += fps
         roles = [f["role"] for f in (fingerprint_slots(cap, model)[0] or [])] if use_fingerprint else []
         source = f"{cap.format} capture {cap.path}"
-        trainer = trainer or FORMAT_TRAINER.get(cap.format)
+        native = FORMAT_TRAINER.get(cap.format)
+        if trainer and native and cv.canonical_system(trainer) != cv.canonical_system(native):
+            findings.append(Finding("trainer_vs_format", "warn", f"--trainer {trainer} but the data is in "
+                                    f"{cap.format} format, which {native} reads; check which trainer consumed it",
+                                    {"trainer": trainer, "format": cap.format}))
+        trainer = trainer or native
     if trainer is None:
         raise ForensicsError("the trainer is needed to know which slots fed the fc: pass --trainer "
                              f"({', '.join(cv.TRAINERS)})")
