@@ -165,6 +165,12 @@ def _capture(states: list, ids: torch.Tensor, spec: SynthSpec) -> Capture:
                       size_bytes=sum(t.numel() * t.element_size() for t in states),
                       notes=["SYNTHETIC data from forensics.synth.kimi_like: shaped like the seed's Kimi-K2.5 "
                              "capture (norm statistics only); not a model's hidden states"])
+    import hashlib
+
+    h = hashlib.sha256()  # a content hash stands in for the file hash (there is no file)
+    for t in states:
+        h.update(t.contiguous().view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    prov._sha256 = h.hexdigest()
     meta = {"synthetic": True, "generator": "forensics.synth.kimi_like", "seed": spec.seed,
             "labels": list(KIMI_LABELS), "layer_ids": list(KIMI_LAYER_IDS), "target_norms": [list(n) for n in
                                                                                               spec.norms]}

@@ -90,3 +90,8 @@ def test_write_speculators_v1_round_trip(tmp_path):
     for s, t in zip(cap.slots, back.slots, strict=True):
         assert torch.equal(s.tensor(), t.tensor())
     assert torch.equal(back.input_ids, cap.input_ids)
+
+
+def test_provenance_hash_without_a_file():
+    a, b = kimi_like(seed=2, tokens=1281, hidden=64), kimi_like(seed=2, tokens=1281, hidden=64)
+    assert a.provenance.sha256() == b.provenance.sha256() and len(a.provenance.sha256()) == 64
