@@ -277,13 +277,13 @@ def _attention(d: Draft, prefix: str, x: "torch.Tensor", cos, sin, dt) -> "torch
     import torch
 
     W = {k[len(prefix):]: v for k, v in d.weights.items() if k.startswith(prefix)}
-    T = x.shape[0]
+    lead, T = x.shape[:-2], x.shape[-2]
 
     def proj(name, n):
         y = x @ W[f"{name}.weight"].to(dt).T
         if f"{name}.bias" in W:
             y = y + W[f"{name}.bias"].to(dt)
-        return y.view(T, n, d.head_dim).transpose(0, 1)  # [n, T, hd]
+        return y.view(*lead, T, n, d.head_dim).transpose(-2, -3)  # [..., n, T, hd]
 
     q, k, v = proj("q_proj", d.num_heads), proj("k_proj", d.num_kv_heads), proj("v_proj", d.num_kv_heads)
     if "q_norm.weight" in W:  # Qwen3 per-head q/k norms
@@ -298,12 +298,12 @@ def _attention(d: Draft, prefix: str, x: "torch.Tensor", cos, sin, dt) -> "torch
 
     q, k = rope(q), rope(k)
     rep = d.num_heads // d.num_kv_heads
-    k, v = k.repeat_interleave(rep, 0), v.repeat_interleave(rep, 0)
+    k, v = k.repeat_interleave(rep, -3), v.repeat_interleave(rep, -3)
     scores = (q @ k.transpose(-1, -2)) * d.head_dim ** -0.5
     causal = torch.ones(T, T, dtype=torch.bool).tril()
     scores = scores.masked_fill(~causal, float("-inf"))
-    out = torch.softmax(scores, dim=-1) @ v  # [n, T, hd]
-    out = out.transpose(0, 1).reshape(T, d.num_heads * d.head_dim)
+    out = torch.softmax(scores, dim=-1) @ v  # [..., n, T, hd]
+    out = out.transpose(-2, -3).reshape(*lead, T, d.num_heads * d.head_dim)
     y = out @ W["o_proj.weight"].to(dt).T
     return y + W["o_proj.bias"].to(dt) if "o_proj.bias" in W else y
 
@@ -318,41 +318,43 @@ def _mlp(d: Draft, prefix: str, x: "torch.Tensor", dt) -> "torch.Tensor":
 
 def draft_forward(d: Draft, fused: "torch.Tensor", embeds: "torch.Tensor", positions: "torch.Tensor | None" = None,
                   dtype: Any = None) -> "torch.Tensor":
-    """Step-0 logits ``[T, Vd]`` (see :meth:`Draft.forward`); computed in ``dtype`` (default fp32)."""
+    """Step-0 logits ``[..., T, Vd]`` (see :meth:`Draft.forward`), computed in ``dtype`` (default fp32).
+
+    Leading batch dimensions are allowed. No ``no_grad`` here: the training script differentiates it.
+    """
     import torch
 
     dt = dtype or torch.float32
     w, eps, H = d.weights, d.rms_norm_eps, d.hidden_size
     fused, embeds = fused.to(dt), embeds.to(dt)
-    T = fused.shape[0]
-    if fused.shape != (T, d.num_aux * H) or embeds.shape != (T, H):
+    T = fused.shape[-2]
+    if fused.shape[-1] != d.num_aux * H or embeds.shape[-1] != H or embeds.shape[:-1] != fused.shape[:-1]:
         raise ForensicsError(f"draft expects fused [T, {d.num_aux}·{H}] and embeds [T, {H}]; found "
                              f"{list(fused.shape)} and {list(embeds.shape)}", path=d.path)
     if positions is None:
         positions = torch.arange(1, T + 1)  # shift_batch: position ids start at 1
-    with torch.no_grad():
-        if d.norm_before_fc and "input_norm.weight" in w:
-            fused = _rms(fused, w["input_norm.weight"].to(dt), eps)
-        if d.fc_norm:
-            fused = torch.cat([_rms(c, w[f"fc_norm.{i}.weight"].to(dt), eps)
-                               for i, c in enumerate(fused.chunk(d.num_aux, dim=-1))], dim=-1)
-        h = fused @ w["fc.weight"].to(dt).T
-        inv, scale = rope_inv_freq(d, torch.float64)
-        ang = positions.to(torch.float64)[:, None] * inv[None, :]
-        ang = torch.cat([ang, ang], dim=-1)
-        cos, sin = (ang.cos() * scale).to(dt), (ang.sin() * scale).to(dt)
-        for i in range(d.num_layers):
-            p = f"layers.{i}."
-            if i == 0:  # Eagle3FirstLayerMixin.forward (speculators models/eagle3/model_definitions.py)
-                e = _rms(embeds, w[p + "input_layernorm.weight"].to(dt), eps)
-                hn = _rms(h, w[p + "hidden_norm.weight"].to(dt), eps)
-                residual = hn if d.norm_before_residual else h
-                x = torch.cat([e, hn], dim=-1)
-            else:
-                residual, x = h, _rms(h, w[p + "input_layernorm.weight"].to(dt), eps)
-            h = residual + _attention(d, p + "self_attn.", x, cos, sin, dt)
-            h = h + _mlp(d, p + "mlp.", _rms(h, w[p + "post_attention_layernorm.weight"].to(dt), eps), dt)
-        return _rms(h, w["norm.weight"].to(dt), eps) @ w["lm_head.weight"].to(dt).T
+    if d.norm_before_fc and "input_norm.weight" in w:
+        fused = _rms(fused, w["input_norm.weight"].to(dt), eps)
+    if d.fc_norm:
+        fused = torch.cat([_rms(c, w[f"fc_norm.{i}.weight"].to(dt), eps)
+                           for i, c in enumerate(fused.chunk(d.num_aux, dim=-1))], dim=-1)
+    h = fused @ w["fc.weight"].to(dt).T
+    inv, scale = rope_inv_freq(d, torch.float64)
+    ang = positions.to(torch.float64)[:, None] * inv[None, :]
+    ang = torch.cat([ang, ang], dim=-1)
+    cos, sin = (ang.cos() * scale).to(dt), (ang.sin() * scale).to(dt)
+    for i in range(d.num_layers):
+        p = f"layers.{i}."
+        if i == 0:  # Eagle3FirstLayerMixin.forward (speculators models/eagle3/model_definitions.py)
+            e = _rms(embeds, w[p + "input_layernorm.weight"].to(dt), eps)
+            hn = _rms(h, w[p + "hidden_norm.weight"].to(dt), eps)
+            residual = hn if d.norm_before_residual else h
+            x = torch.cat([e, hn], dim=-1)
+        else:
+            residual, x = h, _rms(h, w[p + "input_layernorm.weight"].to(dt), eps)
+        h = residual + _attention(d, p + "self_attn.", x, cos, sin, dt)
+        h = h + _mlp(d, p + "mlp.", _rms(h, w[p + "post_attention_layernorm.weight"].to(dt), eps), dt)
+    return _rms(h, w["norm.weight"].to(dt), eps) @ w["lm_head.weight"].to(dt).T
 
 
 def probe(draft, data, candidates="auto", model=None, **kw):

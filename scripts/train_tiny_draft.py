@@ -1,0 +1,289 @@
+"""Train a tiny EAGLE-3 draft for SmolLM2-135M on the CPU, with one chosen wiring, in speculators format.
+
+The proof checkpoint for ``hsf probe`` (issue 9): the draft's fc reads ``cat([r=0, r=3, r=16])``
+(``[embed, L3, L16]``, the seed's Kimi wiring scaled to L = 30) and learns the verifier's prediction
+``lm_head(norm(r=30 pre-norm))`` restricted to a reduced draft vocabulary, as speculators trains it:
+
+- step-0 pairing of ``shift_batch`` (speculators ``models/eagle3/data.py``): fused states at position t with
+  the embedding of token t+1, target = the verifier's distribution at t+1, positions 1..T-1;
+- loss = KL(verifier ‖ draft) over the draft vocabulary (speculators' default ``kl_div``);
+- ``lm_head`` initialised from the verifier's rows ``lm_head[t2d]`` and frozen, the embedding frozen and not
+  saved (``embed_tokens`` comes from ``--model`` / the packaged SmolLM2 at probe time);
+- draft vocab = the most frequent ``--draft-vocab`` tokens of the corpus, ``d2t`` offsets / ``t2d`` mask as
+  ``speculators/train/vocab_mapping.py`` builds them (``target = i + d2t[i]``).
+
+Activations are generated at run time with ``forensics.model.ladder`` from an offline English corpus:
+docstrings of Python standard-library modules, classes and methods (deterministic order). The probe's
+proof data (``sample_data/``) is not used for training, so the proof measures held-out accuracy.
+
+Run (about 10 minutes on 2 cores)::
+
+    .venv/bin/python scripts/train_tiny_draft.py --out sample_data/draft_eagle3
+
+Writes ``config.json`` (loads in speculators' ``Eagle3SpeculatorConfig`` with no unknown keys),
+``model.safetensors`` (bf16 weights, int64 ``d2t``, bool ``t2d``; no ``embed_tokens``) and ``training.json``
+(seed, corpus, steps, wall time, final loss and accuracy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import importlib
+import inspect
+import io
+import json
+import os
+import sys
+import time
+import warnings
+
+SKIP_MODULES = {"antigravity", "this", "idlelib", "turtledemo", "tkinter", "turtle", "test", "lib2to3",
+                "ensurepip", "venv", "pydoc_data"}
+MIN_DOC_CHARS = 200
+VERIFIER_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+def stdlib_docstrings() -> list[str]:
+    """Docstrings of stdlib modules, public classes/functions and their methods, in a fixed order."""
+    names = sorted(n for n in sys.stdlib_module_names if not n.startswith("_") and n not in SKIP_MODULES)
+    mods = []
+    for n in names:
+        try:
+            with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
+                    contextlib.redirect_stderr(io.StringIO()):
+                warnings.simplefilter("ignore")
+                mods.append((n, importlib.import_module(n)))
+        except BaseException:  # noqa: BLE001 - platform modules that do not import here
+            continue
+    docs, seen = [], set()
+
+    def add(d):
+        if d and len(d) >= MIN_DOC_CHARS and d not in seen:
+            seen.add(d)
+            docs.append(d)
+
+    for n, m in mods:
+        add(inspect.getdoc(m))
+        for an, obj in sorted(vars(m).items()):
+            if an.startswith("_") or getattr(obj, "__module__", None) != n:
+                continue
+            if inspect.isclass(obj) or inspect.isfunction(obj):
+                add(inspect.getdoc(obj))
+            if inspect.isclass(obj):
+                for mn, meth in sorted(vars(obj).items()):
+                    if not mn.startswith("_") and inspect.isfunction(meth):
+                        add(inspect.getdoc(meth))
+    return docs
+
+
+def make_sequences(tok, docs: list[str], seq_len: int, max_tokens: int) -> list[list[int]]:
+    """Token sequences of exactly ``seq_len``: documents joined by blank lines, cut into windows."""
+    ids = tok("\n\n".join(docs))["input_ids"][:max_tokens]
+    return [ids[i:i + seq_len] for i in range(0, len(ids) - seq_len + 1, seq_len)]
+
+
+def vocab_maps(seqs, draft_vocab: int, vocab: int):
+    """``(d2t, t2d)`` from token frequencies (speculators ``build_vocab_mappings_from_distribution``)."""
+    import torch
+
+    counts = torch.bincount(torch.tensor([t for s in seqs for t in s]), minlength=vocab)
+    order = sorted(range(vocab), key=lambda t: (-int(counts[t]), t))[:draft_vocab]
+    sel = torch.tensor(sorted(order), dtype=torch.long)
+    d2t = sel - torch.arange(draft_vocab, dtype=torch.long)
+    t2d = torch.zeros(vocab, dtype=torch.bool)
+    t2d[sel] = True
+    return d2t, t2d
+
+
+def draft_config(mcfg, args, wiring: list[int]) -> dict:
+    """A speculators ``Eagle3SpeculatorConfig`` document (keys as speculators 0.9.0 writes them)."""
+    from transformers import LlamaConfig
+
+    tl = LlamaConfig(hidden_size=mcfg.hidden_size, intermediate_size=args.intermediate,
+                     num_attention_heads=args.heads, num_key_value_heads=args.kv_heads,
+                     head_dim=mcfg.hidden_size // args.heads if args.head_dim is None else args.head_dim,
+                     num_hidden_layers=1, vocab_size=mcfg.vocab_size, rms_norm_eps=mcfg.rms_norm_eps,
+                     max_position_embeddings=mcfg.max_position_embeddings, hidden_act="silu",
+                     rope_parameters=dict(mcfg.rope_parameters), bos_token_id=mcfg.bos_token_id,
+                     eos_token_id=mcfg.eos_token_id, pad_token_id=mcfg.pad_token_id, tie_word_embeddings=False)
+    tl_dict = tl.to_diff_dict()
+    tl_dict["architectures"] = ["LlamaForCausalLM"]
+    return {
+        "architectures": ["Eagle3DraftModel"],
+        "auto_map": {"": "config.Eagle3SpeculatorConfig"},
+        "draft_vocab_size": args.draft_vocab,
+        "dtype": "bfloat16",
+        # speculators / vLLM ids: r = id (eagle3-conventions.md §1; speculators#379 records them)
+        "eagle_aux_hidden_state_layer_ids": list(wiring),
+        "embed_requires_grad": False,
+        "fc_norm": False,
+        "norm_before_fc": False,
+        "norm_before_residual": args.norm_before_residual,
+        "norm_output": False,
+        "speculators_config": {
+            "algorithm": "eagle3",
+            "default_proposal_method": "greedy",
+            "proposal_methods": [{"accept_tolerance": 0.0, "proposal_type": "greedy", "speculative_tokens": 3,
+                                  "verifier_accept_k": 1}],
+            "verifier": {"architectures": ["LlamaForCausalLM"], "name_or_path": VERIFIER_ID},
+        },
+        "speculators_model_type": "eagle3",
+        "speculators_version": "0.9.0",
+        "target_hidden_size": None,
+        "transformer_layer_config": tl_dict,
+    }
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="sample_data/draft_eagle3")
+    ap.add_argument("--wiring", default="0,3,16", help="r of the fc inputs, in concat order")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--batch", type=int, default=4, help="sequences per step")
+    ap.add_argument("--seq-len", type=int, default=256)
+    ap.add_argument("--max-tokens", type=int, default=40_000)
+    ap.add_argument("--draft-vocab", type=int, default=2048)
+    ap.add_argument("--intermediate", type=int, default=512)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--kv-heads", type=int, default=2)
+    ap.add_argument("--head-dim", type=int, default=64)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--norm-before-residual", action="store_true")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (1: a shared CPU thrashes with more)")
+    args = ap.parse_args(argv)
+
+    import torch
+    from safetensors.torch import save_file
+
+    from forensics.draft import Draft, draft_forward, load_draft
+    from forensics.model import default_model_path, final_norm, ladder, lm_head_weight, load_model
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    t0 = time.time()
+    wiring = [int(x) for x in args.wiring.split(",")]
+    model, tok = load_model()
+    mcfg = model.config
+    L, H, V = mcfg.num_hidden_layers, mcfg.hidden_size, mcfg.vocab_size
+    docs = stdlib_docstrings()
+    seqs = make_sequences(tok, docs, args.seq_len, args.max_tokens)
+    corpus_sha = hashlib.sha256("\n\n".join(docs).encode()).hexdigest()
+    print(f"corpus: {len(docs)} stdlib docstrings, {len(seqs)} sequences x {args.seq_len} tokens", flush=True)
+
+    rs = sorted(set(wiring + [L]))
+    states = {r: [] for r in rs}
+    for i, s in enumerate(seqs):
+        lad = ladder(model, s, rs=rs)
+        for r in rs:
+            states[r].append(lad[r].to(torch.bfloat16))
+        if i % 100 == 0:
+            print(f"  ladder {i}/{len(seqs)}  {time.time() - t0:.0f}s", flush=True)
+    states = {r: torch.stack(v) for r, v in states.items()}  # [N, T, H] bf16
+    ids = torch.tensor(seqs, dtype=torch.long)
+    t_data = time.time() - t0
+
+    d2t, t2d = vocab_maps(seqs, args.draft_vocab, V)
+    E = model.get_input_embeddings().weight.detach().float()
+    head = lm_head_weight(model).float()
+    gamma, eps = final_norm(model)
+    vhead = head[t2d]  # verifier_lm_head = lm_head[t2d] (DraftVocabMixin._load_verifier_weights)
+    cfg = draft_config(mcfg, args, wiring)
+    tl = cfg["transformer_layer_config"]
+    hd, nh, nkv, inter = tl["head_dim"], args.heads, args.kv_heads, args.intermediate
+
+    def param(*shape, ones=False):
+        t = torch.ones(*shape) if ones else torch.randn(*shape) * 0.02  # initializer_range 0.02
+        return torch.nn.Parameter(t)
+
+    k = len(wiring)
+    w = {"fc.weight": param(H, k * H),
+         "layers.0.self_attn.q_proj.weight": param(nh * hd, 2 * H),
+         "layers.0.self_attn.k_proj.weight": param(nkv * hd, 2 * H),
+         "layers.0.self_attn.v_proj.weight": param(nkv * hd, 2 * H),
+         "layers.0.self_attn.o_proj.weight": param(H, nh * hd),
+         "layers.0.mlp.gate_proj.weight": param(inter, H), "layers.0.mlp.up_proj.weight": param(inter, H),
+         "layers.0.mlp.down_proj.weight": param(H, inter),
+         "layers.0.input_layernorm.weight": param(H, ones=True), "layers.0.hidden_norm.weight": param(H, ones=True),
+         "layers.0.post_attention_layernorm.weight": param(H, ones=True), "norm.weight": param(H, ones=True)}
+    trainable = list(w.values())
+    w["lm_head.weight"] = vhead.clone()  # frozen, as speculators freezes lm_head
+    w["d2t"], w["t2d"] = d2t, t2d
+    draft = Draft(path=args.out, config=cfg, scheme="layers.0", weights=w, hidden_size=H, num_aux=k,
+                  draft_vocab_size=args.draft_vocab, target_vocab_size=V, num_layers=1, num_heads=nh,
+                  num_kv_heads=nkv, head_dim=hd, rms_norm_eps=float(tl.get("rms_norm_eps", mcfg.rms_norm_eps)),
+                  rope={"rope_theta": mcfg.rope_parameters["rope_theta"], "rope_type": "default"},
+                  norm_before_residual=args.norm_before_residual, declared_ids=wiring)
+    opt = torch.optim.AdamW(trainable, lr=args.lr, weight_decay=0.0, betas=(0.9, 0.95))
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=args.lr, total_steps=args.steps, pct_start=0.05)
+    n_seq = ids.shape[0]
+    n_val = max(2, n_seq // 20)
+    g = torch.Generator().manual_seed(args.seed)
+    log = []
+
+    def batch(idx):
+        fused = torch.cat([states[r][idx, :-1].float() for r in wiring], dim=-1)
+        emb = E[ids[idx, 1:]]
+        last = states[L][idx, 1:].float()
+        with torch.no_grad():
+            tgt = (gamma * (last * torch.rsqrt(last.pow(2).mean(-1, keepdim=True) + eps))) @ vhead.T
+            full = (gamma * (last * torch.rsqrt(last.pow(2).mean(-1, keepdim=True) + eps))) @ head.T
+        return fused, emb, tgt, full.argmax(-1)
+
+    tids = draft.target_ids()
+    for step in range(args.steps):
+        idx = n_val + torch.randint(0, n_seq - n_val, (args.batch,), generator=g)
+        fused, emb, tgt, _ = batch(idx)
+        logits = draft_forward(draft, fused, emb)
+        logp = torch.log_softmax(logits, -1)
+        p = torch.softmax(tgt, -1)
+        loss = (p * (torch.log_softmax(tgt, -1) - logp)).sum(-1).mean()  # KL(verifier || draft)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+        if step % 50 == 0 or step == args.steps - 1:
+            with torch.no_grad():
+                acc = (logits.argmax(-1) == tgt.argmax(-1)).float().mean().item()
+            log.append({"step": step, "loss": round(loss.item(), 4), "acc_draft_vocab": round(acc, 4)})
+            print(f"  step {step}  loss {loss.item():.3f}  acc {acc:.3f}  {time.time() - t0:.0f}s", flush=True)
+
+    with torch.no_grad():  # held-out sequences: agreement with the verifier's full-vocab argmax
+        fused, emb, _, full_arg = batch(torch.arange(n_val))
+        pred = tids[draft_forward(draft, fused, emb).argmax(-1)]
+        val_acc = (pred == full_arg).float().mean().item()
+    print(f"held-out top-1 agreement with the verifier (full vocab): {val_acc:.3f}", flush=True)
+
+    os.makedirs(args.out, exist_ok=True)
+    sd = {n: (t.detach().to(torch.bfloat16) if t.is_floating_point() else t).contiguous() for n, t in w.items()}
+    save_file(sd, os.path.join(args.out, "model.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(args.out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2, sort_keys=True)
+        f.write("\n")
+    record = {
+        "script": "scripts/train_tiny_draft.py", "argv": sys.argv[1:], "seed": args.seed,
+        "wiring_r": wiring, "target": f"verifier lm_head(norm(r={L} pre-norm)) over the draft vocab (KL)",
+        "verifier": VERIFIER_ID, "verifier_file": os.path.basename(default_model_path()),
+        "corpus": {"source": "Python stdlib docstrings (modules, classes, functions, methods; >= "
+                             f"{MIN_DOC_CHARS} chars)", "python": sys.version.split()[0], "documents": len(docs),
+                   "sha256": corpus_sha, "sequences": n_seq, "seq_len": args.seq_len,
+                   "tokens": n_seq * args.seq_len, "held_out_sequences": n_val},
+        "steps": args.steps, "batch": args.batch, "lr": args.lr, "draft_vocab_size": args.draft_vocab,
+        "intermediate_size": inter, "heads": nh, "kv_heads": nkv, "head_dim": hd,
+        "seconds_data": round(t_data, 1), "seconds_total": round(time.time() - t0, 1),
+        "held_out_top1_full_vocab": round(val_acc, 4), "log": log,
+        "torch": torch.__version__, "threads": args.threads,
+    }
+    with open(os.path.join(args.out, "training.json"), "w") as f:
+        json.dump(record, f, indent=1)
+        f.write("\n")
+    back = load_draft(args.out)  # round trip through the project's own loader
+    print(f"saved {back!r}: {os.path.getsize(os.path.join(args.out, 'model.safetensors')) / 1e6:.2f} MB, "
+          f"{time.time() - t0:.0f}s total", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
