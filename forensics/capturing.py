@@ -151,7 +151,7 @@ def layer_ids(rs: list, fmt: str) -> list | None:
 def read_text(path: str) -> tuple[str | list, str]:
     """The text (or chat messages from a ``.json`` file) and the sha256 of the file's bytes."""
     if not os.path.isfile(path):
-        raise ForensicsError("text file not found", path=path)
+        raise ForensicsError("text file not found (or not a regular file)", path=path)
     with open(path, "rb") as f:
         raw = f.read()
     sha = hashlib.sha256(raw).hexdigest()
