@@ -357,3 +357,41 @@ def test_result_views_are_json_safe_and_escaped(tmp_path):
               num_layers=30, hidden_size=16)  # vLLM reads the hostile list: a finding, not a traceback
     assert v.verdict == "mismatch" and any("must be integers" in f.message for f in v.findings)
     json.dumps(v.to_dict(), allow_nan=False)
+
+
+def _w1_exact(a, b):
+    """Exact 1-D Wasserstein-1: the integral of |F_a − F_b| over the pooled support (float64)."""
+    import numpy as np
+
+    a, b = np.sort(np.asarray(a, np.float64)), np.sort(np.asarray(b, np.float64))
+    xs = np.sort(np.concatenate([a, b]))
+    fa = np.searchsorted(a, xs[:-1], side="right") / a.size
+    fb = np.searchsorted(b, xs[:-1], side="right") / b.size
+    return float(np.sum(np.abs(fa - fb) * np.diff(xs)))
+
+
+def test_w1_matches_the_exact_definition():
+    import numpy as np
+
+    from forensics.audit_served import wasserstein1
+
+    rng = np.random.default_rng(0)
+    for shift, scale in ((0.0, 1.0), (0.3, 1.0), (0.0, 2.0), (1.5, 0.5)):
+        a, b = rng.normal(0, 1, 4000), rng.normal(shift, scale, 3000)
+        assert abs(wasserstein1(a, b) - _w1_exact(a, b)) < 0.02 + 0.02 * _w1_exact(a, b)
+
+
+def test_w1_threshold_separates_layers_on_real_data(sample_data, ladder):
+    """Calibration as a test: the same r on different texts is within W1_THRESHOLD; r ≥ 4 blocks away is not."""
+    from forensics.audit_served import log_norms, wasserstein1
+
+    cap, _ = ladder
+    train = [load(p) for p in sorted((sample_data / "speculators_v1").glob("data_*.pt"))]
+    for i, r in enumerate([0, 3, 16, 28]):
+        t = log_norms(train, i)
+        for j, lr in enumerate(cap.declared_r[:31]):
+            d = wasserstein1(log_norms([cap], j), t)
+            if lr == r:
+                assert d <= W1_THRESHOLD, (r, lr, d)
+            elif abs(lr - r) >= 4:
+                assert d > W1_THRESHOLD, (r, lr, d)
