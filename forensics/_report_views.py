@@ -17,6 +17,7 @@ import numpy as np
 from .capture import r_label
 
 MAX_CARD_FILES = 8  # per-slot cards and cross-slot figures for at most this many files; the rest summarised
+MAX_FIGURE_FILES = 6  # files with cross-slot figures: flagged files first, then one per folder
 MAX_BROWSER_SAMPLES = 24  # panels in the static sample browser
 MAX_BROWSER_TOKENS = 192  # tokens shown per sample in the browser's token strip
 MAX_VERDICT_FILES = 40  # verdict rows: every non-passing file, then passing ones up to this many
@@ -354,21 +355,35 @@ def figure(name: str, *args, **kw) -> dict:
 
 
 CROSS_FIGURES = [("norm_distributions", "Per-token norm distributions (log axis)", False),
-                 ("norm_by_position", "Per-token norm by position, sinks and massive tokens marked", False),
                  ("similarity_heatmap", "Pairwise angular distance between slots (massive dims masked)", True),
                  ("depth_ladder", "Depth ladder: slots placed on r with confidence", True),
                  ("massive_dims", "Massive-activation dimensions per slot", False)]
 
 
+def _figure_files(files: list[FileResult]) -> list[FileResult]:
+    """Files that get figures: every file with a finding, then the first file of each folder (samples of one
+    folder look alike; each costs ~1 s per figure), at most ``MAX_FIGURE_FILES``."""
+    flagged = [f for f in files if f.fp is not None and getattr(f.fp, "findings", None)]
+    seen, firsts = set(), []
+    for f in files:
+        d = os.path.dirname(f.rel)
+        if d not in seen:
+            seen.add(d)
+            firsts.append(f)
+    chosen = flagged + [f for f in firsts if f not in flagged]
+    return [f for f in files if f in chosen[:MAX_FIGURE_FILES]]
+
+
 def build_cross(files: list[FileResult]) -> dict:
     out = []
-    for f in files[:MAX_CARD_FILES]:
+    chosen = _figure_files(files)
+    for f in chosen:
         src = f.fp if f.fp is not None else f.stats
         figs = [dict(figure(name, src), title=title) for name, title, needs_fp in CROSS_FIGURES
                 if f.fp is not None or not needs_fp]
         sim = getattr(f.fp, "similarity", None) if f.fp is not None else None
         out.append({"file": f.rel, "figures": figs, "similarity": _sim_table(f, sim), "open": not out})
-    return {"files": out, "omitted": max(0, len(files) - MAX_CARD_FILES)}
+    return {"files": out, "omitted": len(files) - len(chosen)}
 
 
 def _sim_table(f: FileResult, sim) -> dict | None:
@@ -454,18 +469,27 @@ def build_checks(files: list[FileResult], audit_res, scan_res) -> dict:
 
 # ---------------------------------------------------------------- sample browser
 def _spark(norms: np.ndarray, sinks: list[int], w: float = 560.0, h: float = 34.0) -> dict:
-    """Norm vs position on a log-y axis as an SVG polyline (numbers only)."""
+    """Norm vs position on a log-y axis as an SVG polyline (numbers only). The y range spans the non-sink
+    tokens, so one sink (25 000 vs ~150) does not flatten the rest; sinks are clipped to the top and dotted."""
     x = np.asarray(norms, dtype=np.float64)
     ok = np.isfinite(x) & (x > 0)
     lx = np.where(ok, np.log10(np.where(ok, x, 1.0)), np.nan)
-    lo, hi = (float(np.nanmin(lx)), float(np.nanmax(lx))) if ok.any() else (0.0, 1.0)
+    body = ok.copy()
+    body[[i for i in sinks if i < len(x)]] = False
+    ref = lx[body] if body.any() else lx[ok]
+    lo, hi = (float(np.min(ref)), float(np.max(ref))) if ref.size else (0.0, 1.0)
     span = max(hi - lo, 1e-6)
     n = max(len(x) - 1, 1)
-    pts = [(round(w * i / n, 1), round(h - 2 - (h - 4) * (v - lo) / span, 1)) for i, v in enumerate(lx)
-           if math.isfinite(v)]
-    marks = [{"x": round(w * i / n, 1), "y": round(h - 2 - (h - 4) * (lx[i] - lo) / span, 1)}
+
+    def y(v: float) -> float:
+        return round(h - 2 - (h - 4) * (min(max(v, lo), hi) - lo) / span, 1)
+
+    pts = [f"{round(w * i / n, 1)},{y(v)}" for i, v in enumerate(lx) if math.isfinite(v)]
+    marks = [{"x": round(w * i / n, 1), "y": y(lx[i]), "pos": i, "norm": fmt(float(x[i]))}
              for i in sinks if i < len(lx) and math.isfinite(lx[i])]
-    return {"points": " ".join(f"{a},{b}" for a, b in pts), "sinks": marks, "lo": fmt(10 ** lo), "hi": fmt(10 ** hi)}
+    top = max((float(x[i]) for i in sinks if i < len(x) and ok[i]), default=None)
+    return {"points": " ".join(pts), "sinks": marks, "lo": fmt(10 ** lo), "hi": fmt(10 ** hi),
+            "top": fmt(top) if top is not None and top > 10 ** hi else None}
 
 
 def build_browser(files: list[FileResult]) -> dict:

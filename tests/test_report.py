@@ -1,0 +1,232 @@
+"""Structural tests of the HTML report: sections, offline-only references, size budget, inert injection,
+raw check values against independent float64 references, and the ``hsf report`` command."""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from html.parser import HTMLParser
+
+import pytest
+import torch
+
+from forensics.report import SIZE_BUDGET_BYTES, report
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "sample_data"
+SECTIONS = ["verdicts", "provenance", "slots", "cross", "checks", "samples"]
+XSS = "<script>alert(1)</script>"
+
+
+def make_synthetic(folder: pathlib.Path, n: int = 2, T: int = 48, H: int = 32) -> pathlib.Path:
+    """A tiny speculators-v1 capture [embed, L3, L16, L28]-shaped: a token-0 sink from the second slot on."""
+    folder.mkdir(parents=True, exist_ok=True)
+    g = torch.Generator().manual_seed(0)
+    for i in range(n):
+        ids = torch.randint(0, 100, (T,), generator=g)
+        hs, h = [], torch.randn(T, H, generator=g) * 0.05
+        hs.append(h.clone())
+        for scale in (1.0, 4.0, 8.0):
+            h = h + torch.randn(T, H, generator=g) * scale
+            h[0, 3] = 400.0 * scale
+            hs.append(h.clone())
+        torch.save({"input_ids": ids, "loss_mask": torch.ones(T, dtype=torch.long),
+                    "hidden_states": [t.to(torch.bfloat16) for t in hs]}, folder / f"data_{i}.pt")
+    (folder / "data_config.json").write_text(json.dumps({"hidden_states": {"layer_ids": [-1, 2, 15, 27]}}))
+    return folder
+
+
+@functools.cache
+def synthetic_report(tmp: str) -> tuple[str, str]:
+    """(path of the saved report, its html) for the synthetic capture under ``tmp`` (built once)."""
+    data = make_synthetic(pathlib.Path(tmp) / "syn")
+    out = pathlib.Path(tmp) / "syn_report.html"
+    report([str(data)]).save(out)
+    return str(out), out.read_text(encoding="utf-8")
+
+
+@functools.cache
+def sample_report() -> tuple[str, str]:
+    """(path, html) of the report on the whole real ``sample_data/``, built once per session and shared with
+    the browser tests (the demo's report; ~30 s on a busy 2-core machine, most of it figures)."""
+    out = pathlib.Path(tempfile.mkdtemp(prefix="hsf-report-")) / "sample_report.html"
+    report([str(SAMPLE)]).save(out)
+    return str(out), out.read_text(encoding="utf-8")
+
+
+@pytest.fixture(scope="session")
+def syn(tmp_path_factory):
+    return synthetic_report(str(tmp_path_factory.mktemp("report_syn")))
+
+
+@pytest.fixture(scope="session")
+def real(sample_data):
+    return sample_report()
+
+
+class _Collect(HTMLParser):
+    """Ids, resource references, and the cells of every table row (text only)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ids, self.refs, self.rows, self._row, self._cell = set(), [], [], None, None
+        self.scripts = 0
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if "id" in a:
+            self.ids.add(a["id"])
+        for k in ("src", "href", "action", "srcset", "poster", "data"):
+            if k in a:
+                self.refs.append((tag, k, a[k] or ""))
+        if tag == "script":
+            self.scripts += 1
+        if tag == "tr":
+            self._row = []
+        if tag in ("td", "th") and self._row is not None:
+            self._cell = []
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._cell is not None and self._row is not None:
+            self._row.append(" ".join("".join(self._cell).split()))
+            self._cell = None
+        if tag == "tr" and self._row is not None:
+            self.rows.append(self._row)
+            self._row = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def parse(html: str) -> _Collect:
+    c = _Collect()
+    c.feed(html)
+    return c
+
+
+def check_rows(html: str, group: str) -> list[list[str]]:
+    """The 5-cell rows of one group (a file's relative path) of the checks section."""
+    m = re.search(r'<details class="cgroup"[^>]*data-group="' + re.escape(group) + r'".*?</details>', html, re.S)
+    assert m, group
+    return [r for r in parse(m.group(0)).rows if len(r) == 5 and r[0] != "where"]
+
+
+def assert_offline(html: str) -> None:
+    """No network reference: every src is a data: URI, every href an in-page anchor, no url(http…)/@import."""
+    doc = parse(html)
+    for tag, attr, value in doc.refs:
+        v = value.strip().lower()
+        if attr == "href":
+            assert v.startswith("#"), (tag, attr, value)
+        else:
+            assert v.startswith("data:"), (tag, attr, value)
+    assert not re.search(r"url\(\s*['\"]?\s*(https?:)?//", html, re.I)
+    assert not re.search(r"@import", html, re.I)
+    assert not re.search(r"(src|href)\s*=\s*['\"]?\s*(https?:)?//", html, re.I)
+    assert doc.scripts == 1  # ours, inline
+    assert "<script src" not in html.lower()
+
+
+def test_sections_and_verdict_rows(syn):
+    _, html = syn
+    doc = parse(html)
+    for s in SECTIONS:
+        assert s in doc.ids, s
+    # verdicts come first: the verdict section precedes every other section in the document
+    assert html.index('id="verdicts"') < min(html.index(f'id="{s}"') for s in SECTIONS[1:])
+    slot_rows = [r for r in doc.rows if len(r) == 9 and r[1].startswith("hidden_states[")]
+    assert len(slot_rows) >= 8  # 2 files × 4 slots in the verdict block
+    assert {r[2] for r in slot_rows} >= {"embed", "L3", "L16", "L28"}  # claimed identities from data_config
+    assert "hsf report " in html and "Regenerate this report" in html
+    assert "sample-select" in doc.ids and "sample-0" in doc.ids and "sample-1" in doc.ids
+
+
+def test_offline_only(syn):
+    assert_offline(syn[1])
+    assert "Content-Security-Policy" in syn[1] and "default-src 'none'" in syn[1]
+
+
+def test_checks_show_raw_values_against_float64_reference(syn, tmp_path_factory):
+    """The token-0 ratio and NaN count rows carry the raw value even when passing; values match float64."""
+    path, html = syn
+    data = pathlib.Path(path).parent / "syn" / "data_0.pt"
+    hs = torch.load(data, weights_only=True)["hidden_states"]
+    checks = check_rows(html, "syn/data_0.pt")
+    for k, h in enumerate(hs):
+        n = torch.linalg.vector_norm(h.double(), dim=-1)
+        ratio = float(n[0] / n[1:].median())
+        lo = [r for r in checks if r[0].startswith(f"[{k}]")]
+        nonfinite = next(r for r in lo if r[1].startswith("non-finite"))
+        assert nonfinite[2] == "0" and nonfinite[4].lower().startswith("pass")
+        row = next(r for r in lo if r[1] in ("token-0 norm / median of the rest", "token0_ratio"))
+        shown = float(row[2].replace(",", ""))
+        assert math.isclose(shown, ratio, rel_tol=0.01), (k, shown, ratio)
+
+
+def test_report_object_and_cli_json(tmp_path, syn):
+    data = pathlib.Path(syn[0]).parent / "syn"
+    out = tmp_path / "deep" / "r.html"
+    cmd = [sys.executable, "-m", "forensics.cli", "report", str(data), "--layers", "0,3,16,28", "-o", str(out),
+           "--json"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["output"] == str(out.resolve()) and doc["bytes"] == out.stat().st_size
+    assert doc["files"] == 2 and sum(doc["verdicts"].values()) == 8
+    assert "--layers 0,3,16,28" in doc["command"] and doc["command"].startswith("hsf report ")
+    assert doc["command"] in out.read_text(encoding="utf-8")
+
+
+def test_unreadable_file_is_listed_not_fatal(tmp_path, syn):
+    data = pathlib.Path(syn[0]).parent / "syn"
+    d = tmp_path / "mixed"
+    shutil.copytree(data, d)
+    (d / "data_9.pt").write_text("not a checkpoint")
+    rep = report(str(d))
+    html = rep.html
+    assert 'id="errors"' in html and "data_9.pt" in html
+    assert rep.counts["fail"] >= 1
+    assert_offline(html)
+
+
+def test_injected_script_in_names_and_metadata_is_inert(tmp_path, syn):
+    """A <script> in a file name, a folder name, capture.json metadata and the title renders as text."""
+    data = pathlib.Path(syn[0]).parent / "syn"
+    evil_dir = tmp_path / "<script>alert(1)<"  # with the file below, the relative path reads <script>alert(1)</script>…
+    evil_dir.mkdir()
+    shutil.copy(data / "data_0.pt", evil_dir / "script>data_0.pt")
+    shutil.copy(data / "data_1.pt", tmp_path / "<img src=x onerror=alert(2)>data_1.pt")
+    (tmp_path / "capture.json").write_text(json.dumps({"model": XSS, "r": [0, 3, 16, "<b>x</b>"]}))
+    rep = report([str(tmp_path)], title=XSS)
+    html = rep.html
+    assert "<script>alert" not in html and "<img src=x" not in html and "<b>x</b>" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;data_0.pt" in html
+    assert "&lt;img src=x onerror=alert(2)&gt;data_1.pt" in html
+    assert html.count("&lt;script&gt;alert(1)&lt;/script&gt;") >= 3  # title, file name, model metadata
+    assert_offline(html)
+    saved = pathlib.Path(rep.save(tmp_path / "xss.html")).read_text(encoding="utf-8")
+    assert "<script>alert" not in saved and "&lt;script&gt;alert(1)&lt;/script&gt;" in saved
+
+
+def test_real_sample_data_report(real):
+    """The demo's report on the real sample_data/: all sections, offline, within the 5 MB budget."""
+    path, html = real
+    size = os.path.getsize(path)
+    assert size <= SIZE_BUDGET_BYTES, size
+    doc = parse(html)
+    for s in SECTIONS:
+        assert s in doc.ids
+    assert_offline(html)
+    assert "speculators_v1/data_0.pt" in html
+    # the chat template's first token is SmolLM2's <|im_start|>: token text is known and rendered escaped
+    assert "&lt;|im_start|&gt;" in html and "<|im_start|>" not in html
+    assert 'class="fig"' in html or "figure unavailable" in html
