@@ -33,15 +33,14 @@ def first_capture(data: Any) -> Capture:
 DATA_ERROR_KINDS = {"missing_embedding", "postnorm", "prenorm", "off_by_one", "wrong_layer", "reordered", "duplicate",
                     "nonfinite", "unexpected_embedding"}
 STRONG_ROLES = ("embedding", "final_postnorm")  # roles a fingerprint names without a reference model
-_FP_CACHE: dict[tuple[int, int], tuple[list[dict], list]] = {}
+_FP_CACHE: list = []  # [(capture, model, result)]: one entry, held by identity (ids can be reused after GC)
 
 
 def fingerprint_slots(cap: Capture, model: Any = None) -> tuple[list[dict] | None, list[Finding]]:
     """Per-slot {r_exact, label, role, confidence, decided_by} from ``forensics.fingerprint`` plus its
     findings (``data_<kind>``); ``(None, [])`` when the fingerprint module is not installed."""
-    key = (id(cap), id(model))
-    if key in _FP_CACHE:
-        return _FP_CACHE[key]
+    if _FP_CACHE and _FP_CACHE[0][0] is cap and _FP_CACHE[0][1] is model:
+        return _FP_CACHE[0][2]
     try:
         from .fingerprint import fingerprint
     except ImportError:
@@ -52,8 +51,7 @@ def fingerprint_slots(cap: Capture, model: Any = None) -> tuple[list[dict] | Non
     found = [Finding(f"data_{f.kind}", "error" if f.kind in DATA_ERROR_KINDS else "warn",
                      f"training data: {f.message}", {"slots": list(f.slots), "source": "fingerprint"})
              for f in fp.findings]
-    _FP_CACHE.clear()  # keep one entry: captures are large and short-lived
-    _FP_CACHE[key] = (slots, found)
+    _FP_CACHE[:] = [(cap, model, (slots, found))]  # one entry: captures are large and short-lived
     return slots, found
 
 
