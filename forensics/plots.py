@@ -367,12 +367,12 @@ def _num_layers(fp: Any) -> int | None:
     return None
 
 
-def _post_x(L: int) -> float:
+def _post_x(L: float) -> float:
     """Where ``final_post`` sits on the r axis: past L, with a gap so the tick labels do not collide."""
-    return L + max(1.5, 0.1 * L)
+    return L + (max(1.5, 0.1 * L) if L > 1 else 0.15)
 
 
-def _r_x(r: Any, L: int) -> float | None:
+def _r_x(r: Any, L: float) -> float | None:
     if r is None:
         return None
     if r == FINAL_POST:
@@ -387,18 +387,26 @@ def depth_ladder(fingerprint: Any, title: str | None = None) -> Figure:
     """Each slot placed on the r axis at its estimated depth (marker size/opacity = confidence).
 
     Rows follow ``Fingerprint.depth_order`` (shallowest at the top). Filled dot = ``r_exact`` when known,
-    else ``r_estimate``; hollow square = the r the file declares, when it declares one.
+    else ``r_estimate``; hollow square = the r the file declares, when it declares one. When the model's
+    L is unknown (no ``num_layers`` anywhere), the axis is the relative depth 0–1 (``depth_fraction``).
     """
     slots = list(fingerprint.slots)
     labels = slot_labels(fingerprint)
     stats = fingerprint.stats
     colors = slot_colors(len(slots))
     order = list(getattr(fingerprint, "depth_order", None) or range(len(slots)))
+    L: float | None = _num_layers(fingerprint)
+    declared = [s.declared_r for s in stats.slots]
     rs = [getattr(sf, "r_exact", None) if getattr(sf, "r_exact", None) is not None else getattr(sf, "r_estimate", None)
           for sf in slots]
-    declared = [s.declared_r for s in stats.slots]
-    known = [v for v in (rs + declared) if isinstance(v, (int, float, np.integer, np.floating))]
-    L = _num_layers(fingerprint) or int(math.ceil(max(known, default=1)))
+    if L is None and any(isinstance(r, int) and r > 1 for r in rs + declared):
+        L = int(math.ceil(max(r for r in rs + declared if isinstance(r, (int, float)))))
+    relative = L is None
+    if relative:  # r_estimate is then a fraction; declared r cannot be placed on a 0–1 axis
+        L = 1.0
+        rs = [r if r == FINAL_POST else (getattr(sf, "depth_fraction", None) if getattr(sf, "depth_fraction", None)
+                                         is not None else r) for r, sf in zip(rs, slots, strict=True)]
+        declared = [None] * len(slots)
     fig = _figure(height=max(2.4, 0.5 * len(slots) + 1.3))
     ax = fig.add_subplot()
     declared_drawn = False
@@ -419,12 +427,17 @@ def depth_ladder(fingerprint: Any, title: str | None = None) -> Figure:
             declared_drawn = True
     ax.set_yticks(range(len(order)), [labels[i] for i in order], fontsize=8)
     ax.set_ylim(len(order) - 0.4, -0.9)
-    ticks = sorted({0, L // 4, L // 2, (3 * L) // 4, L})
     px = _post_x(L)
-    ax.set_xticks(ticks + [px], [r_label(t) for t in ticks] + ["post"], fontsize=8)
-    ax.set_xlim(-0.06 * px - 0.5, px * 1.08 + 0.5)
-    ax.axvspan((L + px) / 2, px * 1.08 + 0.5, color="#dddddd", alpha=0.5, lw=0)
-    ax.set_xlabel(f"r (0 = embedding output, k = output of block k, L = {L}; post = after final norm)")
+    if relative:
+        ax.set_xticks([0, 0.25, 0.5, 0.75, 1.0, px], ["embed", "¼", "½", "¾", "last", "post"], fontsize=8)
+        ax.set_xlim(-0.08, px + 0.1)
+        ax.set_xlabel("relative depth (0 = embedding output, 1 = last block; L unknown: pass num_layers)")
+    else:
+        ticks = sorted({0, int(L) // 4, int(L) // 2, (3 * int(L)) // 4, int(L)})
+        ax.set_xticks(ticks + [px], [r_label(t) for t in ticks] + ["post"], fontsize=8)
+        ax.set_xlim(-0.06 * px - 0.5, px * 1.08 + 0.5)
+        ax.set_xlabel(f"r (0 = embedding output, k = output of block k, L = {int(L)}; post = after final norm)")
+    ax.axvspan((L + px) / 2, ax.get_xlim()[1], color="#dddddd", alpha=0.5, lw=0)
     ax.grid(axis="x", alpha=0.3)
     handles, _ = ax.get_legend_handles_labels()
     if handles:
@@ -433,44 +446,9 @@ def depth_ladder(fingerprint: Any, title: str | None = None) -> Figure:
     return fig
 
 
-# -------------------------------------------------------------------------------------- audit / scan
-def _slice_field(s: Any, key: str) -> Any:
-    return s.get(key) if isinstance(s, dict) else getattr(s, key, None)
+# Audit and dataset-scan figures live in plots_dataset (module size); re-exported here as one namespace.
+from .plots_dataset import audit_slices, scan_file_medians, scan_norms  # noqa: E402
 
-
-def audit_slices(audit: Any, title: str | None = None) -> Figure:
-    """The audit's fc slice diagram: per input slice of the draft's fc, trained r (top) vs served r (bottom).
-
-    Green = same r, vermillion = mismatch, grey = cannot tell. Reads ``AuditResult.slices`` only.
-    """
-    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
-
-    slices = list(getattr(audit, "slices", []) or [])
-    fig = _figure(height=2.6)
-    ax = fig.add_subplot()
-    ax.set_axis_off()
-    verdict = getattr(audit, "verdict", "?")
-    ax.set_title(title or f"EAGLE-3 fc input slices: trained vs served — verdict: {verdict}", fontsize=10)
-    if not slices:
-        ax.text(0.5, 0.5, "no slice information (the audit could not map fc slices)", ha="center", va="center",
-                transform=ax.transAxes, color="#555555")
-        return fig
-    n = len(slices)
-    ax.set_xlim(-1.6, n)
-    ax.set_ylim(-0.2, 2.3)
-    ax.text(-1.5, 1.75, "trained", fontsize=9, va="center", weight="bold")
-    ax.text(-1.5, 0.35, "served", fontsize=9, va="center", weight="bold")
-    for j, s in enumerate(slices):
-        tr, sv, ok = _slice_field(s, "trained_r"), _slice_field(s, "served_r"), _slice_field(s, "ok")
-        color = UNKNOWN_COLOR if ok is None else (OK_COLOR if ok else BAD_COLOR)
-        for y, r in ((1.5, tr), (0.1, sv)):
-            ax.add_patch(FancyBboxPatch((j + 0.1, y), 0.8, 0.5, boxstyle="round,pad=0.02", facecolor=color,
-                                        alpha=0.25, edgecolor=color, lw=1.5, gid=f"slice-{j}-{'t' if y > 1 else 's'}"))
-            ax.text(j + 0.5, y + 0.25, r_label(r) if r is not None else "?", ha="center", va="center", fontsize=10,
-                    weight="bold")
-        ax.add_patch(FancyArrowPatch((j + 0.5, 1.48), (j + 0.5, 0.64), arrowstyle="-|>", mutation_scale=10,
-                                     color=color, lw=1.2))
-        name = _slice_field(s, "slice")
-        ax.text(j + 0.55, 1.06, ("✓" if ok else ("✗" if ok is not None else "?")) + f" {name}", ha="left",
-                va="center", fontsize=7, color="#333333")
-    return fig
+__all__ = ["norm_distributions", "norm_by_position", "massive_dims", "similarity_heatmap", "depth_ladder",
+           "audit_slices", "scan_norms", "scan_file_medians", "slot_labels", "slot_colors", "figure_to_png_bytes",
+           "figure_to_html", "OKABE_ITO"]

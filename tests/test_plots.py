@@ -175,3 +175,43 @@ def test_real_capture_plots():
         fp = forensics.fingerprint(V1)
         for f in (hp.depth_ladder(fp), hp.similarity_heatmap(fp), hp.norm_by_position(fp)):
             assert len(hp.figure_to_png_bytes(f)) > 1000
+
+
+def test_depth_ladder_relative_when_L_unknown(stats):
+    st = NS(slots=stats.slots, capture=NS(path=stats.capture.path, num_layers=None))
+    for s in st.slots:
+        assert s.declared_r is not None  # declared r exists but cannot be placed on a 0–1 axis
+    fp = NS(stats=NS(slots=[NS(**{**s.__dict__, "declared_r": None}) for s in st.slots], capture=st.capture),
+            capture=st.capture, num_layers=None, similarity=np.zeros((4, 4)), depth_order=[0, 1, 2, 3],
+            slots=[NS(label=None, role=r, confidence=0.7, r_estimate=f, depth_fraction=f, r_exact=None)
+                   for r, f in (("embedding", 0), ("early", 0.125), ("middle", 0.375), ("late", 0.875))])
+    fig = hp.depth_ladder(fp)
+    assert [_coll(fig, f"ladder-{i}").get_offsets()[0][0] for i in range(4)] == [0, 0.125, 0.375, 0.875]
+    assert "relative depth" in fig.axes[0].get_xlabel()
+
+
+def _scan_result():
+    slots = [{"index": i, "name": f"hidden_states[{i}]", "label": lab, "files": 3, "tokens": 30, "p05": m * 0.8,
+              "p25": m * 0.9, "median": m, "p75": m * 1.1, "p95": m * 1.3, "max": m * 10}
+             for i, (lab, m) in enumerate((("embed", 1.0), ("L3", 40.0), ("L16", 150.0)))]
+    rows = [{"path": f"/d/data_{j}.pt", "format": "speculators-v1", "error": None,
+             "slots": [{"norm": {"median": m * (1 + j / 10)}} for m in (1.0, 40.0, 150.0)]} for j in range(3)]
+    return NS(summary={"groups": {"speculators-v1": {"files": 3, "slots": slots}}}, rows=rows,
+              anomalies=[{"file": "/d/data_2.pt", "kind": "reordered", "message": "x"}])
+
+
+def test_scan_norms_draws_the_summary_quantiles():
+    res = _scan_result()
+    fig = hp.scan_norms(res)
+    ax = fig.axes[0]
+    assert ax.get_yscale() == "log" and [t.get_text() for t in ax.get_xticklabels()] == ["0: embed", "1: L3", "2: L16"]
+    assert _coll(fig, "scan-max").get_offsets()[:, 1].tolist() == [10.0, 400.0, 1500.0]
+    assert [_coll(fig, f"scan-median-{i}").get_ydata()[0] for i in range(3)] == [1.0, 40.0, 150.0]
+    assert "3 files" in ax.get_title()
+
+
+def test_scan_file_medians_marks_anomalous_files():
+    res = _scan_result()
+    fig = hp.scan_file_medians(res)
+    np.testing.assert_allclose(_coll(fig, "scan-medians-1").get_ydata(), [40.0, 44.0, 48.0])
+    assert _coll(fig, "scan-anomalies").get_offsets()[:, 0].tolist() == [2]
