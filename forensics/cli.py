@@ -2,7 +2,8 @@
 ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``; modules are imported only when their
 command runs, so ``hsf --help`` stays instant (no torch import).
 
-Exit codes: 0 ok, 1 a verdict of mismatch (audit), 2 unreadable input or bad arguments.
+Exit codes: 0 ok, 1 a verdict of mismatch (audit) or contradicting findings (fingerprint), 2 unreadable
+input or bad arguments, 3 cannot tell (audit).
 """
 
 from __future__ import annotations
