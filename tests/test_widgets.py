@@ -127,3 +127,18 @@ def test_real_sample_with_tokenizer(tmp_path):
     # the browser over a copy without the tokenizer still works (ids only)
     shutil.copy(V1, tmp_path / "data_0.pt")
     assert "no tokenizer found" in shown(SampleBrowser(str(tmp_path)))
+
+
+@pytest.mark.skipif(not os.path.exists(V1), reason="sample_data not present")
+def test_fingerprint_verdict_shown_for_a_shuffled_real_file(tmp_path):
+    import torch
+
+    obj = torch.load(V1, weights_only=True)
+    obj["hidden_states"] = [obj["hidden_states"][i] for i in (2, 0, 3, 1)]
+    torch.save(obj, tmp_path / "data_0.pt")
+    shutil.copy(os.path.join(SAMPLE, "speculators_v1", "capture.json"), tmp_path / "capture.json")
+    b = SampleBrowser(str(tmp_path), layers=[0, 3, 16, 28], tokenizer=None)
+    out = shown(b)
+    assert "reordered" in out and "0: L16, 1: embed, 2: L28, 3: L3" in out
+    assert [lab for lab, _ in b.slots.options] == ["0: L16 (decl. embed)", "1: embed (decl. L3)",
+                                                   "2: L28 (decl. L16)", "3: L3 (decl. L28)"]
