@@ -218,8 +218,14 @@ def build_verdicts(files: list[FileResult], audit_res) -> dict:
     hidden = len(rows) - len(shown)
     audit = None
     if audit_res is not None:
-        audit = {"verdict": audit_res.verdict, "reason": getattr(audit_res, "reason", ""),
-                 "fix": getattr(audit_res, "fix", None) or {}}
+        fix = dict(getattr(audit_res, "fix", None) or {})
+        problems = [{"kind": x.kind, "message": x.message, "cls": SEVERITY.get(getattr(x, "severity", ""), "warn")}
+                    for x in getattr(audit_res, "findings", []) or [] if getattr(x, "severity", "") != "info"]
+        audit = {"verdict": audit_res.verdict, "reason": getattr(audit_res, "reason", ""), "fix": fix,
+                 "slices": [{"slice": sl.get("slice"), "trained": _label(sl.get("trained_r")) or "—",
+                             "served": _label(sl.get("served_r")) or "—", "ok": bool(sl.get("ok"))}
+                            for sl in getattr(audit_res, "slices", []) or []],
+                 "problems": problems}
     overall = worst([r["verdict"] for r in rows] +
                     ([{"match": "pass", "mismatch": "fail"}.get(audit["verdict"], "warn")] if audit else []))
     return {"rows": [r for r in rows if r in shown], "hidden": hidden, "counts": counts, "audit": audit,

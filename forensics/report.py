@@ -196,7 +196,7 @@ def report(paths, layers=None, model=None, draft=None, engine=None, engine_versi
                                      target_config=target_config, served=served)
             except Exception as e:  # noqa: BLE001
                 errors.append({"where": "audit", "message": _error_text(e)})
-    if draft is not None and paths:
+    if draft is not None and paths and _has_weights(draft):
         probe_fn = _optional("forensics.draft", "probe")
         if probe_fn is not None:
             try:
@@ -248,6 +248,13 @@ def report(paths, layers=None, model=None, draft=None, engine=None, engine_versi
     }
     argv = _argv(paths, layers, model, draft, engine, engine_version, trainer, target_config, served, title)
     return Report(context=context, argv=argv)
+
+
+def _has_weights(draft) -> bool:
+    """A draft folder with weights can be probed; a bare config.json can only be audited."""
+    d = os.fspath(draft)
+    d = d if os.path.isdir(d) else os.path.dirname(d)
+    return any(os.path.isfile(os.path.join(d, n)) for n in ("model.safetensors", "pytorch_model.bin"))
 
 
 def _fragment(obj: Any) -> str | None:

@@ -230,3 +230,55 @@ def test_real_sample_data_report(real):
     # the chat template's first token is SmolLM2's <|im_start|>: token text is known and rendered escaped
     assert "&lt;|im_start|&gt;" in html and "<|im_start|>" not in html
     assert 'class="fig"' in html or "figure unavailable" in html
+
+
+def _verdict_rows(html: str) -> list[list[str]]:
+    m = re.search(r'<section id="verdicts">.*?</section>', html, re.S)
+    return [r for r in parse(m.group(0)).rows if len(r) == 9 and r[0].isdigit()]
+
+
+def test_shuffled_real_capture_fails_with_the_right_labels(sample_data, tmp_path):
+    """The seed's check on real data: slots L3 and L16 swapped in the file ⇒ both fail, labelled by depth."""
+    d = tmp_path / "shuffled"
+    d.mkdir()
+    for side in ("data_config.json", "capture.json"):
+        shutil.copy(sample_data / "speculators_v1" / side, d / side)
+    doc = torch.load(sample_data / "speculators_v1" / "data_0.pt", weights_only=True)
+    hs = doc["hidden_states"]
+    doc["hidden_states"] = [hs[0], hs[2], hs[1], hs[3]]
+    torch.save(doc, d / "data_0.pt")
+    rep = report(str(d))
+    rows = _verdict_rows(rep.html)
+    got = {int(r[0]): (r[2], r[3], r[7].lower()) for r in rows}
+    assert got[0] == ("embed", "embed", "pass") and got[3] == ("L28", "L28", "pass")
+    assert got[1] == ("L3", "L16", "fail") and got[2] == ("L16", "L3", "fail")
+    assert rep.counts["fail"] == 2 and rep.context["overall"] == "fail"
+    assert "reordered" in rep.html
+
+
+def test_audit_verdict_and_fix_in_the_verdict_block(sample_data, tmp_path):
+    """The Kimi case at SmolLM2 scale: SGLang (pre-#25454) ids [2, 15, 27] serve L3, L16, L28 to a draft trained
+    on embed, L3, L16 ⇒ mismatch, fix [-1, 2, 15] nested (values worked out from eagle3-conventions.md)."""
+    from test_draft_config import make_draft, sglang_config
+
+    draft = make_draft(tmp_path / "draft", sglang_config([2, 15, 27], 576, V=49152, Vd=8192), H=576, weights=False)
+    target = tmp_path / "target.json"
+    target.write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+                                  "num_hidden_layers": 30, "hidden_size": 576, "vocab_size": 49152}))
+    out = tmp_path / "audit.html"
+    cmd = [sys.executable, "-m", "forensics.cli", "report", str(sample_data / "speculators_v1"), "--draft", draft,
+           "--engine", "sglang", "--engine-version", "pre-25454", "--target-config", str(target), "-o", str(out),
+           "--json"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["audit"] == "mismatch" and doc["overall"] == "fail"
+    html = out.read_text(encoding="utf-8")
+    block = re.search(r'<section id="verdicts">.*?</section>', html, re.S).group(0)
+    assert "Wiring audit: mismatch" in block and "[-1, 2, 15]" in block
+    assert "eagle_config.eagle_aux_hidden_state_layer_ids" in block
+    slices = [r for r in check_rows(html, "wiring audit") if r[1] == "trained r vs served r"]
+    assert [r[2] for r in slices] == ["0 vs 3", "3 vs 16", "16 vs 28"]
+    assert all(r[4].lower().startswith("fail") for r in slices)
+    assert 'id="errors"' not in html  # a config-only draft is audited, not probed
+    assert_offline(html)
