@@ -25,7 +25,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -64,11 +63,12 @@ class Draft:
     fc_norm: bool = False
     declared_ids: list | None = None
     declared_ids_key: str | None = None
-    trainer: str = "speculators"
+    trainer: str = "speculators"  # config style (draft_config.read_draft): speculators|sglang|vllm|eagle
     verifier: str | None = None
+    problems: list = field(default_factory=list)  # d2t/t2d check findings (draft_config.check_vocab_maps)
 
     @property
-    def embed(self) -> "torch.Tensor | None":
+    def embed(self) -> torch.Tensor | None:
         """The verifier embedding when the checkpoint ships a real one (not zeros/NaN), else None."""
         import torch
 
@@ -77,7 +77,7 @@ class Draft:
             return None
         return w
 
-    def target_ids(self) -> "torch.Tensor":
+    def target_ids(self) -> torch.Tensor:
         """Verifier token id of every draft index: ``i + d2t[i]`` (identity without ``d2t``)."""
         import torch
 
@@ -85,8 +85,8 @@ class Draft:
         d2t = self.weights.get("d2t")
         return base if d2t is None else base + d2t.long()
 
-    def forward(self, fused: "torch.Tensor", embeds: "torch.Tensor", positions: "torch.Tensor | None" = None,
-                dtype: Any = None) -> "torch.Tensor":
+    def forward(self, fused: torch.Tensor, embeds: torch.Tensor, positions: torch.Tensor | None = None,
+                dtype: Any = None) -> torch.Tensor:
         """Step-0 draft logits ``[T, Vd]`` from fused aux states ``[T, k·H]`` and token embeddings ``[T, H]``.
 
         Row ``t`` pairs the fused state at capture position ``t`` with the embedding of token ``t+1``
@@ -107,7 +107,7 @@ class Draft:
                 "target_vocab_size": self.target_vocab_size, "num_layers": self.num_layers,
                 "declared_ids": self.declared_ids, "declared_ids_key": self.declared_ids_key,
                 "norm_before_residual": self.norm_before_residual, "has_embed": self.embed is not None,
-                "verifier": self.verifier}
+                "verifier": self.verifier, "problems": list(self.problems)}
 
 
 def canonical_name(name: str) -> str:
@@ -171,25 +171,22 @@ def load_draft(path: str | os.PathLike) -> Draft:
     Raises ForensicsError naming the file and the expected vs found shape when the checkpoint is not an
     EAGLE-3 draft (no ``fc.weight`` / first layer taking ``cat([embeds, hidden])``).
     """
+    from .draft_config import read_draft  # config-level facts: style, where the ids sit, verifier
+
     folder = os.fspath(path)
     if os.path.isfile(folder):
         folder = os.path.dirname(folder) or "."
-    cfg_path = os.path.join(folder, "config.json")
-    if not os.path.isfile(cfg_path):
+    info = read_draft(folder, read_vocab_maps=True)
+    if info.config_path is None:
         raise ForensicsError("no config.json in the draft folder", path=folder)
-    try:
-        with open(cfg_path) as f:
-            cfg = json.load(f)
-    except (OSError, ValueError) as e:
-        raise ForensicsError(f"cannot parse config.json: {e}", path=cfg_path) from None
+    cfg = info.config
     w, scheme = _read_weights(folder)
     for need in ("fc.weight", "layers.0.self_attn.q_proj.weight", "lm_head.weight", "norm.weight"):
         if need not in w:
             raise ForensicsError(f"not an EAGLE-3 draft: tensor {need!r} (or its midlayer.* name) is missing; "
                                  f"found {sorted(w)[:8]}…", path=folder)
 
-    speculators = cfg.get("speculators_model_type") == "eagle3" or "transformer_layer_config" in cfg
-    tl = _nested(cfg, "transformer_layer_config") if speculators else cfg
+    tl = _nested(cfg, "transformer_layer_config") if info.style == "speculators" else cfg
     H = int(w["fc.weight"].shape[0])
     fc_in = int(w["fc.weight"].shape[1])
     if fc_in % H:
@@ -203,18 +200,15 @@ def load_draft(path: str | os.PathLike) -> Draft:
     heads = int(tl.get("num_attention_heads") or 0)
     head_dim = int(tl.get("head_dim") or 0) or (q_out // heads if heads else 0)
     if not head_dim:
-        raise ForensicsError("config has neither head_dim nor num_attention_heads", path=cfg_path)
+        raise ForensicsError("config has neither head_dim nor num_attention_heads", path=info.config_path)
     heads = q_out // head_dim
 
-    # where the layer ids sit: top-level (speculators / vLLM, §2.4 / §4.3) or nested (SGLang, §3.3)
-    ids, key = None, None
-    if cfg.get("eagle_aux_hidden_state_layer_ids") is not None:
-        ids, key = cfg["eagle_aux_hidden_state_layer_ids"], "eagle_aux_hidden_state_layer_ids"
-    elif _nested(cfg, "eagle_config").get("eagle_aux_hidden_state_layer_ids") is not None:
-        ids, key = cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"], \
-            "eagle_config.eagle_aux_hidden_state_layer_ids"
-    verifier = (_nested(_nested(cfg, "speculators_config"), "verifier").get("name_or_path")
-                if speculators else None)
+    # top-level ids (speculators / vLLM, §2.4 / §4.3) or nested ids (SGLang, §3.3)
+    ids, key = (info.ids_top, "eagle_aux_hidden_state_layer_ids") if info.style in ("speculators", "vllm") \
+        else (info.ids_nested, "eagle_config.eagle_aux_hidden_state_layer_ids")
+    if ids is None and (info.ids_top or info.ids_nested):
+        ids, key = (info.ids_top, "eagle_aux_hidden_state_layer_ids") if info.ids_top is not None else \
+            (info.ids_nested, "eagle_config.eagle_aux_hidden_state_layer_ids")
     n_layers = 1 + max([int(k.split(".")[1]) for k in w if k.startswith("layers.")] + [0])
     t2d = w.get("t2d")
     return Draft(
@@ -227,19 +221,20 @@ def load_draft(path: str | os.PathLike) -> Draft:
         # (§4.3), but a speculators config written by pydantic always carries the key.
         norm_before_residual=bool(cfg.get("norm_before_residual", False)),
         norm_before_fc=bool(cfg.get("norm_before_fc", False)), fc_norm=bool(cfg.get("fc_norm", False)),
-        declared_ids=list(ids) if ids is not None else None, declared_ids_key=key,
-        trainer="speculators" if speculators else ("specforge/sglang/eagle"), verifier=verifier)
+        declared_ids=list(ids) if ids is not None else None, declared_ids_key=key if ids is not None else None,
+        trainer=info.style, verifier=info.verifier,
+        problems=list(info.vocab.problems) if info.vocab else [])
 
 
 # ---------------------------------------------------------------- forward (plain torch) --
 
-def _rms(x: "torch.Tensor", w: "torch.Tensor", eps: float) -> "torch.Tensor":
+def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     import torch
 
     return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
 
 
-def rope_inv_freq(d: Draft, dtype: Any = None) -> tuple["torch.Tensor", float]:
+def rope_inv_freq(d: Draft, dtype: Any = None) -> tuple[torch.Tensor, float]:
     """``(inv_freq, attention_scaling)`` for the draft's RoPE (default and llama3 types built in;
     other types through transformers' ``ROPE_INIT_FUNCTIONS``)."""
     import torch
@@ -273,7 +268,7 @@ def rope_inv_freq(d: Draft, dtype: Any = None) -> tuple["torch.Tensor", float]:
         raise ForensicsError(f"unsupported RoPE type {kind!r} in the draft config ({e})", path=d.path) from None
 
 
-def _attention(d: Draft, prefix: str, x: "torch.Tensor", cos, sin, dt) -> "torch.Tensor":
+def _attention(d: Draft, prefix: str, x: torch.Tensor, cos, sin, dt) -> torch.Tensor:
     import torch
 
     W = {k[len(prefix):]: v for k, v in d.weights.items() if k.startswith(prefix)}
@@ -308,7 +303,7 @@ def _attention(d: Draft, prefix: str, x: "torch.Tensor", cos, sin, dt) -> "torch
     return y + W["o_proj.bias"].to(dt) if "o_proj.bias" in W else y
 
 
-def _mlp(d: Draft, prefix: str, x: "torch.Tensor", dt) -> "torch.Tensor":
+def _mlp(d: Draft, prefix: str, x: torch.Tensor, dt) -> torch.Tensor:
     import torch
 
     g = x @ d.weights[f"{prefix}gate_proj.weight"].to(dt).T
@@ -316,8 +311,8 @@ def _mlp(d: Draft, prefix: str, x: "torch.Tensor", dt) -> "torch.Tensor":
     return (torch.nn.functional.silu(g) * u) @ d.weights[f"{prefix}down_proj.weight"].to(dt).T
 
 
-def draft_forward(d: Draft, fused: "torch.Tensor", embeds: "torch.Tensor", positions: "torch.Tensor | None" = None,
-                  dtype: Any = None) -> "torch.Tensor":
+def draft_forward(d: Draft, fused: torch.Tensor, embeds: torch.Tensor, positions: torch.Tensor | None = None,
+                  dtype: Any = None) -> torch.Tensor:
     """Step-0 logits ``[..., T, Vd]`` (see :meth:`Draft.forward`), computed in ``dtype`` (default fp32).
 
     Leading batch dimensions are allowed. No ``no_grad`` here: the training script differentiates it.

@@ -100,7 +100,7 @@ class ProbeResult:
         hdr = ["rank", "wiring", "top-1", "95% CI", f"top-{self.topk}", "n", "tags"]
         rows = [hdr] + self.table()
         widths = [max(len(r[i]) for r in rows) for i in range(len(hdr))]
-        lines = [head] + ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+        lines = [head] + ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
         if self.best:
             lines.append(f"best: {self.best['label']} (r = {self.best['wiring']})")
         for eng, plan in (self.ids_per_engine or {}).items():
@@ -157,7 +157,8 @@ def _declared_r(d: Draft, L: int | None) -> tuple[list | None, str]:
         return None, "no L"
     if d.declared_ids is None:
         return cv.default_r(L), "engine default (no ids in the draft config)"
-    system = "speculators" if d.trainer == "speculators" else "sglang"
+    # speculators / vLLM configs: r = id; SGLang / SpecForge nested ids: r = id + 1 (sglang before #25454)
+    system = "speculators" if d.trainer in ("speculators", "vllm") else "sglang"
     try:
         rs = cv.to_r(system, d.declared_ids, L, version="pre-25454" if system == "sglang" else None)
     except ForensicsError:

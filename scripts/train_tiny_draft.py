@@ -109,7 +109,6 @@ def draft_config(mcfg, args, wiring: list[int]) -> dict:
                      rope_parameters=dict(mcfg.rope_parameters), bos_token_id=mcfg.bos_token_id,
                      eos_token_id=mcfg.eos_token_id, pad_token_id=mcfg.pad_token_id, tie_word_embeddings=False)
     tl_dict = tl.to_diff_dict()
-    tl_dict["architectures"] = ["LlamaForCausalLM"]
     return {
         "architectures": ["Eagle3DraftModel"],
         "auto_map": {"": "config.Eagle3SpeculatorConfig"},
