@@ -33,6 +33,7 @@ SINK_FADED_RATIO = 0.8  # token-0 norm < this × median ⇒ sink faded/inverted 
 POSTNORM_NORM_DROP = 0.3  # tight + sinkless slot with median ≤ this × the largest layer median ⇒ post-norm
 DUPLICATE_SLOT_DISTANCE = 1e-4  # masked angular distance below this (and equal norms) ⇒ duplicate capture
 W_NORM, W_LATE, W_FADED = 1.0, 1.5, 1.0  # votes on the direction of the depth chain
+SMALL_CAPTURE_ELEMENTS = 4_000_000  # at or below: compute on one thread (measured 13× faster under load)
 BANDS = ((1 / 3, "early"), (2 / 3, "middle"), (1.01, "late"))  # rank fraction among layer slots → role
 
 
@@ -204,15 +205,27 @@ def fingerprint(capture: Capture | str | os.PathLike, layers: Any = None, model:
         >>> [s.label for s in fp.slots]                               # doctest: +SKIP
         ['embed', 'L3', 'L16', 'L28']
     """
-
-    from .depth import angular_distances, duplicate_rows, normalizes
-
     if not isinstance(capture, Capture):
         from .formats import load
 
         capture = load(capture)
     if not capture.slots:
         raise ForensicsError("capture has no slots to fingerprint", path=capture.path)
+    import torch
+
+    small = sum(s.shape[0] * s.shape[1] for s in capture.slots) <= SMALL_CAPTURE_ELEMENTS
+    threads = torch.get_num_threads()
+    if small and model is None:
+        torch.set_num_threads(1)  # tiny tensors: thread hand-offs cost 10× the work on a busy machine
+    try:
+        return _fingerprint(capture, layers, model, num_layers)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | None) -> Fingerprint:
+    from .depth import angular_distances, duplicate_rows, normalizes
+
     st = summarize(capture)
     k = len(capture.slots)
     tensors = [s.tensor() for s in capture.slots]

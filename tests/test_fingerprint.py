@@ -1,0 +1,307 @@
+"""Fingerprint from the data alone: proofs on the real SmolLM2 captures, plus unit checks of each signal.
+
+Ground truth comes from ``sample_data/*/capture.json`` (the r every slot was captured at), never from a
+previous run of the fingerprint. Accuracy floors are set from measurement (see README / report).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import random
+
+import numpy as np
+import pytest
+import torch
+
+import forensics
+from forensics.capture import FINAL_POST, Capture, Provenance, Slot, r_label
+from forensics.fingerprint import DUP_GROUP_FRACTION, fingerprint, parse_expected
+
+SUBSETS = 200  # random 4-slot subsets of the ladder (half with the embedding)
+# measured on sample_data/ladder (see test output): 100 % embedding found, ≥ 99 % depth order; floors
+# leave one or two misses of slack for other torch builds / CPUs
+EMBED_FLOOR = 0.99
+ORDER_FLOOR = 0.97
+
+
+def _key(r):
+    return math.inf if r == FINAL_POST else r
+
+
+def _sub(cap: Capture, idx: list[int], keep_declared: bool = False) -> Capture:
+    """A capture made of some of ``cap``'s slots, in the given order (tensors shared, not copied)."""
+    slots = [dataclasses.replace(cap.slots[i], index=j, declared_r=cap.slots[i].declared_r if keep_declared else None)
+             for j, i in enumerate(idx)]
+    return Capture(slots=slots, input_ids=cap.input_ids, loss_mask=cap.loss_mask, provenance=cap.provenance, meta={})
+
+
+def _mem_capture(tensors: list, ids=None, names=None) -> Capture:
+    slots = [Slot(index=i, name=(names[i] if names else f"s{i}"), key="x", shape=tuple(t.shape), dtype=t.dtype,
+                  getter=(lambda t=t: t)) for i, t in enumerate(tensors)]
+    return Capture(slots=slots, input_ids=ids, loss_mask=None,
+                   provenance=Provenance(path="<memory>", format="generic", size_bytes=0))
+
+
+@pytest.fixture(scope="session")
+def ladder(sample_data):
+    cap = forensics.load(sample_data / "ladder" / "capture_0.safetensors")
+    assert [s.declared_r for s in cap.slots] == list(range(31)) + [FINAL_POST]
+    return cap
+
+
+# ------------------------------------------------------------------------------------ real captures
+def test_ladder_subsets_embedding_and_depth_order(ladder):
+    """Many shuffled 4-slot subsets of the real ladder: embedding found and depth order recovered."""
+    rng = random.Random(1234)
+    rs = [s.declared_r for s in ladder.slots]
+    embed_ok = order_ok = 0
+    misses = []
+    for n in range(SUBSETS):
+        with_embed = n % 2 == 0
+        pick = rng.sample(range(1, len(rs)), 3 if with_embed else 4) + ([0] if with_embed else [])
+        rng.shuffle(pick)
+        fp = fingerprint(_sub(ladder, pick))
+        truth = sorted(range(4), key=lambda j: _key(rs[pick[j]]))
+        e = [s.role == "embedding" for s in fp.slots] == [rs[p] == 0 for p in pick]
+        o = fp.depth_order == truth
+        embed_ok += e
+        order_ok += o
+        if not (e and o):
+            misses.append(([r_label(rs[p]) for p in pick], [r_label(rs[pick[j]]) for j in fp.depth_order]))
+    print(f"\nladder subsets: embedding {embed_ok}/{SUBSETS}, depth order {order_ok}/{SUBSETS}; misses {misses}")
+    assert embed_ok / SUBSETS >= EMBED_FLOOR
+    assert order_ok / SUBSETS >= ORDER_FLOOR
+
+
+def test_full_ladder_order_and_final_norm_pair(ladder):
+    """All 32 real states: the order is recovered exactly; r=L and final_post found by B = RMSNorm(A)."""
+    fp = fingerprint(_sub(ladder, list(range(32))))
+    assert fp.depth_order == list(range(32))
+    assert fp.slots[0].role == "embedding"
+    assert fp.slots[30].role == "final_prenorm"
+    assert fp.slots[31].role == "final_postnorm"
+    assert [s.depth_rank for s in fp.slots] == list(range(32))
+    assert fp.similarity.shape == (32, 32) and np.allclose(fp.similarity, fp.similarity.T)
+
+
+@pytest.mark.parametrize("i", range(5))
+def test_speculators_v1_seed_case_labelled(sample_data, i):
+    """The seed's case scaled to L=30: [embed, L3, L16, L28], roles embedding/early/middle/late."""
+    path = sample_data / "speculators_v1" / f"data_{i}.pt"
+    fp = fingerprint(path)  # expected list = the r the capture declares (capture.json)
+    assert fp.expected == [0, 3, 16, 28] and fp.num_layers == 30
+    assert [s.role for s in fp.slots] == ["embedding", "early", "middle", "late"]
+    assert fp.labels == ["embed", "L3", "L16", "L28"]
+    assert fp.depth_order == [0, 1, 2, 3]
+    assert fp.findings == []
+    assert fingerprint(path, layers="embed,L3,L16,L28").labels == ["embed", "L3", "L16", "L28"]
+
+
+def test_speculators_v1_shuffled_copy_flagged_reordered(sample_data, tmp_path):
+    src = torch.load(sample_data / "speculators_v1" / "data_2.pt", weights_only=True)
+    perm = [2, 0, 3, 1]  # stored slot j holds true slot perm[j]
+    truth = [[0, 3, 16, 28][p] for p in perm]
+    shuffled = dict(src, hidden_states=[src["hidden_states"][p].clone() for p in perm])
+    path = tmp_path / "data_0.pt"
+    torch.save(shuffled, path)
+    fp = fingerprint(path, layers=[0, 3, 16, 28])
+    assert fp.labels == [r_label(r) for r in truth]  # ['L16', 'embed', 'L28', 'L3']
+    assert [s.role for s in fp.slots] == ["middle", "embedding", "late", "early"]
+    kinds = [f.kind for f in fp.findings]
+    assert kinds == ["reordered"]
+    assert "L16, embed, L28, L3" in fp.findings[0].message
+
+    from forensics.cli import main
+
+    assert main(["fingerprint", str(path), "--layers", "0,3,16,28"]) == 1
+
+
+def test_specforge_final_post_and_speculators_current(sample_data):
+    sf = fingerprint(sample_data / "specforge" / "rows_0-2000" / "data_0.ckpt")
+    assert sf.expected == [2, 15, 27, FINAL_POST]
+    assert sf.slots[3].role == "final_postnorm"
+    assert sf.labels == ["L2", "L15", "L27", "final_post"] and sf.findings == []
+    sp = fingerprint(sample_data / "speculators" / "hidden_states" / "hs_0.safetensors")
+    assert sp.labels == ["L2", "L15", "L27", "L30"] and sp.findings == []
+    assert sp.depth_order == [0, 1, 2, 3]
+
+
+def test_postnorm_where_prenorm_expected(sample_data):
+    """The HF-vs-vLLM last-layer confusion: a post-norm tensor where r = L (pre-norm) is expected."""
+    fp = fingerprint(sample_data / "specforge" / "rows_0-2000" / "data_0.ckpt", layers=[2, 15, 27, 30])
+    post = [f for f in fp.findings if f.kind == "postnorm"]
+    assert post and post[0].slots == [3]
+
+
+def test_missing_embedding_sglang_case(sample_data):
+    """Trained on [embed, L3, L16] but served [L3, L16, L28]: the embedding is missing."""
+    cap = forensics.load(sample_data / "speculators_v1" / "data_0.pt")
+    fp = fingerprint(_sub(cap, [1, 2, 3]), layers="embed,L3,L16")
+    kinds = {f.kind for f in fp.findings}
+    assert "missing_embedding" in kinds
+    assert "embedding" not in [s.role for s in fp.slots]
+    assert fp.labels == ["L3", "L16", None]
+
+
+def test_duplicate_capture(sample_data):
+    cap = forensics.load(sample_data / "speculators_v1" / "data_1.pt")
+    fp = fingerprint(_sub(cap, [0, 1, 2, 2]))
+    dup = [f for f in fp.findings if f.kind == "duplicate"]
+    assert dup and dup[0].slots == [2, 3]
+
+
+def test_kimi_shaped_synthetic_roles():
+    """SYNTHETIC Kimi-shaped sample (seed norms; not real data): embedding / early / middle / late."""
+    from forensics.synth import kimi_like
+
+    cap = kimi_like(seed=3, tokens=1281, hidden=512)
+    fp = fingerprint(cap, layers="embed,L3,L31,L59", num_layers=61)
+    assert [s.role for s in fp.slots] == ["embedding", "early", "middle", "late"]
+    assert fp.depth_order == [0, 1, 2, 3]
+    assert fp.labels == ["embed", "L3", "L31", "L59"] and fp.findings == []
+    # depth is not norm order: L59's median norm is below L31's, yet it is deepest
+    med = [s.norm_excl_sinks.median for s in fp.stats.slots]
+    assert med[3] < med[2]
+
+
+# ------------------------------------------------------------------------------ signals, unit level
+def test_duplicate_rows_match_bruteforce(sample_data):
+    from forensics.depth import duplicate_rows
+
+    cap = forensics.load(sample_data / "speculators_v1" / "data_3.pt")
+    ids = cap.input_ids
+    for slot in cap.slots:
+        h = slot.tensor()
+        groups = {}
+        for i, t in enumerate(ids.tolist()):
+            groups.setdefault(t, []).append(i)
+        rep = [g for g in groups.values() if len(g) > 1]
+        same = sum(all(torch.equal(h[g[0]], h[j]) for j in g[1:]) for g in rep)
+        d = duplicate_rows(h, ids)
+        assert (d["groups"], d["identical"]) == (len(rep), same)
+    assert duplicate_rows(cap.slots[0].tensor(), ids)["fraction"] >= DUP_GROUP_FRACTION
+
+
+def test_angular_distances_float64_reference():
+    from forensics.depth import angular_distances
+
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(40, 16, generator=g)
+    b = a + 0.5 * torch.randn(40, 16, generator=g)
+    c = torch.randn(40, 16, generator=g)
+    a[0, 3] = 1e4  # a sink token with a massive dim: dropped / masked
+    D, used = angular_distances([a, b, c], drop_tokens=[0], mask_dims=[3])
+    assert used == 39
+
+    def ref(x, y):
+        x = x[1:].double().numpy().copy()
+        y = y[1:].double().numpy().copy()
+        x[:, 3] = 0
+        y[:, 3] = 0
+        x -= x.mean(0)
+        y -= y.mean(0)
+        cos = (x * y).sum(1) / np.linalg.norm(x, axis=1) / np.linalg.norm(y, axis=1)
+        return float(np.mean(np.arccos(np.clip(cos, -1, 1))) / np.pi)
+
+    assert D[0, 1] == pytest.approx(ref(a, b), abs=1e-5)
+    assert D[1, 2] == pytest.approx(ref(b, c), abs=1e-5)
+    assert D[0, 1] < D[0, 2]
+
+
+def test_seriate_exact_and_heuristic_agree_on_a_line():
+    from forensics.depth import seriate
+
+    pos = np.array([0.0, 3.0, 1.0, 7.0, 4.5, 2.0, 9.0, 5.0, 8.0, 6.0, 10.0, 11.5])
+    D = np.abs(pos[:, None] - pos[None, :])
+    truth = list(np.argsort(pos))
+    for nodes in ([1, 3, 5, 7], list(range(12))):  # exact search, then NN + 2-opt
+        path, cost, runner = seriate(D, nodes)
+        want = [n for n in truth if n in nodes]
+        assert path in (want, want[::-1])
+        assert runner >= cost
+
+
+def test_normalizes_recovers_rmsnorm_with_unknown_gamma():
+    from forensics.depth import normalizes
+
+    g = torch.Generator().manual_seed(1)
+    h = torch.randn(64, 32, generator=g) * 30
+    gamma = torch.rand(32, generator=g) + 0.2
+    post = (gamma * h / h.pow(2).mean(-1, keepdim=True).sqrt()).to(torch.bfloat16)
+    assert normalizes(h, post)["residual"] < 0.01
+    assert normalizes(h, torch.randn(64, 32, generator=g))["residual"] > 0.5
+
+
+def test_absolute_position_embedding_still_found():
+    """GPT-2-style wte + wpe: no duplicate rows, but tiny context-free norms and no sink."""
+    g = torch.Generator().manual_seed(2)
+    T, H = 96, 64
+    ids = torch.randint(0, 20, (T,), generator=g)
+    wte, wpe = torch.randn(20, H, generator=g) * 0.1, torch.randn(T, H, generator=g) * 0.05
+    emb = wte[ids] + wpe
+    base = torch.randn(T, H, generator=g)
+    l1 = base * 10 + emb
+    l1[0] *= 30  # a sink
+    l2 = base * 12 + torch.randn(T, H, generator=g) * 6
+    l2[0] *= 25
+    fp = fingerprint(_mem_capture([l2, emb, l1], ids))
+    assert fp.slots[1].role == "embedding" and fp.slots[1].confidence < 0.9
+    dup = next(e for e in fp.slots[1].evidence if e.signal == "norm_level")
+    assert "absolute position" in dup.verdict
+    assert fp.depth_order[0] == 1
+
+
+def test_nonfinite_reported_and_rest_still_ordered(sample_data):
+    cap = forensics.load(sample_data / "speculators_v1" / "data_0.pt")
+    ts = [s.tensor().clone() for s in cap.slots]
+    ts[2][5, 7] = float("nan")
+    fp = fingerprint(_mem_capture(ts, cap.input_ids))
+    assert [f.kind for f in fp.findings] == ["nonfinite"] and fp.findings[0].slots == [2]
+    assert fp.depth_order == [0, 1, 2, 3]
+    json.dumps(fp.to_dict(), allow_nan=False)
+
+
+def test_parse_expected_forms():
+    assert parse_expected("embed,L3,L16,L28") == [0, 3, 16, 28]
+    assert parse_expected([0, "3", "final_post"]) == [0, 3, FINAL_POST]
+    assert parse_expected(None) is None
+    with pytest.raises(forensics.ForensicsError):
+        parse_expected("embed,Lx")
+
+
+# -------------------------------------------------------------------------------------- rendering
+def test_to_dict_extends_inspect_entry_and_html_is_escaped(sample_data):
+    from forensics.stats import summarize
+
+    path = sample_data / "speculators_v1" / "data_4.pt"
+    fp = fingerprint(path)
+    d = json.loads(json.dumps(fp.to_dict(), allow_nan=False))
+    base = summarize(path).to_dict()
+    assert set(base) <= set(d) and d["findings"] == []
+    for s, b in zip(d["slots"], base["slots"], strict=True):
+        assert {k: s[k] for k in b} == json.loads(json.dumps(b))
+        assert {"role", "confidence", "depth_rank", "r_estimate", "label", "evidence", "r_exact"} <= set(s)
+        assert all({"signal", "value", "threshold", "verdict"} == set(e) for e in s["evidence"])
+    assert [s["r_estimate"] for s in d["slots"]][0] == 0
+    cap = forensics.load(path)
+    cap.slots[1].name = "<script>alert(1)</script>"
+    html = fingerprint(cap)._repr_html_()
+    assert "<script>" not in html and "&lt;script&gt;" in html
+    assert html.index("hsf-fingerprint") < html.index("hsf-evidence")  # verdict table before evidence
+    assert "embedding" in repr(fp) and "evidence" in repr(fp)
+
+
+def test_cli_json_and_unreadable(sample_data, tmp_path, capsys):
+    from forensics.cli import main
+
+    assert main(["fingerprint", str(sample_data / "speculators_v1"), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert len(doc["files"]) == 5
+    for f in doc["files"]:
+        assert [s["label"] for s in f["slots"]] == ["embed", "L3", "L16", "L28"]
+        assert [s["role"] for s in f["slots"]] == ["embedding", "early", "middle", "late"]
+    bad = tmp_path / "bad.pt"
+    bad.write_text("not a tensor")
+    assert main(["fingerprint", str(bad)]) == 2
