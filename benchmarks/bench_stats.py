@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
 
     import forensics
-    from forensics.stats import token_norms
+    from forensics.stats import STATS_THREADS, token_norms
 
     with tempfile.TemporaryDirectory(prefix="hsf-bench-") as tmp:
         path = os.path.join(tmp, "data_0.pt")
@@ -100,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     identical_full = all(torch.equal(a, torch.from_numpy(s.norms)) for a, s in zip(ref, st.slots, strict=True))
     print(f"sample: speculators-v1, {args.slots} × bf16 [{args.tokens}, {args.hidden}], {size / 1e6:.1f} MB "
           f"({source}), "
-          f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+          f"torch {torch.__version__}, {torch.get_num_threads()} threads (ours reduces with "
+          f"forensics.stats.STATS_THREADS={STATS_THREADS})")
     print(f"{'method':<44} {'median ms':>10} {'min ms':>8} {'GB/s':>7} {'speed-up':>9}")
     rows = [("naive: torch.load + .float().norm(dim=-1)", t_naive, m_naive),
             ("ours, norms only: load(mmap) + token_norms", t_norms, m_norms),

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +34,26 @@ MEDIAN_ABS_SAMPLE_SIZE = 32768  # about this many entries in that sample (rows t
 MAX_LISTED_POSITIONS = 32  # positions listed per finding (counts are always complete)
 MAX_LISTED_DIMS = 8  # feature dims listed per massive token, largest |x| first
 NORM_ROUNDING_SLACK = 1e-4  # float32 norms may round below a true max |x|: re-read rows above (1 - slack)·threshold
+# torch intra-op threads while reducing row blocks. The block loop is memory-bound: 1 thread does as well as 2
+# on an idle machine (ecosystem.md §6.10: 5.4 vs 5.1–6.2 GB/s), and on a busy one each of the many small
+# parallel regions waits for a descheduled thread (measured here: 2 threads 20–40× slower than 1 under load).
+STATS_THREADS = 1
+
+
+@contextmanager
+def intra_op_threads(n: int | None = STATS_THREADS) -> Iterator[None]:
+    """Run the block below with ``n`` torch intra-op threads (None: leave torch's setting alone)."""
+    import torch
+
+    old = torch.get_num_threads()
+    if n is None or n == old:
+        yield
+        return
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
 
 
 def token_norms(h: torch.Tensor, block: int = NORM_BLOCK_ROWS) -> torch.Tensor:
@@ -42,6 +64,12 @@ def token_norms(h: torch.Tensor, block: int = NORM_BLOCK_ROWS) -> torch.Tensor:
         >>> token_norms(torch.tensor([[3.0, 4.0], [0.0, 1.0]]))
         tensor([5., 1.])
     """
+
+    with intra_op_threads():
+        return _token_norms(h, block)
+
+
+def _token_norms(h: torch.Tensor, block: int) -> torch.Tensor:
     import torch
 
     out = torch.empty(h.shape[0], dtype=torch.float32)
@@ -318,12 +346,13 @@ def slot_stats(slot: Slot, block: int = NORM_BLOCK_ROWS) -> SlotStats:
     """
     h = slot.tensor()
     T, H = int(h.shape[0]), int(h.shape[1])
-    norms_t = token_norms(h, block)
-    nan, inf = nonfinite_rows(h, norms_t, block)
-    median_abs = median_abs_sample(h)
-    threshold = max(MASSIVE_ABS_THRESHOLD, MASSIVE_REL_THRESHOLD * median_abs) if math.isfinite(median_abs) \
-        else MASSIVE_ABS_THRESHOLD
-    massive = massive_activations(h, norms_t, threshold, median_abs, block)
+    with intra_op_threads():
+        norms_t = _token_norms(h, block)
+        nan, inf = nonfinite_rows(h, norms_t, block)
+        median_abs = median_abs_sample(h)
+        threshold = max(MASSIVE_ABS_THRESHOLD, MASSIVE_REL_THRESHOLD * median_abs) \
+            if math.isfinite(median_abs) else MASSIVE_ABS_THRESHOLD
+        massive = massive_activations(h, norms_t, threshold, median_abs, block)
     n = norms_t.numpy()
     finite = np.isfinite(n)
     med = float(np.median(n[finite])) if finite.any() else float("nan")
