@@ -227,3 +227,10 @@ def test_single_token_slot_has_empty_excl_first_summary():
     d = st.to_dict()
     json.dumps(d, allow_nan=False)
     assert d["norm"]["mean_excl_first"] is None
+
+
+def test_stats_restore_torch_thread_setting():
+    before = torch.get_num_threads()
+    forensics.summarize(make_capture(torch.randn(300, 64)))
+    S.token_norms(torch.randn(10, 8))
+    assert torch.get_num_threads() == before
