@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -406,9 +407,13 @@ def _sim_table(f: FileResult, sim) -> dict | None:
 
 # ---------------------------------------------------------------- checks
 def _row(where: str, check: str, value: Any, threshold: Any, outcome: str, says: str = "") -> dict:
-    return {"where": where, "check": check, "value": value if isinstance(value, str) else fmt(value),
+    value = value if isinstance(value, str) else fmt(value)
+    return {"where": where, "check": check, "value": value, "numeric": bool(_NUMERIC.fullmatch(value)),
             "threshold": threshold if isinstance(threshold, str) else fmt(threshold), "outcome": outcome,
             "cls": outcome if outcome in RANK else "info", "says": says}
+
+
+_NUMERIC = re.compile(r"-?[\d,]*\.?\d+(e[+-]?\d+)?")
 
 
 def _file_checks(f: FileResult) -> list[dict]:

@@ -40,6 +40,7 @@ from .errors import ForensicsError
 
 SIZE_BUDGET_BYTES = 5_000_000  # issue 7: ≤ 5 MB for sample_data/ (ydata-profiling's 80–290 MB is the anti-example)
 TEMPLATE = "report.html.j2"
+MAX_ANALYSED_FILES = 64  # files fingerprinted one by one; a larger dataset is summarised by `forensics.scan`
 
 
 def _optional(module: str, name: str):
@@ -109,7 +110,8 @@ def render(context: dict, command: str) -> str:
     return env.get_template(TEMPLATE).render(**context, command=command, css=css, js=js)
 
 
-def _argv(paths, layers, model, draft, engine, engine_version, trainer, target_config, served, title) -> list[str]:
+def _argv(paths, layers, model, draft, engine, engine_version, trainer, target_config, served, title,
+          scan=None) -> list[str]:
     argv = [os.fspath(p) for p in paths]
     if layers is not None:
         argv += ["--layers", layers if isinstance(layers, str) else ",".join(str(x) for x in layers)]
@@ -118,6 +120,8 @@ def _argv(paths, layers, model, draft, engine, engine_version, trainer, target_c
                     ("--target-config", target_config), ("--served", served), ("--title", title)):
         if v is not None:
             argv += [flag, os.fspath(v) if isinstance(v, os.PathLike) else str(v)]
+    if scan is True:
+        argv.append("--scan")
     return argv
 
 
@@ -169,6 +173,7 @@ def report(paths, layers=None, model=None, draft=None, engine=None, engine_versi
         layers = ",".join(str(x) for x in layers)
     errors: list[dict] = []
     files: list[FileResult] = []
+    skipped = 0  # files beyond MAX_ANALYSED_FILES: covered by the dataset scan, not analysed one by one
     for p in paths:
         try:
             found = list(iter_files(p))
@@ -177,7 +182,9 @@ def report(paths, layers=None, model=None, draft=None, engine=None, engine_versi
             continue
         if not found:
             files.append(FileResult(path=p, error=f"{p}: no capture files found"))
-        files.extend(_analyse(f, layers, model, errors) for f in found)
+        room = max(0, MAX_ANALYSED_FILES - len(files))
+        skipped += len(found[room:])
+        files.extend(_analyse(f, layers, model, errors) for f in found[:room])
     root = os.path.commonpath([os.path.dirname(os.path.abspath(p)) for p in paths]) if paths else os.getcwd()
     for f in files:
         f.rel = os.path.relpath(os.path.abspath(f.path), root)
@@ -203,10 +210,10 @@ def report(paths, layers=None, model=None, draft=None, engine=None, engine_versi
                 probe_res = probe_fn(draft, paths[0], model=model)
             except Exception as e:  # noqa: BLE001
                 errors.append({"where": "draft probe", "message": _error_text(e)})
-    if scan is True and paths:
+    if (scan is True or (scan is None and skipped)) and paths:
         scan_fn = _optional("forensics.scan", "scan")
         try:
-            scan_res = scan_fn(paths[0]) if scan_fn else None
+            scan_res = scan_fn(paths if len(paths) > 1 else paths[0], progress=False) if scan_fn else None
         except Exception as e:  # noqa: BLE001
             errors.append({"where": "scan", "message": _error_text(e)})
     elif scan not in (None, False):
@@ -245,8 +252,10 @@ def report(paths, layers=None, model=None, draft=None, engine=None, engine_versi
         "probe_html": _fragment(probe_res),
         "scan_html": _fragment(scan_res),
         "errors": errors,
+        "skipped": skipped,
+        "max_analysed": MAX_ANALYSED_FILES,
     }
-    argv = _argv(paths, layers, model, draft, engine, engine_version, trainer, target_config, served, title)
+    argv = _argv(paths, layers, model, draft, engine, engine_version, trainer, target_config, served, title, scan)
     return Report(context=context, argv=argv)
 
 

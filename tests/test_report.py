@@ -282,3 +282,17 @@ def test_audit_verdict_and_fix_in_the_verdict_block(sample_data, tmp_path):
     assert all(r[4].lower().startswith("fail") for r in slices)
     assert 'id="errors"' not in html  # a config-only draft is audited, not probed
     assert_offline(html)
+
+
+def test_many_files_are_summarised_by_the_scan(tmp_path, monkeypatch):
+    """Beyond MAX_ANALYSED_FILES, files are not analysed one by one: the dataset scan summarises them all."""
+    import forensics.report as rp
+
+    data = make_synthetic(tmp_path / "many", n=3)
+    monkeypatch.setattr(rp, "MAX_ANALYSED_FILES", 2)
+    rep = rp.report(str(data))
+    assert len(rep.context["files"]) == 2 and rep.context["skipped"] == 1
+    html = rep.html
+    assert "3 capture files found: the first 2" in html
+    assert rep.context["scan_html"] and "Dataset scan" in html
+    assert_offline(html)

@@ -112,6 +112,11 @@ def test_report_in_chromium(browser, report_path):
         page.check("#only-problems")
         assert page.locator("#checks tr.o-pass").first.is_hidden()
         page.uncheck("#only-problems")
+        # printing shows every sample panel and hides the navigation
+        page.emulate_media(media="print")
+        assert sum(panels.nth(i).is_visible() for i in range(n)) == n
+        assert page.locator("nav.topnav").is_hidden()
+        page.emulate_media(media="screen")
         ARTIFACTS.mkdir(exist_ok=True)
         shot = ARTIFACTS / "report_full_page.png"
         page.screenshot(path=str(shot), full_page=True)
