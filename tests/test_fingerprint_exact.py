@@ -1,0 +1,99 @@
+"""Exact mode against the real SmolLM2 model: every ladder slot gets its true r (adjacent layers and
+final_post included), off-by-one labels are caught, embeddings are checked row-by-row through
+safetensors ``get_slice``, and a committed ladder capture serves as the reference without the model."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+import forensics
+from forensics.capture import FINAL_POST, Capture
+from forensics.exact import LADDER_MATCH_COS, LADDER_MATCH_REL
+from forensics.fingerprint import fingerprint
+
+
+def _sub(cap: Capture, idx: list[int]) -> Capture:
+    slots = [dataclasses.replace(cap.slots[i], index=j, declared_r=None) for j, i in enumerate(idx)]
+    return Capture(slots=slots, input_ids=cap.input_ids, loss_mask=cap.loss_mask, provenance=cap.provenance, meta={})
+
+
+@pytest.fixture(scope="session")
+def ladder(sample_data):
+    return forensics.load(sample_data / "ladder" / "capture_0.safetensors")
+
+
+@pytest.fixture(scope="session")
+def ladder_fp(ladder, smollm2):
+    return fingerprint(ladder, model=smollm2[0])
+
+
+def test_every_ladder_slot_gets_its_true_r(ladder, ladder_fp):
+    truth = [s.declared_r for s in ladder.slots]
+    assert truth == list(range(31)) + [FINAL_POST]
+    assert [s.r_exact for s in ladder_fp.slots] == truth
+    assert ladder_fp.num_layers == 30 and ladder_fp.findings == []
+    assert ladder_fp.slots[30].role == "final_prenorm" and ladder_fp.slots[31].role == "final_postnorm"
+    # adjacent layers are separated by a wide margin: best ≈ bf16 rounding, runner-up far above the threshold
+    for x in ladder_fp.exact["slots"]:
+        m = x["ladder"]
+        assert m["best_cos"] >= LADDER_MATCH_COS and m["best_rel"] <= LADDER_MATCH_REL
+        assert m["runner_up_rel"] > 10 * LADDER_MATCH_REL
+    assert ladder_fp.exact["slots"][0]["embedding"]["equal_rows"] == ladder.num_tokens
+    assert ladder_fp.exact["slots"][31]["postnorm"]["verdict"]
+    assert not ladder_fp.exact["slots"][30]["postnorm"]["verdict"]
+
+
+def test_off_by_one_labels_flagged(sample_data, smollm2):
+    """Legacy ids [-1, 2, 15, 27] misread as r: exact mode finds [0, 3, 16, 28] and flags off-by-one."""
+    fp = fingerprint(sample_data / "speculators_v1" / "data_3.pt", layers=[0, 2, 15, 27], model=smollm2[0])
+    assert [s.r_exact for s in fp.slots] == [0, 3, 16, 28]
+    off = [f for f in fp.findings if f.kind == "off_by_one"]
+    assert sorted(s for f in off for s in f.slots) == [1, 2, 3]
+    d = json.loads(json.dumps(fp.to_dict(), allow_nan=False))
+    assert [s["r_exact"] for s in d["slots"]] == [0, 3, 16, 28]
+
+
+def test_specforge_final_post_by_gamma(sample_data, smollm2):
+    fp = fingerprint(sample_data / "specforge" / "rows_0-2000" / "data_0.ckpt", model=smollm2[0])
+    assert [s.r_exact for s in fp.slots] == [2, 15, 27, FINAL_POST]
+    assert fp.findings == []
+
+
+def test_safetensors_checkpoint_reads_only_rows(sample_data, smollm2, tmp_path):
+    """A weights-only checkpoint (no config): embedding rows via get_slice and γ; no ladder to run."""
+    from safetensors.torch import save_file
+
+    model = smollm2[0]
+    save_file({"model.embed_tokens.weight": model.get_input_embeddings().weight.detach().contiguous(),
+               "model.norm.weight": model.model.norm.weight.detach().contiguous()},
+              str(tmp_path / "model.safetensors"))
+    cap = forensics.load(sample_data / "specforge" / "rows_0-2000" / "data_0.ckpt")
+    v1 = forensics.load(sample_data / "speculators_v1" / "data_1.pt")
+    fp = fingerprint(v1, model=str(tmp_path / "model.safetensors"))
+    assert [s.r_exact for s in fp.slots] == [0, None, None, None]
+    fp2 = fingerprint(cap, model=str(tmp_path))
+    assert [s.r_exact for s in fp2.slots] == [None, None, None, FINAL_POST]
+
+
+def test_committed_ladder_as_reference(ladder, sample_data):
+    """No model: the committed ladder (same input_ids) is the reference; adjacent slots resolved."""
+    pick = [13, 12, 31, 30, 1]
+    fp = fingerprint(_sub(ladder, pick), model=str(sample_data / "ladder" / "capture_0.safetensors"))
+    assert [s.r_exact for s in fp.slots] == [13, 12, FINAL_POST, 30, 1]
+    assert fp.depth_order == [4, 1, 0, 3, 2]
+    other = forensics.load(sample_data / "speculators_v1" / "data_0.pt")
+    with pytest.raises(forensics.ForensicsError, match="input_ids"):
+        fingerprint(other, model=ladder)
+
+
+def test_cli_exact_default_model(sample_data, smollm2, capsys):
+    from forensics.cli import main
+
+    path = sample_data / "speculators" / "hidden_states" / "hs_0.safetensors"
+    assert main(["fingerprint", str(path), "--model", "default", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [s["r_exact"] for s in doc["files"][0]["slots"]] == [2, 15, 27, 30]
+    assert doc["files"][0]["slots"][3]["role"] == "final_prenorm"
