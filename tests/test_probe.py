@@ -1,0 +1,144 @@
+"""The draft probe: candidate sets, statistics, pairing, and the proof on real SmolLM2 activations — the
+committed draft (trained on ``[embed, L3, L16]``) must rank that wiring first, far above the shifted
+``[L3, L16, L28]`` (the seed's 76.9 % vs 34.1 % effect)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+import forensics
+from forensics.capture import FINAL_POST
+from forensics.cli import main
+from forensics.errors import ForensicsError
+from forensics.probe import MAX_CANDIDATES, TARGET_NEXT, TARGET_VERIFIER, auto_candidates, probe, wilson
+
+TRAINED = [0, 3, 16]
+SHIFTED = [3, 16, 28]
+MIN_MARGIN = 0.15  # the trained wiring must beat the shifted one by at least this much top-1 agreement
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    """One intra-op thread: on a shared, oversubscribed CPU two threads thrash (measured 10x slower)."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+@pytest.fixture(scope="session")
+def draft_dir(sample_data):
+    d = sample_data / "draft_eagle3"
+    if not (d / "model.safetensors").is_file():
+        pytest.skip("sample_data/draft_eagle3 is not in this checkout")
+    return d
+
+
+@pytest.fixture(scope="session")
+def proof(draft_dir, sample_data, smollm2):
+    """The auto probe of the committed draft on sample_data/speculators_v1, scored against SmolLM2."""
+    return probe(draft_dir, sample_data / "speculators_v1", model=smollm2[0])
+
+
+def test_wilson_matches_known_intervals():
+    lo, hi = wilson(0, 10)
+    assert lo == 0.0 and hi == pytest.approx(0.2775, abs=1e-4)
+    lo, hi = wilson(5, 10)
+    assert (lo, hi) == (pytest.approx(0.2366, abs=1e-4), pytest.approx(0.7634, abs=1e-4))
+
+
+def test_auto_candidates_four_slots_are_every_ordered_triple():
+    c = auto_candidates([0, 3, 16, 28], 3, declared=[0, 3, 16], trainer_fc=[0, 3, 16])
+    wirings = [w for w, _ in c]
+    assert len(wirings) == len(set(wirings)) == 24  # 4·3·2 ordered triples, all of them
+    assert wirings[0] == (0, 3, 16) and {"declared", "trainer view"} <= set(c[0][1])
+    assert (3, 16, 28) in wirings
+
+
+def test_auto_candidates_are_bounded_on_a_ladder():
+    refs = list(range(31)) + [FINAL_POST]
+    c = auto_candidates(refs, 3, declared=[2, 15, 27], trainer_fc=[0, 1, 2])
+    wirings = [w for w, _ in c]
+    assert len(wirings) <= MAX_CANDIDATES and wirings[0] == (2, 15, 27)
+    assert (3, 16, 28) in wirings and (1, 14, 26) in wirings  # declared shifted ±1
+    assert all(FINAL_POST not in w for w in wirings)
+
+
+def test_proof_trained_wiring_ranks_first(proof):
+    best = proof.best
+    shifted = next(r for r in proof.rows if r["wiring"] == SHIFTED)
+    assert best["wiring"] == TRAINED and "declared" in best["tags"] and "trainer view" in best["tags"]
+    assert proof.target == TARGET_VERIFIER and proof.embed_source == "model"
+    assert best["n"] == shifted["n"] == sum(c - 1 for c in (93, 116, 108, 130, 71))  # T-1 pairs per sample
+    assert best["top1"] - shifted["top1"] >= MIN_MARGIN, (best["top1"], shifted["top1"])
+    assert best["top1_ci"][0] > shifted["top1_ci"][1]
+    assert proof.clear_winner and not any("clearly best" in w for w in proof.warnings)
+    assert len(proof.rows) == 24 and best["topk"] >= best["top1"]
+    assert proof.ids_per_engine["vllm"]["ids"] == [0, 3, 16]
+    assert proof.ids_per_engine["sglang pre-25454"]["ids"] == [-1, 2, 15]
+    d = proof.to_dict()
+    json.dumps(d, allow_nan=False)
+    assert d["best"]["label"] == "embed+L3+L16"
+    assert "embed+L3+L16" in repr(proof) and "<table" in proof._repr_html_()
+
+
+def test_next_token_mode_counts_match_an_independent_loop(draft_dir, sample_data):
+    """Without a model: target = the actual next token, embedding = the capture's r=0 slot. Recount
+    the shift_batch pairing by hand: fused[t] + embed(token t+1) → compare with token t+2."""
+    path = sample_data / "speculators_v1" / "data_2.pt"
+    res = probe(draft_dir, path, candidates=[TRAINED])
+    assert res.target == TARGET_NEXT and res.embed_source == "the capture's r=0 slot"
+    cap = forensics.load(path)
+    d = forensics.draft.load_draft(draft_dir)
+    ids = cap.input_ids.long()
+    slots = [s.tensor().float() for s in cap.slots]
+    fused = torch.cat([slots[0], slots[1], slots[2]], dim=-1)
+    logits = d.forward(fused[:-1], slots[0][1:])  # row t: fused state t + embedding of token t+1
+    tids = d.target_ids()
+    correct = sum(int(tids[int(logits[t].argmax())]) == int(ids[t + 2]) for t in range(len(ids) - 2))
+    row = res.rows[0]
+    assert row["n"] == len(ids) - 2 and row["correct"] == correct
+
+
+def test_midlayer_copy_probes_identically(draft_dir, sample_data, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    w = load_file(str(draft_dir / "model.safetensors"))
+    save_file({k.replace("layers.0.", "midlayer."): v for k, v in w.items()}, str(tmp_path / "model.safetensors"))
+    shutil.copy(draft_dir / "config.json", tmp_path / "config.json")
+    path = sample_data / "speculators_v1" / "data_4.pt"
+    a = probe(draft_dir, path, candidates=[TRAINED, SHIFTED])
+    b = probe(tmp_path, path, candidates=[TRAINED, SHIFTED])
+    assert forensics.draft.load_draft(tmp_path).scheme == "midlayer"
+    assert [(r["wiring"], r["correct"], r["n"]) for r in a.rows] == [(r["wiring"], r["correct"], r["n"])
+                                                                    for r in b.rows]
+
+
+def test_candidates_naming_missing_r_is_an_error(draft_dir, sample_data):
+    with pytest.raises(ForensicsError, match="L5"):
+        probe(draft_dir, sample_data / "speculators_v1" / "data_4.pt", candidates="0,5,16")
+
+
+def test_cli_json_and_exit_codes(draft_dir, sample_data, tmp_path, capsys):
+    data = str(sample_data / "speculators_v1" / "data_4.pt")
+    rc = main(["probe", "--draft", str(draft_dir), "--data", data, "--candidates", "embed,L3,L16;L3,L16,L28",
+               "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 0 and [r["wiring"] for r in doc["rows"]][0] == TRAINED and doc["target"] == TARGET_NEXT
+    # the same draft declaring the shifted wiring: the probe contradicts the config -> exit 1 + warning
+    shutil.copy(draft_dir / "model.safetensors", tmp_path / "model.safetensors")
+    cfg = json.loads((draft_dir / "config.json").read_text())
+    cfg["eagle_aux_hidden_state_layer_ids"] = SHIFTED
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    rc = main(["probe", "--draft", str(tmp_path), "--data", str(sample_data / "speculators_v1"), "--candidates",
+               "0,3,16;3,16,28"])
+    out = capsys.readouterr().out
+    assert rc == 0  # explicit candidates carry no "declared" tag
+    rc = main(["probe", "--draft", str(tmp_path), "--data", str(sample_data / "speculators_v1")])
+    out = capsys.readouterr().out
+    assert rc == 1 and "likely trained on embed+L3+L16" in out
+    assert main(["probe", "--draft", str(tmp_path / "nope"), "--data", data]) == 2
