@@ -76,13 +76,15 @@ def link_copies(paths: list[str], folder: str, total: int) -> list[str]:
 
 
 class PeakMemory:
-    """Peak RSS and PSS summed over this process and all its descendants, sampled in a thread."""
+    """Peak RSS and PSS summed over this process and all its descendants, sampled in a thread; also the
+    CPU seconds (user + system) of every descendant as last seen (``cpu_children``)."""
 
     def __init__(self, every: float = 0.05):
         import psutil
 
         self.me, self.every = psutil.Process(), every
         self.rss = self.pss = 0
+        self._cpu: dict[int, float] = {}
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
 
@@ -95,6 +97,9 @@ class PeakMemory:
             rss = pss = 0
             for p in procs:
                 try:
+                    if p.pid != self.me.pid:
+                        c = p.cpu_times()
+                        self._cpu[p.pid] = c.user + c.system
                     if i % 4 == 0:
                         m = p.memory_full_info()
                         pss += m.pss
@@ -108,6 +113,10 @@ class PeakMemory:
                 self.pss = max(self.pss, pss)
             i += 1
             time.sleep(self.every)
+
+    @property
+    def cpu_children(self) -> float:
+        return sum(self._cpu.values())
 
     def __enter__(self):
         self._t.start()
@@ -124,15 +133,19 @@ def child(mode: str, list_file: str, out_dir: str) -> dict:
         files = f.read().split()
     nbytes = sum(os.path.getsize(p) for p in files)
     res: dict = {"mode": mode, "files": len(files), "bytes": nbytes}
+
+    def cpu(mem=None) -> float:  # user + system seconds of this process (+ descendants seen by mem)
+        return sum(os.times()[:2]) + (mem.cpu_children if mem is not None else 0.0)
+
     if mode == "naive":
         import torch
 
         with PeakMemory() as mem:
-            t0 = time.perf_counter()
+            c0, t0 = cpu(), time.perf_counter()
             for p in files:
                 d = torch.load(p, weights_only=True)
                 [h.float().norm(dim=-1) for h in d["hidden_states"]]
-            res["seconds"] = time.perf_counter() - t0
+            res["seconds"], res["cpu_s"] = time.perf_counter() - t0, cpu() - c0
     else:
         from forensics import scan
 
@@ -143,11 +156,14 @@ def child(mode: str, list_file: str, out_dir: str) -> dict:
             res.update(files=len(files), bytes=sum(os.path.getsize(p) for p in files))
         runs = []
         with PeakMemory() as mem:
-            for rep in range(2):  # first: starts fork server + workers; second: warm
+            for rep in range(2):  # first: starts fork server + workers; second: warm fork server
                 out = os.path.join(out_dir, f"rows_{mode}_{len(files)}_{rep}.jsonl")
-                t0 = time.perf_counter()
+                time.sleep(0.2)  # let the sampler see every process of the previous call
+                c0, t0 = cpu(mem), time.perf_counter()
                 r = scan(files, workers=2, out=out, fingerprint=fp, tune_malloc=tune, progress=False)
                 runs.append(time.perf_counter() - t0)
+                time.sleep(0.2)
+                res["cpu_s"] = cpu(mem) - c0  # the second call's: parent + fork server + its 2 workers
                 assert r.summary["files"] == len(files) and r.summary["errors"] == 0, r.summary
         res["seconds_first"], res["seconds"] = runs
     res["peak_rss_sum"], res["peak_pss_sum"] = mem.rss, mem.pss
@@ -165,19 +181,26 @@ def run_child(mode: str, files: list[str], tmp: str) -> dict:
 
 
 def time_cat(files: list[str], reps: int = 3) -> dict:
+    import resource
+
     ts = []
+    c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     for _ in range(reps):
         t0 = time.perf_counter()
         subprocess.run(["cat", *files], stdout=subprocess.DEVNULL, check=True)
         ts.append(time.perf_counter() - t0)
-    return {"mode": "cat", "files": len(files), "bytes": sum(os.path.getsize(p) for p in files),
-            "seconds": sorted(ts)[len(ts) // 2], "peak_rss_sum": None, "peak_pss_sum": None}
+    c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    nbytes = sum(os.path.getsize(p) for p in files)
+    return {"mode": "cat", "files": len(files), "bytes": nbytes, "seconds": sorted(ts)[len(ts) // 2],
+            "cpu_s": (c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime), "cpu_bytes": reps * nbytes,
+            "peak_rss_sum": None, "peak_pss_sum": None}
 
 
 def table(results: list[dict]) -> str:
     by = {(r["mode"], r["files"]): r for r in results}
-    lines = ["| files | mode | GB/s | files/s | × naive | × cat | peak RSS Σ | peak PSS Σ | note |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| files | mode | GB/s (wall) | files/s | × naive | × cat | GB per CPU-s | peak RSS Σ | peak PSS Σ "
+             "| note |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         gbps = r["bytes"] / r["seconds"] / 1e9
         naive = by.get(("naive", r["files"]))
@@ -186,8 +209,10 @@ def table(results: list[dict]) -> str:
         x_cat = gbps / (cat["bytes"] / cat["seconds"] / 1e9) if cat else None
         note = f"first call {r['bytes'] / r['seconds_first'] / 1e9:.2f} GB/s" if r.get("seconds_first") else ""
         mb = (lambda v: "n/a" if v is None else f"{v / 1e6:.0f} MB")
+        eff = r.get("cpu_bytes", r["bytes"]) / r["cpu_s"] / 1e9 if r.get("cpu_s") else None
         lines.append(f"| {r['files']} | {r['mode']} | {gbps:.2f} | {r['files'] / r['seconds']:.1f} | "
                      f"{'' if x_naive is None else f'{x_naive:.1f}×'} | {'' if x_cat is None else f'{x_cat:.2f}×'} | "
+                     f"{'' if eff is None else f'{eff:.2f}'} | "
                      f"{mb(r['peak_rss_sum'])} | {mb(r['peak_pss_sum'])} | {note} |")
     return "\n".join(lines)
 

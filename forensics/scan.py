@@ -250,7 +250,9 @@ def scan(path: str | os.PathLike | list, workers: int = 2, out: str | os.PathLik
                 new_bytes += row.get("size") or 0
                 if bar is not None:
                     dt = max(time.perf_counter() - t_work, 1e-9)
-                    bar.set_postfix_str(f"{new_bytes / dt / 1e9:.2f} GB/s", refresh=False)
+                    rate = new_bytes / dt
+                    bar.set_postfix_str(f"{rate / 1e9:.2f} GB/s" if rate >= 1e8 else f"{rate / 1e6:.1f} MB/s",
+                                        refresh=False)
                     bar.update(1)
                 if on_row is not None:
                     on_row(_public(row))
