@@ -307,3 +307,11 @@ def test_real_captures_one_miswired_shard_is_found(sample_data, tmp_path):
     assert "outlier_norm" in kinds and kinds & {"role", "order"}, kinds
     slot0 = [a for a in res.anomalies if a["kind"] == "outlier_norm" and a["slot"] == 0]
     assert slot0 and slot0[0]["value"] > 6  # L3 norms (~77) where the embedding (~2.8) belongs
+
+
+def test_fingerprint_choice_spreads_n_files():
+    from forensics.scan import fingerprint_choice
+
+    assert sum(map(fingerprint_choice(1000, 64), range(1000))) == 63  # every 16th file (⌈1000/64⌉)
+    assert all(map(fingerprint_choice(10, 64), range(10))) and all(map(fingerprint_choice(10, True), range(10)))
+    assert not any(map(fingerprint_choice(10, False), range(10))) and not any(map(fingerprint_choice(10, 0), range(10)))

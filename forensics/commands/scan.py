@@ -22,9 +22,10 @@ def add_arguments(p) -> None:
     p.add_argument("-o", "--out", metavar="OUT", help="JSON Lines file: one row per file, appended as it finishes")
     p.add_argument("--resume", action="store_true", help="continue an interrupted scan from OUT (needs -o)")
     p.add_argument("--sample", type=int, metavar="K", help="scan K randomly drawn files (same K every time)")
-    p.add_argument("--fingerprint", default="all", metavar="all|none|N",
-                   help="fingerprint every file (default), none, or about N files spread over the dataset; "
-                        "every file gets the statistics, norm-rank order and outlier checks either way")
+    p.add_argument("--fingerprint", default=None, metavar="N|all|none",
+                   help="fingerprint about N files spread over the dataset (default 64: a fingerprint costs "
+                        "seconds per Kimi-sized sample), all, or none; every file gets the statistics, "
+                        "norm-rank order and outlier checks either way")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
@@ -37,7 +38,9 @@ def run(args) -> int:
     if args.sample is not None and args.sample < 1:
         raise ForensicsError(f"--sample must be ≥ 1, got {args.sample}")
     dask = "local" if args.dask_local else args.dask
-    which = str(args.fingerprint).lower()
+    from ..scan import FINGERPRINT_FILES
+
+    which = str(args.fingerprint if args.fingerprint is not None else FINGERPRINT_FILES).lower()
     if which not in ("all", "none") and not which.isdigit():
         raise ForensicsError(f"--fingerprint takes all, none or a number of files, got {args.fingerprint!r}")
     fingerprint = True if which == "all" else False if which == "none" else int(which)
