@@ -69,15 +69,19 @@ class ScanResult:
 
     @property
     def ok(self) -> bool:
-        return not self.anomalies
+        """No anomaly in any file and no finding shared by the whole dataset."""
+        return not self.anomalies and not self.summary.get("dataset_findings")
 
     def _headline(self) -> str:
         s, t = self.summary, self.timing
         counts = ", ".join(f"{k}×{v}" for k, v in s["anomaly_counts"].items()) or "none"
         speed = f"; {t['gb_per_s']:.2f} GB/s, {t['files_per_s']:.1f} files/s" if t.get("gb_per_s") else ""
         resumed = f" ({t['resumed_files']} from the resumed output)" if t.get("resumed_files") else ""
+        wide = "; dataset-wide: " + ", ".join(f"{d['kind']} ({d['files']}/{d['of']} {d['format']})"
+                                             for d in s.get("dataset_findings") or []) \
+            if s.get("dataset_findings") else ""
         return (f"scan of {self.path}: {s['files']} files{resumed}, {s['bytes'] / 1e9:.3g} GB, {s['errors']} "
-                f"unreadable; anomalies: {counts}{speed}")
+                f"unreadable; anomalies: {counts}{wide}{speed}")
 
     def __repr__(self) -> str:
         lines = [self._headline()]
@@ -89,6 +93,10 @@ class ScanResult:
             labels = g["majority"]["labels"]["value"]
             if labels and any(labels):
                 lines.append(f"    majority labels {_short(labels)}")
+            for kind, f in g["findings"].items():
+                if f["dataset_wide"]:
+                    lines.append(f"    ! {kind} in {f['files']}/{g['files']} files (dataset-wide, so not listed per "
+                                 f"file), e.g. {os.path.basename(f['example']['file'])}: {f['example']['message']}")
             for sl in g["slots"][:MAX_LISTED_SLOTS]:
                 lines.append(f"    [{sl['index']}] {sl['name']}{' ' + sl['label'] if sl.get('label') else ''}: "
                              f"‖x‖ median {_g(sl['median'])} p5–p95 [{_g(sl['p05'])}, {_g(sl['p95'])}] "
@@ -109,6 +117,11 @@ class ScanResult:
                 f"<div class='hsf-caption'>{esc(fmt)}: {g['files']} files, {g['num_slots']} slots, hidden "
                 f"{esc(g['hidden'])}; majority {esc(what)} {esc(_short(order['value']))} "
                 f"({order['files']}/{order['of']} files)</div>")
+            wide = [[kind, f"{f['files']}/{g['files']}", os.path.basename(f["example"]["file"]),
+                     f["example"]["message"]] for kind, f in g["findings"].items() if f["dataset_wide"]]
+            if wide:
+                parts.append(html_table(["dataset-wide finding", "files", "example", "message"], wide,
+                                        cls="hsf-scan-findings"))
             rows = [[sl["index"], sl["name"], sl.get("label") or "—", sl.get("role") or "—", sl["files"],
                      sl["tokens"], _g(sl["mean"]), _g(sl["std"]), _g(sl["p05"]), _g(sl["median"]), _g(sl["p95"]),
                      _g(sl["max"]), f"{sl['nan']}/{sl['inf']}",

@@ -131,6 +131,11 @@ class Aggregator:
             "files": self.rows, "bytes": self.bytes, "errors": self.errors,
             "groups": groups,
             "anomaly_counts": dict(sorted(Counter(a["kind"] for a in anomalies).items())),
+            # fingerprint findings shared by most files of a format: the whole dataset is mis-wired that way
+            "dataset_findings": [{"format": fmt, "kind": kind, "files": f["files"], "of": g["files"],
+                                  "example": f["example"]}
+                                 for fmt, g in groups.items() for kind, f in g["findings"].items()
+                                 if f["dataset_wide"]],
             "thresholds": {"OUTLIER_Z": OUTLIER_Z, "OUTLIER_MIN_LOG_SCALE": OUTLIER_MIN_LOG_SCALE,
                            "OUTLIER_MIN_FILES": OUTLIER_MIN_FILES,
                            "MINORITY_FINDING_SHARE": MINORITY_FINDING_SHARE,
@@ -166,7 +171,10 @@ class Aggregator:
         findings = {}
         for kind, per_file in sorted(g.findings.items()):
             share = len(per_file) / g.files
-            findings[kind] = {"files": len(per_file), "share": round(share, 4)}
+            first = min(per_file)
+            findings[kind] = {"files": len(per_file), "share": round(share, 4),
+                              "dataset_wide": share >= MINORITY_FINDING_SHARE,
+                              "example": {"file": self.paths[first], "message": per_file[first]["message"]}}
             if kind in ALWAYS_ANOMALY or share < MINORITY_FINDING_SHARE:
                 for no, f in sorted(per_file.items()):
                     self._anomaly(no, kind, (f.get("slots") or [None])[0], f"{self.paths[no]}: {f['message']}",

@@ -315,3 +315,26 @@ def test_fingerprint_choice_spreads_n_files():
     assert sum(map(fingerprint_choice(1000, 64), range(1000))) == 63  # every 16th file (⌈1000/64⌉)
     assert all(map(fingerprint_choice(10, 64), range(10))) and all(map(fingerprint_choice(10, True), range(10)))
     assert not any(map(fingerprint_choice(10, False), range(10))) and not any(map(fingerprint_choice(10, 0), range(10)))
+
+
+def test_whole_dataset_miswired_is_reported_dataset_wide(sample_data, tmp_path, capsys):
+    """Every file stored [embed, L16, L3, L28] while capture.json says [embed, L3, L16, L28]: no file
+    differs from the majority, so the finding must surface at dataset level (and fail the CLI)."""
+    import shutil
+
+    from forensics.cli import main
+
+    src = sample_data / "speculators_v1"
+    shutil.copy(src / "capture.json", tmp_path / "capture.json")
+    for i in range(5):
+        d = torch.load(src / f"data_{i}.pt", weights_only=True)
+        hs = d["hidden_states"]
+        d["hidden_states"] = [hs[0], hs[2], hs[1], hs[3]]
+        torch.save(d, tmp_path / f"data_{i}.pt")
+    res = scan(tmp_path, workers=0)
+    assert res.anomalies == [] and not res.ok
+    (wide,) = res.summary["dataset_findings"]
+    assert (wide["kind"], wide["files"], wide["of"]) == ("reordered", 5, 5)
+    assert "dataset-wide: reordered" in repr(res) and "hsf-scan-findings" in res._repr_html_()
+    assert main(["scan", str(tmp_path), "--workers", "0", "--no-progress"]) == 1
+    capsys.readouterr()

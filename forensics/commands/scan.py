@@ -1,7 +1,7 @@
 """``hsf scan DIR [--workers N] [--dask ADDRESS | --dask-local] [-o OUT] [--resume] [--sample K] [--json]``.
 
-Exit codes: 0 every file read and no anomaly; 1 anomalies found (all files read); 2 unreadable files
-(or bad arguments).
+Exit codes: 0 every file read, no anomaly and no dataset-wide finding; 1 anomalies or dataset-wide
+findings (all files read); 2 unreadable files (or bad arguments).
 """
 
 from __future__ import annotations
@@ -61,4 +61,4 @@ def run(args) -> int:
             print(f"rows: {args.out}")
     if res.summary["errors"]:
         return 2
-    return 1 if res.anomalies else 0
+    return 0 if res.ok else 1
