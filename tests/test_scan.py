@@ -242,11 +242,14 @@ def test_killed_worker_costs_only_its_file(mixed, reference, monkeypatch):
     assert others == [r for r in _strip(reference.rows) if not r["path"].endswith("v1/data_3.pt")]
 
 
-def test_dask_local_cluster_gives_the_same_rows(mixed, reference):
-    pytest.importorskip("distributed")
-    res = scan(mixed[0], workers=2, dask="local")
+def test_dask_gives_the_same_rows(mixed, reference):
+    distributed = pytest.importorskip("distributed")
+    res = scan(mixed[0], workers=2, dask="local")  # --dask-local: a LocalCluster of 2 worker processes
     assert _strip(res.rows) == _strip(reference.rows)
     assert res.summary == reference.summary
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as c:
+        res = scan(mixed[0], dask=c.scheduler_address)  # --dask tcp://…: an existing scheduler
+    assert _strip(res.rows) == _strip(reference.rows) and res.anomalies == reference.anomalies
 
 
 def test_sample_is_deterministic(mixed):
