@@ -25,6 +25,8 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
 MAX_DISTANCE_ROWS = 2048  # tokens used for pairwise distances (evenly strided beyond this)
+MAX_DISTANCE_ELEMENTS = 64_000_000  # float32 working set of all prepared slots (256 MB): fewer rows beyond
+MIN_DISTANCE_ROWS = 128
 EXACT_PATH_MAX_SLOTS = 9  # brute-force the best path up to this many slots; heuristic above
 NORMALIZES_MAX_RESIDUAL = 0.02  # ‖B − γ̂ ⊙ A/rms(A)‖ / ‖B‖ at or below this ⇒ B = RMSNorm(A) (bf16 rounding ≈ 0.004)
 
@@ -111,8 +113,10 @@ def angular_distances(tensors: Sequence[torch.Tensor], drop_tokens: Sequence[int
     if drop and len(drop) < T:
         keep[drop] = False
     rows = torch.nonzero(keep).flatten()
-    if rows.numel() > MAX_DISTANCE_ROWS:
-        rows = rows[torch.linspace(0, rows.numel() - 1, MAX_DISTANCE_ROWS).long()]
+    H = max(int(t.shape[1]) for t in tensors)
+    budget = max(MIN_DISTANCE_ROWS, min(MAX_DISTANCE_ROWS, MAX_DISTANCE_ELEMENTS // max(1, len(tensors) * H)))
+    if rows.numel() > budget:
+        rows = rows[torch.linspace(0, rows.numel() - 1, budget).long()]
     prep = [_prepared(t, rows, mask_dims) for t in tensors]
     k = len(prep)
     D = np.zeros((k, k), dtype=np.float64)

@@ -212,6 +212,11 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
         num_layers = num_layers or exact.get("num_layers")
         for i, x in enumerate(exact["slots"]):
             exact_evidence(ev[i], x)
+        unmatched = [i for i, x in enumerate(exact["slots"]) if x["ladder"] is not None and x["r_exact"] is None]
+        if unmatched:
+            findings.append(Finding("no_reference_match", unmatched, f"slots {unmatched} equal no state of the "
+                                    "reference on these input_ids (another model, other weights or dtype, or other "
+                                    "tokens); their depth comes from the data-only signals"))
     L = num_layers or capture.num_layers
     r_exact = [x["r_exact"] for x in exact["slots"]] if exact else [None] * k
 

@@ -287,9 +287,12 @@ def assign_labels(fp: Fingerprint) -> None:
         fp.findings.append(Finding("unexpected_embedding", emb, f"slot {emb[0]} is an embedding output but the "
                                    "expected list has no embed"))
         order = [i for i in order if i not in emb]
-    if FINAL_POST in by_depth and not post:
-        fp.findings.append(Finding("prenorm", [order[-1]] if order else [], "final_post (after the final norm) is "
-                                   "expected but no slot has the post-norm signature"))
+    if FINAL_POST in by_depth and not post and order:
+        last = order[min(len(order), len(by_depth)) - 1]
+        st = fp.stats.slots[last]
+        if isinstance(fp.slots[last].r_exact, int) or has_sink(st) or spread_cv(st) > TIGHT_CV:
+            fp.findings.append(Finding("prenorm", [last], f"final_post (after the final norm) is expected at slot "
+                                       f"{last}, but it is pre-norm (sink or wide spread, or its exact r)"))
     for i, r in zip(order, by_depth, strict=False):
         fp.slots[i].label = r_label(r)
         if fp.slots[i].role == "final_postnorm" and r != FINAL_POST:

@@ -13,7 +13,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 FINDING_VERDICT = {"reordered": "fail", "duplicate": "fail", "missing_embedding": "fail", "postnorm": "fail",
                    "prenorm": "fail", "off_by_one": "fail", "wrong_layer": "fail", "nonfinite": "fail",
-                   "count_mismatch": "warn", "unexpected_embedding": "warn"}
+                   "count_mismatch": "warn", "unexpected_embedding": "warn",
+                   "no_reference_match": "warn"}
 
 
 def _r(v) -> str:

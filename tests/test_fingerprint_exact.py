@@ -10,9 +10,16 @@ import json
 import pytest
 
 import forensics
-from forensics.capture import FINAL_POST, Capture
+from forensics.capture import FINAL_POST, Capture, Provenance, Slot
 from forensics.exact import LADDER_MATCH_COS, LADDER_MATCH_REL
 from forensics.fingerprint import fingerprint
+
+
+def _mem_capture(tensors: list, ids) -> Capture:
+    slots = [Slot(index=i, name=f"s{i}", key="x", shape=tuple(t.shape), dtype=t.dtype, getter=(lambda t=t: t))
+             for i, t in enumerate(tensors)]
+    return Capture(slots=slots, input_ids=ids, loss_mask=None,
+                   provenance=Provenance(path="<memory>", format="generic", size_bytes=0))
 
 
 def _sub(cap: Capture, idx: list[int]) -> Capture:
@@ -97,3 +104,15 @@ def test_cli_exact_default_model(sample_data, smollm2, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert [s["r_exact"] for s in doc["files"][0]["slots"]] == [2, 15, 27, 30]
     assert doc["files"][0]["slots"][3]["role"] == "final_prenorm"
+
+
+def test_states_of_another_model_match_nothing(sample_data, smollm2):
+    """Scaled states (a stand-in for other weights): no r claimed, a no_reference_match finding, and the
+    data-only order is kept."""
+    cap = forensics.load(sample_data / "speculators_v1" / "data_0.pt")
+    scaled = [(s.tensor().float() * 1.5).to(s.dtype) for s in cap.slots]
+    fp = fingerprint(_mem_capture(scaled, cap.input_ids), model=smollm2[0])
+    assert [s.r_exact for s in fp.slots] == [None] * 4
+    miss = [f for f in fp.findings if f.kind == "no_reference_match"]
+    assert miss and miss[0].slots == [0, 1, 2, 3]
+    assert fp.depth_order == [0, 1, 2, 3] and fp.slots[0].role == "embedding"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from . import for_each_file, print_json
 
 FAIL_KINDS = {"reordered", "duplicate", "missing_embedding", "postnorm", "prenorm", "off_by_one", "wrong_layer",
-              "nonfinite", "count_mismatch"}
+              "nonfinite", "count_mismatch", "no_reference_match"}
 
 
 def add_arguments(p) -> None:
