@@ -119,7 +119,8 @@ def _run_pool(batches: list[list[Item]], opts: dict, workers: int) -> Iterator[l
 
     ctx = mp.get_context("forkserver")
     # torch and the readers are imported once in the fork server, not once per worker
-    ctx.set_forkserver_preload(["torch", "forensics.scan_rows", "forensics.formats", "forensics.stats"])
+    ctx.set_forkserver_preload(["torch", "forensics.scan_rows", "forensics.formats", "forensics.stats",
+                                "forensics.fingerprint"])  # a module that fails to import is skipped
     pending, quarantine = deque(batches), deque()
     while pending or quarantine:
         ex = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=init_worker,
