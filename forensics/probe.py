@@ -166,16 +166,22 @@ def _declared_r(d: Draft, L: int | None) -> tuple[list | None, str]:
     return (None if any(r is None for r in rs) else list(rs)), f"config ids {d.declared_ids} read as {system}"
 
 
-def auto_candidates(refs: list, k: int, declared: list | None, trainer_fc: list | None,
+def auto_candidates(refs: list, k: int, declared: list | None, trainer_fc: list | None, L: int | None = None,
                     cap_max: int = MAX_CANDIDATES) -> list[tuple[tuple, list[str]]]:
-    """A bounded, ordered set of wirings (tuples of slot refs) with tags saying why each is there."""
+    """A bounded, ordered set of wirings (tuples of slot refs) with tags saying why each is there.
+
+    Priority: the declared wiring, the trainer's view, the engines' default r = {2, L//2, L−3} and its
+    SGLang +1 reading, shifts ±1/±2 of the declared wiring and the trainer's view, the last k slots,
+    consecutive windows and subsets (small slot sets only), then permutations; at most ``cap_max``.
+    """
     avail = [r for r in refs if r != FINAL_POST]
-    ints = sorted(r for r in avail if isinstance(r, int))
+    order = sorted(r for r in avail if isinstance(r, int)) + [r for r in avail if not isinstance(r, int)]
+    small = len(order) <= k + 4
     out: dict[tuple, list[str]] = {}
 
     def add(w, tag):
         w = tuple(w)
-        if len(w) == k and len(set(w)) == k and all(r in refs for r in w) and (w in out or len(out) < cap_max):
+        if len(w) == k and len(set(w)) == k and all(r in avail for r in w) and (w in out or len(out) < cap_max):
             out.setdefault(w, [])
             if tag not in out[w]:
                 out[w].append(tag)
@@ -184,14 +190,19 @@ def auto_candidates(refs: list, k: int, declared: list | None, trainer_fc: list 
         add(declared, "declared")
     if trainer_fc:
         add(trainer_fc, "trainer view")
-    order = ints + [r for r in avail if not isinstance(r, int)]
+    if L is not None and k == 3:
+        from .conventions import default_r
+
+        add(default_r(L), "engine default")  # vLLM / SGLang without ids / SpecForge / EAGLE (§1)
+        add([r + 1 for r in default_r(L)], "engine default +1")  # SGLang's +1 on default-valued ids (§3.2)
     for base, name in ((declared, "declared"), (trainer_fc, "trainer view")):
         if base and all(isinstance(r, int) for r in base):
             for s in (1, -1, 2, -2):
                 add([r + s for r in base], f"{name} shifted {s:+d}")
-    for i in range(len(order) - k + 1):
-        add(order[i:i + k], "window" if i else "first slots")
-    if len(order) <= k + 4:
+    add(order[-k:], "last slots")
+    if small:
+        for i in range(len(order) - k + 1):
+            add(order[i:i + k], "window" if i else "first slots")
         for comb in itertools.combinations(order, k):
             add(comb, "subset")
     for base in (declared, trainer_fc):
@@ -292,7 +303,7 @@ def probe(draft: str | os.PathLike | Draft, data: Any, candidates: str | list = 
         fc = [refs[i] for i in trainer_view(trainer, len(refs)).fc_slots][:k]
     else:
         fc = [r for r in refs if r != FINAL_POST][:k]
-    cands = auto_candidates(refs, k, declared, fc) if candidates == "auto" else _parse_candidates(candidates, refs)
+    cands = auto_candidates(refs, k, declared, fc, L) if candidates == "auto" else _parse_candidates(candidates, refs)
     if not cands:
         raise ForensicsError(f"no candidate wiring of {k} slots can be built from the data's slots "
                              f"{wiring_label(refs)}", path=caps[0].path)

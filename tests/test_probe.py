@@ -61,10 +61,11 @@ def test_auto_candidates_four_slots_are_every_ordered_triple():
 
 def test_auto_candidates_are_bounded_on_a_ladder():
     refs = list(range(31)) + [FINAL_POST]
-    c = auto_candidates(refs, 3, declared=[2, 15, 27], trainer_fc=[0, 1, 2])
+    c = auto_candidates(refs, 3, declared=[0, 3, 16], trainer_fc=[0, 1, 2], L=30)
     wirings = [w for w, _ in c]
-    assert len(wirings) <= MAX_CANDIDATES and wirings[0] == (2, 15, 27)
-    assert (3, 16, 28) in wirings and (1, 14, 26) in wirings  # declared shifted ±1
+    assert len(wirings) <= MAX_CANDIDATES and wirings[0] == (0, 3, 16)
+    assert (2, 15, 27) in wirings and (3, 16, 28) in wirings  # engine default and its SGLang +1 reading
+    assert (1, 4, 17) in wirings and (28, 29, 30) in wirings  # declared shifted +1, the last slots
     assert all(FINAL_POST not in w for w in wirings)
 
 
