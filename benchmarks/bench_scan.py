@@ -6,7 +6,7 @@ the same files and in one run:
 
 - ``cat FILES > /dev/null`` (the page-cache read ceiling);
 - the naive loop: ``torch.load(f, weights_only=True)`` + ``[h.float().norm(dim=-1) for h in hidden_states]``
-  (torch's default threads, default malloc);
+  (default malloc; torch's default threads, and again with 1 thread);
 - ``forensics.scan(..., workers=2)``: first call (includes starting the fork server and workers) and a
   second call in the same process (warm), with and without the glibc malloc tuning, with and without
   fingerprints (fingerprints on a few files only: they cost seconds per Kimi-sized file).
@@ -137,9 +137,11 @@ def child(mode: str, list_file: str, out_dir: str) -> dict:
     def cpu(mem=None) -> float:  # user + system seconds of this process (+ descendants seen by mem)
         return sum(os.times()[:2]) + (mem.cpu_children if mem is not None else 0.0)
 
-    if mode == "naive":
+    if mode.startswith("naive"):
         import torch
 
+        if mode == "naive-1thread":  # on a busy machine 2 intra-op threads can be much slower than 1
+            torch.set_num_threads(1)
         with PeakMemory() as mem:
             c0, t0 = cpu(), time.perf_counter()
             for p in files:
@@ -225,7 +227,7 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=32, help="distinct generated files (default 32, ~2.4 GB)")
     ap.add_argument("--links", type=int, default=128, help="also run on this many files via hard links (0: no)")
     ap.add_argument("--keep", help="folder to generate into and keep (default: a temp folder, removed)")
-    ap.add_argument("--modes", default="naive,scan,scan-untuned,scan-fingerprint")
+    ap.add_argument("--modes", default="naive,naive-1thread,scan,scan-untuned,scan-fingerprint")
     args = ap.parse_args()
     need = args.files * 73.5e6 * 1.1
     root = args.keep or tempfile.mkdtemp(prefix="hsf-bench-scan-")
