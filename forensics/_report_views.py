@@ -193,7 +193,23 @@ def _deciding_evidence(evidence: list, decided_by: str | None, order: list | Non
     return None
 
 
-def build_verdicts(files: list[FileResult], audit_res) -> dict:
+def _probe_summary(probe_res) -> dict | None:
+    """The draft probe's best wiring with its top-1 agreement, CI and whether it clearly beats the runner-up."""
+    best = getattr(probe_res, "best", None) if probe_res is not None else None
+    if not best:
+        return None
+    ci = best.get("top1_ci") or [None, None]
+    rows = getattr(probe_res, "rows", []) or []
+    second = rows[1] if len(rows) > 1 else None
+    return {"label": best.get("label"), "r": fmt([_label(r) for r in best.get("wiring") or []]),
+            "top1": f"{100 * best['top1']:.1f}%" if best.get("top1") is not None else "—",
+            "ci": f"[{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]%" if None not in ci else "—", "n": best.get("n"),
+            "clear_winner": bool(getattr(probe_res, "clear_winner", False)),
+            "second": (f"{second.get('label')} {100 * second['top1']:.1f}%"
+                       if second and second.get("top1") is not None else None)}
+
+
+def build_verdicts(files: list[FileResult], audit_res, probe_res=None) -> dict:
     rows, counts = [], {"pass": 0, "warn": 0, "fail": 0, "info": 0}
     for f in files:
         if f.error:
@@ -223,6 +239,7 @@ def build_verdicts(files: list[FileResult], audit_res) -> dict:
         problems = [{"kind": x.kind, "message": x.message, "cls": SEVERITY.get(getattr(x, "severity", ""), "warn")}
                     for x in getattr(audit_res, "findings", []) or [] if getattr(x, "severity", "") != "info"]
         audit = {"verdict": audit_res.verdict, "reason": getattr(audit_res, "reason", ""), "fix": fix,
+                 "fixline": {k: fix.get(k) for k in ("ids", "key", "where", "engine", "version")},
                  "slices": [{"slice": sl.get("slice"), "trained": _label(sl.get("trained_r")) or "—",
                              "served": _label(sl.get("served_r")) or "—", "ok": bool(sl.get("ok"))}
                             for sl in getattr(audit_res, "slices", []) or []],
@@ -230,6 +247,7 @@ def build_verdicts(files: list[FileResult], audit_res) -> dict:
     overall = worst([r["verdict"] for r in rows] +
                     ([{"match": "pass", "mismatch": "fail"}.get(audit["verdict"], "warn")] if audit else []))
     return {"rows": [r for r in rows if r in shown], "hidden": hidden, "counts": counts, "audit": audit,
+            "probe": _probe_summary(probe_res),
             "overall": overall, "nfiles": len(rows)}
 
 

@@ -230,7 +230,7 @@ def report(paths, layers=None, model=None, draft=None, engine=None, engine_versi
     for f in files:
         if f.error:
             errors.append({"where": f.rel or f.path, "message": f.error})
-    verdicts = build_verdicts(files, audit_res)
+    verdicts = build_verdicts(files, audit_res, probe_res)
     audit_fig = figure("audit_slices", audit_res) if audit_res is not None else None
     context = {
         "title": title or "Hidden-state forensics report",
