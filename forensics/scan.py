@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .errors import ForensicsError
-from .scan_rows import empty_row, init_worker, scan_batch
+from .scan_rows import empty_row, init_worker, json_safe, scan_batch
 from .scan_summary import Aggregator
 
 BATCH_BYTES = 64 * 1000 * 1000  # small files are grouped into one task up to this many bytes ...
@@ -302,8 +302,13 @@ def _open_out(out: str | None, resume: bool):
 
 def _write(sink, row: dict) -> None:
     if sink is not None:
-        sink.write(json.dumps(row, allow_nan=False, separators=(",", ":")) + "\n")
+        try:
+            line = json.dumps(row, allow_nan=False, separators=(",", ":"))
+        except (TypeError, ValueError):  # a numpy scalar or a NaN from some field: make it plain JSON
+            line = json.dumps(json_safe(row), allow_nan=False, separators=(",", ":"))
+        sink.write(line + "\n")
         sink.flush()
+
 
 
 def _progress(total: int, initial: int, enabled: bool | None):

@@ -93,7 +93,7 @@ def file_row(path: str, size: int, mtime_ns: int, use_fingerprint: bool = True) 
         msg = f"{path}: internal error while scanning: {type(e).__name__}: {str(e)[:300]}"
         row.update(error=msg, error_kind="unreadable", slots=[], sketch=[], findings=[])
     row["elapsed"] = round(time.perf_counter() - t0, 6)
-    return row
+    return json_safe(row)  # plain JSON types only: rows held in memory equal rows read back from the file
 
 
 def _fingerprint_fn():
@@ -162,3 +162,18 @@ def _duplicates(slots) -> list[dict]:
                             "message": f"slots {a.index} ({a.name}) and {b.index} ({b.name}) have identical "
                                        "per-token norms: the same tensor stored twice?"})
     return out
+
+
+def json_safe(x: Any) -> Any:
+    """numpy scalars → Python numbers, non-finite floats → None, tuples → lists, anything else → str."""
+    if isinstance(x, dict):
+        return {str(k): json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [json_safe(v) for v in x]
+    if isinstance(x, (bool, np.bool_)):
+        return bool(x)
+    if isinstance(x, (int, np.integer)):
+        return int(x)
+    if isinstance(x, (float, np.floating)):
+        return float(x) if math.isfinite(float(x)) else None
+    return x if x is None or isinstance(x, str) else str(x)

@@ -33,7 +33,7 @@ def _ladder(g, rs=(0, 3, 16, 28)):
         if k == 2:
             x[0] *= 20
         out[k] = x
-    out["final_post"] = x / x.pow(2).mean(-1, keepdim=True).sqrt() * (1 + 0.1 * torch.randn(H, generator=g))
+    out["final_post"] = x / x.pow(2).mean(-1, keepdim=True).sqrt() * 0.5 * (1 + 0.1 * torch.randn(H, generator=g))
     return ids, [out[r].to(torch.bfloat16) for r in rs]
 
 
