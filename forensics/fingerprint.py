@@ -200,8 +200,9 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
     is_embed = [embed_score[i] >= EMBED_MIN_SCORE for i in range(k)]
 
     # --- post-norm: B = RMSNorm(A) identity, or a tight sinkless slot whose norm collapsed
-    post_score, prenorm_of = postnorm_signals(st.slots, tensors, is_embed, meds, drop, ev)
+    post_score, prenorm_of = postnorm_signals(st.slots, tensors, embed_score, meds, drop, ev)
     is_post = [post_score[i] > 0 for i in range(k)]
+    is_embed = [is_embed[i] and not is_post[i] for i in range(k)]
 
     # --- exact mode
     exact = None
@@ -233,43 +234,46 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
 
     # --- roles, confidence, coarse r
     sfs = []
-    n = max(1, len(chain))
+    pre_final = set(prenorm_of.values()) | {i for i in range(k) if L and r_exact[i] == L}
+    ranked = [i for i in chain if i not in pre_final]
+    n = max(1, len(ranked))
     order_conf = order_confidence(order_ev)
     for i, s in enumerate(st.slots):
-        rank = order.index(i)
         if is_embed[i] or r_exact[i] == 0:
-            role, conf, frac, why = "embedding", max(embed_score[i], 0.99 if r_exact[i] == 0 else 0), 0.0, "dup_rows" \
-                if embed_score[i] >= 0.9 else "norm_level"
+            role, conf, frac = "embedding", max(embed_score[i], 0.99 if r_exact[i] == 0 else 0), 0.0
+            why = "exact" if r_exact[i] == 0 else "dup_rows" if embed_score[i] >= 0.9 else "norm_level"
         elif is_post[i] or r_exact[i] == FINAL_POST:
             role, conf, frac = "final_postnorm", max(post_score[i], 0.99 if r_exact[i] == FINAL_POST else 0), None
             why = "exact" if r_exact[i] == FINAL_POST else ("normalizes" if i in prenorm_of else "norm_drop")
-        else:
-            pos = chain.index(i) if i in chain else 0
-            frac = (pos + 0.5) / n  # coarse: rank among the layer slots (EAGLE-3 picks low/mid/high)
+        elif i in pre_final:
+            role, frac = "final_prenorm", 1.0
+            conf, why = (0.99, "exact") if r_exact[i] is not None else (0.95, "normalizes")
+        elif isinstance(r_exact[i], int) and L:
+            frac = r_exact[i] / L
+            role, conf, why = next(b for t, b in BANDS if frac < t), 0.99, "exact"
+        else:  # coarse: rank among the layer slots (EAGLE-3 picks low / mid / high layers)
+            pos = ranked.index(i) if i in ranked else 0
+            frac = (pos + 0.5) / n
             role = next(b for t, b in BANDS if frac < t)
-            if len(chain) == 1:
+            if len(ranked) == 1:
                 role = "late" if late_signature(s) else "middle" if has_sink(s) else "early"
-            conf, why = round(0.35 + 0.5 * order_conf, 3), "order"
+            conf, why = 0.4 + 0.2 * order_conf, "order (rank among layer slots)"
             if role == "late" and late_signature(s):
-                conf, why = min(0.9, conf + 0.15), "order + spread_cv/token0_ratio"
-            if isinstance(r_exact[i], int) and L:
-                frac = r_exact[i] / L
-                role = "final_prenorm" if r_exact[i] == L else next(b for t, b in BANDS if frac < t)
-                conf, why = 0.99, "exact"
-            elif i in prenorm_of.values():
-                role, conf, why = "final_prenorm", 0.95, "normalizes"
+                conf, why = conf + 0.2, why + " + tight sinkless spread"
+            elif role == "early" and has_sink(s) and pos == 0:
+                conf, why = conf + 0.1, why + " + sink, lowest norm"
         r_est: Any = None
         if role == "embedding":
             r_est = 0
         elif role == "final_postnorm":
             r_est = FINAL_POST
+        elif isinstance(r_exact[i], int):
+            r_est = r_exact[i]
         elif frac is not None:
             r_est = int(round(frac * L)) if L else round(frac, 3)
-            if role == "final_prenorm" and L:
-                r_est = L
-        sfs.append(SlotFingerprint(index=s.index, name=s.name, role=role, confidence=float(conf), depth_rank=rank,
-                                   r_estimate=r_est, depth_fraction=frac, r_exact=r_exact[i], decided_by=why,
-                                   evidence=ev[i]))
+        sfs.append(SlotFingerprint(index=s.index, name=s.name, role=role, confidence=round(float(conf), 3),
+                                   depth_rank=order.index(i), r_estimate=r_est, depth_fraction=frac,
+                                   r_exact=r_exact[i], decided_by=why, evidence=ev[i]))
 
     fp = Fingerprint(capture=capture, stats=st, slots=sfs, findings=findings, similarity=D, depth_order=order,
                      num_layers=L, expected=expected, expected_source=exp_src, order_evidence=order_ev, exact=exact)

@@ -28,6 +28,8 @@ EMBED_NORM_RATIO = 0.08  # median norm ≤ this × the next-smallest slot's medi
 TIGHT_CV = 0.10  # std/mean of token norms (token 0 excluded) ≤ this ⇒ tight spread
 SINK_FADED_RATIO = 0.8  # token-0 norm < this × median ⇒ sink faded/inverted (seed L59: 0.55)
 POSTNORM_NORM_DROP = 0.3  # tight + sinkless slot with median ≤ this × the largest layer median ⇒ post-norm
+POSTNORM_NORM_DROP_WEAK = 0.6  # …or ≤ this when token 0 keeps a one-dim (sink) direction
+TOKEN0_CONCENTRATION = 0.5  # max|x_0|/‖x_0‖ ≥ this ⇒ token 0 holds the sink direction (SmolLM2 post-norm 0.68)
 DUPLICATE_SLOT_DISTANCE = 1e-4  # masked angular distance below this (and equal norms) ⇒ duplicate capture
 W_NORM, W_LATE, W_FADED = 1.0, 1.5, 1.0  # votes on the direction of the depth chain
 BANDS = ((1 / 3, "early"), (2 / 3, "middle"), (1.01, "late"))  # rank fraction among layer slots → role
@@ -136,10 +138,17 @@ def embedding_signals(st_slots: Sequence[SlotStats], tensors: list, ids: Any, me
                               if math.isfinite(ratio) else f"median ‖x‖ {meds[i]:.4g}",
                               f"≤ {EMBED_NORM_RATIO} & no sink ⇒ context-free", "tiny, context-free norms"
                               if tiny else "layer-scale norms"))
+        conc = token0_concentration(h)
         if tiny and embed_score[i] == 0.0:
-            embed_score[i] = 0.6 if dup.get("groups") else 0.7  # absolute-position models: no duplicates
-            if dup.get("groups"):
-                ev[i][-1].verdict += " — yet repeated ids differ: absolute position embeddings (GPT-2/OPT)?"
+            if conc >= TOKEN0_CONCENTRATION:  # a normalised sink keeps its one-dim direction; a lookup row does not
+                ev[i][-1].verdict += " — but token 0 sits in one dim (a normalised sink), not a lookup"
+            else:
+                embed_score[i] = 0.6 if dup.get("groups") else 0.7  # absolute-position models: no duplicates
+                if dup.get("groups"):
+                    ev[i][-1].verdict += " — yet repeated ids differ: absolute position embeddings (GPT-2/OPT)?"
+        ev[i].append(Evidence("token0_concentration", conc, f"≥ {TOKEN0_CONCENTRATION} one-dim sink direction",
+                              "token 0 concentrated in one dim (sink direction)" if conc >= TOKEN0_CONCENTRATION
+                              else "token 0 spread over dims"))
         cv = spread_cv(s)
         ev[i].append(Evidence("spread_cv", cv, f"≤ {TIGHT_CV} tight", "tight" if cv <= TIGHT_CV else "wide"))
         ev[i].append(Evidence("token0_ratio", s.first_ratio, f"≥ {SINK_RATIO} sink; < {SINK_FADED_RATIO} faded",
@@ -158,21 +167,27 @@ def embedding_signals(st_slots: Sequence[SlotStats], tensors: list, ids: Any, me
     return embed_score
 
 
-def postnorm_signals(st_slots: Sequence[SlotStats], tensors: list, is_embed: list[bool], meds: list[float],
+def postnorm_signals(st_slots: Sequence[SlotStats], tensors: list, embed_score: list[float], meds: list[float],
                      drop: list[int], ev: list[list[Evidence]]) -> tuple[list[float], dict[int, int]]:
-    """Per-slot post-norm score: B = RMSNorm(A) with a fitted γ, else a norm collapse; ``{post: pre}``."""
+    """Per-slot post-norm score and ``{post slot: pre-norm slot}`` (γ-free; fingerprint-signals §3.6).
+
+    A tight, sinkless slot is post-norm when it is RMSNorm(another slot) for a fitted γ (0.99), or its
+    norm collapsed next to the layer slots (0.8), or — when nothing says it is layer-scale — its token 0
+    keeps the sink's one-dim direction at an ordinary norm: the norm was divided away (0.6).
+    """
     from .depth import NORMALIZES_MAX_RESIDUAL, normalizes
 
     k = len(st_slots)
     same_T = len({int(t.shape[0]) for t in tensors}) == 1
     post_score = [0.0] * k
     prenorm_of: dict[int, int] = {}
+    lookup = [embed_score[i] >= 0.9 for i in range(k)]  # duplicate rows: certainly not post-norm
     for i, s in enumerate(st_slots):
-        if is_embed[i] or not late_signature(s):
+        if lookup[i] or not late_signature(s):
             continue
         best = None
         for j in range(k):
-            if j != i and not is_embed[j] and same_T:
+            if j != i and not lookup[j] and same_T and embed_score[j] < EMBED_MIN_SCORE:
                 res = normalizes(tensors[j], tensors[i], drop)["residual"]
                 best = (res, j) if best is None or res < best[0] else best
         if best is not None and best[0] <= NORMALIZES_MAX_RESIDUAL:
@@ -180,18 +195,30 @@ def postnorm_signals(st_slots: Sequence[SlotStats], tensors: list, is_embed: lis
             ev[i].append(Evidence("normalizes", f"= RMSNorm(slot {best[1]}) with fitted γ, residual {best[0]:.2g}",
                                   f"≤ {NORMALIZES_MAX_RESIDUAL}", "post-norm of that slot"))
             continue
-        layer_meds = [meds[j] for j in range(k) if j != i and not is_embed[j] and math.isfinite(meds[j])]
-        if layer_meds:
-            drop_ratio = meds[i] / max(layer_meds)
-            post = drop_ratio <= POSTNORM_NORM_DROP
-            ev[i].append(Evidence("norm_drop", drop_ratio, f"≤ {POSTNORM_NORM_DROP} ⇒ normalised",
-                                  "tight, sinkless and norm collapsed ⇒ post-final-norm" if post
-                                  else "tight, sinkless at layer-scale norm ⇒ late pre-norm"))
-            post_score[i] = 0.8 if post else 0.0
+        if embed_score[i] >= EMBED_MIN_SCORE:
+            continue
+        conc = token0_concentration(tensors[i]) >= TOKEN0_CONCENTRATION
+        layer_meds = [meds[j] for j in range(k) if j != i and embed_score[j] < EMBED_MIN_SCORE
+                      and math.isfinite(meds[j])]
+        ratio = meds[i] / max(layer_meds) if layer_meds else None
+        if ratio is not None and ratio <= POSTNORM_NORM_DROP:
+            post_score[i], verdict = 0.8, "tight, sinkless and norm collapsed ⇒ post-final-norm"
+        elif conc and (ratio is None or ratio <= POSTNORM_NORM_DROP_WEAK):
+            post_score[i], verdict = 0.6, "sink direction kept at an ordinary norm ⇒ post-final-norm"
+        elif ratio is None:
+            verdict = "no other layer slot to compare: late pre-norm or post-norm (run with --model for the γ test)"
         else:
-            ev[i].append(Evidence("norm_drop", None, POSTNORM_NORM_DROP, "no other layer slot to compare: late "
-                                  "pre-norm or post-norm (run with --model for the γ test)"))
+            verdict = "tight, sinkless at layer-scale norm ⇒ late pre-norm"
+        ev[i].append(Evidence("norm_drop", ratio, f"≤ {POSTNORM_NORM_DROP} (≤ {POSTNORM_NORM_DROP_WEAK} with a "
+                              "one-dim token 0) ⇒ normalised", verdict))
     return post_score, prenorm_of
+
+
+def token0_concentration(h: Any) -> float:
+    """``max|x_0| / ‖x_0‖``: how much of token 0 sits in one dim (sink rows: ≈ 0.95–0.99; lookups ≈ 0.2–0.3)."""
+    x = h[0].float()
+    n = float(x.norm())
+    return float(x.abs().max()) / n if n > 0 and math.isfinite(n) else 0.0
 
 
 def exact_evidence(ev: list[Evidence], x: dict) -> None:

@@ -305,3 +305,16 @@ def test_cli_json_and_unreadable(sample_data, tmp_path, capsys):
     bad = tmp_path / "bad.pt"
     bad.write_text("not a tensor")
     assert main(["fingerprint", str(bad)]) == 2
+
+
+@pytest.mark.parametrize("pick, ids, roles", [
+    ([31], True, ["final_postnorm"]),  # alone: the sink's one-dim direction at an ordinary norm
+    ([0, 3, 31], True, ["embedding", "middle", "final_postnorm"]),  # no norm collapse vs L3, direction decides
+    ([28, 31], False, ["middle", "final_postnorm"]),  # tiny norm, no ids: not mistaken for the embedding
+    ([29, 30, 31], False, ["middle", "final_prenorm", "final_postnorm"]),  # B = RMSNorm(A), γ fitted
+])
+def test_post_norm_without_gamma(ladder, pick, ids, roles):
+    cap = _mem_capture([ladder.slots[i].tensor() for i in pick], ladder.input_ids if ids else None)
+    fp = fingerprint(cap)
+    assert [s.role for s in fp.slots] == roles
+    assert fp.depth_order == list(range(len(pick)))
