@@ -46,6 +46,7 @@ def list_files(path: str | os.PathLike | list, sample: int | None = None) -> tup
     files: list[str] = []
     for p in paths:
         files.extend(os.path.abspath(f) for f in iter_files(p))
+    files = list(dict.fromkeys(files))  # a file reached through two given paths is scanned once
     if not files:
         raise ForensicsError("no capture files found (expected .pt/.safetensors/.ckpt[.gz] files)", path=str(path))
     if sample is not None and sample < len(files):
@@ -171,9 +172,23 @@ def _run_dask(batches: list[list[Item]], opts: dict, workers: int, address: Any)
             client = Client(cluster)
         else:
             client = Client(address)
-        futures = client.map(scan_batch, batches, opts=opts, pure=False)
-        for fut in as_completed(futures):
-            yield fut.result()
+        batch_of = {client.submit(scan_batch, b, opts, pure=False): b for b in batches}
+        queue = as_completed(list(batch_of))
+        for fut in queue:
+            b = batch_of.pop(fut)
+            try:
+                yield fut.result()
+            except Exception as e:  # noqa: BLE001 - e.g. KilledWorker: retry each file alone, then report it
+                if len(b) > 1:
+                    for it in b:
+                        single = client.submit(scan_batch, [it], opts, pure=False)
+                        batch_of[single] = [it]
+                        queue.add(single)
+                    continue
+                row = empty_row(*b[0])
+                row.update(error=f"{b[0][0]}: the Dask task for this file failed ({type(e).__name__}: "
+                                 f"{str(e)[:200]})", error_kind="unreadable")
+                yield [row]
     finally:
         if client is not None and client is not address:
             client.close()
