@@ -52,7 +52,7 @@ class Evidence:
 
     def line(self) -> str:
         thr = "" if self.threshold is None else f"  (threshold {_fmt(self.threshold)})"
-        return f"{self.signal:<18} {_fmt(self.value):<24} → {self.verdict}{thr}"
+        return f"{self.signal:<20} {_fmt(self.value):<24} → {self.verdict}{thr}"
 
 
 @dataclass

@@ -17,6 +17,9 @@ FINDING_VERDICT = {"reordered": "fail", "duplicate": "fail", "missing_embedding"
                    "no_reference_match": "warn"}
 
 
+MAX_MATRIX_SLOTS = 8  # print the k×k distance matrix up to this many slots (HTML: up to 16)
+
+
 def _r(v) -> str:
     if v is None:
         return "—"
@@ -41,11 +44,21 @@ def text(fp: Fingerprint) -> str:
     lines = [_head(fp)]
     lines.append("  depth order (shallow → deep): " + " → ".join(
         f"[{i}]" + (f" {fp.slots[i].label}" if fp.slots[i].label else "") for i in fp.depth_order))
-    lines.append(f"  {'slot':<5}{'name':<26}{'role':<16}{'conf':>5}  {'rank':>4}  {'r≈':>7}  {'label':<11}"
+    w = max(12, min(34, max(len(sf.name) for sf in fp.slots) + 2))
+    lines.append(f"  {'slot':<6}{'name':<{w}}{'role':<16}{'conf':>5}  {'rank':>4}  {'r≈':<11}{'label':<11}"
                  f"{'r_exact':<11}decided by")
     for sf in fp.slots:
-        lines.append(f"  [{sf.index}]  {sf.name[:25]:<26}{sf.role:<16}{sf.confidence:>5.2f}  {sf.depth_rank:>4}  "
-                     f"{_r(sf.r_estimate):>7}  {sf.label or '—':<11}{_r(sf.r_exact):<11}{sf.decided_by}")
+        lines.append(f"  {f'[{sf.index}]':<6}{sf.name[:w - 2]:<{w}}{sf.role:<16}{sf.confidence:>5.2f}  "
+                     f"{sf.depth_rank:>4}  {_r(sf.r_estimate):<11}{sf.label or '—':<11}{_r(sf.r_exact):<11}"
+                     f"{sf.decided_by}")
+    lines.append("  (r≈ coarse data-only depth from the slot's rank; label = expected list assigned in depth order; "
+                 "r_exact = reference match, --model)")
+    k = len(fp.slots)
+    if 1 < k <= MAX_MATRIX_SLOTS:
+        lines.append("  masked angular distance (0 = same direction; sinks dropped, massive dims masked):")
+        lines.append("        " + "".join(f"{f'[{j}]':>7}" for j in range(k)))
+        for i in range(k):
+            lines.append(f"    [{i}] " + "".join(f"{fp.similarity[i, j]:7.3f}" for j in range(k)))
     if fp.findings:
         lines.append("  findings:")
         lines += [f"    {f.kind.upper()}: {f.message}" for f in fp.findings]
@@ -78,6 +91,12 @@ def html(fp: Fingerprint) -> str:
                                 f.message] for f in fp.findings], cls="hsf-findings"))
     else:
         out.append(f"<div>{badge('pass')} no findings</div>")
+    k = len(fp.slots)
+    if 1 < k <= 2 * MAX_MATRIX_SLOTS:
+        out.append("<div>masked angular distance (0 = same direction; sinks dropped, massive dims masked)</div>" +
+                   html_table([""] + [f"[{j}]" for j in range(k)],
+                              [[f"[{i}]"] + [f"{fp.similarity[i, j]:.3f}" for j in range(k)] for i in range(k)],
+                              cls="hsf-similarity"))
     ev_rows = [["order", e.signal, e.value, e.threshold if e.threshold is not None else "—", e.verdict]
                for e in fp.order_evidence]
     for sf in fp.slots:
