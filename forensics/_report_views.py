@@ -25,10 +25,14 @@ MAX_VERDICT_FILES = 40  # verdict rows: every non-passing file, then passing one
 MAX_INLINE_SLOTS = 8  # a passing file with more slots (a ladder) shows its slot rows folded
 MAX_OUTLIER_ROWS = 12  # sink / massive-activation rows per slot card
 MAX_CHECK_ROWS = 1500
-LOW_CONFIDENCE = 0.6  # an inferred identity below this confidence is a warning, not a pass
+# an identity inferred below this confidence is a warning, not a pass (the fingerprint's depth-order confidence
+# is 0.5 + 5 × chain margin: 0.5 means the order carries no information, 0.55 a margin of 0.01)
+LOW_CONFIDENCE = 0.55
 HIST_BINS = 28
 FIG_DPI = 80  # modest: the size budget is 5 MB (issue 7)
 FAIL_FINDINGS = {"reordered", "duplicate", "postnorm", "off_by_one", "nonfinite", "mislabelled", "mismatch"}
+# fingerprint ``decided_by`` names → the evidence signals that carry its number, best first
+DECIDED_ALIASES = {"exact": ("ladder_match", "exact_embedding", "exact_gamma")}
 RANK = {"pass": 0, "info": 0, "warn": 1, "fail": 2}
 SEVERITY = {"error": "fail", "warn": "warn", "warning": "warn", "info": "info"}  # audit finding severity → outcome
 
@@ -149,9 +153,10 @@ def _slot_verdict(fs, ss, findings: list, order: list | None = None) -> dict:
     evidence = []
     if fs is not None:
         role, label, conf = fs.role, fs.label, fs.confidence
-        r = getattr(fs, "r_exact", None)
-        if r is None:
-            r = getattr(fs, "r_estimate", None)
+        if getattr(fs, "r_exact", None) is not None:
+            r = f"{fmt(fs.r_exact)} (exact)"
+        elif getattr(fs, "r_estimate", None) is not None:
+            r = f"≈{fmt(fs.r_estimate)}"
         evidence = list(getattr(fs, "evidence", []) or [])
     inferred = label or (_label(fs.r_exact) if fs is not None and fs.r_exact is not None else None)
     mine = [f for f in findings if ss.index in (getattr(f, "slots", None) or [])]
@@ -166,7 +171,8 @@ def _slot_verdict(fs, ss, findings: list, order: list | None = None) -> dict:
     elif fs is None:
         verdict = "info"
     elif conf is not None and conf < LOW_CONFIDENCE:
-        verdict = "warn"
+        verdict, decided = "warn", f"confidence {fmt(conf)} < {fmt(LOW_CONFIDENCE)}: " + (
+            _deciding_evidence(evidence, getattr(fs, "decided_by", None), order) or "weak evidence")
     elif mine:
         verdict, decided = "warn", f"{mine[0].kind}: {mine[0].message}"
     if decided is None:
@@ -175,7 +181,7 @@ def _slot_verdict(fs, ss, findings: list, order: list | None = None) -> dict:
         decided = (f"token-0 norm = {fmt(ss.first_ratio)}× median of the rest" if math.isfinite(ss.first_ratio)
                    else "—")
     return {"index": ss.index, "name": ss.name, "claimed": claimed or "—", "role": role or "—",
-            "label": inferred or "—", "r": fmt(r) if r is not None else "—",
+            "label": inferred or "—", "r": r or "—",
             "confidence": fmt(conf) if conf is not None else "—", "verdict": verdict, "decided": decided}
 
 
@@ -183,9 +189,11 @@ def _deciding_evidence(evidence: list, decided_by: str | None, order: list | Non
     """The evidence line the fingerprint says decided (``decided_by``; ``order`` = the depth chain), else the
     first one, as ``signal = value → verdict (threshold …)``."""
     pool = list(evidence)
-    if decided_by:
-        pool = [e for e in evidence if e.signal == decided_by] or \
-               (list(order or []) if decided_by == "order" else []) or pool
+    if decided_by:  # a signal name, possibly followed by words: "order (rank among layer slots) + sink"
+        decided_by = decided_by.split()[0]
+        names = DECIDED_ALIASES.get(decided_by, (decided_by,))
+        pool = sorted((e for e in evidence if e.signal in names), key=lambda e: names.index(e.signal)) or \
+            (list(order or []) if decided_by == "order" else []) or pool
     for e in pool:
         thr = getattr(e, "threshold", None)
         text = f"{e.signal} = {fmt(e.value)}" + (f" → {e.verdict}" if getattr(e, "verdict", None) else "")

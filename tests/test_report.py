@@ -311,3 +311,21 @@ def test_trained_draft_is_probed_and_summarised_in_the_verdicts(sample_data):
     assert rep.context["probe_html"] and "Draft probe: acceptance under candidate wirings" in html
     assert "--draft " in rep.command() and "--engine vllm" in rep.command()
     assert_offline(html)
+
+
+@pytest.mark.model
+def test_exact_mode_with_the_real_model(sample_data, tmp_path):
+    """--model: model facts in the provenance and every slot's exact r (the capture's recorded r = 0, 3, 16, 28)."""
+    from forensics.model import default_model_path
+
+    f = tmp_path / "data_0.pt"  # one file keeps the model run short
+    for side in ("data_config.json", "capture.json"):
+        shutil.copy(sample_data / "speculators_v1" / side, tmp_path / side)
+    shutil.copy(sample_data / "speculators_v1" / "data_0.pt", f)
+    rep = report(str(f), model=default_model_path())
+    facts = rep.context["provenance"]["model_facts"]
+    assert facts["num_layers"] == 30 and facts["hidden_size"] == 576
+    rows = _verdict_rows(rep.html)
+    assert [r[5] for r in rows] == ["0 (exact)", "3 (exact)", "16 (exact)", "28 (exact)"]
+    assert all(r[7].lower() == "pass" for r in rows)
+    assert "ladder_match" in rows[1][8]
