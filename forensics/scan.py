@@ -20,6 +20,7 @@ import random
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from .errors import ForensicsError
@@ -106,6 +107,46 @@ def _batches(items: list[Item]) -> list[list[Item]]:
     return out
 
 
+def _prefetch(batch: list[Item]) -> None:
+    """Ask the kernel to start reading a queued batch's files into the page cache now
+    (``POSIX_FADV_WILLNEED``), so a cold dataset's disk reads overlap the work on earlier files."""
+    if not hasattr(os, "posix_fadvise"):
+        return
+    for it in batch:
+        try:
+            fd = os.open(it[0], os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+
+@contextmanager
+def _main_not_reimported() -> Iterator[None]:
+    """Start workers without re-running the caller's ``__main__`` in them.
+
+    Fork-server and spawn workers normally re-import the parent's main script (to unpickle functions
+    defined there), which re-runs an unguarded top-level ``scan(...)`` in every worker: each then dies
+    with "An attempt has been made to start a new process before ... bootstrapping". Workers here only
+    run :func:`forensics.scan_rows.scan_batch`, so the script is hidden from multiprocessing while
+    workers start (``__main__.__file__``/``__spec__``, restored at once)."""
+    main = sys.modules.get("__main__")
+    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if main is not None and k in main.__dict__}
+    try:
+        if main is not None:
+            main.__dict__.pop("__file__", None)
+            main.__dict__["__spec__"] = None
+        yield
+    finally:
+        if main is not None:
+            main.__dict__.pop("__spec__", None)
+            main.__dict__.update(saved)
+
+
 def _run_inline(batches: list[list[Item]], opts: dict) -> Iterator[list[dict]]:
     for b in batches:
         yield scan_batch(b, opts)
@@ -132,11 +173,15 @@ def _run_pool(batches: list[list[Item]], opts: dict, workers: int) -> Iterator[l
                 if quarantine:  # suspects of a dead worker run alone, one file at a time
                     if not inflight:
                         b = quarantine.popleft()
-                        inflight[ex.submit(scan_batch, b, opts)] = b
+                        with _main_not_reimported():
+                            inflight[ex.submit(scan_batch, b, opts)] = b
                 else:
                     while pending and len(inflight) < workers * INFLIGHT_PER_WORKER:
                         b = pending.popleft()
-                        inflight[ex.submit(scan_batch, b, opts)] = b
+                        if opts.get("prefetch", True):
+                            _prefetch(b)
+                        with _main_not_reimported():  # submit may start a worker process
+                            inflight[ex.submit(scan_batch, b, opts)] = b
                 done, _ = wait(list(inflight), return_when=FIRST_COMPLETED)
                 for fut in done:
                     rows = fut.result()  # raises BrokenProcessPool if a worker died
@@ -199,7 +244,7 @@ def _run_dask(batches: list[list[Item]], opts: dict, workers: int, address: Any)
 def scan(path: str | os.PathLike | list, workers: int = 2, out: str | os.PathLike | None = None,
          resume: bool = False, sample: int | None = None, dask: Any = None, *,
          fingerprint: bool | int = FINGERPRINT_FILES,
-         tune_malloc: bool = True, progress: bool | None = None,
+         tune_malloc: bool = True, prefetch: bool = True, progress: bool | None = None,
          on_row: Callable[[dict], None] | None = None) -> ScanResult:
     """Scan every capture file under ``path``; return rows, dataset summary and anomalies.
 
@@ -214,6 +259,7 @@ def scan(path: str | os.PathLike | list, workers: int = 2, out: str | os.PathLik
             default ``FINGERPRINT_FILES``), every file (True) or none (False). Every file gets the
             statistics-based checks (NaN/Inf, duplicates, norm-rank order, outlier norms) either way.
         tune_malloc: set glibc mmap/trim thresholds in workers (ecosystem.md §6.10).
+        prefetch: ``posix_fadvise(WILLNEED)`` the files of queued tasks (cold datasets: I/O overlaps work).
         progress: tqdm bar on stderr (files/s, GB/s); default: when stderr is a terminal.
         on_row: called with each new row (without its sketch) as it is written.
     """
@@ -246,7 +292,7 @@ def scan(path: str | os.PathLike | list, workers: int = 2, out: str | os.PathLik
         resumed = len(last)
     chosen = fingerprint_choice(len(items), fingerprint)
     todo = [(*it, chosen(i)) for i, it in enumerate(items) if i not in done and it[1] is not None]
-    opts = {"tune_malloc": tune_malloc}
+    opts = {"tune_malloc": tune_malloc, "prefetch": prefetch}
     if os.environ.get("HSF_SCAN_TEST_DIE_ON"):  # test hook: simulate a worker being killed
         opts["_test_die_on"] = os.environ["HSF_SCAN_TEST_DIE_ON"]
     sink = _open_out(out, resume)

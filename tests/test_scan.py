@@ -341,3 +341,18 @@ def test_whole_dataset_miswired_is_reported_dataset_wide(sample_data, tmp_path, 
     assert "dataset-wide: reordered" in repr(res) and "hsf-scan-findings" in res._repr_html_()
     assert main(["scan", str(tmp_path), "--workers", "0", "--no-progress"]) == 1
     capsys.readouterr()
+
+
+def test_unguarded_script_works(mixed, tmp_path):
+    """``scan()`` at the top level of a script without ``if __name__ == "__main__"``: workers must not
+    re-run the script (they would die and every file would become an error row)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "quick.py"
+    script.write_text("import forensics\n"
+                      f"r = forensics.scan({str(mixed[0] / 'hidden_states')!r}, workers=2, fingerprint=False)\n"
+                      "print('errors', r.summary['errors'], r.summary['files'])\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "errors 0 3" in out.stdout and "bootstrapping" not in out.stderr
