@@ -135,7 +135,7 @@ def parse_expected(layers: Any) -> list | None:
 
 # ---------------------------------------------------------------------------------------------- signals
 def fingerprint(capture: Capture | str | os.PathLike, layers: Any = None, model: Any = None,
-                num_layers: int | None = None) -> Fingerprint:
+                num_layers: int | None = None, expected_source: str | None = None) -> Fingerprint:
     """Role, depth order, coarse r, label (given an expected list) and evidence for every slot.
 
     Args:
@@ -145,6 +145,7 @@ def fingerprint(capture: Capture | str | os.PathLike, layers: Any = None, model:
         model: exact mode — an HF folder, safetensors checkpoint, ``.gguf``, a loaded model, or a ladder
             capture (path or ``Capture``) with the same input_ids.
         num_layers: L of the model, for ``r_estimate`` (default: capture.json's ``num_layers``).
+        expected_source: where ``layers`` came from, shown in the output (e.g. "draft config ids").
 
     Example:
         >>> fp = fingerprint("sample_data/speculators_v1/data_0.pt")   # doctest: +SKIP
@@ -164,19 +165,21 @@ def fingerprint(capture: Capture | str | os.PathLike, layers: Any = None, model:
     if small and model is None:
         torch.set_num_threads(1)  # tiny tensors: thread hand-offs cost 10× the work on a busy machine
     try:
-        return _fingerprint(capture, layers, model, num_layers)
+        return _fingerprint(capture, layers, model, num_layers, expected_source)
     finally:
         torch.set_num_threads(threads)
 
 
-def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | None) -> Fingerprint:
+def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | None,
+                 expected_source: str | None) -> Fingerprint:
     from .depth import angular_distances
 
     st = summarize(capture)
     k = len(capture.slots)
     tensors = [s.tensor() for s in capture.slots]
     ids = capture.input_ids.reshape(-1) if capture.input_ids is not None else None
-    expected, exp_src = parse_expected(layers), ("argument" if layers is not None else None)
+    expected = parse_expected(layers)
+    exp_src = (expected_source or "argument") if layers is not None else None
     if expected is None and capture.declared_r is not None and all(r is not None for r in capture.declared_r):
         expected, exp_src = list(capture.declared_r), "declared by the capture's sidecar"
     findings: list[Finding] = []

@@ -295,15 +295,17 @@ def find_duplicates(fp: Fingerprint, tensors: list) -> None:
 
 def assign_labels(fp: Fingerprint) -> None:
     """Assign the expected labels by depth order and report what disagrees with the expectation."""
-    exp = fp.expected or []
+    exp = list(fp.expected or [])
     k = len(fp.slots)
+    order = list(fp.depth_order)
+    emb = [i for i in order if fp.slots[i].role == "embedding"]
+    post = [i for i in order if fp.slots[i].role == "final_postnorm"]
+    if len(exp) + len(post) == k and post and FINAL_POST not in exp:
+        exp += [FINAL_POST] * len(post)  # aux ids only (a draft's config): the file's own final_post target
     if len(exp) != k:
         fp.findings.append(Finding("count_mismatch", list(range(k)), f"expected {len(exp)} layers "
                                    f"[{', '.join(r_label(r) for r in exp)}] but the capture has {k} slots"))
     by_depth = sorted(exp, key=_depth_key)
-    order = list(fp.depth_order)
-    emb = [i for i in order if fp.slots[i].role == "embedding"]
-    post = [i for i in order if fp.slots[i].role == "final_postnorm"]
     if 0 in by_depth and not emb:
         fp.findings.append(Finding("missing_embedding", [order[0]] if order else [], "an embedding output (r = 0) "
                                    "is expected but no slot has the embedding signature (no duplicate rows, "
@@ -333,8 +335,8 @@ def assign_labels(fp: Fingerprint) -> None:
                     abs(want - sf.r_exact) == 1 else "wrong_layer"
                 fp.findings.append(Finding(kind, [sf.index], f"slot {sf.index} is expected to be {sf.label} but "
                                            f"equals {r_label(sf.r_exact)} of the reference model"))
-    if fp.expected and len(fp.expected) == k:
-        file_labels = [r_label(r) for r in fp.expected]
+    if exp and len(exp) == k:
+        file_labels = [r_label(r) for r in exp]
         got = [sf.label for sf in fp.slots]
         if got != file_labels and all(g is not None for g in got):
             fp.findings.append(Finding("reordered", [i for i in range(k) if got[i] != file_labels[i]],

@@ -318,3 +318,19 @@ def test_post_norm_without_gamma(ladder, pick, ids, roles):
     fp = fingerprint(cap)
     assert [s.role for s in fp.slots] == roles
     assert fp.depth_order == list(range(len(pick)))
+
+
+def test_cli_expected_from_draft_config(sample_data, tmp_path, capsys):
+    """--draft/--trainer: SpecForge ids [1, 14, 26] → r [2, 15, 27] (SGLang +1), labels the SpecForge aux slots."""
+    from forensics.cli import main
+
+    (tmp_path / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 576,
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 14, 26]}}))
+    path = sample_data / "specforge" / "rows_0-2000" / "data_0.ckpt"
+    code = main(["fingerprint", str(path), "--draft", str(tmp_path), "--trainer", "specforge", "--json"])
+    f = json.loads(capsys.readouterr().out)["files"][0]
+    assert [s["label"] for s in f["slots"]] == ["L2", "L15", "L27", "final_post"]  # + the file's own target
+    assert "draft config ids [1, 14, 26]" in f["expected_source"]
+    assert f["findings"] == [] and code == 0
+    assert main(["fingerprint", str(path), "--draft", str(tmp_path)]) == 2  # no --trainer: a clear error

@@ -29,11 +29,12 @@ def add_arguments(p) -> None:
     p.add_argument("--num-layers", type=int, help="L of the model (for the coarse r estimate)")
 
 
-def _expected(args, capture_L: int | None):
+def _expected(args, capture_L: int | None) -> tuple:
+    """``(expected r list or None, where it came from)``."""
     from ..errors import ForensicsError
 
     if args.layers or args.expect:
-        return args.layers or args.expect
+        return (args.layers or args.expect), ("--layers" if args.layers else "--expect")
     if args.draft:
         from ..conventions import to_r
         from ..draft_config import read_draft
@@ -46,31 +47,25 @@ def _expected(args, capture_L: int | None):
                                  path=args.draft)
         info = read_draft(args.draft, read_vocab_maps=False)
         ids = info.ids_top if info.ids_top is not None else info.ids_nested
-        return to_r(args.trainer, ids, L)
-    return None
+        return to_r(args.trainer, ids, L), f"draft config ids {ids} read as {args.trainer} numbering"
+    return None, None
 
 
 def run(args) -> int:
     from ..fingerprint import fingerprint
     from ..formats import load
 
-    model = args.model
+    model = args.model  # a path: resolved (and memoised) per file by forensics.exact.reference_for
     if model == "default":
         from ..model import default_model_path
 
         model = default_model_path()
-    if model and (model.endswith(".gguf") or not model.endswith((".pt", ".ckpt", ".gz"))):
-        import os
-
-        if os.path.isdir(model) or model.endswith(".gguf"):
-            from ..model import load_model
-
-            model = load_model(model)[0]
     results = {}
 
     def one(path: str) -> dict:
         cap = load(path)
-        fp = fingerprint(cap, layers=_expected(args, cap.num_layers), model=model, num_layers=args.num_layers)
+        layers, source = _expected(args, cap.num_layers)
+        fp = fingerprint(cap, layers=layers, model=model, num_layers=args.num_layers, expected_source=source)
         results[fp.path] = fp
         return fp.to_dict()
 
