@@ -142,8 +142,9 @@ def run_dask(batches: list[list[Item]], opts: dict, workers: int, address: Any) 
         if isinstance(address, Client):
             client = address
         elif address in ("local", True):
-            cluster = LocalCluster(n_workers=max(1, workers), threads_per_worker=1, processes=True,
-                                   dashboard_address=None)
+            with _main_not_reimported():  # Dask's nanny spawns workers: same re-import as the local pool
+                cluster = LocalCluster(n_workers=max(1, workers), threads_per_worker=1, processes=True,
+                                       dashboard_address=None)
             client = Client(cluster)
         else:
             client = Client(address)
