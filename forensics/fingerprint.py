@@ -13,6 +13,8 @@ r per slot. Every threshold is a named constant, shown next to the raw value.
 from __future__ import annotations
 
 import os
+import sys
+import types
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -287,3 +289,14 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
         for sf in sfs:
             sf.label = r_label(sf.r_exact) if sf.r_exact is not None else None
     return fp
+
+
+class _CallableModule(types.ModuleType):
+    """``forensics.fingerprint`` is both this module and the verb: importing the submodule rebinds the
+    package attribute to the module, so the module itself forwards calls to :func:`fingerprint`."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Fingerprint:
+        return fingerprint(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

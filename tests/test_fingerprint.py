@@ -334,3 +334,12 @@ def test_cli_expected_from_draft_config(sample_data, tmp_path, capsys):
     assert "draft config ids [1, 14, 26]" in f["expected_source"]
     assert f["findings"] == [] and code == 0
     assert main(["fingerprint", str(path), "--draft", str(tmp_path)]) == 2  # no --trainer: a clear error
+
+
+def test_package_verb_survives_submodule_import(sample_data):
+    """``import forensics.fingerprint`` rebinds the package attribute to the module; it must stay callable."""
+    import forensics.fingerprint as mod
+
+    assert forensics.fingerprint is mod or callable(forensics.fingerprint)
+    fp = forensics.fingerprint(sample_data / "speculators_v1" / "data_4.pt")
+    assert fp.labels == ["embed", "L3", "L16", "L28"]
