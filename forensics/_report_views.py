@@ -25,9 +25,6 @@ MAX_VERDICT_FILES = 40  # verdict rows: every non-passing file, then passing one
 MAX_INLINE_SLOTS = 8  # a passing file with more slots (a ladder) shows its slot rows folded
 MAX_OUTLIER_ROWS = 12  # sink / massive-activation rows per slot card
 MAX_CHECK_ROWS = 1500
-# an identity inferred below this confidence is a warning, not a pass (the fingerprint's depth-order confidence
-# is 0.5 + 5 × chain margin: 0.5 means the order carries no information, 0.55 a margin of 0.01)
-LOW_CONFIDENCE = 0.55
 HIST_BINS = 28
 FIG_DPI = 80  # modest: the size budget is 5 MB (issue 7)
 FAIL_FINDINGS = {"reordered", "duplicate", "postnorm", "off_by_one", "nonfinite", "mislabelled", "mismatch"}
@@ -81,6 +78,10 @@ def fmt(x: Any) -> str:
 def _short(xs: list, k: int = 8) -> str:
     xs = [str(x) for x in xs]
     return ", ".join(xs) if len(xs) <= k else ", ".join(xs[:k - 2]) + ", …, " + ", ".join(xs[-2:])
+
+
+def _clip(text: str, n: int = 90) -> str:
+    return text if len(text) <= n else text[:n - 1] + "…"
 
 
 def _label(r: Any) -> str | None:
@@ -160,21 +161,19 @@ def _slot_verdict(fs, ss, findings: list, order: list | None = None) -> dict:
         evidence = list(getattr(fs, "evidence", []) or [])
     inferred = label or (_label(fs.r_exact) if fs is not None and fs.r_exact is not None else None)
     mine = [f for f in findings if ss.index in (getattr(f, "slots", None) or [])]
+    checkable = bool(claimed) and (ss.declared_r is not None or claimed == "final_post")
     verdict, decided = "pass", None
     if ss.nan or ss.inf:
         verdict, decided = "fail", f"non-finite values: NaN×{ss.nan}, Inf×{ss.inf} (threshold 0)"
     elif any(getattr(f, "kind", "") in FAIL_FINDINGS for f in mine):
         f = next(f for f in mine if f.kind in FAIL_FINDINGS)
         verdict, decided = "fail", f"{f.kind}: {f.message}"
-    elif claimed and inferred and claimed != inferred and claimed.startswith(("embed", "L", "final")):
+    elif checkable and inferred and claimed != inferred:
         verdict, decided = "fail", f"claimed {claimed}, data says {inferred}"
-    elif fs is None:
-        verdict = "info"
-    elif conf is not None and conf < LOW_CONFIDENCE:
-        verdict, decided = "warn", f"confidence {fmt(conf)} < {fmt(LOW_CONFIDENCE)}: " + (
-            _deciding_evidence(evidence, getattr(fs, "decided_by", None), order) or "weak evidence")
     elif mine:
         verdict, decided = "warn", f"{mine[0].kind}: {mine[0].message}"
+    elif fs is None or not checkable or not inferred:
+        verdict = "info"  # identified, but no r-valued claim to check it against (or no fingerprint)
     if decided is None:
         decided = _deciding_evidence(evidence, getattr(fs, "decided_by", None), order)
     if decided is None:
@@ -196,7 +195,8 @@ def _deciding_evidence(evidence: list, decided_by: str | None, order: list | Non
             (list(order or []) if decided_by == "order" else []) or pool
     for e in pool:
         thr = getattr(e, "threshold", None)
-        text = f"{e.signal} = {fmt(e.value)}" + (f" → {e.verdict}" if getattr(e, "verdict", None) else "")
+        says = _clip(str(e.verdict)) if getattr(e, "verdict", None) else ""
+        text = f"{e.signal} = {_clip(fmt(e.value))}" + (f" → {says}" if says else "")
         return text + (f" (threshold {fmt(thr)})" if thr is not None else "")
     return None
 

@@ -25,7 +25,6 @@ from typing import Any
 
 from . import __version__
 from ._report_views import (
-    LOW_CONFIDENCE,
     FileResult,
     build_browser,
     build_cards,
@@ -255,7 +254,6 @@ def report(paths, layers=None, model=None, draft=None, engine=None, engine_versi
         "errors": errors,
         "skipped": skipped,
         "max_analysed": MAX_ANALYSED_FILES,
-        "low_confidence": LOW_CONFIDENCE,
     }
     argv = _argv(paths, layers, model, draft, engine, engine_version, trainer, target_config, served, title, scan)
     return Report(context=context, argv=argv)
