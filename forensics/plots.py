@@ -447,8 +447,8 @@ def depth_ladder(fingerprint: Any, title: str | None = None) -> Figure:
 
 
 # Audit and dataset-scan figures live in plots_dataset (module size); re-exported here as one namespace.
-from .plots_dataset import audit_slices, scan_file_medians, scan_norms  # noqa: E402
+from .plots_dataset import audit_slices, probe_wirings, scan_file_medians, scan_norms  # noqa: E402
 
 __all__ = ["norm_distributions", "norm_by_position", "massive_dims", "similarity_heatmap", "depth_ladder",
-           "audit_slices", "scan_norms", "scan_file_medians", "slot_labels", "slot_colors", "figure_to_png_bytes",
-           "figure_to_html", "OKABE_ITO"]
+           "audit_slices", "scan_norms", "scan_file_medians", "probe_wirings", "slot_labels", "slot_colors",
+           "figure_to_png_bytes", "figure_to_html", "OKABE_ITO"]

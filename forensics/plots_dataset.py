@@ -144,3 +144,39 @@ def scan_file_medians(scan: Any, fmt: str | None = None, title: str | None = Non
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     ax.set_title(title or f"Per-file median norm per slot — {fmt}", fontsize=10, pad=12)
     return fig
+
+
+# ------------------------------------------------------------------------------------------------ probe
+MAX_PROBE_ROWS = 12  # wirings shown (best first); the rest are in ProbeResult.rows
+
+
+def probe_wirings(probe: Any, top: int = MAX_PROBE_ROWS, title: str | None = None) -> Figure:
+    """The draft probe's ranking: top-1 agreement per candidate wiring with its 95 % Wilson interval.
+
+    Reads ``ProbeResult.rows`` (best first: ``label``, ``top1``, ``top1_ci``, ``n``, ``tags``); the best
+    wiring is green, the one the data/config declares is outlined.
+    """
+    rows = list(getattr(probe, "rows", []) or [])[:top]
+    fig = _figure(height=max(2.4, 0.32 * len(rows) + 1.2))
+    ax = fig.add_subplot()
+    if not rows:
+        ax.text(0.5, 0.5, "no wiring was scored", ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+        return fig
+    y = list(range(len(rows)))
+    top1 = [100 * r["top1"] for r in rows]
+    lo = [100 * (r["top1"] - r["top1_ci"][0]) if r.get("top1_ci") else 0 for r in rows]
+    hi = [100 * (r["top1_ci"][1] - r["top1"]) if r.get("top1_ci") else 0 for r in rows]
+    colors = [OK_COLOR if k == 0 else UNKNOWN_COLOR for k in range(len(rows))]
+    widths = [1.5 if "declared" in (r.get("tags") or []) else 0.0 for r in rows]
+    ax.barh(y, top1, xerr=[lo, hi], color=colors, edgecolor="black", linewidth=widths, alpha=0.8, capsize=2,
+            gid="probe-top1")
+    ax.set_yticks(y, [r["label"] + ("  (declared)" if "declared" in (r.get("tags") or []) else "") for r in rows],
+                  fontsize=8)
+    ax.invert_yaxis()
+    target = getattr(probe, "target", None)
+    ax.set_xlabel(f"step-0 top-1 agreement with the {'verifier' if target == 'verifier' else 'next token'} (%), "
+                  f"95 % Wilson CI; n = {rows[0].get('n')}")
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_title(title or "Draft probe: which wiring does the draft work with?", fontsize=10)
+    return fig

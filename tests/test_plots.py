@@ -215,3 +215,13 @@ def test_scan_file_medians_marks_anomalous_files():
     fig = hp.scan_file_medians(res)
     np.testing.assert_allclose(_coll(fig, "scan-medians-1").get_ydata(), [40.0, 44.0, 48.0])
     assert _coll(fig, "scan-anomalies").get_offsets()[:, 0].tolist() == [2]
+
+
+def test_probe_wirings_bars_are_top1():
+    rows = [{"label": "embed+L3+L16", "top1": 0.769, "top1_ci": [0.74, 0.79], "n": 500, "tags": ["declared"]},
+            {"label": "L3+L16+L28", "top1": 0.341, "top1_ci": [0.30, 0.38], "n": 500, "tags": []}]
+    fig = hp.probe_wirings(NS(rows=rows, target="verifier"))
+    bars = [p for p in fig.axes[0].patches]
+    assert [round(b.get_width(), 6) for b in bars] == [76.9, 34.1]
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["embed+L3+L16  (declared)", "L3+L16+L28"]
+    assert "verifier" in fig.axes[0].get_xlabel()
