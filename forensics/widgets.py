@@ -163,6 +163,8 @@ def render_panel(capture: Capture | None, stats: Any, fingerprint: Any = None, s
 def find_tokenizer(capture: Capture) -> str | None:
     """A local tokenizer folder for a capture: ``capture.json``'s ``tokenizer`` (relative to that json),
     else a ``tokenizer/`` folder next to the file or up to two levels above it."""
+    if not os.path.exists(capture.path):  # an in-memory capture (forensics.synth): no folder to look in
+        return None
     here = os.path.dirname(os.path.abspath(capture.path))
     tok = capture.meta.get("tokenizer") if isinstance(capture.meta, dict) else None
     folders = [here, os.path.dirname(here), os.path.dirname(os.path.dirname(here))]

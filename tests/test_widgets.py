@@ -142,3 +142,14 @@ def test_fingerprint_verdict_shown_for_a_shuffled_real_file(tmp_path):
     assert "reordered" in out and "0: L16, 1: embed, 2: L28, 3: L3" in out
     assert [lab for lab, _ in b.slots.options] == ["0: L16 (decl. embed)", "1: embed (decl. L3)",
                                                    "2: L28 (decl. L16)", "3: L3 (decl. L28)"]
+
+
+def test_list_of_capture_objects(dataset):
+    from forensics.synth import kimi_like
+
+    caps = [forensics.load(os.path.join(dataset, "b", "data_0.pt")), kimi_like(hidden=64)]
+    b = SampleBrowser(caps, layers=None)
+    assert [name for name, _ in b.items] == ["0: data_0.pt", "1: <synthetic kimi_like seed=0>"]
+    b.sample.value = 1
+    out = shown(b)
+    assert "1281 tokens" in out and "&lt;synthetic kimi_like seed=0&gt;" in out and "no tokenizer found" in out
