@@ -213,6 +213,8 @@ def test_injected_script_in_names_and_metadata_is_inert(tmp_path, syn):
     assert "&lt;img src=x onerror=alert(2)&gt;data_1.pt" in html
     assert html.count("&lt;script&gt;alert(1)&lt;/script&gt;") >= 3  # title, file name, model metadata
     assert_offline(html)
+    layered = report([str(evil_dir)], layers=XSS).html  # a config value: in the command and any error message
+    assert "<script>alert" not in layered and "--layers &#39;&lt;script&gt;alert(1)&lt;/script&gt;&#39;" in layered
     saved = pathlib.Path(rep.save(tmp_path / "xss.html")).read_text(encoding="utf-8")
     assert "<script>alert" not in saved and "&lt;script&gt;alert(1)&lt;/script&gt;" in saved
 
@@ -230,6 +232,14 @@ def test_real_sample_data_report(real):
     # the chat template's first token is SmolLM2's <|im_start|>: token text is known and rendered escaped
     assert "&lt;|im_start|&gt;" in html and "<|im_start|>" not in html
     assert 'class="fig"' in html or "figure unavailable" in html
+
+
+def one_sample(sample_data: pathlib.Path, folder: pathlib.Path) -> pathlib.Path:
+    """A copy of the real speculators_v1 data_0.pt with its sidecars (one file keeps model/draft runs short)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("data_config.json", "capture.json", "data_0.pt"):
+        shutil.copy(sample_data / "speculators_v1" / name, folder / name)
+    return folder
 
 
 def _verdict_rows(html: str) -> list[list[str]]:
@@ -266,7 +276,8 @@ def test_audit_verdict_and_fix_in_the_verdict_block(sample_data, tmp_path):
     target.write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
                                   "num_hidden_layers": 30, "hidden_size": 576, "vocab_size": 49152}))
     out = tmp_path / "audit.html"
-    cmd = [sys.executable, "-m", "forensics.cli", "report", str(sample_data / "speculators_v1"), "--draft", draft,
+    data = one_sample(sample_data, tmp_path / "data")
+    cmd = [sys.executable, "-m", "forensics.cli", "report", str(data), "--draft", draft,
            "--engine", "sglang", "--engine-version", "pre-25454", "--target-config", str(target), "-o", str(out),
            "--json"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
@@ -298,13 +309,13 @@ def test_many_files_are_summarised_by_the_scan(tmp_path, monkeypatch):
     assert_offline(html)
 
 
-def test_trained_draft_is_probed_and_summarised_in_the_verdicts(sample_data):
+def test_trained_draft_is_probed_and_summarised_in_the_verdicts(sample_data, tmp_path):
     """The committed tiny draft was trained on r = [0, 3, 16] (sample_data/draft_eagle3/training.json): the
     probe's best wiring is shown next to the verdicts, with its ranking fragment in the cross-slot section."""
     draft = sample_data / "draft_eagle3"
     if not (draft / "model.safetensors").is_file():
         pytest.skip("sample_data/draft_eagle3 is not in this checkout")
-    rep = report(str(sample_data / "speculators_v1"), draft=str(draft), engine="vllm")
+    rep = report(str(one_sample(sample_data, tmp_path / "data")), draft=str(draft), engine="vllm")
     html = rep.html
     block = re.search(r'<section id="verdicts">.*?</section>', html, re.S).group(0)
     assert "Draft probe:" in block and "best wiring <b>embed+L3+L16</b>" in block
@@ -318,11 +329,7 @@ def test_exact_mode_with_the_real_model(sample_data, tmp_path):
     """--model: model facts in the provenance and every slot's exact r (the capture's recorded r = 0, 3, 16, 28)."""
     from forensics.model import default_model_path
 
-    f = tmp_path / "data_0.pt"  # one file keeps the model run short
-    for side in ("data_config.json", "capture.json"):
-        shutil.copy(sample_data / "speculators_v1" / side, tmp_path / side)
-    shutil.copy(sample_data / "speculators_v1" / "data_0.pt", f)
-    rep = report(str(f), model=default_model_path())
+    rep = report(str(one_sample(sample_data, tmp_path) / "data_0.pt"), model=default_model_path())
     facts = rep.context["provenance"]["model_facts"]
     assert facts["num_layers"] == 30 and facts["hidden_size"] == 576
     rows = _verdict_rows(rep.html)
