@@ -23,7 +23,9 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
 LADDER_MATCH_COS = 0.999  # mean per-token cosine at/above this ⇒ the slot equals the reference state
-LADDER_MATCH_REL = 0.02  # …and median per-token relative error at/below this (bf16 rounding ≈ 0.003)
+LADDER_MATCH_REL = 0.05  # …and median per-token relative error at/below this: bf16 storage ≈ 0.002, a whole
+#                          bf16 forward ≤ 0.02 at r = L; adjacent layers of SmolLM2 differ by ≥ 0.22
+LADDER_SEPARATION = 0.25  # …and best error ≤ this × the runner-up's (the match must be unambiguous)
 POSTNORM_RMS_TOL = 0.02  # max_t |rms(x_t / γ) − 1| at/below this ⇒ post-final-norm
 EMBED_MATCH_FRACTION = 1.0  # every row must equal E[id] (after casting E to the slot's dtype)
 GAMMA_MIN_REL = 1e-3  # dims with |γ| below this × median |γ| are left out of x / γ
@@ -198,6 +200,9 @@ def postnorm_check(h: torch.Tensor, ref: Reference) -> dict | None:
 def ladder_match(h: torch.Tensor, lad: dict) -> dict:
     """Match one slot to every reference r: mean per-token cosine, median per-token relative error.
 
+    Per-token errors (not one Frobenius norm): the sink row is nearly the same from r≈12 to r≈28 and would
+    otherwise dominate the comparison.
+
     Returns ``{"best", "best_cos", "best_rel", "runner_up", "runner_up_cos", "runner_up_rel", "match",
     "table"}``; ``match`` = best meets ``LADDER_MATCH_COS`` and ``LADDER_MATCH_REL``.
     """
@@ -219,7 +224,8 @@ def ladder_match(h: torch.Tensor, lad: dict) -> dict:
     ru = table[1] if len(table) > 1 else {"r": None, "cos": None, "rel": None}
     return {"best": b["r"], "best_cos": b["cos"], "best_rel": b["rel"], "runner_up": ru["r"],
             "runner_up_cos": ru["cos"], "runner_up_rel": ru["rel"],
-            "match": b["cos"] >= LADDER_MATCH_COS and b["rel"] <= LADDER_MATCH_REL, "table": table}
+            "match": b["cos"] >= LADDER_MATCH_COS and b["rel"] <= LADDER_MATCH_REL and (
+                ru["rel"] is None or b["rel"] <= LADDER_SEPARATION * ru["rel"]), "table": table}
 
 
 def exact_checks(capture: Capture, tensors: list, model: Any) -> dict:
