@@ -38,6 +38,9 @@ OK_COLOR, BAD_COLOR, UNKNOWN_COLOR = "#009E73", "#D55E00", "#999999"
 SEQUENTIAL_CMAP = "cividis"  # perceptually uniform and colour-blind safe (Nuñez et al. 2018)
 FIG_WIDTH = 7.0  # inches: fits a notebook cell and the report column at 100 dpi
 ROW_HEIGHT = 3.0
+MAX_HEIGHT = 6.0  # inches: a 32-slot ladder capture still fits a screen and the report
+MAX_LEGEND_ROWS = 12  # more lines than this: the norm-by-position legend moves under the axes, 6 per row
+MAX_ANNOTATED_ROWS = 12  # per-row text annotations (depth ladder, massive dims) only up to this many rows
 DEFAULT_DPI = 100
 MAX_STRIP_POINTS = 4000  # per slot; beyond this the token strip is strided (sinks always kept)
 KDE_GRID = 128
@@ -102,7 +105,7 @@ def _figure(height: float = ROW_HEIGHT, width: float = FIG_WIDTH) -> Figure:
     from matplotlib.figure import Figure
 
     _register_inline_png()
-    return Figure(figsize=(width, height), dpi=DEFAULT_DPI, layout="constrained")
+    return Figure(figsize=(width, min(height, MAX_HEIGHT)), dpi=DEFAULT_DPI, layout="constrained")
 
 
 _INLINE_DONE = False
@@ -229,14 +232,17 @@ def norm_distributions(result: Any, slots: Sequence[int] | None = None, title: s
         if math.isfinite(med) and med > 0:
             ax.hlines(med, x - 0.3, x + 0.3, color="white", lw=2.5, zorder=3)
             ax.hlines(med, x - 0.3, x + 0.3, color="black", lw=1, zorder=4, gid=f"median-{i}")
-            ax.annotate(f"med {_fmt(med)}", (x + 0.32, med), fontsize=7, va="center", color="#333333")
+            if len(sel) <= MAX_ANNOTATED_ROWS:
+                ax.annotate(f"med {_fmt(med)}", (x + 0.32, med), fontsize=7, va="center", color="#333333")
         if s.sinks:
             sk = [p for p in s.sinks if p < norms.size and ok[p]]
             ax.scatter([x] * len(sk), norms[sk], marker="v", s=28, color=BAD_COLOR, edgecolor="black", lw=0.5,
                        zorder=5, gid=f"sinks-{i}", label=None if sink_drawn else f"sink (≥{SINK_RATIO:g}× median)")
             sink_drawn = sink_drawn or bool(sk)
     ax.set_yscale("log")
-    ax.set_xticks(range(len(sel)), [labels[i] for i in sel], fontsize=8, rotation=30 if len(sel) > 6 else 0)
+    many = len(sel) > MAX_ANNOTATED_ROWS
+    ax.set_xticks(range(len(sel)), [labels[i] for i in sel], fontsize=6 if many else 8,
+                  rotation=90 if many else (30 if len(sel) > 6 else 0))
     ax.set_xlim(-0.6, len(sel) - 0.4)
     ax.set_ylabel("per-token ‖x‖₂ (log)")
     ax.set_title(title or f"Per-token norm distribution per slot — {_name(stats)}", fontsize=10)
@@ -259,7 +265,8 @@ def norm_by_position(result: Any, slots: Sequence[int] | None = None,
     sel = _selected(stats, slots)
     labels = slot_labels(result)
     colors = _colors_for(stats, sel)
-    fig = _figure()
+    many = len(sel) > MAX_LEGEND_ROWS
+    fig = _figure(height=ROW_HEIGHT + (0.25 * math.ceil(len(sel) / 6) + 0.4 if many else 0))
     ax = fig.add_subplot()
     if not sel:
         _empty(ax, "no slot selected")
@@ -288,7 +295,10 @@ def norm_by_position(result: Any, slots: Sequence[int] | None = None,
     ax.set_ylabel("per-token ‖x‖₂ (log)")
     ax.set_title(title or f"Norm by token position — {_name(stats)} (tokens {lo}–{hi})", fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    if many:  # a ladder's worth of slots: the legend goes under the axes in columns
+        fig.legend(*ax.get_legend_handles_labels(), fontsize=6, loc="outside lower center", ncol=6, frameon=False)
+    else:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return fig
 
 
@@ -319,9 +329,9 @@ def massive_dims(result: Any, slots: Sequence[int] | None = None, title: str | N
         dims = sorted(counts)
         ax.scatter(dims, [row] * len(dims), s=[20 + 25 * counts[d] for d in dims], color=colors[i],
                    edgecolor="black", lw=0.5, gid=f"massive-dims-{i}", zorder=3)
-        for d in sorted(dims, key=lambda d: -counts[d])[:4]:
+        for d in sorted(dims, key=lambda d: -counts[d])[:4 if len(sel) <= MAX_ANNOTATED_ROWS else 1]:
             ax.annotate(f"{d} ({counts[d]} tok)", (d, row), xytext=(4, 6), textcoords="offset points", fontsize=7)
-    ax.set_yticks(range(len(sel)), [labels[i] for i in sel], fontsize=8)
+    ax.set_yticks(range(len(sel)), [labels[i] for i in sel], fontsize=8 if len(sel) <= 16 else 6)
     ax.set_ylim(-0.7, len(sel) - 0.3)
     ax.set_xlim(-0.02 * hidden, hidden * 1.02)
     ax.set_xlabel(f"hidden dimension (0–{hidden - 1})")
@@ -345,8 +355,9 @@ def similarity_heatmap(fingerprint: Any, title: str | None = None) -> Figure:
     finite = sim[np.isfinite(sim)]
     vmax = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
     im = ax.imshow(np.ma.masked_invalid(sim), cmap=SEQUENTIAL_CMAP, vmin=0.0, vmax=vmax, gid="similarity")
-    ax.set_xticks(range(k), labels[:k], rotation=45 if k > 3 else 0, ha="right" if k > 3 else "center", fontsize=8)
-    ax.set_yticks(range(k), labels[:k], fontsize=8)
+    fs = 8 if k <= 16 else 6
+    ax.set_xticks(range(k), labels[:k], rotation=45 if k > 3 else 0, ha="right" if k > 3 else "center", fontsize=fs)
+    ax.set_yticks(range(k), labels[:k], fontsize=fs)
     if k <= MAX_ANNOTATED_CELLS:
         for a in range(k):
             for b in range(k):
@@ -418,14 +429,15 @@ def depth_ladder(fingerprint: Any, title: str | None = None) -> Figure:
             ax.scatter([x], [row], s=40 + 200 * conf, color=colors[i], alpha=0.35 + 0.65 * conf,
                        edgecolor="black", lw=0.6, zorder=4, gid=f"ladder-{i}")
             exact = " exact" if getattr(sf, "r_exact", None) is not None else ""
-            ax.annotate(f"{getattr(sf, 'role', '?')} · conf {conf:.2f}{exact}", (x, row), xytext=(0, 9),
-                        textcoords="offset points", fontsize=7, ha="center", va="bottom")
+            if len(order) <= MAX_ANNOTATED_ROWS:
+                ax.annotate(f"{getattr(sf, 'role', '?')} · conf {conf:.2f}{exact}", (x, row), xytext=(0, 9),
+                            textcoords="offset points", fontsize=7, ha="center", va="bottom")
         dx = _r_x(declared[i], L)
         if dx is not None:
             ax.scatter([dx], [row], marker="s", s=50, facecolor="none", edgecolor="black", lw=1, zorder=5,
                        gid=f"declared-{i}", label=None if declared_drawn else "declared r")
             declared_drawn = True
-    ax.set_yticks(range(len(order)), [labels[i] for i in order], fontsize=8)
+    ax.set_yticks(range(len(order)), [labels[i] for i in order], fontsize=8 if len(order) <= 16 else 6)
     ax.set_ylim(len(order) - 0.4, -0.9)
     px = _post_x(L)
     if relative:
@@ -441,7 +453,7 @@ def depth_ladder(fingerprint: Any, title: str | None = None) -> Figure:
     ax.grid(axis="x", alpha=0.3)
     handles, _ = ax.get_legend_handles_labels()
     if handles:
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=7, loc="upper right")
     ax.set_title(title or f"Depth ladder — {_name(stats)} (rows shallow → deep)", fontsize=10)
     return fig
 

@@ -225,3 +225,18 @@ def test_probe_wirings_bars_are_top1():
     assert [round(b.get_width(), 6) for b in bars] == [76.9, 34.1]
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["embed+L3+L16  (declared)", "L3+L16+L28"]
     assert "verifier" in fig.axes[0].get_xlabel()
+
+
+LADDER = os.path.join(SAMPLE, "ladder", "capture_0.safetensors")
+
+
+@pytest.mark.skipif(not os.path.exists(LADDER), reason="sample_data not present")
+def test_32_slot_ladder_figures_fit(recwarn):
+    """A 32-slot capture: every figure lays out (no collapsed-axes warning) within the size budget."""
+    fp = forensics.fingerprint(LADDER)
+    for name in ("norm_distributions", "norm_by_position", "massive_dims", "similarity_heatmap", "depth_ladder"):
+        fig = getattr(hp, name)(fp)
+        hp.figure_to_png_bytes(fig)
+        w, h = fig.get_size_inches()
+        assert w <= hp.FIG_WIDTH and h <= hp.MAX_HEIGHT, name
+    assert not [w for w in recwarn if "constrained_layout" in str(w.message)]
