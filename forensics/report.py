@@ -24,18 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import __version__
-from ._report_views import (
-    FileResult,
-    build_browser,
-    build_cards,
-    build_checks,
-    build_cross,
-    build_provenance,
-    build_verdicts,
-    figure,
-    load_tokens,
-    worst,
-)
+from ._report_panels import build_browser, build_cards, build_checks, build_cross, figure
+from ._report_views import FileResult, build_provenance, build_verdicts, load_tokens, worst
 from .errors import ForensicsError
 
 SIZE_BUDGET_BYTES = 5_000_000  # issue 7: ≤ 5 MB for sample_data/ (ydata-profiling's 80–290 MB is the anti-example)
