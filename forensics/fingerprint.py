@@ -91,6 +91,7 @@ class Fingerprint:
     expected: list | None = None
     expected_source: str | None = None
     order_evidence: list[Evidence] = field(default_factory=list)
+    order_confidence: float = 0.5  # 1.0 exact or unambiguous; 0.5 + 5 × (relative margin of the best chain)
     exact: dict | None = field(default=None, repr=False)
 
     @property
@@ -109,6 +110,7 @@ class Fingerprint:
                  similarity=[[_json(float(v)) for v in row] for row in self.similarity],
                  num_layers=self.num_layers, expected=self.expected, expected_source=self.expected_source,
                  order_evidence=[e.to_dict() for e in self.order_evidence],
+                 order_confidence=round(self.order_confidence, 3),
                  exact_source=(self.exact or {}).get("source"))
         return d
 
@@ -281,7 +283,8 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
                                    r_exact=r_exact[i], decided_by=why, evidence=ev[i]))
 
     fp = Fingerprint(capture=capture, stats=st, slots=sfs, findings=findings, similarity=D, depth_order=order,
-                     num_layers=L, expected=expected, expected_source=exp_src, order_evidence=order_ev, exact=exact)
+                     num_layers=L, expected=expected, expected_source=exp_src, order_evidence=order_ev, exact=exact,
+                     order_confidence=order_conf)
     find_duplicates(fp, tensors)
     if expected is not None:
         assign_labels(fp)

@@ -120,24 +120,23 @@ def embedding_signals(st_slots: Sequence[SlotStats], tensors: list, ids: Any, me
         if dup.get("groups"):
             frac = dup["fraction"]
             ok = frac >= DUP_GROUP_FRACTION and not dup.get("clashes")
-            ev[i].append(Evidence("dup_rows", f"{dup['identical']}/{dup['groups']} repeated-id groups identical",
-                                  f"≥ {DUP_GROUP_FRACTION:.0%}", "table lookup ⇒ embedding" if ok
-                                  else "context-dependent rows ⇒ not a plain embedding lookup"))
+            ev[i].append(Evidence("dup_rows", frac, f"≥ {DUP_GROUP_FRACTION}", f"{dup['identical']}/{dup['groups']} "
+                                  "repeated-id groups bit-identical ⇒ " + ("table lookup ⇒ embedding" if ok else
+                                                                          "context-dependent rows, not a lookup")))
             embed_score[i] = 0.99 if ok else 0.0
         elif "rows_with_twin" in dup:
             frac = dup["fraction"]
             ok = frac >= DUP_ROW_FRACTION
-            ev[i].append(Evidence("dup_rows", f"{dup['rows_with_twin']}/{dup['tokens']} rows have an exact twin "
-                                  "(no input_ids)", f"≥ {DUP_ROW_FRACTION:.0%}",
-                                  "table lookup ⇒ embedding" if ok else "no exact duplicate rows"))
+            ev[i].append(Evidence("dup_rows", frac, f"≥ {DUP_ROW_FRACTION}", f"{dup['rows_with_twin']}/{dup['tokens']} "
+                                  "rows have an exact twin (no input_ids) ⇒ " + ("table lookup ⇒ embedding" if ok
+                                                                                 else "no lookup evidence")))
             embed_score[i] = 0.9 if ok else 0.0
         else:
-            ev[i].append(Evidence("dup_rows", "no repeated token id in this sample", None, "not applicable"))
+            ev[i].append(Evidence("dup_rows", None, None, "no repeated token id in this sample: not applicable"))
         tiny = math.isfinite(ratio) and ratio <= EMBED_NORM_RATIO and not has_sink(s)
-        ev[i].append(Evidence("norm_level", f"median ‖x‖ {meds[i]:.4g} = {ratio:.3g}× next-smallest slot"
-                              if math.isfinite(ratio) else f"median ‖x‖ {meds[i]:.4g}",
-                              f"≤ {EMBED_NORM_RATIO} & no sink ⇒ context-free", "tiny, context-free norms"
-                              if tiny else "layer-scale norms"))
+        ev[i].append(Evidence("norm_level", ratio, f"≤ {EMBED_NORM_RATIO} × next-smallest slot, no sink",
+                              f"median ‖x‖ {meds[i]:.4g} (sinks excluded): "
+                              + ("tiny, context-free norms" if tiny else "layer-scale norms")))
         conc = token0_concentration(h)
         if tiny and embed_score[i] == 0.0:
             if conc >= TOKEN0_CONCENTRATION:  # a normalised sink keeps its one-dim direction; a lookup row does not
@@ -150,7 +149,10 @@ def embedding_signals(st_slots: Sequence[SlotStats], tensors: list, ids: Any, me
                               "token 0 concentrated in one dim (sink direction)" if conc >= TOKEN0_CONCENTRATION
                               else "token 0 spread over dims"))
         cv = spread_cv(s)
-        ev[i].append(Evidence("spread_cv", cv, f"≤ {TIGHT_CV} tight", "tight" if cv <= TIGHT_CV else "wide"))
+        n = s.norm_excl_first
+        mad = n.mad / n.median if n.median and math.isfinite(n.median) and n.median > 0 else float("nan")
+        ev[i].append(Evidence("spread_cv", cv, f"≤ {TIGHT_CV} tight", f"std/mean of token norms (token 0 excluded): "
+                              f"{'tight' if cv <= TIGHT_CV else 'wide'}; robust MAD/median {mad:.3g}"))
         ev[i].append(Evidence("token0_ratio", s.first_ratio, f"≥ {SINK_RATIO} sink; < {SINK_FADED_RATIO} faded",
                               "sink (after massive-activation emergence)" if has_sink(s) else
                               "sink faded/inverted (late)" if s.first_ratio < SINK_FADED_RATIO else "no sink"))

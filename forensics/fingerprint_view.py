@@ -43,7 +43,8 @@ def text(fp: Fingerprint) -> str:
     """Readable multi-line text: header, depth order, verdict table, findings, evidence per slot."""
     lines = [_head(fp)]
     lines.append("  depth order (shallow → deep): " + " → ".join(
-        f"[{i}]" + (f" {fp.slots[i].label}" if fp.slots[i].label else "") for i in fp.depth_order))
+        f"[{i}]" + (f" {fp.slots[i].label}" if fp.slots[i].label else "") for i in fp.depth_order)
+        + f"   (order confidence {fp.order_confidence:.2f})")
     w = max(12, min(34, max(len(sf.name) for sf in fp.slots) + 2))
     lines.append(f"  {'slot':<6}{'name':<{w}}{'role':<16}{'conf':>5}  {'rank':>4}  {'r≈':<11}{'label':<11}"
                  f"{'r_exact':<11}decided by")
@@ -82,7 +83,8 @@ def html(fp: Fingerprint) -> str:
                      _r(sf.r_estimate), sf.label or "—", _r(sf.r_exact),
                      r_label(declared) if declared is not None else "—", sf.decided_by])
     out = [f"<div class='hsf-caption'><b>{esc(_head(fp))}</b></div>",
-           f"<div>depth order (shallow → deep): {esc(' → '.join(str(i) for i in fp.depth_order))}</div>",
+           f"<div>depth order (shallow → deep): {esc(' → '.join(str(i) for i in fp.depth_order))} "
+           f"(order confidence {fp.order_confidence:.2f})</div>",
            html_table(["#", "slot", "role", "confidence", "depth rank", "r≈", "label", "r exact", "declared",
                        "decided by"], rows, cls="hsf-fingerprint")]
     if fp.findings:

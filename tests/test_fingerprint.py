@@ -343,3 +343,24 @@ def test_package_verb_survives_submodule_import(sample_data):
     assert forensics.fingerprint is mod or callable(forensics.fingerprint)
     fp = forensics.fingerprint(sample_data / "speculators_v1" / "data_4.pt")
     assert fp.labels == ["embed", "L3", "L16", "L28"]
+
+
+def test_every_format_speculators_v0_and_eagle(ladder, tmp_path):
+    """Files written in the remaining formats from real ladder states: v0 [L3, L16, L28 | target L30] and
+    EAGLE-1/2 (one post-norm hidden_state)."""
+    T = {r: ladder.slots[r].tensor() for r in (3, 16, 28, 30)}
+    post = ladder.slots[31].tensor()
+    ids = ladder.input_ids
+    v0 = tmp_path / "v0" / "data_0.pt"
+    v0.parent.mkdir()
+    torch.save({"input_ids": ids, "loss_mask": torch.ones_like(ids), "target": T[30].clone(),
+                "hidden_state": torch.cat([T[3], T[16], T[28]], dim=-1)}, v0)
+    fp = fingerprint(v0, layers=[3, 16, 28, 30])
+    assert fp.capture.format == "speculators-v0"
+    assert fp.labels == ["L3", "L16", "L28", "L30"] and fp.findings == []
+    eg = tmp_path / "eagle" / "data_0.ckpt"
+    eg.parent.mkdir()
+    torch.save({"input_ids": ids, "loss_mask": torch.ones_like(ids), "hidden_state": post.clone()}, eg)
+    fp = fingerprint(eg)
+    assert fp.capture.format == "eagle" and fp.slots[0].role == "final_postnorm"
+    json.dumps(fp.to_dict(), allow_nan=False)
