@@ -16,6 +16,7 @@ import numpy as np
 from ._report_views import FAIL_FINDINGS, RANK, SEVERITY, FileResult, _label, _slot_verdict, fmt, show_token, worst
 
 MAX_CARD_FILES = 8  # per-slot cards for at most this many files; the rest summarised
+MAX_OPEN_CARDS = 8  # with nothing flagged, the first file with at most this many slots shows its cards unfolded
 MAX_FIGURE_FILES = 6  # files with cross-slot figures: flagged files first, then one per folder
 MAX_BROWSER_SAMPLES = 24  # panels in the static sample browser
 MAX_BROWSER_TOKENS = 192  # tokens shown per sample in the browser's token strip
@@ -86,7 +87,10 @@ def build_cards(files: list[FileResult]) -> dict:
                                                                                {t["pos"] for t in ss.massive_tokens})})
         fv = worst([c["verdict"]["verdict"] for c in cards])
         out.append({"file": f.rel, "anchor": _anchor(f.rel), "fragment": _frag(f.fp) or _frag(f.stats),
-                    "cards": cards, "verdict": fv, "open": not out or fv in ("warn", "fail")})
+                    "cards": cards, "verdict": fv, "open": fv in ("warn", "fail")})
+    if out and not any(f["open"] for f in out):  # nothing flagged: open the first small file as an example
+        small = [f for f in out if len(f["cards"]) <= MAX_OPEN_CARDS]
+        (small or out)[0]["open"] = True
     return {"files": out, "omitted": max(0, len(files) - MAX_CARD_FILES)}
 
 
@@ -234,8 +238,8 @@ def build_checks(files: list[FileResult], audit_res, scan_res) -> dict:
                 for a in getattr(scan_res, "anomalies", None) or []]
         groups.append(_group("dataset scan", rows, "checks-scan"))
     counts = {k: sum(g["counts"][k] for g in groups) for k in ("pass", "warn", "fail", "info")}
-    for i, g in enumerate(groups):
-        g["open"] = g["worst"] in ("warn", "fail") or i == 0
+    for g in groups:  # folded unless something in it needs a look; the summary line carries the counts
+        g["open"] = g["worst"] in ("warn", "fail")
     return {"groups": groups, "counts": counts}
 
 

@@ -108,19 +108,23 @@ def test_report_in_chromium(browser, report_path):
         page.click("#sample-prev")
         assert page.locator("#sample-0").is_visible()
         assert sum(panels.nth(i).is_visible() for i in range(n)) == 1
+        ARTIFACTS.mkdir(exist_ok=True)  # the page as a reviewer first sees it (groups folded, first sample)
+        shot = ARTIFACTS / "report_full_page.png"
+        page.screenshot(path=str(shot), full_page=True)
+        assert shot.stat().st_size > 10_000
         # the checks filter hides passing rows
+        page.evaluate("document.querySelectorAll('#checks details').forEach(d => d.open = true)")
+        passing = page.locator("#checks tr.o-pass").first
+        assert passing.is_visible()
         page.check("#only-problems")
-        assert page.locator("#checks tr.o-pass").first.is_hidden()
+        assert passing.is_hidden()
         page.uncheck("#only-problems")
+        assert passing.is_visible()
         # printing shows every sample panel and hides the navigation
         page.emulate_media(media="print")
         assert sum(panels.nth(i).is_visible() for i in range(n)) == n
         assert page.locator("nav.topnav").is_hidden()
         page.emulate_media(media="screen")
-        ARTIFACTS.mkdir(exist_ok=True)
-        shot = ARTIFACTS / "report_full_page.png"
-        page.screenshot(path=str(shot), full_page=True)
-        assert shot.stat().st_size > 10_000
         _no_network(log)
     finally:
         ctx.close()
