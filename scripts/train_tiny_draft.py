@@ -78,10 +78,32 @@ def stdlib_docstrings() -> list[str]:
     return docs
 
 
-def make_sequences(tok, docs: list[str], seq_len: int, max_tokens: int) -> list[list[int]]:
-    """Token sequences of exactly ``seq_len``: documents joined by blank lines, cut into windows."""
-    ids = tok("\n\n".join(docs))["input_ids"][:max_tokens]
-    return [ids[i:i + seq_len] for i in range(0, len(ids) - seq_len + 1, seq_len)]
+def make_sequences(tok, docs: list[str], seq_len: int, max_tokens: int, chat_every: int = 2) -> list[list[int]]:
+    """Token windows of exactly ``seq_len``, each starting at a document start (as captures do).
+
+    Every ``chat_every``-th document is rendered with the tokenizer's chat template (user asks about the
+    API, assistant answers with the docstring; the template inserts SmolLM2's default system prompt), the
+    others are plain text; a window is filled with the following documents, joined by blank lines.
+    """
+    def tokens(i, d):
+        if chat_every and i % chat_every == 0:
+            first = d.split("\n", 1)[0][:120]
+            msgs = [{"role": "user", "content": f"Explain this Python API: {first}"},
+                    {"role": "assistant", "content": d}]
+            out = tok.apply_chat_template(msgs, tokenize=True)
+            return list(out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out)
+        return tok(d + "\n\n")["input_ids"]
+
+    toks = [tokens(i, d) for i, d in enumerate(docs)]
+    seqs, i = [], 0
+    while i < len(toks) and len(seqs) * seq_len < max_tokens:
+        window = []
+        while i < len(toks) and len(window) < seq_len:
+            window += toks[i]
+            i += 1
+        if len(window) >= seq_len:
+            seqs.append(window[:seq_len])
+    return seqs
 
 
 def vocab_maps(seqs, draft_vocab: int, vocab: int):
@@ -140,10 +162,12 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="sample_data/draft_eagle3")
     ap.add_argument("--wiring", default="0,3,16", help="r of the fc inputs, in concat order")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--steps", type=int, default=500)
     ap.add_argument("--batch", type=int, default=4, help="sequences per step")
     ap.add_argument("--seq-len", type=int, default=256)
-    ap.add_argument("--max-tokens", type=int, default=40_000)
+    ap.add_argument("--max-tokens", type=int, default=60_000)
+    ap.add_argument("--chat-every", type=int, default=2, help="render every n-th document as a chat (0: none)")
+    ap.add_argument("--weight-decay", type=float, default=0.05)
     ap.add_argument("--draft-vocab", type=int, default=2048)
     ap.add_argument("--intermediate", type=int, default=512)
     ap.add_argument("--heads", type=int, default=4)
@@ -168,7 +192,7 @@ def main(argv=None) -> int:
     mcfg = model.config
     L, H, V = mcfg.num_hidden_layers, mcfg.hidden_size, mcfg.vocab_size
     docs = stdlib_docstrings()
-    seqs = make_sequences(tok, docs, args.seq_len, args.max_tokens)
+    seqs = make_sequences(tok, docs, args.seq_len, args.max_tokens, args.chat_every)
     corpus_sha = hashlib.sha256("\n\n".join(docs).encode()).hexdigest()
     print(f"corpus: {len(docs)} stdlib docstrings, {len(seqs)} sequences x {args.seq_len} tokens", flush=True)
 
@@ -215,7 +239,7 @@ def main(argv=None) -> int:
                   num_kv_heads=nkv, head_dim=hd, rms_norm_eps=float(tl.get("rms_norm_eps", mcfg.rms_norm_eps)),
                   rope={"rope_theta": mcfg.rope_parameters["rope_theta"], "rope_type": "default"},
                   norm_before_residual=args.norm_before_residual, declared_ids=wiring)
-    opt = torch.optim.AdamW(trainable, lr=args.lr, weight_decay=0.0, betas=(0.9, 0.95))
+    opt = torch.optim.AdamW(trainable, lr=args.lr, weight_decay=args.weight_decay, betas=(0.9, 0.95))
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=args.lr, total_steps=args.steps, pct_start=0.05)
     n_seq = ids.shape[0]
     n_val = max(2, n_seq // 20)
@@ -266,10 +290,12 @@ def main(argv=None) -> int:
         "wiring_r": wiring, "target": f"verifier lm_head(norm(r={L} pre-norm)) over the draft vocab (KL)",
         "verifier": VERIFIER_ID, "verifier_file": os.path.basename(default_model_path()),
         "corpus": {"source": "Python stdlib docstrings (modules, classes, functions, methods; >= "
-                             f"{MIN_DOC_CHARS} chars)", "python": sys.version.split()[0], "documents": len(docs),
+                             f"{MIN_DOC_CHARS} chars); every {args.chat_every}-th as a chat (tokenizer chat "
+                             "template)", "python": sys.version.split()[0], "documents": len(docs),
                    "sha256": corpus_sha, "sequences": n_seq, "seq_len": args.seq_len,
                    "tokens": n_seq * args.seq_len, "held_out_sequences": n_val},
-        "steps": args.steps, "batch": args.batch, "lr": args.lr, "draft_vocab_size": args.draft_vocab,
+        "steps": args.steps, "batch": args.batch, "lr": args.lr, "weight_decay": args.weight_decay,
+        "draft_vocab_size": args.draft_vocab,
         "intermediate_size": inter, "heads": nh, "kv_heads": nkv, "head_dim": hd,
         "seconds_data": round(t_data, 1), "seconds_total": round(time.time() - t0, 1),
         "held_out_top1_full_vocab": round(val_acc, 4), "log": log,

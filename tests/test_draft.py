@@ -220,7 +220,7 @@ def test_logits_match_speculators_on_random_checkpoint(tmp_path, speculators_eag
     np.testing.assert_allclose(d.forward(fused, d.embed[ids]).numpy(), ref.numpy(), rtol=1e-4, atol=1e-5)
 
 
-def test_committed_draft_loads_in_speculators_and_matches(repo_root, smollm2, speculators_eagle3, sample_data):
+def test_committed_draft_loads_in_speculators_and_matches(smollm2, speculators_eagle3, sample_data, tmp_path):
     """sample_data/draft_eagle3: config keys ⊆ what speculators writes; weights load with no unexpected key;
     logits on a real capture equal speculators' (embedding supplied from SmolLM2: it is not saved)."""
     import forensics
@@ -231,8 +231,12 @@ def test_committed_draft_loads_in_speculators_and_matches(repo_root, smollm2, sp
         pytest.skip("sample_data/draft_eagle3 not committed yet")
     ours = json.loads((folder / "config.json").read_text())
     cfg = Eagle3SpeculatorConfig.from_pretrained(str(folder))
-    written = set(Eagle3SpeculatorConfig(transformer_layer_config=cfg.transformer_layer_config).to_dict()) | {
-        "speculators_config", "eagle_aux_hidden_state_layer_ids"}
+    fresh = Eagle3SpeculatorConfig(transformer_layer_config=cfg.transformer_layer_config,
+                                   speculators_config=cfg.speculators_config,
+                                   eagle_aux_hidden_state_layer_ids=[0, 3, 16])
+    fresh.save_pretrained(str(tmp_path))  # the keys speculators itself writes
+    # + "dtype": HF PretrainedConfig writes it when the model carries one (Eagle3DraftModel.save_pretrained does)
+    written = set(json.loads((tmp_path / "config.json").read_text())) | {"dtype"}
     assert set(ours) <= written, set(ours) - written
     assert set(ours["transformer_layer_config"]) <= set(cfg.transformer_layer_config.to_dict())
     model = Eagle3DraftModel(cfg).eval()
