@@ -186,6 +186,18 @@ def test_report_object_and_cli_json(tmp_path, syn):
     assert doc["command"] in out.read_text(encoding="utf-8")
 
 
+def test_cli_exit_code_2_when_an_input_is_unreadable(tmp_path, capsys):
+    from forensics.cli import main
+
+    (tmp_path / "empty").mkdir()
+    out = tmp_path / "r.html"
+    assert main(["report", str(tmp_path / "empty"), str(tmp_path / "missing"), "-o", str(out)]) == 2
+    text = capsys.readouterr().out
+    assert "2 unreadable" in text and str(out) in text
+    html = out.read_text(encoding="utf-8")
+    assert "no capture files found" in html and "no such file or directory" in html
+
+
 def test_unreadable_file_is_listed_not_fatal(tmp_path, syn):
     data = pathlib.Path(syn[0]).parent / "syn"
     d = tmp_path / "mixed"

@@ -41,7 +41,8 @@ def run(args) -> int:
         print_json(doc)
     else:
         c = rep.counts
-        print(f"{len(files)} files: {c.get('fail', 0)} fail, {c.get('warn', 0)} warn, {c.get('pass', 0)} pass, "
-              f"{c.get('info', 0)} info (slots)" + (f"; audit: {doc['audit']}" if doc["audit"] else ""))
+        print(f"{len(files)} files" + (f" ({unreadable} unreadable)" if unreadable else "") +
+              f"; slots: {c.get('fail', 0)} fail, {c.get('warn', 0)} warn, {c.get('pass', 0)} pass, "
+              f"{c.get('info', 0)} info" + (f"; audit: {doc['audit']}" if doc["audit"] else ""))
         print(f"report written: {out} ({size / 1e6:.2f} MB)")
     return 2 if unreadable else 0
