@@ -28,6 +28,8 @@ LADDER_MATCH_REL = 0.05  # …and median per-token relative error at/below this:
 LADDER_SEPARATION = 0.25  # …and best error ≤ this × the runner-up's (the match must be unambiguous)
 POSTNORM_RMS_TOL = 0.02  # max_t |rms(x_t / γ) − 1| at/below this ⇒ post-final-norm
 EMBED_MATCH_FRACTION = 1.0  # every row must equal E[id] (after casting E to the slot's dtype)
+LENS_ROWS = 32  # tokens decoded per slot by the logit lens (evenly spaced, token 0 left out)
+LENS_NEAR = 0.1  # reference r whose lens agreement is within this of the slot's are listed as its depth range
 GAMMA_MIN_REL = 1e-3  # dims with |γ| below this × median |γ| are left out of x / γ
 
 
@@ -216,16 +218,19 @@ def ladder_match(h: torch.Tensor, lad: dict) -> dict:
         y = ref.to(torch.float32)
         cos = torch.nn.functional.cosine_similarity(x, y, dim=-1)
         rel = (x - y).norm(dim=-1) / y.norm(dim=-1).clamp_min(1e-30)
-        table.append({"r": r, "cos": float(cos.mean()), "rel": float(rel.median())})
+        scale = x.norm(dim=-1) / y.norm(dim=-1).clamp_min(1e-30)
+        table.append({"r": r, "cos": float(cos.mean()), "rel": float(rel.median()), "scale": float(scale.median())})
     if not table:
         return {"best": None, "match": False, "table": []}
+    by_cos = max(table, key=lambda e: e["cos"])
     table.sort(key=lambda e: (e["rel"], -e["cos"]))
     b = table[0]
     ru = table[1] if len(table) > 1 else {"r": None, "cos": None, "rel": None}
     return {"best": b["r"], "best_cos": b["cos"], "best_rel": b["rel"], "runner_up": ru["r"],
             "runner_up_cos": ru["cos"], "runner_up_rel": ru["rel"],
             "match": b["cos"] >= LADDER_MATCH_COS and b["rel"] <= LADDER_MATCH_REL and (
-                ru["rel"] is None or b["rel"] <= LADDER_SEPARATION * ru["rel"]), "table": table}
+                ru["rel"] is None or b["rel"] <= LADDER_SEPARATION * ru["rel"]), "table": table,
+            "direction": {"r": by_cos["r"], "cos": by_cos["cos"], "scale": by_cos["scale"]}}
 
 
 def exact_checks(capture: Capture, tensors: list, model: Any) -> dict:
@@ -246,9 +251,51 @@ def exact_checks(capture: Capture, tensors: list, model: Any) -> dict:
             r = 0
         elif p and p["verdict"]:
             r = FINAL_POST
-        out.append({"embedding": e, "postnorm": p, "ladder": m, "r_exact": r})
+        out.append({"embedding": e, "postnorm": p, "ladder": m, "r_exact": r, "lens": None})
+    if ref.net is not None and lad is not None and FINAL_POST in lad:
+        logit_lens(ref.net, tensors, lad, out)
     notes = []
     if ids is None:
         notes.append("capture has no input_ids: only the γ post-norm test can run")
     return {"source": ref.source, "num_layers": ref.num_layers, "slots": out, "notes": notes,
             "labels": {i: r_label(s["r_exact"]) for i, s in enumerate(out) if s["r_exact"] is not None}}
+
+
+def _lens_top1(net: Any, x: torch.Tensor, post: bool) -> torch.Tensor:
+    """Top-1 token of ``lm_head(final_norm(x))`` (no norm for a post-norm state): the logit lens."""
+    import torch
+
+    with torch.no_grad():
+        h = x.to(next(net.parameters()).dtype)
+        if not post:
+            h = getattr(net, "model", net).norm(h)
+        return net.get_output_embeddings()(h).argmax(-1)
+
+
+def logit_lens(net: Any, tensors: list, lad: dict, out: list) -> None:
+    """Logit-lens depth signal (nostalgebraist 2020; tuned-lens, arXiv 2303.08112) added to each slot's
+    exact checks: top-1 agreement with the model's own final prediction on ``LENS_ROWS`` tokens. For a slot
+    that matches no reference state, the reference r with the nearest agreement give its depth range."""
+    import torch
+
+    T = int(lad[FINAL_POST].shape[0])
+    rows = torch.unique(torch.linspace(1 if T > 1 else 0, T - 1, min(LENS_ROWS, T)).long())
+    final = _lens_top1(net, lad[FINAL_POST][rows], post=True)
+
+    def agree(x: torch.Tensor, post: bool) -> float:
+        return float((_lens_top1(net, x[rows], post) == final).float().mean())
+
+    profile = None
+    for h, x in zip(tensors, out, strict=True):
+        if int(h.shape[0]) != T:
+            continue
+        post = x["r_exact"] == FINAL_POST or bool(x["postnorm"] and x["postnorm"]["verdict"])
+        a = agree(h, post)
+        lens = {"agreement": a, "rows": int(rows.numel()), "near": None}
+        if x["r_exact"] is None:
+            if profile is None:
+                profile = {r: agree(v, r == FINAL_POST) for r, v in lad.items()}
+            near = sorted((r for r, b in profile.items() if abs(b - a) <= LENS_NEAR),
+                          key=lambda r: float("inf") if r == FINAL_POST else r)
+            lens["near"] = near
+        x["lens"] = lens

@@ -224,21 +224,29 @@ def token0_concentration(h: Any) -> float:
 
 
 def exact_evidence(ev: list[Evidence], x: dict) -> None:
-    from .exact import LADDER_MATCH_COS, LADDER_MATCH_REL, POSTNORM_RMS_TOL
+    from .exact import LADDER_MATCH_COS, LADDER_MATCH_REL, LADDER_SEPARATION, POSTNORM_RMS_TOL
 
-    e, p, m = x["embedding"], x["postnorm"], x["ladder"]
+    e, p, m, lens = x["embedding"], x["postnorm"], x["ladder"], x.get("lens")
     if e:
-        ev.append(Evidence("exact_embedding", f"{e['equal_rows']}/{e['rows']} rows == E[ids]", "all rows",
-                           "embedding output (r = 0)" if e["verdict"] else "not the embedding output"))
+        ev.append(Evidence("exact_embedding", e["equal_rows"] / max(1, e["rows"]), "all rows (1.0)",
+                           f"{e['equal_rows']}/{e['rows']} rows == embed_tokens.weight[ids] ⇒ "
+                           + ("embedding output (r = 0)" if e["verdict"] else "not the embedding output")))
     if p:
         ev.append(Evidence("exact_gamma", p["max_abs_dev"], f"max|rms(x/γ)−1| ≤ {POSTNORM_RMS_TOL}",
                            "post-final-norm" if p["verdict"] else "not post-norm"))
     if m and m.get("best") is not None:
-        ev.append(Evidence("ladder_match", f"best {r_label(m['best'])} cos {m['best_cos']:.5f} "
-                           f"rel {m['best_rel']:.3g}; "
-                           f"runner-up {r_label(m['runner_up'])} cos {_fmt(m['runner_up_cos'])} rel "
-                           f"{_fmt(m['runner_up_rel'])}", f"cos ≥ {LADDER_MATCH_COS}, rel ≤ {LADDER_MATCH_REL}",
-                           f"r = {r_label(m['best'])}" if m["match"] else "no reference state matches"))
+        ev.append(Evidence("ladder_match", m["best_rel"], f"cos ≥ {LADDER_MATCH_COS}, rel ≤ {LADDER_MATCH_REL}, "
+                           f"≤ {LADDER_SEPARATION} × runner-up", f"{'r = ' if m['match'] else 'no match; nearest '}"
+                           f"{r_label(m['best'])} (cos {m['best_cos']:.5f}, rel {m['best_rel']:.3g}); runner-up "
+                           f"{r_label(m['runner_up'])} (cos {_fmt(m['runner_up_cos'])}, "
+                           f"rel {_fmt(m['runner_up_rel'])})" + _rescaled(m)))
+    if lens:
+        near = lens["near"]
+        span = (f"; reference depths with agreement within ±{_lens_near()}: "
+                f"{r_label(near[0])}–{r_label(near[-1])}" if near else "") if near is not None else ""
+        ev.append(Evidence("logit_lens", lens["agreement"], None, f"top-1 of lm_head(norm(x)) agrees with the "
+                           f"model's final prediction on {lens['agreement']:.0%} of {lens['rows']} tokens "
+                           f"(rises with depth){span}"))
 
 
 def order_chain(D: np.ndarray, chain: list[int], slots: Sequence[SlotStats],
@@ -344,3 +352,19 @@ def assign_labels(fp: Fingerprint) -> None:
             fp.findings.append(Finding("reordered", [i for i in range(k) if got[i] != file_labels[i]],
                                        f"file order ≠ depth order: stored slots are [{', '.join(got)}], expected "
                                        f"[{', '.join(file_labels)}]"))
+
+
+def _lens_near() -> float:
+    from .exact import LENS_NEAR
+
+    return LENS_NEAR
+
+
+def _rescaled(m: dict) -> str:
+    """``same direction as L3 at ×1.5`` when a slot matches a reference state up to its scale only."""
+    from .exact import LADDER_MATCH_COS
+
+    d = m.get("direction") or {}
+    if m.get("match") or d.get("cos") is None or d["cos"] < LADDER_MATCH_COS:
+        return ""
+    return f"; same direction as {r_label(d['r'])} (cos {d['cos']:.5f}) at ×{d['scale']:.3g} scale"

@@ -117,6 +117,10 @@ def test_states_of_another_model_match_nothing(sample_data, smollm2):
     miss = [f for f in fp.findings if f.kind == "no_reference_match"]
     assert miss and miss[0].slots == [0, 1, 2, 3]
     assert fp.depth_order == [0, 1, 2, 3] and fp.slots[0].role == "embedding"
+    lm = next(e for e in fp.slots[2].evidence if e.signal == "ladder_match")
+    assert "same direction as L16" in lm.verdict and "×1.5" in lm.verdict
+    lens = [next(e for e in s.evidence if e.signal == "logit_lens") for s in fp.slots]
+    assert lens[3].value > lens[2].value >= lens[0].value  # the logit lens rises with depth
 
 
 def test_bf16_forward_still_matches(ladder, smollm2):
