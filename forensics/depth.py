@@ -28,6 +28,7 @@ MAX_DISTANCE_ROWS = 2048  # tokens used for pairwise distances (evenly strided b
 MAX_DISTANCE_ELEMENTS = 64_000_000  # float32 working set of all prepared slots (256 MB): fewer rows beyond
 MIN_DISTANCE_ROWS = 128
 EXACT_PATH_MAX_SLOTS = 9  # brute-force the best path up to this many slots; heuristic above
+NORMALIZES_MIN_ROWS = 16  # fewer rows than this: γ̂ (one per dim) would fit anything
 NORMALIZES_MAX_RESIDUAL = 0.02  # ‖B − γ̂ ⊙ A/rms(A)‖ / ‖B‖ at or below this ⇒ B = RMSNorm(A) (bf16 rounding ≈ 0.004)
 
 
@@ -57,7 +58,7 @@ def duplicate_rows(h: torch.Tensor, input_ids: torch.Tensor | None) -> dict:
     import torch
 
     keys = _row_keys(h)
-    zero = (h == 0).all(dim=-1).tolist()
+    zero = ((h == 0).all(dim=-1) | ~torch.isfinite(h).all(dim=-1)).tolist()  # padding / NaN rows: no evidence
     out: dict = {"tokens": len(keys)}
     if input_ids is not None and int(input_ids.numel()) == len(keys):
         by_id: dict[int, list[int]] = {}
@@ -82,7 +83,6 @@ def duplicate_rows(h: torch.Tensor, input_ids: torch.Tensor | None) -> dict:
             counts[k] = counts.get(k, 0) + 1
     twins = sum(c for c in counts.values() if c > 1)
     out.update(rows_with_twin=twins, fraction=twins / max(1, len(keys)))
-    del torch
     return out
 
 
@@ -198,6 +198,8 @@ def normalizes(pre: torch.Tensor, post: torch.Tensor, drop_tokens: Sequence[int]
     if drop and len(drop) < T:
         keep[drop] = False
     rows = torch.nonzero(keep).flatten()[:MAX_DISTANCE_ROWS]
+    if rows.numel() < NORMALIZES_MIN_ROWS:
+        return {"residual": float("inf"), "gamma_rms": float("nan")}
     a = pre[rows].to(torch.float64)
     b = post[rows].to(torch.float64)
     u = a / a.pow(2).mean(-1, keepdim=True).sqrt().clamp_min(1e-30)

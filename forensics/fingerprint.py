@@ -51,6 +51,7 @@ from .stats import CaptureStats, summarize
 
 __all__ = ["fingerprint", "Fingerprint", "SlotFingerprint", "Evidence", "Finding", "parse_expected", "ROLES"]
 
+MIN_TOKENS = 16  # fewer tokens: a few_tokens finding (duplicate rows, spreads and distances need tokens)
 SMALL_CAPTURE_ELEMENTS = 4_000_000  # at or below: compute on one thread (measured 13× faster under load)
 
 
@@ -197,6 +198,12 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
             rows = s.nan_positions[:5] or s.inf_positions[:5]
             findings.append(Finding("nonfinite", [s.index], f"slot {s.index} ({s.name}) has {s.nan} NaN and "
                                     f"{s.inf} Inf values (first rows {rows})"))
+        if s.norm.n and s.norm.max == 0:
+            findings.append(Finding("all_zero", [s.index], f"slot {s.index} ({s.name}) is all zeros: nothing was "
+                                    "captured there (padding, or a hook that never fired)"))
+    if capture.num_tokens < MIN_TOKENS:
+        findings.append(Finding("few_tokens", list(range(k)), f"only {capture.num_tokens} tokens (< {MIN_TOKENS}): "
+                                "the data-only signals are weak; use --model for exact checks"))
     drop = sorted({0} | {p for s in st.slots for p in s.sinks} | bad_rows)
     mask = sorted({d for s in st.slots for d in s.massive_dims})
     D, _used = angular_distances(tensors, drop, mask) if k > 1 else (np.zeros((1, 1)), 0)

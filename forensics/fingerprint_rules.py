@@ -133,7 +133,7 @@ def embedding_signals(st_slots: Sequence[SlotStats], tensors: list, ids: Any, me
             embed_score[i] = 0.9 if ok else 0.0
         else:
             ev[i].append(Evidence("dup_rows", None, None, "no repeated token id in this sample: not applicable"))
-        tiny = math.isfinite(ratio) and ratio <= EMBED_NORM_RATIO and not has_sink(s)
+        tiny = math.isfinite(ratio) and ratio <= EMBED_NORM_RATIO and not has_sink(s) and meds[i] > 0
         ev[i].append(Evidence("norm_level", ratio, f"≤ {EMBED_NORM_RATIO} × next-smallest slot, no sink",
                               f"median ‖x‖ {meds[i]:.4g} (sinks excluded): "
                               + ("tiny, context-free norms" if tiny else "layer-scale norms")))
@@ -201,7 +201,7 @@ def postnorm_signals(st_slots: Sequence[SlotStats], tensors: list, embed_score: 
             continue
         conc = token0_concentration(tensors[i]) >= TOKEN0_CONCENTRATION
         layer_meds = [meds[j] for j in range(k) if j != i and embed_score[j] < EMBED_MIN_SCORE
-                      and math.isfinite(meds[j])]
+                      and math.isfinite(meds[j]) and meds[j] > 0]
         ratio = meds[i] / max(layer_meds) if layer_meds else None
         if ratio is not None and ratio <= POSTNORM_NORM_DROP:
             post_score[i], verdict = 0.8, "tight, sinkless and norm collapsed ⇒ post-final-norm"

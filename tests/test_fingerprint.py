@@ -364,3 +364,18 @@ def test_every_format_speculators_v0_and_eagle(ladder, tmp_path):
     fp = fingerprint(eg)
     assert fp.capture.format == "eagle" and fp.slots[0].role == "final_postnorm"
     json.dumps(fp.to_dict(), allow_nan=False)
+
+
+def test_degenerate_slots_are_findings_not_crashes(sample_data):
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(50, 64, generator=g)
+    zero = fingerprint(_mem_capture([torch.zeros(50, 64), x]))
+    assert [f.kind for f in zero.findings] == ["all_zero"] and zero.slots[0].role != "embedding"
+    nan = fingerprint(_mem_capture([torch.full((50, 64), float("nan")), x]))
+    assert [f.kind for f in nan.findings] == ["nonfinite"] and nan.slots[0].role != "embedding"  # NaN rows: no twins
+    cap = forensics.load(sample_data / "speculators_v1" / "data_0.pt")
+    short = fingerprint(_mem_capture([s.tensor()[:3] for s in cap.slots], cap.input_ids[:3]))
+    assert [f.kind for f in short.findings] == ["few_tokens"]
+    for fp in (zero, nan, short):
+        json.dumps(fp.to_dict(), allow_nan=False)
+        assert repr(fp) and fp._repr_html_()

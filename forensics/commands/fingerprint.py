@@ -11,7 +11,8 @@ from __future__ import annotations
 from . import for_each_file, print_json
 
 FAIL_KINDS = {"reordered", "duplicate", "missing_embedding", "postnorm", "prenorm", "off_by_one", "wrong_layer",
-              "nonfinite", "count_mismatch", "no_reference_match"}
+              "nonfinite", "count_mismatch", "no_reference_match",
+              "all_zero"}
 
 
 def add_arguments(p) -> None:
