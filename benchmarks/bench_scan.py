@@ -172,6 +172,47 @@ def child(mode: str, list_file: str, out_dir: str) -> dict:
     return res
 
 
+CPU_KERNELS = ("naive", "naive-1thread", "chunked-norms", "summarize", "scan-row", "scan-row-untuned")
+
+
+def cpu_per_file(kernel: str, files: list[str]) -> float:
+    """CPU milliseconds (user + system, all threads) per file of one kernel, in this process: a measure the
+    neighbours on a shared machine disturb far less than wall time. Two warm-up files, then the best of
+    three rounds over the files."""
+    import torch
+
+    import forensics
+    from forensics.scan_rows import file_row, init_worker
+    from forensics.stats import summarize, token_norms
+
+    if kernel.startswith("scan-row"):
+        init_worker(tune_malloc=kernel == "scan-row")  # one torch thread, as in a scan worker
+    elif kernel != "naive":
+        torch.set_num_threads(1)
+
+    def one(p: str) -> None:
+        if kernel.startswith("naive"):
+            d = torch.load(p, weights_only=True)
+            [h.float().norm(dim=-1) for h in d["hidden_states"]]
+        elif kernel == "chunked-norms":
+            [token_norms(s.tensor()) for s in forensics.load(p).slots]
+        elif kernel == "summarize":
+            summarize(forensics.load(p))
+        else:
+            st = os.stat(p)
+            file_row(p, st.st_size, st.st_mtime_ns, use_fingerprint=False)
+
+    for p in files[:2]:
+        one(p)
+    rounds = []
+    for _ in range(3):  # interference only adds CPU time (cache misses, migrations): report the best round
+        c0 = sum(os.times()[:2])
+        for p in files:
+            one(p)
+        rounds.append((sum(os.times()[:2]) - c0) / len(files) * 1e3)
+    return min(rounds)
+
+
 def run_child(mode: str, files: list[str], tmp: str) -> dict:
     lst = os.path.join(tmp, f"list_{mode}_{len(files)}.txt")
     with open(lst, "w") as f:
@@ -223,6 +264,10 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         print(json.dumps(child(*sys.argv[2:5])))
         return
+    if len(sys.argv) > 1 and sys.argv[1] == "--cpu-child":
+        with open(sys.argv[3]) as f:
+            print(json.dumps({"kernel": sys.argv[2], "cpu_ms": cpu_per_file(sys.argv[2], f.read().split())}))
+        return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--files", type=int, default=32, help="distinct generated files (default 32, ~2.4 GB)")
     ap.add_argument("--links", type=int, default=128, help="also run on this many files via hard links (0: no)")
@@ -252,8 +297,24 @@ def main() -> None:
                 results.append(run_child(mode, fs, root))
             results.append(time_cat(fs))  # cat again: shows how much the machine's load moved meanwhile
             results[-1]["mode"] = "cat (again)"
+        cpu_rows = []
+        lst = os.path.join(root, "list_cpu.txt")
+        with open(lst, "w") as f:
+            f.write("\n".join(files[:16]))
+        for kernel in CPU_KERNELS:  # each kernel in a fresh process (malloc state, thread settings)
+            out = subprocess.run([sys.executable, __file__, "--cpu-child", kernel, lst], capture_output=True,
+                                 text=True, check=True)
+            cpu_rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
         print(f"# load average after: {os.getloadavg()}", file=sys.stderr)
         print(table(results))
+        size = os.path.getsize(files[0])
+        naive = cpu_rows[0]["cpu_ms"]
+        print(f"\nCPU per {size / 1e6:.1f} MB file (one process, 16 warm files, best of 3 rounds; user + system, "
+              "all threads):\n")
+        print("| kernel | CPU ms/file | GB per CPU-s | naive ÷ this |\n|---|---|---|---|")
+        for r in cpu_rows:
+            print(f"| {r['kernel']} | {r['cpu_ms']:.1f} | {size / r['cpu_ms'] / 1e6:.2f} | "
+                  f"{naive / r['cpu_ms']:.2f}× |")
         print(json.dumps(results), file=sys.stderr)
     finally:
         if not args.keep:
