@@ -246,8 +246,34 @@ def build_verdicts(files: list[FileResult], audit_res, probe_res=None) -> dict:
     overall = worst([r["verdict"] for r in rows] +
                     ([{"match": "pass", "mismatch": "fail"}.get(audit["verdict"], "warn")] if audit else []))
     return {"rows": [r for r in rows if r in shown], "hidden": hidden, "counts": counts, "audit": audit,
-            "probe": _probe_summary(probe_res),
-            "overall": overall, "nfiles": len(rows)}
+            "probe": _probe_summary(probe_res), "overall": overall, "nfiles": len(rows),
+            "headline": _headline(rows, counts, audit)}
+
+
+def _headline(rows: list[dict], counts: dict, audit: dict | None) -> list[str]:
+    """The sentences a reviewer reads first: what failed, what could not be checked, or that all is well."""
+    out = []
+    bad = [r for r in rows if r["error"]]
+    failing = [r for r in rows if not r["error"] and any(s["verdict"] == "fail" for s in r["slots"])]
+    if audit is not None:
+        out.append({"match": "The draft is served the layers it was trained on.",
+                    "mismatch": "The draft is NOT served the layers it was trained on: slices and fix below."}
+                   .get(audit["verdict"], f"Wiring audit: {audit['verdict']} ({audit['reason']})."))
+    if failing:
+        out.append(f"{counts['fail']} slot(s) in {len(failing)} file(s) contradict their declared identity or hold "
+                   f"non-finite values: {_short([r['file'] for r in failing], 4)}.")
+    if bad:
+        out.append(f"{len(bad)} input(s) could not be read: {_short([r['file'] for r in bad], 4)}.")
+    if counts["warn"]:
+        out.append(f"{counts['warn']} slot(s) carry a finding that does not contradict their declared identity.")
+    if counts["info"]:
+        out.append(f"{counts['info']} slot(s) declare no identity: their inferred role and depth are listed.")
+    if not failing and not bad and counts["pass"]:
+        n = sum(1 for r in rows if not r["error"])
+        out.insert(1 if audit else 0, f"All {counts['pass']} slots with a declared identity, in {n} file(s), are "
+                   "what their files declare." if not counts["info"] else
+                   f"{counts['pass']} slot(s) are what their files declare; none contradicts its declaration.")
+    return out
 
 
 # ---------------------------------------------------------------- provenance
