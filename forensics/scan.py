@@ -136,7 +136,7 @@ def scan(path: str | os.PathLike | list, workers: int = 2, out: str | os.PathLik
         last: dict[int, dict] = {}
         for row in read_rows(out):
             no = wanted.get((row.get("path"), row.get("size"), row.get("mtime_ns")))
-            if no is not None:
+            if no is not None and _resumable(row):
                 last[no] = row
         for no, row in sorted(last.items()):
             fold(no, row)
@@ -190,6 +190,23 @@ def scan(path: str | os.PathLike | list, workers: int = 2, out: str | os.PathLik
     return ScanResult(path=shown, summary=summary, anomalies=anomalies, timing=timing, out=out,
                       _rows=None if held is None else [held[i] for i in sorted(held)],
                       _keys=[(it[0], it[1], it[2]) for it in items])
+
+
+def _resumable(row: dict) -> bool:
+    """A row from an earlier scan can be kept: an error row, or one whose sketches this version can merge
+    (otherwise the file is simply scanned again)."""
+    from .sketch import BINS_PER_DECADE, SKETCH_MIN
+
+    if row.get("error"):
+        return True
+    sk, slots = row.get("sketch"), row.get("slots")
+    if not isinstance(sk, list) or not isinstance(slots, list) or len(sk) != len(slots) or not slots:
+        return False
+    try:
+        return all(s["hist"]["bins_per_decade"] == BINS_PER_DECADE and s["hist"]["sketch_min"] == SKETCH_MIN
+                   and {"n", "s1", "s2"} <= set(s) for s in sk) and all("norm_rank" in x for x in slots)
+    except (KeyError, TypeError):
+        return False
 
 
 def _public(row: dict) -> dict:
