@@ -260,8 +260,11 @@ def _headline(rows: list[dict], counts: dict, audit: dict | None) -> list[str]:
                     "mismatch": "The draft is NOT served the layers it was trained on: slices and fix below."}
                    .get(audit["verdict"], f"Wiring audit: {audit['verdict']} ({audit['reason']})."))
     if failing:
-        out.append(f"{counts['fail']} slot(s) in {len(failing)} file(s) contradict their declared identity or hold "
-                   f"non-finite values: {_short([r['file'] for r in failing], 4)}.")
+        why = sorted({x["kind"] for r in failing for x in r["findings"] if x["kind"] in FAIL_FINDINGS} |
+                     {"non-finite values" for r in failing for sl in r["slots"]
+                      if sl["decided"].startswith("non-finite")})
+        out.append(f"{counts['fail']} slot(s) in {len(failing)} file(s) fail" + (f" ({', '.join(why)})" if why
+                   else " (claimed identity ≠ inferred)") + f": {_short([r['file'] for r in failing], 4)}.")
     if bad:
         out.append(f"{len(bad)} input(s) could not be read: {_short([r['file'] for r in bad], 4)}.")
     if counts["warn"]:

@@ -246,7 +246,7 @@ def test_real_sample_data_report(real):
     assert 'class="fig"' in html or "figure unavailable" in html
     # sample_data is ground truth (sample_data/README.md): every declared identity is confirmed, nothing fails
     headline = re.search(r'<div class="headline[^"]*">(.*?)</div>', html, re.S).group(1)
-    assert "are what their files declare" in headline and "contradict" not in headline
+    assert "are what their files declare" in headline and "fail" not in headline
 
 
 def one_sample(sample_data: pathlib.Path, folder: pathlib.Path) -> pathlib.Path:
@@ -279,7 +279,7 @@ def test_shuffled_real_capture_fails_with_the_right_labels(sample_data, tmp_path
     assert got[1] == ("L3", "L16", "fail") and got[2] == ("L16", "L3", "fail")
     assert rep.counts["fail"] == 2 and rep.context["overall"] == "fail"
     assert "reordered" in rep.html
-    assert rep.context["verdicts"]["headline"][0].startswith("2 slot(s) in 1 file(s) contradict")
+    assert rep.context["verdicts"]["headline"][0].startswith("2 slot(s) in 1 file(s) fail (reordered)")
 
 
 def test_audit_verdict_and_fix_in_the_verdict_block(sample_data, tmp_path):
