@@ -261,7 +261,7 @@ def _headline(rows: list[dict], counts: dict, audit: dict | None) -> list[str]:
                    .get(audit["verdict"], f"Wiring audit: {audit['verdict']} ({audit['reason']})."))
     if failing:
         why = sorted({x["kind"] for r in failing for x in r["findings"] if x["kind"] in FAIL_FINDINGS} |
-                     {"non-finite values" for r in failing for sl in r["slots"]
+                     {"nonfinite" for r in failing for sl in r["slots"]
                       if sl["decided"].startswith("non-finite")})
         out.append(f"{counts['fail']} slot(s) in {len(failing)} file(s) fail" + (f" ({', '.join(why)})" if why
                    else " (claimed identity ≠ inferred)") + f": {_short([r['file'] for r in failing], 4)}.")
