@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import conventions as cv
+from ._verbs import callable_module
 from .capture import r_label
 from .errors import ForensicsError
 from .render import badge, esc, html_table
@@ -341,3 +342,6 @@ def _verdict(trained: dict, served: dict, findings: list[Finding], info, engine,
 
 
 __all__ = ["audit", "AuditResult", "Finding", "target_facts"]
+
+
+callable_module(__name__, "audit")  # forensics.audit(...) works after the submodule import

@@ -13,13 +13,12 @@ r per slot. Every threshold is a named constant, shown next to the raw value.
 from __future__ import annotations
 
 import os
-import sys
-import types
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from ._verbs import callable_module
 from .capture import FINAL_POST, Capture, R, parse_r, r_label
 from .errors import ForensicsError
 from .fingerprint_rules import (  # noqa: F401 - re-exported: the named thresholds of the fingerprint
@@ -301,12 +300,4 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
     return fp
 
 
-class _CallableModule(types.ModuleType):
-    """``forensics.fingerprint`` is both this module and the verb: importing the submodule rebinds the
-    package attribute to the module, so the module itself forwards calls to :func:`fingerprint`."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Fingerprint:
-        return fingerprint(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
+callable_module(__name__, "fingerprint")  # forensics.fingerprint(...) works after the submodule import

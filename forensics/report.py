@@ -26,6 +26,7 @@ from typing import Any
 from . import __version__
 from ._report_panels import build_browser, build_cards, build_checks, build_cross, figure
 from ._report_views import FileResult, build_provenance, build_verdicts, load_tokens, worst
+from ._verbs import callable_module
 from .errors import ForensicsError
 
 SIZE_BUDGET_BYTES = 5_000_000  # issue 7: ≤ 5 MB for sample_data/ (ydata-profiling's 80–290 MB is the anti-example)
@@ -264,3 +265,6 @@ def _fragment(obj: Any) -> str | None:
         return obj._repr_html_()
     except Exception as e:  # noqa: BLE001
         return f"<p class='hsf-error'>{html.escape(_error_text(e))}</p>"
+
+
+callable_module(__name__, "report")  # forensics.report(...) works after the submodule import
