@@ -79,7 +79,8 @@ class AuditResult:
                  for f in self.findings]
         fix = ""
         if self.fix:
-            fix = (f"<p><b>fix</b>: write <code>{esc(self.fix.get('ids'))}</code> at "
+            verb = "already has" if self.fix.get("already_set") else "write"
+            fix = (f"<p><b>fix</b>: {verb} <code>{esc(self.fix.get('ids'))}</code> at "
                    f"<code>{esc(self.fix.get('key'))}</code> ({esc(self.fix.get('where'))}, "
                    f"{esc(self.fix.get('engine'))} {esc(self.fix.get('version'))})"
                    + (f"<br>caveat: {esc(self.fix['caveat'])}" if self.fix.get("caveat") else "") + "</p>")
@@ -266,6 +267,9 @@ def audit(data: Any = None, draft: Any = None, engine: str | None = None, engine
         if info is not None and info.ids_top is not None and info.ids_nested is not None:
             other = cv.NESTED_KEY if fix["where"] == "top-level" else cv.TOP_KEY
             fix["also"] = f"make `{other}` agree (or remove it) so the other engine reads the same layers"
+        if info is not None and fix.get("ids") is not None:  # the right ids are there; only the caveat blocks
+            fix["already_set"] = list((info.ids_nested if fix["where"] == "nested" else info.ids_top) or []) \
+                == list(fix["ids"])
     return AuditResult(verdict, reason, slices, findings, fix, trained, served_side, context)
 
 

@@ -32,3 +32,29 @@ def test_order_chain_without_direction_signal_keeps_norm_order(sample_data):
         assert path == [0, 1, 2, 3], f"says norm order kept but orders {path}"
     else:
         assert path == [0, 1, 2, 3]
+
+
+def test_audit_fix_does_not_tell_to_write_ids_already_there(tmp_path, capsys):
+    """SGLang config with the right ids [-1, 2, 15] for data [embed, L3, L16, L28]: the only problem is the
+    embedding-capture patch. The fix printed 'set ... = [-1, 2, 15]', the value already in the file."""
+    import json
+
+    from forensics.cli import main
+
+    draft = tmp_path / "draft"
+    draft.mkdir()
+    (draft / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": 576,
+        "num_hidden_layers": 1, "vocab_size": 49152, "draft_vocab_size": 8192, "target_hidden_size": 576,
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [-1, 2, 15]}}))
+    args = ["audit", "--trained-layout", "embed,L3,L16,L28", "--trainer", "speculators-v1", "--draft", str(draft),
+            "--engine", "sglang", "--num-layers", "30", "--hidden-size", "576"]
+    code = main(args)
+    text = capsys.readouterr().out
+    assert code == 1 and all(f"{t}" in text for t in ("embed", "L3", "L16"))
+    assert "set nested `eagle_config.eagle_aux_hidden_state_layer_ids` = [-1, 2, 15]" not in text
+    assert "already sets" in text and "caveat" in text
+    main(args + ["--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["fix"]["ids"] == [-1, 2, 15] and doc["fix"]["already_set"] is True
+    assert all(s["ok"] for s in doc["slices"])

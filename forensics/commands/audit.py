@@ -108,9 +108,14 @@ def render_text(res) -> str:
         else:
             snippet = ({"eagle_config": {"eagle_aux_hidden_state_layer_ids": fx["ids"]}}
                        if fx["where"] == "nested" else {"eagle_aux_hidden_state_layer_ids": fx["ids"]})
-            out.append(f"  in the draft's config.json set {fx['where']} `{fx['key']}` = {fx['ids']}"
-                       f"  ({fx['engine']} {fx['version']} then captures r = {fx['r']})")
-            out.append(f"    {json.dumps(snippet)}")
+            if fx.get("already_set"):
+                out.append(f"  the draft's config.json already sets {fx['where']} `{fx['key']}` = {fx['ids']}"
+                           f"  ({fx['engine']} {fx['version']} reads it as r = {fx['r']}): the ids are right; "
+                           "what still blocks serving is the caveat below")
+            else:
+                out.append(f"  in the draft's config.json set {fx['where']} `{fx['key']}` = {fx['ids']}"
+                           f"  ({fx['engine']} {fx['version']} then captures r = {fx['r']})")
+                out.append(f"    {json.dumps(snippet)}")
             if fx.get("caveat"):
                 out.append(f"  caveat: {fx['caveat']}")
             if fx.get("also"):
