@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ._verbs import callable_module
 from .errors import ForensicsError
 from .scan_exec import batches, run_dask, run_inline, run_pool
 from .scan_rows import empty_row, json_safe
@@ -253,3 +254,5 @@ def _progress(total: int, initial: int, enabled: bool | None):
 from .scan_result import ScanResult  # noqa: E402  (result type lives beside, re-exported here)
 
 __all__ = ["scan", "ScanResult", "list_files", "read_rows", "fingerprint_choice"]
+
+callable_module(__name__, "scan")  # forensics.scan(...) works after the submodule import
