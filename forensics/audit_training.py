@@ -106,7 +106,11 @@ def training_side(data: Any, trainer: str | None, draft_info, L: int | None, use
         return {"fc_r": fc, "target_r": None, "source": f"draft config ids read in {trainer}'s numbering",
                 "slot_source": ["draft config"] * len(fc)}, findings
     if isinstance(data, (list, tuple)) and all(isinstance(x, (int, str)) for x in data):
-        rs, src, roles = [parse_r(x) for x in data], ["layout"] * len(data), None
+        try:
+            rs = [parse_r(x) for x in data]
+        except ValueError as e:  # a typo in --trained-layout is bad input: one line, exit 2
+            raise ForensicsError(f"trained layout {list(data)}: {e}") from None
+        src, roles = ["layout"] * len(data), None
         source = "declared layout"
     else:
         cap = first_capture(data)

@@ -58,3 +58,13 @@ def test_audit_fix_does_not_tell_to_write_ids_already_there(tmp_path, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert doc["fix"]["ids"] == [-1, 2, 15] and doc["fix"]["already_set"] is True
     assert all(s["ok"] for s in doc["slices"])
+
+
+def test_audit_trained_layout_typo_is_one_line_error(capsys):
+    """`hsf audit --trained-layout embed,foo` raised a ValueError traceback instead of exit 2 with one line."""
+    from forensics.cli import main
+
+    code = main(["audit", "--trained-layout", "embed,foo", "--trainer", "speculators-v1", "--num-layers", "30"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert "'foo'" in err and "trained layout" in err
