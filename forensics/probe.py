@@ -22,6 +22,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._verbs import callable_module
 from .capture import FINAL_POST, Capture, parse_r, r_label
 from .draft import Draft, load_draft
 from .errors import ForensicsError
@@ -404,3 +405,6 @@ def probe(draft: str | os.PathLike | Draft, data: Any, candidates: str | list = 
     return ProbeResult(draft=d.to_dict(), rows=rows, target=tkind, target_source=target_source or "",
                        embed_source=embed_source or "?", files=used, positions=rows[0]["n"], num_layers=L,
                        topk=topk, ids_per_engine=res_ids, warnings=warnings, notes=notes)
+
+
+callable_module(__name__, "probe")  # forensics.probe(...) works after 'import forensics.probe'

@@ -143,3 +143,10 @@ def test_cli_json_and_exit_codes(draft_dir, sample_data, tmp_path, capsys):
     out = capsys.readouterr().out
     assert rc == 1 and "likely trained on embed+L3+L16" in out
     assert main(["probe", "--draft", str(tmp_path / "nope"), "--data", data]) == 2
+
+
+def test_flat_verb_survives_submodule_import(draft_dir, sample_data):
+    import forensics.probe  # noqa: F401 - rebinding forensics.probe to the module must keep it callable
+
+    res = forensics.probe(draft_dir, sample_data / "speculators_v1" / "data_4.pt", candidates="0,3,16")
+    assert res.best["wiring"] == TRAINED
