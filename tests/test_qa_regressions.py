@@ -68,3 +68,48 @@ def test_audit_trained_layout_typo_is_one_line_error(capsys):
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert "'foo'" in err and "trained layout" in err
+
+
+def test_report_rejects_wrong_options_before_writing(sample_data, tmp_path, capsys):
+    """`hsf report FILE --draft /nonexistent` (or a bad engine/trainer/version/--layers) printed "4 pass",
+    exit 0, and buried the failure in the HTML's Errors section. Now: one line, exit 2, nothing written."""
+    from forensics.cli import main
+
+    f = str(sample_data / "speculators_v1" / "data_0.pt")
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "config.json").write_text("{not json")
+    out = tmp_path / "r.html"
+    for opts, words in [(["--draft", str(tmp_path / "nope")], "--draft"), (["--draft", str(bad)], "not valid JSON"),
+                        (["--engine", "trtllm"], "trtllm"), (["--trainer", "foo"], "foo"),
+                        (["--engine", "vllm", "--engine-version", "9.9"], "9.9"), (["--layers", "foo"], "foo"),
+                        (["--served", str(tmp_path / "nope")], "--served"),
+                        (["--model", str(tmp_path / "nope")], "--model")]:
+        code = main(["report", f, "-o", str(out), *opts])
+        err = capsys.readouterr().err
+        assert code == 2 and words in err and len(err.strip().splitlines()) == 1, (opts, err)
+        assert not out.exists(), opts
+
+
+def test_report_errors_reach_the_terminal_and_exit_code(sample_data, tmp_path, capsys, monkeypatch):
+    """An analysis that fails inside the report (here: the audit) is said on stderr and exits 2; 'default'
+    as --model means the packaged model, as in `hsf fingerprint --model default`."""
+    import forensics.report as report_mod
+    from forensics.cli import main
+    from forensics.model import default_model_path
+
+    seen = {}
+    real = report_mod.report
+
+    def spy(paths, **kw):
+        seen.update(kw)
+        rep = real(paths, **{**kw, "model": None})
+        rep.context["errors"].append({"where": "audit", "message": "boom"})
+        return rep
+
+    monkeypatch.setattr(report_mod, "report", spy)
+    code = main(["report", str(sample_data / "speculators_v1" / "data_0.pt"), "-o", str(tmp_path / "r.html"),
+                 "--model", "default"])
+    err = capsys.readouterr().err
+    assert seen["model"] == default_model_path()
+    assert code == 2 and "hsf report: error: audit: boom" in err

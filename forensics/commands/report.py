@@ -13,7 +13,8 @@ def add_arguments(p) -> None:
                    help="where to write the HTML report (default: report.html)")
     p.add_argument("--layers", "--expect", dest="layers", metavar="LIST",
                    help="expected layers for labels, e.g. 0,3,16,28 or embed,L3,L16,L28")
-    p.add_argument("--model", metavar="PATH", help="model (HF folder, safetensors dir or .gguf) for exact mode")
+    p.add_argument("--model", metavar="PATH", help="model (HF folder, safetensors dir or .gguf) for exact mode "
+                   "('default' = packaged SmolLM2)")
     p.add_argument("--draft", metavar="PATH", help="EAGLE-3 draft folder (config.json [+ model.safetensors])")
     p.add_argument("--engine", metavar="NAME", help="serving engine: sglang | vllm")
     p.add_argument("--engine-version", metavar="V", help="engine version (conventions changed over time)")
@@ -24,9 +25,43 @@ def add_arguments(p) -> None:
     p.add_argument("--title", metavar="TEXT", help="report title")
 
 
+def check_arguments(args) -> None:
+    """Reject a wrong option before the (slow) report is built: one line, exit 2, instead of a report that
+    says "all pass" with the failure buried in its Errors section (QA: --draft /nonexistent gave exit 0)."""
+    from .. import conventions as cv
+    from ..errors import ForensicsError
+    from ..fingerprint import parse_expected
+
+    parse_expected(args.layers)
+    if args.engine is not None and cv.canonical_system(args.engine) not in cv.ENGINES:
+        raise ForensicsError(f"--engine {args.engine!r}: not a serving engine; expected one of {list(cv.ENGINES)}")
+    if args.engine_version is not None:
+        if args.engine is None:
+            raise ForensicsError("--engine-version needs --engine (sglang or vllm)")
+        cv.parse_version(args.engine, args.engine_version)
+    if args.trainer is not None and cv.canonical_system(args.trainer) not in \
+            {cv.canonical_system(t) for t in cv.TRAINERS}:
+        raise ForensicsError(f"--trainer {args.trainer!r}: not a trainer; expected one of {list(cv.TRAINERS)}")
+    for opt in ("draft", "served", "target_config", "model"):
+        path = getattr(args, opt)
+        if path is not None and not (opt == "model" and path == "default") and not os.path.exists(path):
+            raise ForensicsError(f"--{opt.replace('_', '-')} {path}: no such file or directory")
+    if args.draft is not None:
+        from ..draft_config import read_draft
+
+        read_draft(args.draft)
+
+
 def run(args) -> int:
+    import sys
+
     from ..report import report
 
+    check_arguments(args)
+    if args.model == "default":  # as in `hsf fingerprint --model default`: the packaged SmolLM2
+        from ..model import default_model_path
+
+        args.model = default_model_path()
     rep = report(args.paths, layers=args.layers, model=args.model, draft=args.draft, engine=args.engine,
                  engine_version=args.engine_version, trainer=args.trainer, target_config=args.target_config,
                  served=args.served, scan=True if args.scan else None, title=args.title)
@@ -45,4 +80,7 @@ def run(args) -> int:
               f"; slots: {c.get('fail', 0)} fail, {c.get('warn', 0)} warn, {c.get('pass', 0)} pass, "
               f"{c.get('info', 0)} info" + (f"; audit: {doc['audit']}" if doc["audit"] else ""))
         print(f"report written: {out} ({size / 1e6:.2f} MB)")
-    return 2 if unreadable else 0
+    errors = rep.context.get("errors") or []
+    for e in errors:  # what could not be done is said here too, not only at the bottom of the HTML
+        print(f"hsf report: error: {e.get('where')}: {e.get('message')}", file=sys.stderr)
+    return 2 if unreadable or errors else 0
