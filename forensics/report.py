@@ -139,6 +139,31 @@ def _analyse(path: str, layers, model, errors: list[dict]) -> FileResult:
     return FileResult(path=path, capture=cap, stats=stats, fp=fp)
 
 
+TRAINER_FORMATS = {"speculators-v1": "speculators-v1", "speculators": "speculators", "specforge": "specforge"}
+
+
+def training_files(files: list, trainer: str | None) -> list:
+    """The files that are the draft's training data, out of everything the report reads.
+
+    A report folder can mix formats (sample_data/ holds a 32-slot ladder beside the speculators-v1
+    training files): the audit and the probe must see the trainer's own format (``--trainer``), else the
+    format most files share; never simply the first file found.
+    """
+    ok = [f for f in files if f.error is None and f.capture is not None]
+    want = TRAINER_FORMATS.get(trainer or "")
+    if want:
+        chosen = [f for f in ok if f.capture.format == want]
+        if chosen:
+            return chosen
+    counts: dict = {}
+    for f in ok:
+        counts[f.capture.format] = counts.get(f.capture.format, 0) + 1
+    if not counts:
+        return []
+    best = max(counts, key=lambda k: counts[k])  # ties: the first format met
+    return [f for f in ok if f.capture.format == best]
+
+
 def report(paths, layers=None, model=None, draft=None, engine=None, engine_version=None, trainer=None,
            target_config=None, served=None, scan=None, title=None) -> Report:
     """Analyse capture files/directories and build the offline HTML report.
@@ -183,13 +208,15 @@ def report(paths, layers=None, model=None, draft=None, engine=None, engine_versi
             f.tokens = load_tokens(f.capture, errors)
 
     audit_res = probe_res = scan_res = facts = None
+    training = training_files(files, trainer)
     if any(v is not None for v in (draft, engine, trainer, served, target_config)):
         audit_fn = _optional("forensics.audit", "audit")
         if audit_fn is None:
             errors.append({"where": "audit", "message": "forensics.audit is not available in this installation"})
         else:
             try:
-                audit_res = audit_fn(data=paths[0] if paths else None, draft=draft, engine=engine,
+                audit_res = audit_fn(data=training[0].capture if training else (paths[0] if paths else None),
+                                     draft=draft, engine=engine,
                                      engine_version=engine_version, trainer=trainer,
                                      target_config=target_config, served=served)
             except Exception as e:  # noqa: BLE001
@@ -198,7 +225,7 @@ def report(paths, layers=None, model=None, draft=None, engine=None, engine_versi
         probe_fn = _optional("forensics.draft", "probe")
         if probe_fn is not None:
             try:
-                probe_res = probe_fn(draft, paths[0], model=model)
+                probe_res = probe_fn(draft, [f.capture for f in training] or paths[0], model=model)
             except Exception as e:  # noqa: BLE001
                 errors.append({"where": "draft probe", "message": _error_text(e)})
     if (scan is True or (scan is None and skipped)) and paths:
@@ -238,6 +265,8 @@ def report(paths, layers=None, model=None, draft=None, engine=None, engine_versi
         "checks": build_checks(ok, audit_res, scan_res),
         "browser": build_browser(ok),
         "audit_html": _fragment(audit_res),
+        "audit": audit_res,  # the result objects, for Python callers and tests
+        "probe": probe_res,
         "audit_verdict": getattr(audit_res, "verdict", None),
         "audit_fig": audit_fig,
         "probe_html": _fragment(probe_res),

@@ -1,0 +1,31 @@
+"""The report audits and probes the draft on its training files, not on whatever file comes first."""
+
+from __future__ import annotations
+
+import pytest
+
+import forensics
+
+
+@pytest.fixture(scope="module")
+def demo_report(sample_data):
+    draft = sample_data / "draft_eagle3"
+    if not (draft / "model.safetensors").is_file():
+        pytest.skip("no committed draft in sample_data/")
+    return forensics.report([str(sample_data)], draft=str(draft), engine="sglang", trainer="speculators-v1")
+
+
+def test_audit_uses_the_trainers_format_not_the_first_file(demo_report):
+    audit = demo_report.context["audit"]
+    # sample_data/ lists the 32-slot ladder first; the draft was trained on speculators-v1 [embed, L3, L16]
+    assert [s["trained_r"] for s in audit.to_dict()["slices"]] == [0, 3, 16]
+    assert audit.verdict == "mismatch"  # SGLang ignores the top-level ids: default r = {2, 15, 27}
+    assert [s["served_r"] for s in audit.to_dict()["slices"]] == [2, 15, 27]
+
+
+def test_probe_uses_every_training_file(demo_report):
+    probe = demo_report.context["probe"]
+    best = probe.to_dict()["rows"][0]
+    assert best["wiring"] == [0, 3, 16]
+    # the five speculators-v1 samples give ~500 positions; the 119-token ladder alone gave 117
+    assert best["n"] > 300
