@@ -26,8 +26,11 @@ $(STAMP):
 
 install: $(STAMP)
 
+# The seed's bug class on real SmolLM2 captures: a draft trained on [embed, L3, L16] whose ids sit in the
+# top-level key, served by SGLang (which reads only the nested key and silently falls back to {2, 15, 27}).
 demo: install
-	$(BIN)/hsf report sample_data -o $(OUT)/report.html
+	$(BIN)/hsf report sample_data --draft sample_data/draft_eagle3 --engine sglang --trainer speculators-v1 \
+		-o $(OUT)/report.html
 	@echo
 	@echo "Report written: $(abspath $(OUT))/report.html"
 
