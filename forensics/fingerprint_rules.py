@@ -270,10 +270,11 @@ def order_chain(D: np.ndarray, chain: list[int], slots: Sequence[SlotStats],
     score = W_NORM * tau + W_LATE * late + W_FADED * faded
     if score < 0:
         path = path[::-1]
-    elif score == 0:  # no direction signal: the chain's listed direction is a coin flip (often a near-tie of
+    chain_path = list(path)  # the evidence shows the chain itself; the order may be the norm order below
+    if score == 0:  # no direction signal: the chain's listed direction is a coin flip (often a near-tie of
         path = sorted(path, key=lambda i: meds[i])  # two paths, margin ~0), so take the norm order the text names
     ev = [Evidence("chain", f"path cost {cost:.4f}, next-best {_fmt(runner)} (margin {_fmt(margin)})", None,
-                   "masked angular-distance chain " + " → ".join(str(i) for i in path)),
+                   "masked angular-distance chain " + " → ".join(str(i) for i in chain_path)),
           Evidence("direction", f"norm τ {tau:+.2f}·{W_NORM} + late sig {late:+.0f}·{W_LATE} + faded sink "
                    f"{faded:+.0f}·{W_FADED} = {score:+.2f}", "sign", "shallow → deep as listed" if score != 0
                    else "no direction signal: norm order kept")]

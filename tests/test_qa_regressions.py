@@ -113,3 +113,19 @@ def test_report_errors_reach_the_terminal_and_exit_code(sample_data, tmp_path, c
     err = capsys.readouterr().err
     assert seen["model"] == default_model_path()
     assert code == 2 and "hsf report: error: audit: boom" in err
+
+
+def test_norm_order_fallback_keeps_the_chain_in_its_evidence(sample_data):
+    """The fallback to norm order must not rewrite the 'chain' evidence: it shows the seriation path found."""
+    cap = forensics.load(sample_data / "ladder" / "capture_0.safetensors")
+    st = summarize(cap)
+    slots = [st.slots[i] for i in (2, 4, 5, 30)]
+    meds = [s.norm_excl_sinks.median for s in slots]
+    D = np.array([[0.000, 0.160, 0.193, 0.477],  # cheapest chain: 2 → 1 → 0 → 3 (0.764 vs 0.765)
+                  [0.160, 0.000, 0.127, 0.477],
+                  [0.193, 0.127, 0.000, 0.478],
+                  [0.477, 0.477, 0.478, 0.000]])
+    path, ev = order_chain(D, [0, 1, 2, 3], slots, meds)
+    chain = next(e for e in ev if e.signal == "chain")
+    assert path == [0, 1, 2, 3]  # norm order = true depth order
+    assert chain.verdict.endswith(("2 → 1 → 0 → 3", "3 → 0 → 1 → 2")), chain.verdict
