@@ -137,7 +137,24 @@ print(fixed)
 hp.audit_slices(fixed, title="SmolLM2 draft with the fixed ids, vLLM")
 
 # %% [markdown]
-# ## 3. The report
+# ## 3. Ask the draft itself: the probe
+#
+# Configs and sidecars can lie; the draft's weights cannot. `sample_data/draft_eagle3/` is a tiny EAGLE-3
+# draft trained on CPU on SmolLM2's `[embed, L3, L16]` (30 steps: weak, but enough to tell wirings
+# apart). `forensics.probe` runs it at training-time step 0 under candidate wirings and scores each
+# against the next token; the wiring it was trained on should win clearly. This is the seed's decisive
+# experiment as a function (on Kimi-K2.5: 76.9 % fed `cat([embed, L3, L31])` vs 34.1 % fed
+# `cat([L3, L31, L59])`).
+
+# %%
+pr = forensics.probe(SAMPLE / "draft_eagle3", SAMPLE / "speculators_v1",
+                     candidates=[[0, 3, 16], [3, 16, 28], [16, 3, 0]])
+print(pr)
+print("best wiring:", pr.best["label"], "| clear winner:", pr.clear_winner)
+hp.probe_wirings(pr)
+
+# %% [markdown]
+# ## 4. The report
 #
 # The audit verdict, the slice table and the fix appear at the top of the report, above the evidence.
 

@@ -103,10 +103,11 @@ EXPECT = {
         "vllm: AuditResult(mismatch: served ['L2', 'L15', 'L27'] but trained on ['embed', 'L3', 'L16']",
         "sglang: AuditResult(mismatch: served ['L3', 'L16', 'L28'] but trained on ['embed', 'L3', 'L16']",
         "AuditResult(match",
+        "best wiring: embed+L3+L16 | clear winner: True",
     ],
     "04_dataset_scan.ipynb": ["data_5.pt: reordered", "data_6.pt: nonfinite", "data_7.pt: unreadable"],
 }
-MIN_IMAGES = {"01_fingerprint.ipynb": 8, "02_browse_samples.ipynb": 0, "03_wiring_audit.ipynb": 5,
+MIN_IMAGES = {"01_fingerprint.ipynb": 8, "02_browse_samples.ipynb": 0, "03_wiring_audit.ipynb": 6,
               "04_dataset_scan.ipynb": 2}
 
 
