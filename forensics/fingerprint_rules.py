@@ -335,7 +335,15 @@ def assign_labels(fp: Fingerprint) -> None:
         if isinstance(fp.slots[last].r_exact, int) or has_sink(st) or spread_cv(st) > TIGHT_CV:
             fp.findings.append(Finding("prenorm", [last], f"final_post (after the final norm) is expected at slot "
                                        f"{last}, but it is pre-norm (sink or wide spread, or its exact r)"))
-    for i, r in zip(order, by_depth, strict=False):
+    pairs = list(zip(order, by_depth, strict=False))
+    n_post = min(len(post), by_depth.count(FINAL_POST))
+    if n_post:  # final_post binds to the post-norm slot(s) even when a missing embed shifts the layer labels
+        rest = list(by_depth)
+        for _ in range(n_post):
+            rest.remove(FINAL_POST)
+        pairs = list(zip(post[:n_post], [FINAL_POST] * n_post)) + list(
+            zip([i for i in order if i not in post[:n_post]], rest, strict=False))
+    for i, r in pairs:
         fp.slots[i].label = r_label(r)
         if fp.slots[i].role == "final_postnorm" and r != FINAL_POST:
             fp.findings.append(Finding("postnorm", [i], f"slot {i} is labelled {r_label(r)} (pre-norm) but looks "

@@ -129,3 +129,30 @@ def test_norm_order_fallback_keeps_the_chain_in_its_evidence(sample_data):
     chain = next(e for e in ev if e.signal == "chain")
     assert path == [0, 1, 2, 3]  # norm order = true depth order
     assert chain.verdict.endswith(("2 → 1 → 0 → 3", "3 → 0 → 1 → 2")), chain.verdict
+
+
+def _config_only_draft(folder, **ids):
+    import json
+
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": 576,
+        "num_hidden_layers": 1, "vocab_size": 49152, "draft_vocab_size": 8192, "target_hidden_size": 576, **ids}))
+    return str(folder)
+
+
+def test_fingerprint_draft_final_post_binds_to_the_post_norm_slot(sample_data, tmp_path, capsys):
+    """SpecForge file [L2, L15, L27, final_post] vs a draft wired for [embed, L3, L16]: the missing embedding
+    shifted the labels so the L27 slot was labelled final_post and the real post-norm slot got none."""
+    import json
+
+    from forensics.cli import main
+
+    draft = _config_only_draft(tmp_path / "d", eagle_config={"eagle_aux_hidden_state_layer_ids": [-1, 2, 15]})
+    main(["fingerprint", str(sample_data / "specforge"), "--draft", draft, "--trainer", "sglang", "--json"])
+    f = json.loads(capsys.readouterr().out)["files"][0]
+    labels = [s["label"] for s in f["slots"]]
+    assert f["slots"][3]["role"] == "final_postnorm" and labels[3] == "final_post"
+    assert labels[2] != "final_post" and labels[:2] == ["L3", "L16"]
+    assert "missing_embedding" in {x["kind"] for x in f["findings"]}
+
