@@ -156,3 +156,17 @@ def test_fingerprint_draft_final_post_binds_to_the_post_norm_slot(sample_data, t
     assert labels[2] != "final_post" and labels[:2] == ["L3", "L16"]
     assert "missing_embedding" in {x["kind"] for x in f["findings"]}
 
+
+def test_fingerprint_draft_ids_plus_speculators_target_is_no_count_mismatch(sample_data, tmp_path, capsys):
+    """A speculators draft's 3 ids vs a speculators-v1 file of 3 fc slots + its target gave COUNT_MISMATCH
+    (exit 1) on correctly wired data; the last slot is the trainer's target, expected at r = L."""
+    import json
+
+    from forensics.cli import main
+
+    draft = _config_only_draft(tmp_path / "d", eagle_aux_hidden_state_layer_ids=[0, 3, 16])
+    code = main(["fingerprint", str(sample_data / "speculators_v1" / "data_0.pt"), "--draft", draft,
+                 "--trainer", "speculators", "--json"])
+    f = json.loads(capsys.readouterr().out)["files"][0]
+    assert "count_mismatch" not in {x["kind"] for x in f["findings"]}
+    assert f["expected"] == [0, 3, 16, 30] and code == 0

@@ -30,7 +30,10 @@ def add_arguments(p) -> None:
     p.add_argument("--num-layers", type=int, help="L of the model (for the coarse r estimate)")
 
 
-def _expected(args, capture_L: int | None) -> tuple:
+SPECULATORS_FORMATS = ("speculators-v1", "speculators", "speculators-v0")  # last slot = pre-norm target r = L
+
+
+def _expected(args, capture_L: int | None, capture=None) -> tuple:
     """``(expected r list or None, where it came from)``."""
     from ..errors import ForensicsError
 
@@ -48,7 +51,13 @@ def _expected(args, capture_L: int | None) -> tuple:
                                  path=args.draft)
         info = read_draft(args.draft, read_vocab_maps=False)
         ids = info.ids_top if info.ids_top is not None else info.ids_nested
-        return to_r(args.trainer, ids, L), f"draft config ids {ids} read as {args.trainer} numbering"
+        rs, src = to_r(args.trainer, ids, L), f"draft config ids {ids} read as {args.trainer} numbering"
+        if capture is not None and capture.format in SPECULATORS_FORMATS and len(capture.slots) == len(rs) + 1:
+            # the ids cover the fc inputs; speculators stores its target last and trains against r = L pre-norm
+            # (speculators#313), so that is what the last slot is expected to be (SpecForge's final_post target
+            # is matched by the fingerprint itself)
+            rs, src = [*rs, L], src + f" + speculators' target r = L = {L}"
+        return rs, src
     return None, None
 
 
@@ -65,7 +74,7 @@ def run(args) -> int:
 
     def one(path: str) -> dict:
         cap = load(path)
-        layers, source = _expected(args, cap.num_layers)
+        layers, source = _expected(args, cap.num_layers, cap)
         fp = fingerprint(cap, layers=layers, model=model, num_layers=args.num_layers, expected_source=source)
         results[fp.path] = fp
         return fp.to_dict()
