@@ -368,7 +368,16 @@ def capture(texts: list[str], layers: str | list | None = None, fmt: str = "spec
         read_text(t)  # missing / empty / undecodable text: fail before loading the model
     from .model import load_model
 
-    net, tok = load_model(model)
+    from transformers.utils import logging as hf_logging
+
+    bar = hf_logging.is_progress_bar_enabled()
+    if not progress:  # --no-progress also silences transformers' "Loading weights" bar
+        hf_logging.disable_progress_bar()
+    try:
+        net, tok = load_model(model)
+    finally:
+        if bar:
+            hf_logging.enable_progress_bar()
     L, H = int(net.config.num_hidden_layers), int(net.config.hidden_size)
     rs = rs if rs is not None else default_layers(fmt, L)
     notes = check_layers(rs, fmt, L)

@@ -170,3 +170,28 @@ def test_fingerprint_draft_ids_plus_speculators_target_is_no_count_mismatch(samp
     f = json.loads(capsys.readouterr().out)["files"][0]
     assert "count_mismatch" not in {x["kind"] for x in f["findings"]}
     assert f["expected"] == [0, 3, 16, 30] and code == 0
+
+
+def test_capture_no_progress_silences_the_model_loading_bar(tmp_path, monkeypatch):
+    """`hsf capture --no-progress` still printed transformers' "Loading weights" bar on stderr."""
+    from transformers.utils import logging as hf_logging
+
+    import forensics.model
+    from forensics.capturing import capture
+
+    seen = []
+
+    def fake_load(model=None):
+        seen.append(hf_logging.is_progress_bar_enabled())
+        raise RuntimeError("stop after the model load")
+
+    monkeypatch.setattr(forensics.model, "load_model", fake_load)
+    text = tmp_path / "t.txt"
+    text.write_text("hello world")
+    hf_logging.enable_progress_bar()
+    for progress in (False, True):
+        try:
+            capture(texts=[str(text)], out=str(tmp_path / f"o{progress}"), progress=progress)
+        except RuntimeError:
+            pass
+    assert seen == [False, True] and hf_logging.is_progress_bar_enabled()
