@@ -366,9 +366,9 @@ def capture(texts: list[str], layers: str | list | None = None, fmt: str = "spec
     rs = parse_layers(layers)
     for t in texts:
         read_text(t)  # missing / empty / undecodable text: fail before loading the model
-    from .model import load_model
-
     from transformers.utils import logging as hf_logging
+
+    from .model import load_model
 
     bar = hf_logging.is_progress_bar_enabled()
     if not progress:  # --no-progress also silences transformers' "Loading weights" bar

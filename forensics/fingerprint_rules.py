@@ -341,7 +341,7 @@ def assign_labels(fp: Fingerprint) -> None:
         rest = list(by_depth)
         for _ in range(n_post):
             rest.remove(FINAL_POST)
-        pairs = list(zip(post[:n_post], [FINAL_POST] * n_post)) + list(
+        pairs = list(zip(post[:n_post], [FINAL_POST] * n_post, strict=True)) + list(
             zip([i for i in order if i not in post[:n_post]], rest, strict=False))
     for i, r in pairs:
         fp.slots[i].label = r_label(r)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import forensics
 from forensics.fingerprint_rules import order_chain
@@ -195,3 +196,16 @@ def test_capture_no_progress_silences_the_model_loading_bar(tmp_path, monkeypatc
         except RuntimeError:
             pass
     assert seen == [False, True] and hf_logging.is_progress_bar_enabled()
+
+
+@pytest.mark.parametrize("argv", [["fingerprint", "X", "--num-layers", "-5"], ["fingerprint", "X", "--num-layers", "0"],
+                                  ["audit", "--trained-layout", "embed,L3", "--num-layers", "0"],
+                                  ["audit", "--trained-layout", "embed,L3", "--hidden-size", "-1"]])
+def test_num_layers_must_be_positive(argv, sample_data, capsys):
+    """--num-layers -5 printed 'L = -5' and r≈ 'L-4'; 0 was silently read as 'unknown'."""
+    from forensics.cli import main
+
+    argv = [str(sample_data / "speculators_v1" / "data_0.pt") if a == "X" else a for a in argv]
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2 and "must be >= 1" in capsys.readouterr().err

@@ -14,6 +14,20 @@ from . import print_json
 EXIT = {"match": 0, "mismatch": 1, "cannot-tell": 3}
 
 
+
+def positive_int(text: str) -> int:
+    """argparse type for L and H: a whole number >= 1 (0 or -5 were taken as 'unknown' or as L = -5)."""
+    import argparse
+
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    return v
+
+
 def add_arguments(p) -> None:
     p.add_argument("--data", metavar="PATH", help="training capture file or folder (its slots are fingerprinted)")
     p.add_argument("--trained-layout", metavar="R,R,...",
@@ -26,8 +40,10 @@ def add_arguments(p) -> None:
     p.add_argument("--trainer", choices=["speculators-v1", "speculators", "specforge"],
                    help="the trainer that consumed --data (default: from the data's format)")
     p.add_argument("--target-config", metavar="PATH", help="the target model's config.json (or its folder)")
-    p.add_argument("--num-layers", type=int, metavar="L", help="target num_hidden_layers (instead of --target-config)")
-    p.add_argument("--hidden-size", type=int, metavar="H", help="target hidden_size (instead of --target-config)")
+    p.add_argument("--num-layers", type=positive_int, metavar="L",
+                   help="target num_hidden_layers (instead of --target-config)")
+    p.add_argument("--hidden-size", type=positive_int, metavar="H",
+                   help="target hidden_size (instead of --target-config)")
     p.add_argument("--target-arch", metavar="NAME",
                    help="target architecture when no --target-config (e.g. DeepseekV3ForCausalLM, LlamaForCausalLM)")
     p.add_argument("--served", metavar="PATH",

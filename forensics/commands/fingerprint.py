@@ -15,6 +15,20 @@ FAIL_KINDS = {"reordered", "duplicate", "missing_embedding", "postnorm", "prenor
               "all_zero"}
 
 
+
+def positive_int(text: str) -> int:
+    """argparse type for L and H: a whole number >= 1 (0 or -5 were taken as 'unknown' or as L = -5)."""
+    import argparse
+
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    return v
+
+
 def add_arguments(p) -> None:
     p.add_argument("paths", nargs="+", metavar="PATH", help="capture files or directories")
     g = p.add_mutually_exclusive_group()
@@ -27,7 +41,7 @@ def add_arguments(p) -> None:
                                      "speculators-legacy, specforge, vllm, sglang) — with --draft")
     p.add_argument("--model", help="exact mode: HF folder, safetensors checkpoint, .gguf, or a ladder capture "
                                    "with the same input_ids ('default' = packaged SmolLM2)")
-    p.add_argument("--num-layers", type=int, help="L of the model (for the coarse r estimate)")
+    p.add_argument("--num-layers", type=positive_int, help="L of the model (for the coarse r estimate)")
 
 
 SPECULATORS_FORMATS = ("speculators-v1", "speculators", "speculators-v0")  # last slot = pre-norm target r = L
