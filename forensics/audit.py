@@ -235,6 +235,11 @@ def audit(data: Any = None, draft: Any = None, engine: str | None = None, engine
     trained, tf = training_side(data, trainer, info, L, use_fingerprint, model)
     findings += tf
     cap = trained.pop("capture", None)
+    deep = [r for r in [*(trained.get("fc_r") or []), trained.get("target_r")] if isinstance(r, int) and L and r > L]
+    if deep:
+        findings.append(Finding("layers_beyond_L", "error", f"the training data holds r = {deep} but the target has "
+                                f"L = {L} blocks: the data comes from a deeper model, or L is wrong (check "
+                                "--num-layers / --target-config)", {"r": deep, "num_layers": L}))
     if H is None:
         H = (info.target_hidden_size if info else None) or (cap.hidden_size if cap else None)
     if cap is not None and H and cap.hidden_size != H:

@@ -182,7 +182,7 @@ def _target_findings(view, target, L: int | None) -> list[Finding]:
         if target == FINAL_POST:
             return [Finding("target_postnorm", "error", "the training target is post-norm but "
                             f"{view.trainer} applies the final norm itself (speculators#313): normed twice", ev)]
-        if L is not None and target != L:
+        if L is not None and isinstance(target, int) and target < L:  # r > L: audit's layers_beyond_L says why
             return [Finding("target_not_final", "error",
                             f"the training target was r = {target} ({r_label(target)}), not r = {L} (last block, "
                             f"pre-norm): lm_head(norm(·)) of it is a logit lens {L - target} block(s) early, not "

@@ -209,3 +209,16 @@ def test_num_layers_must_be_positive(argv, sample_data, capsys):
     with pytest.raises(SystemExit) as e:
         main(argv)
     assert e.value.code == 2 and "must be >= 1" in capsys.readouterr().err
+
+
+def test_audit_data_deeper_than_target_is_named_not_a_negative_logit_lens():
+    """Data [embed, L3, L16, L28] against a target with L = 12 read 'a logit lens -16 block(s) early'."""
+    from forensics.audit import audit
+
+    res = audit(data=["embed", "L3", "L16", "L28"], trainer="speculators-v1", num_layers=12)
+    kinds = {f.kind: f for f in res.findings}
+    assert "layers_beyond_L" in kinds and kinds["layers_beyond_L"].evidence["r"] == [16, 28]
+    assert "target_not_final" not in kinds
+    assert not any("-16 block" in f.message for f in res.findings)
+    ok = audit(data=["embed", "L3", "L16", "L28"], trainer="speculators-v1", num_layers=30)
+    assert "layers_beyond_L" not in {f.kind for f in ok.findings} and "target_not_final" in {f.kind for f in ok.findings}
