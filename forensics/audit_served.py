@@ -107,6 +107,13 @@ def compare_served(data: Any, trained: dict, served: Any, use_fingerprint: bool 
     s_fp = [f.get("r_exact") if f.get("r_exact") is not None else s.declared_r
             for f, s in zip(s_fps, s0.slots, strict=True)]
     r_out, ok, findings, rows = [], [], [], []
+    notes = []
+    if s0.format == "speculators" and n_served == len(fc_r) + 1:
+        # vLLM extract_hidden_states (--include-last-layer, default on) appends r = L after the aux states;
+        # speculators reads it as the target ([:, -1], speculators#353): not an fc input (eagle3-conventions §4.5)
+        n_served -= 1
+        notes.append(f"served slot {n_served} is the verifier's last layer that extract_hidden_states appends "
+                     "(the target, not an fc input): left out of the fc comparison")
     for j in range(n_served):
         nearest = int(np.nanargmin(dist[j])) if np.isfinite(dist[j]).any() else None
         if cos is not None:
@@ -156,5 +163,6 @@ def compare_served(data: Any, trained: dict, served: Any, use_fingerprint: bool 
     out = {"r": r_out, "ok": ok, "source": f"served capture {s0.path} ({len(scaps)} file(s), "
                                           f"{'same' if same_text else 'different'} tokens as training; r named by "
                                           f"{how})",
-           "distances": rows, "matrix": np.round(dist, 4).tolist(), "distance": W1_NAME, "threshold": W1_THRESHOLD}
+           "distances": rows, "matrix": np.round(dist, 4).tolist(), "distance": W1_NAME, "threshold": W1_THRESHOLD,
+           "notes": notes}
     return out, findings

@@ -223,3 +223,16 @@ def test_audit_data_deeper_than_target_is_named_not_a_negative_logit_lens():
     ok = audit(data=["embed", "L3", "L16", "L28"], trainer="speculators-v1", num_layers=30)
     ok_kinds = {f.kind for f in ok.findings}
     assert "layers_beyond_L" not in ok_kinds and "target_not_final" in ok_kinds
+
+
+def test_served_extract_hidden_states_capture_last_slot_is_the_target(sample_data):
+    """A served vLLM extract_hidden_states file [L2, L15, L27, L30] holds the aux states plus the appended last
+    layer (the target). It was compared as 4 fc inputs: 'slice 3 trained ? served L30', '4 states, fc 3'."""
+    from forensics.audit import audit
+
+    res = audit(data=str(sample_data / "speculators_v1" / "data_4.pt"),
+                served=str(sample_data / "speculators" / "hidden_states" / "hs_0.safetensors"), num_layers=30)
+    assert res.verdict == "mismatch"
+    assert [s["served_r"] for s in res.slices] == [2, 15, 27] and len(res.slices) == 3
+    assert not any("states, training fed" in f.message for f in res.findings)
+    assert any("appends" in n for n in res.served["notes"])
