@@ -117,6 +117,10 @@ def check_layers(rs: list, fmt: str, num_layers: int) -> list[str]:
         raise ForensicsError(f"layers {[r_label(r) for r in bad]} do not exist in a model with L = {L} "
                              f"(valid r: 0..{L} and final_post)")
     notes = []
+    dup = sorted({r_label(r) for r in rs if rs.count(r) > 1})
+    if dup:
+        notes.append(f"r listed more than once: {dup}: those slots hold identical tensors (the fingerprint will "
+                     "report them as duplicate captures)")
     if fmt == "specforge":
         if len(rs) != SPECFORGE_AUX + 1 or FINAL_POST in rs[:-1]:
             raise ForensicsError(

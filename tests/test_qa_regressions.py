@@ -236,3 +236,11 @@ def test_served_extract_hidden_states_capture_last_slot_is_the_target(sample_dat
     assert [s["served_r"] for s in res.slices] == [2, 15, 27] and len(res.slices) == 3
     assert not any("states, training fed" in f.message for f in res.findings)
     assert any("appends" in n for n in res.served["notes"])
+
+
+def test_capture_notes_a_layer_listed_twice():
+    """`hsf capture --layers 3,3` wrote two identical slots without a word."""
+    from forensics.capturing import check_layers
+
+    assert any("more than once" in n and "L3" in n for n in check_layers([3, 3, 16], "speculators-v1", 30))
+    assert not any("more than once" in n for n in check_layers([0, 3, 16, 28], "speculators-v1", 30))
