@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # name -> one-line help (kept here so --help needs no command module import)
@@ -77,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"hsf {command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `hsf … | head`: the reader left; stop quietly, no traceback at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -129,8 +129,11 @@ def test_committed_samples_declare_their_ground_truth(sample_data):
     raw = torch.load(sample_data / "specforge" / "rows_0-2000" / "data_0.ckpt", weights_only=True)
     T = raw["input_ids"].numel()
     assert raw["hidden_state"].shape == (1, T, H) and raw["aux_hidden_state"].shape == (1, T, 3 * H)
-    total = sum(f.stat().st_size for f in sample_data.rglob("*") if f.is_file())
-    assert total <= 15 * 1024 * 1024
+    # issue 3's budget is for the captures (≤ 15 MB); the trained draft of issue 9 has its own (≤ 8 MB)
+    draft = sample_data / "draft_eagle3"
+    captures = sum(f.stat().st_size for f in sample_data.rglob("*") if f.is_file() and draft not in f.parents)
+    assert captures <= 15 * 1024 * 1024
+    assert sum(f.stat().st_size for f in draft.rglob("*") if f.is_file()) <= 8 * 1024 * 1024
 
 
 def test_regenerates_committed_sample(smollm2, sample_data, tmp_path):
