@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -106,11 +107,11 @@ class Slot:
     key: str
     shape: tuple[int, int]
     dtype: Any
-    getter: Callable[[], "torch.Tensor"] = field(repr=False)
+    getter: Callable[[], torch.Tensor] = field(repr=False)
     claimed: str | None = None
     declared_r: R | None = None
 
-    def tensor(self) -> "torch.Tensor":
+    def tensor(self) -> torch.Tensor:
         """The ``[tokens, hidden]`` tensor (mmap-backed where the format allows; not upcast)."""
         return self.getter()
 
@@ -141,8 +142,8 @@ class Capture:
     """
 
     slots: list[Slot]
-    input_ids: "torch.Tensor | None"
-    loss_mask: "torch.Tensor | None"
+    input_ids: torch.Tensor | None
+    loss_mask: torch.Tensor | None
     provenance: Provenance
     declared_layers: list | None = None  # raw ids as the data's own metadata states them
     declared_convention: str | None = None  # the system whose numbering `declared_layers` use

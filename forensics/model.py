@@ -137,7 +137,7 @@ def decoder_layers(model):
 
 def final_norm(model):
     """``(gamma, eps)`` of the final RMSNorm."""
-    norm = getattr(getattr(model, "model", model), "norm")
+    norm = getattr(model, "model", model).norm
     eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", 1e-6))
     return norm.weight.detach(), float(eps)
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import html
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 VERDICT_COLORS = {"pass": "#1b7837", "warn": "#b35806", "fail": "#b2182b", "info": "#4d4d4d"}
 

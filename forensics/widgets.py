@@ -79,13 +79,7 @@ def _slot_table(stats: Any, fingerprint: Any, sel: list[int]) -> str:
         s = stats.slots[i]
         sf = _fp_slot(fingerprint, i) if fingerprint is not None and not isinstance(fingerprint, Exception) else None
         n = s.norm
-        flags = []
-        if s.sinks:
-            flags.append(f"sinks {s.sinks[:6]}")
-        if s.massive_tokens:
-            flags.append(f"massive dims {s.massive_dims[:6]}")
-        if s.nan or s.inf:
-            flags.append(f"NaN {s.nan} / Inf {s.inf}")
+        flags = s.flags()
         rows.append([
             i, s.name, (getattr(sf, "label", None) or "—") if sf else "—", getattr(sf, "role", "—") if sf else "—",
             _g(float(sf.confidence)) if sf is not None and getattr(sf, "confidence", None) is not None else "—",

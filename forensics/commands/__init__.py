@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 
 def print_json(doc: Any) -> None:
@@ -57,3 +58,16 @@ def for_each_file(paths: Iterable[str], fn: Callable[[str], dict]) -> tuple[list
 def error_entry(path: str, e: Exception) -> dict:
     return {"path": str(path), "format": None, "num_tokens": None, "hidden_size": None, "error": str(e),
             "slots": []}
+
+
+def positive_int(text: str) -> int:
+    """argparse type for L and H: a whole number >= 1 (0 or -5 were taken as 'unknown' or as L = -5)."""
+    import argparse
+
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    return v

@@ -9,23 +9,10 @@ from __future__ import annotations
 
 import json
 
-from . import print_json
+from . import positive_int, print_json
 
 EXIT = {"match": 0, "mismatch": 1, "cannot-tell": 3}
 
-
-
-def positive_int(text: str) -> int:
-    """argparse type for L and H: a whole number >= 1 (0 or -5 were taken as 'unknown' or as L = -5)."""
-    import argparse
-
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
-    return v
 
 
 def add_arguments(p) -> None:

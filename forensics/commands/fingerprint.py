@@ -8,25 +8,12 @@ off-by-one, non-finite), 2 when a file is unreadable.
 
 from __future__ import annotations
 
-from . import for_each_file, print_json
+from . import for_each_file, positive_int, print_json
 
 FAIL_KINDS = {"reordered", "duplicate", "missing_embedding", "postnorm", "prenorm", "off_by_one", "wrong_layer",
               "nonfinite", "count_mismatch", "no_reference_match",
               "all_zero"}
 
-
-
-def positive_int(text: str) -> int:
-    """argparse type for L and H: a whole number >= 1 (0 or -5 were taken as 'unknown' or as L = -5)."""
-    import argparse
-
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
-    return v
 
 
 def add_arguments(p) -> None:
