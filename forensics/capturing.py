@@ -271,6 +271,25 @@ def write_sample(fmt: str, path: str, sample: TextSample, states: list, rs: list
         save_file(tensors, path, metadata={"r": json.dumps(rs), "tool": "hsf capture"})
 
 
+def write_arrow_dataset(out: str, samples: list) -> list[str]:
+    """The token side of speculators' current format: a HF ``datasets`` Arrow dataset at ``out`` with
+    columns ``input_ids``, ``loss_mask``, ``seq_len`` (torch format), as ``speculators prepare_data``
+    writes it (``preprocessing.py`` ``_append_row`` + ``save_to_disk``); ``ArrowDataset`` then reads
+    ``out/hidden_states/hs_{i}.safetensors`` for row i. Returns notes (the dataset is skipped, and
+    said so, when ``datasets`` is not installed)."""
+    try:
+        from datasets import Dataset
+    except ImportError:
+        return ["Arrow dataset (input_ids/loss_mask/seq_len) not written: `pip install datasets` to get the "
+                "token side that speculators' ArrowDataset reads"]
+    ds = Dataset.from_dict({"input_ids": [list(s.input_ids) for s in samples],
+                            "loss_mask": [list(s.loss_mask) for s in samples],
+                            "seq_len": [len(s.input_ids) for s in samples]})
+    ds.set_format(type="torch")
+    ds.save_to_disk(out)
+    return []
+
+
 def _generated_at() -> str:
     from datetime import UTC, datetime
 
@@ -410,6 +429,8 @@ def capture(texts: list[str], layers: str | list | None = None, fmt: str = "spec
                                 len(samples), command))
         _write_json(os.path.join(out, "sample_lengths.json"),
                     {str(i): e["num_tokens"] for i, e in enumerate(entries)})
+    if fmt == "speculators":
+        run.notes += write_arrow_dataset(out, samples)
     tok_rel = None
     if tok is not None:
         folder = tokenizer_dir or os.path.join(out, "tokenizer")

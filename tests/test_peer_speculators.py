@@ -10,8 +10,6 @@ runs only where an installed speculators still ships it.
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 import torch
 
@@ -23,20 +21,16 @@ speculators_data = pytest.importorskip(
 
 
 @pytest.fixture(scope="module")
-def arrow_sample(sample_data, tmp_path_factory):
-    """Our committed hs_0.safetensors inside the folder layout ArrowDataset reads (dataset + hidden_states/)."""
-    import datasets
-
-    root = tmp_path_factory.mktemp("speculators_peer")
-    (root / "hidden_states").mkdir()
-    shutil.copy(sample_data / "speculators" / "hidden_states" / "hs_0.safetensors", root / "hidden_states")
-    cap = forensics.load(sample_data / "speculators" / "hidden_states" / "hs_0.safetensors")  # + its capture.json
-    ids = cap.input_ids.tolist()
-    ds = datasets.Dataset.from_dict({"input_ids": [ids], "loss_mask": [[1] * len(ids)], "seq_len": [len(ids)]})
-    ds.set_format("torch")
-    ds.save_to_disk(str(root / "data"))
-    shutil.move(str(root / "hidden_states"), str(root / "data" / "hidden_states"))
-    return root / "data", cap
+def arrow_sample(sample_data):
+    """The committed sample_data/speculators folder exactly as `hsf capture --format speculators` wrote it:
+    the Arrow dataset (input_ids, loss_mask, seq_len) beside hidden_states/hs_0.safetensors."""
+    folder = sample_data / "speculators"
+    if not (folder / "dataset_info.json").is_file():
+        pytest.skip("sample_data/speculators has no Arrow dataset")
+    cap = forensics.load(folder / "hidden_states" / "hs_0.safetensors")  # + its capture.json
+    before = sorted(p.name for p in folder.rglob("*"))
+    yield folder, cap
+    assert sorted(p.name for p in folder.rglob("*")) == before, "speculators wrote into the sample folder"
 
 
 def test_arrow_dataset_reads_our_slots_as_fc_input_and_target(arrow_sample):
