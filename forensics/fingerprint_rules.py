@@ -25,7 +25,8 @@ ROLES = ("embedding", "early", "middle", "late", "final_prenorm", "final_postnor
 DUP_GROUP_FRACTION = 0.9  # ≥ this share of repeated-id groups bit-identical ⇒ embedding (table lookup)
 DUP_ROW_FRACTION = 0.05  # without ids: ≥ this share of rows with an exact twin ⇒ embedding
 EMBED_NORM_RATIO = 0.08  # median norm ≤ this × the next-smallest slot's median (and no sink) ⇒ context-free
-TIGHT_CV = 0.10  # std/mean of token norms (token 0 excluded) ≤ this ⇒ tight spread
+TIGHT_SPREAD = 0.10  # robust spread of token norms (token 0 excluded) ≤ this ⇒ tight spread
+MAD_TO_SD = 1.4826  # MAD × this = σ for a normal law: the robust spread reads like std/mean, minus outlier tokens
 SINK_FADED_RATIO = 0.8  # token-0 norm < this × median ⇒ sink faded/inverted (seed L59: 0.55)
 POSTNORM_NORM_DROP = 0.3  # tight + sinkless slot with median ≤ this × the largest layer median ⇒ post-norm
 POSTNORM_NORM_DROP_WEAK = 0.6  # …or ≤ this when token 0 keeps a one-dim (sink) direction
@@ -94,8 +95,20 @@ def _depth_key(r: R) -> float:
 
 
 def spread_cv(s: SlotStats) -> float:
+    """std/mean of the token norms (token 0 excluded): shown as context, no longer a gate."""
     n = s.norm_excl_first
     return float(n.std / n.mean) if n.mean and math.isfinite(n.mean) and n.mean > 0 else float("nan")
+
+
+def robust_spread(s: SlotStats) -> float:
+    """``MAD_TO_SD · MAD / median`` of the token norms (token 0 excluded): the tight-spread signal.
+
+    Robust to a few outlier tokens: on short chat captures the system-prompt tokens widened std/mean of
+    the SmolLM2 post-norm state to 0.101–0.112 and it was called "early" (issue 4 QA); the MAD ignores them.
+    """
+    n = s.norm_excl_first
+    return float(MAD_TO_SD * n.mad / n.median) if n.median and math.isfinite(n.median) and n.median > 0 \
+        else float("nan")
 
 
 def has_sink(s: SlotStats) -> bool:
@@ -103,7 +116,7 @@ def has_sink(s: SlotStats) -> bool:
 
 
 def late_signature(s: SlotStats) -> bool:
-    return spread_cv(s) <= TIGHT_CV and not has_sink(s)
+    return robust_spread(s) <= TIGHT_SPREAD and not has_sink(s)
 
 
 def embedding_signals(st_slots: Sequence[SlotStats], tensors: list, ids: Any, meds: list[float],
@@ -148,11 +161,10 @@ def embedding_signals(st_slots: Sequence[SlotStats], tensors: list, ids: Any, me
         ev[i].append(Evidence("token0_concentration", conc, f"≥ {TOKEN0_CONCENTRATION} one-dim sink direction",
                               "token 0 concentrated in one dim (sink direction)" if conc >= TOKEN0_CONCENTRATION
                               else "token 0 spread over dims"))
-        cv = spread_cv(s)
-        n = s.norm_excl_first
-        mad = n.mad / n.median if n.median and math.isfinite(n.median) and n.median > 0 else float("nan")
-        ev[i].append(Evidence("spread_cv", cv, f"≤ {TIGHT_CV} tight", f"std/mean of token norms (token 0 excluded): "
-                              f"{'tight' if cv <= TIGHT_CV else 'wide'}; robust MAD/median {mad:.3g}"))
+        rs = robust_spread(s)
+        ev[i].append(Evidence("robust_spread", rs, f"≤ {TIGHT_SPREAD} tight", f"{MAD_TO_SD}·MAD/median of token "
+                              f"norms (token 0 excluded): {'tight' if rs <= TIGHT_SPREAD else 'wide'}; "
+                              f"std/mean {spread_cv(s):.3g}"))
         ev[i].append(Evidence("token0_ratio", s.first_ratio, f"≥ {SINK_RATIO} sink; < {SINK_FADED_RATIO} faded",
                               "sink (after massive-activation emergence)" if has_sink(s) else
                               "sink faded/inverted (late)" if s.first_ratio < SINK_FADED_RATIO else "no sink"))
@@ -332,7 +344,7 @@ def assign_labels(fp: Fingerprint) -> None:
     if FINAL_POST in by_depth and not post and order:
         last = order[min(len(order), len(by_depth)) - 1]
         st = fp.stats.slots[last]
-        if isinstance(fp.slots[last].r_exact, int) or has_sink(st) or spread_cv(st) > TIGHT_CV:
+        if isinstance(fp.slots[last].r_exact, int) or has_sink(st) or robust_spread(st) > TIGHT_SPREAD:
             fp.findings.append(Finding("prenorm", [last], f"final_post (after the final norm) is expected at slot "
                                        f"{last}, but it is pre-norm (sink or wide spread, or its exact r)"))
     pairs = list(zip(order, by_depth, strict=False))
