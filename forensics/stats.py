@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -32,6 +32,7 @@ from .stats_blocks import (  # noqa: F401 - re-exported: callers import these fr
     massive_activations,
     median_abs_sample,
     nonfinite_rows,
+    norms_and_median_abs,
     token_norms,
 )
 
@@ -225,9 +226,8 @@ def slot_stats(slot: Slot, block: int = NORM_BLOCK_ROWS) -> SlotStats:
     h = slot.tensor()
     T, H = int(h.shape[0]), int(h.shape[1])
     with intra_op_threads():
-        norms_t = _token_norms(h, block)
+        norms_t, median_abs = norms_and_median_abs(h, block)  # one pass: norms + the median-|x| sample
         nan, inf = nonfinite_rows(h, norms_t, block)
-        median_abs = median_abs_sample(h)
         threshold = max(MASSIVE_ABS_THRESHOLD, MASSIVE_REL_THRESHOLD * median_abs) \
             if math.isfinite(median_abs) else MASSIVE_ABS_THRESHOLD
         massive = massive_activations(h, norms_t, threshold, median_abs, block)
@@ -239,13 +239,18 @@ def slot_stats(slot: Slot, block: int = NORM_BLOCK_ROWS) -> SlotStats:
     sinks = [int(i) for i in np.nonzero(finite & (ratios >= SINK_RATIO))[0]]
     pos = np.arange(T)
     keep_first = pos != 0
-    keep_sinks = ~np.isin(pos, sinks)
     nan_pos, inf_pos = sorted(nan), sorted(inf)
+    norm = NormSummary.of(n)
+    if sinks:
+        keep_sinks = ~np.isin(pos, sinks)
+        norm_excl_sinks = NormSummary.of(n[keep_sinks], pos[keep_sinks]) if keep_sinks.any() else replace(norm)
+    else:  # nothing excluded: the same numbers as ``norm`` (saves a third of the summary work)
+        norm_excl_sinks = replace(norm)
     return SlotStats(
         index=slot.index, name=slot.name, key=slot.key, shape=(T, H), dtype=short_dtype(slot.dtype), norms=n,
-        norm=NormSummary.of(n),
+        norm=norm,
         norm_excl_first=NormSummary.of(n[keep_first], pos[keep_first]),  # n=0 (None in JSON) for one token
-        norm_excl_sinks=NormSummary.of(n[keep_sinks], pos[keep_sinks]) if keep_sinks.any() else NormSummary.of(n),
+        norm_excl_sinks=norm_excl_sinks,
         first=float(n[0]), last=float(n[-1]), sinks=sinks[:MAX_LISTED_POSITIONS],
         sink_ratios=[float(ratios[i]) for i in sinks[:MAX_LISTED_POSITIONS]],
         nan=sum(nan.values()), inf=sum(inf.values()),
