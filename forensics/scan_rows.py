@@ -93,7 +93,13 @@ def file_row(path: str, size: int, mtime_ns: int, use_fingerprint: bool = True) 
         msg = f"{path}: internal error while scanning: {type(e).__name__}: {str(e)[:300]}"
         row.update(error=msg, error_kind="unreadable", slots=[], sketch=[], findings=[])
     row["elapsed"] = round(time.perf_counter() - t0, 6)
-    return json_safe(row)  # plain JSON types only: rows held in memory equal rows read back from the file
+    # plain JSON types only: rows held in memory equal rows read back from the file. The sketch (last key) is
+    # built from plain ints/floats already (``tolist``, ``math.fsum``); walking its ~1000 bin counts per file
+    # through json_safe cost ~1 ms per Kimi-sized file (cProfile, 2026-11-30), so it is passed through as is.
+    sketch = row.pop("sketch")
+    row = json_safe(row)
+    row["sketch"] = sketch
+    return row
 
 
 def _fingerprint_fn():
