@@ -77,13 +77,16 @@ def link_copies(paths: list[str], folder: str, total: int) -> list[str]:
 
 class PeakMemory:
     """Peak RSS and PSS summed over this process and all its descendants, sampled in a thread; also the
-    CPU seconds (user + system) of every descendant as last seen (``cpu_children``)."""
+    CPU seconds (user + system) of every descendant as last seen (``cpu_children``) and the sampler thread's
+    own CPU (``own_cpu``: reading smaps costs ~0.1 CPU-s per 1 s scan, measured 2026-11-30; it is subtracted
+    from the measured mode's CPU, though on 2 cores it still competes with the workers)."""
 
     def __init__(self, every: float = 0.05):
         import psutil
 
         self.me, self.every = psutil.Process(), every
         self.rss = self.pss = 0
+        self.own_cpu = 0.0
         self._cpu: dict[int, float] = {}
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
@@ -92,6 +95,7 @@ class PeakMemory:
         import psutil
 
         i = 0
+        t0 = time.thread_time()
         while not self._stop.is_set():
             procs = [self.me] + self.me.children(recursive=True)
             rss = pss = 0
@@ -112,6 +116,7 @@ class PeakMemory:
             if i % 4 == 0:
                 self.pss = max(self.pss, pss)
             i += 1
+            self.own_cpu = time.thread_time() - t0
             time.sleep(self.every)
 
     @property
@@ -132,10 +137,10 @@ def child(mode: str, list_file: str, out_dir: str) -> dict:
     with open(list_file) as f:
         files = f.read().split()
     nbytes = sum(os.path.getsize(p) for p in files)
-    res: dict = {"mode": mode, "files": len(files), "bytes": nbytes}
+    res: dict = {"mode": mode, "files": len(files), "bytes": nbytes, "load1": os.getloadavg()[0]}
 
-    def cpu(mem=None) -> float:  # user + system seconds of this process (+ descendants seen by mem)
-        return sum(os.times()[:2]) + (mem.cpu_children if mem is not None else 0.0)
+    def cpu(mem=None) -> float:  # user + system seconds of this process (+ descendants seen by mem), sampler excluded
+        return sum(os.times()[:2]) + (mem.cpu_children - mem.own_cpu if mem is not None else 0.0)
 
     if mode.startswith("naive"):
         import torch
@@ -143,11 +148,11 @@ def child(mode: str, list_file: str, out_dir: str) -> dict:
         if mode == "naive-1thread":  # on a busy machine 2 intra-op threads can be much slower than 1
             torch.set_num_threads(1)
         with PeakMemory() as mem:
-            c0, t0 = cpu(), time.perf_counter()
+            c0, t0 = cpu(mem), time.perf_counter()
             for p in files:
                 d = torch.load(p, weights_only=True)
                 [h.float().norm(dim=-1) for h in d["hidden_states"]]
-            res["seconds"], res["cpu_s"] = time.perf_counter() - t0, cpu() - c0
+            res["seconds"], res["cpu_s"] = time.perf_counter() - t0, cpu(mem) - c0
     else:
         from forensics import scan
 
@@ -236,14 +241,14 @@ def time_cat(files: list[str], reps: int = 3) -> dict:
     nbytes = sum(os.path.getsize(p) for p in files)
     return {"mode": "cat", "files": len(files), "bytes": nbytes, "seconds": sorted(ts)[len(ts) // 2],
             "cpu_s": (c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime), "cpu_bytes": reps * nbytes,
-            "peak_rss_sum": None, "peak_pss_sum": None}
+            "peak_rss_sum": None, "peak_pss_sum": None, "load1": os.getloadavg()[0]}
 
 
 def table(results: list[dict]) -> str:
     by = {(r["mode"], r["files"]): r for r in results}
-    lines = ["| files | mode | GB/s (wall) | files/s | × naive | × cat | GB per CPU-s | peak RSS Σ | peak PSS Σ "
-             "| note |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| files | mode | GB/s (wall) | files/s | × naive | × cat | GB per CPU-s | CPU ms/file | peak RSS Σ "
+             "| peak PSS Σ | load (1 min) | note |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         gbps = r["bytes"] / r["seconds"] / 1e9
         naive = by.get(("naive", r["files"]))
@@ -253,10 +258,11 @@ def table(results: list[dict]) -> str:
         note = f"first call {r['bytes'] / r['seconds_first'] / 1e9:.2f} GB/s" if r.get("seconds_first") else ""
         mb = (lambda v: "n/a" if v is None else f"{v / 1e6:.0f} MB")
         eff = r.get("cpu_bytes", r["bytes"]) / r["cpu_s"] / 1e9 if r.get("cpu_s") else None
+        ms = r["cpu_s"] / (r.get("cpu_bytes", r["bytes"]) / r["bytes"] * r["files"]) * 1e3 if r.get("cpu_s") else None
         lines.append(f"| {r['files']} | {r['mode']} | {gbps:.2f} | {r['files'] / r['seconds']:.1f} | "
                      f"{'' if x_naive is None else f'{x_naive:.1f}×'} | {'' if x_cat is None else f'{x_cat:.2f}×'} | "
-                     f"{'' if eff is None else f'{eff:.2f}'} | "
-                     f"{mb(r['peak_rss_sum'])} | {mb(r['peak_pss_sum'])} | {note} |")
+                     f"{'' if eff is None else f'{eff:.2f}'} | {'' if ms is None else f'{ms:.1f}'} | "
+                     f"{mb(r['peak_rss_sum'])} | {mb(r['peak_pss_sum'])} | {r.get('load1', 0):.2f} | {note} |")
     return "\n".join(lines)
 
 
