@@ -29,6 +29,7 @@ MAX_DISTANCE_ELEMENTS = 64_000_000  # float32 working set of all prepared slots 
 MIN_DISTANCE_ROWS = 128
 EXACT_PATH_MAX_SLOTS = 9  # brute-force the best path up to this many slots; heuristic above
 NORMALIZES_MIN_ROWS = 16  # fewer rows than this: γ̂ (one per dim) would fit anything
+NORMALIZES_SCREEN_ROWS = 64  # quick first fit on this many rows; the full fit only when it passes
 NORMALIZES_MAX_RESIDUAL = 0.02  # ‖B − γ̂ ⊙ A/rms(A)‖ / ‖B‖ at or below this ⇒ B = RMSNorm(A) (bf16 rounding ≈ 0.004)
 
 
@@ -183,7 +184,8 @@ def _two_opt(D: np.ndarray, path: list[int]) -> list[int]:
     return path
 
 
-def normalizes(pre: torch.Tensor, post: torch.Tensor, drop_tokens: Sequence[int] = ()) -> dict:
+def normalizes(pre: torch.Tensor, post: torch.Tensor, drop_tokens: Sequence[int] = (),
+               max_rows: int = MAX_DISTANCE_ROWS) -> dict:
     """Does ``post`` = γ ⊙ pre / rms(pre) for one per-dim γ? Fits γ̂ by least squares per dim.
 
     Returns ``{"residual": ‖post − γ̂ ⊙ u‖ / ‖post‖, "gamma_rms": rms(γ̂)}`` with ``u = pre / rms(pre)``;
@@ -197,7 +199,7 @@ def normalizes(pre: torch.Tensor, post: torch.Tensor, drop_tokens: Sequence[int]
     drop = [i for i in drop_tokens if 0 <= i < T]
     if drop and len(drop) < T:
         keep[drop] = False
-    rows = torch.nonzero(keep).flatten()[:MAX_DISTANCE_ROWS]
+    rows = torch.nonzero(keep).flatten()[:max_rows]
     if rows.numel() < NORMALIZES_MIN_ROWS:
         return {"residual": float("inf"), "gamma_rms": float("nan")}
     a = pre[rows].to(torch.float64)

@@ -189,7 +189,7 @@ def postnorm_signals(st_slots: Sequence[SlotStats], tensors: list, embed_score: 
     norm collapsed next to the layer slots (0.8), or — when nothing says it is layer-scale — its token 0
     keeps the sink's one-dim direction at an ordinary norm: the norm was divided away (0.6).
     """
-    from .depth import NORMALIZES_MAX_RESIDUAL, normalizes
+    from .depth import NORMALIZES_MAX_RESIDUAL, NORMALIZES_SCREEN_ROWS, normalizes
 
     k = len(st_slots)
     same_T = len({int(t.shape[0]) for t in tensors}) == 1
@@ -197,19 +197,21 @@ def postnorm_signals(st_slots: Sequence[SlotStats], tensors: list, embed_score: 
     prenorm_of: dict[int, int] = {}
     lookup = [embed_score[i] >= 0.9 for i in range(k)]  # duplicate rows: certainly not post-norm
     for i, s in enumerate(st_slots):
-        if lookup[i] or not late_signature(s):
+        if lookup[i] or has_sink(s):  # the identity test needs no tight spread: B = RMSNorm(A) is exact
             continue
         best = None
         for j in range(k):
             if j != i and not lookup[j] and same_T and embed_score[j] < EMBED_MIN_SCORE:
-                res = normalizes(tensors[j], tensors[i], drop)["residual"]
+                res = normalizes(tensors[j], tensors[i], drop, NORMALIZES_SCREEN_ROWS)["residual"]
+                if res <= NORMALIZES_MAX_RESIDUAL:  # an exact pair fits on any rows: confirm on all of them
+                    res = normalizes(tensors[j], tensors[i], drop)["residual"]
                 best = (res, j) if best is None or res < best[0] else best
         if best is not None and best[0] <= NORMALIZES_MAX_RESIDUAL:
             post_score[i], prenorm_of[i] = 0.99, best[1]
             ev[i].append(Evidence("normalizes", f"= RMSNorm(slot {best[1]}) with fitted γ, residual {best[0]:.2g}",
                                   f"≤ {NORMALIZES_MAX_RESIDUAL}", "post-norm of that slot"))
             continue
-        if embed_score[i] >= EMBED_MIN_SCORE:
+        if embed_score[i] >= EMBED_MIN_SCORE or not late_signature(s):
             continue
         conc = token0_concentration(tensors[i]) >= TOKEN0_CONCENTRATION
         layer_meds = [meds[j] for j in range(k) if j != i and embed_score[j] < EMBED_MIN_SCORE

@@ -246,6 +246,22 @@ def test_capture_notes_a_layer_listed_twice():
     assert not any("more than once" in n for n in check_layers([0, 3, 16, 28], "speculators-v1", 30))
 
 
+def _short_chat_specforge(smollm2, tmp_path, question: str, rs: list):
+    """A SpecForge file of one short chat captured from the real SmolLM2 (as ``hsf capture`` writes it)."""
+    import json
+
+    from forensics.capturing import slot_states, tokenize, write_sample
+
+    model, tok = smollm2
+    text = tmp_path / "chat.json"
+    text.write_text(json.dumps([{"role": "user", "content": question}]))
+    sample = tokenize(tok, str(text), chat=True, max_tokens=48)
+    assert len(sample.input_ids) <= 48
+    path = tmp_path / "data_0.ckpt"
+    write_sample("specforge", str(path), sample, slot_states(model, sample.input_ids, rs, "bf16"), rs)
+    return forensics.fingerprint(path, layers=rs)
+
+
 @pytest.mark.parametrize("question", ["Where is Rome?", "Why is the sky blue?"])
 def test_short_chat_specforge_final_post_found_without_reordered(question, smollm2, tmp_path):
     """A short chat (≈ 35 tokens with SmolLM2's default system prompt) in the SpecForge layout [L2, L15, L27 |
@@ -253,24 +269,27 @@ def test_short_chat_specforge_final_post_found_without_reordered(question, smoll
     it was called "early" and a false `reordered` finding came out (exit 1). The robust spread
     (1.4826·MAD/median) gates the tight signature now; this checks the old gate would indeed have failed.
     """
-    import json
-
     from forensics.capture import FINAL_POST
-    from forensics.capturing import slot_states, tokenize, write_sample
     from forensics.fingerprint_rules import TIGHT_SPREAD, robust_spread, spread_cv
 
-    model, tok = smollm2
-    text = tmp_path / "chat.json"
-    text.write_text(json.dumps([{"role": "user", "content": question}]))
-    sample = tokenize(tok, str(text), chat=True, max_tokens=48)
-    assert len(sample.input_ids) <= 48
-    rs = [2, 15, 27, FINAL_POST]
-    path = tmp_path / "data_0.ckpt"
-    write_sample("specforge", str(path), sample, slot_states(model, sample.input_ids, rs, "bf16"), rs)
-    fp = forensics.fingerprint(path, layers=rs)
+    fp = _short_chat_specforge(smollm2, tmp_path, question, [2, 15, 27, FINAL_POST])
     post = fp.stats.slots[3]
     assert spread_cv(post) > TIGHT_SPREAD >= robust_spread(post)  # the case the std/mean gate missed
-    assert [s.role for s in fp.slots][3] == "final_postnorm"
+    assert fp.slots[3].role == "final_postnorm"
     assert fp.depth_order == [0, 1, 2, 3]
     assert [s.label for s in fp.slots] == ["L2", "L15", "L27", "final_post"]
+    assert not [f for f in fp.findings if f.kind in ("reordered", "prenorm", "postnorm")], fp.findings
+
+
+def test_short_chat_post_norm_identity_needs_no_tight_spread(smollm2, tmp_path):
+    """Even the robust spread of this short chat's post-norm slot is wide (0.111 > 0.10); with r = L in the
+    file, B = RMSNorm(A) for a fitted γ is exact and decides it (the identity test was gated on the spread)."""
+    from forensics.capture import FINAL_POST
+    from forensics.fingerprint_rules import TIGHT_SPREAD, robust_spread
+
+    fp = _short_chat_specforge(smollm2, tmp_path, "What is 2+2?", [2, 15, 30, FINAL_POST])
+    assert robust_spread(fp.stats.slots[3]) > TIGHT_SPREAD
+    assert (fp.slots[3].role, fp.slots[3].decided_by) == ("final_postnorm", "normalizes")
+    assert fp.slots[2].role == "final_prenorm"
+    assert [s.label for s in fp.slots] == ["L2", "L15", "L30", "final_post"]
     assert not [f for f in fp.findings if f.kind in ("reordered", "prenorm", "postnorm")], fp.findings
