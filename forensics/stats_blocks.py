@@ -16,8 +16,10 @@ import numpy as np
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-# 64 rows of a 7168-wide slot: the block's float32 working set (1.8 MB) stays in L2. Measured 2026-11-30 on
-# Kimi-shaped bf16 [1281, 7168] slots, 1 thread, CPU time: 256 rows 3.3 ms/slot, 128 2.6, 64 2.4, 32 2.6.
+# 64 rows of a 7168-wide slot: the block's float32 working set (1.8 MB) stays in the 2 MB L2. Measured 2026-11-30
+# on Kimi-shaped bf16 [1281, 7168] slots, 1 thread, CPU time, shared machine (noisy): already-mapped tensors
+# 256 rows 3.3 ms/slot, 128 2.6, 64 2.4, 32 2.6; freshly mmap-loaded files 9.3 vs 9.4–10 ms/file (no difference);
+# with the fused median-|x| gather 13.9 (64) vs 15.6 (256) ms/file.
 NORM_BLOCK_ROWS = 64
 MEDIAN_ABS_SAMPLE_COLS = 128  # ≥ this many columns per row (staggered) are sampled to estimate median |x|
 MEDIAN_ABS_SAMPLE_SIZE = 32768  # about this many entries in that sample (rows thinned evenly)
