@@ -87,16 +87,17 @@ def duplicate_rows(h: torch.Tensor, input_ids: torch.Tensor | None) -> dict:
     return out
 
 
-def _prepared(h: torch.Tensor, rows: torch.Tensor, mask_dims: Sequence[int]) -> torch.Tensor:
-    """Selected rows in float32, massive dims zeroed, mean-centred, each row unit length."""
+DISTANCE_BLOCK_ROWS = 256  # rows per block in the distance and RMSNorm-fit loops (bounded float32/64 copies)
+
+
+def _clean(h: torch.Tensor, rows: torch.Tensor, mask_dims: Sequence[int]) -> torch.Tensor:
+    """Selected rows in float32 with massive dims zeroed and non-finite entries set to 0."""
     import torch
 
     x = h[rows].to(torch.float32)
     if mask_dims:
         x[:, list(mask_dims)] = 0.0
-    x = torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
-    x = x - x.mean(dim=0, keepdim=True)
-    return x / x.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+    return torch.nan_to_num_(x, nan=0.0, posinf=0.0, neginf=0.0)
 
 
 def angular_distances(tensors: Sequence[torch.Tensor], drop_tokens: Sequence[int],
@@ -104,7 +105,9 @@ def angular_distances(tensors: Sequence[torch.Tensor], drop_tokens: Sequence[int
     """``k×k`` mean per-token angular distance in [0, 1] (0 = same direction) and the tokens used.
 
     Tokens in ``drop_tokens`` (sinks, non-finite rows) are left out; ``mask_dims`` (massive-activation
-    dims) are zeroed in every slot; each slot is mean-centred over tokens.
+    dims) are zeroed in every slot; each slot is mean-centred over tokens. Two passes over row blocks
+    (column means in float64, then per-token angles), so the working set is one block per slot, not a
+    float32 copy of every slot (≈ 150 MB for a Kimi-sized sample, per scan worker).
     """
     import torch
 
@@ -118,14 +121,25 @@ def angular_distances(tensors: Sequence[torch.Tensor], drop_tokens: Sequence[int
     budget = max(MIN_DISTANCE_ROWS, min(MAX_DISTANCE_ROWS, MAX_DISTANCE_ELEMENTS // max(1, len(tensors) * H)))
     if rows.numel() > budget:
         rows = rows[torch.linspace(0, rows.numel() - 1, budget).long()]
-    prep = [_prepared(t, rows, mask_dims) for t in tensors]
-    k = len(prep)
-    D = np.zeros((k, k), dtype=np.float64)
-    for i in range(k):
-        for j in range(i + 1, k):
-            c = (prep[i] * prep[j]).sum(-1).clamp(-1.0, 1.0)
-            D[i, j] = D[j, i] = float(torch.arccos(c).mean()) / math.pi
-    return D, int(rows.numel())
+    n, k, B = int(rows.numel()), len(tensors), DISTANCE_BLOCK_ROWS
+    means = []
+    for t in tensors:
+        acc = torch.zeros(int(t.shape[1]), dtype=torch.float64)
+        for s in range(0, n, B):
+            acc += _clean(t, rows[s:s + B], mask_dims).sum(0, dtype=torch.float64)
+        means.append((acc / max(1, n)).to(torch.float32))
+    sums = np.zeros((k, k), dtype=np.float64)
+    for s in range(0, n, B):
+        prep = []
+        for t, m in zip(tensors, means, strict=True):
+            x = _clean(t, rows[s:s + B], mask_dims).sub_(m)
+            prep.append(x.div_(x.norm(dim=-1, keepdim=True).clamp_min(1e-30)))
+        for i in range(k):
+            for j in range(i + 1, k):
+                c = (prep[i] * prep[j]).sum(-1).clamp(-1.0, 1.0)
+                sums[i, j] += float(torch.arccos(c).sum(dtype=torch.float64))
+    D = (sums + sums.T) / (max(1, n) * math.pi)
+    return D, n
 
 
 def _path_cost(D: np.ndarray, path: Sequence[int]) -> float:
@@ -202,11 +216,23 @@ def normalizes(pre: torch.Tensor, post: torch.Tensor, drop_tokens: Sequence[int]
     rows = torch.nonzero(keep).flatten()[:max_rows]
     if rows.numel() < NORMALIZES_MIN_ROWS:
         return {"residual": float("inf"), "gamma_rms": float("nan")}
-    a = pre[rows].to(torch.float64)
-    b = post[rows].to(torch.float64)
-    u = a / a.pow(2).mean(-1, keepdim=True).sqrt().clamp_min(1e-30)
-    gamma = (b * u).sum(0) / u.pow(2).sum(0).clamp_min(1e-30)
-    resid = float((b - gamma * u).norm() / b.norm().clamp_min(1e-30))
+    def blocks():  # float64 row blocks of (u = pre / rms(pre), post): bounded memory on Kimi-sized slots
+        for s in range(0, int(rows.numel()), DISTANCE_BLOCK_ROWS):
+            r = rows[s:s + DISTANCE_BLOCK_ROWS]
+            a = pre[r].to(torch.float64)
+            yield a / a.pow(2).mean(-1, keepdim=True).sqrt().clamp_min(1e-30), post[r].to(torch.float64)
+
+    H = int(post.shape[1])
+    num, den = torch.zeros(H, dtype=torch.float64), torch.zeros(H, dtype=torch.float64)
+    for u, b in blocks():  # least-squares γ̂ per dim: Σ b·u / Σ u²
+        num += (b * u).sum(0)
+        den += u.pow(2).sum(0)
+    gamma = num / den.clamp_min(1e-30)
+    r2 = b2 = 0.0
+    for u, b in blocks():
+        r2 += float((b - gamma * u).pow(2).sum())
+        b2 += float(b.pow(2).sum())
+    resid = math.sqrt(r2) / max(math.sqrt(b2), 1e-30)
     if not math.isfinite(resid):
         resid = float("inf")
     return {"residual": resid, "gamma_rms": float(gamma.pow(2).mean().sqrt())}

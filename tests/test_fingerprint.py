@@ -379,3 +379,41 @@ def test_degenerate_slots_are_findings_not_crashes(sample_data):
     for fp in (zero, nan, short):
         json.dumps(fp.to_dict(), allow_nan=False)
         assert repr(fp) and fp._repr_html_()
+
+
+def test_distances_and_rmsnorm_fit_match_a_whole_tensor_float64_reference():
+    """The row-block (bounded-memory) angular distances and RMSNorm fit equal a direct float64 computation."""
+    import math
+
+    import torch
+
+    from forensics.depth import DISTANCE_BLOCK_ROWS, angular_distances, normalizes
+
+    g = torch.Generator().manual_seed(0)
+    T, H = 3 * DISTANCE_BLOCK_ROWS + 17, 96  # several blocks and a ragged last one
+    base = torch.randn(T, H, generator=g, dtype=torch.float64)
+    slots = [(base + s * torch.randn(T, H, generator=g, dtype=torch.float64)).to(torch.bfloat16)
+             for s in (0.0, 0.5, 2.0)]
+    drop, mask = [0, 5], [3, 40]
+    D, n = angular_distances(slots, drop, mask)
+    keep = [i for i in range(T) if i not in drop]
+    ref = []
+    for t in slots:
+        x = t[keep].to(torch.float64)
+        x[:, mask] = 0.0
+        x = x - x.mean(0, keepdim=True)
+        ref.append(x / x.norm(dim=-1, keepdim=True))
+    assert n == len(keep)
+    for i in range(3):
+        for j in range(3):
+            want = 0.0 if i == j else float(torch.arccos((ref[i] * ref[j]).sum(-1).clamp(-1, 1)).mean()) / math.pi
+            assert abs(D[i, j] - want) < 2e-5, (i, j, D[i, j], want)
+    gamma = torch.rand(H, generator=g, dtype=torch.float64) + 0.5
+    pre = slots[2].to(torch.float64)
+    post = (gamma * pre / pre.pow(2).mean(-1, keepdim=True).sqrt()).to(torch.bfloat16)
+    res = normalizes(slots[2], post, drop_tokens=[], max_rows=T)
+    u = pre / pre.pow(2).mean(-1, keepdim=True).sqrt()
+    b = post.to(torch.float64)
+    g_hat = (b * u).sum(0) / u.pow(2).sum(0)
+    want = float((b - g_hat * u).norm() / b.norm())
+    assert abs(res["residual"] - want) < 1e-9 and res["residual"] < 0.01
