@@ -19,7 +19,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +26,7 @@ from typing import Any
 from . import conventions as cv
 from ._verbs import callable_module
 from .capture import r_label
+from .draft_config import load_json_object
 from .errors import ForensicsError
 from .render import badge, esc, html_table
 
@@ -125,13 +125,7 @@ def target_facts(target_config: Any) -> dict:
         path = os.fspath(cfg)
         if os.path.isdir(path):
             path = os.path.join(path, "config.json")
-        try:
-            with open(path, encoding="utf-8") as f:
-                cfg = json.load(f)
-        except OSError as e:
-            raise ForensicsError(f"cannot open target config: {e.strerror}", path=path) from None
-        except ValueError as e:
-            raise ForensicsError(f"target config is not valid JSON ({e})", path=path) from None
+        cfg = load_json_object(path, "target config")
     text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
     get = lambda k: cfg.get(k) if cfg.get(k) is not None else text.get(k)  # noqa: E731
     archs = list(cfg.get("architectures") or []) + list(text.get("architectures") or [])

@@ -105,16 +105,18 @@ def _find(path: str) -> tuple[str | None, str | None]:
     return path, None
 
 
-def _load_config(path: str) -> dict:
+def load_json_object(path: str, what: str = "draft config") -> dict:
+    """A JSON object from ``path``; unreadable, invalid or non-object files become a ForensicsError
+    naming the file and ``what`` it was meant to be."""
     try:
         with open(path, encoding="utf-8") as f:
             cfg = json.load(f)
     except OSError as e:
-        raise ForensicsError(f"cannot open draft config: {e.strerror}", path=path) from None
+        raise ForensicsError(f"cannot open {what}: {e.strerror}", path=path) from None
     except ValueError as e:
-        raise ForensicsError(f"draft config is not valid JSON ({e})", path=path) from None
+        raise ForensicsError(f"{what} is not valid JSON ({e})", path=path) from None
     if not isinstance(cfg, dict):
-        raise ForensicsError("draft config is not a JSON object", path=path)
+        raise ForensicsError(f"{what} is not a JSON object", path=path)
     return cfg
 
 
@@ -142,7 +144,7 @@ def read_draft(path: str | os.PathLike, read_vocab_maps: bool = True) -> DraftIn
     cfg_path, w_path = _find(path)
     if cfg_path is None and w_path is None:
         raise ForensicsError("no config.json and no *.safetensors in the draft folder", path=path)
-    cfg = _load_config(cfg_path) if cfg_path else {}
+    cfg = load_json_object(cfg_path) if cfg_path else {}
     inner = cfg.get("transformer_layer_config") if isinstance(cfg.get("transformer_layer_config"), dict) else {}
     ec = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}
     spec = cfg.get("speculators_config") if isinstance(cfg.get("speculators_config"), dict) else {}

@@ -32,3 +32,15 @@ def smollm2():
     from forensics.model import load_model
 
     return load_model()
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """One intra-op torch thread for a test module (``pytestmark = pytest.mark.usefixtures(...)``): on a
+    shared, oversubscribed CPU two threads thrash (measured 6–13× slower in the draft tests)."""
+    import torch
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)

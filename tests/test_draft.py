@@ -16,13 +16,7 @@ from forensics.draft import SCHEME_MIDLAYER, SCHEME_SPECULATORS, canonical_name,
 from forensics.errors import ForensicsError
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """One intra-op thread: on a shared, oversubscribed CPU two threads thrash (measured 10x slower)."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 H, V, VD, HEADS, KV, HD, INTER, EPS, THETA = 32, 97, 40, 4, 2, 8, 48, 1e-5, 10000.0

@@ -21,13 +21,7 @@ SHIFTED = [3, 16, 28]
 MIN_MARGIN = 0.15  # the trained wiring must beat the shifted one by at least this much top-1 agreement
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """One intra-op thread: on a shared, oversubscribed CPU two threads thrash (measured 10x slower)."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="session")
