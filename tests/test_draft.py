@@ -15,7 +15,6 @@ from safetensors.torch import load_file, save_file
 from forensics.draft import SCHEME_MIDLAYER, SCHEME_SPECULATORS, canonical_name, load_draft
 from forensics.errors import ForensicsError
 
-
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
