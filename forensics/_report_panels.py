@@ -86,7 +86,7 @@ def build_cards(files: list[FileResult]) -> dict:
                           "outliers": _outliers(ss, f.tokens), "n_outliers": len(set(ss.sinks) |
                                                                                {t["pos"] for t in ss.massive_tokens})})
         fv = worst([c["verdict"]["verdict"] for c in cards])
-        out.append({"file": f.rel, "anchor": _anchor(f.rel), "fragment": _frag(f.fp) or _frag(f.stats),
+        out.append({"file": f.rel, "anchor": _anchor(f.rel), "fragment": fragment(f.fp) or fragment(f.stats),
                     "cards": cards, "verdict": fv, "open": fv in ("warn", "fail")})
     if out and not any(f["open"] for f in out):  # nothing flagged: open the first small file as an example
         small = [f for f in out if len(f["cards"]) <= MAX_OPEN_CARDS]
@@ -98,7 +98,15 @@ def _anchor(rel: str) -> str:
     return "f-" + "".join(c if c.isalnum() else "-" for c in rel)[:80]
 
 
-def _frag(obj) -> str | None:
+def error_text(e: BaseException) -> str:
+    """A ForensicsError's own message (it names the file); anything else with its type."""
+    from .errors import ForensicsError
+
+    return str(e) if isinstance(e, ForensicsError) else f"{type(e).__name__}: {e}"
+
+
+def fragment(obj) -> str | None:
+    """A result object's own escaped ``_repr_html_`` fragment (inserted verbatim), or None."""
     if obj is None or not hasattr(obj, "_repr_html_"):
         return None
     try:
@@ -106,7 +114,7 @@ def _frag(obj) -> str | None:
     except Exception as e:  # noqa: BLE001
         import html
 
-        return f"<p class='hsf-error'>{html.escape(f'{type(e).__name__}: {e}')}</p>"
+        return f"<p class='hsf-error'>{html.escape(error_text(e))}</p>"
 
 
 # ---------------------------------------------------------------- figures (forensics.plots) and cross-slot
@@ -287,5 +295,5 @@ def build_browser(files: list[FileResult]) -> dict:
                  else 1.0} for i in range(n)]
         panels.append({"k": k, "file": f.rel, "tokens_total": len(ratio), "tokens": toks, "slots": slots,
                        "has_text": f.tokens is not None, "format": f.capture.format,
-                       "fragment": _frag(f.stats)})
+                       "fragment": fragment(f.stats)})
     return {"panels": panels, "omitted": max(0, len(files) - MAX_BROWSER_SAMPLES)}

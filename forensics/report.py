@@ -21,10 +21,9 @@ import importlib
 import os
 import shlex
 from dataclasses import dataclass, field
-from typing import Any
 
 from . import __version__
-from ._report_panels import build_browser, build_cards, build_checks, build_cross, figure
+from ._report_panels import build_browser, build_cards, build_checks, build_cross, error_text, figure, fragment
 from ._report_views import FileResult, build_provenance, build_verdicts, load_tokens, worst
 from ._verbs import callable_module
 from .errors import ForensicsError
@@ -40,10 +39,6 @@ def _optional(module: str, name: str):
         return getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError):
         return None
-
-
-def _error_text(e: BaseException) -> str:
-    return str(e) if isinstance(e, ForensicsError) else f"{type(e).__name__}: {e}"
 
 
 @dataclass
@@ -124,18 +119,18 @@ def _analyse(path: str, layers, model, errors: list[dict]) -> FileResult:
     try:
         cap = load(path)
     except ForensicsError as e:
-        return FileResult(path=path, error=_error_text(e))
+        return FileResult(path=path, error=error_text(e))
     fp = None
     fingerprint = _optional("forensics.fingerprint", "fingerprint")
     if fingerprint is not None:
         try:
             fp = fingerprint(cap, layers=layers, model=model)
         except Exception as e:  # noqa: BLE001 — a failing section is listed in the report, not fatal
-            errors.append({"where": f"fingerprint: {path}", "message": _error_text(e)})
+            errors.append({"where": f"fingerprint: {path}", "message": error_text(e)})
     try:
         stats = fp.stats if fp is not None else summarize(cap)
     except ForensicsError as e:
-        return FileResult(path=path, error=_error_text(e))
+        return FileResult(path=path, error=error_text(e))
     return FileResult(path=path, capture=cap, stats=stats, fp=fp)
 
 
@@ -194,7 +189,7 @@ def report(paths, layers=None, model=None, draft=None, engine=None, engine_versi
         try:
             found = list(iter_files(p))
         except ForensicsError as e:
-            files.append(FileResult(path=p, error=_error_text(e)))
+            files.append(FileResult(path=p, error=error_text(e)))
             continue
         if not found:
             files.append(FileResult(path=p, error=f"{p}: no capture files found"))
@@ -220,20 +215,20 @@ def report(paths, layers=None, model=None, draft=None, engine=None, engine_versi
                                      engine_version=engine_version, trainer=trainer,
                                      target_config=target_config, served=served)
             except Exception as e:  # noqa: BLE001
-                errors.append({"where": "audit", "message": _error_text(e)})
+                errors.append({"where": "audit", "message": error_text(e)})
     if draft is not None and paths and _has_weights(draft):
         probe_fn = _optional("forensics.draft", "probe")
         if probe_fn is not None:
             try:
                 probe_res = probe_fn(draft, [f.capture for f in training] or paths[0], model=model)
             except Exception as e:  # noqa: BLE001
-                errors.append({"where": "draft probe", "message": _error_text(e)})
+                errors.append({"where": "draft probe", "message": error_text(e)})
     if (scan is True or (scan is None and skipped)) and paths:
         scan_fn = _optional("forensics.scan", "scan")
         try:
             scan_res = scan_fn(paths if len(paths) > 1 else paths[0], progress=False) if scan_fn else None
         except Exception as e:  # noqa: BLE001
-            errors.append({"where": "scan", "message": _error_text(e)})
+            errors.append({"where": "scan", "message": error_text(e)})
     elif scan not in (None, False):
         scan_res = scan
     if model is not None:
@@ -242,7 +237,7 @@ def report(paths, layers=None, model=None, draft=None, engine=None, engine_versi
 
             facts = model_facts(load_model(model)[0])
         except Exception as e:  # noqa: BLE001
-            errors.append({"where": "model facts", "message": _error_text(e)})
+            errors.append({"where": "model facts", "message": error_text(e)})
 
     ok = [f for f in files if f.error is None]
     for f in files:
@@ -264,13 +259,13 @@ def report(paths, layers=None, model=None, draft=None, engine=None, engine_versi
         "cross": build_cross(ok),
         "checks": build_checks(ok, audit_res, scan_res),
         "browser": build_browser(ok),
-        "audit_html": _fragment(audit_res),
+        "audit_html": fragment(audit_res),
         "audit": audit_res,  # the result objects, for Python callers and tests
         "probe": probe_res,
         "audit_verdict": getattr(audit_res, "verdict", None),
         "audit_fig": audit_fig,
-        "probe_html": _fragment(probe_res),
-        "scan_html": _fragment(scan_res),
+        "probe_html": fragment(probe_res),
+        "scan_html": fragment(scan_res),
         "errors": errors,
         "skipped": skipped,
         "max_analysed": MAX_ANALYSED_FILES,
@@ -284,16 +279,6 @@ def _has_weights(draft) -> bool:
     d = os.fspath(draft)
     d = d if os.path.isdir(d) else os.path.dirname(d)
     return any(os.path.isfile(os.path.join(d, n)) for n in ("model.safetensors", "pytorch_model.bin"))
-
-
-def _fragment(obj: Any) -> str | None:
-    """A result object's own escaped ``_repr_html_`` fragment (inserted verbatim), or None."""
-    if obj is None or not hasattr(obj, "_repr_html_"):
-        return None
-    try:
-        return obj._repr_html_()
-    except Exception as e:  # noqa: BLE001
-        return f"<p class='hsf-error'>{html.escape(_error_text(e))}</p>"
 
 
 callable_module(__name__, "report")  # forensics.report(...) works after the submodule import
