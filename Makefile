@@ -44,8 +44,12 @@ bench: install
 	$(BIN)/python benchmarks/bench_stats.py
 	$(BIN)/python benchmarks/bench_scan.py
 
+# The architecture as a test: ruff, the import-layer contract (pyproject's [tool.importlinter]: cli -> views ->
+# analysis -> models -> io -> vocabulary, no cycles) and the type checker on the compute layers.
 lint: install
-	$(BIN)/ruff check forensics tests benchmarks
+	$(BIN)/ruff check forensics tests benchmarks scripts
+	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(OUT) .pytest_cache

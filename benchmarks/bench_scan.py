@@ -36,11 +36,11 @@ T, H, K = 1281, 7168, 4  # Kimi-K2.5 sample: tokens, hidden size, captured slots
 
 
 def make_samples(folder: str, n: int) -> list[str]:
-    """N distinct Kimi-shaped speculators-v1 files (forensics.synth.kimi_like when available)."""
+    """N distinct Kimi-shaped speculators-v1 files (forensics.io.synth.kimi_like when available)."""
     import torch
 
     try:  # the synthetic-data module's generator, when present
-        from forensics.synth import kimi_like, write_speculators_v1
+        from forensics.io.synth import kimi_like, write_speculators_v1
     except ImportError:
         kimi_like = None
     g = torch.Generator().manual_seed(0)
@@ -187,8 +187,8 @@ def cpu_per_file(kernel: str, files: list[str]) -> float:
     import torch
 
     import forensics
-    from forensics.scan_rows import file_row, init_worker
-    from forensics.stats import summarize, token_norms
+    from forensics.analysis.scan.rows import file_row, init_worker
+    from forensics.analysis.stats import summarize, token_norms
 
     if kernel.startswith("scan-row"):
         init_worker(tune_malloc=kernel == "scan-row")  # one torch thread, as in a scan worker

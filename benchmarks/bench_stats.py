@@ -4,7 +4,7 @@ Generates a speculators-v1 sample at run time (4 × bf16 ``[1281, 7168]``, the K
 then times, in the same process on a warm page cache (one warm-up, median of 5):
 
 - naive: ``torch.load(weights_only=True)`` + ``[h.float().norm(dim=-1) for h in hidden_states]``;
-- ours, norms only: ``forensics.load`` (mmap) + ``forensics.stats.token_norms`` per slot;
+- ours, norms only: ``forensics.load`` (mmap) + ``forensics.analysis.stats.token_norms`` per slot;
 - ours, full stats: ``forensics.summarize`` (norms, aminmax, median |x| sample, NaN/Inf, massive, summaries).
 
 and checks that our norms are bit-identical to the naive ones (``torch.equal``).
@@ -31,12 +31,12 @@ def make_sample(path: str, tokens: int, hidden: int, slots: int) -> str:
     import torch
 
     try:  # the synthetic Kimi-shaped sample (seed's norm statistics, massive dims at the sink token)
-        from forensics.synth import kimi_like, write_speculators_v1
+        from forensics.io.synth import kimi_like, write_speculators_v1
     except ImportError:
         kimi_like = None
     if kimi_like is not None and slots == 4:
         write_speculators_v1(kimi_like(tokens=tokens, hidden=hidden), path)
-        return "forensics.synth.kimi_like"
+        return "forensics.io.synth.kimi_like"
     g = torch.Generator().manual_seed(0)
     hs = []
     for i in range(slots):
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
 
     import forensics
-    from forensics.stats import STATS_THREADS, token_norms
+    from forensics.analysis.stats import STATS_THREADS, token_norms
 
     with tempfile.TemporaryDirectory(prefix="hsf-bench-") as tmp:
         path = os.path.join(tmp, "data_0.pt")
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"sample: speculators-v1, {args.slots} × bf16 [{args.tokens}, {args.hidden}], {size / 1e6:.1f} MB "
           f"({source}), "
           f"torch {torch.__version__}, {torch.get_num_threads()} threads (ours reduces with "
-          f"forensics.stats.STATS_THREADS={STATS_THREADS})")
+          f"forensics.analysis.stats.STATS_THREADS={STATS_THREADS})")
     print(f"{'method':<44} {'median ms':>10} {'min ms':>8} {'GB/s':>7} {'speed-up':>9}")
     rows = [("naive: torch.load + .float().norm(dim=-1)", t_naive, m_naive),
             ("ours, norms only: load(mmap) + token_norms", t_norms, m_norms),

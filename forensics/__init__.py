@@ -13,21 +13,22 @@ A flat verb API (heavy imports are lazy)::
 
 from __future__ import annotations
 
-from .errors import ForensicsError
+from forensics.errors import ForensicsError
 
 __version__ = "0.1.0"
-__all__ = ["ForensicsError", "load", "summarize", "fingerprint", "audit", "report", "scan", "probe",
+__all__ = ["ForensicsError", "load", "summarize", "fingerprint", "audit", "report", "scan", "probe", "capture",
            "__version__"]
 
 _LAZY = {
-    "load": ("forensics.formats", "load"),
-    "iter_files": ("forensics.formats", "iter_files"),
-    "summarize": ("forensics.stats", "summarize"),
-    "fingerprint": ("forensics.fingerprint", "fingerprint"),
-    "audit": ("forensics.audit", "audit"),
-    "report": ("forensics.report", "report"),
-    "scan": ("forensics.scan", "scan"),
-    "probe": ("forensics.draft", "probe"),
+    "load": ("forensics.io.formats", "load"),
+    "iter_files": ("forensics.io.formats", "iter_files"),
+    "summarize": ("forensics.analysis.stats", "summarize"),
+    "fingerprint": ("forensics.analysis.fingerprint.core", "fingerprint"),
+    "audit": ("forensics.analysis.audit.core", "audit"),
+    "report": ("forensics.views.report.core", "report"),
+    "scan": ("forensics.analysis.scan.core", "scan"),
+    "probe": ("forensics.analysis.probe", "probe"),
+    "capture": ("forensics.models.recorder", "capture"),
 }
 
 

@@ -38,7 +38,8 @@ from pathlib import Path
 import torch
 
 import forensics
-import forensics.plots as hp
+from forensics.layers import r_label
+from forensics.views import plots as hp
 
 ROOT = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "sample_data").is_dir())
 SAMPLE = ROOT / "sample_data"
@@ -58,7 +59,7 @@ print("outputs go to:", OUT)
 path = SAMPLE / "speculators_v1" / "data_0.pt"
 cap = forensics.load(path)
 print(cap)
-print("declared r per slot:", [forensics.capture.r_label(r) for r in cap.declared_r])
+print("declared r per slot:", [r_label(r) for r in cap.declared_r])
 
 # %% [markdown]
 # ## 2. Per-token norm statistics
@@ -143,7 +144,7 @@ hp.norm_distributions(fp_shuffled)
 # > **This section uses synthetic data**, generated here in the notebook. It is *not* a Kimi capture.
 # > Its per-token norm statistics are tuned to the four tensors of the seed case
 # > (fingerprint-signals.md §1: embed 1.04 ± 0.22; L3 37.2 ± 92.0 with token 0 at 3321; L31 174.4 ± 99.4
-# > with token 0 at 2599; L59 111.3 ± 7.9 with token 0 at 61.5), made by `forensics.synth.kimi_like`
+# > with token 0 at 2599; L59 111.3 ± 7.9 with token 0 at 61.5), made by `forensics.io.synth.kimi_like`
 # > with Kimi's 1281 tokens but a hidden size of 1024 instead of 7168, so the notebook stays fast.
 #
 # The point to notice: **L59's norm (≈ 111) is below L31's (≈ 174)**. Depth is not norm order: in the
@@ -151,7 +152,7 @@ hp.norm_distributions(fp_shuffled)
 # combines those signals instead of sorting by norm.
 
 # %%
-from forensics.synth import kimi_like  # noqa: E402
+from forensics.io.synth import kimi_like  # noqa: E402
 
 synthetic = kimi_like(seed=0, hidden=1024)  # a SYNTHETIC Capture, in memory only
 print(synthetic, "— metadata:", synthetic.meta["generator"], "synthetic =", synthetic.meta["synthetic"])

@@ -23,7 +23,7 @@
 # `capture.json`'s `"tokenizer"` entry).
 #
 # The controls only re-render when you let go of the slider (`continuous_update=False`). The panel is
-# produced by a pure function, `forensics.widgets.render_panel`, so what you see here is also what the
+# produced by a pure function, `forensics.views.widgets.render_panel`, so what you see here is also what the
 # tests check and what the HTML report shows.
 
 # %%
@@ -34,7 +34,7 @@ from pathlib import Path
 from IPython.display import HTML
 
 import forensics
-from forensics.widgets import SampleBrowser
+from forensics.views.widgets import SampleBrowser
 
 ROOT = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "sample_data").is_dir())
 SAMPLE = ROOT / "sample_data"

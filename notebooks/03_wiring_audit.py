@@ -32,7 +32,7 @@ import tempfile
 from pathlib import Path
 
 import forensics
-import forensics.plots as hp
+from forensics.views import plots as hp
 
 ROOT = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "sample_data").is_dir())
 SAMPLE = ROOT / "sample_data"

@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 
 import forensics
-import forensics.plots as hp
+from forensics.views import plots as hp
 
 ROOT = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "sample_data").is_dir())
 SAMPLE = ROOT / "sample_data"

@@ -12,7 +12,7 @@ The proof checkpoint for ``hsf probe`` (issue 9): the draft's fc reads ``cat([r=
 - draft vocab = the most frequent ``--draft-vocab`` tokens of the corpus, ``d2t`` offsets / ``t2d`` mask as
   ``speculators/train/vocab_mapping.py`` builds them (``target = i + d2t[i]``).
 
-Activations are generated at run time with ``forensics.model.ladder`` from an offline English corpus:
+Activations are generated at run time with ``forensics.models.target.ladder`` from an offline English corpus:
 docstrings of Python standard-library modules, classes and methods (deterministic order). The probe's
 proof data (``sample_data/``) is not used for training, so the proof measures held-out accuracy.
 
@@ -181,8 +181,8 @@ def main(argv=None) -> int:
     import torch
     from safetensors.torch import save_file
 
-    from forensics.draft import Draft, draft_forward, load_draft
-    from forensics.model import default_model_path, final_norm, ladder, lm_head_weight, load_model
+    from forensics.models.draft import Draft, draft_forward, load_draft
+    from forensics.models.target import default_model_path, final_norm, ladder, lm_head_weight, load_model
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)

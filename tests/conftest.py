@@ -29,7 +29,7 @@ def sample_data() -> pathlib.Path:
 @pytest.fixture(scope="session")
 def smollm2():
     """``(model, tokenizer)`` of the packaged SmolLM2-135M-Instruct, loaded once per test session."""
-    from forensics.model import load_model
+    from forensics.models.target import load_model
 
     return load_model()
 

@@ -1,4 +1,4 @@
-"""Tests for forensics.audit / ``hsf audit``: every proof case of issue 5, each verdict from the registry.
+"""Tests for forensics.analysis.audit.core / ``hsf audit``: every proof case of issue 5, each verdict from the registry.
 
 Expected values are worked out by hand from eagle3-conventions.md (§1 table, §8 Kimi story), and the
 real SmolLM2 sample data's ground truth is its recorded capture (sample_data/README.md: slots
@@ -15,8 +15,8 @@ from safetensors.torch import save_file
 from test_draft_config import make_draft, sglang_config, speculators_config
 
 from forensics import load
-from forensics.audit import audit
-from forensics.audit_served import W1_THRESHOLD
+from forensics.analysis.audit.core import audit
+from forensics.analysis.audit.served import W1_THRESHOLD
 from forensics.cli import main
 
 KIMI = {"architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25",
@@ -373,7 +373,7 @@ def _w1_exact(a, b):
 def test_w1_matches_the_exact_definition():
     import numpy as np
 
-    from forensics.audit_served import wasserstein1
+    from forensics.analysis.audit.served import wasserstein1
 
     rng = np.random.default_rng(0)
     for shift, scale in ((0.0, 1.0), (0.3, 1.0), (0.0, 2.0), (1.5, 0.5)):
@@ -383,7 +383,7 @@ def test_w1_matches_the_exact_definition():
 
 def test_w1_threshold_separates_layers_on_real_data(sample_data, ladder):
     """Calibration as a test: the same r on different texts is within W1_THRESHOLD; r ≥ 4 blocks away is not."""
-    from forensics.audit_served import log_norms, wasserstein1
+    from forensics.analysis.audit.served import log_norms, wasserstein1
 
     cap, _ = ladder
     train = [load(p) for p in sorted((sample_data / "speculators_v1").glob("data_*.pt"))]

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 import forensics
-from forensics.capture import FINAL_POST
-from forensics.capturing import capture
 from forensics.cli import main
 from forensics.errors import ForensicsError
+from forensics.layers import FINAL_POST
+from forensics.models.recorder import capture
 
 pytestmark = pytest.mark.model
 L, H = 30, 576

@@ -1,4 +1,4 @@
-"""Tests for forensics.conventions: every rule checked against values worked out by hand from the
+"""Tests for forensics.models.conventions: every rule checked against values worked out by hand from the
 reference (eagle3-conventions.md §1, §3.2, §4, §5.1, §8), plus the to_r ∘ from_r round trip."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import itertools
 
 import pytest
 
-from forensics import conventions as cv
 from forensics.errors import ForensicsError
+from forensics.models import conventions as cv
 
 KIMI_L = 61
 

@@ -12,8 +12,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from forensics.draft import SCHEME_MIDLAYER, SCHEME_SPECULATORS, canonical_name, load_draft
 from forensics.errors import ForensicsError
+from forensics.models.draft import SCHEME_MIDLAYER, SCHEME_SPECULATORS, canonical_name, load_draft
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -57,7 +57,7 @@ def _write_random_draft(folder, seed=0, norm_before_residual=False, midlayer=Fal
 
 
 def _reference64(folder, fused, emb, positions, norm_before_residual=False):
-    """Direct float64 numpy EAGLE-3 step 0, position by position (no code shared with forensics.draft)."""
+    """Direct float64 numpy EAGLE-3 step 0, position by position (no code shared with forensics.models.draft)."""
     raw = {k: v.double().numpy() if v.is_floating_point() else v.numpy() for k, v in
            load_file(str(folder / "model.safetensors")).items()}
     p = "midlayer." if any(k.startswith("midlayer.") for k in raw) else "layers.0."

@@ -1,4 +1,4 @@
-"""Tests for forensics.draft_config: config styles, safetensors header facts, d2t/t2d validation.
+"""Tests for forensics.models.draft_config: config styles, safetensors header facts, d2t/t2d validation.
 
 Draft checkpoints are built here from the documented layouts (eagle3-conventions.md §2.5, §5.3):
 ``fc.weight [H, k·H]``, ``layers.0.*`` or ``midlayer.*`` names, ``d2t`` int64 offsets ``[Vd]`` and
@@ -15,8 +15,8 @@ import struct
 import numpy as np
 import pytest
 
-from forensics.draft_config import read_draft
 from forensics.errors import ForensicsError
+from forensics.models.draft_config import read_draft
 
 _SIZES = {"BF16": 2, "F16": 2, "F32": 4, "I64": 8, "I32": 4, "BOOL": 1}
 

@@ -11,9 +11,10 @@ import pytest
 import torch
 
 import forensics
-from forensics.capture import FINAL_POST, Capture, Provenance, Slot
-from forensics.exact import LADDER_MATCH_COS, LADDER_MATCH_REL
-from forensics.fingerprint import fingerprint
+from forensics.analysis.fingerprint.core import fingerprint
+from forensics.analysis.fingerprint.exact import LADDER_MATCH_COS, LADDER_MATCH_REL
+from forensics.io.capture import Capture, Provenance, Slot
+from forensics.layers import FINAL_POST
 
 
 def _mem_capture(tensors: list, ids) -> Capture:
@@ -125,7 +126,7 @@ def test_states_of_another_model_match_nothing(sample_data, smollm2):
 
 def test_bf16_forward_still_matches(ladder, smollm2):
     """States from a bf16 forward (other numerics than the fp32 reference) still get their r."""
-    from forensics.model import ladder as run_ladder
+    from forensics.models.target import ladder as run_ladder
 
     with torch.autocast("cpu", dtype=torch.bfloat16):
         states = run_ladder(smollm2[0], ladder.input_ids)

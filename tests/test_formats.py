@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import save_file
 
 import forensics
-from forensics.formats import iter_files
+from forensics.io.formats import iter_files
 
 T, H = 17, 24
 

@@ -13,8 +13,8 @@ import pytest
 import torch
 from safetensors import safe_open
 
+from forensics.analysis.stats import MASSIVE_ABS_THRESHOLD, MASSIVE_REL_THRESHOLD, SINK_RATIO
 from forensics.cli import main as hsf_main
-from forensics.stats import MASSIVE_ABS_THRESHOLD, MASSIVE_REL_THRESHOLD, SINK_RATIO
 
 
 @pytest.fixture(scope="module")

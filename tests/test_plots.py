@@ -1,4 +1,4 @@
-"""forensics.plots: figures build, carry titles/labels, and draw exactly the result's values (no recomputation)."""
+"""forensics.views.plots: figures build, carry titles/labels, and draw exactly the result's values (no recompute)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ pytest.importorskip("matplotlib")
 import torch  # noqa: E402
 
 import forensics  # noqa: E402
-from forensics import plots as hp  # noqa: E402
+from forensics.views import plots as hp  # noqa: E402
 
 SAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sample_data")
 V1 = os.path.join(SAMPLE, "speculators_v1", "data_0.pt")
@@ -171,7 +171,7 @@ def test_real_capture_plots():
     for s in st.slots:
         ys = _coll(fig, f"tokens-{s.index}").get_offsets()[:, 1]
         assert ys.size == np.count_nonzero(np.isfinite(s.norms) & (s.norms > 0))
-    if importlib.util.find_spec("forensics.fingerprint") is not None:
+    if importlib.util.find_spec("forensics.analysis.fingerprint.core") is not None:
         fp = forensics.fingerprint(V1)
         for f in (hp.depth_ladder(fp), hp.similarity_heatmap(fp), hp.norm_by_position(fp)):
             assert len(hp.figure_to_png_bytes(f)) > 1000

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 import forensics
-from forensics.capture import FINAL_POST
+from forensics.analysis.probe import MAX_CANDIDATES, TARGET_NEXT, TARGET_VERIFIER, auto_candidates, probe, wilson
 from forensics.cli import main
 from forensics.errors import ForensicsError
-from forensics.probe import MAX_CANDIDATES, TARGET_NEXT, TARGET_VERIFIER, auto_candidates, probe, wilson
+from forensics.layers import FINAL_POST
 
 TRAINED = [0, 3, 16]
 SHIFTED = [3, 16, 28]
@@ -88,7 +88,7 @@ def test_next_token_mode_counts_match_an_independent_loop(draft_dir, sample_data
     res = probe(draft_dir, path, candidates=[TRAINED])
     assert res.target == TARGET_NEXT and res.embed_source == "the capture's r=0 slot"
     cap = forensics.load(path)
-    d = forensics.draft.load_draft(draft_dir)
+    d = forensics.models.draft.load_draft(draft_dir)
     ids = cap.input_ids.long()
     slots = [s.tensor().float() for s in cap.slots]
     fused = torch.cat([slots[0], slots[1], slots[2]], dim=-1)
@@ -108,7 +108,7 @@ def test_midlayer_copy_probes_identically(draft_dir, sample_data, tmp_path):
     path = sample_data / "speculators_v1" / "data_4.pt"
     a = probe(draft_dir, path, candidates=[TRAINED, SHIFTED])
     b = probe(tmp_path, path, candidates=[TRAINED, SHIFTED])
-    assert forensics.draft.load_draft(tmp_path).scheme == "midlayer"
+    assert forensics.models.draft.load_draft(tmp_path).scheme == "midlayer"
     assert [(r["wiring"], r["correct"], r["n"]) for r in a.rows] == [(r["wiring"], r["correct"], r["n"])
                                                                     for r in b.rows]
 
@@ -140,7 +140,7 @@ def test_cli_json_and_exit_codes(draft_dir, sample_data, tmp_path, capsys):
 
 
 def test_flat_verb_survives_submodule_import(draft_dir, sample_data):
-    import forensics.probe  # noqa: F401 - rebinding forensics.probe to the module must keep it callable
+    import forensics.analysis.probe  # noqa: F401 - rebinding forensics.analysis.probe to the module must keep it callable
 
     res = forensics.probe(draft_dir, sample_data / "speculators_v1" / "data_4.pt", candidates="0,3,16")
     assert res.best["wiring"] == TRAINED

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import forensics
-from forensics.fingerprint_rules import order_chain
-from forensics.stats import summarize
+from forensics.analysis.fingerprint.rules import order_chain
+from forensics.analysis.stats import summarize
 
 
 def test_order_chain_without_direction_signal_keeps_norm_order(sample_data):
@@ -95,9 +95,9 @@ def test_report_rejects_wrong_options_before_writing(sample_data, tmp_path, caps
 def test_report_errors_reach_the_terminal_and_exit_code(sample_data, tmp_path, capsys, monkeypatch):
     """An analysis that fails inside the report (here: the audit) is said on stderr and exits 2; 'default'
     as --model means the packaged model, as in `hsf fingerprint --model default`."""
-    import forensics.report as report_mod
+    import forensics.views.report.core as report_mod
     from forensics.cli import main
-    from forensics.model import default_model_path
+    from forensics.models.target import default_model_path
 
     seen = {}
     real = report_mod.report
@@ -177,8 +177,8 @@ def test_capture_no_progress_silences_the_model_loading_bar(tmp_path, monkeypatc
     """`hsf capture --no-progress` still printed transformers' "Loading weights" bar on stderr."""
     from transformers.utils import logging as hf_logging
 
-    import forensics.model
-    from forensics.capturing import capture
+    import forensics.models.target
+    from forensics.models.recorder import capture
 
     seen = []
 
@@ -186,7 +186,7 @@ def test_capture_no_progress_silences_the_model_loading_bar(tmp_path, monkeypatc
         seen.append(hf_logging.is_progress_bar_enabled())
         raise RuntimeError("stop after the model load")
 
-    monkeypatch.setattr(forensics.model, "load_model", fake_load)
+    monkeypatch.setattr(forensics.models.target, "load_model", fake_load)
     text = tmp_path / "t.txt"
     text.write_text("hello world")
     hf_logging.enable_progress_bar()
@@ -213,7 +213,7 @@ def test_num_layers_must_be_positive(argv, sample_data, capsys):
 
 def test_audit_data_deeper_than_target_is_named_not_a_negative_logit_lens():
     """Data [embed, L3, L16, L28] against a target with L = 12 read 'a logit lens -16 block(s) early'."""
-    from forensics.audit import audit
+    from forensics.analysis.audit.core import audit
 
     res = audit(data=["embed", "L3", "L16", "L28"], trainer="speculators-v1", num_layers=12)
     kinds = {f.kind: f for f in res.findings}
@@ -228,7 +228,7 @@ def test_audit_data_deeper_than_target_is_named_not_a_negative_logit_lens():
 def test_served_extract_hidden_states_capture_last_slot_is_the_target(sample_data):
     """A served vLLM extract_hidden_states file [L2, L15, L27, L30] holds the aux states plus the appended last
     layer (the target). It was compared as 4 fc inputs: 'slice 3 trained ? served L30', '4 states, fc 3'."""
-    from forensics.audit import audit
+    from forensics.analysis.audit.core import audit
 
     res = audit(data=str(sample_data / "speculators_v1" / "data_4.pt"),
                 served=str(sample_data / "speculators" / "hidden_states" / "hs_0.safetensors"), num_layers=30)
@@ -240,7 +240,7 @@ def test_served_extract_hidden_states_capture_last_slot_is_the_target(sample_dat
 
 def test_capture_notes_a_layer_listed_twice():
     """`hsf capture --layers 3,3` wrote two identical slots without a word."""
-    from forensics.capturing import check_layers
+    from forensics.models.recorder import check_layers
 
     assert any("more than once" in n and "L3" in n for n in check_layers([3, 3, 16], "speculators-v1", 30))
     assert not any("more than once" in n for n in check_layers([0, 3, 16, 28], "speculators-v1", 30))
@@ -250,7 +250,7 @@ def _short_chat_specforge(smollm2, tmp_path, question: str, rs: list):
     """A SpecForge file of one short chat captured from the real SmolLM2 (as ``hsf capture`` writes it)."""
     import json
 
-    from forensics.capturing import slot_states, tokenize, write_sample
+    from forensics.models.recorder import slot_states, tokenize, write_sample
 
     model, tok = smollm2
     text = tmp_path / "chat.json"
@@ -269,8 +269,8 @@ def test_short_chat_specforge_final_post_found_without_reordered(question, smoll
     it was called "early" and a false `reordered` finding came out (exit 1). The robust spread
     (1.4826·MAD/median) gates the tight signature now; this checks the old gate would indeed have failed.
     """
-    from forensics.capture import FINAL_POST
-    from forensics.fingerprint_rules import TIGHT_SPREAD, robust_spread, spread_cv
+    from forensics.analysis.fingerprint.rules import TIGHT_SPREAD, robust_spread, spread_cv
+    from forensics.layers import FINAL_POST
 
     fp = _short_chat_specforge(smollm2, tmp_path, question, [2, 15, 27, FINAL_POST])
     post = fp.stats.slots[3]
@@ -284,8 +284,8 @@ def test_short_chat_specforge_final_post_found_without_reordered(question, smoll
 def test_short_chat_post_norm_identity_needs_no_tight_spread(smollm2, tmp_path):
     """Even the robust spread of this short chat's post-norm slot is wide (0.111 > 0.10); with r = L in the
     file, B = RMSNorm(A) for a fitted γ is exact and decides it (the identity test was gated on the spread)."""
-    from forensics.capture import FINAL_POST
-    from forensics.fingerprint_rules import TIGHT_SPREAD, robust_spread
+    from forensics.analysis.fingerprint.rules import TIGHT_SPREAD, robust_spread
+    from forensics.layers import FINAL_POST
 
     fp = _short_chat_specforge(smollm2, tmp_path, "What is 2+2?", [2, 15, 30, FINAL_POST])
     assert robust_spread(fp.stats.slots[3]) > TIGHT_SPREAD

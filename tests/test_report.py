@@ -18,7 +18,7 @@ from html.parser import HTMLParser
 import pytest
 import torch
 
-from forensics.report import SIZE_BUDGET_BYTES, report
+from forensics.views.report.core import SIZE_BUDGET_BYTES, report
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_data"
@@ -313,7 +313,7 @@ def test_audit_verdict_and_fix_in_the_verdict_block(sample_data, tmp_path):
 
 def test_many_files_are_summarised_by_the_scan(tmp_path, monkeypatch):
     """Beyond MAX_ANALYSED_FILES, files are not analysed one by one: the dataset scan summarises them all."""
-    import forensics.report as rp
+    import forensics.views.report.core as rp
 
     data = make_synthetic(tmp_path / "many", n=3)
     monkeypatch.setattr(rp, "MAX_ANALYSED_FILES", 2)
@@ -343,7 +343,7 @@ def test_trained_draft_is_probed_and_summarised_in_the_verdicts(sample_data, tmp
 @pytest.mark.model
 def test_exact_mode_with_the_real_model(sample_data, tmp_path):
     """--model: model facts in the provenance and every slot's exact r (the capture's recorded r = 0, 3, 16, 28)."""
-    from forensics.model import default_model_path
+    from forensics.models.target import default_model_path
 
     rep = report(str(one_sample(sample_data, tmp_path) / "data_0.pt"), model=default_model_path())
     facts = rep.context["provenance"]["model_facts"]

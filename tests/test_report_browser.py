@@ -15,7 +15,7 @@ import shutil
 import pytest
 from test_report import ROOT, SAMPLE, XSS, make_synthetic, sample_report
 
-from forensics.report import report
+from forensics.views.report.core import report
 
 pytestmark = pytest.mark.browser
 ARTIFACTS = ROOT / "test-artifacts"

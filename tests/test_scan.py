@@ -1,4 +1,4 @@
-"""Tests of `hsf scan` (forensics.scan) and the mergeable sketches (forensics.sketch).
+"""Tests of `hsf scan` (forensics.analysis.scan.core) and the mergeable sketches (forensics.analysis.scan.sketch).
 
 References are computed independently here: per-token norms in float64 straight from the saved
 tensors, numpy float64 quantiles/mean/std, and the known defects planted in a small mixed directory.
@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import torch
 
-from forensics.scan import read_rows, scan
-from forensics.sketch import SKETCH_REL_ERROR, ExactSum, LogHistogram, Moments
+from forensics.analysis.scan.core import read_rows, scan
+from forensics.analysis.scan.sketch import SKETCH_REL_ERROR, ExactSum, LogHistogram, Moments
 
 T, H, V, L = 48, 24, 8, 30  # tokens, hidden, vocab, layers of the synthetic residual-stream ladder
 
@@ -315,7 +315,7 @@ def test_real_captures_one_miswired_shard_is_found(sample_data, tmp_path):
 
 
 def test_fingerprint_choice_spreads_n_files():
-    from forensics.scan import fingerprint_choice
+    from forensics.analysis.scan.core import fingerprint_choice
 
     assert sum(map(fingerprint_choice(1000, 64), range(1000))) == 63  # every 16th file (⌈1000/64⌉)
     assert all(map(fingerprint_choice(10, 64), range(10))) and all(map(fingerprint_choice(10, True), range(10)))

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import forensics
-from forensics import stats as S
-from forensics.capture import Capture, Provenance, Slot
+from forensics.analysis import stats as S
+from forensics.io.capture import Capture, Provenance, Slot
 
 
 def make_capture(*tensors: torch.Tensor, names: list[str] | None = None) -> Capture:

@@ -1,4 +1,4 @@
-"""``forensics.synth.kimi_like``: the seed's Kimi-K2.5 norm statistics, embedding lookups, massive dims."""
+"""``forensics.io.synth.kimi_like``: the seed's Kimi-K2.5 norm statistics, embedding lookups, massive dims."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch
 
 import forensics
 from forensics.errors import ForensicsError
-from forensics.synth import KIMI_NORMS, MASSIVE_DIMS, kimi_like, rest_moments, write_speculators_v1
+from forensics.io.synth import KIMI_NORMS, MASSIVE_DIMS, kimi_like, rest_moments, write_speculators_v1
 
 REL = 0.02  # "within a few %": bf16 rounding moves norms by ~0.1-0.3 %
 

@@ -15,7 +15,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_plots import write_capture  # noqa: E402
 
 import forensics  # noqa: E402
-from forensics.widgets import SampleBrowser, find_tokenizer, render_panel  # noqa: E402
+from forensics.views.widgets import SampleBrowser, find_tokenizer, render_panel  # noqa: E402
 
 SAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sample_data")
 V1 = os.path.join(SAMPLE, "speculators_v1", "data_0.pt")
@@ -145,7 +145,7 @@ def test_fingerprint_verdict_shown_for_a_shuffled_real_file(tmp_path):
 
 
 def test_list_of_capture_objects(dataset):
-    from forensics.synth import kimi_like
+    from forensics.io.synth import kimi_like
 
     caps = [forensics.load(os.path.join(dataset, "b", "data_0.pt")), kimi_like(hidden=64)]
     b = SampleBrowser(caps, layers=None)

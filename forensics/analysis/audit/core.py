@@ -1,0 +1,320 @@
+"""Wiring audit: does the serving engine feed an EAGLE-3 draft the hidden states it was trained on?
+
+Training side: the data's slots (what they *are*: fingerprinted r/role override what sidecars declare),
+cut by the trainer's view (fc inputs in stored order, then the target). Serving side: what the engine
+captures from the draft config (``forensics.models.conventions.engine_capture``), or, config-free, what a
+capture of the served states shows (``--served``). Both in r; slice k of the fc is compared directly.
+
+Verdict: ``match`` / ``mismatch`` (wiring only; training-target and vocab-map problems are findings) /
+``cannot-tell`` (with the reason). The fix comes from ``conventions.from_r``: the id list, the key, and
+where to write it, for the engine and version given.
+
+Example:
+    >>> res = audit(data=["embed", "L3", "L31", "L59"], draft="kimi-draft/", engine="sglang",
+    ...             engine_version="pre-25454", trainer="speculators-v1",
+    ...             target_config="kimi/config.json")                     # doctest: +SKIP
+    >>> res.verdict, res.fix["ids"]                                        # doctest: +SKIP
+    ('mismatch', [-1, 2, 30])
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from forensics.errors import ForensicsError
+from forensics.findings import Finding
+from forensics.layers import r_label
+from forensics.models import conventions as cv
+from forensics.models.draft_config import load_json_object
+
+WIRING_KINDS = {"slices", "ids_ignored_key", "ids_missing", "engine_cannot_capture", "fc_width", "order",
+                "aux_disabled", "served_data", "hidden_size", "config_vs_served"}
+
+
+@dataclass
+class AuditResult:
+    """Verdict, the slot-by-slot table, findings with evidence, and the fix."""
+
+    verdict: str
+    reason: str
+    slices: list[dict]
+    findings: list[Finding]
+    fix: dict | None
+    trained: dict
+    served: dict
+    context: dict
+
+    def to_dict(self) -> dict:
+        """JSON-safe (NaN/inf → None, numpy → Python): the ``hsf audit --json`` document."""
+        return json_safe({"verdict": self.verdict, "reason": self.reason, "slices": self.slices,
+                          "findings": [f.to_dict() for f in self.findings], "fix": self.fix,
+                          "trained": self.trained, "served": self.served, "context": self.context})
+
+    def __repr__(self) -> str:
+        from forensics.views.audit import line
+
+        return line(self)
+
+    def _repr_html_(self) -> str:
+        from forensics.views.audit import html
+
+        return html(self)
+
+    def text(self) -> str:
+        """The multi-line report ``hsf audit`` prints."""
+        from forensics.views.audit import text
+
+        return text(self)
+
+
+def json_safe(x: Any) -> Any:
+    """Recursively replace NaN/inf by None and numpy scalars/arrays by Python values."""
+    import math
+
+    import numpy as np
+
+    if isinstance(x, dict):
+        return {str(k): json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [json_safe(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return json_safe(x.tolist())
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def target_facts(target_config: Any) -> dict:
+    """num_layers, hidden_size, arch family and vocab of the target, from its HF config.json (a folder,
+    a file, or a dict); multimodal configs (Kimi-K2.5) keep the decoder under ``text_config``."""
+    if target_config is None:
+        return {}
+    cfg = target_config
+    if not isinstance(cfg, dict):
+        path = os.fspath(cfg)
+        if os.path.isdir(path):
+            path = os.path.join(path, "config.json")
+        cfg = load_json_object(path, "target config")
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
+    get = lambda k: cfg.get(k) if cfg.get(k) is not None else text.get(k)  # noqa: E731
+    archs = list(cfg.get("architectures") or []) + list(text.get("architectures") or [])
+    out = {"num_layers": get("num_hidden_layers"), "hidden_size": get("hidden_size"),
+           "vocab_size": get("vocab_size"),
+           "arch": cv.arch_family(archs, f"{cfg.get('model_type', '')} {text.get('model_type', '')}"),
+           "architectures": archs}
+    return {k: v for k, v in out.items() if v is not None}
+
+
+# ---- serving side ----------------------------------------------------------------------------------------
+
+
+def serving_side(info, engine: str, version: str | None, L: int, H: int | None, arch: str,
+                 trained_fc: list | None) -> tuple[dict, list[Finding]]:
+    """What ``engine`` captures for this draft, and every config/checkpoint problem on the way."""
+    findings: list[Finding] = []
+    ec = cv.engine_capture(engine, info.config, L, version, arch)
+    other = cv.TOP_KEY if engine == "sglang" else cv.NESTED_KEY
+    other_ids = info.ids_top if engine == "sglang" else info.ids_nested
+    other_ids = other_ids if isinstance(other_ids, list) else None
+    ev = {"key_read": ec.key, "ids_read": ec.ids, "other_key": other, "other_ids": other_ids,
+          "default_r": cv.default_r(L)}
+    if ec.source == "default" and other_ids:
+        lucky = trained_fc is not None and list(trained_fc) == ec.r  # the default happens to be right
+        findings.append(Finding("ids_ignored_key", "warn" if lucky else "error",
+                                f"{engine} reads only `{ec.key}`; the ids {list(other_ids)} sit in `{other}`, which "
+                                f"{engine} ignores, so it silently falls back to r = {ec.r}", ev))
+    elif ec.source == "default":
+        findings.append(Finding("ids_missing", "warn",
+                                f"the draft config has no ids: {engine} silently uses its default r = {ec.r} "
+                                "(vllm#50170)", ev))
+    if info.ids_top is not None and info.ids_nested is not None and info.ids_top != info.ids_nested:
+        findings.append(Finding("ids_disagree", "warn",
+                                f"top-level ids {info.ids_top} and nested ids {info.ids_nested} disagree; {engine} "
+                                f"reads `{ec.key}`, the other engine would read the other list", ev))
+    if info.use_aux_hidden_state is False and engine == "sglang":
+        findings.append(Finding("aux_disabled", "error", "eagle_config.use_aux_hidden_state is false: SGLang "
+                                "does not feed aux states to the draft", {}))
+    for p in ec.problems:
+        findings.append(Finding("engine_cannot_capture", "error", p, {"ids": ec.ids, "captured_r": ec.r}))
+    h = info.target_hidden_size or H
+    if H and info.target_hidden_size and info.target_hidden_size != H:
+        findings.append(Finding("hidden_size", "error", f"the draft expects target hidden size "
+                                f"{info.target_hidden_size} but the target has {H}: it was built for another model",
+                                {"draft_target_hidden_size": info.target_hidden_size, "target_hidden_size": H}))
+    if info.fc_shape and len(info.fc_shape) == 2 and h:
+        width = info.fc_shape[1]
+        fev = {"fc_shape": list(info.fc_shape), "hidden": h, "served_states": len(ec.r)}
+        if width != len(ec.r) * h:
+            findings.append(Finding("fc_width", "error",
+                                    f"fc.weight is {list(info.fc_shape)}: it takes {width} = {width / h:g}·{h} "
+                                    f"inputs, but {engine} concatenates {len(ec.r)} states ({len(ec.r) * h})", fev))
+        if trained_fc is not None and width != len(trained_fc) * h:
+            findings.append(Finding("fc_vs_data", "error", f"fc.weight takes {width / h:g} states but the training "
+                                    f"data fed {len(trained_fc)}", fev))
+        if width == h:
+            findings.append(Finding("fc_skip", "warn", "fc input width equals the hidden size: SGLang and EAGLE "
+                                    "skip the fc silently (sglang#21272)", fev))
+    if info.vocab and info.vocab.problems:
+        findings.append(Finding("vocab_maps", "error", "; ".join(info.vocab.problems), info.vocab.__dict__))
+    if info.name_scheme == "mixed":
+        findings.append(Finding("weight_names", "error", "weights mix `layers.0.*` and `midlayer.*` names", {}))
+    elif engine == "sglang" and info.name_scheme == "layers.0" and arch != "deepseek":
+        findings.append(Finding("weight_names", "warn", "speculators-style `layers.0.*` names: SGLang's "
+                                "llama_eagle3.py (d737979c) skips unmatched names without error; only "
+                                "kimi_k25_eagle3.py remaps them to `midlayer.*`. Rename or check the load log",
+                                {"scheme": info.name_scheme}))
+    served = {"r": ec.r, "source": f"{engine} {ec.version} reading `{ec.key}`"
+              + (f" = {ec.ids}" if ec.ids is not None else " (absent: default)"),
+              "engine": engine, "version": ec.version, "arch": arch, "key": ec.key, "ids": ec.ids,
+              "id_source": ec.source, "notes": ec.notes}
+    return served, findings
+
+
+# ---- verdict ---------------------------------------------------------------------------------------------
+
+
+def audit(data: Any = None, draft: Any = None, engine: str | None = None, engine_version: str | None = None,
+          trainer: str | None = None, target_config: Any = None, served: Any = None,
+          num_layers: int | None = None, hidden_size: int | None = None, arch: str | None = None,
+          use_fingerprint: bool = True, model: Any = None) -> AuditResult:
+    """Audit one draft's wiring. ``data``: capture file/folder, a ``Capture``, or a declared layout such as
+    ``["embed", "L3", "L31", "L59"]``; ``draft``: checkpoint folder or config.json; ``served``: a capture
+    of what the engine actually fed the draft (config-free check)."""
+    from forensics.analysis.audit.training import first_capture, training_side
+    from forensics.models.draft_config import read_draft
+
+    engine = cv.canonical_system(engine) if engine else None
+    if engine is not None and engine not in cv.ENGINES:
+        raise ForensicsError(f"engine must be one of {cv.ENGINES}, found {engine!r}")
+    facts = target_facts(target_config)
+    info = read_draft(draft) if draft is not None else None
+    L = num_layers or facts.get("num_layers")
+    H = hidden_size or facts.get("hidden_size")
+    arch_given = arch is not None or "arch" in facts
+    arch = arch or facts.get("arch") or "generic"
+    findings: list[Finding] = []
+    if L is None and data is not None and not isinstance(data, (list, tuple)):
+        L = first_capture(data).num_layers
+    trained, tf = training_side(data, trainer, info, L, use_fingerprint, model)
+    findings += tf
+    cap = trained.pop("capture", None)
+    deep = [r for r in [*(trained.get("fc_r") or []), trained.get("target_r")] if isinstance(r, int) and L and r > L]
+    if deep:
+        findings.append(Finding("layers_beyond_L", "error", f"the training data holds r = {deep} but the target has "
+                                f"L = {L} blocks: the data comes from a deeper model, or L is wrong (check "
+                                "--num-layers / --target-config)", {"r": deep, "num_layers": L}))
+    if H is None:
+        H = (info.target_hidden_size if info else None) or (cap.hidden_size if cap else None)
+    if cap is not None and H and cap.hidden_size != H:
+        findings.append(Finding("hidden_size", "error", f"the training data has hidden size {cap.hidden_size} but "
+                                f"the target has {H}: data and target are different models",
+                                {"data_hidden_size": cap.hidden_size, "target_hidden_size": H}))
+    context = {"engine": engine, "engine_version": cv.parse_version(engine, engine_version) if engine else None,
+               "trainer": trained.get("trainer") or trainer, "num_layers": L, "hidden_size": H, "arch": arch,
+               "draft": info.to_dict() if info else None, "target": facts}
+    served_side: dict = {"r": None, "source": "none"}
+    if info is not None and engine is not None and L is not None:
+        served_side, sf = serving_side(info, engine, engine_version, L, H, arch, trained.get("fc_r"))
+        findings += sf
+        findings += _assumption_findings(info, engine, engine_version, L, arch, arch_given, served_side["r"])
+    if served is not None:
+        from forensics.analysis.audit.served import compare_served
+
+        data_served, cf = compare_served(data, trained, served, use_fingerprint, model)
+        findings += cf
+        if served_side.get("r") is not None and data_served["r"] != served_side["r"]:
+            findings.append(Finding("config_vs_served", "error",
+                                    f"the config predicts served r = {served_side['r']} but the served capture shows "
+                                    f"{[r_label(r) for r in data_served['r']]}", {}))
+        served_side = {**data_served, "config_prediction": served_side.get("r")}
+    verdict, reason, slices = _verdict(trained, served_side, findings, info, engine, L)
+    fix = None
+    if verdict == "mismatch" and engine and L and trained.get("fc_r") and \
+            all(isinstance(r, int) for r in trained["fc_r"]):
+        fix = cv.from_r(engine, trained["fc_r"], L, engine_version, arch).to_dict()
+        if info is not None and info.ids_top is not None and info.ids_nested is not None:
+            other = cv.NESTED_KEY if fix["where"] == "top-level" else cv.TOP_KEY
+            fix["also"] = f"make `{other}` agree (or remove it) so the other engine reads the same layers"
+        if info is not None and fix.get("ids") is not None:  # the right ids are there; only the caveat blocks
+            fix["already_set"] = list((info.ids_nested if fix["where"] == "nested" else info.ids_top) or []) \
+                == list(fix["ids"])
+    return AuditResult(verdict, reason, slices, findings, fix, trained, served_side, context)
+
+
+def _assumption_findings(info, engine: str, version: str | None, L: int, arch: str, arch_given: bool,
+                         served_r: list) -> list[Finding]:
+    """When the engine version or the target architecture was not given and the answer depends on it, say
+    what the other readings would serve (the registry's rules differ by version and model file)."""
+    versions = [version] if version is not None else \
+        sorted({cv.parse_version(engine, f"pre-{p}") for p in cv._TIMELINES[engine]} |
+               {cv.parse_version(engine, None)})
+    archs = [arch] if arch_given else ["generic", "deepseek"]
+    alts = {}
+    for v in versions:
+        for a in archs:
+            r = cv.engine_capture(engine, info.config, L, v, a).r
+            if r != served_r:
+                alts[f"{engine} {v}, {a} path"] = r
+    if not alts:
+        return []
+    assumed = ", ".join(x for x, given in (("version " + cv.parse_version(engine, version), version is None),
+                                           (f"{arch} model path", not arch_given)) if given)
+    return [Finding("assumption", "warn", f"assumed {assumed}; the served layers depend on it: "
+                    + "; ".join(f"{k} would serve r = {v}" for k, v in alts.items())
+                    + " (pass --engine-version / --target-config)", {"alternatives": alts})]
+
+
+def _verdict(trained: dict, served: dict, findings: list[Finding], info, engine, L):
+    fc, sr = trained.get("fc_r"), served.get("r")
+    if fc is None:
+        return "cannot-tell", "nothing says which layers the draft was trained on (pass --data, or a draft " \
+               "config plus --trainer)", []
+    if sr is None:
+        why = "no served capture and no draft config + engine" if L is not None or info is None else \
+            "the target's layer count is unknown (pass --target-config or --num-layers)"
+        return "cannot-tell", f"{why}: the serving side is unknown", []
+    n = max(len(fc), len(sr))
+    oks = served.get("ok")
+    slices = []
+    for k in range(n):
+        t = fc[k] if k < len(fc) else None
+        s = sr[k] if k < len(sr) else None
+        ok = bool(oks[k]) if oks is not None and k < len(oks) else (t is not None and t == s)
+        slices.append({"slice": k, "trained_r": t, "served_r": s, "ok": ok})
+    bad = [s for s in slices if not s["ok"]]
+    unknown = [s["slice"] for s in slices if s["trained_r"] is None]
+    wiring_errors = [f for f in findings if f.severity == "error" and f.kind in WIRING_KINDS]
+    if bad and (not unknown or oks is not None):
+        pairs = [(s["trained_r"], s["served_r"]) for s in slices]
+        all_int = all(isinstance(t, int) and isinstance(v, int) for t, v in pairs)
+        shift = {v - t for t, v in pairs} if all_int else set()
+        if len(shift) == 1 and shift != {0} and len(bad) == len(slices):
+            d = shift.pop()
+            cause = ("the engine ignored or missed the ids and used its default, whose numbering differs from "
+                     "the trainer's (see ids_missing / ids_ignored_key)" if served.get("id_source") == "default"
+                     else "the trainer and the engine number layers differently (vllm#43671, sglang#25454)")
+            findings.insert(0, Finding("off_by_one" if abs(d) == 1 else "shifted", "error",
+                                       f"every slice is served {abs(d)} block(s) {'deeper' if d > 0 else 'shallower'} "
+                                       f"than trained: {cause}", {"shift": d}))
+        findings.insert(0, Finding("slices", "error",
+                                   f"{len(bad)} of {n} fc slices are served a different layer than trained: "
+                                   + ", ".join(f"slice {s['slice']} trained {r_label(s['trained_r'])} served "
+                                               f"{r_label(s['served_r'])}" for s in bad), {"slices": bad}))
+        pair = f"served {[r_label(r) for r in sr]} but trained on {[r_label(r) for r in fc]}"
+        if oks is not None:
+            pair = f"the served states differ from the training fc inputs in slice(s) {[s['slice'] for s in bad]}" \
+                   f" ({pair})"
+        return "mismatch", pair, slices
+    if unknown and oks is None:
+        return "cannot-tell", f"the training r of slice(s) {unknown} is unknown (no sidecar declares it and the " \
+                              "fingerprint could not name it)", slices
+    if wiring_errors:
+        return "mismatch", wiring_errors[0].message, slices
+    return "match", f"every fc slice is served the layer it was trained on: {[r_label(r) for r in fc]}", slices
+
+
+__all__ = ["audit", "AuditResult", "Finding", "target_facts"]

@@ -1,0 +1,195 @@
+"""Training side of the wiring audit: what the draft's fc consumed (r per slice, stored order) and its target.
+
+r per slot comes from the data first: the fingerprint's exact r (with a reference model), else its label
+(the declared layers placed by *measured* depth order), else its role (embedding / post-norm), else the
+declaration (``capture.json`` / ``data_config.json``), else, with a warning, the draft config read in the
+trainer's numbering. The trainer's view (``conventions.trainer_view``) then cuts fc inputs and target.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from forensics.errors import ForensicsError
+from forensics.findings import Finding
+from forensics.io.capture import Capture
+from forensics.layers import FINAL_POST, parse_r, r_label
+from forensics.models import conventions as cv
+
+FORMAT_TRAINER = {"speculators-v1": "speculators-v1", "speculators": "speculators", "specforge": "specforge"}
+
+
+def first_capture(data: Any) -> Capture:
+    from forensics.io.formats import iter_files, load
+
+    if isinstance(data, Capture):
+        return data
+    files = list(iter_files(os.fspath(data)))
+    if not files:
+        raise ForensicsError("no capture files found", path=os.fspath(data))
+    return load(files[0])
+
+
+DATA_ERROR_KINDS = {"missing_embedding", "postnorm", "prenorm", "off_by_one", "wrong_layer", "reordered", "duplicate",
+                    "nonfinite", "unexpected_embedding"}
+STRONG_ROLES = ("embedding", "final_postnorm")  # roles a fingerprint names without a reference model
+_FP_CACHE: list = []  # [(capture, model, result)]: one entry, held by identity (ids can be reused after GC)
+
+
+def fingerprint_slots(cap: Capture, model: Any = None) -> tuple[list[dict] | None, list[Finding]]:
+    """Per-slot {r_exact, label, role, confidence, decided_by} from ``forensics.fingerprint`` plus its
+    findings (``data_<kind>``); ``(None, [])`` when the fingerprint module is not installed."""
+    if _FP_CACHE and _FP_CACHE[0][0] is cap and _FP_CACHE[0][1] is model:
+        return _FP_CACHE[0][2]
+    try:
+        from forensics.analysis.fingerprint.core import fingerprint
+    except ImportError:
+        return None, []
+    fp = fingerprint(cap, model=model, num_layers=cap.num_layers)
+    slots = [{"r_exact": s.r_exact, "label": s.label, "role": s.role, "confidence": s.confidence,
+              "decided_by": s.decided_by} for s in fp.slots]
+    found = [Finding(f"data_{f.kind}", "error" if f.kind in DATA_ERROR_KINDS else "warn",
+                     f"training data: {f.message}", {"slots": list(f.slots), "source": "fingerprint"})
+             for f in fp.findings]
+    _FP_CACHE[:] = [(cap, model, (slots, found))]  # one entry: captures are large and short-lived
+    return slots, found
+
+
+def slot_rs(cap: Capture, use_fingerprint: bool = True, model: Any = None
+            ) -> tuple[list, list[str], list[Finding]]:
+    """r of every slot and where it came from. Precedence: the exact r of the fingerprint (with a reference
+    model), then the fingerprint's label (the declared layers placed by *measured* depth order), then the
+    declared r; a fingerprint that disagrees with the declaration is a finding."""
+    declared = [s.declared_r for s in cap.slots]
+    fps, findings = fingerprint_slots(cap, model) if use_fingerprint else (None, [])
+    findings = list(findings)
+    rs, src = [], []
+    for i, d in enumerate(declared):
+        f = fps[i] if fps and i < len(fps) else {}
+        r, how = d, ("declared" if d is not None else "unknown")
+        if f.get("r_exact") is not None:
+            r, how = f["r_exact"], "fingerprint (exact)"
+        elif f.get("label"):
+            r, how = parse_r(f["label"]), "fingerprint (depth order)"
+        elif d is None and f.get("role") in STRONG_ROLES:
+            r, how = {"embedding": 0, "final_postnorm": FINAL_POST}[f["role"]], "fingerprint (role)"
+        elif d is None and cap.slots[i].claimed == FINAL_POST:
+            r, how = FINAL_POST, f"format ({cap.format} stores the post-norm final state here)"
+        if d is not None and r != d:
+            findings.append(Finding("declared_vs_data", "error",
+                                    f"slot {i} is declared {r_label(d)} but the data is {r_label(r)} ({how})",
+                                    {"slot": i, "declared": d, "measured": r, "role": f.get("role"),
+                                     "confidence": f.get("confidence")}))
+        elif f.get("role") in STRONG_ROLES or r in (0, FINAL_POST):
+            want = {0: "embedding", FINAL_POST: "final_postnorm"}.get(r)
+            if f.get("role") and (f["role"] in STRONG_ROLES or want) and f["role"] != want:
+                findings.append(Finding("declared_vs_data", "warn",
+                                        f"slot {i} is {r_label(r)} but its fingerprint role is {f['role']}",
+                                        {"slot": i, "r": r, "role": f["role"], "decided_by": f.get("decided_by")}))
+        rs.append(r)
+        src.append(how)
+    return rs, src, findings
+
+
+def training_side(data: Any, trainer: str | None, draft_info, L: int | None, use_fingerprint: bool,
+                  model: Any) -> tuple[dict, list[Finding]]:
+    """What the draft's fc consumed (r per slice, in stored order) and what its target was."""
+    findings: list[Finding] = []
+    cap = None
+    if data is None:
+        if draft_info is None or trainer is None:
+            return {"fc_r": None, "target_r": None, "source": "none"}, findings
+        # No data: read the ids the draft config records, in the trainer's numbering.
+        fc = _ids_as_trained(trainer, draft_info, L) if L is not None else None
+        if fc is None:
+            return {"fc_r": None, "target_r": None, "source": "none"}, findings
+        return {"fc_r": fc, "target_r": None, "source": f"draft config ids read in {trainer}'s numbering",
+                "slot_source": ["draft config"] * len(fc)}, findings
+    if isinstance(data, (list, tuple)) and all(isinstance(x, (int, str)) for x in data):
+        try:
+            rs = [parse_r(x) for x in data]
+        except ValueError as e:  # a typo in --trained-layout is bad input: one line, exit 2
+            raise ForensicsError(f"trained layout {list(data)}: {e}") from None
+        src, roles = ["layout"] * len(data), None
+        source = "declared layout"
+    else:
+        cap = first_capture(data)
+        rs, src, fps = slot_rs(cap, use_fingerprint, model)
+        findings += fps
+        roles = [f["role"] for f in (fingerprint_slots(cap, model)[0] or [])] if use_fingerprint else []
+        source = f"{cap.format} capture {cap.path}"
+        native = FORMAT_TRAINER.get(cap.format)
+        if trainer and native and cv.canonical_system(trainer) != cv.canonical_system(native):
+            findings.append(Finding("trainer_vs_format", "warn", f"--trainer {trainer} but the data is in "
+                                    f"{cap.format} format, which {native} reads; check which trainer consumed it",
+                                    {"trainer": trainer, "format": cap.format}))
+        trainer = trainer or native
+    if trainer is None:
+        raise ForensicsError("the trainer is needed to know which slots fed the fc: pass --trainer "
+                             f"({', '.join(cv.TRAINERS)})")
+    view = cv.trainer_view(trainer, len(rs))
+    fc = [rs[i] for i in view.fc_slots]
+    if any(r is None for r in fc) and draft_info is not None and L is not None:
+        assumed = _ids_as_trained(view.trainer, draft_info, L)
+        if assumed is not None and len(assumed) == len(fc):
+            findings.append(Finding("assumed_from_config", "warn",
+                                    f"the data declares no layers for fc slot(s) "
+                                    f"{[i for i, r in enumerate(fc) if r is None]}; assumed r = {assumed} from the "
+                                    f"draft config under {view.trainer}'s numbering. "
+                                    "Pass --model for an exact, data-based answer", {"assumed_r": assumed}))
+            for i, r in enumerate(assumed):
+                if fc[i] is None:
+                    fc[i], src[view.fc_slots[i]] = r, "draft config (trainer numbering)"
+                    rs[view.fc_slots[i]] = r
+    target = rs[view.target_slot] if view.target_slot is not None else None
+    out = {"fc_r": fc, "target_r": target, "source": source, "slot_source": src, "trainer": view.trainer,
+           "view": view.source, "target_norm": view.target_norm, "slots_r": rs, "capture": cap,
+           "roles": roles if cap is not None else None}
+    ints = [r for r in fc if isinstance(r, int)]
+    if len(ints) == len(fc) and ints != sorted(ints):
+        findings.append(Finding("order", "error",
+                                f"training fed the fc r = {[r_label(r) for r in fc]}, not in ascending order; "
+                                "SGLang and vLLM always concatenate in ascending layer order",
+                                {"fc_r": fc}))
+    if len(set(map(str, fc))) != len(fc):
+        findings.append(Finding("duplicate", "warn", f"the fc inputs repeat a layer: {fc}", {"fc_r": fc}))
+    if FINAL_POST in fc:
+        findings.append(Finding("postnorm_aux", "error", "a post-norm final state is fed to the fc; "
+                                "engines capture pre-norm states only", {"fc_r": fc}))
+    findings += _target_findings(view, target, L)
+    return out, findings
+
+
+def _ids_as_trained(trainer: str, info, L: int) -> list | None:
+    """The r a draft config's ids mean to the trainer that wrote them: SpecForge nested ids go through SGLang's
+    +1 (§5.1); speculators records vLLM ids at the top level (speculators#379: r = id)."""
+    t = cv.canonical_system(trainer)
+    first, second = (info.ids_nested, info.ids_top) if t == "specforge" else (info.ids_top, info.ids_nested)
+    ids = first if first is not None else second
+    if not ids:
+        return None
+    try:
+        return cv.to_r("specforge" if t == "specforge" else "vllm", list(ids), L)
+    except ForensicsError:  # an id list the trainer would refuse: no assumption
+        return None
+
+
+def _target_findings(view, target, L: int | None) -> list[Finding]:
+    if target is None:
+        return []
+    ev = {"target_r": target, "num_layers": L, "trainer": view.trainer, "wants": view.target_norm}
+    if view.target_norm == "pre":  # speculators applies verifier_norm itself (speculators#313)
+        if target == FINAL_POST:
+            return [Finding("target_postnorm", "error", "the training target is post-norm but "
+                            f"{view.trainer} applies the final norm itself (speculators#313): normed twice", ev)]
+        if L is not None and isinstance(target, int) and target < L:  # r > L: audit's layers_beyond_L says why
+            return [Finding("target_not_final", "error",
+                            f"the training target was r = {target} ({r_label(target)}), not r = {L} (last block, "
+                            f"pre-norm): lm_head(norm(·)) of it is a logit lens {L - target} block(s) early, not "
+                            f"the model's next-token distribution; regenerate the last slot at r = {L}", ev)]
+    elif view.target_norm == "post":  # SpecForge target head is lm_head only
+        if target != FINAL_POST:
+            return [Finding("target_prenorm", "error", f"the training target is {r_label(target)} but "
+                            "SpecForge applies lm_head only and needs the post-norm final state", ev)]
+    return []

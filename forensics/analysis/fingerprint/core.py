@@ -1,0 +1,301 @@
+"""Fingerprint: which captured tensor is which — role, depth order and label of every slot, with evidence.
+
+From the data alone (fingerprint-signals §4 rulebook): exact duplicate rows ⇒ embedding (a table lookup,
+transformers #2461); small context-free norms without a sink ⇒ embedding even for absolute-position
+models; a token-0 sink (Sun et al. 2024) ⇒ after the emergence layer; a tight, sinkless spread ⇒ late or
+post-norm (§1, "last layer"); a norm collapse next to a deep pre-norm slot, or B = RMSNorm(A) for some γ
+⇒ post-final-norm; the masked angular-distance chain (``forensics.depth``) ⇒ depth order, whose
+direction is voted by norm growth (Heimersheim & Turner 2023) and the late signature. Depth is not norm
+order (the seed's L59 norm 111 ± 8 < L31 174 ± 99). Exact mode (``model=``, ``forensics.exact``) settles
+r per slot. Every threshold is a named constant, shown next to the raw value.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from forensics.analysis.fingerprint.rules import (  # noqa: F401 - re-exported: the named thresholds of the fingerprint
+    BANDS,
+    DUP_GROUP_FRACTION,
+    DUP_ROW_FRACTION,
+    DUPLICATE_SLOT_DISTANCE,
+    EMBED_MIN_SCORE,
+    EMBED_NORM_RATIO,
+    MAD_TO_SD,
+    POSTNORM_NORM_DROP,
+    ROLES,
+    SINK_FADED_RATIO,
+    TIGHT_SPREAD,
+    Evidence,
+    Finding,
+    _depth_key,
+    _json,
+    assign_labels,
+    embedding_signals,
+    exact_evidence,
+    find_duplicates,
+    has_sink,
+    late_signature,
+    order_chain,
+    order_confidence,
+    postnorm_signals,
+)
+from forensics.analysis.stats import CaptureStats, summarize
+from forensics.errors import ForensicsError
+from forensics.io.capture import Capture
+from forensics.layers import FINAL_POST, R, parse_r, r_label
+
+__all__ = ["fingerprint", "Fingerprint", "SlotFingerprint", "Evidence", "Finding", "parse_expected", "ROLES"]
+
+MIN_TOKENS = 16  # fewer tokens: a few_tokens finding (duplicate rows, spreads and distances need tokens)
+SMALL_CAPTURE_ELEMENTS = 4_000_000  # at or below: compute on one thread (measured 13× faster under load)
+
+
+@dataclass
+class SlotFingerprint:
+    """What one slot is: role, confidence, depth rank among the file's slots, coarse r, label, exact r."""
+
+    index: int
+    name: str
+    role: str
+    confidence: float
+    depth_rank: int = 0
+    r_estimate: Any = None
+    depth_fraction: float | None = None
+    label: str | None = None
+    r_exact: R | None = None
+    decided_by: str = ""
+    evidence: list[Evidence] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"role": self.role, "confidence": round(self.confidence, 3), "depth_rank": self.depth_rank,
+                "r_estimate": self.r_estimate, "depth_fraction": _json(self.depth_fraction),
+                "label": self.label, "r_exact": self.r_exact, "decided_by": self.decided_by,
+                "evidence": [e.to_dict() for e in self.evidence]}
+
+
+@dataclass
+class Fingerprint:
+    """The fingerprint of one capture: per-slot verdicts, depth order, k×k masked distance, findings."""
+
+    capture: Capture = field(repr=False)
+    stats: CaptureStats = field(repr=False)
+    slots: list[SlotFingerprint]
+    findings: list[Finding]
+    similarity: np.ndarray = field(repr=False)
+    depth_order: list[int]
+    num_layers: int | None = None
+    expected: list | None = None
+    expected_source: str | None = None
+    order_evidence: list[Evidence] = field(default_factory=list)
+    order_confidence: float = 0.5  # 1.0 exact or unambiguous; 0.5 + 5 × (relative margin of the best chain)
+    exact: dict | None = field(default=None, repr=False)
+
+    @property
+    def path(self) -> str:
+        return self.capture.path
+
+    @property
+    def labels(self) -> list[str | None]:
+        return [s.label for s in self.slots]
+
+    def to_dict(self) -> dict:
+        d = self.stats.to_dict()
+        for sd, sf in zip(d["slots"], self.slots, strict=True):
+            sd.update(sf.to_dict())
+        d.update(findings=[f.to_dict() for f in self.findings], depth_order=list(self.depth_order),
+                 similarity=[[_json(float(v)) for v in row] for row in self.similarity],
+                 num_layers=self.num_layers, expected=self.expected, expected_source=self.expected_source,
+                 order_evidence=[e.to_dict() for e in self.order_evidence],
+                 order_confidence=round(self.order_confidence, 3),
+                 exact_source=(self.exact or {}).get("source"))
+        return d
+
+    def __repr__(self) -> str:
+        from forensics.views.fingerprint import text
+
+        return text(self)
+
+    def _repr_html_(self) -> str:
+        from forensics.views.fingerprint import html
+
+        return html(self)
+
+
+# ----------------------------------------------------------------------------------------- expected list
+def parse_expected(layers: Any) -> list | None:
+    """``[0,3,16,28]``, ``"0,3,16,28"`` or ``"embed,L3,L16,L28"`` → list of r; None stays None."""
+    if layers is None:
+        return None
+    items = layers.split(",") if isinstance(layers, str) else list(layers)
+    try:
+        return [parse_r(str(i).strip()) if not isinstance(i, int) else i for i in items if str(i).strip()]
+    except ValueError as e:
+        raise ForensicsError(f"expected layer list {layers!r}: {e}") from None
+
+
+# ---------------------------------------------------------------------------------------------- signals
+def fingerprint(capture: Capture | str | os.PathLike, layers: Any = None, model: Any = None,
+                num_layers: int | None = None, expected_source: str | None = None) -> Fingerprint:
+    """Role, depth order, coarse r, label (given an expected list) and evidence for every slot.
+
+    Args:
+        capture: a ``Capture`` or a path to any supported capture file.
+        layers: the expected r list in file order (``[0, 3, 16, 28]``, ``"embed,L3,L16,L28"``); default:
+            the r the capture declares (``capture.json`` / ``data_config.json``).
+        model: exact mode — an HF folder, safetensors checkpoint, ``.gguf``, a loaded model, or a ladder
+            capture (path or ``Capture``) with the same input_ids.
+        num_layers: L of the model, for ``r_estimate`` (default: capture.json's ``num_layers``).
+        expected_source: where ``layers`` came from, shown in the output (e.g. "draft config ids").
+
+    Example:
+        >>> fp = fingerprint("sample_data/speculators_v1/data_0.pt")   # doctest: +SKIP
+        >>> [s.label for s in fp.slots]                               # doctest: +SKIP
+        ['embed', 'L3', 'L16', 'L28']
+    """
+    if not isinstance(capture, Capture):
+        from forensics.io.formats import load
+
+        capture = load(capture)
+    if not capture.slots:
+        raise ForensicsError("capture has no slots to fingerprint", path=capture.path)
+    import torch
+
+    small = sum(s.shape[0] * s.shape[1] for s in capture.slots) <= SMALL_CAPTURE_ELEMENTS
+    threads = torch.get_num_threads()
+    if small and model is None:
+        torch.set_num_threads(1)  # tiny tensors: thread hand-offs cost 10× the work on a busy machine
+    try:
+        return _fingerprint(capture, layers, model, num_layers, expected_source)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | None,
+                 expected_source: str | None) -> Fingerprint:
+    from forensics.analysis.fingerprint.depth import angular_distances
+
+    st = summarize(capture)
+    k = len(capture.slots)
+    tensors = [s.tensor() for s in capture.slots]
+    ids = capture.input_ids.reshape(-1) if capture.input_ids is not None else None
+    expected = parse_expected(layers)
+    exp_src = (expected_source or "argument") if layers is not None else None
+    if expected is None and capture.declared_r is not None and all(r is not None for r in capture.declared_r):
+        expected, exp_src = list(capture.declared_r), "declared by the capture's sidecar"
+    findings: list[Finding] = []
+    ev: list[list[Evidence]] = [[] for _ in range(k)]
+
+    # non-finite rows: reported, and left out of every cross-slot signal
+    bad_rows: set[int] = set()
+    for s in st.slots:
+        if s.nan or s.inf:
+            bad_rows |= set(s.nan_positions) | set(s.inf_positions)
+            rows = s.nan_positions[:5] or s.inf_positions[:5]
+            findings.append(Finding("nonfinite", [s.index], f"slot {s.index} ({s.name}) has {s.nan} NaN and "
+                                    f"{s.inf} Inf values (first rows {rows})"))
+        if s.norm.n and s.norm.max == 0:
+            findings.append(Finding("all_zero", [s.index], f"slot {s.index} ({s.name}) is all zeros: nothing was "
+                                    "captured there (padding, or a hook that never fired)"))
+    if capture.num_tokens < MIN_TOKENS:
+        findings.append(Finding("few_tokens", list(range(k)), f"only {capture.num_tokens} tokens (< {MIN_TOKENS}): "
+                                "the data-only signals are weak; use --model for exact checks"))
+    drop = sorted({0} | {p for s in st.slots for p in s.sinks} | bad_rows)
+    mask = sorted({d for s in st.slots for d in s.massive_dims})
+    D, _used = angular_distances(tensors, drop, mask) if k > 1 else (np.zeros((1, 1)), 0)
+
+    # --- per-slot data-only signals
+    meds = [s.norm_excl_sinks.median for s in st.slots]
+    embed_score = embedding_signals(st.slots, tensors, ids, meds, ev)
+    is_embed = [embed_score[i] >= EMBED_MIN_SCORE for i in range(k)]
+
+    # --- post-norm: B = RMSNorm(A) identity, or a tight sinkless slot whose norm collapsed
+    post_score, prenorm_of = postnorm_signals(st.slots, tensors, embed_score, meds, drop, ev)
+    is_post = [post_score[i] > 0 for i in range(k)]
+    is_embed = [is_embed[i] and not is_post[i] for i in range(k)]
+
+    # --- exact mode
+    exact = None
+    if model is not None:
+        from forensics.analysis.fingerprint.exact import exact_checks
+
+        exact = exact_checks(capture, tensors, model)
+        num_layers = num_layers or exact.get("num_layers")
+        for i, x in enumerate(exact["slots"]):
+            exact_evidence(ev[i], x)
+        unmatched = [i for i, x in enumerate(exact["slots"]) if x["ladder"] is not None and x["r_exact"] is None]
+        if unmatched:
+            findings.append(Finding("no_reference_match", unmatched, f"slots {unmatched} equal no state of the "
+                                    "reference on these input_ids (another model, other weights or dtype, or other "
+                                    "tokens); their depth comes from the data-only signals"))
+    L = num_layers or capture.num_layers
+    r_exact = [x["r_exact"] for x in exact["slots"]] if exact else [None] * k
+
+    # --- depth order
+    order_ev: list[Evidence] = []
+    if exact and all(r is not None for r in r_exact):
+        order = sorted(range(k), key=lambda i: (_depth_key(r_exact[i]), i))
+        order_ev.append(Evidence("order", "r_exact of every slot", None, "exact (reference ladder)"))
+        chain = [i for i in order if r_exact[i] not in (0, FINAL_POST)]
+    else:
+        chain = [i for i in range(k) if not is_embed[i] and not is_post[i]]
+        chain, order_ev = order_chain(D, chain, st.slots, meds)
+        order = [i for i in range(k) if is_embed[i]] + chain + [i for i in range(k) if is_post[i]]
+
+    # --- roles, confidence, coarse r
+    sfs = []
+    pre_final = set(prenorm_of.values()) | {i for i in range(k) if L and r_exact[i] == L}
+    ranked = [i for i in chain if i not in pre_final]
+    n = max(1, len(ranked))
+    order_conf = order_confidence(order_ev)
+    for i, s in enumerate(st.slots):
+        if is_embed[i] or r_exact[i] == 0:
+            role, conf, frac = "embedding", max(embed_score[i], 0.99 if r_exact[i] == 0 else 0), 0.0
+            why = "exact" if r_exact[i] == 0 else "dup_rows" if embed_score[i] >= 0.9 else "norm_level"
+        elif is_post[i] or r_exact[i] == FINAL_POST:
+            role, conf, frac = "final_postnorm", max(post_score[i], 0.99 if r_exact[i] == FINAL_POST else 0), None
+            why = "exact" if r_exact[i] == FINAL_POST else ("normalizes" if i in prenorm_of else "norm_drop")
+        elif i in pre_final:
+            role, frac = "final_prenorm", 1.0
+            conf, why = (0.99, "exact") if r_exact[i] is not None else (0.95, "normalizes")
+        elif isinstance(r_exact[i], int) and L:
+            frac = r_exact[i] / L
+            role, conf, why = next(b for t, b in BANDS if frac < t), 0.99, "exact"
+        else:  # coarse: rank among the layer slots (EAGLE-3 picks low / mid / high layers)
+            pos = ranked.index(i) if i in ranked else 0
+            frac = (pos + 0.5) / n
+            role = next(b for t, b in BANDS if frac < t)
+            if len(ranked) == 1:
+                role = "late" if late_signature(s) else "middle" if has_sink(s) else "early"
+            conf, why = 0.4 + 0.2 * order_conf, "order (rank among layer slots)"
+            if role == "late" and late_signature(s):
+                conf, why = conf + 0.2, why + " + tight sinkless spread"
+            elif role == "early" and has_sink(s) and pos == 0:
+                conf, why = conf + 0.1, why + " + sink, lowest norm"
+        r_est: Any = None
+        if role == "embedding":
+            r_est = 0
+        elif role == "final_postnorm":
+            r_est = FINAL_POST
+        elif isinstance(r_exact[i], int):
+            r_est = r_exact[i]
+        elif frac is not None:
+            r_est = int(round(frac * L)) if L else round(frac, 3)
+        sfs.append(SlotFingerprint(index=s.index, name=s.name, role=role, confidence=round(float(conf), 3),
+                                   depth_rank=order.index(i), r_estimate=r_est, depth_fraction=frac,
+                                   r_exact=r_exact[i], decided_by=why, evidence=ev[i]))
+
+    fp = Fingerprint(capture=capture, stats=st, slots=sfs, findings=findings, similarity=D, depth_order=order,
+                     num_layers=L, expected=expected, expected_source=exp_src, order_evidence=order_ev, exact=exact,
+                     order_confidence=order_conf)
+    find_duplicates(fp, tensors)
+    if expected is not None:
+        assign_labels(fp)
+    elif exact:
+        for sf in sfs:
+            sf.label = r_label(sf.r_exact) if sf.r_exact is not None else None
+    return fp

@@ -1,0 +1,302 @@
+"""Exact mode of the fingerprint: checks against the real model (or a reference ladder capture).
+
+* Embedding: slot rows vs ``embed_tokens.weight[input_ids]``, reading only those rows (safetensors
+  ``get_slice`` for a safetensors checkpoint; fingerprint-signals §3.5, safetensors ``__init__.pyi``).
+* Post-norm: with the final norm's γ, ``rms(x / γ) ≈ 1`` on every row ⇔ x = RMSNorm(h)
+  (transformers ``LlamaRMSNorm``; HF's last ``hidden_states`` entry is post-norm, PR #26142).
+* Reference ladder: run the model on the sample's ids (``forensics.models.target.ladder``) or take a committed
+  ladder capture with the same ids, and match each slot to the r it equals (per-token cosine and
+  relative error; best r and runner-up) — this resolves off-by-one (sglang PR #25454, vllm PR #43671).
+"""
+
+from __future__ import annotations
+
+import glob
+import math
+import os
+from typing import TYPE_CHECKING, Any
+
+from forensics.errors import ForensicsError
+from forensics.io.capture import Capture
+from forensics.layers import FINAL_POST, r_label
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+LADDER_MATCH_COS = 0.999  # mean per-token cosine at/above this ⇒ the slot equals the reference state
+LADDER_MATCH_REL = 0.05  # …and median per-token relative error at/below this: bf16 storage ≈ 0.002, a whole
+#                          bf16 forward ≤ 0.02 at r = L; adjacent layers of SmolLM2 differ by ≥ 0.22
+LADDER_SEPARATION = 0.25  # …and best error ≤ this × the runner-up's (the match must be unambiguous)
+POSTNORM_RMS_TOL = 0.02  # max_t |rms(x_t / γ) − 1| at/below this ⇒ post-final-norm
+EMBED_MATCH_FRACTION = 1.0  # every row must equal E[id] (after casting E to the slot's dtype)
+LENS_ROWS = 32  # tokens decoded per slot by the logit lens (evenly spaced, token 0 left out)
+LENS_NEAR = 0.1  # reference r whose lens agreement is within this of the slot's are listed as its depth range
+GAMMA_MIN_REL = 1e-3  # dims with |γ| below this × median |γ| are left out of x / γ
+
+
+class Reference:
+    """What exact mode checks against: embedding rows, final-norm γ, and the ladder of states per r."""
+
+    def __init__(self, source: str, net: Any = None, ladder: dict | None = None,
+                 embed_rows: Any = None, gamma: Any = None, num_layers: int | None = None):
+        self.source, self.net, self._ladder = source, net, ladder
+        self._embed_rows, self.gamma, self.num_layers = embed_rows, gamma, num_layers
+
+    def embedding_rows(self, ids: torch.Tensor) -> torch.Tensor | None:
+        if self._embed_rows is not None:
+            return self._embed_rows(ids)
+        if self._ladder is not None and 0 in self._ladder:
+            return None  # a ladder capture's r=0 slot is compared by the ladder match itself
+        return None
+
+    def ladder(self, ids: torch.Tensor) -> dict | None:
+        if self._ladder is not None:
+            return self._ladder
+        if self.net is None:
+            return None
+        from forensics.models.target import ladder
+
+        self._ladder = ladder(self.net, ids)
+        return self._ladder
+
+
+def _safetensors_files(path: str) -> list[str]:
+    if os.path.isfile(path) and path.endswith(".safetensors"):
+        return [path]
+    if os.path.isdir(path):
+        return sorted(glob.glob(os.path.join(path, "*.safetensors")))
+    return []
+
+
+def _lazy_rows(files: list[str], suffix: str):
+    """A function ids → rows of the tensor named ``*suffix`` read with ``get_slice`` (only those rows)."""
+    from safetensors import safe_open
+
+    for f in files:
+        with safe_open(f, framework="pt") as g:
+            for k in g.keys():
+                if k.endswith(suffix):
+                    def rows(ids, f=f, k=k):
+                        import torch
+
+                        uniq, inv = torch.unique(ids, return_inverse=True)
+                        with safe_open(f, framework="pt") as h:
+                            sl = h.get_slice(k)
+                            got = torch.stack([sl[int(i):int(i) + 1][0] for i in uniq.tolist()])
+                        return got[inv]
+                    return rows
+    return None
+
+
+def _lazy_tensor(files: list[str], suffix: str):
+    from safetensors import safe_open
+
+    for f in files:
+        with safe_open(f, framework="pt") as g:
+            for k in g.keys():
+                if k.endswith(suffix):
+                    return g.get_tensor(k)
+    return None
+
+
+def reference_for(model: Any, capture: Capture) -> Reference:
+    """Resolve ``model=`` (path, loaded model, ``(model, tokenizer)``, or a ladder capture) to a Reference."""
+    if isinstance(model, Reference):
+        return model
+    if isinstance(model, tuple) and model and hasattr(model[0], "config"):
+        model = model[0]
+    if isinstance(model, Capture):
+        return _ladder_reference(model, capture)
+    if hasattr(model, "config") and hasattr(model, "forward"):
+        from forensics.models.target import embed_weight, final_norm
+
+        E = embed_weight(model)
+        return Reference(source=type(model).__name__, net=model, embed_rows=lambda ids: E[ids],
+                         gamma=final_norm(model)[0], num_layers=int(model.config.num_hidden_layers))
+    path = os.fspath(model)
+    if not os.path.exists(path):
+        raise ForensicsError("model not found (expected an HF folder, a safetensors checkpoint, a .gguf file "
+                             "or a ladder capture)", path=path)
+    st_files = _safetensors_files(path)
+    has_embed = bool(st_files) and _has_suffix(st_files, "embed_tokens.weight")
+    if os.path.isfile(path) and not path.endswith(".gguf") and not has_embed:  # a capture file: ladder reference
+        from forensics.io.formats import load
+
+        return _ladder_reference(load(path), capture)
+    if has_embed:
+        rows = _lazy_rows(st_files, "embed_tokens.weight")
+        gamma = _lazy_tensor(st_files, "model.norm.weight")
+        net = None
+        if os.path.isdir(path) and os.path.isfile(os.path.join(path, "config.json")):
+            from forensics.models.target import load_model
+
+            net = load_model(path)[0]
+        L = int(net.config.num_hidden_layers) if net is not None else None
+        return Reference(source=path, net=net, embed_rows=rows, gamma=gamma, num_layers=L)
+    from forensics.models.target import embed_weight, final_norm, load_model
+
+    net = load_model(path)[0]
+    E = embed_weight(net)
+    return Reference(source=path, net=net, embed_rows=lambda ids: E[ids], gamma=final_norm(net)[0],
+                     num_layers=int(net.config.num_hidden_layers))
+
+
+def _has_suffix(files: list[str], suffix: str) -> bool:
+    from safetensors import safe_open
+
+    for f in files:
+        with safe_open(f, framework="pt") as g:
+            if any(k.endswith(suffix) for k in g.keys()):
+                return True
+    return False
+
+
+def _ladder_reference(ref: Capture, capture: Capture) -> Reference:
+    import torch
+
+    rs = [s.declared_r for s in ref.slots]
+    if any(r is None for r in rs):
+        raise ForensicsError("a reference ladder capture must declare r for every slot (capture.json \"r\")",
+                             path=ref.path)
+    if ref.input_ids is None or capture.input_ids is None or not torch.equal(
+            ref.input_ids.reshape(-1), capture.input_ids.reshape(-1)):
+        raise ForensicsError("the reference ladder's input_ids differ from this capture's; exact mode needs "
+                             "the same tokens (pass the model instead to run it on these ids)", path=ref.path)
+    lad = {r: s.tensor() for r, s in zip(rs, ref.slots, strict=True)}
+    ints = [r for r in rs if r != FINAL_POST]
+    return Reference(source=ref.path, ladder=lad, num_layers=max(ints) if FINAL_POST in rs and ints else
+                     ref.num_layers)
+
+
+def embedding_check(h: torch.Tensor, ids: torch.Tensor, ref: Reference) -> dict | None:
+    """Rows equal ``E[ids]`` (E cast to the slot dtype)? ``{"equal_rows", "rows", "max_rel_err"}``."""
+
+    E = ref.embedding_rows(ids) if ids is not None else None
+    if E is None:
+        return None
+    T = min(int(h.shape[0]), int(E.shape[0]))
+    x, e = h[:T], E[:T].to(h.dtype)
+    eq = (x == e).all(dim=-1)
+    diff = (x.float() - E[:T].float()).norm(dim=-1) / E[:T].float().norm(dim=-1).clamp_min(1e-30)
+    return {"equal_rows": int(eq.sum()), "rows": T, "max_rel_err": float(diff.max()),
+            "verdict": bool(int(eq.sum()) >= EMBED_MATCH_FRACTION * T)}
+
+
+def postnorm_check(h: torch.Tensor, ref: Reference) -> dict | None:
+    """``max_t |rms(x_t / γ) − 1|`` with the final-norm γ (dims with tiny |γ| left out)."""
+    import torch
+
+    if ref.gamma is None or int(ref.gamma.numel()) != int(h.shape[1]):
+        return None
+    g = ref.gamma.to(torch.float64)
+    keep = g.abs() > GAMMA_MIN_REL * g.abs().median()
+    dev = 0.0
+    for s in range(0, int(h.shape[0]), 256):
+        x = h[s:s + 256].to(torch.float64)[:, keep] / g[keep]
+        rms = x.pow(2).mean(-1).sqrt()
+        dev = max(dev, float((rms - 1).abs().max()))
+    if not math.isfinite(dev):
+        dev = float("inf")
+    return {"max_abs_dev": dev, "verdict": dev <= POSTNORM_RMS_TOL}
+
+
+def ladder_match(h: torch.Tensor, lad: dict) -> dict:
+    """Match one slot to every reference r: mean per-token cosine, median per-token relative error.
+
+    Per-token errors (not one Frobenius norm): the sink row is nearly the same from r≈12 to r≈28 and would
+    otherwise dominate the comparison.
+
+    Returns ``{"best", "best_cos", "best_rel", "runner_up", "runner_up_cos", "runner_up_rel", "match",
+    "table"}``; ``match`` = best meets ``LADDER_MATCH_COS`` and ``LADDER_MATCH_REL``.
+    """
+    import torch
+
+    x = h.to(torch.float32)
+    table = []
+    for r, ref in lad.items():
+        if tuple(ref.shape) != tuple(x.shape):
+            continue
+        y = ref.to(torch.float32)
+        cos = torch.nn.functional.cosine_similarity(x, y, dim=-1)
+        rel = (x - y).norm(dim=-1) / y.norm(dim=-1).clamp_min(1e-30)
+        scale = x.norm(dim=-1) / y.norm(dim=-1).clamp_min(1e-30)
+        table.append({"r": r, "cos": float(cos.mean()), "rel": float(rel.median()), "scale": float(scale.median())})
+    if not table:
+        return {"best": None, "match": False, "table": []}
+    by_cos = max(table, key=lambda e: e["cos"])
+    table.sort(key=lambda e: (e["rel"], -e["cos"]))
+    b = table[0]
+    ru = table[1] if len(table) > 1 else {"r": None, "cos": None, "rel": None}
+    return {"best": b["r"], "best_cos": b["cos"], "best_rel": b["rel"], "runner_up": ru["r"],
+            "runner_up_cos": ru["cos"], "runner_up_rel": ru["rel"],
+            "match": b["cos"] >= LADDER_MATCH_COS and b["rel"] <= LADDER_MATCH_REL and (
+                ru["rel"] is None or b["rel"] <= LADDER_SEPARATION * ru["rel"]), "table": table,
+            "direction": {"r": by_cos["r"], "cos": by_cos["cos"], "scale": by_cos["scale"]}}
+
+
+def exact_checks(capture: Capture, tensors: list, model: Any) -> dict:
+    """All exact checks for every slot: ``{"source", "num_layers", "slots": [{embedding, postnorm, ladder,
+    r_exact}]}``; ``r_exact`` is the matched r, or 0 / ``final_post`` from the direct checks."""
+    ref = reference_for(model, capture)
+    ids = capture.input_ids.reshape(-1) if capture.input_ids is not None else None
+    lad = ref.ladder(ids) if ids is not None else None
+    out = []
+    for h in tensors:
+        e = embedding_check(h, ids, ref) if ids is not None else None
+        p = postnorm_check(h, ref)
+        m = ladder_match(h, lad) if lad is not None else None
+        r = None
+        if m and m["match"]:
+            r = m["best"]
+        elif e and e["verdict"]:
+            r = 0
+        elif p and p["verdict"]:
+            r = FINAL_POST
+        out.append({"embedding": e, "postnorm": p, "ladder": m, "r_exact": r, "lens": None})
+    if ref.net is not None and lad is not None and FINAL_POST in lad:
+        logit_lens(ref.net, tensors, lad, out)
+    notes = []
+    if ids is None:
+        notes.append("capture has no input_ids: only the γ post-norm test can run")
+    return {"source": ref.source, "num_layers": ref.num_layers, "slots": out, "notes": notes,
+            "labels": {i: r_label(s["r_exact"]) for i, s in enumerate(out) if s["r_exact"] is not None}}
+
+
+def _lens_top1(net: Any, x: torch.Tensor, post: bool) -> torch.Tensor:
+    """Top-1 token of ``lm_head(final_norm(x))`` (no norm for a post-norm state): the logit lens."""
+    import torch
+
+    with torch.no_grad():
+        h = x.to(next(net.parameters()).dtype)
+        if not post:
+            h = getattr(net, "model", net).norm(h)
+        return net.get_output_embeddings()(h).argmax(-1)
+
+
+def logit_lens(net: Any, tensors: list, lad: dict, out: list) -> None:
+    """Logit-lens depth signal (nostalgebraist 2020; tuned-lens, arXiv 2303.08112) added to each slot's
+    exact checks: top-1 agreement with the model's own final prediction on ``LENS_ROWS`` tokens. For a slot
+    that matches no reference state, the reference r with the nearest agreement give its depth range."""
+    import torch
+
+    T = int(lad[FINAL_POST].shape[0])
+    rows = torch.unique(torch.linspace(1 if T > 1 else 0, T - 1, min(LENS_ROWS, T)).long())
+    final = _lens_top1(net, lad[FINAL_POST][rows], post=True)
+
+    def agree(x: torch.Tensor, post: bool) -> float:
+        return float((_lens_top1(net, x[rows], post) == final).float().mean())
+
+    profile = None
+    for h, x in zip(tensors, out, strict=True):
+        if int(h.shape[0]) != T:
+            continue
+        post = x["r_exact"] == FINAL_POST or bool(x["postnorm"] and x["postnorm"]["verdict"])
+        a = agree(h, post)
+        lens = {"agreement": a, "rows": int(rows.numel()), "near": None}
+        if x["r_exact"] is None:
+            if profile is None:
+                profile = {r: agree(v, r == FINAL_POST) for r, v in lad.items()}
+            near = sorted((r for r, b in profile.items() if abs(b - a) <= LENS_NEAR),
+                          key=lambda r: float("inf") if r == FINAL_POST else r)
+            lens["near"] = near
+        x["lens"] = lens

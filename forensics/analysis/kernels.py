@@ -1,0 +1,237 @@
+"""Row-block kernels behind :mod:`forensics.stats`: per-token norms, median ``|x|``, NaN/Inf and massive rows.
+
+Each reads a ``[tokens, hidden]`` tensor (often mmap-backed bf16) in row blocks with float32 accumulation and
+never upcasts the whole tensor; only rows that can hold a finding are read a second time. Re-exported by
+``forensics.stats``, which is where callers should import them from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+# 64 rows of a 7168-wide slot: the block's float32 working set (1.8 MB) stays in the 2 MB L2. Measured 2026-11-30
+# on Kimi-shaped bf16 [1281, 7168] slots, 1 thread, CPU time, shared machine (noisy): already-mapped tensors
+# 256 rows 3.3 ms/slot, 128 2.6, 64 2.4, 32 2.6; freshly mmap-loaded files 9.3 vs 9.4–10 ms/file (no difference);
+# with the fused median-|x| gather 13.9 (64) vs 15.6 (256) ms/file.
+NORM_BLOCK_ROWS = 64
+MEDIAN_ABS_SAMPLE_COLS = 128  # ≥ this many columns per row (staggered) are sampled to estimate median |x|
+MEDIAN_ABS_SAMPLE_SIZE = 32768  # about this many entries in that sample (rows thinned evenly)
+MAX_LISTED_DIMS = 8  # feature dims listed per massive token, largest |x| first
+NORM_ROUNDING_SLACK = 1e-4  # float32 norms may round below a true max |x|: re-read rows above (1 - slack)·threshold
+# torch intra-op threads while reducing row blocks. The block loop is memory-bound: 1 thread does as well as 2
+# on an idle machine (ecosystem.md §6.10: 5.4 vs 5.1–6.2 GB/s), and on a busy one each of the many small
+# parallel regions waits for a descheduled thread (measured here: 2 threads 20–40× slower than 1 under load).
+STATS_THREADS = 1
+
+
+@contextmanager
+def intra_op_threads(n: int | None = -1) -> Iterator[None]:
+    """Run the block below with ``n`` torch intra-op threads (-1: ``STATS_THREADS`` as set at call time,
+    e.g. ``forensics.analysis.kernels.STATS_THREADS = 2``; None: leave torch's setting alone)."""
+    import torch
+
+    n = STATS_THREADS if n == -1 else n
+    old = torch.get_num_threads()
+    if n is None or n == old:
+        yield
+        return
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def token_norms(h: torch.Tensor, block: int = NORM_BLOCK_ROWS) -> torch.Tensor:
+    """Per-token L2 norms ``[tokens]`` in float32, computed in row blocks (never upcasting all of ``h``).
+
+    Example:
+        >>> import torch
+        >>> token_norms(torch.tensor([[3.0, 4.0], [0.0, 1.0]]))
+        tensor([5., 1.])
+    """
+
+    with intra_op_threads():
+        return _token_norms(h, block)
+
+
+def _token_norms(h: torch.Tensor, block: int) -> torch.Tensor:
+    import torch
+
+    out = torch.empty(h.shape[0], dtype=torch.float32)
+    if h.dtype in (torch.bfloat16, torch.float16, torch.float32):
+        for s in range(0, h.shape[0], block):
+            out[s:s + block] = torch.linalg.vector_norm(h[s:s + block], dim=-1, dtype=torch.float32)
+    elif h.dtype == torch.float64:  # vector_norm refuses to narrow: accumulate in float64, store float32
+        for s in range(0, h.shape[0], block):
+            out[s:s + block] = torch.linalg.vector_norm(h[s:s + block], dim=-1)
+    else:  # float8 and other types vector_norm cannot promote: upcast one row block at a time
+        for s in range(0, h.shape[0], block):
+            out[s:s + block] = torch.linalg.vector_norm(h[s:s + block].float(), dim=-1)
+    return out
+
+
+def _median_abs_plan(T: int, H: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows and per-row columns of the staggered median-|x| sample (see :func:`median_abs_sample`)."""
+    stride = max(1, H // MEDIAN_ABS_SAMPLE_COLS)
+    cols = H // stride
+    rows = np.arange(0, T, max(1, (T * cols) // MEDIAN_ABS_SAMPLE_SIZE))
+    idx = (np.arange(len(rows))[:, None] % stride) + np.arange(cols)[None, :] * stride
+    return rows, idx
+
+
+# Raw-bit views for the sample gather (numpy fancy indexing on the stored bits: no dtype conversion, any width)
+_BITS_DTYPES = {1: "int8", 2: "int16", 4: "int32", 8: "int64"}
+# First non-finite |x| bit pattern of the 2-byte float types (exponent all ones): bf16 0x7f80, fp16 0x7c00
+_NONFINITE_BITS = {"torch.bfloat16": 0x7F80, "torch.float16": 0x7C00}
+
+
+def _bits_view(h: torch.Tensor) -> np.ndarray | None:
+    """``h``'s stored bits as a numpy integer array sharing its memory (None where torch cannot view it)."""
+    import torch
+
+    try:
+        return h.view(getattr(torch, _BITS_DTYPES[h.element_size()])).numpy()
+    except (KeyError, RuntimeError, TypeError):
+        return None
+
+
+def _median_abs_of_bits(bits: np.ndarray, dtype: torch.dtype) -> float:
+    """Lower-middle finite ``|x|`` of sampled raw values (the ``torch.median`` convention).
+
+    2-byte floats: ``|x|`` is the bit pattern with the sign cleared, and for non-negative floats bit order is
+    value order, so one ``bincount`` over the finite patterns gives the exact order statistic (~4× cheaper
+    than ``np.partition`` of the float32 sample; the same value, since bf16/fp16 → float32 is exact).
+    Other types: upcast the sample to float32 and partition, as before.
+    """
+    import torch
+
+    bits = bits.ravel()
+    limit = _NONFINITE_BITS.get(str(dtype))
+    if limit is not None:
+        mag = bits.view(np.uint16) & np.uint16(0x7FFF)
+        counts = np.bincount(mag, minlength=limit + 1)[:limit]  # patterns ≥ limit are Inf/NaN: left out
+        n = int(counts.sum())
+        if not n:
+            return float("nan")
+        pattern = int(np.searchsorted(np.cumsum(counts), (n - 1) // 2, side="right"))
+        return float(torch.tensor([pattern], dtype=torch.int16).view(dtype).float())
+    sample = np.abs(torch.from_numpy(np.ascontiguousarray(bits)).view(dtype).float().numpy())
+    return _lower_median(sample)
+
+
+def _lower_median(sample: np.ndarray) -> float:
+    sample = sample[np.isfinite(sample)]
+    if not sample.size:
+        return float("nan")
+    k = (sample.size - 1) // 2
+    return float(np.partition(sample, k)[k])
+
+
+def norms_and_median_abs(h: torch.Tensor, block: int = NORM_BLOCK_ROWS) -> tuple[torch.Tensor, float]:
+    """One pass over ``h``: per-token norms (exactly :func:`_token_norms`) and :func:`median_abs_sample`.
+
+    The median-|x| sample is gathered from each row block right after its norms, while the block is still in
+    cache (a separate strided gather over the mmap-backed tensor cost ~0.8 ms per Kimi-sized slot, the fused
+    one ~0.1 ms; measured 2026-11-30). Same sample, same value as :func:`median_abs_sample`.
+    """
+    import torch
+
+    T, H = int(h.shape[0]), int(h.shape[1])
+    bits = _bits_view(h)
+    if bits is None or h.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        return _token_norms(h, block), median_abs_sample(h)
+    rows, idx = _median_abs_plan(T, H)
+    step = int(rows[1] - rows[0]) if len(rows) > 1 else max(T, 1)
+    out = torch.empty(T, dtype=torch.float32)
+    parts = []
+    for s in range(0, T, block):
+        out[s:s + block] = torch.linalg.vector_norm(h[s:s + block], dim=-1, dtype=torch.float32)
+        j0, j1 = -(-s // step), min(len(rows), -(-min(s + block, T) // step))
+        if j1 > j0:
+            parts.append(bits[rows[j0:j1, None], idx[j0:j1]])
+    if not parts:
+        return out, float("nan")
+    return out, _median_abs_of_bits(np.concatenate(parts), h.dtype)
+
+
+def median_abs_sample(h: torch.Tensor) -> float:
+    """Median ``|x|`` of a slot from a staggered sample of about ``MEDIAN_ABS_SAMPLE_SIZE`` entries.
+
+    ``stride = H // MEDIAN_ABS_SAMPLE_COLS``; the j-th sampled row reads columns ``j % stride + k·stride``,
+    so every feature dim is sampled across rows (hidden states have strong per-dim scales: a fixed column
+    subset was biased by up to 8% on the SmolLM2 captures, the staggered sample by ≤ 4%). Rows are
+    thinned evenly so the sample stays near ``MEDIAN_ABS_SAMPLE_SIZE``. Exact when
+    ``H < 2 · MEDIAN_ABS_SAMPLE_COLS`` and ``T · H ≤ MEDIAN_ABS_SAMPLE_SIZE``. NaN/Inf are left out; the
+    lower middle value is taken (as ``torch.median``). :func:`norms_and_median_abs` computes the same value
+    during the norm pass.
+    """
+    import torch
+
+    T, H = int(h.shape[0]), int(h.shape[1])
+    rows, idx = _median_abs_plan(T, H)
+    bits = _bits_view(h)
+    if bits is not None:
+        return _median_abs_of_bits(bits[rows[:, None], idx], h.dtype)
+    sample = h[torch.from_numpy(rows)[:, None], torch.from_numpy(idx)].float()
+    return _lower_median(np.abs(sample.numpy().ravel()))  # numpy: no thread-pool start-up
+
+
+def _row_blocks(h: torch.Tensor, rows: list[int], block: int):
+    """Yield ``(row positions, rows as float32)`` for the given rows, ``block`` rows at a time."""
+    import torch
+
+    for s in range(0, len(rows), block):
+        idx = rows[s:s + block]
+        yield idx, h[torch.tensor(idx, dtype=torch.long)].float()
+
+
+def nonfinite_rows(h: torch.Tensor, norms: torch.Tensor, block: int = NORM_BLOCK_ROWS) -> tuple[dict, dict]:
+    """NaN and Inf counts per token position (only rows whose norm is not finite are re-read)."""
+    import torch
+
+    nan, inf = {}, {}
+    bad = torch.nonzero(~torch.isfinite(norms)).flatten().tolist()
+    for idx, rows in _row_blocks(h, bad, block):
+        n_nan, n_inf = torch.isnan(rows).sum(-1).tolist(), torch.isinf(rows).sum(-1).tolist()
+        for p, a, b in zip(idx, n_nan, n_inf, strict=True):
+            if a:
+                nan[p] = int(a)
+            if b:
+                inf[p] = int(b)
+    return nan, inf
+
+
+def massive_activations(h: torch.Tensor, norms: torch.Tensor, threshold: float, median_abs: float,
+                        block: int = NORM_BLOCK_ROWS) -> list[dict]:
+    """Tokens holding an entry with ``|x| > threshold`` (Sun et al. 2024), with their feature dims.
+
+    Exact without a full pass: ``|x_i| ≤ ‖x‖₂``, so only rows whose norm exceeds the threshold (or is not
+    finite) can hold a massive entry, and only those rows are re-read.
+    """
+    import torch
+
+    cand = torch.nonzero(~(norms <= threshold * (1 - NORM_ROUNDING_SLACK))).flatten().tolist()
+    out = []
+    for idx, rows in _row_blocks(h, cand, block):
+        a = rows.abs_()
+        a[~torch.isfinite(a)] = 0.0  # NaN/Inf are reported as non-finite, not as massive
+        amax = a.amax(-1)
+        for j, p in enumerate(idx):
+            m = float(amax[j])
+            if m <= threshold:
+                continue
+            row = a[j]
+            dims = torch.nonzero(row > threshold).flatten()
+            dims = dims[torch.argsort(row[dims], descending=True)].tolist()
+            out.append({"pos": int(p), "max_abs": m,
+                        "ratio_to_median_abs": m / median_abs if median_abs > 0 else None,
+                        "dims": [int(d) for d in dims[:MAX_LISTED_DIMS]], "num_dims": len(dims)})
+    return out

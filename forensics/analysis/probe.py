@@ -1,0 +1,380 @@
+"""Probe: run a trained EAGLE-3 draft on capture data under candidate wirings and rank them.
+
+The seed's decisive experiment as a function: the same draft scored 34.1 % next-token accuracy fed
+``cat([L3, L31, L59])`` and 76.9 % fed ``cat([embed, L3, L31])``. For every candidate wiring (an ordered
+list of captured slots, named by r) the draft runs at training-time step 0 with speculators'
+``shift_batch`` pairing: fused states at position t + embedding of token t+1 → a guess for the token
+after t+1. The guess is scored against the **verifier's own prediction** ``argmax lm_head(norm(r=L))``
+when a model is given (the draft's training target, speculators#313), else against the **actual next
+token** (``ResultProbe.target`` says which).
+
+Example:
+    >>> res = probe("sample_data/draft_eagle3", "sample_data/speculators_v1", model="default")  # doctest: +SKIP
+    >>> res.best["label"], round(res.best["top1"], 3)                                            # doctest: +SKIP
+    ('embed+L3+L16', 0.52)
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from forensics.errors import ForensicsError
+from forensics.io.capture import Capture
+from forensics.layers import FINAL_POST, parse_r, r_label
+from forensics.models.draft import Draft, load_draft
+
+TOPK = 5  # top-k agreement: the verifier's token among the draft's k best guesses
+MAX_CANDIDATES = 24  # bound on the "auto" candidate set
+Z95 = 1.96  # Wilson interval z for the 95 % CIs used to call a winner
+MIN_POSITIONS = 200  # fewer scored positions than this: warn that the ranking is noisy
+ENGINE_PLANS = (("vllm", None), ("sglang", "pre-25454"), ("sglang", "post-25454"), ("speculators", None),
+                ("specforge", None))
+TARGET_VERIFIER = "verifier"
+TARGET_NEXT = "next_token"
+_TRAINERS = {"speculators-v1": "speculators-v1", "speculators": "speculators", "specforge": "specforge"}
+
+
+def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion ``k / n``."""
+    if n <= 0:
+        return 0.0, 1.0
+    p = k / n
+    den = 1 + z * z / n
+    mid = (p + z * z / (2 * n)) / den
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+    return max(0.0, mid - half), min(1.0, mid + half)
+
+
+def wiring_label(rs: list) -> str:
+    return "+".join(r_label(r) if not (isinstance(r, str) and r.startswith("slot")) else r for r in rs)
+
+
+@dataclass
+class ProbeResult:
+    """Ranked wirings (``rows``, best first), what they were scored against, the best as engine ids."""
+
+    draft: dict
+    rows: list[dict]
+    target: str  # "verifier" | "next_token"
+    target_source: str
+    embed_source: str
+    files: list[str]
+    positions: int
+    num_layers: int | None
+    topk: int = TOPK
+    ids_per_engine: dict | None = None
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def best(self) -> dict | None:
+        return self.rows[0] if self.rows else None
+
+    @property
+    def clear_winner(self) -> bool:
+        """True when the best wiring's top-1 CI does not overlap the runner-up's."""
+        if len(self.rows) < 2:
+            return bool(self.rows)
+        return self.rows[0]["top1_ci"][0] > self.rows[1]["top1_ci"][1]
+
+    def to_dict(self) -> dict:
+        return {"draft": self.draft, "target": self.target, "target_source": self.target_source,
+                "embed_source": self.embed_source, "files": self.files, "positions": self.positions,
+                "num_layers": self.num_layers, "topk": self.topk, "rows": self.rows, "best": self.best,
+                "clear_winner": self.clear_winner, "ids_per_engine": self.ids_per_engine,
+                "warnings": self.warnings, "notes": self.notes}
+
+    def table(self) -> list[list[str]]:
+        from forensics.views.probe import table
+
+        return table(self)
+
+    def __repr__(self) -> str:
+        from forensics.views.probe import text
+
+        return text(self)
+
+    def _repr_html_(self) -> str:
+        from forensics.views.probe import html
+
+        return html(self)
+
+
+# ------------------------------------------------------------------------------ helpers --
+
+def _captures(data) -> list[Capture]:
+    from forensics.io.formats import iter_files, load
+
+    if isinstance(data, Capture):
+        return [data]
+    if isinstance(data, (list, tuple)):
+        return [c for d in data for c in _captures(d)]
+    files = list(iter_files(os.fspath(data)))
+    if not files:
+        raise ForensicsError("no capture files found", path=os.fspath(data))
+    return [load(f) for f in files]
+
+
+def _slot_refs(cap: Capture) -> list:
+    """r of every slot (declared by the data); ``"slot{i}"`` where the data declares none."""
+    return [s.declared_r if s.declared_r is not None else f"slot{s.index}" for s in cap.slots]
+
+
+def _declared_r(d: Draft, L: int | None) -> tuple[list | None, str]:
+    from forensics.models import conventions as cv
+
+    if L is None:
+        return None, "no L"
+    if d.declared_ids is None:
+        return cv.default_r(L), "engine default (no ids in the draft config)"
+    # speculators / vLLM configs: r = id; SGLang / SpecForge nested ids: r = id + 1 (sglang before #25454)
+    system = "speculators" if d.trainer in ("speculators", "vllm") else "sglang"
+    try:
+        rs = cv.to_r(system, d.declared_ids, L, version="pre-25454" if system == "sglang" else None)
+    except ForensicsError:
+        return None, "unreadable ids"
+    return (None if any(r is None for r in rs) else list(rs)), f"config ids {d.declared_ids} read as {system}"
+
+
+def auto_candidates(refs: list, k: int, declared: list | None, trainer_fc: list | None, L: int | None = None,
+                    cap_max: int = MAX_CANDIDATES) -> list[tuple[tuple, list[str]]]:
+    """A bounded, ordered set of wirings (tuples of slot refs) with tags saying why each is there.
+
+    Priority: the declared wiring, the trainer's view, the engines' default r = {2, L//2, L−3} and its
+    SGLang +1 reading, shifts ±1/±2 of the declared wiring and the trainer's view, the last k slots,
+    consecutive windows and subsets (small slot sets only), then permutations; at most ``cap_max``.
+    """
+    avail = [r for r in refs if r != FINAL_POST]
+    order = sorted(r for r in avail if isinstance(r, int)) + [r for r in avail if not isinstance(r, int)]
+    small = len(order) <= k + 4
+    out: dict[tuple, list[str]] = {}
+
+    def add(w, tag):
+        w = tuple(w)
+        if len(w) == k and len(set(w)) == k and all(r in avail for r in w) and (w in out or len(out) < cap_max):
+            out.setdefault(w, [])
+            if tag not in out[w]:
+                out[w].append(tag)
+
+    if declared:
+        add(declared, "declared")
+    if trainer_fc:
+        add(trainer_fc, "trainer view")
+    if L is not None and k == 3:
+        from forensics.models.conventions import default_r
+
+        add(default_r(L), "engine default")  # vLLM / SGLang without ids / SpecForge / EAGLE (§1)
+        add([r + 1 for r in default_r(L)], "engine default +1")  # SGLang's +1 on default-valued ids (§3.2)
+    for base, name in ((declared, "declared"), (trainer_fc, "trainer view")):
+        if base and all(isinstance(r, int) for r in base):
+            for s in (1, -1, 2, -2):
+                add([r + s for r in base], f"{name} shifted {s:+d}")
+    add(order[-k:], "last slots")
+    if small:
+        for i in range(len(order) - k + 1):
+            add(order[i:i + k], "window" if i else "first slots")
+        for comb in itertools.combinations(order, k):
+            add(comb, "subset")
+    for base in (declared, trainer_fc):
+        if base:
+            for perm in itertools.permutations(base):
+                add(perm, "permutation")
+    if len(order) <= k + 2:
+        for comb in itertools.combinations(order, k):
+            for perm in itertools.permutations(comb):
+                add(perm, "permutation")
+    return list(out.items())
+
+
+def _parse_candidates(spec, refs: list) -> list[tuple[tuple, list[str]]]:
+    if isinstance(spec, str):
+        groups = [g for g in spec.split(";") if g.strip()]
+        spec = [[x for x in g.replace(" ", "").split(",") if x] for g in groups]
+    out = []
+    for w in spec:
+        rs = []
+        for x in w:
+            x = x if not isinstance(x, str) or not x.startswith("slot") else x
+            rs.append(x if isinstance(x, str) and x.startswith("slot") else parse_r(x))
+        missing = [r for r in rs if r not in refs]
+        if missing:
+            raise ForensicsError(f"candidate {wiring_label(rs)}: r {[r_label(m) for m in missing]} not in the data "
+                                 f"(slots: {wiring_label(refs)})")
+        out.append((tuple(rs), ["given"]))
+    return out
+
+
+def _model_and_L(model, caps):
+    if model is None:
+        return None
+    from forensics.models.target import default_model_path, load_model
+
+    if isinstance(model, str):
+        m, _ = load_model(default_model_path() if model in ("default", "smollm2") else model)
+        return m
+    return model[0] if isinstance(model, tuple) else model
+
+
+def _ids_per_engine(best: list, L: int | None, arch: str | None) -> tuple[dict | None, list[str]]:
+    from forensics.models import conventions as cv
+
+    if L is None:
+        return None, ["L (the verifier's layer count) is unknown: no engine ids (pass --model or a capture.json)"]
+    if not all(isinstance(r, int) for r in best):
+        return None, [f"best wiring {wiring_label(best)} has slots without a declared r: no engine ids"]
+    out = {}
+    for system, version in ENGINE_PLANS:
+        name = system if version is None else f"{system} {version}"
+        try:
+            out[name] = cv.from_r(system, best, L, version=version, arch=arch).to_dict()
+        except ForensicsError as e:
+            out[name] = {"ids": None, "key": None, "caveat": str(e)}
+    return out, []
+
+
+# -------------------------------------------------------------------------------- probe --
+
+def probe(draft: str | os.PathLike | Draft, data: Any, candidates: str | list = "auto", model: Any = None,
+          topk: int = TOPK, max_samples: int | None = None, use_loss_mask: bool = False) -> ProbeResult:
+    """Rank candidate wirings of ``draft`` by step-0 agreement on capture ``data``.
+
+    Args:
+        draft: draft folder (speculators ``layers.0.*`` or EAGLE/SGLang/SpecForge ``midlayer.*``) or a Draft.
+        data: capture file, folder, Capture or list of them (slots named by r via ``capture.json`` /
+            ``data_config.json``).
+        candidates: ``"auto"`` (declared, trainer's view, shifts, windows, permutations; at most
+            ``MAX_CANDIDATES``), or wirings as ``"0,3,16;3,16,28"`` / ``[[0, 3, 16], [3, 16, 28]]``.
+        model: None, ``"default"`` (packaged SmolLM2), a model path, or a loaded model. With a model the
+            target is the verifier's prediction; without, the actual next token.
+        topk: k of the top-k agreement. max_samples: use at most this many files.
+        use_loss_mask: score only positions whose (shifted) loss mask is set.
+    """
+    import torch
+
+    d = draft if isinstance(draft, Draft) else load_draft(draft)
+    caps = _captures(data)[:max_samples] if max_samples else _captures(data)
+    m = _model_and_L(model, caps)
+    facts = None
+    if m is not None:
+        from forensics.models.target import model_facts
+
+        facts = model_facts(m)
+    L = facts["num_layers"] if facts else next((c.num_layers for c in caps if c.num_layers), None)
+    from forensics.models.conventions import arch_family
+
+    arch = arch_family([facts["architecture"]], facts["model_type"]) if facts else None
+    refs = _slot_refs(caps[0])
+    k = d.num_aux
+    declared, declared_how = _declared_r(d, L)
+    trainer = _TRAINERS.get(caps[0].format)
+    if trainer is not None:
+        from forensics.models.conventions import trainer_view
+
+        fc = [refs[i] for i in trainer_view(trainer, len(refs)).fc_slots][:k]
+    else:
+        fc = [r for r in refs if r != FINAL_POST][:k]
+    cands = auto_candidates(refs, k, declared, fc, L) if candidates == "auto" else _parse_candidates(candidates, refs)
+    if not cands:
+        raise ForensicsError(f"no candidate wiring of {k} slots can be built from the data's slots "
+                             f"{wiring_label(refs)}", path=caps[0].path)
+    notes = [f"declared wiring: {declared_how}" + (f" → {wiring_label(declared)}" if declared else "")]
+    if declared and tuple(declared) not in dict(cands):
+        notes.append(f"declared wiring {wiring_label(declared)} is not available in the data (slots "
+                     f"{wiring_label(refs)})")
+
+    counts = {w: [0, 0, 0] for w, _ in cands}  # top1, topk, n
+    tids = d.target_ids()
+    E = d.embed
+    embed_source = "draft checkpoint" if E is not None else None
+    if E is None and m is not None:
+        E, embed_source = m.get_input_embeddings().weight.detach().float(), "model"
+    target_source = None
+    used, skipped = [], []
+    for cap in caps:
+        crefs = _slot_refs(cap)
+        ids = cap.input_ids
+        if ids is None or cap.num_tokens < 3:
+            skipped.append(f"{os.path.basename(cap.path)}: no input_ids or < 3 tokens")
+            continue
+        ids = ids.reshape(-1).long()
+        T = int(ids.numel())
+        if any(w_r not in crefs for w, _ in cands for w_r in w):
+            skipped.append(f"{os.path.basename(cap.path)}: slots {wiring_label(crefs)} differ from the first file")
+            continue
+        if cap.hidden_size != d.hidden_size:
+            raise ForensicsError(f"capture hidden size {cap.hidden_size} != draft hidden size {d.hidden_size}",
+                                 path=cap.path)
+        states = {r: cap.slots[i].tensor() for i, r in enumerate(crefs)}
+        if E is not None:
+            emb = E[ids[1:]]
+        elif 0 in states:
+            emb, embed_source = states[0][1:].float(), "the capture's r=0 slot"
+        else:
+            raise ForensicsError("the draft ships no embed_tokens and the data has no r=0 slot: pass --model",
+                                 path=d.path)
+        with torch.no_grad():
+            if m is not None:
+                if L in states and L != 0:
+                    last = states[L].float()
+                    from forensics.models.target import final_norm, lm_head_weight
+
+                    g, eps = final_norm(m)
+                    logits_v = (g * last * torch.rsqrt(last.pow(2).mean(-1, keepdim=True) + eps)) @ lm_head_weight(m).T
+                    src = f"lm_head(norm(captured r={L})) of the model"
+                else:
+                    logits_v = m(input_ids=ids.reshape(1, -1), use_cache=False).logits[0].float()
+                    src = "model run on the capture's input_ids"
+                target = logits_v.argmax(-1)[1:]  # position t+1's prediction, paired with fused state t
+                valid = torch.ones(T - 1, dtype=torch.bool)
+                tkind = TARGET_VERIFIER
+            else:
+                target = torch.cat([ids[2:], ids.new_zeros(1)])
+                valid = torch.ones(T - 1, dtype=torch.bool)
+                valid[-1] = False
+                src, tkind = "input_ids shifted by two (no model given)", TARGET_NEXT
+            if use_loss_mask and cap.loss_mask is not None:
+                valid &= cap.loss_mask.reshape(-1)[1:].bool()
+            target_source = target_source or src
+            for w, _ in cands:
+                fused = torch.cat([states[r][:-1].float() for r in w], dim=-1)
+                logits = d.forward(fused, emb)
+                top = tids[logits.topk(min(topk, logits.shape[-1]), dim=-1).indices]
+                c = counts[w]
+                c[0] += int(((top[:, 0] == target) & valid).sum())
+                c[1] += int(((top == target[:, None]).any(-1) & valid).sum())
+                c[2] += int(valid.sum())
+        used.append(cap.path)
+    if not used:
+        raise ForensicsError("no usable capture file: " + "; ".join(skipped[:5]))
+
+    rows = []
+    for w, tags in cands:
+        c1, ck, n = counts[w]
+        rows.append({"wiring": list(w), "label": wiring_label(list(w)), "tags": tags, "top1": c1 / n if n else 0.0,
+                     "top1_ci": list(wilson(c1, n)), "topk": ck / n if n else 0.0, "n": n, "correct": c1})
+    rows.sort(key=lambda r: (-r["top1"], -r["topk"]))
+    warnings = []
+    res_ids, w_ids = _ids_per_engine(rows[0]["wiring"], L, arch)
+    warnings += w_ids
+    if len(rows) > 1 and rows[0]["top1_ci"][0] <= rows[1]["top1_ci"][1]:
+        warnings.append(f"no wiring is clearly best: {rows[0]['label']} {100 * rows[0]['top1']:.1f}% "
+                        f"[{100 * rows[0]['top1_ci'][0]:.1f}, {100 * rows[0]['top1_ci'][1]:.1f}] and "
+                        f"{rows[1]['label']} {100 * rows[1]['top1']:.1f}% [{100 * rows[1]['top1_ci'][0]:.1f}, "
+                        f"{100 * rows[1]['top1_ci'][1]:.1f}] overlap (95% Wilson CIs); add samples")
+    if rows[0]["n"] < MIN_POSITIONS:
+        warnings.append(f"only {rows[0]['n']} positions scored (< MIN_POSITIONS = {MIN_POSITIONS})")
+    if declared and rows[0]["wiring"] != list(declared) and tuple(declared) in counts:
+        drow = next(r for r in rows if r["wiring"] == list(declared))
+        warnings.append(f"the declared wiring {drow['label']} scores {100 * drow['top1']:.1f}%, below "
+                        f"{rows[0]['label']} {100 * rows[0]['top1']:.1f}%: the draft was likely trained on "
+                        f"{rows[0]['label']}")
+    notes += [f"skipped {s}" for s in skipped]
+    if E is not None and embed_source == "model" and d.target_vocab_size and E.shape[0] != d.target_vocab_size:
+        warnings.append(f"model vocab {E.shape[0]} != draft target vocab {d.target_vocab_size}")
+    return ProbeResult(draft=d.to_dict(), rows=rows, target=tkind, target_source=target_source or "",
+                       embed_source=embed_source or "?", files=used, positions=rows[0]["n"], num_layers=L,
+                       topk=topk, ids_per_engine=res_ids, warnings=warnings, notes=notes)

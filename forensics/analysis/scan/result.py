@@ -1,0 +1,70 @@
+"""`ScanResult`: rows, dataset summary and anomalies of a scan, as text, HTML fragment and JSON."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class ScanResult:
+    """Result of :func:`forensics.scan`. ``rows`` (one per file, in file order; read back from ``out``
+    when the scan wrote one, so memory stays bounded), ``summary`` (per format: majority slot count,
+    hidden size, depth order/roles/labels, dataset per-slot norm distributions), ``anomalies``
+    (``[{file, kind, slot, message, value, threshold}]``), ``timing``."""
+
+    path: str
+    summary: dict
+    anomalies: list[dict]
+    timing: dict
+    out: str | None = None
+    _rows: list[dict] | None = field(default=None, repr=False)
+    _keys: list[tuple] = field(default_factory=list, repr=False)
+
+    @property
+    def rows(self) -> list[dict]:
+        if self._rows is not None:
+            return self._rows
+        from forensics.analysis.scan.rows import read_rows
+
+        wanted = {k: i for i, k in enumerate(self._keys)}
+        got = {}
+        for row in read_rows(self.out):
+            i = wanted.get((row.get("path"), row.get("size"), row.get("mtime_ns")))
+            if i is not None:
+                got[i] = {k: v for k, v in row.items() if k != "sketch"}
+        return [got[i] for i in sorted(got)]
+
+    @property
+    def slots(self) -> dict[str, list[dict]]:
+        """Dataset per-slot norm summaries, per format: ``{format: [{index, name, mean, std, median, …}]}``."""
+        return {fmt: g["slots"] for fmt, g in self.summary["groups"].items()}
+
+    @property
+    def ok(self) -> bool:
+        """No anomaly in any file and no finding shared by the whole dataset."""
+        return not self.anomalies and not self.summary.get("dataset_findings")
+
+    def _headline(self) -> str:
+        from forensics.views.scan import headline
+
+        return headline(self)
+
+    def __repr__(self) -> str:
+        from forensics.views.scan import text
+
+        return text(self)
+
+    def _repr_html_(self) -> str:
+        from forensics.views.scan import html
+
+        return html(self)
+
+    def to_dict(self, with_rows: bool | None = None) -> dict:
+        """JSON-safe dict; rows included when held in memory (no ``out``) unless ``with_rows`` says."""
+        if with_rows is None:
+            with_rows = self._rows is not None
+        d = {"path": self.path, "out": self.out, "summary": self.summary, "anomalies": self.anomalies,
+             "timing": self.timing}
+        if with_rows:
+            d["rows"] = self.rows
+        return d

@@ -1,0 +1,204 @@
+"""One scan row per capture file, computed in a worker process (local pool or Dask).
+
+A row holds what a dataset scan needs to know about one file: its format and shape, per-slot norm
+summaries, role/label/depth rank from :func:`forensics.fingerprint` (for the files chosen to be
+fingerprinted), the rank of each slot's median token norm (always: a cheap order signature), findings,
+and a mergeable sketch of every slot's per-token norms (:mod:`forensics.sketch`), so the parent process
+never holds per-token arrays. An unreadable file
+becomes a row with ``error`` set; nothing a file contains can crash the scan.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from forensics.analysis.scan.sketch import LogHistogram, Moments
+
+MALLOC_TUNE_BYTES = 1 << 30  # glibc mmap/trim thresholds in workers (ecosystem.md §6.10: page faults)
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc <malloc.h> mallopt parameters
+_worker_ready = False
+
+
+def _num(v: Any) -> Any:
+    if isinstance(v, (float, np.floating)):
+        v = float(v)
+        return v if math.isfinite(v) else None
+    return v
+
+
+def init_worker(tune_malloc: bool = True) -> None:
+    """Per-process set-up: one torch thread (processes give the parallelism) and, optionally, glibc
+    thresholds that keep large freed blocks for reuse instead of ``munmap``-ing them (so fresh blocks
+    are not page-faulted in again: ecosystem.md §6.10). Idempotent; also called on Dask workers."""
+    global _worker_ready
+    if _worker_ready:
+        return
+    import torch
+
+    torch.set_num_threads(1)
+    if tune_malloc:
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL("libc.so.6")
+            libc.mallopt(_M_MMAP_THRESHOLD, MALLOC_TUNE_BYTES)
+            libc.mallopt(_M_TRIM_THRESHOLD, MALLOC_TUNE_BYTES)
+        except (OSError, AttributeError):  # not glibc: nothing to tune
+            pass
+    _worker_ready = True
+
+
+def scan_batch(items: list[tuple[str, int, int, bool]], opts: dict) -> list[dict]:
+    """Rows for a batch of ``(path, size, mtime_ns, fingerprint?)`` items (the unit of work of a worker)."""
+    init_worker(opts.get("tune_malloc", True))
+    die_on = opts.get("_test_die_on")  # test hook: simulate a worker killed while reading this file
+    rows = []
+    for path, size, mtime_ns, use_fp in items:
+        if die_on and path.endswith(die_on):
+            os._exit(3)
+        rows.append(file_row(path, size, mtime_ns, use_fingerprint=use_fp))
+    return rows
+
+
+def empty_row(path: str, size: int | None, mtime_ns: int | None, *_: object) -> dict:
+    return {"path": path, "size": size, "mtime_ns": mtime_ns, "format": None, "num_tokens": None,
+            "hidden": None, "num_slots": 0, "basis": None, "slots": [], "findings": [], "error": None,
+            "error_kind": None, "elapsed": 0.0, "sketch": []}
+
+
+def error_kind(message: str) -> str:
+    """``length_mismatch`` for token/state or slot length disagreements, else ``unreadable``."""
+    m = message.lower()
+    return "length_mismatch" if ("length mismatch" in m or "ragged" in m) else "unreadable"
+
+
+def file_row(path: str, size: int, mtime_ns: int, use_fingerprint: bool = True) -> dict:
+    """The scan row of one file; every failure becomes ``error`` (never an exception)."""
+    from forensics.errors import ForensicsError
+
+    t0 = time.perf_counter()
+    row = empty_row(path, size, mtime_ns)
+    try:
+        _fill(row, path, use_fingerprint)
+    except ForensicsError as e:
+        row.update(error=str(e), error_kind=error_kind(str(e)), slots=[], sketch=[], findings=[])
+    except MemoryError:
+        row.update(error=f"{path}: out of memory while reading", error_kind="unreadable", slots=[], sketch=[])
+    except Exception as e:  # noqa: BLE001 - a scan must survive any file (reported, not raised)
+        msg = f"{path}: internal error while scanning: {type(e).__name__}: {str(e)[:300]}"
+        row.update(error=msg, error_kind="unreadable", slots=[], sketch=[], findings=[])
+    row["elapsed"] = round(time.perf_counter() - t0, 6)
+    # plain JSON types only: rows held in memory equal rows read back from the file. The sketch (last key) is
+    # built from plain ints/floats already (``tolist``, ``math.fsum``); walking its ~1000 bin counts per file
+    # through json_safe cost ~1 ms per Kimi-sized file (cProfile, 2026-11-30), so it is passed through as is.
+    sketch = row.pop("sketch")
+    row = json_safe(row)
+    row["sketch"] = sketch
+    return row
+
+
+def _fingerprint_fn():
+    try:
+        from forensics.analysis.fingerprint.core import fingerprint
+    except ImportError:
+        return None
+    return fingerprint
+
+
+def _fill(row: dict, path: str, use_fingerprint: bool) -> None:
+    from forensics.analysis.stats import summarize
+    from forensics.io.formats import load
+    from forensics.layers import r_label
+
+    cap = load(path)
+    fp_fn = _fingerprint_fn() if use_fingerprint else None
+    fp = fp_fn(cap) if fp_fn is not None else None
+    st = fp.stats if fp is not None else summarize(cap)
+    row.update(format=cap.format, num_tokens=cap.num_tokens, hidden=cap.hidden_size, num_slots=len(st.slots),
+               basis="fingerprint" if fp is not None else "stats")
+    fps = {s.index: s for s in fp.slots} if fp is not None else {}
+    # Cheap order signature of every file: the rank of each slot's token-0-excluded median norm. Not a depth
+    # (norms are not monotone in depth: fingerprint-signals.md §1); only its agreement across files is used.
+    med = [s.norm_excl_first.median for s in st.slots]
+    rank = {i: r for r, i in enumerate(sorted(range(len(med)), key=lambda i: (_sort_key(med[i]), i)))}
+    for s in st.slots:
+        f = fps.get(s.index)
+        row["slots"].append({
+            "index": s.index, "name": s.name, "dtype": s.dtype, "shape": list(s.shape),
+            "norm": {"median": _num(s.norm.median), "mean": _num(s.norm.mean), "std": _num(s.norm.std),
+                     "p05": _num(s.norm.p05), "p95": _num(s.norm.p95)},
+            "median_excl_first": _num(s.norm_excl_first.median),
+            "first": _num(s.first), "first_ratio": _num(s.first_ratio), "nan": s.nan, "inf": s.inf,
+            "sinks": list(s.sinks), "num_sinks": getattr(s, "num_sinks", len(s.sinks)),
+            "massive_dims": list(s.massive_dims), "claimed": s.claimed,
+            "declared": None if s.declared_r is None else r_label(s.declared_r),
+            "role": getattr(f, "role", None), "label": getattr(f, "label", None),
+            "depth_rank": int(f.depth_rank) if f is not None and f.depth_rank is not None else None,
+            "norm_rank": rank[s.index],
+            "confidence": _num(getattr(f, "confidence", None)),
+            "r_exact": getattr(f, "r_exact", None),
+        })
+        hist = LogHistogram()
+        hist.add(s.norms)
+        n, s1, s2 = Moments.file_sums(s.norms)
+        row["sketch"].append({"n": n, "s1": s1, "s2": s2, "hist": hist.to_dict()})
+    if fp is not None:
+        for x in fp.findings:
+            row["findings"].append({"kind": x.kind, "slots": list(x.slots or []), "message": x.message})
+    if not any(x["kind"] == "duplicate" for x in row["findings"]):
+        row["findings"].extend(_duplicates(st.slots))
+
+
+def _sort_key(v: float) -> float:
+    return v if v is not None and math.isfinite(v) else math.inf
+
+
+def _duplicates(slots) -> list[dict]:
+    """Pairs of slots whose per-token norms are bit-identical (a slot captured or copied twice)."""
+    out = []
+    for i, a in enumerate(slots):
+        for b in slots[i + 1:]:
+            if a.norms.shape == b.norms.shape and np.array_equal(a.norms, b.norms, equal_nan=True):
+                out.append({"kind": "duplicate", "slots": [a.index, b.index],
+                            "message": f"slots {a.index} ({a.name}) and {b.index} ({b.name}) have identical "
+                                       "per-token norms: the same tensor stored twice?"})
+    return out
+
+
+def json_safe(x: Any) -> Any:
+    """numpy scalars → Python numbers, non-finite floats → None, tuples → lists, anything else → str."""
+    if isinstance(x, dict):
+        return {str(k): json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [json_safe(v) for v in x]
+    if isinstance(x, (bool, np.bool_)):
+        return bool(x)
+    if isinstance(x, (int, np.integer)):
+        return int(x)
+    if isinstance(x, (float, np.floating)):
+        return float(x) if math.isfinite(float(x)) else None
+    return x if x is None or isinstance(x, str) else str(x)
+
+
+def read_rows(out: str) -> Iterator[dict]:
+    """Rows of a scan's JSON Lines file; a torn last line (killed mid-write) is skipped."""
+    if not os.path.exists(out):
+        return
+    with open(out, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(row, dict) and "path" in row:
+                yield row

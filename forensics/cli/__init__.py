@@ -1,0 +1,85 @@
+"""``hsf``: the command-line view. Each command lives in ``forensics/commands/<name>.py`` with
+``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``; modules are imported only when their
+command runs, so ``hsf --help`` stays instant (no torch import).
+
+Exit codes: 0 ok, 1 a verdict of mismatch (audit) or contradicting findings (fingerprint), 2 unreadable
+input or bad arguments, 3 cannot tell (audit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+# name -> one-line help (kept here so --help needs no command module import)
+COMMANDS = {
+    "inspect": "per-slot norm statistics and the detected format of capture files",
+    "fingerprint": "which tensor is which: role, depth order and label of every slot, with evidence",
+    "audit": "does serving feed the EAGLE-3 draft what training fed it? verdict, slices, fix",
+    "capture": "capture hidden states from a real model (default: packaged SmolLM2) in any format",
+    "scan": "scan a whole dataset: every file checked, anomalies found, resumable, parallel",
+    "probe": "run a trained draft on capture data under candidate wirings and rank them",
+    "report": "write one offline HTML report (verdicts first, evidence below)",
+}
+
+
+def build_parser(with_commands: list[str] | None = None) -> argparse.ArgumentParser:
+    from forensics import __version__
+
+    p = argparse.ArgumentParser(
+        prog="hsf",
+        description="hidden-state forensics: tell which captured LLM hidden-state tensor is which, and "
+                    "whether an EAGLE-3 draft is served what it was trained on. Layers are named in r: "
+                    "r=0 embedding output, r=k output of block k (= HF hidden_states[k]), r=L last block "
+                    "pre-norm, final_post after the final norm.")
+    p.add_argument("--version", action="version", version=f"hsf {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    for name, help_ in COMMANDS.items():
+        sp = sub.add_parser(name, help=help_, description=help_)
+        if with_commands is not None and name in with_commands:
+            mod = _module(name)
+            if mod is not None:
+                mod.add_arguments(sp)
+        sp.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+    return p
+
+
+def _module(name: str):
+    try:
+        return importlib.import_module(f"forensics.cli.{name}")
+    except ModuleNotFoundError as e:
+        if e.name == f"forensics.cli.{name}":
+            return None
+        raise
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command not in COMMANDS:
+        parser = build_parser()
+        args = parser.parse_args(argv)  # prints help / version / errors and exits
+        parser.print_help()
+        return 2
+    mod = _module(command)
+    if mod is None:
+        print(f"hsf {command}: not available in this installation", file=sys.stderr)
+        return 2
+    args = build_parser([command]).parse_args(argv)
+    from forensics.errors import ForensicsError
+
+    try:
+        return int(mod.run(args) or 0)
+    except ForensicsError as e:
+        print(f"hsf {command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"hsf {command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `hsf … | head`: the reader left; stop quietly, no traceback at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+

@@ -1,0 +1,7 @@
+"""`python -m forensics.cli` runs the hsf command line."""
+
+import sys
+
+from forensics.cli import main
+
+sys.exit(main())

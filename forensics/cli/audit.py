@@ -1,0 +1,59 @@
+"""``hsf audit``: does serving feed the EAGLE-3 draft what training fed it? Verdict, slices, fix.
+
+Exit codes: 0 match; 1 mismatch; 2 unreadable input or bad arguments; 3 cannot-tell (non-zero so a CI
+gate never passes on an unproven wiring, and distinct from 1 so a script can tell "proven wrong" from
+"not proven").
+"""
+
+from __future__ import annotations
+
+from forensics.cli._common import positive_int, print_json
+
+EXIT = {"match": 0, "mismatch": 1, "cannot-tell": 3}
+
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--data", metavar="PATH", help="training capture file or folder (its slots are fingerprinted)")
+    p.add_argument("--trained-layout", metavar="R,R,...",
+                   help="instead of --data: the stored slots as labels, e.g. embed,L3,L31,L59")
+    p.add_argument("--draft", metavar="PATH", help="draft checkpoint folder (config.json [+ model.safetensors])")
+    p.add_argument("--engine", choices=["sglang", "vllm"], help="the serving engine")
+    p.add_argument("--engine-version", metavar="V",
+                   help="sglang: pre-25454 | post-25454 (default); vllm: pre-36063 | post-36063 | post-46973 "
+                        "(default). Also written sglang<25454, >=25454, latest")
+    p.add_argument("--trainer", choices=["speculators-v1", "speculators", "specforge"],
+                   help="the trainer that consumed --data (default: from the data's format)")
+    p.add_argument("--target-config", metavar="PATH", help="the target model's config.json (or its folder)")
+    p.add_argument("--num-layers", type=positive_int, metavar="L",
+                   help="target num_hidden_layers (instead of --target-config)")
+    p.add_argument("--hidden-size", type=positive_int, metavar="H",
+                   help="target hidden_size (instead of --target-config)")
+    p.add_argument("--target-arch", metavar="NAME",
+                   help="target architecture when no --target-config (e.g. DeepseekV3ForCausalLM, LlamaForCausalLM)")
+    p.add_argument("--served", metavar="PATH",
+                   help="capture of what the engine actually fed the draft (e.g. vLLM extract_hidden_states "
+                        "safetensors): compared slot by slot with --data, no config needed")
+    p.add_argument("--model", metavar="PATH",
+                   help="reference model for exact r per slot (HF folder, .gguf, or a ladder capture with the "
+                        "same input_ids); default: fingerprint from the data alone")
+    p.add_argument("--no-fingerprint", action="store_true", help="trust declared layers; skip fingerprinting")
+
+
+def run(args) -> int:
+    from forensics.analysis.audit.core import audit
+    from forensics.models.conventions import arch_family
+
+    data = args.data
+    if args.trained_layout:
+        data = [x for x in args.trained_layout.replace(" ", "").split(",") if x]
+    res = audit(data=data, draft=args.draft, engine=args.engine, engine_version=args.engine_version,
+                trainer=args.trainer, target_config=args.target_config, served=args.served,
+                num_layers=args.num_layers, hidden_size=args.hidden_size,
+                arch=arch_family([args.target_arch]) if args.target_arch else None,
+                use_fingerprint=not args.no_fingerprint, model=args.model)
+    if args.json:
+        print_json(res.to_dict())
+    else:
+        print(res.text())
+    return EXIT[res.verdict]

@@ -1,0 +1,42 @@
+"""``hsf probe --draft DIR --data PATH [--model PATH] [--candidates auto|LIST] [--json]``: which wiring
+does this trained draft actually expect?
+
+Runs the draft at training-time step 0 under candidate wirings of the captured slots and ranks them by
+top-1 / top-k agreement with the verifier's prediction (with ``--model``) or the actual next token.
+Exit 0 when the ranking is clear or no declared wiring exists; 1 when the draft's declared wiring is
+clearly beaten by another (its 95 % CI lies below the best's); 2 on unreadable input.
+"""
+
+from __future__ import annotations
+
+from forensics.cli._common import print_json
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--draft", required=True, metavar="DIR", help="EAGLE-3 draft folder (config.json + weights; "
+                   "speculators layers.0.* or EAGLE/SGLang/SpecForge midlayer.* names)")
+    p.add_argument("--data", required=True, metavar="PATH", help="capture file or folder (slots named by r)")
+    p.add_argument("--model", metavar="PATH", default=None,
+                   help="verifier (HF folder or .gguf; 'default' = packaged SmolLM2): scores against its "
+                        "prediction and supplies the embedding; without it the target is the next token")
+    p.add_argument("--candidates", default="auto", metavar="auto|LIST",
+                   help="'auto' (declared, trainer's view, shifts, permutations; at most 24) or wirings as "
+                        "r lists, e.g. '0,3,16;3,16,28' or 'embed,L3,L16;L3,L16,L28'")
+    p.add_argument("--topk", type=int, default=None, help="k of the top-k agreement (default 5)")
+    p.add_argument("--samples", type=int, default=None, metavar="N", help="use at most N capture files")
+    p.add_argument("--loss-mask", action="store_true", help="score only positions with loss_mask set")
+
+
+def run(args) -> int:
+    from forensics.analysis.probe import TOPK, probe
+
+    res = probe(args.draft, args.data, candidates=args.candidates, model=args.model,
+                topk=args.topk or TOPK, max_samples=args.samples, use_loss_mask=args.loss_mask)
+    if args.json:
+        print_json(res.to_dict())
+    else:
+        print(repr(res))
+    declared = next((r for r in res.rows if "declared" in r["tags"]), None)
+    if declared is not None and declared is not res.best and declared["top1_ci"][1] < res.best["top1_ci"][0]:
+        return 1
+    return 0

@@ -1,0 +1,86 @@
+"""``hsf report PATH… [--layers …] [--model …] [--draft … --engine … --trainer …] -o report.html``."""
+
+from __future__ import annotations
+
+import os
+
+from forensics.cli._common import print_json
+
+
+def add_arguments(p) -> None:
+    p.add_argument("paths", nargs="+", metavar="PATH", help="capture files or directories")
+    p.add_argument("-o", "--output", default="report.html", metavar="FILE",
+                   help="where to write the HTML report (default: report.html)")
+    p.add_argument("--layers", "--expect", dest="layers", metavar="LIST",
+                   help="expected layers for labels, e.g. 0,3,16,28 or embed,L3,L16,L28")
+    p.add_argument("--model", metavar="PATH", help="model (HF folder, safetensors dir or .gguf) for exact mode "
+                   "('default' = packaged SmolLM2)")
+    p.add_argument("--draft", metavar="PATH", help="EAGLE-3 draft folder (config.json [+ model.safetensors])")
+    p.add_argument("--engine", metavar="NAME", help="serving engine: sglang | vllm")
+    p.add_argument("--engine-version", metavar="V", help="engine version (conventions changed over time)")
+    p.add_argument("--trainer", metavar="NAME", help="trainer: speculators-v1 | speculators | specforge")
+    p.add_argument("--target-config", metavar="PATH", help="the target model's config.json")
+    p.add_argument("--served", metavar="PATH", help="a capture of what the server actually fed the draft")
+    p.add_argument("--scan", action="store_true", help="also scan the first PATH as a dataset (hsf scan)")
+    p.add_argument("--title", metavar="TEXT", help="report title")
+
+
+def check_arguments(args) -> None:
+    """Reject a wrong option before the (slow) report is built: one line, exit 2, instead of a report that
+    says "all pass" with the failure buried in its Errors section (QA: --draft /nonexistent gave exit 0)."""
+    from forensics.analysis.fingerprint.core import parse_expected
+    from forensics.errors import ForensicsError
+    from forensics.models import conventions as cv
+
+    parse_expected(args.layers)
+    if args.engine is not None and cv.canonical_system(args.engine) not in cv.ENGINES:
+        raise ForensicsError(f"--engine {args.engine!r}: not a serving engine; expected one of {list(cv.ENGINES)}")
+    if args.engine_version is not None:
+        if args.engine is None:
+            raise ForensicsError("--engine-version needs --engine (sglang or vllm)")
+        cv.parse_version(args.engine, args.engine_version)
+    if args.trainer is not None and cv.canonical_system(args.trainer) not in \
+            {cv.canonical_system(t) for t in cv.TRAINERS}:
+        raise ForensicsError(f"--trainer {args.trainer!r}: not a trainer; expected one of {list(cv.TRAINERS)}")
+    for opt in ("draft", "served", "target_config", "model"):
+        path = getattr(args, opt)
+        if path is not None and not (opt == "model" and path == "default") and not os.path.exists(path):
+            raise ForensicsError(f"--{opt.replace('_', '-')} {path}: no such file or directory")
+    if args.draft is not None:
+        from forensics.models.draft_config import read_draft
+
+        read_draft(args.draft)
+
+
+def run(args) -> int:
+    import sys
+
+    from forensics.views.report.core import report
+
+    check_arguments(args)
+    if args.model == "default":  # as in `hsf fingerprint --model default`: the packaged SmolLM2
+        from forensics.models.target import default_model_path
+
+        args.model = default_model_path()
+    rep = report(args.paths, layers=args.layers, model=args.model, draft=args.draft, engine=args.engine,
+                 engine_version=args.engine_version, trainer=args.trainer, target_config=args.target_config,
+                 served=args.served, scan=True if args.scan else None, title=args.title)
+    out = rep.save(args.output)
+    size = os.path.getsize(out)
+    files = rep.context["files"]
+    unreadable = sum(1 for f in files if f.error)
+    doc = {"output": out, "bytes": size, "files": len(files), "unreadable": unreadable,
+           "verdicts": rep.counts, "overall": rep.context["overall"],
+           "audit": rep.context.get("audit_verdict"), "command": rep.command()}
+    if args.json:
+        print_json(doc)
+    else:
+        c = rep.counts
+        print(f"{len(files)} files" + (f" ({unreadable} unreadable)" if unreadable else "") +
+              f"; slots: {c.get('fail', 0)} fail, {c.get('warn', 0)} warn, {c.get('pass', 0)} pass, "
+              f"{c.get('info', 0)} info" + (f"; audit: {doc['audit']}" if doc["audit"] else ""))
+        print(f"report written: {out} ({size / 1e6:.2f} MB)")
+    errors = rep.context.get("errors") or []
+    for e in errors:  # what could not be done is said here too, not only at the bottom of the HTML
+        print(f"hsf report: error: {e.get('where')}: {e.get('message')}", file=sys.stderr)
+    return 2 if unreadable or errors else 0

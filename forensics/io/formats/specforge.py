@@ -1,0 +1,30 @@
+"""SpecForge offline data (``specforge_hidden_states_v1``): ``rows_*/data_{i}.ckpt[.gz]`` =
+``{input_ids [seq], loss_mask [seq], hidden_state [1, seq, H] (final, post-norm),
+aux_hidden_state [1, seq, 3H] (SGLang's concatenated aux states, layer order)}``.
+
+Read as 4 slots: the 3 aux slices in stored order, then the final ``hidden_state``.
+"""
+
+from __future__ import annotations
+
+from forensics.errors import ForensicsError
+from forensics.io.formats._common import as_2d, build, provenance, split_concat, tensor_slot
+
+NAME = "specforge"
+
+
+def match(obj) -> bool:
+    return isinstance(obj, dict) and "aux_hidden_state" in obj and "hidden_state" in obj
+
+
+def read(obj: dict, path: str):
+    aux = as_2d(obj["aux_hidden_state"], path, "aux_hidden_state")
+    final = as_2d(obj["hidden_state"], path, "hidden_state")
+    h = int(final.shape[1])
+    if aux.shape[1] % h:
+        raise ForensicsError(f"aux_hidden_state width {aux.shape[1]} is not a multiple of hidden_state width {h}",
+                             path=path)
+    k = int(aux.shape[1]) // h
+    slots = split_concat(aux, k, path, "aux_hidden_state")
+    slots.append(tensor_slot(k, "hidden_state", "hidden_state", final, claimed="final_post"))
+    return build(slots, obj.get("input_ids"), obj.get("loss_mask"), provenance(path, NAME))

@@ -1,0 +1,85 @@
+"""speculators current format: ``hidden_states/hs_{i}.safetensors`` = ``{hidden_states [seq, k, H],
+token_ids [seq]}`` (speculators ``ArrowDataset._get_raw_data``, #353 onward). The reader feeds
+``hidden_states[:, :-1].flatten(1)`` to the draft and ``hidden_states[:, -1]`` as the target.
+
+vLLM's ``ExampleHiddenStatesConnector`` (806715ec) stacks ``[k, seq, H]`` instead; the token axis is
+found by matching ``len(token_ids)``, and the layout found is recorded in the provenance.
+"""
+
+from __future__ import annotations
+
+from forensics.errors import ForensicsError
+from forensics.io.formats._common import build, lazy_slot, provenance
+from forensics.io.formats._io import FLOAT_DTYPES, SAFETENSORS_DTYPES, SafetensorsFile
+
+NAME = "speculators"
+
+
+def _stack_shape(sf: SafetensorsFile) -> tuple[int, ...]:
+    """Shape of ``hidden_states`` with a leading batch dim of 1 dropped from a 4-D ``[1, seq, k, H]``."""
+    shape = sf.shape("hidden_states")
+    return shape[1:] if len(shape) == 4 and shape[0] == 1 else shape
+
+
+def _n_ids(sf: SafetensorsFile) -> int | None:
+    if "token_ids" not in sf.keys():
+        return None
+    n = 1
+    for d in sf.shape("token_ids"):
+        n *= d
+    return n
+
+
+def match_safetensors(sf: SafetensorsFile) -> bool:
+    """A 3-D ``hidden_states`` stack; ``[1, seq, H]`` (one sequence with a batch dim) is left to generic."""
+    if "hidden_states" not in sf.keys():
+        return False
+    shape = _stack_shape(sf)
+    if len(shape) != 3:
+        return False
+    n_ids = _n_ids(sf)
+    return not (shape[0] == 1 and (n_ids is None or shape[1] == n_ids) and len(sf.shape("hidden_states")) == 3)
+
+
+def read_safetensors(sf: SafetensorsFile, path: str):
+    import torch
+
+    shape = _stack_shape(sf)
+    batched = len(sf.shape("hidden_states")) == 4
+    ids = sf.get("token_ids") if "token_ids" in sf.keys() else None
+    n_ids = _n_ids(sf)
+    a, b, h = shape
+    notes = []
+    if n_ids is not None and a == n_ids and b != n_ids:
+        layout, seq, k, transposed = "[seq, k, H]", a, b, False
+    elif n_ids is not None and b == n_ids and a != n_ids:
+        layout, seq, k, transposed = "[k, seq, H] (vLLM connector stack order; transposed on read)", b, a, True
+    elif n_ids is not None and a == n_ids and b == n_ids:
+        layout, seq, k, transposed = "[seq, k, H] (ambiguous: k == seq; assumed speculators order)", a, b, False
+        notes.append("token axis ambiguous because k == seq; assumed [seq, k, H]")
+    elif n_ids is None:
+        layout, seq, k, transposed = "[seq, k, H] (no token_ids to confirm)", a, b, False
+        notes.append("no token_ids: layout [seq, k, H] assumed, not verified")
+    else:
+        raise ForensicsError(
+            f"length mismatch: token_ids has {n_ids} tokens but hidden_states has shape {list(shape)} "
+            "(neither axis 0 nor axis 1 matches)", path=path)
+    if seq == 0 or h == 0 or k == 0:
+        raise ForensicsError(f"zero-length sequence, layer count or hidden size: hidden_states shape {list(shape)}",
+                             path=path)
+    dt = SAFETENSORS_DTYPES.get(sf.dtype_name("hidden_states"), "")
+    if dt not in FLOAT_DTYPES:
+        raise ForensicsError(f"hidden_states must be floating point, found {sf.dtype_name('hidden_states')}",
+                             path=path)
+    dtype = getattr(torch, dt.split(".")[1])
+    if batched:
+        notes.append("leading batch dim of 1 squeezed")
+    stack = (lambda: sf.get("hidden_states")[0]) if batched else (lambda: sf.get("hidden_states"))
+    slots = []
+    for i in range(k):
+        getter = (lambda i=i: stack()[i]) if transposed else (lambda i=i: stack()[:, i])
+        claimed = "target" if (i == k - 1 and k > 1) else f"aux[{i}]"
+        name = f"hidden_states[{i}]" if transposed else f"hidden_states[:, {i}]"
+        slots.append(lazy_slot(i, name, "hidden_states", (seq, h), dtype, getter, claimed))
+    mask = sf.get("loss_mask") if "loss_mask" in sf.keys() else None
+    return build(slots, ids, mask, provenance(path, NAME, layout=layout, notes=notes))

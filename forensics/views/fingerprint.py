@@ -1,0 +1,110 @@
+"""Text and HTML views of a ``Fingerprint``: the verdict table first, then the evidence behind it."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from forensics.layers import r_label
+from forensics.views.format import Raw, badge, esc, html_table
+
+if TYPE_CHECKING:  # pragma: no cover
+    from forensics.analysis.fingerprint.core import Fingerprint
+
+FINDING_VERDICT = {"reordered": "fail", "duplicate": "fail", "missing_embedding": "fail", "postnorm": "fail",
+                   "prenorm": "fail", "off_by_one": "fail", "wrong_layer": "fail", "nonfinite": "fail",
+                   "count_mismatch": "warn", "unexpected_embedding": "warn",
+                   "no_reference_match": "warn", "all_zero": "fail", "few_tokens": "warn"}
+
+
+MAX_MATRIX_SLOTS = 8  # print the k×k distance matrix up to this many slots (HTML: up to 16)
+
+
+def _r(v) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, float):
+        return f"{v:.2f}·L"
+    return r_label(v)
+
+
+def _head(fp: Fingerprint) -> str:
+    c = fp.capture
+    L = f", L = {fp.num_layers}" if fp.num_layers else ", L unknown (r≈ is a depth fraction)"
+    exp = ""
+    if fp.expected is not None:
+        exp = f"; expected [{', '.join(r_label(r) for r in fp.expected)}] ({fp.expected_source})"
+    ex = f"; exact mode vs {os.path.basename(str(fp.exact['source']))}" if fp.exact else ""
+    return (f"{os.path.basename(c.path)}: {c.format}, {c.num_tokens} tokens, hidden {c.hidden_size}, "
+            f"{len(fp.slots)} slots{L}{exp}{ex}")
+
+
+def text(fp: Fingerprint) -> str:
+    """Readable multi-line text: header, depth order, verdict table, findings, evidence per slot."""
+    lines = [_head(fp)]
+    lines.append("  depth order (shallow → deep): " + " → ".join(
+        f"[{i}]" + (f" {fp.slots[i].label}" if fp.slots[i].label else "") for i in fp.depth_order)
+        + f"   (order confidence {fp.order_confidence:.2f})")
+    w = max(12, min(34, max(len(sf.name) for sf in fp.slots) + 2))
+    lines.append(f"  {'slot':<6}{'name':<{w}}{'role':<16}{'conf':>5}  {'rank':>4}  {'r≈':<11}{'label':<11}"
+                 f"{'r_exact':<11}decided by")
+    for sf in fp.slots:
+        lines.append(f"  {f'[{sf.index}]':<6}{sf.name[:w - 2]:<{w}}{sf.role:<16}{sf.confidence:>5.2f}  "
+                     f"{sf.depth_rank:>4}  {_r(sf.r_estimate):<11}{sf.label or '—':<11}{_r(sf.r_exact):<11}"
+                     f"{sf.decided_by}")
+    lines.append("  (r≈ coarse data-only depth from the slot's rank; label = expected list assigned in depth order; "
+                 "r_exact = reference match, --model)")
+    k = len(fp.slots)
+    if 1 < k <= MAX_MATRIX_SLOTS:
+        lines.append("  masked angular distance (0 = same direction; sinks dropped, massive dims masked):")
+        lines.append("        " + "".join(f"{f'[{j}]':>7}" for j in range(k)))
+        for i in range(k):
+            lines.append(f"    [{i}] " + "".join(f"{fp.similarity[i, j]:7.3f}" for j in range(k)))
+    if fp.findings:
+        lines.append("  findings:")
+        lines += [f"    {f.kind.upper()}: {f.message}" for f in fp.findings]
+    else:
+        lines.append("  findings: none")
+    lines.append("  evidence:")
+    for e in fp.order_evidence:
+        lines.append(f"    order  {e.line()}")
+    for sf in fp.slots:
+        lines.append(f"    [{sf.index}] {sf.name} → {sf.role} ({sf.confidence:.2f})")
+        lines += [f"      {e.line()}" for e in sf.evidence]
+    return "\n".join(lines)
+
+
+def html(fp: Fingerprint) -> str:
+    """Escaped HTML fragment: verdict table, findings, order evidence, per-slot evidence tables."""
+    rows = []
+    for sf in fp.slots:
+        declared = fp.stats.slots[sf.index].declared_r
+        rows.append([sf.index, sf.name, Raw(f"<b>{esc(sf.role)}</b>"), f"{sf.confidence:.2f}", sf.depth_rank,
+                     _r(sf.r_estimate), sf.label or "—", _r(sf.r_exact),
+                     r_label(declared) if declared is not None else "—", sf.decided_by])
+    out = [f"<div class='hsf-caption'><b>{esc(_head(fp))}</b></div>",
+           f"<div>depth order (shallow → deep): {esc(' → '.join(str(i) for i in fp.depth_order))} "
+           f"(order confidence {fp.order_confidence:.2f})</div>",
+           html_table(["#", "slot", "role", "confidence", "depth rank", "r≈", "label", "r exact", "declared",
+                       "decided by"], rows, cls="hsf-fingerprint")]
+    if fp.findings:
+        out.append(html_table(["verdict", "finding", "slots", "message"],
+                              [[badge(FINDING_VERDICT.get(f.kind, "warn")), f.kind, ", ".join(map(str, f.slots)),
+                                f.message] for f in fp.findings], cls="hsf-findings"))
+    else:
+        out.append(f"<div>{badge('pass')} no findings</div>")
+    k = len(fp.slots)
+    if 1 < k <= 2 * MAX_MATRIX_SLOTS:
+        out.append("<div>masked angular distance (0 = same direction; sinks dropped, massive dims masked)</div>" +
+                   html_table([""] + [f"[{j}]" for j in range(k)],
+                              [[f"[{i}]"] + [f"{fp.similarity[i, j]:.3f}" for j in range(k)] for i in range(k)],
+                              cls="hsf-similarity"))
+    ev_rows = [["order", e.signal, e.value, e.threshold if e.threshold is not None else "—", e.verdict]
+               for e in fp.order_evidence]
+    for sf in fp.slots:
+        ev_rows += [[f"[{sf.index}] {sf.name}", e.signal, e.value, e.threshold if e.threshold is not None else "—",
+                     e.verdict] for e in sf.evidence]
+    out.append("<details><summary>evidence</summary>" +
+               html_table(["slot", "signal", "value", "threshold", "verdict"], ev_rows, cls="hsf-evidence") +
+               "</details>")
+    return "<div class='hsf-fingerprint-block'>" + "".join(out) + "</div>"

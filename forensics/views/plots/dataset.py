@@ -1,0 +1,182 @@
+"""Figures of dataset-level and wiring results: the audit's fc slice diagram and the dataset scan.
+
+Pure functions like the rest of :mod:`forensics.plots` (which re-exports them): ``AuditResult`` /
+``ScanResult`` in, a new ``Figure`` out, drawing only numbers the result already holds.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import TYPE_CHECKING, Any
+
+from forensics.layers import r_label
+from forensics.views.plots.slots import BAD_COLOR, OK_COLOR, UNKNOWN_COLOR, _figure, slot_colors
+
+if TYPE_CHECKING:  # pragma: no cover
+    from matplotlib.figure import Figure
+
+MAX_MARKED_ANOMALY_FILES = 40  # anomalous files marked on the per-file plot (the anomaly table lists all)
+
+
+def _slice_field(s: Any, key: str) -> Any:
+    return s.get(key) if isinstance(s, dict) else getattr(s, key, None)
+
+
+def audit_slices(audit: Any, title: str | None = None) -> Figure:
+    """The audit's fc slice diagram: per input slice of the draft's fc, trained r (top) vs served r (bottom).
+
+    Green = same r, vermillion = mismatch, grey = cannot tell. Reads ``AuditResult.slices`` only.
+    """
+    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+
+    slices = list(getattr(audit, "slices", []) or [])
+    fig = _figure(height=2.6)
+    ax = fig.add_subplot()
+    ax.set_axis_off()
+    verdict = getattr(audit, "verdict", "?")
+    ax.set_title(f"{title or 'EAGLE-3 fc input slices: trained vs served'} — verdict: {verdict}", fontsize=10)
+    if not slices:
+        ax.text(0.5, 0.5, "no slice information (the audit could not map fc slices)", ha="center", va="center",
+                transform=ax.transAxes, color="#555555")
+        return fig
+    n = len(slices)
+    ax.set_xlim(-1.6, n)
+    ax.set_ylim(-0.2, 2.3)
+    ax.text(-1.5, 1.75, "trained", fontsize=9, va="center", weight="bold")
+    ax.text(-1.5, 0.35, "served", fontsize=9, va="center", weight="bold")
+    for j, s in enumerate(slices):
+        tr, sv, ok = _slice_field(s, "trained_r"), _slice_field(s, "served_r"), _slice_field(s, "ok")
+        color = UNKNOWN_COLOR if ok is None else (OK_COLOR if ok else BAD_COLOR)
+        for y, r in ((1.5, tr), (0.1, sv)):
+            ax.add_patch(FancyBboxPatch((j + 0.1, y), 0.8, 0.5, boxstyle="round,pad=0.02", facecolor=color,
+                                        alpha=0.25, edgecolor=color, lw=1.5, gid=f"slice-{j}-{'t' if y > 1 else 's'}"))
+            ax.text(j + 0.5, y + 0.25, r_label(r) if r is not None else "?", ha="center", va="center", fontsize=10,
+                    weight="bold")
+        ax.add_patch(FancyArrowPatch((j + 0.5, 1.48), (j + 0.5, 0.64), arrowstyle="-|>", mutation_scale=10,
+                                     color=color, lw=1.2))
+        name = _slice_field(s, "slice")
+        ax.text(j + 0.55, 1.06, ("✓" if ok else ("✗" if ok is not None else "?")) + f" {name}", ha="left",
+                va="center", fontsize=7, color="#333333")
+    return fig
+
+
+# ------------------------------------------------------------------------------------------------- scan
+def _group(scan: Any, fmt: str | None) -> tuple[str, dict]:
+    groups = scan.summary.get("groups") or {}
+    if not groups:
+        raise ValueError("the scan found no readable capture (no format group to plot)")
+    if fmt is None:
+        fmt = max(groups, key=lambda k: groups[k].get("files", 0))
+    return fmt, groups[fmt]
+
+
+def _slot_name(sl: dict) -> str:
+    return f"{sl['index']}: {sl.get('label') or sl.get('name')}"
+
+
+def scan_norms(scan: Any, fmt: str | None = None, title: str | None = None) -> Figure:
+    """Dataset per-slot norm distribution of one format group (box = p25–p75, whiskers p5–p95, line = median,
+    dot = max), from ``ScanResult.summary['groups'][fmt]['slots']`` — the scan's streaming quantiles."""
+    fmt, g = _group(scan, fmt)
+    slots = g["slots"]
+    fig = _figure(width=min(7.0, 2.6 + 1.0 * len(slots)))
+    ax = fig.add_subplot()
+    colors = slot_colors(len(slots))
+    boxes = [{"label": _slot_name(sl), "whislo": sl["p05"], "q1": sl["p25"], "med": sl["median"], "q3": sl["p75"],
+              "whishi": sl["p95"], "fliers": []} for sl in slots]
+    art = ax.bxp(boxes, showfliers=False, patch_artist=True, widths=0.5)
+    for patch, c in zip(art["boxes"], colors, strict=True):
+        patch.set_facecolor(c)
+        patch.set_alpha(0.45)
+    for i, m in enumerate(art["medians"]):
+        m.set_color("black")
+        m.set_gid(f"scan-median-{i}")
+    ax.scatter(range(1, len(slots) + 1), [sl["max"] for sl in slots], marker="^", color="#555555", s=18, zorder=4,
+               label="max", gid="scan-max")
+    ax.set_yscale("log")
+    ax.set_ylabel("per-token ‖x‖₂ over all files (log)")
+    ax.tick_params(axis="x", labelsize=8)
+    ax.legend(fontsize=7, loc="best")
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_title(title or f"Dataset norms per slot — {fmt}: {g['files']} files, {slots[0]['tokens'] if slots else 0}"
+                 " tokens/slot", fontsize=10)
+    return fig
+
+
+def scan_file_medians(scan: Any, fmt: str | None = None, title: str | None = None) -> Figure:
+    """Median token norm of every slot, file by file (log axis); files with anomalies marked ✕ on top.
+
+    Reads ``ScanResult.rows[].slots[].norm.median`` and ``ScanResult.anomalies``; a reordered or NaN file
+    shows as a jump in one or more slot lines at its x position.
+    """
+    fmt, g = _group(scan, fmt)
+    rows = [r for r in scan.rows if r.get("format") == fmt and not r.get("error")]
+    k = max((len(r["slots"]) for r in rows), default=0)
+    fig = _figure()
+    ax = fig.add_subplot()
+    colors = slot_colors(k)
+    names = {sl["index"]: _slot_name(sl) for sl in g["slots"]}
+    for i in range(k):
+        xs, ys = [], []
+        for x, r in enumerate(rows):
+            if i < len(r["slots"]):
+                v = (r["slots"][i].get("norm") or {}).get("median")
+                if v is not None and math.isfinite(v) and v > 0:
+                    xs.append(x)
+                    ys.append(v)
+        ax.plot(xs, ys, marker="o", ms=3, lw=1, color=colors[i], label=names.get(i, f"slot {i}"),
+                gid=f"scan-medians-{i}")
+    bad = {a["file"] for a in scan.anomalies}
+    marked = [x for x, r in enumerate(rows) if r["path"] in bad][:MAX_MARKED_ANOMALY_FILES]
+    for x in marked:
+        ax.axvline(x, color=BAD_COLOR, alpha=0.35, lw=4, zorder=0)
+    if marked:
+        ax.scatter(marked, [1.02] * len(marked), transform=ax.get_xaxis_transform(), marker="x", color=BAD_COLOR,
+                   s=30, clip_on=False, label="file with anomaly", gid="scan-anomalies")
+    ax.set_yscale("log")
+    ax.set_xlabel(f"file (scan order; {len(rows)} readable {fmt} files)")
+    ax.set_ylabel("median token ‖x‖₂ (log)")
+    if len(rows) <= 12:
+        ax.set_xticks(range(len(rows)), [os.path.basename(r["path"]) for r in rows], rotation=30, ha="right",
+                      fontsize=7)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    ax.set_title(title or f"Per-file median norm per slot — {fmt}", fontsize=10, pad=12)
+    return fig
+
+
+# ------------------------------------------------------------------------------------------------ probe
+MAX_PROBE_ROWS = 12  # wirings shown (best first); the rest are in ProbeResult.rows
+
+
+def probe_wirings(probe: Any, top: int = MAX_PROBE_ROWS, title: str | None = None) -> Figure:
+    """The draft probe's ranking: top-1 agreement per candidate wiring with its 95 % Wilson interval.
+
+    Reads ``ProbeResult.rows`` (best first: ``label``, ``top1``, ``top1_ci``, ``n``, ``tags``); the best
+    wiring is green, the one the data/config declares is outlined.
+    """
+    rows = list(getattr(probe, "rows", []) or [])[:top]
+    fig = _figure(height=max(2.4, 0.32 * len(rows) + 1.2))
+    ax = fig.add_subplot()
+    if not rows:
+        ax.text(0.5, 0.5, "no wiring was scored", ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+        return fig
+    y = list(range(len(rows)))
+    top1 = [100 * r["top1"] for r in rows]
+    lo = [100 * (r["top1"] - r["top1_ci"][0]) if r.get("top1_ci") else 0 for r in rows]
+    hi = [100 * (r["top1_ci"][1] - r["top1"]) if r.get("top1_ci") else 0 for r in rows]
+    colors = [OK_COLOR if k == 0 else UNKNOWN_COLOR for k in range(len(rows))]
+    widths = [1.5 if "declared" in (r.get("tags") or []) else 0.0 for r in rows]
+    ax.barh(y, top1, xerr=[lo, hi], color=colors, edgecolor="black", linewidth=widths, alpha=0.8, capsize=2,
+            gid="probe-top1")
+    ax.set_yticks(y, [r["label"] + ("  (declared)" if "declared" in (r.get("tags") or []) else "") for r in rows],
+                  fontsize=8)
+    ax.invert_yaxis()
+    target = getattr(probe, "target", None)
+    ax.set_xlabel(f"step-0 top-1 agreement with the {'verifier' if target == 'verifier' else 'next token'} (%), "
+                  f"95 % Wilson CI; n = {rows[0].get('n')}")
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_title(title or "Draft probe: which wiring does the draft work with?", fontsize=10)
+    return fig

@@ -1,0 +1,461 @@
+"""Figures of result objects: pure functions (result in, matplotlib ``Figure`` out), nothing recomputed.
+
+Every function takes a result the compute modules already produced (``CaptureStats``, ``Fingerprint``,
+``AuditResult``, ``ScanResult``) and returns a new :class:`matplotlib.figure.Figure` that is *not*
+registered with pyplot: no global figure state, nothing to ``plt.close``, no backend needed (PNG export
+goes through Agg). In Jupyter the figures display inline (a PNG formatter is registered on first use).
+
+    >>> import forensics, forensics.views.plots as hp                      # doctest: +SKIP
+    >>> fp = forensics.fingerprint("sample_data/speculators_v1/data_0.pt")   # doctest: +SKIP
+    >>> hp.norm_distributions(fp)                                     # doctest: +SKIP
+    >>> png = hp.figure_to_png_bytes(hp.depth_ladder(fp), dpi=100)    # doctest: +SKIP
+
+Slot names on every axis come from :func:`slot_labels`: ``"1: L3"`` (stored index, then the
+fingerprint's label, else the r the file declares, else the slot's own name).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from forensics.layers import FINAL_POST, r_label
+from forensics.views.format import esc
+
+if TYPE_CHECKING:  # pragma: no cover
+    from matplotlib.figure import Figure
+
+    from forensics.analysis.stats import CaptureStats, SlotStats
+
+# Okabe & Ito (2008) colour-blind-safe palette; yellow last (weak on white).
+OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000", "#F0E442"]
+OK_COLOR, BAD_COLOR, UNKNOWN_COLOR = "#009E73", "#D55E00", "#999999"
+SEQUENTIAL_CMAP = "cividis"  # perceptually uniform and colour-blind safe (Nuñez et al. 2018)
+FIG_WIDTH = 7.0  # inches: fits a notebook cell and the report column at 100 dpi
+ROW_HEIGHT = 3.0
+MAX_HEIGHT = 6.0  # inches: a 32-slot ladder capture still fits a screen and the report
+MAX_LEGEND_ROWS = 12  # more lines than this: the norm-by-position legend moves under the axes, 6 per row
+MAX_ANNOTATED_ROWS = 12  # per-row text annotations (depth ladder, massive dims) only up to this many rows
+DEFAULT_DPI = 100
+MAX_STRIP_POINTS = 4000  # per slot; beyond this the token strip is strided (sinks always kept)
+KDE_GRID = 128
+MAX_ANNOTATED_CELLS = 12  # similarity heatmaps up to k×k cells get their values written in
+
+
+# ----------------------------------------------------------------------------------------------- helpers
+def _unpack(result: Any) -> tuple[CaptureStats, Any]:
+    """(CaptureStats, Fingerprint or None) from a CaptureStats or a Fingerprint."""
+    if hasattr(result, "stats") and hasattr(result.stats, "slots"):
+        return result.stats, result
+    if hasattr(result, "slots") and hasattr(result, "capture"):
+        return result, None
+    raise TypeError(f"expected CaptureStats or Fingerprint, got {type(result).__name__}")
+
+
+def slot_labels(result: Any) -> list[str]:
+    """Axis labels per slot, ``"<stored index>: <label>"``.
+
+    The label is the fingerprint's ``label`` (or exact r), else the r the file declares, else the slot
+    name; when the fingerprint's label differs from the declared r, the declaration is shown too
+    (``"0: L16 (decl. embed)"``), so a reordered file is visible on every plot.
+    """
+    stats, fp = _unpack(result)
+    out = []
+    for i, s in enumerate(stats.slots):
+        declared = r_label(s.declared_r) if s.declared_r is not None else None
+        lab = None
+        if fp is not None and i < len(getattr(fp, "slots", [])):
+            sf = fp.slots[i]
+            lab = getattr(sf, "label", None)
+            if lab is None and getattr(sf, "r_exact", None) is not None:
+                lab = r_label(sf.r_exact)
+        if lab is None:
+            lab = declared or s.name
+        elif declared and declared != lab:
+            lab = f"{lab} (decl. {declared})"
+        out.append(f"{s.index}: {lab}")
+    return out
+
+
+def slot_colors(k: int) -> list:
+    """k distinct colour-blind-safe colours (Okabe–Ito up to 8, then samples of cividis)."""
+    if k <= len(OKABE_ITO):
+        return OKABE_ITO[:k]
+    from matplotlib import colormaps
+
+    cmap = colormaps[SEQUENTIAL_CMAP]
+    return [cmap(x) for x in np.linspace(0.0, 0.95, k)]
+
+
+def _colors_for(stats: CaptureStats, sel: list[int]) -> dict[int, Any]:
+    """Slot index → colour: fixed per slot when the capture has ≤ 8 slots, else per selected slot (so a
+    handful picked out of a 32-slot ladder still get distinct Okabe–Ito colours)."""
+    k = len(stats.slots)
+    if k <= len(OKABE_ITO):
+        return dict(enumerate(slot_colors(k)))
+    return dict(zip(sel, slot_colors(len(sel)), strict=True))
+
+
+def _figure(height: float = ROW_HEIGHT, width: float = FIG_WIDTH) -> Figure:
+    from matplotlib.figure import Figure
+
+    _register_inline_png()
+    return Figure(figsize=(width, min(height, MAX_HEIGHT)), dpi=DEFAULT_DPI, layout="constrained")
+
+
+_INLINE_DONE = False
+
+
+def _register_inline_png() -> None:
+    """Inside IPython, show bare Figures as PNG (pyplot is never involved, so no inline backend hook)."""
+    global _INLINE_DONE
+    if _INLINE_DONE:
+        return
+    _INLINE_DONE = True
+    try:
+        from IPython import get_ipython
+        from matplotlib.figure import Figure
+    except ImportError:  # pragma: no cover
+        return
+    ip = get_ipython()
+    if ip is not None:
+        ip.display_formatter.formatters["image/png"].for_type(Figure, lambda f: figure_to_png_bytes(f))
+
+
+def _selected(stats: CaptureStats, slots: Sequence[int] | None) -> list[int]:
+    n = len(stats.slots)
+    if slots is None:
+        return list(range(n))
+    if isinstance(slots, (int, np.integer)):
+        slots = [int(slots)]
+    return [int(i) for i in slots if 0 <= int(i) < n]
+
+
+def _name(stats: CaptureStats) -> str:
+    import os
+
+    return os.path.basename(str(stats.capture.path))
+
+
+def _positive(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    return x[np.isfinite(x) & (x > 0)]
+
+
+def _fmt(x: float) -> str:
+    if x is None or not math.isfinite(x):
+        return "nan"
+    return f"{x:.4g}" if abs(x) >= 100 else f"{x:.3g}"
+
+
+def _empty(ax, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="#555555")
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+# ------------------------------------------------------------------------------------------------ export
+def figure_to_png_bytes(fig: Figure, dpi: int = DEFAULT_DPI) -> bytes:
+    """PNG bytes of a figure (Agg; works for figures never shown, with no display)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    return buf.getvalue()
+
+
+def figure_to_html(fig: Figure, alt: str = "", dpi: int = DEFAULT_DPI) -> str:
+    """An ``<img>`` tag with the figure inlined as a base64 PNG data URI (no network, one file)."""
+    data = base64.b64encode(figure_to_png_bytes(fig, dpi=dpi)).decode("ascii")
+    title = alt or (fig.axes[0].get_title() if fig.axes else "")
+    return (f"<img class='hsf-plot' alt='{esc(title)}' src='data:image/png;base64,{data}' "
+            f"style='max-width:100%;height:auto'/>")
+
+
+# ----------------------------------------------------------------------------------------- norm figures
+def _kde_log10(values: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """Gaussian KDE of log10(values) on a grid clipped to the data range (Silverman bandwidth)."""
+    x = np.log10(values)
+    if x.size < 2 or np.ptp(x) == 0:
+        return None
+    bw = max(1.06 * float(x.std()) * x.size ** (-0.2), 1e-3)
+    grid = np.linspace(float(x.min()), float(x.max()), KDE_GRID)
+    sample = x if x.size <= 20000 else x[:: math.ceil(x.size / 20000)]
+    dens = np.exp(-0.5 * ((grid[:, None] - sample[None, :]) / bw) ** 2).sum(axis=1)
+    return grid, dens / dens.max()
+
+
+def _strip_index(n: int, keep: Sequence[int]) -> np.ndarray:
+    if n <= MAX_STRIP_POINTS:
+        return np.arange(n)
+    idx = np.arange(0, n, math.ceil(n / MAX_STRIP_POINTS))
+    return np.union1d(idx, np.asarray([k for k in keep if k < n], dtype=int))
+
+
+def norm_distributions(result: Any, slots: Sequence[int] | None = None, title: str | None = None) -> Figure:
+    """Per-token L2 norm distribution of each slot on a log axis: violin + token strip + median + sinks.
+
+    Takes a ``CaptureStats`` or a ``Fingerprint`` (labels then come from the fingerprint). The strip's
+    points are exactly ``SlotStats.norms`` (finite, > 0; strided beyond ``MAX_STRIP_POINTS``), the white
+    bar is ``SlotStats.norm.median``, red triangles are ``SlotStats.sinks``.
+    """
+    from forensics.analysis.stats import SINK_RATIO
+
+    stats, _ = _unpack(result)
+    sel = _selected(stats, slots)
+    labels = slot_labels(result)
+    colors = _colors_for(stats, sel)
+    fig = _figure(width=min(FIG_WIDTH, 2.6 + 1.1 * len(sel)))
+    ax = fig.add_subplot()
+    if not sel:
+        _empty(ax, "no slot selected")
+        return fig
+    rng = np.random.default_rng(0)
+    sink_drawn = False
+    for x, i in enumerate(sel):
+        s: SlotStats = stats.slots[i]
+        norms = np.asarray(s.norms, dtype=np.float64)
+        ok = np.isfinite(norms) & (norms > 0)
+        kde = _kde_log10(norms[ok])
+        if kde is not None:
+            grid, dens = kde
+            ax.fill_betweenx(10 ** grid, x - 0.4 * dens, x + 0.4 * dens, color=colors[i], alpha=0.35, lw=0,
+                             gid=f"violin-{i}")
+        idx = _strip_index(norms.size, s.sinks)
+        idx = idx[ok[idx]]
+        ax.scatter(x + rng.uniform(-0.12, 0.12, idx.size), norms[idx], s=3, color=colors[i], alpha=0.5,
+                   lw=0, gid=f"tokens-{i}")
+        med = s.norm.median
+        if math.isfinite(med) and med > 0:
+            ax.hlines(med, x - 0.3, x + 0.3, color="white", lw=2.5, zorder=3)
+            ax.hlines(med, x - 0.3, x + 0.3, color="black", lw=1, zorder=4, gid=f"median-{i}")
+            if len(sel) <= MAX_ANNOTATED_ROWS:
+                ax.annotate(f"med {_fmt(med)}", (x + 0.32, med), fontsize=7, va="center", color="#333333")
+        if s.sinks:
+            sk = [p for p in s.sinks if p < norms.size and ok[p]]
+            ax.scatter([x] * len(sk), norms[sk], marker="v", s=28, color=BAD_COLOR, edgecolor="black", lw=0.5,
+                       zorder=5, gid=f"sinks-{i}", label=None if sink_drawn else f"sink (≥{SINK_RATIO:g}× median)")
+            sink_drawn = sink_drawn or bool(sk)
+    ax.set_yscale("log")
+    many = len(sel) > MAX_ANNOTATED_ROWS
+    ax.set_xticks(range(len(sel)), [labels[i] for i in sel], fontsize=6 if many else 8,
+                  rotation=90 if many else (30 if len(sel) > 6 else 0))
+    ax.set_xlim(-0.6, len(sel) - 0.4)
+    ax.set_ylabel("per-token ‖x‖₂ (log)")
+    ax.set_title(title or f"Per-token norm distribution per slot — {_name(stats)}", fontsize=10)
+    ax.grid(axis="y", which="major", alpha=0.3)
+    if sink_drawn:
+        ax.legend(fontsize=7, loc="best")
+    return fig
+
+
+def norm_by_position(result: Any, slots: Sequence[int] | None = None,
+                     token_range: tuple[int, int] | None = None, title: str | None = None) -> Figure:
+    """Per-token L2 norm against token position, one line per slot (log axis), sinks and massive tokens marked.
+
+    ``token_range`` is inclusive ``(first, last)`` as an ``IntRangeSlider`` gives it. Line y-data are
+    exactly ``SlotStats.norms[first:last + 1]``.
+    """
+    from forensics.analysis.stats import SINK_RATIO
+
+    stats, _ = _unpack(result)
+    sel = _selected(stats, slots)
+    labels = slot_labels(result)
+    colors = _colors_for(stats, sel)
+    many = len(sel) > MAX_LEGEND_ROWS
+    fig = _figure(height=ROW_HEIGHT + (0.25 * math.ceil(len(sel) / 6) + 0.4 if many else 0))
+    ax = fig.add_subplot()
+    if not sel:
+        _empty(ax, "no slot selected")
+        return fig
+    T = max(len(stats.slots[i].norms) for i in sel)
+    lo, hi = (0, T - 1) if token_range is None else (max(0, int(token_range[0])), min(T - 1, int(token_range[1])))
+    marks = {"sink": False, "massive": False}
+    for i in sel:
+        s = stats.slots[i]
+        n = np.asarray(s.norms, dtype=np.float64)
+        pos = np.arange(lo, min(hi, n.size - 1) + 1)
+        ax.plot(pos, n[pos], color=colors[i], lw=1, label=labels[i], gid=f"norms-{i}",
+                marker="." if pos.size <= 64 else None, ms=3)
+        sk = [p for p in s.sinks if lo <= p <= hi and p < n.size and np.isfinite(n[p]) and n[p] > 0]
+        if sk:
+            ax.scatter(sk, n[sk], marker="v", s=30, color=BAD_COLOR, edgecolor="black", lw=0.5, zorder=5,
+                       gid=f"sinks-{i}", label=None if marks["sink"] else f"sink (≥{SINK_RATIO:g}× median)")
+            marks["sink"] = True
+        mp = [t["pos"] for t in s.massive_tokens if lo <= t["pos"] <= hi and t["pos"] < n.size and n[t["pos"]] > 0]
+        if mp:
+            ax.scatter(mp, n[mp], marker="x", s=36, color="black", lw=1.2, zorder=6, gid=f"massive-{i}",
+                       label=None if marks["massive"] else "massive activation")
+            marks["massive"] = True
+    ax.set_yscale("log")
+    ax.set_xlabel("token position")
+    ax.set_ylabel("per-token ‖x‖₂ (log)")
+    ax.set_title(title or f"Norm by token position — {_name(stats)} (tokens {lo}–{hi})", fontsize=10)
+    ax.grid(alpha=0.3)
+    if many:  # a ladder's worth of slots: the legend goes under the axes in columns
+        fig.legend(*ax.get_legend_handles_labels(), fontsize=6, loc="outside lower center", ncol=6, frameon=False)
+    else:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    return fig
+
+
+def massive_dims(result: Any, slots: Sequence[int] | None = None, title: str | None = None) -> Figure:
+    """Which hidden dims carry massive activations, per slot (x = hidden dim, marker size = tokens hitting it).
+
+    Reads ``SlotStats.massive_tokens`` (top dims per massive token) and ``massive_threshold``.
+    """
+    from forensics.analysis.stats import MASSIVE_ABS_THRESHOLD, MASSIVE_REL_THRESHOLD
+
+    stats, _ = _unpack(result)
+    sel = _selected(stats, slots)
+    labels = slot_labels(result)
+    colors = _colors_for(stats, sel)
+    fig = _figure(height=max(2.2, 0.45 * len(sel) + 1.2))
+    ax = fig.add_subplot()
+    hidden = max((s.shape[1] for s in stats.slots), default=1)
+    any_massive = False
+    for row, i in enumerate(sel):
+        s = stats.slots[i]
+        counts: dict[int, int] = {}
+        for t in s.massive_tokens:
+            for d in t["dims"]:
+                counts[d] = counts.get(d, 0) + 1
+        if not counts:
+            continue
+        any_massive = True
+        dims = sorted(counts)
+        ax.scatter(dims, [row] * len(dims), s=[20 + 25 * counts[d] for d in dims], color=colors[i],
+                   edgecolor="black", lw=0.5, gid=f"massive-dims-{i}", zorder=3)
+        for d in sorted(dims, key=lambda d: -counts[d])[:4 if len(sel) <= MAX_ANNOTATED_ROWS else 1]:
+            ax.annotate(f"{d} ({counts[d]} tok)", (d, row), xytext=(4, 6), textcoords="offset points", fontsize=7)
+    ax.set_yticks(range(len(sel)), [labels[i] for i in sel], fontsize=8 if len(sel) <= 16 else 6)
+    ax.set_ylim(-0.7, len(sel) - 0.3)
+    ax.set_xlim(-0.02 * hidden, hidden * 1.02)
+    ax.set_xlabel(f"hidden dimension (0–{hidden - 1})")
+    ax.grid(axis="x", alpha=0.3)
+    thr = f"|x| > max({MASSIVE_ABS_THRESHOLD:g}, {MASSIVE_REL_THRESHOLD:g}× median |x|)"
+    ax.set_title(title or f"Massive-activation dims, {thr} — {_name(stats)}", fontsize=9)
+    if not any_massive:
+        ax.text(0.5, 0.5, "no massive activations in the selected slots", ha="center", va="center",
+                transform=ax.transAxes, color="#555555")
+    return fig
+
+
+# ----------------------------------------------------------------------------------- fingerprint figures
+def similarity_heatmap(fingerprint: Any, title: str | None = None) -> Figure:
+    """Pairwise slot distance ``Fingerprint.similarity`` (masked angular distance, 0 = same direction)."""
+    sim = np.asarray(fingerprint.similarity, dtype=np.float64)
+    labels = slot_labels(fingerprint)
+    k = sim.shape[0]
+    fig = _figure(height=max(3.0, 0.42 * k + 1.4), width=min(FIG_WIDTH, max(4.2, 0.5 * k + 2.8)))
+    ax = fig.add_subplot()
+    finite = sim[np.isfinite(sim)]
+    vmax = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
+    im = ax.imshow(np.ma.masked_invalid(sim), cmap=SEQUENTIAL_CMAP, vmin=0.0, vmax=vmax, gid="similarity")
+    fs = 8 if k <= 16 else 6
+    ax.set_xticks(range(k), labels[:k], rotation=45 if k > 3 else 0, ha="right" if k > 3 else "center", fontsize=fs)
+    ax.set_yticks(range(k), labels[:k], fontsize=fs)
+    if k <= MAX_ANNOTATED_CELLS:
+        for a in range(k):
+            for b in range(k):
+                v = sim[a, b]
+                ax.text(b, a, _fmt(v) if math.isfinite(v) else "–", ha="center", va="center", fontsize=7,
+                        color="white" if (math.isfinite(v) and v < 0.5 * vmax) else "black")
+    cb = fig.colorbar(im, ax=ax, shrink=0.85)
+    cb.set_label("angular distance (massive dims masked)", fontsize=8)
+    ax.set_title(title or f"Pairwise slot distance — {_name(fingerprint.stats)}", fontsize=10)
+    return fig
+
+
+def _num_layers(fp: Any) -> int | None:
+    for obj in (fp, getattr(fp, "capture", None)):
+        n = getattr(obj, "num_layers", None)
+        if isinstance(n, (int, np.integer)) and n > 0:
+            return int(n)
+    return None
+
+
+def _post_x(L: float) -> float:
+    """Where ``final_post`` sits on the r axis: past L, with a gap so the tick labels do not collide."""
+    return L + (max(1.5, 0.1 * L) if L > 1 else 0.15)
+
+
+def _r_x(r: Any, L: float) -> float | None:
+    if r is None:
+        return None
+    if r == FINAL_POST:
+        return _post_x(L)
+    try:
+        return float(r)
+    except (TypeError, ValueError):
+        return None
+
+
+def depth_ladder(fingerprint: Any, title: str | None = None) -> Figure:
+    """Each slot placed on the r axis at its estimated depth (marker size/opacity = confidence).
+
+    Rows follow ``Fingerprint.depth_order`` (shallowest at the top). Filled dot = ``r_exact`` when known,
+    else ``r_estimate``; hollow square = the r the file declares, when it declares one. When the model's
+    L is unknown (no ``num_layers`` anywhere), the axis is the relative depth 0–1 (``depth_fraction``).
+    """
+    slots = list(fingerprint.slots)
+    labels = slot_labels(fingerprint)
+    stats = fingerprint.stats
+    colors = slot_colors(len(slots))
+    order = list(getattr(fingerprint, "depth_order", None) or range(len(slots)))
+    L: float | None = _num_layers(fingerprint)
+    declared = [s.declared_r for s in stats.slots]
+    rs = [getattr(sf, "r_exact", None) if getattr(sf, "r_exact", None) is not None else getattr(sf, "r_estimate", None)
+          for sf in slots]
+    if L is None and any(isinstance(r, int) and r > 1 for r in rs + declared):
+        L = int(math.ceil(max(r for r in rs + declared if isinstance(r, (int, float)))))
+    relative = L is None
+    if relative:  # r_estimate is then a fraction; declared r cannot be placed on a 0–1 axis
+        L = 1.0
+        rs = [r if r == FINAL_POST else (getattr(sf, "depth_fraction", None) if getattr(sf, "depth_fraction", None)
+                                         is not None else r) for r, sf in zip(rs, slots, strict=True)]
+        declared = [None] * len(slots)
+    fig = _figure(height=max(2.4, 0.5 * len(slots) + 1.3))
+    ax = fig.add_subplot()
+    declared_drawn = False
+    for row, i in enumerate(order):
+        sf = slots[i]
+        conf = float(getattr(sf, "confidence", 0.5) or 0.0)
+        x = _r_x(rs[i], L)
+        if x is not None:
+            ax.scatter([x], [row], s=40 + 200 * conf, color=colors[i], alpha=0.35 + 0.65 * conf,
+                       edgecolor="black", lw=0.6, zorder=4, gid=f"ladder-{i}")
+            exact = " exact" if getattr(sf, "r_exact", None) is not None else ""
+            if len(order) <= MAX_ANNOTATED_ROWS:
+                ax.annotate(f"{getattr(sf, 'role', '?')} · conf {conf:.2f}{exact}", (x, row), xytext=(0, 9),
+                            textcoords="offset points", fontsize=7, ha="center", va="bottom")
+        dx = _r_x(declared[i], L)
+        if dx is not None:
+            ax.scatter([dx], [row], marker="s", s=50, facecolor="none", edgecolor="black", lw=1, zorder=5,
+                       gid=f"declared-{i}", label=None if declared_drawn else "declared r")
+            declared_drawn = True
+    ax.set_yticks(range(len(order)), [labels[i] for i in order], fontsize=8 if len(order) <= 16 else 6)
+    ax.set_ylim(len(order) - 0.4, -0.9)
+    px = _post_x(L)
+    if relative:
+        ax.set_xticks([0, 0.25, 0.5, 0.75, 1.0, px], ["embed", "¼", "½", "¾", "last", "post"], fontsize=8)
+        ax.set_xlim(-0.08, px + 0.1)
+        ax.set_xlabel("relative depth (0 = embedding output, 1 = last block; L unknown: pass num_layers)")
+    else:
+        ticks = sorted({0, int(L) // 4, int(L) // 2, (3 * int(L)) // 4, int(L)})
+        ax.set_xticks(ticks + [px], [r_label(t) for t in ticks] + ["post"], fontsize=8)
+        ax.set_xlim(-0.06 * px - 0.5, px * 1.08 + 0.5)
+        ax.set_xlabel(f"r (0 = embedding output, k = output of block k, L = {int(L)}; post = after final norm)")
+    ax.axvspan((L + px) / 2, ax.get_xlim()[1], color="#dddddd", alpha=0.5, lw=0)
+    ax.grid(axis="x", alpha=0.3)
+    handles, _ = ax.get_legend_handles_labels()
+    if handles:
+        ax.legend(fontsize=7, loc="upper right")
+    ax.set_title(title or f"Depth ladder — {_name(stats)} (rows shallow → deep)", fontsize=10)
+    return fig
+
+
+# Audit and dataset-scan figures live in plots_dataset (module size); re-exported here as one namespace.

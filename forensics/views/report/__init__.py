@@ -1,0 +1,1 @@
+"""The single-file offline HTML report (Jinja2 templates inside)."""

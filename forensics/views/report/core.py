@@ -1,0 +1,273 @@
+"""The offline HTML report: verdicts first, evidence below, in one self-contained file (``hsf report``).
+
+Layout follows fingerprint-signals.md §6 / ecosystem.md §2.5 (deepchecks order: verdicts, then evidence):
+verdict block → provenance → per-slot cards → cross-slot figures → checks table → static sample browser.
+Every result object contributes its own ``_repr_html_`` fragment verbatim (the notebook's view, escaped by
+its producer); everything else goes through Jinja2 autoescaping, so a ``<script>`` in a file name, token
+text or config value renders as text. Images are inline (base64 PNG or SVG built from numbers only); the
+file makes no network request and stays under ``SIZE_BUDGET_BYTES`` on ``sample_data/`` by capping the
+per-file panels (``MAX_CARD_FILES``, ``MAX_BROWSER_SAMPLES``) and summarising the rest.
+
+Example:
+    >>> import forensics
+    >>> forensics.report(["sample_data"]).save("out/report.html")     # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import datetime
+import html
+import os
+import shlex
+from dataclasses import dataclass, field
+
+from forensics import __version__
+from forensics.analysis.audit.core import audit
+from forensics.analysis.fingerprint.core import fingerprint
+from forensics.analysis.probe import probe
+from forensics.analysis.scan.core import scan as run_scan
+from forensics.errors import ForensicsError
+from forensics.views.report.panels import (
+    build_browser,
+    build_cards,
+    build_checks,
+    build_cross,
+    error_text,
+    figure,
+    fragment,
+)
+from forensics.views.report.verdicts import FileResult, build_provenance, build_verdicts, load_tokens, worst
+
+SIZE_BUDGET_BYTES = 5_000_000  # issue 7: ≤ 5 MB for sample_data/ (ydata-profiling's 80–290 MB is the anti-example)
+TEMPLATE = "report.html.j2"
+MAX_ANALYSED_FILES = 64  # files fingerprinted one by one; a larger dataset is summarised by `forensics.scan`
+
+
+@dataclass
+class Report:
+    """A rendered-on-demand report: ``.html`` (str), ``.save(path)``, ``.counts`` (verdict counts)."""
+
+    context: dict = field(repr=False)
+    argv: list[str] = field(default_factory=list)
+    output: str | None = None
+
+    def command(self) -> str:
+        """The exact ``hsf report …`` command that regenerates this report."""
+        return shlex.join(["hsf", "report", *self.argv, "-o", self.output or "report.html"])
+
+    @property
+    def counts(self) -> dict:
+        return dict(self.context["verdicts"]["counts"])
+
+    @property
+    def html(self) -> str:
+        return render(self.context, command=self.command())
+
+    def save(self, path: str | os.PathLike) -> str:
+        """Write the report to ``path`` (parent folders created) and return the absolute path."""
+        path = os.fspath(path)
+        self.output = path
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        text = self.html
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        return os.path.abspath(path)
+
+    def __repr__(self) -> str:
+        c = self.counts
+        return (f"Report({len(self.context['files'])} files, pass {c.get('pass', 0)}, warn {c.get('warn', 0)}, "
+                f"fail {c.get('fail', 0)}; audit {self.context.get('audit_verdict') or '—'})")
+
+    def _repr_html_(self) -> str:
+        return (f"<iframe srcdoc=\"{html.escape(self.html, quote=True)}\" "
+                "style='width:100%;height:720px;border:1px solid #ccc'></iframe>")
+
+
+def render(context: dict, command: str) -> str:
+    """Render the Jinja2 template (autoescape on) with a context built by :func:`report`."""
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.PackageLoader("forensics.views.report", "templates"),
+                             autoescape=True, trim_blocks=True, lstrip_blocks=True,
+                             undefined=jinja2.StrictUndefined)
+    here = os.path.join(os.path.dirname(__file__), "templates")
+    with open(os.path.join(here, "report.css"), encoding="utf-8") as f:
+        css = f.read()
+    with open(os.path.join(here, "report.js"), encoding="utf-8") as f:
+        js = f.read()
+    return env.get_template(TEMPLATE).render(**context, command=command, css=css, js=js)
+
+
+def _argv(paths, layers, model, draft, engine, engine_version, trainer, target_config, served, title,
+          scan=None) -> list[str]:
+    argv = [os.fspath(p) for p in paths]
+    if layers is not None:
+        argv += ["--layers", layers if isinstance(layers, str) else ",".join(str(x) for x in layers)]
+    for flag, v in (("--model", model), ("--draft", draft), ("--engine", engine),
+                    ("--engine-version", engine_version), ("--trainer", trainer),
+                    ("--target-config", target_config), ("--served", served), ("--title", title)):
+        if v is not None:
+            argv += [flag, os.fspath(v) if isinstance(v, os.PathLike) else str(v)]
+    if scan is True:
+        argv.append("--scan")
+    return argv
+
+
+def _analyse(path: str, layers, model, errors: list[dict]) -> FileResult:
+    """Load one capture, fingerprint it (when that module exists) and keep what the views need."""
+    from forensics.analysis.stats import summarize
+    from forensics.io.formats import load
+
+    try:
+        cap = load(path)
+    except ForensicsError as e:
+        return FileResult(path=path, error=error_text(e))
+    fp = None
+    try:
+        fp = fingerprint(cap, layers=layers, model=model)
+    except ForensicsError as e:  # a failing section is listed in the report, not fatal
+        errors.append({"where": f"fingerprint: {path}", "message": error_text(e)})
+    try:
+        stats = fp.stats if fp is not None else summarize(cap)
+    except ForensicsError as e:
+        return FileResult(path=path, error=error_text(e))
+    return FileResult(path=path, capture=cap, stats=stats, fp=fp)
+
+
+TRAINER_FORMATS = {"speculators-v1": "speculators-v1", "speculators": "speculators", "specforge": "specforge"}
+
+
+def training_files(files: list, trainer: str | None) -> list:
+    """The files that are the draft's training data, out of everything the report reads.
+
+    A report folder can mix formats (sample_data/ holds a 32-slot ladder beside the speculators-v1
+    training files): the audit and the probe must see the trainer's own format (``--trainer``), else the
+    format most files share; never simply the first file found.
+    """
+    ok = [f for f in files if f.error is None and f.capture is not None]
+    want = TRAINER_FORMATS.get(trainer or "")
+    if want:
+        chosen = [f for f in ok if f.capture.format == want]
+        if chosen:
+            return chosen
+    counts: dict = {}
+    for f in ok:
+        counts[f.capture.format] = counts.get(f.capture.format, 0) + 1
+    if not counts:
+        return []
+    best = max(counts, key=lambda k: counts[k])  # ties: the first format met
+    return [f for f in ok if f.capture.format == best]
+
+
+def report(paths, layers=None, model=None, draft=None, engine=None, engine_version=None, trainer=None,
+           target_config=None, served=None, scan=None, title=None) -> Report:
+    """Analyse capture files/directories and build the offline HTML report.
+
+    Args:
+        paths: capture files or directories (a single path is accepted too).
+        layers: the expected layer list (``"0,3,16,28"``, ``[0, 3, 16, 28]`` or ``"embed,L3,…"``) for labels.
+        model: model path (HF folder, safetensors dir or .gguf) for exact-mode fingerprints and model facts.
+        draft, engine, engine_version, trainer, target_config, served: passed to :func:`forensics.audit`
+            (run when any of them is given; the draft is also probed when ``forensics.draft`` exists).
+        scan: a ``ScanResult`` to include, or ``True`` to scan the first path.
+        title: the report title.
+
+    Returns:
+        :class:`Report` — ``.html``, ``.save(path)``.
+    """
+    from forensics.io.formats import iter_files
+
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    paths = [os.fspath(p) for p in paths]
+    if isinstance(layers, (list, tuple)):
+        layers = ",".join(str(x) for x in layers)
+    errors: list[dict] = []
+    files: list[FileResult] = []
+    skipped = 0  # files beyond MAX_ANALYSED_FILES: covered by the dataset scan, not analysed one by one
+    for p in paths:
+        try:
+            found = list(iter_files(p))
+        except ForensicsError as e:
+            files.append(FileResult(path=p, error=error_text(e)))
+            continue
+        if not found:
+            files.append(FileResult(path=p, error=f"{p}: no capture files found"))
+        room = max(0, MAX_ANALYSED_FILES - len(files))
+        skipped += len(found[room:])
+        files.extend(_analyse(f, layers, model, errors) for f in found[:room])
+    root = os.path.commonpath([os.path.dirname(os.path.abspath(p)) for p in paths]) if paths else os.getcwd()
+    for f in files:
+        f.rel = os.path.relpath(os.path.abspath(f.path), root)
+        if f.capture is not None:
+            f.tokens = load_tokens(f.capture, errors)
+
+    audit_res = probe_res = scan_res = facts = None
+    training = training_files(files, trainer)
+    if any(v is not None for v in (draft, engine, trainer, served, target_config)):
+        try:
+            audit_res = audit(data=training[0].capture if training else (paths[0] if paths else None),
+                              draft=draft, engine=engine, engine_version=engine_version, trainer=trainer,
+                              target_config=target_config, served=served)
+        except ForensicsError as e:
+            errors.append({"where": "audit", "message": error_text(e)})
+    if draft is not None and paths and _has_weights(draft):
+        try:
+            probe_res = probe(draft, [f.capture for f in training] or paths[0], model=model)
+        except ForensicsError as e:
+            errors.append({"where": "draft probe", "message": error_text(e)})
+    if (scan is True or (scan is None and skipped)) and paths:
+        try:
+            scan_res = run_scan(paths if len(paths) > 1 else paths[0], progress=False)
+        except ForensicsError as e:
+            errors.append({"where": "scan", "message": error_text(e)})
+    elif scan not in (None, False):
+        scan_res = scan
+    if model is not None:
+        try:
+            from forensics.models.target import load_model, model_facts
+
+            facts = model_facts(load_model(model)[0])
+        except ForensicsError as e:
+            errors.append({"where": "model facts", "message": error_text(e)})
+
+    ok = [f for f in files if f.error is None]
+    for f in files:
+        if f.error:
+            errors.append({"where": f.rel or f.path, "message": f.error})
+    verdicts = build_verdicts(files, audit_res, probe_res)
+    audit_fig = figure("audit_slices", audit_res) if audit_res is not None else None
+    context = {
+        "title": title or "Hidden-state forensics report",
+        "version": __version__,
+        "generated": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        "inputs": paths,
+        "files": files,
+        "verdicts": verdicts,
+        "overall": worst([verdicts["overall"]]),
+        "provenance": build_provenance(files, layers=layers, model=model, facts=facts, draft=draft, engine=engine,
+                                       engine_version=engine_version, trainer=trainer, served=served),
+        "cards": build_cards(ok),
+        "cross": build_cross(ok),
+        "checks": build_checks(ok, audit_res, scan_res),
+        "browser": build_browser(ok),
+        "audit_html": fragment(audit_res),
+        "audit": audit_res,  # the result objects, for Python callers and tests
+        "probe": probe_res,
+        "audit_verdict": getattr(audit_res, "verdict", None),
+        "audit_fig": audit_fig,
+        "probe_html": fragment(probe_res),
+        "scan_html": fragment(scan_res),
+        "errors": errors,
+        "skipped": skipped,
+        "max_analysed": MAX_ANALYSED_FILES,
+    }
+    argv = _argv(paths, layers, model, draft, engine, engine_version, trainer, target_config, served, title, scan)
+    return Report(context=context, argv=argv)
+
+
+def _has_weights(draft) -> bool:
+    """A draft folder with weights can be probed; a bare config.json can only be audited."""
+    d = os.fspath(draft)
+    d = d if os.path.isdir(d) else os.path.dirname(d)
+    return any(os.path.isfile(os.path.join(d, n)) for n in ("model.safetensors", "pytorch_model.bin"))

@@ -1,0 +1,309 @@
+"""View models for the HTML report's evidence panels: per-slot cards, cross-slot figures, the checks table and
+the static sample browser. Numbers only go into SVG coordinates; PNG figures come from ``forensics.plots``.
+Nothing here recomputes statistics.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import os
+import re
+from typing import Any
+
+import numpy as np
+
+from forensics.views.report.verdicts import (
+    FAIL_FINDINGS,
+    RANK,
+    SEVERITY,
+    FileResult,
+    _label,
+    _slot_verdict,
+    fmt,
+    show_token,
+    worst,
+)
+
+MAX_CARD_FILES = 8  # per-slot cards for at most this many files; the rest summarised
+MAX_OPEN_CARDS = 8  # with nothing flagged, the first file with at most this many slots shows its cards unfolded
+MAX_FIGURE_FILES = 6  # files with cross-slot figures: flagged files first, then one per folder
+MAX_BROWSER_SAMPLES = 24  # panels in the static sample browser
+MAX_BROWSER_TOKENS = 192  # tokens shown per sample in the browser's token strip
+MAX_OUTLIER_ROWS = 12  # sink / massive-activation rows per slot card
+MAX_CHECK_ROWS = 1500
+HIST_BINS = 28
+FIG_DPI = 80  # modest: the size budget is 5 MB (issue 7)
+
+
+# ---------------------------------------------------------------- per-slot cards
+def _hist(norms: np.ndarray) -> dict | None:
+    """A log-x histogram of per-token norms as SVG coordinates (viewBox 0..240 × 0..64)."""
+    x = np.asarray(norms, dtype=np.float64)
+    x = x[np.isfinite(x) & (x > 0)]
+    if x.size == 0:
+        return None
+    lx = np.log10(x)
+    lo, hi = float(lx.min()), float(lx.max())
+    if hi - lo < 1e-6:
+        lo, hi = lo - 0.05, hi + 0.05
+    counts, edges = np.histogram(lx, bins=HIST_BINS, range=(lo, hi))
+    top = max(int(counts.max()), 1)
+    w = 240.0 / HIST_BINS
+    bars = [{"x": round(i * w, 2), "w": round(w - 0.6, 2), "y": round(52 - 50 * math.sqrt(c / top), 2),
+             "h": round(50 * math.sqrt(c / top), 2), "n": int(c), "lo": fmt(10 ** edges[i]),
+             "hi": fmt(10 ** edges[i + 1])} for i, c in enumerate(counts) if c]
+    med = float(np.median(x))
+    return {"bars": bars, "median_x": round(240 * (math.log10(med) - lo) / (hi - lo), 2),
+            "lo": fmt(10 ** lo), "hi": fmt(10 ** hi), "median": fmt(med)}
+
+
+def _outliers(ss, tokens: list[str] | None) -> list[dict]:
+    """Sink and massive-activation tokens of one slot: position, token text, norm, ratio, top dims."""
+    med = ss.norm.median
+    massive = {t["pos"]: t for t in ss.massive_tokens}
+    rows = []
+    for p in sorted(set(ss.sinks) | set(massive))[:MAX_OUTLIER_ROWS]:
+        m = massive.get(p)
+        norm = float(ss.norms[p])
+        rows.append({"pos": p, "token": show_token(tokens[p]) if tokens and p < len(tokens) else "—",
+                     "norm": fmt(norm), "ratio": fmt(norm / med) if med else "—",
+                     "sink": p in ss.sinks, "max_abs": fmt(m["max_abs"]) if m else "—",
+                     "dims": fmt(m["dims"][:6]) if m else "—"})
+    return rows
+
+
+def build_cards(files: list[FileResult]) -> dict:
+    out = []
+    for f in files[:MAX_CARD_FILES]:
+        fslots = {s.index: s for s in (f.fp.slots if f.fp is not None else [])}
+        findings = list(getattr(f.fp, "findings", []) or []) if f.fp is not None else []
+        cards = []
+        for ss in f.stats.slots:
+            v = _slot_verdict(fslots.get(ss.index), ss, findings,
+                              list(getattr(f.fp, "order_evidence", None) or []) if f.fp is not None else [])
+            n, x0, xs = ss.norm, ss.norm_excl_first, ss.norm_excl_sinks
+            stats = [("n tokens", n.n), ("median ‖x‖", n.median), ("mean", n.mean), ("std", n.std), ("MAD", n.mad),
+                     ("p01", n.p01), ("p05", n.p05), ("p25", n.p25), ("p75", n.p75), ("p95", n.p95), ("p99", n.p99),
+                     ("min (pos)", f"{fmt(n.min)} ({n.min_pos})"), ("max (pos)", f"{fmt(n.max)} ({n.max_pos})"),
+                     ("token 0", ss.first), ("token 0 / median rest", ss.first_ratio),
+                     ("median excl. token 0", x0.median),
+                     ("mean ± std excl. token 0", f"{fmt(x0.mean)} ± {fmt(x0.std)}"),
+                     ("mean ± std excl. sinks", f"{fmt(xs.mean)} ± {fmt(xs.std)}"), ("rms mean", ss.rms_mean),
+                     ("median |x|", ss.median_abs), ("massive threshold", ss.massive_threshold)]
+            cards.append({"id": f"{_anchor(f.rel)}-s{ss.index}", "verdict": v, "summary": ss.one_line(),
+                          "stats": [(k, fmt(val)) for k, val in stats], "hist": _hist(ss.norms),
+                          "outliers": _outliers(ss, f.tokens), "n_outliers": len(set(ss.sinks) |
+                                                                               {t["pos"] for t in ss.massive_tokens})})
+        fv = worst([c["verdict"]["verdict"] for c in cards])
+        out.append({"file": f.rel, "anchor": _anchor(f.rel), "fragment": fragment(f.fp) or fragment(f.stats),
+                    "cards": cards, "verdict": fv, "open": fv in ("warn", "fail")})
+    if out and not any(f["open"] for f in out):  # nothing flagged: open the first small file as an example
+        small = [f for f in out if len(f["cards"]) <= MAX_OPEN_CARDS]
+        (small or out)[0]["open"] = True
+    return {"files": out, "omitted": max(0, len(files) - MAX_CARD_FILES)}
+
+
+def _anchor(rel: str) -> str:
+    return "f-" + "".join(c if c.isalnum() else "-" for c in rel)[:80]
+
+
+def error_text(e: BaseException) -> str:
+    """A ForensicsError's own message (it names the file); anything else with its type."""
+    from forensics.errors import ForensicsError
+
+    return str(e) if isinstance(e, ForensicsError) else f"{type(e).__name__}: {e}"
+
+
+def fragment(obj) -> str | None:
+    """A result object's own escaped ``_repr_html_`` fragment (inserted verbatim), or None."""
+    if obj is None or not hasattr(obj, "_repr_html_"):
+        return None
+    try:
+        return obj._repr_html_()
+    except Exception as e:  # noqa: BLE001
+        import html
+
+        return f"<p class='hsf-error'>{html.escape(error_text(e))}</p>"
+
+
+# ---------------------------------------------------------------- figures (forensics.views.plots) and cross-slot
+def figure(name: str, *args, **kw) -> dict:
+    """Call ``forensics.views.plots.<name>`` and inline the Figure as a base64 PNG; the error text when it fails."""
+    try:
+        from forensics.views import plots
+    except ImportError as e:
+        return {"name": name, "src": None, "error": f"forensics.views.plots unavailable ({e})"}
+    fn = getattr(plots, name, None)
+    if fn is None:
+        return {"name": name, "src": None, "error": f"forensics.views.plots has no {name}()"}
+    try:
+        png = plots.figure_to_png_bytes(fn(*args, **kw), dpi=FIG_DPI)
+    except Exception as e:  # noqa: BLE001 — listed in the report, never fatal
+        return {"name": name, "src": None, "error": f"{type(e).__name__}: {e}"}
+    return {"name": name, "src": "data:image/png;base64," + base64.b64encode(png).decode(), "error": None}
+
+
+CROSS_FIGURES = [("norm_distributions", "Per-token norm distributions (log axis)", False),
+                 ("similarity_heatmap", "Pairwise angular distance between slots (massive dims masked)", True),
+                 ("depth_ladder", "Depth ladder: slots placed on r with confidence", True),
+                 ("massive_dims", "Massive-activation dimensions per slot", False)]
+
+
+def _figure_files(files: list[FileResult]) -> list[FileResult]:
+    """Files that get figures: every file with a finding, then the first file of each folder (samples of one
+    folder look alike; each costs ~1 s per figure), at most ``MAX_FIGURE_FILES``."""
+    flagged = [f for f in files if f.fp is not None and getattr(f.fp, "findings", None)]
+    seen, firsts = set(), []
+    for f in files:
+        d = os.path.dirname(f.rel)
+        if d not in seen:
+            seen.add(d)
+            firsts.append(f)
+    chosen = flagged + [f for f in firsts if f not in flagged]
+    return [f for f in files if f in chosen[:MAX_FIGURE_FILES]]
+
+
+def build_cross(files: list[FileResult]) -> dict:
+    out = []
+    chosen = _figure_files(files)
+    for f in chosen:
+        src = f.fp if f.fp is not None else f.stats
+        figs = [dict(figure(name, src), title=title) for name, title, needs_fp in CROSS_FIGURES
+                if f.fp is not None or not needs_fp]
+        sim = getattr(f.fp, "similarity", None) if f.fp is not None else None
+        out.append({"file": f.rel, "figures": figs, "similarity": _sim_table(f, sim), "open": not out})
+    return {"files": out, "omitted": len(files) - len(chosen)}
+
+
+def _sim_table(f: FileResult, sim) -> dict | None:
+    """The similarity matrix as numbers with a cell shade (for reading exact values next to the heatmap)."""
+    if sim is None:
+        return None
+    m = np.asarray(sim, dtype=np.float64)
+    names = [s.label or s.role or str(s.index) for s in f.fp.slots]
+    top = float(np.nanmax(m)) if m.size and np.isfinite(m).any() else 1.0
+    rows = [[{"v": fmt(float(v)), "a": round(float(v) / top, 3) if top > 0 and math.isfinite(v) else 0}
+             for v in row] for row in m]
+    return {"names": names, "rows": rows}
+
+
+# ---------------------------------------------------------------- checks
+def _row(where: str, check: str, value: Any, threshold: Any, outcome: str, says: str = "") -> dict:
+    value = value if isinstance(value, str) else fmt(value)
+    return {"where": where, "check": check, "value": value, "numeric": bool(_NUMERIC.fullmatch(value)),
+            "threshold": threshold if isinstance(threshold, str) else fmt(threshold), "outcome": outcome,
+            "cls": outcome if outcome in RANK else "info", "says": says}
+
+
+_NUMERIC = re.compile(r"-?[\d,]*\.?\d+(e[+-]?\d+)?")
+
+
+def _file_checks(f: FileResult) -> list[dict]:
+    """Every check of one file: non-finite counts (pass/fail) and each fingerprint evidence line (raw value,
+    threshold, what it says); without a fingerprint, the stats' own sink and massive-activation measures."""
+    from forensics.analysis.stats import SINK_RATIO
+
+    rows = []
+    fslots = {s.index: s for s in (f.fp.slots if f.fp is not None else [])}
+    for ss in f.stats.slots:
+        where = f"[{ss.index}] {ss.name}"
+        rows.append(_row(where, "non-finite values (NaN + Inf)", ss.nan + ss.inf, "= 0",
+                         "fail" if ss.nan or ss.inf else "pass"))
+        evidence = getattr(fslots.get(ss.index), "evidence", None) or []
+        if not evidence:
+            rows.append(_row(where, "token-0 norm / median of the rest", ss.first_ratio,
+                             f"≥ {fmt(SINK_RATIO)} ⇒ sink", "info"))
+            mx = max((t["max_abs"] for t in ss.massive_tokens), default=None)
+            rows.append(_row(where, "massive activations (max |x|)",
+                             mx if mx is not None else f"none > {fmt(ss.massive_threshold)}",
+                             f"> {fmt(ss.massive_threshold)}", "info"))
+        for e in evidence:
+            rows.append(_row(where, str(e.signal), e.value, e.threshold, "info", str(e.verdict or "")))
+    if f.fp is not None:
+        for e in getattr(f.fp, "order_evidence", None) or []:
+            rows.append(_row("depth order", str(e.signal), e.value, e.threshold, "info", str(e.verdict or "")))
+        for x in getattr(f.fp, "findings", None) or []:
+            rows.append(_row(f"slots {fmt(list(x.slots or []))}", f"finding: {x.kind}", x.message, "—",
+                             "fail" if x.kind in FAIL_FINDINGS else "warn"))
+    return rows
+
+
+def _group(title: str, rows: list[dict], anchor: str) -> dict:
+    counts = {k: sum(r["cls"] == k for r in rows) for k in ("pass", "warn", "fail", "info")}
+    return {"title": title, "anchor": anchor, "rows": rows[:MAX_CHECK_ROWS], "counts": counts,
+            "omitted": max(0, len(rows) - MAX_CHECK_ROWS), "worst": worst([r["cls"] for r in rows])}
+
+
+def build_checks(files: list[FileResult], audit_res, scan_res) -> dict:
+    """Checks grouped by file (then the audit and the scan), each group with its outcome counts."""
+    groups = []
+    if audit_res is not None:
+        rows = [_row(f"fc slice {s.get('slice')}", "trained r vs served r",
+                     f"{fmt(s.get('trained_r'))} vs {fmt(s.get('served_r'))}", "equal",
+                     "pass" if s.get("ok") else "fail") for s in getattr(audit_res, "slices", []) or []]
+        for x in getattr(audit_res, "findings", []) or []:
+            d = x if isinstance(x, dict) else getattr(x, "__dict__", {"message": str(x)})
+            ev = d.get("evidence") or {}
+            value = "; ".join(f"{k} = {fmt(v)}" for k, v in ev.items()) if isinstance(ev, dict) else fmt(ev)
+            rows.append(_row(str(d.get("kind", "finding")), str(d.get("message", "")), value or "—", "—",
+                             SEVERITY.get(str(d.get("severity")), "warn")))
+        groups.append(_group("wiring audit", rows, "checks-audit"))
+    for f in files:
+        groups.append(_group(f.rel, _file_checks(f), "checks-" + _anchor(f.rel)))
+    if scan_res is not None:
+        rows = [_row(str(a.get("file", "")), str(a.get("kind", "anomaly")), str(a.get("message", "")), "—", "warn")
+                for a in getattr(scan_res, "anomalies", None) or []]
+        groups.append(_group("dataset scan", rows, "checks-scan"))
+    counts = {k: sum(g["counts"][k] for g in groups) for k in ("pass", "warn", "fail", "info")}
+    for g in groups:  # folded unless something in it needs a look; the summary line carries the counts
+        g["open"] = g["worst"] in ("warn", "fail")
+    return {"groups": groups, "counts": counts}
+
+
+# ---------------------------------------------------------------- sample browser
+def _spark(norms: np.ndarray, sinks: list[int], w: float = 560.0, h: float = 34.0) -> dict:
+    """Norm vs position on a log-y axis as an SVG polyline (numbers only). The y range spans the non-sink
+    tokens, so one sink (25 000 vs ~150) does not flatten the rest; sinks are clipped to the top and dotted."""
+    x = np.asarray(norms, dtype=np.float64)
+    ok = np.isfinite(x) & (x > 0)
+    lx = np.where(ok, np.log10(np.where(ok, x, 1.0)), np.nan)
+    body = ok.copy()
+    body[[i for i in sinks if i < len(x)]] = False
+    ref = lx[body] if body.any() else lx[ok]
+    lo, hi = (float(np.min(ref)), float(np.max(ref))) if ref.size else (0.0, 1.0)
+    span = max(hi - lo, 1e-6)
+    n = max(len(x) - 1, 1)
+
+    def y(v: float) -> float:
+        return round(h - 2 - (h - 4) * (min(max(v, lo), hi) - lo) / span, 1)
+
+    pts = [f"{round(w * i / n, 1)},{y(v)}" for i, v in enumerate(lx) if math.isfinite(v)]
+    marks = [{"x": round(w * i / n, 1), "y": y(lx[i]), "pos": i, "norm": fmt(float(x[i]))}
+             for i in sinks if i < len(lx) and math.isfinite(lx[i])]
+    top = max((float(x[i]) for i in sinks if i < len(x) and ok[i]), default=None)
+    return {"points": " ".join(pts), "sinks": marks, "lo": fmt(10 ** lo), "hi": fmt(10 ** hi),
+            "top": fmt(top) if top is not None and top > 10 ** hi else None}
+
+
+def build_browser(files: list[FileResult]) -> dict:
+    panels = []
+    for k, f in enumerate(files[:MAX_BROWSER_SAMPLES]):
+        fslots = {s.index: s for s in (f.fp.slots if f.fp is not None else [])}
+        slots = []
+        for ss in f.stats.slots:
+            fs = fslots.get(ss.index)
+            name = (fs.label if fs is not None and fs.label else None) or _label(ss.declared_r) or ss.name
+            slots.append({"name": name, "key": ss.name, "median": fmt(ss.norm.median),
+                          "spark": _spark(ss.norms, ss.sinks)})
+        ratio = np.nanmax(np.stack([s.norms / s.norm.median if s.norm.median else s.norms * 0
+                                    for s in f.stats.slots]), axis=0)
+        n = min(len(ratio), MAX_BROWSER_TOKENS)
+        toks = [{"pos": i, "text": show_token(f.tokens[i]) if f.tokens else str(i),
+                 "ratio": fmt(float(ratio[i])),
+                 "shade": round(min(1.0, math.log10(max(float(ratio[i]), 1.0)) / 1.5), 2) if math.isfinite(ratio[i])
+                 else 1.0} for i in range(n)]
+        panels.append({"k": k, "file": f.rel, "tokens_total": len(ratio), "tokens": toks, "slots": slots,
+                       "has_text": f.tokens is not None, "format": f.capture.format,
+                       "fragment": fragment(f.stats)})
+    return {"panels": panels, "omitted": max(0, len(files) - MAX_BROWSER_SAMPLES)}

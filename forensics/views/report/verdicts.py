@@ -1,0 +1,310 @@
+"""View models for the HTML report's verdict block and provenance (plus shared helpers): plain dicts of values
+the template escapes, built from the result objects.
+
+Nothing here recomputes statistics: it reads ``CaptureStats`` / ``Fingerprint`` / ``AuditResult`` fields
+and turns them into rows, SVG coordinates (numbers only) and inline PNG figures from ``forensics.plots``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from forensics.layers import r_label
+
+MAX_VERDICT_FILES = 40  # verdict rows: every non-passing file, then passing ones up to this many
+MAX_INLINE_SLOTS = 8  # a passing file with more slots (a ladder) shows its slot rows folded
+FAIL_FINDINGS = {"reordered", "duplicate", "postnorm", "off_by_one", "nonfinite", "mislabelled", "mismatch"}
+# fingerprint ``decided_by`` names → the evidence signals that carry its number, best first
+DECIDED_ALIASES = {"exact": ("ladder_match", "exact_embedding", "exact_gamma")}
+RANK = {"pass": 0, "info": 0, "warn": 1, "fail": 2}
+SEVERITY = {"error": "fail", "warn": "warn", "warning": "warn", "info": "info"}  # audit finding severity → outcome
+
+
+@dataclass
+class FileResult:
+    """One input file as the report sees it: the capture, its stats and fingerprint, or an error."""
+
+    path: str
+    rel: str = ""
+    capture: Any = None
+    stats: Any = None
+    fp: Any = None
+    error: str | None = None
+    tokens: list[str] | None = field(default=None, repr=False)
+
+
+def worst(verdicts) -> str:
+    vs = [v for v in verdicts if v]
+    return max(vs, key=lambda v: RANK.get(v, 0)) if vs else "info"
+
+
+def fmt(x: Any) -> str:
+    """Numbers as a reviewer reads them (3–4 significant digits); None/NaN as an em dash."""
+    if x is None:
+        return "—"
+    if isinstance(x, bool):
+        return str(x)
+    if isinstance(x, (int, np.integer)):
+        return str(int(x))
+    if isinstance(x, (float, np.floating)):
+        x = float(x)
+        if not math.isfinite(x):
+            return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+        ax = abs(x)
+        if 1e4 <= ax < 1e7:
+            return f"{x:,.0f}"
+        if ax != 0 and (ax >= 1e7 or ax < 1e-3):
+            return f"{x:.3g}"
+        return f"{x:.4g}" if ax >= 100 else f"{x:.3g}"
+    if isinstance(x, (list, tuple)):
+        return "[" + ", ".join(fmt(v) for v in x) + "]"
+    return str(x)
+
+
+def _short(xs: list, k: int = 8) -> str:
+    xs = [str(x) for x in xs]
+    return ", ".join(xs) if len(xs) <= k else ", ".join(xs[:k - 2]) + ", …, " + ", ".join(xs[-2:])
+
+
+def _clip(text: str, n: int = 90) -> str:
+    return text if len(text) <= n else text[:n - 1] + "…"
+
+
+def _label(r: Any) -> str | None:
+    return None if r is None else r_label(r)
+
+
+# ---------------------------------------------------------------- tokens
+_TOKENIZERS: dict[str, Any] = {}
+
+
+def _tokenizer_dir(cap) -> str | None:
+    """The capture's tokenizer: ``capture.json``'s ``tokenizer`` (relative to the json), else a ``tokenizer/``
+    folder next to the file or in one of its parents (sample_data/tokenizer)."""
+    d = os.path.dirname(os.path.abspath(cap.path))
+    rel = (cap.meta or {}).get("tokenizer")
+    if isinstance(rel, str):
+        for folder in (d, os.path.dirname(d)):
+            if os.path.isfile(os.path.join(folder, "capture.json")):
+                cand = os.path.normpath(os.path.join(folder, rel))
+                if os.path.isdir(cand):
+                    return cand
+    for _ in range(4):
+        cand = os.path.join(d, "tokenizer")
+        if os.path.isfile(os.path.join(cand, "tokenizer.json")) or os.path.isfile(
+                os.path.join(cand, "tokenizer_config.json")):
+            return cand
+        parent = os.path.dirname(d)
+        if parent == d:
+            break
+        d = parent
+    return None
+
+
+def load_tokens(cap, errors: list[dict]) -> list[str] | None:
+    """Token text per position (local tokenizer files only; never the hub), or None when unknown."""
+    if cap.input_ids is None:
+        return None
+    folder = _tokenizer_dir(cap)
+    if folder is None:
+        return None
+    tok = _TOKENIZERS.get(folder)
+    if tok is None:
+        try:
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            from transformers import AutoTokenizer
+
+            tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        except Exception as e:  # noqa: BLE001
+            errors.append({"where": f"tokenizer {folder}", "message": f"{type(e).__name__}: {e}"})
+            tok = False
+        _TOKENIZERS[folder] = tok
+    if not tok:
+        return None
+    ids = [int(i) for i in cap.input_ids.tolist()]
+    return [tok.decode([i]) for i in ids]
+
+
+def show_token(t: str | None) -> str:
+    """Token text with whitespace made visible (the template escapes it)."""
+    if t is None:
+        return ""
+    return t.replace("\n", "⏎").replace("\t", "⇥").replace(" ", "·") or "∅"
+
+
+# ---------------------------------------------------------------- verdicts
+def _slot_verdict(fs, ss, findings: list, order: list | None = None) -> dict:
+    """pass / warn / fail for one slot, with the one number that decided it."""
+    claimed = _label(ss.declared_r) or ss.claimed or None
+    role = label = r = conf = None
+    evidence = []
+    if fs is not None:
+        role, label, conf = fs.role, fs.label, fs.confidence
+        if getattr(fs, "r_exact", None) is not None:
+            r = f"{fmt(fs.r_exact)} (exact)"
+        elif getattr(fs, "r_estimate", None) is not None:
+            r = f"≈{fmt(fs.r_estimate)}"
+        evidence = list(getattr(fs, "evidence", []) or [])
+    inferred = label or (_label(fs.r_exact) if fs is not None and fs.r_exact is not None else None)
+    mine = [f for f in findings if ss.index in (getattr(f, "slots", None) or [])]
+    checkable = bool(claimed) and (ss.declared_r is not None or claimed == "final_post")
+    verdict, decided = "pass", None
+    if ss.nan or ss.inf:
+        verdict, decided = "fail", f"non-finite values: NaN×{ss.nan}, Inf×{ss.inf} (threshold 0)"
+    elif any(getattr(f, "kind", "") in FAIL_FINDINGS for f in mine):
+        f = next(f for f in mine if f.kind in FAIL_FINDINGS)
+        verdict, decided = "fail", f"{f.kind}: {f.message}"
+    elif checkable and inferred and claimed != inferred:
+        verdict, decided = "fail", f"claimed {claimed}, data says {inferred}"
+    elif mine:
+        verdict, decided = "warn", f"{mine[0].kind}: {mine[0].message}"
+    elif fs is None or not checkable or not inferred:
+        verdict = "info"  # identified, but no r-valued claim to check it against (or no fingerprint)
+    if decided is None:
+        decided = _deciding_evidence(evidence, getattr(fs, "decided_by", None), order)
+    if decided is None:
+        decided = (f"token-0 norm = {fmt(ss.first_ratio)}× median of the rest" if math.isfinite(ss.first_ratio)
+                   else "—")
+    return {"index": ss.index, "name": ss.name, "claimed": claimed or "—", "role": role or "—",
+            "label": inferred or "—", "r": r or "—",
+            "confidence": fmt(conf) if conf is not None else "—", "verdict": verdict, "decided": decided}
+
+
+def _deciding_evidence(evidence: list, decided_by: str | None, order: list | None) -> str | None:
+    """The evidence line the fingerprint says decided (``decided_by``; ``order`` = the depth chain), else the
+    first one, as ``signal = value → verdict (threshold …)``."""
+    pool = list(evidence)
+    if decided_by:  # a signal name, possibly followed by words: "order (rank among layer slots) + sink"
+        decided_by = decided_by.split()[0]
+        names = DECIDED_ALIASES.get(decided_by, (decided_by,))
+        pool = sorted((e for e in evidence if e.signal in names), key=lambda e: names.index(e.signal)) or \
+            (list(order or []) if decided_by == "order" else []) or pool
+    for e in pool:
+        thr = getattr(e, "threshold", None)
+        says = _clip(str(e.verdict)) if getattr(e, "verdict", None) else ""
+        text = f"{e.signal} = {_clip(fmt(e.value))}" + (f" → {says}" if says else "")
+        return text + (f" (threshold {fmt(thr)})" if thr is not None else "")
+    return None
+
+
+def _probe_summary(probe_res) -> dict | None:
+    """The draft probe's best wiring with its top-1 agreement, CI and whether it clearly beats the runner-up."""
+    best = getattr(probe_res, "best", None) if probe_res is not None else None
+    if not best:
+        return None
+    ci = best.get("top1_ci") or [None, None]
+    rows = getattr(probe_res, "rows", []) or []
+    second = rows[1] if len(rows) > 1 else None
+    return {"label": best.get("label"), "r": fmt([_label(r) for r in best.get("wiring") or []]),
+            "top1": f"{100 * best['top1']:.1f}%" if best.get("top1") is not None else "—",
+            "ci": f"[{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]%" if None not in ci else "—", "n": best.get("n"),
+            "clear_winner": bool(getattr(probe_res, "clear_winner", False)),
+            "second": (f"{second.get('label')} {100 * second['top1']:.1f}%"
+                       if second and second.get("top1") is not None else None)}
+
+
+def build_verdicts(files: list[FileResult], audit_res, probe_res=None) -> dict:
+    rows, counts = [], {"pass": 0, "warn": 0, "fail": 0, "info": 0}
+    for f in files:
+        if f.error:
+            rows.append({"file": f.rel, "error": f.error, "verdict": "fail", "slots": [], "findings": [],
+                         "collapsed": False, "labels": "", "format": "unreadable"})
+            counts["fail"] += 1
+            continue
+        findings = list(getattr(f.fp, "findings", []) or []) if f.fp is not None else []
+        fslots = {s.index: s for s in (f.fp.slots if f.fp is not None else [])}
+        order = list(getattr(f.fp, "order_evidence", None) or []) if f.fp is not None else []
+        slots = [_slot_verdict(fslots.get(ss.index), ss, findings, order) for ss in f.stats.slots]
+        for s in slots:
+            counts[s["verdict"]] += 1
+        fverdict = worst([s["verdict"] for s in slots] +
+                         ["fail" if getattr(x, "kind", "") in FAIL_FINDINGS else "warn" for x in findings])
+        rows.append({"file": f.rel, "error": None, "verdict": fverdict, "slots": slots,
+                     "collapsed": len(slots) > MAX_INLINE_SLOTS and fverdict == "pass",
+                     "labels": _short([s["label"] for s in slots]), "format": f.capture.format,
+                     "findings": [{"kind": x.kind, "slots": list(x.slots or []), "message": x.message}
+                                  for x in findings]})
+    shown = [r for r in rows if r["verdict"] != "pass"]
+    shown += [r for r in rows if r["verdict"] == "pass"][:max(0, MAX_VERDICT_FILES - len(shown))]
+    hidden = len(rows) - len(shown)
+    audit = None
+    if audit_res is not None:
+        fix = dict(getattr(audit_res, "fix", None) or {})
+        problems = [{"kind": x.kind, "message": x.message, "cls": SEVERITY.get(getattr(x, "severity", ""), "warn")}
+                    for x in getattr(audit_res, "findings", []) or [] if getattr(x, "severity", "") != "info"]
+        audit = {"verdict": audit_res.verdict, "reason": getattr(audit_res, "reason", ""), "fix": fix,
+                 "fixline": {k: fix.get(k) for k in ("ids", "key", "where", "engine", "version")},
+                 "slices": [{"slice": sl.get("slice"), "trained": _label(sl.get("trained_r")) or "—",
+                             "served": _label(sl.get("served_r")) or "—", "ok": bool(sl.get("ok"))}
+                            for sl in getattr(audit_res, "slices", []) or []],
+                 "problems": problems}
+    overall = worst([r["verdict"] for r in rows] +
+                    ([{"match": "pass", "mismatch": "fail"}.get(audit["verdict"], "warn")] if audit else []))
+    return {"rows": [r for r in rows if r in shown], "hidden": hidden, "counts": counts, "audit": audit,
+            "probe": _probe_summary(probe_res), "overall": overall, "nfiles": len(rows),
+            "headline": _headline(rows, counts, audit)}
+
+
+def _headline(rows: list[dict], counts: dict, audit: dict | None) -> list[str]:
+    """The sentences a reviewer reads first: what failed, what could not be checked, or that all is well."""
+    out = []
+    bad = [r for r in rows if r["error"]]
+    failing = [r for r in rows if not r["error"] and any(s["verdict"] == "fail" for s in r["slots"])]
+    if audit is not None:
+        out.append({"match": "The draft is served the layers it was trained on.",
+                    "mismatch": "The draft is NOT served the layers it was trained on: slices and fix below."}
+                   .get(audit["verdict"], f"Wiring audit: {audit['verdict']} ({audit['reason']})."))
+    if failing:
+        why = sorted({x["kind"] for r in failing for x in r["findings"] if x["kind"] in FAIL_FINDINGS} |
+                     {"nonfinite" for r in failing for sl in r["slots"]
+                      if sl["decided"].startswith("non-finite")})
+        out.append(f"{counts['fail']} slot(s) in {len(failing)} file(s) fail" + (f" ({', '.join(why)})" if why
+                   else " (claimed identity ≠ inferred)") + f": {_short([r['file'] for r in failing], 4)}.")
+    if bad:
+        out.append(f"{len(bad)} input(s) could not be read: {_short([r['file'] for r in bad], 4)}.")
+    if counts["warn"]:
+        out.append(f"{counts['warn']} slot(s) carry a finding that does not contradict their declared identity.")
+    if counts["info"]:
+        out.append(f"{counts['info']} slot(s) declare no identity: their inferred role and depth are listed.")
+    if not failing and not bad and counts["pass"]:
+        n = sum(1 for r in rows if not r["error"])
+        out.insert(1 if audit else 0, f"All {counts['pass']} slots with a declared identity, in {n} file(s), are "
+                   "what their files declare." if not counts["info"] else
+                   f"{counts['pass']} slot(s) are what their files declare; none contradicts its declaration.")
+    return out
+
+
+# ---------------------------------------------------------------- provenance
+def build_provenance(files: list[FileResult], **facts) -> dict:
+    rows = []
+    for f in files:
+        if f.error:
+            rows.append({"file": f.rel, "error": f.error})
+            continue
+        c = f.capture
+        rows.append({"file": f.rel, "error": None, "format": c.format, "size": c.provenance.size_bytes,
+                     "sha256": c.provenance.sha256(), "layout": c.provenance.layout or "—",
+                     "tokens": c.num_tokens, "hidden": c.hidden_size,
+                     "slots": _slots_summary(f.stats.slots),
+                     "declared_layers": fmt(c.declared_layers) if c.declared_layers is not None else "—",
+                     "convention": c.declared_convention or "—",
+                     "declared_r": "[" + _short([_label(r) for r in c.declared_r]) + "]" if c.declared_r else "—",
+                     "notes": list(c.provenance.notes), "model": (c.meta or {}).get("model"),
+                     "num_layers": c.num_layers})
+    model_facts = facts.pop("facts", None) or {}
+    settings = {k: v for k, v in facts.items() if v is not None}
+    return {"rows": rows, "model_facts": model_facts, "settings": settings}
+
+
+def _slots_summary(slots) -> str:
+    """``k × [T, H] dtype: name0, name1, …`` when every slot shares shape and dtype, else one entry each."""
+    kinds = {(tuple(s.shape), s.dtype) for s in slots}
+    if len(kinds) == 1 and len(slots) > 1:
+        shape, dtype = next(iter(kinds))
+        return f"{len(slots)} × {list(shape)} {dtype}: " + _short([s.name for s in slots], 6)
+    return ", ".join(f"{s.name} {list(s.shape)} {s.dtype}" for s in slots)
