@@ -47,13 +47,16 @@ def run(args) -> int:
     data = args.data
     if args.trained_layout:
         data = [x for x in args.trained_layout.replace(" ", "").split(",") if x]
-    res = audit(data=data, draft=args.draft, engine=args.engine, engine_version=args.engine_version,
-                trainer=args.trainer, target_config=args.target_config, served=args.served,
-                num_layers=args.num_layers, hidden_size=args.hidden_size,
-                arch=arch_family([args.target_arch]) if args.target_arch else None,
-                use_fingerprint=not args.no_fingerprint, model=args.model)
+    with args.console.status("fingerprinting the training data and reading the draft's config"):
+        res = audit(data=data, draft=args.draft, engine=args.engine, engine_version=args.engine_version,
+                    trainer=args.trainer, target_config=args.target_config, served=args.served,
+                    num_layers=args.num_layers, hidden_size=args.hidden_size,
+                    arch=arch_family([args.target_arch]) if args.target_arch else None,
+                    use_fingerprint=not args.no_fingerprint, model=args.model)
     if args.json:
         print_json(res.to_dict())
     else:
-        print(res.text())
+        from forensics.views.audit import text
+
+        args.console.text(text(res, width=args.console.width, verbose=args.console.verbose))
     return EXIT[res.verdict]

@@ -8,6 +8,8 @@ off-by-one, non-finite), 2 when a file is unreadable.
 
 from __future__ import annotations
 
+from collections import Counter
+
 from forensics.cli._common import for_each_file, positive_int, print_json
 
 FAIL_KINDS = {"reordered", "duplicate", "missing_embedding", "postnorm", "prenorm", "off_by_one", "wrong_layer",
@@ -80,16 +82,29 @@ def run(args) -> int:
         results[fp.path] = fp
         return fp.to_dict()
 
-    entries, code = for_each_file(args.paths, one)
+    entries, code = for_each_file(args.paths, one, out=args.console, what="fingerprint")
     if any(f["kind"] in FAIL_KINDS for e in entries for f in e.get("findings") or []):
         code = max(code, 1)
     if args.json:
         print_json({"files": entries})
         return code
+    from forensics.views.fingerprint import explain, text, verdict
+    from forensics.views.format import RANK
+
+    out = args.console
     for e in entries:
         if e.get("error"):
-            print(f"ERROR {e['error']}")
-        else:
-            print(repr(results[e["path"]]))
-        print()
+            out.error(e["error"])
+    fps = [results[e["path"]] for e in entries if not e.get("error")]
+    if len(entries) > 1:
+        counts = Counter(verdict(fp) for fp in fps)
+        bad = len(entries) - len(fps)
+        out.text(f"{len(entries)} files: " + ", ".join(f"{counts[v]} {v.upper()}" for v in ("fail", "warn", "pass")
+                                                       if counts[v]) + (f", {bad} unreadable (stderr)" if bad else ""))
+    for k, fp in enumerate(sorted(fps, key=lambda fp: -RANK.get(verdict(fp), 0))):
+        if k or len(entries) > 1:
+            out.text("")
+        out.text(text(fp, width=out.width))
+        if out.verbose:
+            out.text(explain(fp, width=out.width))
     return code

@@ -6,8 +6,6 @@ findings (all files read); 2 unreadable files (or bad arguments).
 
 from __future__ import annotations
 
-import sys
-
 from forensics.cli._common import print_json
 
 
@@ -47,18 +45,17 @@ def run(args) -> int:
     try:
         res = scan(args.paths if len(args.paths) > 1 else args.paths[0], workers=args.workers, out=args.out,
                    resume=args.resume, sample=args.sample, dask=dask, fingerprint=fingerprint,
-                   progress=False if (args.no_progress or args.json) else None)
+                   progress=False if (args.no_progress or args.json or args.quiet) else None)
     except KeyboardInterrupt:
         if args.out:
-            print(f"hsf scan: interrupted; rows so far are in {args.out}: continue with --resume",
-                  file=sys.stderr)
+            args.console.error(f"interrupted; rows so far are in {args.out}: continue with --resume")
         raise
     if args.json:
         print_json(res.to_dict())
     else:
-        print(repr(res))
-        if args.out:
-            print(f"rows: {args.out}")
+        from forensics.views.scan import text
+
+        args.console.text(text(res, width=args.console.width) + (f"\nrows: {args.out}" if args.out else ""))
     if res.summary["errors"]:
         return 2
     return 0 if res.ok else 1

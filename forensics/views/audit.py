@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from forensics.layers import r_label
-from forensics.views.format import badge, esc, html_table
+from forensics.views.format import TEXT_WIDTH, badge, columns, esc, finding_verdict, fit, html_table
 
 
 def line(res) -> str:
@@ -18,7 +18,7 @@ def line(res) -> str:
 def html(res) -> str:
     rows = [[s["slice"], r_label(s["trained_r"]), r_label(s["served_r"]), "yes" if s["ok"] else "NO"]
             for s in res.slices]
-    frows = [[badge({"error": "fail", "warn": "warn"}.get(f.severity, "info")), f.kind, f.message]
+    frows = [[badge(finding_verdict(f)), f.kind, f.message]
              for f in res.findings]
     fix = ""
     if res.fix:
@@ -37,11 +37,45 @@ def _lab(r) -> str:
     return "?" if r is None else r_label(r)
 
 
-def text(res) -> str:
-    """The report a user can act on without reading any engine's source."""
+HEAD = {"match": "MATCH", "mismatch": "MISMATCH", "cannot-tell": "CANNOT TELL"}
+
+
+def text(res, width: int = TEXT_WIDTH, verbose: bool = False) -> str:
+    """What ``hsf audit`` prints: the verdict and its findings first, then the fix, then the wiring behind it
+    (trained vs served per fc slice); ``verbose`` adds each finding's evidence."""
     c = res.context
-    head = {"match": "MATCH", "mismatch": "MISMATCH", "cannot-tell": "CANNOT TELL"}[res.verdict]
-    out = [f"hsf audit: {head}: {res.reason}"]
+    out = [f"hsf audit: {HEAD[res.verdict]}: {res.reason}"]
+    for f in res.findings:
+        out.append(f"  {finding_verdict(f).upper()} {f.kind}: {f.message}")
+        if verbose:
+            ev = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in f.evidence.items()}
+            if ev:
+                out.append(f"      evidence: {json.dumps(ev, default=str)}")
+    fx = res.fix
+    if fx:
+        if fx.get("ids") is None:
+            out.append(f"fix: no id list can make {fx['engine']} {fx['version']} serve r = {fx['r']}: "
+                       f"{fx.get('caveat')}")
+        else:
+            snippet = ({"eagle_config": {"eagle_aux_hidden_state_layer_ids": fx["ids"]}}
+                       if fx["where"] == "nested" else {"eagle_aux_hidden_state_layer_ids": fx["ids"]})
+            if fx.get("already_set"):
+                out.append(f"fix: the draft's config.json already sets {fx['where']} `{fx['key']}` = {fx['ids']} "
+                           f"({fx['engine']} {fx['version']} reads it as r = {fx['r']}): the ids are right; "
+                           "what still blocks serving is the caveat below")
+            else:
+                out.append(f"fix: in the draft's config.json set {fx['where']} `{fx['key']}` = {fx['ids']} "
+                           f"({fx['engine']} {fx['version']} then captures r = {fx['r']})")
+                out.append(f"    {json.dumps(snippet)}")
+            if fx.get("caveat"):
+                out.append(f"  caveat: {fx['caveat']}")
+            if fx.get("also"):
+                out.append(f"  also: {fx['also']}")
+    other = [f for f in res.findings if finding_verdict(f) == "fail" and f.kind not in
+             ("slices", "off_by_one", "shifted", "served_data")]
+    if res.verdict == "match" and other:
+        out.append(f"note: the wiring matches, but {len(other)} other problem(s) above still need fixing")
+    out.append("")
     ctx = [f"engine {c['engine']} {c['engine_version'] or ''}".strip() if c.get("engine") else "engine ?",
            f"trainer {c.get('trainer') or '?'}",
            f"target L={c.get('num_layers') or '?'} H={c.get('hidden_size') or '?'} ({c.get('arch')} path)"]
@@ -57,45 +91,12 @@ def text(res) -> str:
     for n in s.get("notes") or []:
         out.append(f"           {n}")
     if res.slices:
-        out.append("")
-        out.append("  fc slice  trained  served  ok")
-        for sl in res.slices:
-            out.append(f"  {sl['slice']:>8}  {_lab(sl['trained_r']):>7}  {_lab(sl['served_r']):>6}  "
-                       f"{'yes' if sl['ok'] else 'NO'}")
-    if res.findings:
-        out.append("")
-        out.append("findings:")
-        for f in res.findings:
-            out.append(f"  {f.severity.upper():5} {f.kind}: {f.message}")
-            ev = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in f.evidence.items()
-                  if k in ("distance", "value", "threshold", "nearest_r", "nearest_value", "mean_cosine",
-                           "served_role", "trained_role")}
-            if ev:
-                out.append(f"        evidence: {json.dumps(ev, default=str)}")
-    fx = res.fix
-    if fx:
-        out.append("")
-        out.append("fix:")
-        if fx.get("ids") is None:
-            out.append(f"  no id list can make {fx['engine']} {fx['version']} serve r = {fx['r']}: {fx.get('caveat')}")
-        else:
-            snippet = ({"eagle_config": {"eagle_aux_hidden_state_layer_ids": fx["ids"]}}
-                       if fx["where"] == "nested" else {"eagle_aux_hidden_state_layer_ids": fx["ids"]})
-            if fx.get("already_set"):
-                out.append(f"  the draft's config.json already sets {fx['where']} `{fx['key']}` = {fx['ids']}"
-                           f"  ({fx['engine']} {fx['version']} reads it as r = {fx['r']}): the ids are right; "
-                           "what still blocks serving is the caveat below")
-            else:
-                out.append(f"  in the draft's config.json set {fx['where']} `{fx['key']}` = {fx['ids']}"
-                           f"  ({fx['engine']} {fx['version']} then captures r = {fx['r']})")
-                out.append(f"    {json.dumps(snippet)}")
-            if fx.get("caveat"):
-                out.append(f"  caveat: {fx['caveat']}")
-            if fx.get("also"):
-                out.append(f"  also: {fx['also']}")
-    other = [f for f in res.findings if f.severity == "error" and f.kind not in
-             ("slices", "off_by_one", "shifted", "served_data")]
-    if res.verdict == "match" and other:
-        out.append("")
-        out.append(f"note: the wiring matches, but {len(other)} other problem(s) above still need fixing")
-    return "\n".join(out)
+        out += columns(["fc slice", "trained", "served", "ok"],
+                       [[sl["slice"], _lab(sl["trained_r"]), _lab(sl["served_r"]), "OK" if sl["ok"] else "NO"]
+                        for sl in res.slices], width=width, right=(0, 1, 2))
+    return fit("\n".join(out).rstrip(), width)
+
+
+def explain(res, width: int = TEXT_WIDTH) -> str:
+    """Every finding with its evidence (the numbers behind the verdict)."""
+    return text(res, width=width, verbose=True)

@@ -68,6 +68,12 @@ class AuditResult:
 
         return text(self)
 
+    def explain(self) -> str:
+        """The report with every finding's evidence (the numbers behind the verdict)."""
+        from forensics.views.audit import explain
+
+        return explain(self)
+
 
 def json_safe(x: Any) -> Any:
     """Recursively replace NaN/inf by None and numpy scalars/arrays by Python values."""

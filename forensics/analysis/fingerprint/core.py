@@ -125,6 +125,12 @@ class Fingerprint:
 
         return html(self)
 
+    def explain(self) -> str:
+        """The evidence behind every verdict: distance matrix, depth-order signals, each slot's signals."""
+        from forensics.views.fingerprint import explain
+
+        return explain(self)
+
 
 # ----------------------------------------------------------------------------------------- expected list
 def parse_expected(layers: Any) -> list | None:
