@@ -88,8 +88,7 @@ class FileCheck:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        d.pop("stamp")
-        d["stamp_summary"] = summary(self.stamp) if self.stamp else None
+        d["stamp"] = brief(self.stamp)
         return d
 
 
@@ -121,26 +120,20 @@ class VerifyResult:
         return verify_line(self)
 
 
-def summary(stamp: dict | None) -> str | None:
-    """One line: the labels per slot, the target and the producer of a stamp."""
+def brief(stamp: dict | None) -> dict | None:
+    """The identity part of a stamp (labels per slot, target, producer, convention), without the numbers."""
     if not stamp:
         return None
-    labels = [s.get("label") or "?" for s in stamp.get("slots") or []]
-    tgt = stamp.get("target") or {}
-    bits = [f"[{', '.join(labels)}]"]
-    if tgt.get("model") or tgt.get("num_layers"):
-        bits.append(f"{tgt.get('model') or '?'} L={tgt.get('num_layers') or '?'}")
-    if stamp.get("producer"):
-        bits.append(str(stamp["producer"]))
-    return " · ".join(bits)
+    return {"labels": [x.get("label") for x in stamp.get("slots") or []], "target": stamp.get("target"),
+            "producer": stamp.get("producer"), "convention": stamp.get("convention")}
 
 
-def _slot_rs(cap, layers, convention: str | None, layer_ids, num_layers: int | None) -> tuple[list, list[str]]:
+def _slot_rs(cap, layers, convention: str | None, layer_ids, num_layers: int | None) -> tuple[list[Any], list[str]]:
     """r per slot: ``layers`` given, else ids read in ``convention``, else what the data declares."""
     notes: list[str] = []
     n = len(cap.slots)
     if layers is not None:
-        rs = [parse_r(x) for x in (layers.split(",") if isinstance(layers, str) else layers)]
+        rs: list[Any] = [parse_r(x) for x in (layers.split(",") if isinstance(layers, str) else layers)]
         if len(rs) != n:
             raise ForensicsError(f"--layers gives {len(rs)} values but the file has {n} slots", path=cap.path)
         return rs, notes
@@ -194,7 +187,7 @@ def stamp(dataset: str | os.PathLike, layers: str | list | None = None, conventi
             st.write_safetensors_stamp(path, rec)
             out.append(FileStamp(path, "safetensors __metadata__", rs, notes))
         else:
-            side = st.sidecar_path(path, create=True)
+            side = st.sidecar_for(path)
             rel = os.path.relpath(os.path.abspath(path), os.path.dirname(side))
             sidecars.setdefault(side, {})[rel] = rec
             out.append(FileStamp(path, side, rs, notes))
@@ -279,9 +272,10 @@ def verify(dataset: str | os.PathLike) -> VerifyResult:
 
 
 def stamp_status(path: str) -> dict[str, Any]:
-    """For the report: ``{"status": "stamped"|"unstamped"|"error", "summary": ...}`` without reading values."""
+    """For the report: ``{"status": "stamped"|"unstamped"|"error", "stamp": brief, "error": ...}``; reads only the
+    header or the sidecar, never the values (``verify`` checks those)."""
     try:
         rec = st.read_stamp(path)
     except ForensicsError as e:
-        return {"status": "error", "summary": e.message}
-    return {"status": "stamped" if rec else "unstamped", "summary": summary(rec)}
+        return {"status": "error", "stamp": None, "error": e.message}
+    return {"status": "stamped" if rec else "unstamped", "stamp": brief(rec), "error": None}

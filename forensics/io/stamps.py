@@ -141,14 +141,19 @@ def is_safetensors(path: str) -> bool:
     return 2 <= n <= 100 * 1024 * 1024 and head[8:9] == b"{"
 
 
-def sidecar_path(path: str, create: bool = False) -> str | None:
-    """The ``capture.json`` the readers apply to ``path`` (its folder, then the parent), or where a new one goes."""
+def sidecar_path(path: str) -> str | None:
+    """The ``capture.json`` the readers apply to ``path``: in its folder, else in the parent folder."""
     d = os.path.dirname(os.path.abspath(path))
     for folder in (d, os.path.dirname(d)):
         side = os.path.join(folder, SIDECAR)
         if os.path.isfile(side):
             return side
-    return os.path.join(d, SIDECAR) if create else None
+    return None
+
+
+def sidecar_for(path: str) -> str:
+    """Where ``path``'s stamp goes: the capture.json the readers already apply to it, else a new one beside it."""
+    return sidecar_path(path) or os.path.join(os.path.dirname(os.path.abspath(path)), SIDECAR)
 
 
 def read_stamp(path: str) -> dict | None:
@@ -273,7 +278,7 @@ def write_sidecar_stamps(side: str, stamps: dict[str, dict]) -> None:
             raise ForensicsError(f"cannot stamp: the existing capture.json is unreadable ({e})", path=side) from None
         if not isinstance(doc, dict):
             raise ForensicsError("cannot stamp: the existing capture.json is not a JSON object", path=side)
-    section = doc.get(SIDECAR_SECTION) if isinstance(doc.get(SIDECAR_SECTION), dict) else {}
-    doc[SIDECAR_SECTION] = {**section, **stamps}
+    section = doc.get(SIDECAR_SECTION)
+    doc[SIDECAR_SECTION] = {**(section if isinstance(section, dict) else {}), **stamps}
     data = (json.dumps(doc, indent=2) + "\n").encode("utf-8")
     atomic_write(side, lambda f: f.write(data))

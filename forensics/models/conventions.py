@@ -11,13 +11,13 @@ Example:
     [-1, 2, 30]
     >>> to_r("vllm", None, 80)            # no ids in the draft config: the engine's default
     [2, 40, 77]
-    >>> to_r("vllm", [7, 14, 21], 28, family="dflash")   # DFlash ids name a block's output (vllm#40727)
+    >>> to_r("vllm", [7, 14, 21], 28, family="dflash")   # DFlash ids name block outputs (vllm#40727)
     [8, 15, 22]
 
 Systems (``SYSTEMS``; aliases in ``ALIASES``): engines ``vllm``, ``sglang``, ``llama.cpp``, ``tokenspeed``,
-``trtllm`` (TensorRT-LLM serving a Model-Optimizer export), ``atlas``; trainers ``speculators`` (online, offline and hybrid
-modes share one numbering), ``speculators-legacy`` (alias ``speculators-v1``), ``specforge``, ``modelopt``,
-``nemo-automodel``, ``eagle`` (SafeAILab). Families: ``FAMILIES`` (EAGLE-3, EAGLE-3.1, P-EAGLE, DFlash, DSpark,
+``trtllm`` (TensorRT-LLM serving a Model-Optimizer export), ``atlas``; trainers ``speculators`` (online,
+offline and hybrid modes share one numbering), ``speculators-legacy`` (alias ``speculators-v1``),
+``specforge``, ``modelopt``, ``nemo-automodel``, ``eagle`` (SafeAILab). Families: ``FAMILIES`` (EAGLE-3, EAGLE-3.1, P-EAGLE, DFlash, DSpark,
 MTP).
 
 Versions (``version=``), a point on the system's PR timeline; ``None`` means the newest state known:
@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from forensics.errors import ForensicsError
 from forensics.layers import FINAL_POST
@@ -53,7 +54,6 @@ from forensics.models.convention_rules import (
     FIRST_ID,
     IGNORED,
     NESTED_KEY,
-    SPECULATORS_DFLASH_KEY,
     TOP_KEY,
 )
 
@@ -245,7 +245,7 @@ _LEGACY_SYSTEMS = ("speculators-legacy", "speculators", "vllm", "specforge", "sg
 
 def to_r(system: str, ids: list[int] | None, num_layers: int, version: str | None = None,
          arch: str | None = None, family: str | None = None, num_draft_layers: int | None = None
-         ) -> list[int | str | None]:
+         ) -> list[Any]:
     """r of every id, in the order given; ``None`` for an id the system never captures.
 
     ``ids=None`` means no ids configured: the system's default (for engines the silent fallback).
@@ -308,7 +308,7 @@ def rule_default_r(rule: rules.Rule, num_layers: int, num_draft_layers: int | No
 
 
 def _rule_to_r(rule: rules.Rule, ids, L: int, arch: str | None, num_draft_layers: int | None
-               ) -> list[int | str | None]:
+               ) -> list[Any]:
     if rule.offset == IGNORED or ids is None or not rule.keys:
         default = rule_default_r(rule, L, num_draft_layers)
         if default is None:
@@ -372,7 +372,7 @@ class EngineCapture:
     key: str  # the config key the engine reads
     ids: list[int] | None  # what it found there (None: absent or empty → default)
     source: str  # "config" | "default"
-    r: list[int]  # captured r in the engine's concat order (ascending layer order)
+    r: list[Any]  # captured r (ints; "final_post" for HF-style captures) in the engine's concat (ascending) order
     dropped: list[int] = field(default_factory=list)  # ids that never match a layer
     problems: list[str] = field(default_factory=list)  # would crash / need a patch
     notes: list[str] = field(default_factory=list)
@@ -443,7 +443,8 @@ def engine_capture(engine: str, config: dict, num_layers: int, version: str | No
     arch = arch or "generic"
     if engine == "sglang":
         key = NESTED_KEY
-        ec = config.get("eagle_config") if isinstance(config.get("eagle_config"), dict) else {}
+        raw = config.get("eagle_config")
+        ec = raw if isinstance(raw, dict) else {}
         ids = ec.get("eagle_aux_hidden_state_layer_ids")
         # An empty nested list is *not* None: SGLang captures nothing (layers_to_capture = []).
         empty_means_default = False
@@ -480,9 +481,9 @@ def engine_capture(engine: str, config: dict, num_layers: int, version: str | No
     per_id = [None if (r == L and r not in ok) else r for r in per_id]
     dropped = [i for i, r in zip(ids, per_id, strict=True) if r is None]
     captured = sorted({r for r in per_id if r is not None})
-    for r in captured:
-        if r not in ok and r in why:
-            problems.append(why[r])
+    for rr in captured:
+        if rr not in ok and rr in why:
+            problems.append(why[rr])
     if engine == "sglang":
         plus = sglang_plus_one(ids, v, arch)
         notes.append(f"SGLang {v} ({arch} path) reads ids {ids} as {'id + 1' if plus else 'raw layer index'}"
@@ -513,7 +514,8 @@ def _rule_capture(engine: str, config: dict, num_layers: int, version: str | Non
     L = int(num_layers)
     n_draft = config.get("num_hidden_layers") if isinstance(config.get("num_hidden_layers"), int) else None
     key_text = " or ".join(rule.keys) or "(none)"
-    notes, problems = [], []
+    notes: list[str] = []
+    problems: list[str] = []
     if not rule.keys:
         r = rule_default_r(rule, L, n_draft) or []
         why = ("hard-coded capture: the draft config's ids are ignored" if rule.offset == IGNORED
@@ -525,13 +527,13 @@ def _rule_capture(engine: str, config: dict, num_layers: int, version: str | Non
         problems.append(f"{key} is {type(ids).__name__}, not a list; the engine falls back or fails")
         ids = None
     if ids is None:
-        r = rule_default_r(rule, L, n_draft)
-        if r is None:
+        dr = rule_default_r(rule, L, n_draft)
+        if dr is None:
             return EngineCapture(engine, v, arch, key_text, None, "default", [], [], problems + [
                 f"no ids under {key_text} and {engine} has no {family} default: the draft cannot be served"],
                 notes, family)
-        return EngineCapture(engine, v, arch, key_text, None, "default", sorted(set(r)), [], problems,
-                             [f"no ids under {key_text}: default r = {r}, no warning"], family)
+        return EngineCapture(engine, v, arch, key_text, None, "default", sorted(set(dr)), [], problems,
+                             [f"no ids under {key_text}: default r = {dr}, no warning"], family)
     try:
         ids = int_ids(ids)
     except ForensicsError as e:
@@ -663,9 +665,9 @@ def from_r(system: str, rs: list[int], num_layers: int, version: str | None = No
                           f"SpecForge needs exactly 3 ids >= 0 (r = id + 1 in 1..{L}); r = {rs} impossible")
         return IdPlan(system, v, rs, [r - 1 for r in rs], NESTED_KEY, "nested")
     if system == "eagle":
-        ok = rs == default_r(L)
+        same = rs == default_r(L)
         return IdPlan(system, v, rs, None, None, None,
-                      None if ok else f"SafeAILab/EAGLE is hard-coded to r = {default_r(L)}; "
+                      None if same else f"SafeAILab/EAGLE is hard-coded to r = {default_r(L)}; "
                       f"r = {rs} needs a code change")
     raise AssertionError(system)  # pragma: no cover
 

@@ -135,6 +135,10 @@ def _style(cfg: dict) -> str:
     return "eagle" if "eagle" in arch.lower() or "draft_vocab_size" in cfg else "unknown"
 
 
+def _dict(x) -> dict:
+    return x if isinstance(x, dict) else {}
+
+
 def _int(x) -> int | None:
     return int(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
 
@@ -148,9 +152,7 @@ def read_draft(path: str | os.PathLike, read_vocab_maps: bool = True) -> DraftIn
     if cfg_path is None and w_path is None:
         raise ForensicsError("no config.json and no *.safetensors in the draft folder", path=path)
     cfg = load_json_object(cfg_path) if cfg_path else {}
-    inner = cfg.get("transformer_layer_config") if isinstance(cfg.get("transformer_layer_config"), dict) else {}
-    ec = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}
-    spec = cfg.get("speculators_config") if isinstance(cfg.get("speculators_config"), dict) else {}
+    inner, ec, spec = (_dict(cfg.get(k)) for k in ("transformer_layer_config", "eagle_config", "speculators_config"))
     verifier = (spec.get("verifier") or {}).get("name_or_path") if isinstance(spec.get("verifier"), dict) else None
     hidden = _int(cfg.get("hidden_size")) or _int(inner.get("hidden_size"))
     info = DraftInfo(

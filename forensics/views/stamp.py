@@ -33,9 +33,21 @@ def stamp_text(res) -> str:
     return "\n".join(out)
 
 
-def verify_text(res) -> str:
-    from forensics.analysis.stamp import summary
+def summary(stamp: dict | None) -> str | None:
+    """One line from a stamp (or its ``brief``): the labels per slot, the target and the producer."""
+    if not stamp:
+        return None
+    labels = stamp.get("labels") or [s.get("label") for s in stamp.get("slots") or []]
+    tgt = stamp.get("target") or {}
+    bits = [f"[{', '.join(x or '?' for x in labels)}]"]
+    if tgt.get("model") or tgt.get("num_layers"):
+        bits.append(f"{tgt.get('model') or '?'} L={tgt.get('num_layers') or '?'}")
+    if stamp.get("producer"):
+        bits.append(str(stamp["producer"]))
+    return " · ".join(bits)
 
+
+def verify_text(res) -> str:
     mb = res.bytes_read / 1e6
     rate = f", {mb / res.seconds:.0f} MB/s" if res.seconds > 0 else ""
     head = {"pass": "PASS", "fail": "FAIL", "cannot-tell": "CANNOT TELL"}[res.verdict]

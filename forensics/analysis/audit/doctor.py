@@ -28,11 +28,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from forensics.analysis.audit.core import AuditResult, audit, target_facts
 from forensics.errors import ForensicsError
+from forensics.findings import Finding
 from forensics.layers import FINAL_POST, r_label
 from forensics.models import conventions as cv
-from forensics.analysis.audit.core import AuditResult, audit, target_facts
-from forensics.findings import Finding
 
 DOCTOR_WIRING_KINDS = {"id_is_count", "ids_out_of_range", "fc_vs_ids", "ids_duplicate", "ids_order"}
 ISSUES = {  # the public case each doctor finding comes from
