@@ -17,8 +17,8 @@ Example:
 Systems (``SYSTEMS``; aliases in ``ALIASES``): engines ``vllm``, ``sglang``, ``llama.cpp``, ``tokenspeed``,
 ``trtllm`` (TensorRT-LLM serving a Model-Optimizer export), ``atlas``; trainers ``speculators`` (online,
 offline and hybrid modes share one numbering), ``speculators-legacy`` (alias ``speculators-v1``),
-``specforge``, ``modelopt``, ``nemo-automodel``, ``eagle`` (SafeAILab). Families: ``FAMILIES`` (EAGLE-3, EAGLE-3.1, P-EAGLE, DFlash, DSpark,
-MTP).
+``specforge``, ``modelopt``, ``nemo-automodel``, ``eagle`` (SafeAILab). Families: ``FAMILIES`` (EAGLE-3,
+EAGLE-3.1, P-EAGLE, DFlash, DSpark, MTP).
 
 Versions (``version=``), a point on the system's PR timeline; ``None`` means the newest state known:
 - sglang: ``pre-25454`` (aliases ``sglang<25454``, ``<25454``, ``before-25454``, ``old``) or ``post-25454``.
