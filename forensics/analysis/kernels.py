@@ -229,8 +229,8 @@ def massive_activations(h: torch.Tensor, norms: torch.Tensor, threshold: float, 
             if m <= threshold:
                 continue
             row = a[j]
-            dims = torch.nonzero(row > threshold).flatten()
-            dims = dims[torch.argsort(row[dims], descending=True)].tolist()
+            hot = torch.nonzero(row > threshold).flatten()
+            dims = hot[torch.argsort(row[hot], descending=True)].tolist()
             out.append({"pos": int(p), "max_abs": m,
                         "ratio_to_median_abs": m / median_abs if median_abs > 0 else None,
                         "dims": [int(d) for d in dims[:MAX_LISTED_DIMS]], "num_dims": len(dims)})

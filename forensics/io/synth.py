@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from forensics.errors import ForensicsError
-from forensics.io.capture import Capture, Provenance, Slot
+from forensics.io.capture import Capture, Provenance, Slot, constant_getter
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -159,7 +159,7 @@ def _capture(states: list, ids: torch.Tensor, spec: SynthSpec) -> Capture:
     import torch
 
     slots = [Slot(index=i, name=f"hidden_states[{i}]", key="hidden_states", shape=tuple(t.shape), dtype=t.dtype,
-                  getter=(lambda t=t: t), claimed="target" if i == len(states) - 1 else f"aux[{i}]")
+                  getter=constant_getter(t), claimed="target" if i == len(states) - 1 else f"aux[{i}]")
              for i, t in enumerate(states)]
     prov = Provenance(path=f"<synthetic kimi_like seed={spec.seed}>", format=SYNTHETIC,
                       size_bytes=sum(t.numel() * t.element_size() for t in states),

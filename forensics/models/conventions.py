@@ -34,6 +34,7 @@ import re
 from dataclasses import dataclass, field
 
 from forensics.errors import ForensicsError
+from forensics.models.draft_config import sub_dict
 
 SYSTEMS = ("speculators-legacy", "speculators", "sglang", "vllm", "specforge", "eagle")
 ENGINES = ("sglang", "vllm")
@@ -141,8 +142,8 @@ def to_r(system: str, ids: list[int] | None, num_layers: int, version: str | Non
         if system == "speculators-legacy":  # VllmHiddenStatesGenerator default [2, L//2, L-3, L-1]
             return [3, L // 2 + 1, L - 2, L]
         if system == "speculators":  # scripts/launch_vllm.py default + --include-last-layer
-            return default_r(L) + [L]
-        return list(default_r(L))
+            return [*default_r(L), L]
+        return [*default_r(L)]
     ids = int_ids(ids)
     if system == "speculators-legacy":
         # custom_worker.py captures after block id: r = id + 1; ids outside [0, L-1] rejected.
@@ -237,7 +238,7 @@ def engine_capture(engine: str, config: dict, num_layers: int, version: str | No
     arch = arch or "generic"
     if engine == "sglang":
         key = NESTED_KEY
-        ec = config.get("eagle_config") if isinstance(config.get("eagle_config"), dict) else {}
+        ec = sub_dict(config, "eagle_config")
         ids = ec.get("eagle_aux_hidden_state_layer_ids")
         # An empty nested list is *not* None: SGLang captures nothing (layers_to_capture = []).
         empty_means_default = False
@@ -258,9 +259,10 @@ def engine_capture(engine: str, config: dict, num_layers: int, version: str | No
         notes.append(f"{key} is an empty list; vLLM treats it as absent and uses its default")
         ids = None
     if ids is None:
-        r = default_r(num_layers)  # SGLang: `if layer_ids is None` -> default, no +1 (§3.2)
-        return EngineCapture(engine, v, arch, key, None, "default", sorted(set(r)), [], problems,
-                             notes + [f"no ids under {key}: default r = {r}, no warning (vllm#50170 asks for one)"])
+        r_default = default_r(num_layers)  # SGLang: `if layer_ids is None` -> default, no +1 (§3.2)
+        return EngineCapture(engine, v, arch, key, None, "default", sorted(set(r_default)), [], problems,
+                             notes + [f"no ids under {key}: default r = {r_default}, no warning (vllm#50170 asks "
+                                      "for one)"])
     try:
         ids = int_ids(ids)
     except ForensicsError as e:
@@ -358,9 +360,9 @@ def from_r(system: str, rs: list[int], num_layers: int, version: str | None = No
                           f"SpecForge needs exactly 3 ids >= 0 (r = id + 1 in 1..{L}); r = {rs} impossible")
         return IdPlan(system, v, rs, [r - 1 for r in rs], NESTED_KEY, "nested")
     if system == "eagle":
-        ok = rs == default_r(L)
+        is_default = rs == default_r(L)
         return IdPlan(system, v, rs, None, None, None,
-                      None if ok else f"SafeAILab/EAGLE is hard-coded to r = {default_r(L)}; "
+                      None if is_default else f"SafeAILab/EAGLE is hard-coded to r = {default_r(L)}; "
                       f"r = {rs} needs a code change")
     raise AssertionError(system)  # pragma: no cover
 

@@ -105,6 +105,12 @@ def _find(path: str) -> tuple[str | None, str | None]:
     return path, None
 
 
+def sub_dict(cfg: dict, key: str) -> dict:
+    """``cfg[key]`` when it is a JSON object, else ``{}`` (configs nest optional sections)."""
+    v = cfg.get(key)
+    return v if isinstance(v, dict) else {}
+
+
 def load_json_object(path: str, what: str = "draft config") -> dict:
     """A JSON object from ``path``; unreadable, invalid or non-object files become a ForensicsError
     naming the file and ``what`` it was meant to be."""
@@ -145,9 +151,9 @@ def read_draft(path: str | os.PathLike, read_vocab_maps: bool = True) -> DraftIn
     if cfg_path is None and w_path is None:
         raise ForensicsError("no config.json and no *.safetensors in the draft folder", path=path)
     cfg = load_json_object(cfg_path) if cfg_path else {}
-    inner = cfg.get("transformer_layer_config") if isinstance(cfg.get("transformer_layer_config"), dict) else {}
-    ec = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}
-    spec = cfg.get("speculators_config") if isinstance(cfg.get("speculators_config"), dict) else {}
+    inner = sub_dict(cfg, "transformer_layer_config")
+    ec = sub_dict(cfg, "eagle_config")
+    spec = sub_dict(cfg, "speculators_config")
     verifier = (spec.get("verifier") or {}).get("name_or_path") if isinstance(spec.get("verifier"), dict) else None
     hidden = _int(cfg.get("hidden_size")) or _int(inner.get("hidden_size"))
     info = DraftInfo(

@@ -21,7 +21,7 @@ import tempfile
 from typing import Any
 
 from forensics.errors import ForensicsError
-from forensics.layers import FINAL_POST
+from forensics.layers import FINAL_POST, R
 
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CACHE_DIR = os.environ.get("HSF_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "hsf"))
@@ -191,7 +191,7 @@ def ladder(model, input_ids, rs: list | None = None) -> dict:
     hs = out.hidden_states
     if len(hs) != L + 1:
         raise ForensicsError(f"model returned {len(hs)} hidden states for {L} layers (expected L + 1)")
-    states = {r: hs[r][0] for r in range(L)}
+    states: dict[R, Any] = {r: hs[r][0] for r in range(L)}
     states[L] = captured["last"][0]
     states[FINAL_POST] = hs[L][0]
     if rs is not None:

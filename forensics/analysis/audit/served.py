@@ -125,14 +125,14 @@ def compare_served(data: Any, trained: dict, served: Any, use_fingerprint: bool 
         same = (d_want is not None and d_want <= W1_THRESHOLD and nearest == want) if cos is None else \
             (want is not None and cos[j, want] >= SAME_TENSOR_COS)
         fp_r = s_fp[j] if j < len(s_fp) else None
-        if same:
+        if same and want is not None:
             rj = slots_r[want]
         elif nearest is not None and (dist[j, nearest] <= W1_THRESHOLD if cos is None
                                       else cos[j, nearest] >= SAME_TENSOR_COS):
             rj = slots_r[nearest]
         else:
             rj = fp_r
-        if same and fp_r is not None and slots_r[want] is not None and fp_r != slots_r[want]:
+        if same and want is not None and fp_r is not None and slots_r[want] is not None and fp_r != slots_r[want]:
             same = False  # the fingerprints name different layers
         s_role = s_fps[j].get("role") if j < len(s_fps) else None
         t_role = t_roles[want] if want is not None and want < len(t_roles) else None

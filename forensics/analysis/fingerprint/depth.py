@@ -68,7 +68,7 @@ def duplicate_rows(h: torch.Tensor, input_ids: torch.Tensor | None) -> dict:
         groups = [g for g in by_id.values() if len(g) > 1]
         identical = sum(1 for g in groups if len({keys[i] for i in g}) == 1 and not zero[g[0]])
         # rows of *different* ids that are identical would not be a table lookup
-        distinct = {}
+        distinct: dict = {}
         clashes = 0
         for t, g in by_id.items():
             k = keys[g[0]]

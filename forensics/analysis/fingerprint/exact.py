@@ -163,7 +163,7 @@ def _ladder_reference(ref: Capture, capture: Capture) -> Reference:
         raise ForensicsError("the reference ladder's input_ids differ from this capture's; exact mode needs "
                              "the same tokens (pass the model instead to run it on these ids)", path=ref.path)
     lad = {r: s.tensor() for r, s in zip(rs, ref.slots, strict=True)}
-    ints = [r for r in rs if r != FINAL_POST]
+    ints = [r for r in rs if isinstance(r, int)]
     return Reference(source=ref.path, ladder=lad, num_layers=max(ints) if FINAL_POST in rs and ints else
                      ref.num_layers)
 
@@ -240,7 +240,7 @@ def exact_checks(capture: Capture, tensors: list, model: Any) -> dict:
     ref = reference_for(model, capture)
     ids = capture.input_ids.reshape(-1) if capture.input_ids is not None else None
     lad = ref.ladder(ids) if ids is not None else None
-    out = []
+    out: list[dict[str, Any]] = []
     for h in tensors:
         e = embedding_check(h, ids, ref) if ids is not None else None
         p = postnorm_check(h, ref)
@@ -292,7 +292,7 @@ def logit_lens(net: Any, tensors: list, lad: dict, out: list) -> None:
             continue
         post = x["r_exact"] == FINAL_POST or bool(x["postnorm"] and x["postnorm"]["verdict"])
         a = agree(h, post)
-        lens = {"agreement": a, "rows": int(rows.numel()), "near": None}
+        lens: dict[str, Any] = {"agreement": a, "rows": int(rows.numel()), "near": None}
         if x["r_exact"] is None:
             if profile is None:
                 profile = {r: agree(v, r == FINAL_POST) for r, v in lad.items()}

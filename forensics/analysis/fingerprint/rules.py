@@ -380,7 +380,8 @@ def assign_labels(fp: Fingerprint) -> None:
         got = [sf.label for sf in fp.slots]
         if got != file_labels and all(g is not None for g in got):
             fp.findings.append(Finding("reordered", [i for i in range(k) if got[i] != file_labels[i]],
-                                       f"file order ≠ depth order: stored slots are [{', '.join(got)}], expected "
+                                       "file order ≠ depth order: stored slots are "
+                                       f"[{', '.join(map(str, got))}], expected "
                                        f"[{', '.join(file_labels)}]"))
 
 

@@ -51,7 +51,8 @@ def list_files(path: str | os.PathLike | list, sample: int | None = None) -> tup
     if sample is not None and sample < len(files):
         keep = set(random.Random(SAMPLE_SEED).sample(range(len(files)), int(sample)))
         files = [f for i, f in enumerate(files) if i in keep]
-    items, bad = [], []
+    items: list[tuple[str, int | None, int | None]] = []
+    bad: list[dict] = []
     for f in files:
         try:
             st = os.stat(f)
@@ -118,7 +119,7 @@ def scan(path: str | os.PathLike | list, workers: int = 2, out: str | os.PathLik
     if resume:
         wanted = {(p, s, m): i for i, (p, s, m) in enumerate(items)}
         last: dict[int, dict] = {}
-        for row in read_rows(out):
+        for row in read_rows(out) if out else ():
             no = wanted.get((row.get("path"), row.get("size"), row.get("mtime_ns")))
             if no is not None and _resumable(row):
                 last[no] = row
@@ -127,7 +128,7 @@ def scan(path: str | os.PathLike | list, workers: int = 2, out: str | os.PathLik
         resumed = len(last)
     chosen = fingerprint_choice(len(items), fingerprint)
     todo = [(*it, chosen(i)) for i, it in enumerate(items) if i not in done and it[1] is not None]
-    opts = {"tune_malloc": tune_malloc, "prefetch": prefetch}
+    opts: dict[str, Any] = {"tune_malloc": tune_malloc, "prefetch": prefetch}
     if os.environ.get("HSF_SCAN_TEST_DIE_ON"):  # test hook: simulate a worker being killed
         opts["_test_die_on"] = os.environ["HSF_SCAN_TEST_DIE_ON"]
     sink = _open_out(out, resume)
