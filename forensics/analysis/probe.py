@@ -167,8 +167,8 @@ def auto_candidates(refs: list, k: int, declared: list | None, trainer_fc: list 
     if L is not None and k == 3:
         from forensics.models.conventions import default_r
 
-        add(default_r(L), "engine default")  # vLLM / SGLang without ids / SpecForge / EAGLE (§1)
-        add([r + 1 for r in default_r(L)], "engine default +1")  # SGLang's +1 on default-valued ids (§3.2)
+        add(default_r(L), "engine default")  # vLLM / SGLang without ids / SpecForge / EAGLE
+        add([r + 1 for r in default_r(L)], "engine default +1")  # SGLang's +1 on default-valued ids
     for base, name in ((declared, "declared"), (trainer_fc, "trainer view")):
         if base and all(isinstance(r, int) for r in base):
             for s in (1, -1, 2, -2):

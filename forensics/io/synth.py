@@ -2,7 +2,8 @@
 
 ``kimi_like()`` builds one ``[1281, 7168]`` bf16 × 4 sample shaped like the seed's Kimi-K2.5
 speculators-v1 file (slots labelled ``[embed, L3, L31, L59]``), whose per-token norm statistics are
-set **exactly** (before bf16 rounding) to the seed's figures (fingerprint-signals.md §1):
+set **exactly** (before bf16 rounding) to the figures of the Kimi-K2.5 case (the per-token norms printed
+by the engineer who found it):
 
 ====  ================  =====================  ===========
 slot  mean ± std        token 0                label

@@ -2,7 +2,7 @@
 
 One coordinate (see ``forensics.capture``): ``r = 0`` embedding output, ``r = k`` output of block k
 (= HF ``hidden_states[k]``), ``r = L`` last block before the final norm. Every rule below cites its
-source (PR / issue number, file) as recorded in ``shared/reference/eagle3-conventions.md``.
+source: the PR or issue number and the file in that project.
 
 Example:
     >>> to_r("sglang", [2, 30, 58], 61, version="pre-25454")
@@ -162,7 +162,7 @@ def to_r(system: str, ids: list[int] | None, num_layers: int, version: str | Non
         v = parse_version("sglang", version)
         plus = 1 if sglang_plus_one(ids, v, arch) else 0
         # SGLang's loop runs i = 0..L-1 and captures *before* block i (llama.py / deepseek_v2.py):
-        # a layer index outside 0..L-1 never matches. Index 0 is the embedding (needs a patch, §3.4).
+        # a layer index outside 0..L-1 never matches. Index 0 is the embedding (needs a patch).
         return [i + plus if 0 <= i + plus <= L - 1 else None for i in ids]
     if system == "eagle":
         raise ForensicsError("SafeAILab/EAGLE has no id list: its capture is hard-coded to "
@@ -193,9 +193,9 @@ def reachable_r(engine: str, num_layers: int, version: str | None = None, arch: 
     L = int(num_layers)
     why: dict[int, str] = {}
     if engine == "sglang":
-        # Capture happens before block i for i in 0..L-1 (§3.1); r = L is never reached. At i = 0
+        # Capture happens before block i for i in 0..L-1; r = L is never reached. At i = 0
         # residual is None in stock LlamaModel/DeepseekV2Model: hidden_states + residual raises a
-        # TypeError, so the embedding needs a patch (§3.4).
+        # TypeError, so the embedding needs a patch.
         why[0] = ("SGLang computes `hidden_states + residual` before block 0 where residual is None "
                   "(TypeError in stock LlamaModel/DeepseekV2Model): capturing the embedding needs a "
                   "patch (`hidden_states + residual if residual is not None else hidden_states`)")
@@ -231,7 +231,7 @@ def engine_capture(engine: str, config: dict, num_layers: int, version: str | No
     SGLang reads only the nested key (``spec_aux_hidden_state.py`` ``resolve_spec_aux_hidden_state_config``
     @ e6123ca2); vLLM only the top-level key (``eagle3_utils.py`` ``get_eagle3_aux_layers_from_config``
     @ da844450, speculators configs via ``update_eagle3``). Both concatenate in layer-loop
-    (ascending) order whatever the list order (§3.1, §4.1).
+    (ascending) order whatever the list order.
     """
     engine = canonical_system(engine)
     v = parse_version(engine, version)
@@ -259,7 +259,7 @@ def engine_capture(engine: str, config: dict, num_layers: int, version: str | No
         notes.append(f"{key} is an empty list; vLLM treats it as absent and uses its default")
         ids = None
     if ids is None:
-        r_default = default_r(num_layers)  # SGLang: `if layer_ids is None` -> default, no +1 (§3.2)
+        r_default = default_r(num_layers)  # SGLang: `if layer_ids is None` -> default, no +1
         return EngineCapture(engine, v, arch, key, None, "default", sorted(set(r_default)), [], problems,
                              notes + [f"no ids under {key}: default r = {r_default}, no warning (vllm#50170 asks "
                                       "for one)"])
@@ -381,7 +381,7 @@ class TrainerView:
 def trainer_view(trainer: str, num_slots: int) -> TrainerView:
     """speculators v1 ``standardize_data_v1``: ``cat(list[:-1])`` in stored order + ``list[-1]`` pre-norm
     target (speculators#143, #313); current ``ArrowDataset``: ``[:, :-1]`` + ``[:, -1]`` (speculators#353);
-    SpecForge ``normalize_offline_sample``: ``aux_hidden_state`` + post-norm ``hidden_state`` (§5.2)."""
+    SpecForge ``normalize_offline_sample``: ``aux_hidden_state`` + post-norm ``hidden_state``."""
     t = str(trainer).strip().lower()
     if t in ("speculators-v1", "speculators-legacy", "legacy"):
         return TrainerView("speculators-v1", list(range(num_slots - 1)), num_slots - 1, "pre",

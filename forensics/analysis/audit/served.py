@@ -2,9 +2,9 @@
 
 Works without any config: every served slot is compared with every training slot by the distance
 between their per-token log-norm distributions (1-D Wasserstein-1 on ``log10 ‖h_t‖``, token 0
-excluded because it is an attention sink whose norm says nothing about depth; fingerprint-signals.md
-§1). When both captures hold the same token ids, the tensors themselves are compared (mean per-token
-cosine). When ``forensics.fingerprint`` is available, roles must also agree.
+excluded because it is an attention sink whose norm says nothing about depth). When both captures hold
+the same token ids, the tensors themselves are compared (mean per-token cosine); the fingerprinted roles
+must also agree.
 
 Example:
     >>> data, findings = compare_served(train_cap, trained, "served/")     # doctest: +SKIP
@@ -111,7 +111,7 @@ def compare_served(data: Any, trained: dict, served: Any, use_fingerprint: bool 
     notes = []
     if s0.format == "speculators" and n_served == len(fc_r) + 1:
         # vLLM extract_hidden_states (--include-last-layer, default on) appends r = L after the aux states;
-        # speculators reads it as the target ([:, -1], speculators#353): not an fc input (eagle3-conventions §4.5)
+        # speculators reads it as the target ([:, -1], speculators#353): not an fc input
         n_served -= 1
         notes.append(f"served slot {n_served} is the verifier's last layer that extract_hidden_states appends "
                      "(the target, not an fc input): left out of the fc comparison")

@@ -164,7 +164,7 @@ def training_side(data: Any, trainer: str | None, draft_info, L: int | None, use
 
 def _ids_as_trained(trainer: str, info, L: int) -> list | None:
     """The r a draft config's ids mean to the trainer that wrote them: SpecForge nested ids go through SGLang's
-    +1 (§5.1); speculators records vLLM ids at the top level (speculators#379: r = id)."""
+    +1; speculators records vLLM ids at the top level (speculators#379: r = id)."""
     t = cv.canonical_system(trainer)
     first, second = (info.ids_nested, info.ids_top) if t == "specforge" else (info.ids_top, info.ids_nested)
     ids = first if first is not None else second

@@ -1,9 +1,9 @@
 """Fingerprint: which captured tensor is which — role, depth order and label of every slot, with evidence.
 
-From the data alone (fingerprint-signals §4 rulebook): exact duplicate rows ⇒ embedding (a table lookup,
+From the data alone: exact duplicate rows ⇒ embedding (a table lookup,
 transformers #2461); small context-free norms without a sink ⇒ embedding even for absolute-position
 models; a token-0 sink (Sun et al. 2024) ⇒ after the emergence layer; a tight, sinkless spread ⇒ late or
-post-norm (§1, "last layer"); a norm collapse next to a deep pre-norm slot, or B = RMSNorm(A) for some γ
+post-norm; a norm collapse next to a deep pre-norm slot, or B = RMSNorm(A) for some γ
 ⇒ post-final-norm; the masked angular-distance chain (``forensics.depth``) ⇒ depth order, whose
 direction is voted by norm growth (Heimersheim & Turner 2023) and the late signature. Depth is not norm
 order (the seed's L59 norm 111 ± 8 < L31 174 ± 99). Exact mode (``model=``, ``forensics.exact``) settles

@@ -1,7 +1,7 @@
 """Exact mode of the fingerprint: checks against the real model (or a reference ladder capture).
 
 * Embedding: slot rows vs ``embed_tokens.weight[input_ids]``, reading only those rows (safetensors
-  ``get_slice`` for a safetensors checkpoint; fingerprint-signals §3.5, safetensors ``__init__.pyi``).
+  ``get_slice`` for a safetensors checkpoint; safetensors ``__init__.pyi``).
 * Post-norm: with the final norm's γ, ``rms(x / γ) ≈ 1`` on every row ⇔ x = RMSNorm(h)
   (transformers ``LlamaRMSNorm``; HF's last ``hidden_states`` entry is post-norm, PR #26142).
 * Reference ladder: run the model on the sample's ids (``forensics.models.target.ladder``) or take a committed

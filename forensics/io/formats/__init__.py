@@ -93,7 +93,7 @@ def _apply_sidecars(cap: Capture) -> None:
     from forensics.layers import parse_r
 
     # data_config.json is written by speculators' legacy generator next to its data_{i}.pt files only
-    # (DataGenerationConfig, eagle3-conventions §2.1); it says nothing about other formats.
+    # (speculators DataGenerationConfig); it says nothing about other formats.
     cfg = _sidecar(cap.path, "data_config.json") if cap.format == speculators_v1.NAME else None
     hs_cfg = cfg.get("hidden_states") if cfg else None
     ids = hs_cfg.get("layer_ids") if isinstance(hs_cfg, dict) else None
