@@ -1,6 +1,6 @@
 """Read an EAGLE-3 draft checkpoint: its config.json (any style) and its weights' safetensors header.
 
-Styles of ``config.json`` (eagle3-conventions.md §2.4, §3.5, §5.3, §6):
+Styles of ``config.json`` (speculators, SGLang/SpecForge, vLLM/EAGLE):
 - ``speculators``: ``speculators_model_type: "eagle3"``, ``transformer_layer_config``, ids at the
   top level (``eagle_aux_hidden_state_layer_ids``), ``speculators_config.verifier``.
 - ``sglang`` (also SpecForge exports): HF-style ``LlamaForCausalLMEagle3`` with the ids nested in
@@ -31,7 +31,7 @@ _MISSING = object()
 
 @dataclass
 class VocabMapCheck:
-    """What the ``d2t`` / ``t2d`` tensors hold, and whether they are valid (§9 check 7)."""
+    """What the ``d2t`` / ``t2d`` tensors hold, and whether they are valid."""
 
     d2t_dtype: str | None = None
     d2t_shape: list[int] | None = None
@@ -108,6 +108,12 @@ def _find(path: str) -> tuple[str | None, str | None]:
     return path, None
 
 
+def sub_dict(cfg: dict, key: str) -> dict:
+    """``cfg[key]`` when it is a JSON object, else ``{}`` (configs nest optional sections)."""
+    v = cfg.get(key)
+    return v if isinstance(v, dict) else {}
+
+
 def load_json_object(path: str, what: str = "draft config") -> dict:
     """A JSON object from ``path``; unreadable, invalid or non-object files become a ForensicsError
     naming the file and ``what`` it was meant to be."""
@@ -135,10 +141,6 @@ def _style(cfg: dict) -> str:
     return "eagle" if "eagle" in arch.lower() or "draft_vocab_size" in cfg else "unknown"
 
 
-def _dict(x) -> dict:
-    return x if isinstance(x, dict) else {}
-
-
 def _int(x) -> int | None:
     return int(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
 
@@ -152,7 +154,9 @@ def read_draft(path: str | os.PathLike, read_vocab_maps: bool = True) -> DraftIn
     if cfg_path is None and w_path is None:
         raise ForensicsError("no config.json and no *.safetensors in the draft folder", path=path)
     cfg = load_json_object(cfg_path) if cfg_path else {}
-    inner, ec, spec = (_dict(cfg.get(k)) for k in ("transformer_layer_config", "eagle_config", "speculators_config"))
+    inner = sub_dict(cfg, "transformer_layer_config")
+    ec = sub_dict(cfg, "eagle_config")
+    spec = sub_dict(cfg, "speculators_config")
     verifier = (spec.get("verifier") or {}).get("name_or_path") if isinstance(spec.get("verifier"), dict) else None
     hidden = _int(cfg.get("hidden_size")) or _int(inner.get("hidden_size"))
     info = DraftInfo(
