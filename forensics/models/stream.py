@@ -25,78 +25,20 @@ import copy
 import json
 import os
 import re
-import struct
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from forensics.errors import ForensicsError
 from forensics.layers import FINAL_POST
+from forensics.models.shards import DTYPE_BYTES, ShardReader, StreamStats, shard_index
 
-HEADER_MAX_BYTES = 100_000_000  # a safetensors JSON header larger than this is refused (the format caps it too)
 LM_HEAD_BLOCK_BYTES = 64 << 20  # lm_head rows read per block by the logit lens (64 MiB of compute-dtype rows)
 EXPERT_GROUP_BYTES = 256 << 20  # routed experts read at once, at most (compute dtype); at least one expert
-_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
-                "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
 _EXPERT_KEY = re.compile(r"^(?P<path>.+)\.experts\.(?P<e>\d+)\.(?P<w>w1|w2|w3|gate_proj|up_proj|down_proj)\.weight$")
 _GATE, _UP, _DOWN = {"w1", "gate_proj"}, {"w3", "up_proj"}, {"w2", "down_proj"}
 _ALIASES = ((".block_sparse_moe.", ".mlp."),)  # Mixtral checkpoint names -> transformers 5 module names
-
-
-@dataclass
-class TensorInfo:
-    """One tensor of a shard, from the shard's header: where it is, its dtype, shape and size."""
-
-    file: str
-    dtype: str
-    shape: tuple[int, ...]
-    nbytes: int
-
-
-def read_header(path: str) -> dict[str, TensorInfo]:
-    """Tensor name -> :class:`TensorInfo` from a safetensors header (8-byte length + JSON; nothing else read)."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(8)
-            if len(head) != 8:
-                raise ForensicsError("not a safetensors file (shorter than its 8-byte header length)", path=path)
-            (n,) = struct.unpack("<Q", head)
-            if n > HEADER_MAX_BYTES:
-                raise ForensicsError(f"safetensors header claims {n} bytes (> {HEADER_MAX_BYTES})", path=path)
-            doc = json.loads(f.read(n))
-    except (OSError, ValueError) as e:
-        raise ForensicsError(f"cannot read the safetensors header: {e}", path=path) from None
-    out = {}
-    for name, d in doc.items():
-        if name == "__metadata__":
-            continue
-        a, b = d["data_offsets"]
-        out[name] = TensorInfo(path, str(d["dtype"]), tuple(int(s) for s in d["shape"]), int(b) - int(a))
-    return out
-
-
-def shard_index(folder: str) -> dict[str, TensorInfo]:
-    """Every tensor of an HF folder: ``model.safetensors.index.json`` + shard headers, or the lone shards."""
-    idx = os.path.join(folder, "model.safetensors.index.json")
-    if os.path.isfile(idx):
-        try:
-            with open(idx) as f:
-                files = sorted(set(json.load(f)["weight_map"].values()))
-        except (OSError, ValueError, KeyError, AttributeError) as e:
-            raise ForensicsError(f"unreadable shard index: {e}", path=idx) from None
-    else:
-        files = sorted(n for n in os.listdir(folder) if n.endswith(".safetensors"))
-    if not files:
-        raise ForensicsError("no safetensors shards (model.safetensors.index.json or *.safetensors)", path=folder)
-    out: dict[str, TensorInfo] = {}
-    for name in files:
-        p = os.path.join(folder, name)
-        if not os.path.isfile(p):
-            raise ForensicsError("shard named by the index is missing", path=p)
-        out.update(read_header(p))
-    return out
 
 
 def _torch_dtype(name: str) -> Any:
@@ -104,61 +46,6 @@ def _torch_dtype(name: str) -> Any:
 
     return {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
             "float16": torch.float16}[name]
-
-
-@dataclass
-class StreamStats:
-    """What the stream read and ran: bytes per shard, blocks run, wall time per block."""
-
-    bytes_by_shard: dict[str, int] = field(default_factory=dict)
-    block_seconds: list[float] = field(default_factory=list)
-    experts_read: dict[int, int] = field(default_factory=dict)  # block k -> routed experts read
-
-    def read(self, file: str, nbytes: int) -> None:
-        name = os.path.basename(file)
-        self.bytes_by_shard[name] = self.bytes_by_shard.get(name, 0) + int(nbytes)
-
-    @property
-    def bytes_read(self) -> int:
-        return sum(self.bytes_by_shard.values())
-
-    def to_dict(self) -> dict:
-        n = len(self.block_seconds)
-        return {"shards_read": sorted(self.bytes_by_shard), "bytes_by_shard": dict(sorted(self.bytes_by_shard.items())),
-                "bytes_read": self.bytes_read, "blocks_run": n,
-                "seconds_per_block": (sum(self.block_seconds) / n) if n else None,
-                "experts_read": {str(k): v for k, v in self.experts_read.items()}}
-
-
-class _Reader:
-    """Reads named tensors (or row slices) from the shards, one open shard at a time, counting bytes."""
-
-    def __init__(self, index: dict[str, TensorInfo], stats: StreamStats):
-        self.index, self.stats = index, stats
-        self._open: tuple[str, Any] | None = None
-
-    def _handle(self, file: str) -> Any:
-        from safetensors import safe_open
-
-        if self._open is None or self._open[0] != file:
-            self.close()
-            self._open = (file, safe_open(file, framework="pt"))
-        return self._open[1]
-
-    def close(self) -> None:
-        self._open = None  # safe_open handles unmap when collected
-
-    def tensor(self, name: str, dtype: Any) -> Any:
-        info = self.index[name]
-        t = self._handle(info.file).get_tensor(name)
-        self.stats.read(info.file, info.nbytes)
-        return t.to(dtype)
-
-    def rows(self, name: str, start: int, stop: int, dtype: Any) -> Any:
-        info = self.index[name]
-        t = self._handle(info.file).get_slice(name)[start:stop]
-        self.stats.read(info.file, info.nbytes // max(1, info.shape[0]) * (stop - start))
-        return t.to(dtype)
 
 
 def _recorder_class() -> type:
@@ -263,7 +150,7 @@ class LayerStream:
         dense, expert = 0, 0
         for n in self.block_names(k):
             i = self.index[n]
-            b = i.nbytes // _DTYPE_BYTES.get(i.dtype, 2) * self._itemsize()
+            b = i.nbytes // DTYPE_BYTES.get(i.dtype, 2) * self._itemsize()
             if _EXPERT_KEY.match(n):
                 expert = max(expert, 3 * b)  # gate + up + down of one expert
             else:
@@ -273,7 +160,7 @@ class LayerStream:
     def check_budget(self, tokens: int) -> int:
         """Raise when one block (+ the largest raw tensor read, + states) would push this process over
         ``max_memory``; return the estimated peak in bytes."""
-        from forensics.models.target import current_rss
+        from forensics.models.shards import current_rss
 
         block = max((self.block_bytes(k) for k in range(self.num_layers)), default=0)
         raw = max((i.nbytes for n, i in self.index.items() if n.startswith(self.prefix + "layers.")), default=0)
@@ -320,7 +207,7 @@ class LayerStream:
         skel.to(self.dtype).eval()
         return skel, seen
 
-    def _block(self, k: int, reader: _Reader) -> Any:
+    def _block(self, k: int, reader: ShardReader) -> Any:
         """Decoder block k on CPU in the compute dtype with its tensors (routed experts: on demand)."""
         import torch
 
@@ -355,7 +242,7 @@ class LayerStream:
                 raise ForensicsError(f"block {k}: the shards hold {len(per)} experts at {path} with missing "
                                      f"projections; the config says {total}", path=self.folder)
             fetch = self._expert_fetcher(per, reader)
-            one = sum(self.index[n].nbytes // _DTYPE_BYTES.get(self.index[n].dtype, 2) for n in per[0].values())
+            one = sum(self.index[n].nbytes // DTYPE_BYTES.get(self.index[n].dtype, 2) for n in per[0].values())
             group = max(1, self.expert_group_bytes // max(1, one * self._itemsize()))
             for leaf in ("gate_up_proj", "down_proj"):
                 want.pop(f"{path}.{leaf}", None)
@@ -374,7 +261,7 @@ class LayerStream:
                                  f"{self.model_type!r})", path=self.folder)
         return block.eval()
 
-    def _expert_fetcher(self, per: dict[int, dict[str, str]], reader: _Reader) -> Any:
+    def _expert_fetcher(self, per: dict[int, dict[str, str]], reader: ShardReader) -> Any:
         import torch
 
         def fetch(ids: list[int]) -> tuple[Any, Any]:
@@ -399,7 +286,7 @@ class LayerStream:
         ids = torch.as_tensor(input_ids, dtype=torch.long).reshape(-1)
         self.check_budget(int(ids.numel()))
         uniq, inv = torch.unique(ids, return_inverse=True)
-        reader = _Reader(self.index, self.stats)
+        reader = ShardReader(self.index, self.stats)
         skel, seen = self._skeleton(int(uniq.numel()))
         rows = torch.stack([reader.rows(self.embed_name, int(i), int(i) + 1, self.dtype)[0] for i in uniq.tolist()])
         with torch.no_grad():
@@ -443,7 +330,7 @@ class LayerStream:
         info = self.index[self.head_name]
         V = int(info.shape[0])
         step = max(1, LM_HEAD_BLOCK_BYTES // max(1, self.hidden_size * self._itemsize()))
-        reader = _Reader(self.index, self.stats)
+        reader = ShardReader(self.index, self.stats)
         x = rows.to(self.dtype)
         best = torch.full((int(x.shape[0]),), -float("inf"), dtype=torch.float64)
         arg = torch.zeros(int(x.shape[0]), dtype=torch.long)
@@ -464,7 +351,7 @@ class LayerStream:
         if self._final_norm is None:
             skel, _ = self._skeleton(1)
             with torch.no_grad():
-                skel.norm.weight = torch.nn.Parameter(_Reader(self.index, self.stats).tensor(
+                skel.norm.weight = torch.nn.Parameter(ShardReader(self.index, self.stats).tensor(
                     self.norm_name, self.dtype), requires_grad=False)
             self._final_norm = skel.norm
         with torch.no_grad():
@@ -490,12 +377,13 @@ def _load_config(folder: str) -> Any:
         raise ForensicsError(f"the installed transformers cannot build model_type {mt!r}", path=path) from None
 
 
-def _classes(config: Any, folder: str) -> tuple[type, type]:
+def _classes(config: Any, folder: str) -> tuple[Any, Any]:
     """(base model class, decoder-layer class) for ``config`` from the installed transformers."""
     import transformers
     from transformers import AutoModel
 
     mt = getattr(config, "model_type", "?")
+    base: Any
     try:
         base = AutoModel._model_mapping[type(config)]
     except Exception:  # noqa: BLE001

@@ -290,29 +290,11 @@ def open_target(spec: Any, max_memory: str | int | None = None, tokens: int | No
     return Target(path=resolved, max_memory=budget, tokens=tokens or DEFAULT_TOKENS, progress=progress)
 
 
-def peak_rss() -> int:
-    """This process's peak resident set size in bytes (``getrusage``; KiB on Linux, bytes on macOS)."""
-    import resource
-    import sys
-
-    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(r if sys.platform == "darwin" else r * 1024)
-
-
-def current_rss() -> int:
-    """This process's resident set size now (``/proc/self/statm``), or the peak where that is unavailable."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return peak_rss()
-
-
 def compute_bytes(path: str) -> int | None:
     """Bytes the whole model takes loaded in float32 (None when the path is not an HF safetensors folder)."""
     if not (os.path.isdir(path) and os.path.isfile(os.path.join(path, "config.json"))):
         return None
-    from forensics.models.stream import shard_index
+    from forensics.models.shards import shard_index
 
     try:
         index = shard_index(path)
@@ -331,6 +313,8 @@ def _elements(shape: tuple[int, ...]) -> int:
 def fits_in_memory(path: str, budget: int) -> bool:
     """Whether loading the whole model (float32) keeps this process under ``budget`` bytes."""
     need = compute_bytes(path)
+    from forensics.models.shards import current_rss
+
     return need is None or current_rss() + need <= budget
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from forensics.analysis.fingerprint.exact import (
+from forensics.analysis.fingerprint.ladder import (
     LADDER_MATCH_COS,
     LADDER_MATCH_REL,
     LENS_NEAR,
@@ -42,7 +42,7 @@ def streamed_ladder(stream: Any, ids: Any, tensors: list) -> dict:
     r, and the provenance (shards and bytes read, blocks run, peak RSS, seconds)."""
     import torch
 
-    from forensics.models.target import peak_rss
+    from forensics.models.shards import peak_rss
 
     t0 = time.perf_counter()
     T = int(ids.numel())
@@ -110,7 +110,7 @@ def streamed_lens(stream: Any, tensors: list, streamed: dict, out: list) -> None
             continue
         x = out[key[1]]
         a = float((v == final).float().mean())
-        lens = {"agreement": a, "rows": n, "near": None}
+        lens: dict[str, Any] = {"agreement": a, "rows": n, "near": None}
         if x["r_exact"] is None:
             lens["near"] = sorted((r for r, b in profile.items() if abs(b - a) <= LENS_NEAR),
                                   key=lambda r: float("inf") if r == FINAL_POST else r)
