@@ -57,7 +57,8 @@ def test_sglang_versions(text, want):
 
 
 @pytest.mark.parametrize("text, want", [
-    (None, "post-46973"), ("pre-36063", "pre-36063"), ("pre-46973", "post-36063"), ("vllm>=36063", "post-36063"),
+    (None, "post-46973"), ("pre-36063", "pre-36063"), ("pre-46973", "post-40727"), ("pre-40727", "post-36063"),
+    ("vllm>=36063", "post-36063"),
 ])
 def test_vllm_versions(text, want):
     assert cv.parse_version("vllm", text) == want

@@ -69,6 +69,9 @@ class DraftInfo:
     weight_names: list[str] = field(default_factory=list)
     vocab: VocabMapCheck | None = None
     notes: list[str] = field(default_factory=list)
+    family: str = "eagle3"  # eagle3 | eagle3.1 | p-eagle | dflash | dspark | mtp (conventions.detect_family)
+    family_ids: dict = field(default_factory=dict)  # every id list the family may use, by dotted key, as found
+    num_draft_layers: int | None = None  # the draft's own depth (DFlash sizes its default ids from it)
 
     @property
     def fc_aux_count(self) -> int | None:
@@ -168,6 +171,7 @@ def read_draft(path: str | os.PathLike, read_vocab_maps: bool = True) -> DraftIn
         vocab_size=_int(inner.get("vocab_size")) or _int(cfg.get("vocab_size")),
         architectures=list(cfg.get("architectures") or []), verifier=verifier,
     )
+    _read_family(info, cfg, inner)
     if cfg_path is None:
         info.notes.append("no config.json next to the weights: ids unknown")
     if w_path:
@@ -175,6 +179,20 @@ def read_draft(path: str | os.PathLike, read_vocab_maps: bool = True) -> DraftIn
     elif cfg_path and os.path.isdir(path) and any(n.endswith(".bin") for n in os.listdir(path)):
         info.notes.append("weights are pytorch_model.bin: not inspected (only safetensors headers are read)")
     return info
+
+
+def _read_family(info: DraftInfo, cfg: dict, inner: dict) -> None:
+    """The drafter family and every id list it may hold: EAGLE-3/3.1/P-EAGLE top-level or nested ids, DFlash
+    ``dflash_config.target_layer_ids`` (z-lab, vLLM, SGLang) or speculators' ``aux_hidden_state_layer_ids``,
+    DSpark ``dspark_target_layer_ids`` (vLLM) or ``target_layer_ids`` (NeMo Automodel)."""
+    from forensics.models import conventions as cv
+    from forensics.models.convention_rules import FAMILY_KEYS
+
+    info.family = cv.detect_family(cfg)
+    info.family_ids = {k: v for k in FAMILY_KEYS[info.family] if (v := cv.get_key(cfg, k)) is not None}
+    info.num_draft_layers = _int(cfg.get("num_hidden_layers")) or _int(inner.get("num_hidden_layers"))
+    if info.family not in ("eagle3", "eagle3.1", "p-eagle") and info.family_ids:
+        info.notes.append(f"{info.family} draft: ids {info.family_ids}")
 
 
 def _read_weights(info: DraftInfo, w_path: str, read_vocab_maps: bool) -> None:

@@ -235,7 +235,8 @@ def audit(data: Any = None, draft: Any = None, engine: str | None = None, engine
     fix = None
     if verdict == "mismatch" and engine and L and trained.get("fc_r") and \
             all(isinstance(r, int) for r in trained["fc_r"]):
-        fix = cv.from_r(engine, trained["fc_r"], L, engine_version, arch).to_dict()
+        fix = cv.from_r(engine, trained["fc_r"], L, engine_version, arch,
+                       family=info.family if info is not None else None).to_dict()
         if info is not None and info.ids_top is not None and info.ids_nested is not None:
             other = cv.NESTED_KEY if fix["where"] == "top-level" else cv.TOP_KEY
             fix["also"] = f"make `{other}` agree (or remove it) so the other engine reads the same layers"
