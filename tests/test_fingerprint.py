@@ -397,9 +397,15 @@ def _f64_distances(slots, rows, mask):
                       / math.pi for j in range(k)] for i in range(k)])
 
 
-def test_distances_and_rmsnorm_fit_match_a_float64_reference_on_the_row_sample():
-    """The sampled, blocked float32 distances equal a direct float64 computation on the same rows (1e-5), and
-    on all rows when the sample covers them; the RMSNorm fit likewise (1e-9)."""
+@pytest.mark.parametrize("buffered", [True, False])
+def test_distances_and_rmsnorm_fit_match_a_float64_reference_on_the_row_sample(buffered, monkeypatch):
+    """The sampled float32 distances (one gathered buffer, or two passes over row blocks) equal a direct
+    float64 computation on the same rows (1e-5), and on all rows when the sample covers them; the RMSNorm
+    fit likewise (1e-9)."""
+    from forensics.analysis.fingerprint import depth
+
+    if not buffered:
+        monkeypatch.setattr(depth, "DISTANCE_BUFFER_ELEMENTS", 0)
     from forensics.analysis.fingerprint.depth import (
         DISTANCE_BLOCK_ELEMENTS,
         DISTANCE_SAMPLE_ROWS,
@@ -494,3 +500,20 @@ def test_duplicate_rows_match_bytewise_reference_on_adversarial_rows():
         ids = torch.randint(0, 6, (T,), generator=g)
         for i in (ids, None):
             assert duplicate_rows(h, i) == reference(h, i), (trial, T, H)
+
+
+def test_normalizes_screen_agrees_with_the_float64_fit():
+    """The one-pass float32 screen gives the float64 residual to ~1e-3 on an exact pair and on an unrelated one."""
+    from forensics.analysis.fingerprint.depth import NORMALIZES_SCREEN_ROWS, normalizes
+
+    g = torch.Generator().manual_seed(5)
+    pre = (torch.randn(300, 256, generator=g) * 20).to(torch.bfloat16)
+    gamma = torch.rand(256, generator=g) + 0.3
+    p32 = pre.float()
+    post = (gamma * p32 * torch.rsqrt(p32.pow(2).mean(-1, keepdim=True))).to(torch.bfloat16)
+    other = torch.randn(300, 256, generator=g).to(torch.bfloat16)
+    for b in (post, other):
+        screen = normalizes(pre, b, [0], NORMALIZES_SCREEN_ROWS)["residual"]
+        full = normalizes(pre, b, [0], 10_000)["residual"]
+        exact64 = normalizes(pre, b, [0], NORMALIZES_SCREEN_ROWS + 1)["residual"]  # same kind of fit, f64
+        assert abs(screen - exact64) < 2e-3 and (full < 0.01) == (b is post) == (screen < 0.01)

@@ -36,9 +36,12 @@ if TYPE_CHECKING:  # pragma: no cover
 # per file (256 rows: 16–30 ms; all rows in float32 blocks: 0.4–0.6 s). The pairwise distances between
 # distinct layers there are ≥ 0.1 apart, so the depth chain does not move.
 DISTANCE_SAMPLE_ROWS = 128
-DISTANCE_BLOCK_ELEMENTS = 1 << 18  # float32 elements of one row block over all slots (1 MB: stays in L2)
+DISTANCE_BLOCK_ELEMENTS = 1 << 20  # float32 elements of one row block over all slots (4 MB; fewer, larger torch
+# calls: at 1 MB blocks the per-call overhead of ~600 small ops was a third of the distance cost on a loaded machine)
 NEAR_PARALLEL_COS = 0.9999  # float32 cosines above this are recomputed in float64 (arccos is ill-conditioned
 # near 1: a float32 cosine of two near-duplicate slots is only good to ~1e-4 in the distance)
+DISTANCE_BUFFER_ELEMENTS = 1 << 23  # up to this many sampled elements (32 MB float32) are gathered once into one
+# buffer (Kimi: 128 rows × 4 × 7168 = 3.7 M); beyond, two passes over row blocks keep memory bounded
 DUP_KEY_COLS = 16  # consecutive columns hashed per row (one 32-byte run for bf16) before whole rows are compared
 DUP_COMPARE_ELEMENTS = 1 << 18  # elements per chunk of the whole-row comparisons (cache-sized)
 EXACT_PATH_MAX_SLOTS = 9  # brute-force the best path up to this many slots; heuristic above
@@ -246,6 +249,8 @@ def angular_distance_sample(tensors: Sequence[torch.Tensor], drop_tokens: Sequen
     masks = [[d for d in sorted({int(x) for x in mask_dims}) if 0 <= d < w] for w in widths]
     B = max(1, DISTANCE_BLOCK_ELEMENTS // max(1, sum(widths)))
     rows_t = torch.from_numpy(rows)
+    if len(set(widths)) == 1 and n * k * widths[0] <= DISTANCE_BUFFER_ELEMENTS:
+        return _distances_in_buffer(tensors, rows_t, masks, population)
     means = []
     for t, m in zip(tensors, masks, strict=True):
         acc = torch.zeros(int(t.shape[1]), dtype=torch.float64)
@@ -257,12 +262,49 @@ def angular_distance_sample(tensors: Sequence[torch.Tensor], drop_tokens: Sequen
         r = rows_t[s:s + B]
         G = _block_gram([_gather32(t, r, m).sub_(mu) for t, m, mu in zip(tensors, masks, means, strict=True)],
                         widths)
-        d = np.sqrt(np.maximum(np.einsum("bii->bi", G), 0.0))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            c = G / np.maximum(d[:, :, None] * d[:, None, :], 1e-300)
-        a = np.arccos(np.clip(c, -1.0, 1.0)) / math.pi
+        a = _angles(G)
         s1 += a.sum(0)
         s2 += (a * a).sum(0)
+    return _sample_result(s1, s2, n, population)
+
+
+def _angles(G: np.ndarray) -> np.ndarray:
+    """Per-row angular distances ``[b, k, k]`` in [0, 1] from per-row Gram matrices."""
+    d = np.sqrt(np.maximum(np.einsum("bii->bi", G), 0.0))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        c = G / np.maximum(d[:, :, None] * d[:, None, :], 1e-300)
+    return np.arccos(np.clip(c, -1.0, 1.0)) / math.pi
+
+
+def _distances_in_buffer(tensors: Sequence[torch.Tensor], rows: torch.Tensor, masks: list[list[int]],
+                         population: int) -> DistanceSample:
+    """The sample gathered once into a float32 ``[rows, k, H]`` buffer: one read of each sampled row, one
+    mean, one batched matmul (float64 only for the rows holding a near-parallel pair)."""
+    import torch
+
+    n, k, H = int(rows.numel()), len(tensors), int(tensors[0].shape[1])
+    X = torch.empty(n, k, H, dtype=torch.float32)
+    for i, (t, m) in enumerate(zip(tensors, masks, strict=True)):
+        X[:, i].copy_(t.index_select(0, rows))
+        if m:
+            X[:, i, m] = 0.0
+    torch.nan_to_num_(X, nan=0.0, posinf=0.0, neginf=0.0)
+    X.sub_(X.mean(0))  # float32 cascade sums: the mean is good to ~1e-7 relative
+    G = torch.bmm(X, X.transpose(1, 2)).to(torch.float64).numpy()
+    d = np.sqrt(np.maximum(np.einsum("bii->bi", G), 0.0))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        c = G / (d[:, :, None] * d[:, None, :])
+    np.einsum("bii->bi", c)[:] = 0.0
+    near = np.flatnonzero((np.nan_to_num(c, nan=0.0) > NEAR_PARALLEL_COS).any((1, 2)))
+    if near.size:
+        X64 = X[torch.from_numpy(near)].to(torch.float64)
+        G[near] = torch.bmm(X64, X64.transpose(1, 2)).numpy()
+    a = _angles(G)
+    return _sample_result(a.sum(0), (a * a).sum(0), n, population)
+
+
+def _sample_result(s1: np.ndarray, s2: np.ndarray, n: int, population: int) -> DistanceSample:
+    """Mean angle and its standard error (finite-population corrected) from per-pair sums of a, a²."""
     D = s1 / max(1, n)
     np.fill_diagonal(D, 0.0)
     var = np.maximum(s2 / max(1, n) - D * D, 0.0) * n / max(1, n - 1)
@@ -352,6 +394,8 @@ def normalizes(pre: torch.Tensor, post: torch.Tensor, drop_tokens: Sequence[int]
     rows_t = torch.from_numpy(rows)
     H = int(post.shape[1])
     B = max(1, DISTANCE_BLOCK_ELEMENTS // max(1, 2 * H))
+    if max_rows is not None and max_rows <= NORMALIZES_SCREEN_ROWS:
+        return _normalizes_screen(pre, post, rows_t, B)
 
     def f64(x: torch.Tensor) -> torch.Tensor:  # 16-bit floats via float32: exact, and ~3× faster in torch
         return x.to(torch.float64) if x.element_size() >= 4 else x.to(torch.float32).to(torch.float64)
@@ -371,6 +415,32 @@ def normalizes(pre: torch.Tensor, post: torch.Tensor, drop_tokens: Sequence[int]
     for u, b in blocks():
         r2 += float((b - gamma * u).pow(2).sum())
         b2 += float(b.pow(2).sum())
+    resid = math.sqrt(r2) / max(math.sqrt(b2), 1e-30)
+    if not math.isfinite(resid):
+        resid = float("inf")
+    return {"residual": resid, "gamma_rms": float(gamma.pow(2).mean().sqrt())}
+
+
+def _normalizes_screen(pre: torch.Tensor, post: torch.Tensor, rows: torch.Tensor, B: int) -> dict:
+    """The screening fit (``max_rows ≤ NORMALIZES_SCREEN_ROWS``): one float32 pass with float64 sums and
+    ``Σ(b − γ̂u)² = Σb² − Σ_d (Σ_t b·u)² / Σ_t u²``. Good to ~1e-3 in the residual (float32 products), far
+    inside the gap between an exact pair (~0.004) and ``NORMALIZES_MAX_RESIDUAL`` (0.02); a pair that passes
+    is confirmed by the float64 two-pass fit."""
+    import torch
+
+    H = int(post.shape[1])
+    num, den = torch.zeros(H, dtype=torch.float64), torch.zeros(H, dtype=torch.float64)
+    b2 = 0.0
+    for s in range(0, int(rows.numel()), B):
+        r = rows[s:s + B]
+        a = pre.index_select(0, r).to(torch.float32)
+        b = post.index_select(0, r).to(torch.float32)
+        u = a.mul_(torch.rsqrt(a.pow(2).mean(-1, keepdim=True).clamp_min(1e-30)))
+        num += (b * u).sum(0, dtype=torch.float64)
+        den += u.pow_(2).sum(0, dtype=torch.float64)
+        b2 += float(b.pow_(2).sum(dtype=torch.float64))
+    gamma = num / den.clamp_min(1e-30)
+    r2 = max(0.0, b2 - float((num * gamma).sum()))
     resid = math.sqrt(r2) / max(math.sqrt(b2), 1e-30)
     if not math.isfinite(resid):
         resid = float("inf")
