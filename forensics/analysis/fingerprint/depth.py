@@ -1,7 +1,7 @@
 """Data-only depth signals between slots: exact duplicate rows, masked angular distance, seriation.
 
 * Duplicate rows: the embedding output is a table lookup, so repeated token ids give bit-identical
-  rows; any later layer mixes in context (fingerprint-signals §3.5, transformers issue #2461).
+  rows; any later layer mixes in context (transformers issue #2461).
 * Masked angular distance: per-token ``arccos(cos(a_t, b_t)) / π`` averaged over tokens (Gromov et al.,
   ICLR 2025), after dropping sink tokens and masking massive-activation dims (rogue dims dominate raw
   cosine: "All Bark and No Bite", EMNLP 2021) and mean-centring each slot.
