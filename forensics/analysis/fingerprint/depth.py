@@ -122,7 +122,7 @@ def _equal_groups(bits: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> list[
     cand, ginv = rows[multi], inv[multi]
     order = np.argsort(ginv, kind="stable")
     cand, ginv = cand[order], ginv[order]
-    out = []
+    out: list[np.ndarray] = []
     for group in np.split(cand, np.flatnonzero(np.diff(ginv)) + 1):
         whole = np.ascontiguousarray(bits[group])
         key = whole.view(np.dtype((np.void, whole.dtype.itemsize * whole.shape[1]))).ravel()
@@ -383,7 +383,7 @@ def normalizes(pre: torch.Tensor, post: torch.Tensor, drop_tokens: Sequence[int]
     Returns ``{"residual": ‖post − γ̂ ⊙ u‖ / ‖post‖, "gamma_rms": rms(γ̂)}`` with ``u = pre / rms(pre)``,
     on the row sample (:func:`sample_rows`, ``NORMALIZES_SAMPLE_ROWS`` rows by default); a residual at
     bf16 rounding level means ``post`` is RMSNorm(``pre``) exactly (RMSNorm definition, transformers
-    LlamaRMSNorm; fingerprint-signals §3.6). Float64 arithmetic on row blocks of the sample.
+    LlamaRMSNorm). Float64 arithmetic on row blocks of the sample.
     """
     import torch
 
