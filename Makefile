@@ -37,8 +37,9 @@ demo: install
 test: install
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
+# --allow-root when run as root (containers): Jupyter refuses root without it
 lab: install
-	$(BIN)/jupyter lab notebooks/
+	$(BIN)/jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root)
 
 bench: install
 	$(BIN)/python benchmarks/bench_stats.py
