@@ -88,3 +88,14 @@ def test_progress_on_a_terminal_goes_to_stderr_and_quiet_silences_it(run, sample
     assert "hsf fingerprint: fingerprint" not in out
     rc, out, err = run("fingerprint", sample_data / "speculators_v1", "--quiet")
     assert rc == 0 and err == ""
+
+
+def test_help_imports_neither_rich_nor_torch():
+    """``hsf --help`` stays instant: rich and torch are imported only by the commands that print or compute."""
+    import subprocess
+
+    p = subprocess.run([sys.executable, "-X", "importtime", "-m", "forensics.cli", "--help"], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0 and "COMMAND" in p.stdout
+    mods = {line.split("|")[-1].strip().split(".")[0] for line in p.stderr.splitlines() if "|" in line}
+    assert not mods & {"rich", "torch", "numpy", "matplotlib"}, mods & {"rich", "torch", "numpy", "matplotlib"}

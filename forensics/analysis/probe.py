@@ -99,6 +99,12 @@ class ProbeResult:
 
         return text(self)
 
+    def explain(self) -> str:
+        """The ranking with the notes behind it (how the declared wiring was read, skipped files)."""
+        from forensics.views.probe import text
+
+        return text(self, verbose=True)
+
     def _repr_html_(self) -> str:
         from forensics.views.probe import html
 
