@@ -12,7 +12,7 @@ DEMO_EXTRAS := model,report
 TEST_EXTRAS := model,report,notebooks,arrow,dask,dev
 # The host's pip installs into the venv (`pip --python`, pip >= 22.3): a venv without its own pip is made in 0.4 s
 # instead of ~10 s; where the host has no such pip, the venv gets its own.
-HOST_PIP := $(shell $(PY) -m pip --python $(PY) --version >/dev/null 2>&1 && echo yes)
+HOST_PIP := $(shell $(PY) -m pip --python "$$(command -v $(PY))" --version >/dev/null 2>&1 && echo yes)
 ifeq ($(HOST_PIP),yes)
 VENV_ARGS := --without-pip
 PIP := $(PY) -m pip --python $(BIN)/python
