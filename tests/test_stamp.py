@@ -233,3 +233,13 @@ def test_hsf_capture_stamps_what_it_writes(sample_data, tmp_path, fmt):
     assert [s["r"] for s in rec["slots"]] == run.r
     assert rec["target"] == {"model": run.meta["model"], "num_layers": run.meta["num_layers"]}
     assert rec["producer"].startswith("hsf capture") and rec["convention"] == run.meta["convention"]
+
+
+def test_the_report_shows_each_files_stamp_status(copy):
+    from forensics.views.report.core import report
+
+    folder = copy("speculators")
+    assert "not stamped" in report([str(folder)]).html
+    stamp(folder, model="SmolLM2-135M-Instruct", num_layers=30)
+    html = report([str(folder)]).html
+    assert "stamped: [L2, L15, L27, L30] · SmolLM2-135M-Instruct L=30" in html
