@@ -120,7 +120,7 @@ def load_model(path: str | None = None, dtype: Any = None, cache: bool = True):
             raise ForensicsError("expected a Hugging Face model folder or a .gguf file", path=path)
     except ForensicsError:
         raise
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001 - transformers/gguf raise many types on a foreign folder
         raise ForensicsError(f"cannot load model: {type(e).__name__}: {str(e).splitlines()[0][:300]}",
                              path=path) from None
     model.eval()

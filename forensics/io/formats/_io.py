@@ -157,7 +157,7 @@ class SafetensorsFile:
             if self._handle is None:
                 self._handle = safe_open(self.path, framework="pt")
             return self._handle.get_tensor(key)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 - safetensors raises its own SafetensorError on a corrupt file
             raise ForensicsError(f"cannot read tensor {key!r}: {e}", path=self.path) from None
 
 
