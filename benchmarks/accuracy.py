@@ -106,7 +106,7 @@ def verdict_of(fp) -> str | None:
 
 
 def run_case(corpus: str, case: dict, mode: str) -> CaseResult:
-    from forensics.analysis.fingerprint import fingerprint
+    from forensics.analysis.fingerprint.core import fingerprint
     from forensics.io.formats import load
 
     t0 = time.perf_counter()
