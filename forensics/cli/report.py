@@ -27,12 +27,12 @@ def add_arguments(p) -> None:
 
 def check_arguments(args) -> None:
     """Reject a wrong option before the (slow) report is built: one line, exit 2, instead of a report that
-    says "all pass" with the failure buried in its Errors section (QA: --draft /nonexistent gave exit 0)."""
-    from forensics.analysis.fingerprint.core import parse_expected
+    says "all pass" with the failure buried in its Errors section (--draft /nonexistent used to give exit 0)."""
     from forensics.errors import ForensicsError
+    from forensics.layers import parse_layer_list
     from forensics.models import conventions as cv
 
-    parse_expected(args.layers)
+    parse_layer_list(args.layers, "--layers")
     if args.engine is not None and cv.canonical_system(args.engine) not in cv.ENGINES:
         raise ForensicsError(f"--engine {args.engine!r}: not a serving engine; expected one of {list(cv.ENGINES)}")
     if args.engine_version is not None:

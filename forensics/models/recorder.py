@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forensics.errors import ForensicsError
-from forensics.layers import FINAL_POST, parse_r, r_label
+from forensics.layers import FINAL_POST, parse_layer_list, r_label
 
 FORMATS = ("speculators-v1", "speculators", "specforge", "safetensors")
-# the layer-id numbering each format's own metadata uses (eagle3-conventions.md §10)
+# the layer-id numbering each format's own metadata uses
 CONVENTIONS = {"speculators-v1": "speculators-legacy", "speculators": "vllm", "specforge": "specforge",
                "safetensors": "r"}
 DTYPES = ("bf16", "fp32")
@@ -93,20 +93,6 @@ def default_layers(fmt: str, num_layers: int) -> list:
     if fmt == "specforge":  # SpecForge ids [1, L//2-1, L-4] + SGLang's +1 -> r {2, L//2, L-3}; final post-norm
         return [2, L // 2, L - 3, FINAL_POST]
     return list(range(L + 1)) + [FINAL_POST]  # safetensors: the whole ladder
-
-
-def parse_layers(spec: str | list | None) -> list | None:
-    """``"0,3,L16,final_post"`` (or a list) → ``[0, 3, 16, "final_post"]``; None stays None."""
-    if spec is None:
-        return None
-    items = spec.split(",") if isinstance(spec, str) else list(spec)
-    items = [i for i in items if str(i).strip() != ""]
-    if not items:
-        raise ForensicsError(f"--layers {spec!r} names no layer (example: --layers 0,3,16,28)")
-    try:
-        return [parse_r(i) for i in items]
-    except ValueError as e:
-        raise ForensicsError(f"--layers {spec!r}: {e}") from None
 
 
 def check_layers(rs: list, fmt: str, num_layers: int) -> list[str]:
@@ -386,7 +372,7 @@ def capture(texts: list[str], layers: str | list | None = None, fmt: str = "spec
     if os.path.exists(os.path.join(out, "capture.json")):  # never mix two captures' files in one folder
         raise ForensicsError("output folder already holds a capture (capture.json); choose another --out or "
                              "delete it first", path=out)
-    rs = parse_layers(layers)
+    rs = parse_layer_list(layers, "--layers")
     for t in texts:
         read_text(t)  # missing / empty / undecodable text: fail before loading the model
     from transformers.utils import logging as hf_logging
@@ -423,7 +409,7 @@ def capture(texts: list[str], layers: str | list | None = None, fmt: str = "spec
         entries.append({"file": rel, "text_file": os.path.relpath(s.text_file, out), "text_sha256": s.sha256,
                         "chat": s.chat, "num_tokens": len(s.input_ids)})
     name = _model_name(model)
-    if fmt == "speculators-v1":
+    if fmt == "speculators-v1" and ids is not None:  # layer_ids() gives v1 ids for every r
         _write_json(os.path.join(out, "data_config.json"),
                     data_config(ids, H, dtype, name, [os.path.relpath(t, out) for t in texts], max_tokens,
                                 len(samples), command))

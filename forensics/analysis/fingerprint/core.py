@@ -1,9 +1,9 @@
 """Fingerprint: which captured tensor is which — role, depth order and label of every slot, with evidence.
 
-From the data alone (fingerprint-signals §4 rulebook): exact duplicate rows ⇒ embedding (a table lookup,
+From the data alone: exact duplicate rows ⇒ embedding (a table lookup,
 transformers #2461); small context-free norms without a sink ⇒ embedding even for absolute-position
 models; a token-0 sink (Sun et al. 2024) ⇒ after the emergence layer; a tight, sinkless spread ⇒ late or
-post-norm (§1, "last layer"); a norm collapse next to a deep pre-norm slot, or B = RMSNorm(A) for some γ
+post-norm; a norm collapse next to a deep pre-norm slot, or B = RMSNorm(A) for some γ
 ⇒ post-final-norm; the masked angular-distance chain (``forensics.depth``) ⇒ depth order, whose
 direction is voted by norm growth (Heimersheim & Turner 2023) and the late signature. Depth is not norm
 order (the seed's L59 norm 111 ± 8 < L31 174 ± 99). Exact mode (``model=``, ``forensics.exact``) settles
@@ -50,9 +50,9 @@ from forensics.analysis.fingerprint.rules import (  # noqa: F401 - re-exported: 
 from forensics.analysis.stats import CaptureStats, summarize
 from forensics.errors import ForensicsError
 from forensics.io.capture import Capture
-from forensics.layers import FINAL_POST, R, parse_r, r_label
+from forensics.layers import FINAL_POST, R, parse_layer_list, r_label
 
-__all__ = ["fingerprint", "Fingerprint", "SlotFingerprint", "Evidence", "Finding", "parse_expected", "ROLES"]
+__all__ = ["fingerprint", "Fingerprint", "SlotFingerprint", "Evidence", "Finding", "ROLES"]
 
 MIN_TOKENS = 16  # fewer tokens: a few_tokens finding (duplicate rows, spreads and distances need tokens)
 SMALL_CAPTURE_ELEMENTS = 4_000_000  # at or below: compute on one thread (measured 13× faster under load)
@@ -130,17 +130,6 @@ class Fingerprint:
 
 
 # ----------------------------------------------------------------------------------------- expected list
-def parse_expected(layers: Any) -> list | None:
-    """``[0,3,16,28]``, ``"0,3,16,28"`` or ``"embed,L3,L16,L28"`` → list of r; None stays None."""
-    if layers is None:
-        return None
-    items = layers.split(",") if isinstance(layers, str) else list(layers)
-    try:
-        return [parse_r(str(i).strip()) if not isinstance(i, int) else i for i in items if str(i).strip()]
-    except ValueError as e:
-        raise ForensicsError(f"expected layer list {layers!r}: {e}") from None
-
-
 # ---------------------------------------------------------------------------------------------- signals
 def fingerprint(capture: Capture | str | os.PathLike, layers: Any = None, model: Any = None,
                 num_layers: int | None = None, expected_source: str | None = None) -> Fingerprint:
@@ -186,10 +175,10 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
     k = len(capture.slots)
     tensors = [s.tensor() for s in capture.slots]
     ids = capture.input_ids.reshape(-1) if capture.input_ids is not None else None
-    expected = parse_expected(layers)
+    expected = parse_layer_list(layers, "expected layers")
     exp_src = (expected_source or "argument") if layers is not None else None
     if expected is None and capture.declared_r is not None and all(r is not None for r in capture.declared_r):
-        expected, exp_src = list(capture.declared_r), "declared by the capture's sidecar"
+        expected, exp_src = [r for r in capture.declared_r if r is not None], "declared by the capture's sidecar"
     findings: list[Finding] = []
     ev: list[list[Evidence]] = [[] for _ in range(k)]
 
@@ -237,12 +226,12 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
                                     "reference on these input_ids (another model, other weights or dtype, or other "
                                     "tokens); their depth comes from the data-only signals"))
     L = num_layers or capture.num_layers
-    r_exact = [x["r_exact"] for x in exact["slots"]] if exact else [None] * k
+    r_exact: list[R | None] = [x["r_exact"] for x in exact["slots"]] if exact else [None] * k
 
     # --- depth order
     order_ev: list[Evidence] = []
     if exact and all(r is not None for r in r_exact):
-        order = sorted(range(k), key=lambda i: (_depth_key(r_exact[i]), i))
+        order = sorted(range(k), key=lambda i: (_depth_key(r_exact[i] or 0), i))
         order_ev.append(Evidence("order", "r_exact of every slot", None, "exact (reference ladder)"))
         chain = [i for i in order if r_exact[i] not in (0, FINAL_POST)]
         order_conf = 1.0
@@ -287,8 +276,8 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
         elif i in pre_final:
             role, frac = "final_prenorm", 1.0
             conf, why = (0.99, "exact") if ex is not None else (0.95, "normalizes")
-        elif isinstance(r_exact[i], int) and L:
-            frac = r_exact[i] / L
+        elif isinstance(ex, int) and L:
+            frac = ex / L
             role, conf, why = next(b for t, b in BANDS if frac < t), 0.99, "exact"
         else:  # coarse: rank among the layer slots (EAGLE-3 picks low / mid / high layers)
             pos = ranked.index(i) if i in ranked else 0
