@@ -26,6 +26,8 @@ from forensics.analysis.fingerprint.rules import (  # noqa: F401 - re-exported: 
     EMBED_MIN_SCORE,
     EMBED_NORM_RATIO,
     MAD_TO_SD,
+    POSTNORM_CHAIN_MIN,
+    POSTNORM_DECIDED,
     POSTNORM_NORM_DROP,
     ROLES,
     SINK_FADED_RATIO,
@@ -208,7 +210,7 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
     # --- post-norm: B = RMSNorm(A) identity, or a tight sinkless slot whose norm collapsed
     post_score, prenorm_of, post_why = postnorm_signals(st.slots, tensors, embed_score, meds, drop, ev,
                                                         [s.claimed for s in capture.slots])
-    is_post = [post_score[i] > 0 for i in range(k)]
+    is_post = [post_score[i] >= POSTNORM_DECIDED for i in range(k)]
     is_embed = [is_embed[i] and not is_post[i] for i in range(k)]
 
     # --- exact mode
@@ -242,10 +244,21 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
         anchor = sorted({j for j in prenorm_of.values() if not is_embed[j] and not is_post[j]})
         chain = [i for i in range(k) if not is_embed[i] and not is_post[i] and i not in anchor]
         co = chain_order(D, chain, st.slots, meds)
-        end = collapsed_end(co.path, st.slots, meds, ev)
-        if end is not None:  # a post-norm final the per-slot signals missed: out of the chain, ranked last
-            is_post[end], post_score[end], post_why[end] = True, 0.8, "norm_collapse"
-            co = chain_order(D, [i for i in chain if i != end], st.slots, meds)
+        weak = [i for i in chain if 0 < post_score[i] < POSTNORM_DECIDED]
+        # one final norm: once a slot is post-norm by identity or format, the chain's ends are layers
+        end = None if any(is_post) else collapsed_end(co.chain, st.slots, meds, ev)
+        if end is not None:  # the chain puts it beside the deepest slot: a post-norm final, out of the chain
+            is_post[end], post_score[end], post_why[end] = True, POSTNORM_DECIDED, "norm_collapse"
+        elif len(co.chain) < POSTNORM_CHAIN_MIN and not any(is_post):  # too short a chain to place a candidate
+            for i in weak:
+                is_post[i] = True
+        for i in weak:
+            if not is_post[i]:
+                post_score[i] = 0.0
+                ev[i].append(Evidence("norm_collapse", "inside the depth chain", "an end, beside the deepest slot",
+                                      "the chain places it among the layers: pre-norm"))
+        if end is not None or any(is_post[i] for i in weak):
+            co = chain_order(D, [i for i in chain if not is_post[i]], st.slots, meds)
         chain, order_ev, order_conf = co.path + anchor, co.evidence, co.confidence
         if anchor:
             order_ev.append(Evidence("anchor", f"slot {anchor[0]}", "another slot = RMSNorm(it)",

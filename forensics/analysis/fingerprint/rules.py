@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -29,7 +29,13 @@ TIGHT_SPREAD = 0.10  # robust spread of token norms (token 0 excluded) ≤ this 
 MAD_TO_SD = 1.4826  # MAD × this = σ for a normal law: the robust spread reads like std/mean, minus outlier tokens
 SINK_FADED_RATIO = 0.8  # token-0 norm < this × median ⇒ sink faded/inverted (seed L59: 0.55)
 POSTNORM_NORM_DROP = 0.3  # tight + sinkless slot with median ≤ this × the largest layer median ⇒ post-norm
-POSTNORM_NORM_DROP_WEAK = 0.6  # …or ≤ this when token 0 keeps a one-dim (sink) direction
+POSTNORM_CLAIM_RATIO = 1.0  # …and only when its median norm is at most the largest layer slot's: the final norm
+#                             divides the scale away (tuning half: post-norm / r = L median 0.046–0.071; a SpecForge
+#                             hidden_state holding r = L pre-norm on a 13-token text lost its sink, not its norm)
+POSTNORM_DECIDED = 0.8  # post-norm score at/above this: the role is decided (identity, format claim, chain end)
+POSTNORM_NORM_DROP_WEAK = 0.6  # …or ≤ this when token 0 keeps a one-dim (sink) direction: a candidate too
+POSTNORM_CANDIDATE = 0.6  # post-norm score of a per-slot candidate (tight, sinkless, collapsed norm): ranked last
+#                           only when the depth chain is too short to place it (fewer than POSTNORM_CHAIN_MIN)
 POSTNORM_CLAIM_SPREAD = 0.2  # a sinkless slot the format calls the post-norm final (SpecForge hidden_state), or
 #                               one the depth chain puts next to the deepest slot with a collapsed norm, is post-norm
 #                               up to this robust spread. Tuning half: post-norm finals 0.043–0.154 (9 of 37 texts
@@ -38,11 +44,12 @@ TOKEN0_CONCENTRATION = 0.5  # max|x_0|/‖x_0‖ ≥ this ⇒ token 0 holds the 
 POSTNORM_CHAIN_MIN = 3  # chain slots needed for the norm-collapse-at-the-chain-end test (collapsed_end)
 DUPLICATE_SLOT_DISTANCE = 1e-4  # masked angular distance below this (and equal norms) ⇒ duplicate capture
 # Votes on the direction of the depth chain: W_NORM per pair of the path whose norm rises (falls), W_LATE /
-# W_FADED per late-signature / faded-sink slot at the deep (shallow) half. Counting norm votes per pair (not
-# as Kendall's τ in [-1, 1]) measured on the tuning half (1,480 random 2–5-slot subsets of 37 SmolLM2
-# ladders): direction wrong on 8 paths with per-pair votes, 63 with τ; the Kimi-shaped seed sample
-# [L3, L31, L59] keeps its direction (+1 pair vote, +1.5 late, +1 faded).
-W_NORM, W_LATE, W_FADED = 1.0, 1.5, 1.0
+# W_FADED per late-signature / faded-sink slot at the deep (shallow) half. Measured on the tuning half (1,480
+# random 2–5-slot subsets of 37 SmolLM2 ladders, right seriation paths): direction wrong on 63 paths with
+# Kendall's τ in [-1, 1] as the norm vote, 6 with one vote per pair, 1 with two votes per pair (SmolLM2's
+# r ≈ 10 loses its sink and looks late). Two per pair still lets the late signature turn a two-slot chain
+# like the seed's [L31, L59] (L59's norm 111 < L31's 174): −2 + 1.5 + 1 > 0.
+W_NORM, W_LATE, W_FADED = 2.0, 1.5, 1.0
 ORDER_MARGIN_GAIN = 5.0  # chain confidence = 0.5 + this × relative margin over the next-best path; tuning half:
 #                          every wrong path had margin ≤ 0.007 (confidence ≤ 0.54), right paths median 0.048
 DIRECTION_CONFLICT_CONFIDENCE = 0.5  # cap when the norm votes and the late/faded votes disagree (or all are 0)
@@ -200,11 +207,11 @@ def postnorm_signals(st_slots: Sequence[SlotStats], tensors: list, embed_score: 
     """Per-slot post-norm score, ``{post slot: pre-norm slot}`` and what decided it (γ-free: B = γ ⊙ A/rms(A)
     makes B/A constant per dimension).
 
-    A sinkless slot is post-norm when it is RMSNorm(another slot) for a fitted γ (0.99, "normalizes"). A
-    tight, sinkless slot is post-norm when its norm collapsed next to the layer slots (0.8, "norm_drop"), or
+    A sinkless slot is post-norm when it is RMSNorm(another slot) for a fitted γ (0.99, "normalizes"), or
     when its format stores the post-norm final there (SpecForge's ``hidden_state``) and the data agrees
-    (0.8, "format_claim"; both: 0.9), or — when nothing says it is layer-scale — when token 0 keeps the sink's
-    one-dim direction at an ordinary norm: the norm was divided away (0.6, "sink_direction"). A token-0
+    (0.8, "format_claim"; with a collapsed norm 0.9). A tight, sinkless slot whose norm collapsed next to the
+    layer slots, or whose token 0 keeps the sink's one-dim direction when there is no other slot, is only a
+    candidate (``POSTNORM_CANDIDATE``): the depth chain confirms it (``collapsed_end``). A token-0
     sink or a table lookup excludes post-norm whatever the format claims (the final norm divides a sink away).
     """
     from forensics.analysis.fingerprint.depth import NORMALIZES_MAX_RESIDUAL, NORMALIZES_SCREEN_ROWS, normalizes
@@ -253,14 +260,17 @@ def postnorm_signals(st_slots: Sequence[SlotStats], tensors: list, embed_score: 
         if dropped and claim_post:
             post_score[i], why[i], verdict = 0.9, "norm_drop", "tight, sinkless, norm collapsed, and where the " \
                 "format stores the post-norm final ⇒ post-final-norm"
-        elif dropped:
-            post_score[i], why[i], verdict = 0.8, "norm_drop", "tight, sinkless and norm collapsed ⇒ post-final-norm"
-        elif claim_post:
+        elif claim_post and (ratio is None or ratio <= POSTNORM_CLAIM_RATIO):
             post_score[i], why[i], verdict = 0.8, "format_claim", "sinkless and tight where the format stores the " \
                 "post-norm final ⇒ post-final-norm"
-        elif conc and (ratio is None or ratio <= POSTNORM_NORM_DROP_WEAK):
-            post_score[i], why[i], verdict = 0.6, "sink_direction", "sink direction kept at an ordinary norm ⇒ " \
-                "post-final-norm"
+        elif claim_post:
+            verdict = "the format stores the post-norm final here, but its norm exceeds every layer slot's: pre-norm?"
+        elif dropped or (conc and (ratio is None or ratio <= POSTNORM_NORM_DROP_WEAK)):
+            # a candidate only: SmolLM2's sinkless mid layers (r ≈ 10) are as tight and ≤ 0.2 × r = L; the depth
+            # chain decides (collapsed_end)
+            post_score[i], why[i] = POSTNORM_CANDIDATE, "norm_drop" if dropped else "sink_direction"
+            verdict = ("tight, sinkless and norm collapsed" if dropped else "sink direction kept at an ordinary "
+                       "norm") + ": post-norm candidate, confirmed only at the deep end of the depth chain"
         elif ratio is None:
             verdict = "no other layer slot to compare: late pre-norm or post-norm (run with --model for the γ test)"
         else:
@@ -315,6 +325,7 @@ class ChainOrder:
     path: list[int]
     evidence: list[Evidence]
     confidence: float  # 0.5 coin flip … 1.0 unambiguous; see ORDER_MARGIN_GAIN and the direction conflict
+    chain: list[int] = field(default_factory=list)  # the seriation path itself (either direction)
 
 
 def chain_order(D: np.ndarray, chain: list[int], slots: Sequence[SlotStats], meds: list[float]) -> ChainOrder:
@@ -332,7 +343,8 @@ def chain_order(D: np.ndarray, chain: list[int], slots: Sequence[SlotStats], med
     if not chain:
         return ChainOrder([], [], 1.0)
     if len(chain) == 1:
-        return ChainOrder(list(chain), [Evidence("order", "one layer slot", None, "nothing to order")], 1.0)
+        return ChainOrder(list(chain), [Evidence("order", "one layer slot", None, "nothing to order")], 1.0,
+                          list(chain))
     path, cost, runner = seriate(D, chain)
     margin = (runner - cost) / cost if cost > 0 and math.isfinite(runner) else (math.inf if cost > 0 else 0.0)
     n = len(path)
@@ -360,7 +372,7 @@ def chain_order(D: np.ndarray, chain: list[int], slots: Sequence[SlotStats], med
                    f"{faded:+.0f}·{W_FADED} = {score:+.2f}", "sign",
                    ("no direction signal: norm order kept" if score == 0 else "shallow → deep as listed")
                    + ("; norm and late/faded-sink votes disagree: direction uncertain" if conflict else ""))]
-    return ChainOrder(path, ev, conf)
+    return ChainOrder(path, ev, conf, chain_path)
 
 
 def collapsed_end(path: list[int], slots: Sequence[SlotStats], meds: list[float],
