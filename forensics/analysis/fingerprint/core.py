@@ -117,7 +117,7 @@ class Fingerprint:
                  num_layers=self.num_layers, expected=self.expected, expected_source=self.expected_source,
                  order_evidence=[e.to_dict() for e in self.order_evidence],
                  order_confidence=round(self.order_confidence, 3),
-                 exact_source=(self.exact or {}).get("source"))
+                 exact_source=(self.exact or {}).get("source"), exact_stream=(self.exact or {}).get("stream"))
         return d
 
     def __repr__(self) -> str:
