@@ -32,7 +32,7 @@ export TRANSFORMERS_OFFLINE = 1
 unexport PYTHONDONTWRITEBYTECODE
 export PYTHONPYCACHEPREFIX := $(abspath $(VENV))/pycache
 
-.PHONY: install install-demo demo test lab bench lint clean
+.PHONY: install install-demo demo test lab bench accuracy lint clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV_ARGS) $(VENV)
@@ -80,6 +80,13 @@ lab: $(TEST_STAMP)
 bench: $(DEMO_STAMP)
 	$(BIN)/python benchmarks/bench_stats.py
 	$(BIN)/python benchmarks/bench_scan.py
+
+# Verdict accuracy on real SmolLM2 captures (evaluation half of the calibration corpus; regenerated into the
+# git-ignored .cache/corpus by scripts/make_corpus.py when missing). ACCURACY_ARGS="--split tune" shows the
+# half the thresholds were set on.
+accuracy: install
+	test -f .cache/corpus/manifest.json || $(BIN)/python scripts/make_corpus.py
+	$(BIN)/python benchmarks/accuracy.py $(ACCURACY_ARGS)
 
 # The architecture as a test: ruff, the import-layer contract (pyproject's [tool.importlinter]: cli -> views ->
 # analysis -> models -> io -> vocabulary, no cycles) and the type checker on the compute layers.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from forensics.cli._common import print_json
+from forensics.cli._common import add_model_arguments, print_json, target_of
 
 
 def add_arguments(p) -> None:
@@ -13,8 +13,8 @@ def add_arguments(p) -> None:
                    help="where to write the HTML report (default: report.html)")
     p.add_argument("--layers", "--expect", dest="layers", metavar="LIST",
                    help="expected layers for labels, e.g. 0,3,16,28 or embed,L3,L16,L28")
-    p.add_argument("--model", metavar="PATH", help="model (HF folder, safetensors dir or .gguf) for exact mode "
-                   "('default' = packaged SmolLM2)")
+    add_model_arguments(p, "model (HF folder, safetensors dir or .gguf) for exact mode ('default' = packaged "
+                           "SmolLM2)")
     p.add_argument("--draft", metavar="PATH", help="EAGLE-3 draft folder (config.json [+ model.safetensors])")
     p.add_argument("--engine", metavar="NAME", help="serving engine: sglang | vllm")
     p.add_argument("--engine-version", metavar="V", help="engine version (conventions changed over time)")
@@ -58,11 +58,7 @@ def run(args) -> int:
     from forensics.views.report.core import report
 
     check_arguments(args)
-    if args.model == "default":  # as in `hsf fingerprint --model default`: the packaged SmolLM2
-        from forensics.models.target import default_model_path
-
-        args.model = default_model_path()
-    rep = report(args.paths, layers=args.layers, model=args.model, draft=args.draft, engine=args.engine,
+    rep = report(args.paths, layers=args.layers, model=target_of(args), draft=args.draft, engine=args.engine,
                  engine_version=args.engine_version, trainer=args.trainer, target_config=args.target_config,
                  served=args.served, scan=True if args.scan else None, title=args.title)
     out = rep.save(args.output)
