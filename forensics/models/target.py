@@ -40,6 +40,14 @@ def default_model_path() -> str:
     return path
 
 
+def resolve_model(model: Any) -> Any:
+    """The one place ``model="default"`` (``--model default``) becomes the packaged SmolLM2 GGUF path; any other
+    value (a path, a loaded model, a ladder ``Capture``, None) is returned as given."""
+    if isinstance(model, str) and model.strip().lower() == "default":
+        return default_model_path()
+    return model
+
+
 def _cache_folder(gguf: str) -> str:
     st = os.stat(gguf)
     key = hashlib.sha1(f"{os.path.abspath(gguf)}|{st.st_size}|{int(st.st_mtime)}".encode()).hexdigest()[:12]
