@@ -33,8 +33,8 @@ from ..errors import ForensicsError
 from ..layers import FINAL_POST, R, parse_r, r_label
 from ..models import conventions as cv
 
-TRAINERS = ("speculators-v1", "speculators", "specforge")  # --trainer choices, every command
-ENGINES = ("sglang", "vllm")  # --engine choices, every command
+TRAINERS = tuple(dict.fromkeys([*cv.TRAINERS, *cv.ID_TRAINERS]))  # --trainer choices, every command
+ENGINES = tuple(cv.ENGINES)  # --engine choices, every command
 SPECULATORS_FORMATS = ("speculators-v1", "speculators", "speculators-v0")  # last slot = pre-norm target r = L
 
 
@@ -139,23 +139,32 @@ def capture_claims(cap: Any, num_layers: int | None = None) -> Claims | None:
 
 # ------------------------------------------------------------------------------ trainers, engines, drafts
 def resolve_trainer(name: str | None) -> str | None:
-    """The one spelling of a trainer (``TRAINERS``); aliases (``speculators-legacy``, ``legacy``) accepted."""
+    """The one spelling of a trainer: a ``TRAINERS`` entry (``speculators-legacy`` and ``legacy`` →
+    ``speculators-v1``, the name of its data format)."""
     if name is None:
         return None
-    canon = {"speculators-legacy": "speculators-v1", "legacy": "speculators-v1", "speculators-v1": "speculators-v1",
-             "speculators": "speculators", "speculators-current": "speculators", "speculators-v2": "speculators",
-             "specforge": "specforge"}
     key = str(name).strip().lower()
-    if key not in canon:
-        raise ForensicsError(f"unknown trainer {name!r}; expected one of {list(TRAINERS)}")
-    return canon[key]
+    if key in TRAINERS and key != "speculators-legacy":
+        return key
+    try:
+        canon = cv.canonical_system(key)
+    except ForensicsError:
+        canon = None
+    if canon == "speculators-legacy":
+        return "speculators-v1"
+    if canon in TRAINERS:
+        return canon
+    raise ForensicsError(f"unknown trainer {name!r}; expected one of {list(TRAINERS)}")
 
 
 def resolve_engine(name: str | None) -> str | None:
     """The one spelling of a serving engine (``ENGINES``)."""
     if name is None:
         return None
-    key = str(name).strip().lower()
+    try:
+        key = cv.canonical_system(str(name))
+    except ForensicsError:
+        key = None
     if key not in ENGINES:
         raise ForensicsError(f"unknown engine {name!r}; expected one of {list(ENGINES)}")
     return key
@@ -185,22 +194,29 @@ def draft_ids_r(trainer: str, info: Any, num_layers: int) -> DraftIds | None:
     """
     t = resolve_trainer(trainer) or "speculators"
     L = int(num_layers)
-    keys = [(cv.NESTED_KEY, info.ids_nested), (cv.TOP_KEY, info.ids_top)]
-    if t != "specforge":
-        keys.reverse()
-    key, ids = next(((k, v) for k, v in keys if v), (None, None))
-    if not ids or key is None:
+    if t in ("speculators-v1", "speculators", "specforge"):
+        order = [cv.NESTED_KEY, cv.TOP_KEY] if t == "specforge" else [cv.TOP_KEY, cv.NESTED_KEY]
+    else:  # the key the registry says this trainer writes, then the two EAGLE-3 keys
+        order = [*cv.rule_for(t).keys, cv.TOP_KEY, cv.NESTED_KEY]
+    found = {cv.TOP_KEY: info.ids_top, cv.NESTED_KEY: info.ids_nested}
+    key, ids = next(((k, found.get(k, cv.get_key(info.config, k))) for k in dict.fromkeys(order)
+                     if found.get(k, cv.get_key(info.config, k))), (None, None))
+    if not ids or key is None or not isinstance(ids, list):
         return None
     ids = cv.int_ids(list(ids))
+    rs: list[R | None]
     if t == "specforge":
         try:
-            rs: list[R | None] = list(cv.to_r("specforge", ids, L))
+            rs = list(cv.to_r("specforge", ids, L))
         except ForensicsError:  # not a list SpecForge would accept: read as SGLang would (+1)
             rs = [i + 1 if 0 <= i + 1 <= L else None for i in ids]
         rule = "SpecForge nested ids, r = id + 1 (SGLang's +1 / HF hook on layers[id])"
-    else:
+    elif t in ("speculators-v1", "speculators"):
         rs = list(cv.to_r("vllm", ids, L))
         rule = f"{t} records vLLM ids, r = id (speculators#379)"
+    else:
+        rs = list(cv.to_r(t, ids, L))
+        rule = f"{t}'s numbering ({cv.rule_for(t).source})"
     return DraftIds(t, key, ids, rs, rule)
 
 

@@ -86,8 +86,10 @@ def add_engine_arguments(p, help_: str = "the serving engine") -> None:
 
     p.add_argument("--engine", choices=ENGINES, metavar="{" + ",".join(ENGINES) + "}", help=help_)
     p.add_argument("--engine-version", metavar="V",
-                   help="sglang: pre-25454 | post-25454 (default); vllm: pre-36063 | post-36063 | post-46973 "
-                        "(default). Also written sglang<25454, >=25454, latest")
+                   help="sglang: pre-25454 | post-25454 (default); vllm: pre-36063 | post-36063 | post-40727 | "
+                        "post-46973 (default); llama.cpp: pre-25794 | post-25794 (default) | post-27040; tokenspeed: "
+                        "pre-526 | post-526 (default); atlas: pre-394 | post-394 (default). Also written "
+                        "sglang<25454, >=25454, latest")
 
 
 def exit_code_of(entries: list[dict], unreadable: bool, fail_on: str = "fail") -> int:

@@ -1,16 +1,14 @@
 """``hsf audit``: does serving feed the EAGLE-3 draft what training fed it? Verdict, slices, fix.
 
-Exit codes: 0 match; 1 mismatch; 2 unreadable input or bad arguments; 3 cannot-tell (non-zero so a CI
-gate never passes on an unproven wiring, and distinct from 1 so a script can tell "proven wrong" from
-"not proven").
+Exit codes (``forensics.findings.exit_code``, as every command): 0 match and no fail; 1 mismatch or a fail
+finding (a MATCH with a broken training target is still a fail); 2 unreadable input or bad arguments;
+3 cannot-tell (non-zero so a CI gate never passes on an unproven wiring, and distinct from 1 so a script can
+tell "proven wrong" from "not proven").
 """
 
 from __future__ import annotations
 
-from forensics.cli._common import positive_int, print_json
-
-EXIT = {"match": 0, "mismatch": 1, "cannot-tell": 3}
-
+from forensics.cli._common import add_engine_arguments, add_trainer_argument, positive_int, print_json
 
 
 def add_arguments(p) -> None:
@@ -18,12 +16,19 @@ def add_arguments(p) -> None:
     p.add_argument("--trained-layout", metavar="R,R,...",
                    help="instead of --data: the stored slots as labels, e.g. embed,L3,L31,L59")
     p.add_argument("--draft", metavar="PATH", help="draft checkpoint folder (config.json [+ model.safetensors])")
-    p.add_argument("--engine", choices=["sglang", "vllm"], help="the serving engine")
-    p.add_argument("--engine-version", metavar="V",
-                   help="sglang: pre-25454 | post-25454 (default); vllm: pre-36063 | post-36063 | post-46973 "
-                        "(default). Also written sglang<25454, >=25454, latest")
-    p.add_argument("--trainer", choices=["speculators-v1", "speculators", "specforge"],
-                   help="the trainer that consumed --data (default: from the data's format)")
+    from forensics.models.conventions import FAMILIES
+
+    add_engine_arguments(p)
+    add_trainer_argument(p, "the trainer that consumed --data (default: from the data's format), or, with "
+                            "--target-layer-ids, the trainer as it was invoked")
+    p.add_argument("--target-layer-ids", metavar="I,I,...",
+                   help="pre-flight without data: the ids the trainer was given, in its own numbering (speculators: "
+                        "train.py --target-layer-ids, without the final layer)")
+    p.add_argument("--include-last-layer", action="store_true",
+                   help="the data was generated with speculators launch_vllm.py --include-last-layer (the final "
+                        "layer appended as the training target)")
+    p.add_argument("--family", choices=list(FAMILIES),
+                   help="drafter family (default: from the draft config)")
     p.add_argument("--target-config", metavar="PATH", help="the target model's config.json (or its folder)")
     p.add_argument("--num-layers", type=positive_int, metavar="L",
                    help="target num_hidden_layers (instead of --target-config)")
@@ -40,6 +45,19 @@ def add_arguments(p) -> None:
     p.add_argument("--no-fingerprint", action="store_true", help="trust declared layers; skip fingerprinting")
 
 
+def _ids(text: str | None) -> list[int] | None:
+    """``2,15,27`` (or space-separated) → ``[2, 15, 27]``; a typo is bad input (exit 2)."""
+    from forensics.errors import ForensicsError
+
+    if text is None:
+        return None
+    parts = [x for x in text.replace(",", " ").split() if x]
+    try:
+        return [int(x) for x in parts]
+    except ValueError:
+        raise ForensicsError(f"--target-layer-ids {text!r}: expected integers such as 2,15,27") from None
+
+
 def run(args) -> int:
     from forensics.analysis.audit.core import audit
     from forensics.models.conventions import arch_family
@@ -47,6 +65,19 @@ def run(args) -> int:
     data = args.data
     if args.trained_layout:
         data = [x for x in args.trained_layout.replace(" ", "").split(",") if x]
+    if args.data is None and args.served is None and args.draft and args.engine and (
+            args.target_layer_ids is not None or args.include_last_layer or args.family or args.trainer is None
+            or args.engine not in ("sglang", "vllm") or args.trainer not in ("speculators-v1", "speculators",
+                                                                              "specforge")):
+        from forensics.analysis.audit.doctor import preflight
+        res = preflight(draft=args.draft, engine=args.engine, engine_version=args.engine_version,
+                        trained_layout=data, trainer=args.trainer,
+                        target_layer_ids=_ids(args.target_layer_ids),
+                        include_last_layer=args.include_last_layer or None, target_config=args.target_config,
+                        num_layers=args.num_layers, hidden_size=args.hidden_size,
+                        arch=arch_family([args.target_arch]) if args.target_arch else None, family=args.family)
+        print_json(res.to_dict()) if args.json else print(res.text())
+        return res.exit_code()
     res = audit(data=data, draft=args.draft, engine=args.engine, engine_version=args.engine_version,
                 trainer=args.trainer, target_config=args.target_config, served=args.served,
                 num_layers=args.num_layers, hidden_size=args.hidden_size,
@@ -56,4 +87,4 @@ def run(args) -> int:
         print_json(res.to_dict())
     else:
         print(res.text())
-    return EXIT[res.verdict]
+    return res.exit_code()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -17,7 +17,7 @@ from forensics.analysis.scan.rows import empty_row, init_worker, scan_batch
 from forensics.errors import ForensicsError
 
 BATCH_BYTES = 64 * 1000 * 1000  # small files are grouped into one task up to this many bytes ...
-BATCH_MAX_FILES = 64  # ... or this many files (a task costs ~1–2 ms of dispatch: ecosystem.md §6.8)
+BATCH_MAX_FILES = 64  # ... or this many files (a task costs ~1–2 ms of dispatch, measured)
 INFLIGHT_PER_WORKER = 4  # tasks queued per worker (bounded, so a 100 000-file listing is not all queued)
 
 Item = tuple  # (absolute path, size in bytes, mtime in ns, fingerprint this file?)
@@ -25,7 +25,9 @@ Item = tuple  # (absolute path, size in bytes, mtime in ns, fingerprint this fil
 
 def batches(items: list[Item]) -> list[list[Item]]:
     """Consecutive files grouped into tasks of at most BATCH_BYTES or BATCH_MAX_FILES (a big file: alone)."""
-    out, cur, size = [], [], 0
+    out: list[list[Item]] = []
+    cur: list[Item] = []
+    size = 0
     for it in items:
         if cur and (size + it[1] > BATCH_BYTES or len(cur) >= BATCH_MAX_FILES):
             out.append(cur)
@@ -65,7 +67,8 @@ def _main_not_reimported() -> Iterator[None]:
     run :func:`forensics.analysis.scan.rows.scan_batch`, so the script is hidden from multiprocessing while
     workers start (``__main__.__file__``/``__spec__``, restored at once)."""
     main = sys.modules.get("__main__")
-    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if main is not None and k in main.__dict__}
+    saved: dict[str, Any] = {k: main.__dict__[k] for k in ("__file__", "__spec__")
+                             if main is not None and k in main.__dict__}
     try:
         if main is not None:
             main.__dict__.pop("__file__", None)
@@ -77,12 +80,12 @@ def _main_not_reimported() -> Iterator[None]:
             main.__dict__.update(saved)
 
 
-def run_inline(batches: list[list[Item]], opts: dict) -> Iterator[list[dict]]:
+def run_inline(batches: list[list[Item]], opts: dict) -> Generator[list[dict], None, None]:
     for b in batches:
         yield scan_batch(b, opts)
 
 
-def run_pool(batches: list[list[Item]], opts: dict, workers: int) -> Iterator[list[dict]]:
+def run_pool(batches: list[list[Item]], opts: dict, workers: int) -> Generator[list[dict], None, None]:
     """Process pool with a bounded queue; a worker that dies costs only the files it was reading."""
     import multiprocessing as mp
     from collections import deque
@@ -95,7 +98,8 @@ def run_pool(batches: list[list[Item]], opts: dict, workers: int) -> Iterator[li
     ctx.set_forkserver_preload(["torch", "forensics.analysis.scan.rows", "forensics.io.formats",  # failed imports
                                 "forensics.analysis.stats", "forensics.analysis.fingerprint.core",  # are skipped
                                 "forensics.analysis.scan.warmup"])
-    pending, quarantine = deque(batches), deque()
+    pending: deque = deque(batches)
+    quarantine: deque = deque()
     while pending or quarantine:
         ex = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=init_worker,
                                  initargs=(opts.get("tune_malloc", True),))
@@ -132,7 +136,7 @@ def run_pool(batches: list[list[Item]], opts: dict, workers: int) -> Iterator[li
             ex.shutdown(wait=False, cancel_futures=True)
 
 
-def run_dask(batches: list[list[Item]], opts: dict, workers: int, address: Any) -> Iterator[list[dict]]:
+def run_dask(batches: list[list[Item]], opts: dict, workers: int, address: Any) -> Generator[list[dict], None, None]:
     """Dask distributed: ``address`` is ``"local"`` (a LocalCluster here), a scheduler address or a Client.
     Workers must see the files at the same paths (shared file system)."""
     try:

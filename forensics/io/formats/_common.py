@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from forensics.errors import ForensicsError
-from forensics.io.capture import Capture, Provenance, Slot
+from forensics.io.capture import Capture, Provenance, Slot, constant_getter
 
 
 def is_tensor(x: Any) -> bool:
@@ -53,7 +53,7 @@ def ids_1d(t: Any, path: str, name: str):
     if not isinstance(t, torch.Tensor):
         try:
             t = torch.as_tensor(t)
-        except Exception:  # noqa: BLE001
+        except (TypeError, ValueError, RuntimeError, OverflowError):
             raise ForensicsError(f"{name} is not a tensor or list of ints ({type(t).__name__})", path=path) from None
     if t.dim() == 2 and t.shape[0] == 1:
         t = t[0]
@@ -64,7 +64,7 @@ def ids_1d(t: Any, path: str, name: str):
 
 def tensor_slot(index: int, name: str, key: str, t, claimed: str | None = None) -> Slot:
     return Slot(index=index, name=name, key=key, shape=(int(t.shape[0]), int(t.shape[1])), dtype=t.dtype,
-                getter=(lambda t=t: t), claimed=claimed)
+                getter=constant_getter(t), claimed=claimed)
 
 
 def lazy_slot(index: int, name: str, key: str, shape: tuple[int, int], dtype, getter: Callable,

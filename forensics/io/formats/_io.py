@@ -139,7 +139,7 @@ class SafetensorsFile:
         self.path = path
         self.header = safetensors_header(path)
         self.metadata = self.header.get("__metadata__") or {}
-        self._handle = None
+        self._handle: Any = None
 
     def keys(self) -> list[str]:
         return [k for k in self.header if k != "__metadata__"]
@@ -157,7 +157,7 @@ class SafetensorsFile:
             if self._handle is None:
                 self._handle = safe_open(self.path, framework="pt")
             return self._handle.get_tensor(key)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 - safetensors raises its own SafetensorError on a corrupt file
             raise ForensicsError(f"cannot read tensor {key!r}: {e}", path=self.path) from None
 
 

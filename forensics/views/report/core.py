@@ -1,6 +1,6 @@
 """The offline HTML report: verdicts first, evidence below, in one self-contained file (``hsf report``).
 
-Layout follows fingerprint-signals.md §6 / ecosystem.md §2.5 (deepchecks order: verdicts, then evidence):
+Layout puts verdicts before evidence (the order deepchecks' reports use):
 verdict block → provenance → per-slot cards → cross-slot figures → checks table → static sample browser.
 Every result object contributes its own ``_repr_html_`` fragment verbatim (the notebook's view, escaped by
 its producer); everything else goes through Jinja2 autoescaping, so a ``<script>`` in a file name, token
@@ -38,7 +38,7 @@ from forensics.views.report.panels import (
 )
 from forensics.views.report.verdicts import FileResult, build_provenance, build_verdicts, load_tokens, worst
 
-SIZE_BUDGET_BYTES = 5_000_000  # issue 7: ≤ 5 MB for sample_data/ (ydata-profiling's 80–290 MB is the anti-example)
+SIZE_BUDGET_BYTES = 5_000_000  # ≤ 5 MB for sample_data/: one file a reviewer can attach or mail
 TEMPLATE = "report.html.j2"
 MAX_ANALYSED_FILES = 64  # files fingerprinted one by one; a larger dataset is summarised by `forensics.scan`
 
@@ -58,6 +58,23 @@ class Report:
     @property
     def counts(self) -> dict:
         return dict(self.context["verdicts"]["counts"])
+
+    def exit_code(self, fail_on: str = "fail") -> int:
+        """The exit code of ``hsf report`` (``forensics.findings.exit_code``): every file's findings and slot
+        verdicts, the audit's findings and verdict; 2 when an input or a section could not be read."""
+        from forensics.findings import exit_code
+
+        findings, verdicts = [], []
+        for f in self.context["files"]:
+            if f.fp is not None:
+                findings += f.fp.findings
+                verdicts += [s.verdict for s in f.fp.slots]
+        audit = self.context.get("audit")
+        if audit is not None:
+            findings += audit.findings
+            verdicts.append(audit.outcome)
+        bad = any(f.error for f in self.context["files"]) or bool(self.context.get("errors"))
+        return exit_code(findings, verdicts, unreadable=bad, fail_on=fail_on)
 
     @property
     def html(self) -> str:
@@ -180,6 +197,11 @@ def report(paths, layers=None, model=None, draft=None, engine=None, engine_versi
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     paths = [os.fspath(p) for p in paths]
+    model_arg = model  # as given ("default"), for the regenerating command
+    if model is not None:
+        from forensics.models.target import resolve_model
+
+        model = resolve_model(model)
     if isinstance(layers, (list, tuple)):
         layers = ",".join(str(x) for x in layers)
     errors: list[dict] = []
@@ -262,7 +284,7 @@ def report(paths, layers=None, model=None, draft=None, engine=None, engine_versi
         "skipped": skipped,
         "max_analysed": MAX_ANALYSED_FILES,
     }
-    argv = _argv(paths, layers, model, draft, engine, engine_version, trainer, target_config, served, title, scan)
+    argv = _argv(paths, layers, model_arg, draft, engine, engine_version, trainer, target_config, served, title, scan)
     return Report(context=context, argv=argv)
 
 

@@ -120,7 +120,7 @@ def load_tokens(cap, errors: list[dict]) -> list[str] | None:
             from transformers import AutoTokenizer
 
             tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 - a dataset's tokenizer folder can fail in many ways
             errors.append({"where": f"tokenizer {folder}", "message": f"{type(e).__name__}: {e}"})
             tok = False
         _TOKENIZERS[folder] = tok
