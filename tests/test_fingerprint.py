@@ -16,9 +16,10 @@ import pytest
 import torch
 
 import forensics
-from forensics.analysis.fingerprint.core import DUP_GROUP_FRACTION, fingerprint, parse_expected
+from forensics.analysis.fingerprint.core import DUP_GROUP_FRACTION, fingerprint
 from forensics.io.capture import Capture, Provenance, Slot
 from forensics.layers import FINAL_POST, r_label
+from forensics.layers import parse_layer_list as parse_expected
 
 SUBSETS = 200  # random 4-slot subsets of the ladder (half with the embedding)
 # measured on sample_data/ladder (see test output): 100 % embedding found, ≥ 99 % depth order; floors

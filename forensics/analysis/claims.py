@@ -30,7 +30,7 @@ from enum import StrEnum
 from typing import Any
 
 from ..errors import ForensicsError
-from ..layers import FINAL_POST, R, parse_r, r_label
+from ..layers import FINAL_POST, R, parse_layer_list, r_label
 from ..models import conventions as cv
 
 TRAINERS = tuple(dict.fromkeys([*cv.TRAINERS, *cv.ID_TRAINERS]))  # --trainer choices, every command
@@ -91,14 +91,8 @@ class Claims:
 
 
 def parse_layers(layers: Any) -> list[R] | None:
-    """``[0,3,16,28]``, ``"0,3,16,28"`` or ``"embed,L3,L16,L28"`` → list of r; None stays None."""
-    if layers is None:
-        return None
-    items = layers.split(",") if isinstance(layers, str) else list(layers)
-    try:
-        return [parse_r(str(i).strip()) if not isinstance(i, int) else i for i in items if str(i).strip()]
-    except ValueError as e:
-        raise ForensicsError(f"expected layer list {layers!r}: {e}") from None
+    """``[0,3,16,28]``, ``"0,3,16,28"`` or ``"embed,L3,L16,L28"`` → r list (``forensics.layers.parse_layer_list``)."""
+    return parse_layer_list(layers, "claimed layers")
 
 
 def user_claims(layers: Any, flag: str = "--layers") -> Claims:

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from forensics.cli._common import (
     add_engine_arguments,
+    add_model_arguments,
     add_trainer_argument,
     exit_code_of,
     for_each_file,
     positive_int,
     print_json,
+    target_of,
 )
 
 
@@ -29,8 +31,8 @@ def add_arguments(p) -> None:
                                    "(--trainer) or as a serving engine captures them (--engine)")
     add_trainer_argument(p, "with --draft: the trainer that wrote the draft's ids")
     add_engine_arguments(p, "with --draft: read the ids as this engine captures them")
-    p.add_argument("--model", help="exact mode: HF folder, safetensors checkpoint, .gguf, or a ladder capture "
-                                   "with the same input_ids ('default' = packaged SmolLM2)")
+    add_model_arguments(p, "exact mode: HF folder, safetensors checkpoint, .gguf, or a ladder capture with the "
+                           "same input_ids ('default' = packaged SmolLM2)")
     p.add_argument("--num-layers", type=positive_int, help="L of the model (for the coarse r estimate)")
 
 
@@ -68,11 +70,12 @@ def run(args) -> int:
     from forensics.analysis.fingerprint.core import fingerprint
     from forensics.io.formats import load
 
+    model = target_of(args)  # resolved once; streamed per file when it does not fit --max-memory
     results = {}
 
     def one(path: str) -> dict:
         cap = load(path)
-        fp = fingerprint(cap, model=args.model, num_layers=args.num_layers, claims=_claims(args, cap))
+        fp = fingerprint(cap, model=model, num_layers=args.num_layers, claims=_claims(args, cap))
         results[fp.path] = fp
         return fp.to_dict()
 

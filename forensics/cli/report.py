@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import os
 
-from forensics.cli._common import add_engine_arguments, add_trainer_argument, print_json
+from forensics.cli._common import (
+    add_engine_arguments,
+    add_model_arguments,
+    add_trainer_argument,
+    print_json,
+    target_of,
+)
 
 
 def add_arguments(p) -> None:
@@ -13,8 +19,8 @@ def add_arguments(p) -> None:
                    help="where to write the HTML report (default: report.html)")
     p.add_argument("--layers", "--expect", dest="layers", metavar="LIST",
                    help="expected layers for labels, e.g. 0,3,16,28 or embed,L3,L16,L28")
-    p.add_argument("--model", metavar="PATH", help="model (HF folder, safetensors dir or .gguf) for exact mode "
-                   "('default' = packaged SmolLM2)")
+    add_model_arguments(p, "model (HF folder, safetensors dir or .gguf) for exact mode ('default' = packaged "
+                           "SmolLM2)")
     p.add_argument("--draft", metavar="PATH", help="EAGLE-3 draft folder (config.json [+ model.safetensors])")
     add_engine_arguments(p)
     add_trainer_argument(p)
@@ -30,11 +36,11 @@ def add_arguments(p) -> None:
 def check_arguments(args) -> None:
     """Reject a wrong option before the (slow) report is built: one line, exit 2, instead of a report that
     says "all pass" with the failure buried in its Errors section (--draft /nonexistent used to give exit 0)."""
-    from forensics.analysis.fingerprint.core import parse_expected
     from forensics.errors import ForensicsError
+    from forensics.layers import parse_layer_list
     from forensics.models import conventions as cv
 
-    parse_expected(args.layers)
+    parse_layer_list(args.layers, "--layers")
     if args.engine_version is not None:
         if args.engine is None:
             raise ForensicsError("--engine-version needs --engine (sglang or vllm)")
@@ -55,7 +61,7 @@ def run(args) -> int:
     from forensics.views.report.core import report
 
     check_arguments(args)
-    rep = report(args.paths, layers=args.layers, model=args.model, draft=args.draft, engine=args.engine,
+    rep = report(args.paths, layers=args.layers, model=target_of(args), draft=args.draft, engine=args.engine,
                  engine_version=args.engine_version, trainer=args.trainer, target_config=args.target_config,
                  served=args.served, scan=True if args.scan else None, title=args.title)
     out = rep.save(args.output)

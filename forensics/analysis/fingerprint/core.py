@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from forensics.analysis.claims import Claim, Claims, capture_claims, parse_layers, user_claims
+from forensics.analysis.claims import Claim, Claims, capture_claims, user_claims
 from forensics.analysis.fingerprint.rules import (  # noqa: F401 - re-exported: the named thresholds of the fingerprint
     BANDS,
     DUP_GROUP_FRACTION,
@@ -49,7 +49,7 @@ from forensics.findings import Finding, Severity, Verdict, worst_verdict
 from forensics.io.capture import Capture
 from forensics.layers import FINAL_POST, R
 
-__all__ = ["fingerprint", "Fingerprint", "SlotFingerprint", "Evidence", "Finding", "parse_expected", "ROLES"]
+__all__ = ["fingerprint", "Fingerprint", "SlotFingerprint", "Evidence", "Finding", "ROLES"]
 
 MIN_TOKENS = 16  # fewer tokens: a few_tokens finding (duplicate rows, spreads and distances need tokens)
 SMALL_CAPTURE_ELEMENTS = 4_000_000  # at or below: compute on one thread (measured 13× faster under load)
@@ -127,7 +127,7 @@ class Fingerprint:
                  num_layers=self.num_layers, expected=self.expected, expected_source=self.expected_source,
                  order_evidence=[e.to_dict() for e in self.order_evidence],
                  order_confidence=round(self.order_confidence, 3),
-                 exact_source=(self.exact or {}).get("source"),
+                 exact_source=(self.exact or {}).get("source"), exact_stream=(self.exact or {}).get("stream"),
                  claims=None if self.claims is None else self.claims.to_dict(),
                  verdict=None if self.verdict is None else self.verdict.value)
         return d
@@ -144,11 +144,6 @@ class Fingerprint:
 
 
 # ----------------------------------------------------------------------------------------- expected list
-def parse_expected(layers: Any) -> list | None:
-    """``[0,3,16,28]``, ``"0,3,16,28"`` or ``"embed,L3,L16,L28"`` → list of r; None stays None."""
-    return parse_layers(layers)
-
-
 # ---------------------------------------------------------------------------------------------- signals
 def fingerprint(capture: Capture | str | os.PathLike, layers: Any = None, model: Any = None,
                 num_layers: int | None = None, expected_source: str | None = None,

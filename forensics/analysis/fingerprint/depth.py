@@ -58,7 +58,7 @@ def sample_rows(T: int, drop_tokens: Sequence[int], n: int) -> np.ndarray:
 
     Example:
         >>> sample_rows(10, [0], 4).tolist()
-        [1, 4, 7, 9]
+        [1, 4, 6, 9]
     """
     keep = np.ones(T, dtype=bool)
     drop = [i for i in drop_tokens if 0 <= i < T]

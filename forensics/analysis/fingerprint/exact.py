@@ -241,6 +241,8 @@ def exact_checks(capture: Capture, tensors: list, model: Any) -> dict:
         e = embedding_check(h, ids, ref) if ids is not None else None
         p = postnorm_check(h, ref)
         m = streamed["matches"][i] if streamed else ladder_match(h, lad) if lad is not None else None
+        if m and m.get("tolerance") and ref.net is not None:
+            m["tolerance"]["compute_dtype"] = str(next(ref.net.parameters()).dtype).replace("torch.", "")
         r = None
         if m and m["match"]:
             r = m["best"]
@@ -262,7 +264,9 @@ def exact_checks(capture: Capture, tensors: list, model: Any) -> dict:
     return {"source": ref.source, "num_layers": ref.num_layers, "slots": out, "notes": notes,
             "labels": {i: r_label(s["r_exact"]) for i, s in enumerate(out) if s["r_exact"] is not None},
             "tokens": int(ids.numel()) if ids is not None else None,
-            "compute_dtype": "float32" if ref.net is not None or streamed else None,
+            "compute_dtype": (ref.stream.compute_dtype if streamed else
+                              str(next(ref.net.parameters()).dtype).replace("torch.", "") if ref.net is not None
+                              else None),
             "stream": streamed["provenance"] if streamed else None}
 
 

@@ -188,7 +188,12 @@ def json_safe(x: Any) -> Any:
 
 
 def read_rows(out: str) -> Iterator[dict]:
-    """Rows of a scan's JSON Lines file; a torn last line (killed mid-write) is skipped."""
+    """Rows of a scan's JSON Lines file (a torn last line, killed mid-write, is skipped) or Parquet folder."""
+    if os.path.isdir(out):
+        from forensics.analysis.scan.sinks import read_parquet_rows
+
+        yield from read_parquet_rows(out)
+        return
     if not os.path.exists(out):
         return
     with open(out, encoding="utf-8") as f:
