@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE = 1
 export TRANSFORMERS_OFFLINE = 1
 export PYTHONDONTWRITEBYTECODE = 1
 
-.PHONY: install demo test lab bench lint clean
+.PHONY: install demo test lab bench accuracy lint clean
 
 $(STAMP):
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -43,6 +43,13 @@ lab: install
 bench: install
 	$(BIN)/python benchmarks/bench_stats.py
 	$(BIN)/python benchmarks/bench_scan.py
+
+# Verdict accuracy on real SmolLM2 captures (evaluation half of the calibration corpus; regenerated into the
+# git-ignored .cache/corpus by scripts/make_corpus.py when missing). ACCURACY_ARGS="--split tune" shows the
+# half the thresholds were set on.
+accuracy: install
+	test -f .cache/corpus/manifest.json || $(BIN)/python scripts/make_corpus.py
+	$(BIN)/python benchmarks/accuracy.py $(ACCURACY_ARGS)
 
 # The architecture as a test: ruff, the import-layer contract (pyproject's [tool.importlinter]: cli -> views ->
 # analysis -> models -> io -> vocabulary, no cycles) and the type checker on the compute layers.

@@ -27,6 +27,8 @@ from forensics.analysis.fingerprint.rules import (  # noqa: F401 - re-exported: 
     EMBED_MIN_SCORE,
     EMBED_NORM_RATIO,
     MAD_TO_SD,
+    POSTNORM_CHAIN_MIN,
+    POSTNORM_DECIDED,
     POSTNORM_NORM_DROP,
     ROLES,
     SINK_FADED_RATIO,
@@ -34,14 +36,17 @@ from forensics.analysis.fingerprint.rules import (  # noqa: F401 - re-exported: 
     Evidence,
     _depth_key,
     _json,
+    chain_order,
+    collapsed_end,
     embedding_signals,
     exact_evidence,
     find_duplicates,
     has_sink,
+    identical_groups,
     late_signature,
     order_chain,
-    order_confidence,
     postnorm_signals,
+    share_identical_labels,
 )
 from forensics.analysis.stats import CaptureStats, summarize
 from forensics.errors import ForensicsError
@@ -226,8 +231,9 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
     is_embed = [embed_score[i] >= EMBED_MIN_SCORE for i in range(k)]
 
     # --- post-norm: B = RMSNorm(A) identity, or a tight sinkless slot whose norm collapsed
-    post_score, prenorm_of = postnorm_signals(st.slots, tensors, embed_score, meds, drop, ev)
-    is_post = [post_score[i] > 0 for i in range(k)]
+    post_score, prenorm_of, post_why = postnorm_signals(st.slots, tensors, embed_score, meds, drop, ev,
+                                                        [s.claimed for s in capture.slots])
+    is_post = [post_score[i] >= POSTNORM_DECIDED for i in range(k)]
     is_embed = [is_embed[i] and not is_post[i] for i in range(k)]
 
     # --- exact mode
@@ -255,29 +261,61 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
         order = sorted(range(k), key=lambda i: (_depth_key(r_exact[i] or 0), i))
         order_ev.append(Evidence("order", "r_exact of every slot", None, "exact (reference ladder)"))
         chain = [i for i in order if r_exact[i] not in (0, FINAL_POST)]
+        order_conf = 1.0
     else:
-        chain = [i for i in range(k) if not is_embed[i] and not is_post[i]]
-        chain, order_ev = order_chain(D, chain, st.slots, meds)
+        # a slot that another slot is RMSNorm of is the final pre-norm state r = L: the deepest layer slot,
+        # placed last rather than seriated (the last block moves the residual far: SmolLM2 L30 is as far
+        # from L3 as from L8, and the chain then put L8 before L3)
+        anchor = sorted({j for j in prenorm_of.values() if not is_embed[j] and not is_post[j]})
+        chain = [i for i in range(k) if not is_embed[i] and not is_post[i] and i not in anchor]
+        co = chain_order(D, chain, st.slots, meds)
+        weak = [i for i in chain if 0 < post_score[i] < POSTNORM_DECIDED]
+        # one final norm: once a slot is post-norm by identity or format, the chain's ends are layers
+        end = None if any(is_post) else collapsed_end(co.chain, st.slots, meds, ev)
+        if end is not None:  # the chain puts it beside the deepest slot: a post-norm final, out of the chain
+            is_post[end], post_score[end], post_why[end] = True, POSTNORM_DECIDED, "norm_collapse"
+        elif len(co.chain) < POSTNORM_CHAIN_MIN and not any(is_post):  # too short a chain to place a candidate
+            for i in weak:
+                is_post[i] = True
+        for i in weak:
+            if not is_post[i]:
+                post_score[i] = 0.0
+                ev[i].append(Evidence("norm_collapse", "inside the depth chain", "an end, beside the deepest slot",
+                                      "the chain places it among the layers: pre-norm"))
+        if end is not None or any(is_post[i] for i in weak):
+            co = chain_order(D, [i for i in chain if not is_post[i]], st.slots, meds)
+        chain, order_ev, order_conf = co.path + anchor, co.evidence, co.confidence
+        if anchor:
+            order_ev.append(Evidence("anchor", f"slot {anchor[0]}", "another slot = RMSNorm(it)",
+                                     "the final pre-norm state: deepest layer slot"))
         order = [i for i in range(k) if is_embed[i]] + chain + [i for i in range(k) if is_post[i]]
+    groups = identical_groups(tensors, D)
+    for g in groups:  # one state captured twice: its copies sit together in the depth order
+        rest = [i for i in order if i not in g[1:]]
+        at = rest.index(g[0]) + 1
+        order = rest[:at] + list(g[1:]) + rest[at:]
 
     # --- roles, confidence, coarse r
     sfs = []
-    pre_final = set(prenorm_of.values()) | {i for i in range(k) if L and r_exact[i] == L}
+    pre_final = {j for j in prenorm_of.values() if r_exact[j] is None} | {
+        i for i in range(k) if L and r_exact[i] == L}
     ranked = [i for i in chain if i not in pre_final]
     n = max(1, len(ranked))
-    order_conf = order_confidence(order_ev)
     for i, s in enumerate(st.slots):
-        if is_embed[i] or r_exact[i] == 0:
-            role, conf, frac = "embedding", max(embed_score[i], 0.99 if r_exact[i] == 0 else 0), 0.0
-            why = "exact" if r_exact[i] == 0 else "dup_rows" if embed_score[i] >= 0.9 else "norm_level"
-        elif is_post[i] or r_exact[i] == FINAL_POST:
-            role, conf, frac = "final_postnorm", max(post_score[i], 0.99 if r_exact[i] == FINAL_POST else 0), None
-            why = "exact" if r_exact[i] == FINAL_POST else ("normalizes" if i in prenorm_of else "norm_drop")
+        ex = r_exact[i]  # exact evidence, when there is some, decides the role over the data-only signals
+        emb_i = ex == 0 if ex is not None else is_embed[i]
+        post_i = ex == FINAL_POST if ex is not None else is_post[i]
+        if emb_i:
+            role, conf, frac = "embedding", max(embed_score[i], 0.99 if ex == 0 else 0), 0.0
+            why = "exact" if ex == 0 else "dup_rows" if embed_score[i] >= 0.9 else "norm_level"
+        elif post_i:
+            role, conf, frac = "final_postnorm", max(post_score[i], 0.99 if ex == FINAL_POST else 0), None
+            why = "exact" if ex == FINAL_POST else post_why[i]
         elif i in pre_final:
             role, frac = "final_prenorm", 1.0
-            conf, why = (0.99, "exact") if r_exact[i] is not None else (0.95, "normalizes")
-        elif isinstance(ri := r_exact[i], int) and L:
-            frac = ri / L
+            conf, why = (0.99, "exact") if ex is not None else (0.95, "normalizes")
+        elif isinstance(ex, int) and L:
+            frac = ex / L
             role, conf, why = next(b for t, b in BANDS if frac < t), 0.99, "exact"
         else:  # coarse: rank among the layer slots (EAGLE-3 picks low / mid / high layers)
             pos = ranked.index(i) if i in ranked else 0
@@ -309,4 +347,5 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
                      order_evidence=order_ev, exact=exact, order_confidence=order_conf, claims=claims)
     find_duplicates(fp, tensors)
     fp.findings += judge(fp, claims)
+    share_identical_labels(fp, groups)
     return fp
