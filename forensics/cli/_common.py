@@ -7,24 +7,14 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from forensics.jsonable import json_safe
+
 
 def print_json(doc: Any) -> None:
-    json.dump(doc, sys.stdout, indent=1, default=_default, allow_nan=False)
+    json.dump(json_safe(doc), sys.stdout, indent=1, allow_nan=False)
     sys.stdout.write("\n")
 
 
-def _default(o: Any):
-    import numpy as np
-
-    if isinstance(o, (np.integer,)):
-        return int(o)
-    if isinstance(o, (np.floating,)):
-        return float(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if hasattr(o, "to_dict"):
-        return o.to_dict()
-    return str(o)
 
 
 def for_each_file(paths: Iterable[str], fn: Callable[[str], dict]) -> tuple[list[dict], int]:

@@ -25,6 +25,7 @@ from typing import Any
 
 from forensics.errors import ForensicsError
 from forensics.findings import Finding, Severity, Verdict, exit_code
+from forensics.jsonable import json_safe
 from forensics.layers import r_label
 from forensics.models import conventions as cv
 from forensics.models.draft_config import load_json_object, sub_dict
@@ -78,23 +79,6 @@ class AuditResult:
         return text(self)
 
 
-def json_safe(x: Any) -> Any:
-    """Recursively replace NaN/inf by None and numpy scalars/arrays by Python values."""
-    import math
-
-    import numpy as np
-
-    if isinstance(x, dict):
-        return {str(k): json_safe(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [json_safe(v) for v in x]
-    if isinstance(x, np.ndarray):
-        return json_safe(x.tolist())
-    if isinstance(x, np.generic):
-        x = x.item()
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
 
 
 def target_facts(target_config: Any) -> dict:

@@ -35,7 +35,6 @@ from forensics.analysis.fingerprint.rules import (  # noqa: F401 - re-exported: 
     TIGHT_SPREAD,
     Evidence,
     _depth_key,
-    _json,
     chain_order,
     collapsed_end,
     embedding_signals,
@@ -52,6 +51,7 @@ from forensics.analysis.stats import CaptureStats, summarize
 from forensics.errors import ForensicsError
 from forensics.findings import Finding, Severity, Verdict, worst_verdict
 from forensics.io.capture import Capture
+from forensics.jsonable import json_safe
 from forensics.layers import FINAL_POST, R
 
 __all__ = ["fingerprint", "Fingerprint", "SlotFingerprint", "Evidence", "Finding", "ROLES"]
@@ -82,7 +82,7 @@ class SlotFingerprint:
 
     def to_dict(self) -> dict:
         return {"role": self.role, "confidence": round(self.confidence, 3), "depth_rank": self.depth_rank,
-                "r_estimate": self.r_estimate, "depth_fraction": _json(self.depth_fraction),
+                "r_estimate": self.r_estimate, "depth_fraction": json_safe(self.depth_fraction),
                 "label": self.label, "r_exact": self.r_exact, "decided_by": self.decided_by,
                 "claim": None if self.claim is None else self.claim.to_dict(),
                 "verdict": None if self.verdict is None else self.verdict.value, "verdict_why": self.verdict_why,
@@ -128,7 +128,7 @@ class Fingerprint:
         for sd, sf in zip(d["slots"], self.slots, strict=True):
             sd.update(sf.to_dict())
         d.update(findings=[f.to_dict() for f in self.findings], depth_order=list(self.depth_order),
-                 similarity=[[_json(float(v)) for v in row] for row in self.similarity],
+                 similarity=[[json_safe(float(v)) for v in row] for row in self.similarity],
                  num_layers=self.num_layers, expected=self.expected, expected_source=self.expected_source,
                  order_evidence=[e.to_dict() for e in self.order_evidence],
                  order_confidence=round(self.order_confidence, 3),

@@ -17,6 +17,7 @@ import numpy as np
 
 from forensics.analysis.stats import SINK_RATIO, SlotStats
 from forensics.findings import Finding, Severity
+from forensics.jsonable import json_safe
 from forensics.layers import FINAL_POST, R, r_label
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -69,7 +70,7 @@ class Evidence:
     verdict: str
 
     def to_dict(self) -> dict:
-        return {"signal": self.signal, "value": _json(self.value), "threshold": _json(self.threshold),
+        return {"signal": self.signal, "value": json_safe(self.value), "threshold": json_safe(self.threshold),
                 "verdict": self.verdict}
 
     def line(self) -> str:
@@ -77,15 +78,6 @@ class Evidence:
         return f"{self.signal:<20} {_fmt(self.value):<24} → {self.verdict}{thr}"
 
 
-def _json(v: Any) -> Any:
-    if isinstance(v, (np.floating, float)):
-        v = float(v)
-        return round(v, 6) if math.isfinite(v) else None
-    if isinstance(v, np.integer):
-        return int(v)
-    if isinstance(v, (list, tuple)):
-        return [_json(x) for x in v]
-    return v
 
 
 def _fmt(v: Any) -> str:

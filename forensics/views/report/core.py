@@ -27,6 +27,7 @@ from forensics.analysis.fingerprint.core import fingerprint
 from forensics.analysis.probe import probe
 from forensics.analysis.scan.core import scan as run_scan
 from forensics.errors import ForensicsError
+from forensics.models.draft import has_weights
 from forensics.views.report.panels import (
     build_browser,
     build_cards,
@@ -233,7 +234,7 @@ def report(paths, layers=None, model=None, draft=None, engine=None, engine_versi
                               target_config=target_config, served=served)
         except ForensicsError as e:
             errors.append({"where": "audit", "message": error_text(e)})
-    if draft is not None and paths and _has_weights(draft):
+    if draft is not None and paths and has_weights(draft):
         try:
             probe_res = probe(draft, [f.capture for f in training] or paths[0], model=model)
         except ForensicsError as e:
@@ -286,10 +287,3 @@ def report(paths, layers=None, model=None, draft=None, engine=None, engine_versi
     }
     argv = _argv(paths, layers, model_arg, draft, engine, engine_version, trainer, target_config, served, title, scan)
     return Report(context=context, argv=argv)
-
-
-def _has_weights(draft) -> bool:
-    """A draft folder with weights can be probed; a bare config.json can only be audited."""
-    d = os.fspath(draft)
-    d = d if os.path.isdir(d) else os.path.dirname(d)
-    return any(os.path.isfile(os.path.join(d, n)) for n in ("model.safetensors", "pytorch_model.bin"))
