@@ -17,7 +17,10 @@ def add_arguments(p) -> None:
     g.add_argument("--dask", metavar="ADDRESS", help="Dask scheduler, e.g. tcp://host:8786 (files must be at "
                                                      "the same paths on every worker)")
     g.add_argument("--dask-local", action="store_true", help="run on a local Dask cluster of N worker processes")
-    p.add_argument("-o", "--out", metavar="OUT", help="JSON Lines file: one row per file, appended as it finishes")
+    p.add_argument("-o", "--out", metavar="OUT", help="JSON Lines file (one row per file, appended as it finishes) "
+                   "or, with --format parquet, a folder of Parquet parts (one typed record per file × slot)")
+    p.add_argument("--format", dest="out_format", choices=("jsonl", "parquet"), default=None,
+                   help="format of OUT (default: parquet when OUT ends in .parquet, else jsonl)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted scan from OUT (needs -o)")
     p.add_argument("--sample", type=int, metavar="K", help="scan K randomly drawn files (same K every time)")
     p.add_argument("--fingerprint", default=None, metavar="N|all|none",
@@ -36,16 +39,11 @@ def run(args) -> int:
     if args.sample is not None and args.sample < 1:
         raise ForensicsError(f"--sample must be ≥ 1, got {args.sample}")
     dask = "local" if args.dask_local else args.dask
-    from forensics.analysis.scan.core import FINGERPRINT_FILES
-
-    which = str(args.fingerprint if args.fingerprint is not None else FINGERPRINT_FILES).lower()
-    if which not in ("all", "none") and not which.isdigit():
-        raise ForensicsError(f"--fingerprint takes all, none or a number of files, got {args.fingerprint!r}")
-    fingerprint = True if which == "all" else False if which == "none" else int(which)
     try:
         res = scan(args.paths if len(args.paths) > 1 else args.paths[0], workers=args.workers, out=args.out,
-                   resume=args.resume, sample=args.sample, dask=dask, fingerprint=fingerprint,
-                   progress=False if (args.no_progress or args.json or args.quiet) else None)
+                   resume=args.resume, sample=args.sample, dask=dask, fingerprint=args.fingerprint,
+                   progress=False if (args.no_progress or args.json or args.quiet) else None,
+                   out_format=args.out_format)
     except KeyboardInterrupt:
         if args.out:
             args.console.error(f"interrupted; rows so far are in {args.out}: continue with --resume")

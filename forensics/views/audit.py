@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 
+from forensics.findings import Severity, sort_findings
 from forensics.layers import r_label
-from forensics.views.format import TEXT_WIDTH, badge, columns, esc, finding_verdict, fit, html_table
+from forensics.views.format import TEXT_WIDTH, badge, columns, esc, fit, html_table
 
 
 def line(res) -> str:
@@ -18,8 +19,7 @@ def line(res) -> str:
 def html(res) -> str:
     rows = [[s["slice"], r_label(s["trained_r"]), r_label(s["served_r"]), "yes" if s["ok"] else "NO"]
             for s in res.slices]
-    frows = [[badge(finding_verdict(f)), f.kind, f.message]
-             for f in res.findings]
+    frows = [[badge(f.severity.value), f.kind, f.message] for f in sort_findings(res.findings)]
     fix = ""
     if res.fix:
         verb = "already has" if res.fix.get("already_set") else "write"
@@ -45,8 +45,8 @@ def text(res, width: int = TEXT_WIDTH, verbose: bool = False) -> str:
     (trained vs served per fc slice); ``verbose`` adds each finding's evidence."""
     c = res.context
     out = [f"hsf audit: {HEAD[res.verdict]}: {res.reason}"]
-    for f in res.findings:
-        out.append(f"  {finding_verdict(f).upper()} {f.kind}: {f.message}")
+    for f in sort_findings(res.findings):
+        out.append(f"  {f.severity.value.upper()} {f.kind}: {f.message}")
         if verbose:
             ev = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in f.evidence.items()}
             if ev:
@@ -72,7 +72,7 @@ def text(res, width: int = TEXT_WIDTH, verbose: bool = False) -> str:
                 out.append(f"  caveat: {fx['caveat']}")
             if fx.get("also"):
                 out.append(f"  also: {fx['also']}")
-    other = [f for f in res.findings if finding_verdict(f) == "fail" and f.kind not in
+    other = [f for f in res.findings if f.severity is Severity.FAIL and f.kind not in
              ("slices", "off_by_one", "shifted", "served_data")]
     if res.verdict == "match" and other:
         out.append(f"note: the wiring matches, but {len(other)} other problem(s) above still need fixing")

@@ -5,27 +5,12 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from forensics.findings import Verdict, sort_findings
 from forensics.layers import r_label
-from forensics.views.format import (
-    TEXT_WIDTH,
-    Raw,
-    badge,
-    columns,
-    esc,
-    finding_verdict,
-    fit,
-    html_table,
-    short_list,
-    worst,
-)
+from forensics.views.format import Raw, badge, columns, esc, fit, headline_word, html_table
 
 if TYPE_CHECKING:  # pragma: no cover
     from forensics.analysis.fingerprint.core import Fingerprint
-
-FINDING_VERDICT = {"reordered": "fail", "duplicate": "fail", "missing_embedding": "fail", "postnorm": "fail",
-                   "prenorm": "fail", "off_by_one": "fail", "wrong_layer": "fail", "nonfinite": "fail",
-                   "count_mismatch": "warn", "unexpected_embedding": "warn",
-                   "no_reference_match": "warn", "all_zero": "fail", "few_tokens": "warn"}
 
 
 MAX_MATRIX_SLOTS = 8  # print the k×k distance matrix up to this many slots (HTML: up to 16)
@@ -39,62 +24,95 @@ def _r(v) -> str:
     return r_label(v)
 
 
+def _v(v) -> str:
+    return "—" if v is None else str(v.value).upper()
+
+
 def _head(fp: Fingerprint) -> str:
     c = fp.capture
     L = f", L = {fp.num_layers}" if fp.num_layers else ", L unknown (r≈ is a depth fraction)"
     exp = ""
     if fp.expected is not None:
-        exp = f"; expected {short_list([r_label(r) for r in fp.expected], 8)} ({fp.expected_source})"
+        exp = f"; claimed [{', '.join('?' if r is None else r_label(r) for r in fp.expected)}] ({fp.expected_source})"
     ex = f"; exact mode vs {os.path.basename(str(fp.exact['source']))}" if fp.exact else ""
     return (f"{os.path.basename(c.path)}: {c.format}, {c.num_tokens} tokens, hidden {c.hidden_size}, "
             f"{len(fp.slots)} slots{L}{exp}{ex}")
 
 
-def verdict(fp: Fingerprint) -> str:
-    """The file's verdict: the worst of its findings' severities, pass without any."""
-    return worst([finding_verdict(f, FINDING_VERDICT) for f in fp.findings]) if fp.findings else "pass"
+def stream_line(s: dict) -> str:
+    """One line of a streamed reference's provenance: blocks, shards and bytes read, memory, time."""
+    spb = s.get("seconds_per_block")
+    return (f"streamed {s['blocks_run']} of {s['num_layers']} blocks ({s['model_type']}, {s['compute_dtype']}, "
+            f"first {s['tokens']} tokens) from {len(s['shards_read'])} shards: {s['bytes_read'] / 1e9:.2f} GB read of "
+            f"{s['weights_bytes'] / 1e9:.2f} GB, peak RSS {s['peak_rss'] / 1e9:.2f} GB"
+            + (f" (budget {s['max_memory'] / 1e9:.2f} GB)" if s.get("max_memory") else "")
+            + (f", {spb:.2f} s/block" if spb is not None else "") + f", {s['seconds']:.1f} s")
 
 
 def headline(fp: Fingerprint) -> str:
-    """One line: file, VERDICT, and what decided it (the failing findings, or the labels in depth order)."""
-    v = verdict(fp)
-    name = os.path.basename(fp.capture.path)
-    if v == "pass":
-        in_order = list(fp.depth_order) == list(range(len(fp.slots)))
-        labels = [sf.label or (r_label(sf.r_exact) if sf.r_exact is not None else sf.role) for sf in fp.slots]
-        order = "stored in depth order" if in_order else "depth order " + short_list(fp.depth_order, 8)
-        return f"{name}: PASS — {len(fp.slots)} slots, {order}: {short_list(labels, 8)[1:-1]}"
-    worst = [f.kind for f in fp.findings if finding_verdict(f, FINDING_VERDICT) == v]
-    return f"{name}: {v.upper()} — {', '.join(dict.fromkeys(worst))}"
+    """The worst verdict first, then why: the first failing finding, the undecided claims, or that all hold."""
+    v = fp.verdict
+    fails = [f for f in sort_findings(fp.findings) if f.severity.value == "fail"]
+    if fails:
+        why = f"{fails[0].kind}: {fails[0].message}"
+    elif v is Verdict.CANNOT_TELL:
+        open_ = [sf for sf in fp.slots if sf.verdict is Verdict.CANNOT_TELL]
+        settle = next((sf.settle for sf in open_ if sf.settle), None)
+        why = (f"slot(s) {[sf.index for sf in open_]} claimed "
+               f"[{', '.join(sf.claim.label for sf in open_ if sf.claim is not None)}] are consistent with the data "
+               f"but not proven" + (f"; settle with {settle}" if settle else ""))
+    elif v is Verdict.PASS:
+        why = "every claimed slot is what it is claimed to be"
+    else:
+        why = "nothing is claimed about these slots: roles and depth order only"
+    src = f" — claims from {fp.claims.source.value}: {fp.claims.detail}" if fp.claims is not None else ""
+    return f"{headline_word(v)}: {why}{src}"
 
 
-SLOT_HEADERS = ["#", "slot", "role", "conf", "rank", "r≈", "label", "r exact", "decided by"]
-SLOT_DROP = (4, 7, 5, 2)  # under the width: rank, r exact, r≈, role go first (label and the deciding signal stay)
+SLOT_HEADERS = ["#", "slot", "role", "conf", "rank", "r≈", "label", "r exact", "claimed", "verdict", "decided by"]
+# under the width these go first: rank, r exact, r≈, role, claimed (label, verdict and the deciding signal stay)
+SLOT_DROP = (4, 7, 5, 2, 8)
 
 
 def slot_lines(fp: Fingerprint, width: int | None = None) -> list[str]:
-    """One line per slot: index, name, role, confidence, rank, r≈, label, exact r, deciding signal."""
+    """One line per slot: index, name, role, confidence, rank, r≈, label, exact r, claim, verdict, deciding signal."""
     rows = [[f"[{sf.index}]", sf.name, sf.role, f"{sf.confidence:.2f}", sf.depth_rank, _r(sf.r_estimate),
-             sf.label or "—", _r(sf.r_exact), sf.decided_by] for sf in fp.slots]
-    drop = SLOT_DROP if any(sf.r_exact is not None for sf in fp.slots) else (7, *SLOT_DROP)
+             sf.label or "—", _r(sf.r_exact), sf.claim.label if sf.claim else "—", _v(sf.verdict), sf.decided_by]
+            for sf in fp.slots]
+    drop = list(SLOT_DROP)
+    if all(sf.r_exact is None for sf in fp.slots):
+        drop.insert(0, 7)
+    if all(sf.claim is None for sf in fp.slots):
+        drop[1:1] = [8, 9]
     return columns(SLOT_HEADERS, rows, width=width or 10**6, right=(3, 4), drop=drop)
 
 
 def text(fp: Fingerprint, width: int | None = None) -> str:
-    """What ``repr`` and ``hsf fingerprint`` print: the verdict line, its findings, one line per slot (folded to
-    ``width`` columns when given; ``repr`` keeps one line per slot)."""
-    lines = [headline(fp), "  " + _head(fp).split(": ", 1)[1] + f"; order confidence {fp.order_confidence:.2f}"]
-    for f in fp.findings:
-        slots = f" (slots {', '.join(map(str, f.slots))})" if getattr(f, "slots", None) else ""
-        lines.append(f"  {finding_verdict(f, FINDING_VERDICT).upper()} {f.kind}{slots}: {f.message}")
+    """What ``repr`` and ``hsf fingerprint`` print: the verdict headline, the file, its findings, why each failing
+    slot fails, then one line per slot (folded to ``width`` when given). The evidence is in
+    :func:`explain`."""
+    lines = [headline(fp), _head(fp)]
+    if fp.exact and fp.exact.get("stream"):
+        lines.append("  " + stream_line(fp.exact["stream"]))
+    lines += [f"  {f.severity.value.upper()} {f.kind}: {f.message}" for f in sort_findings(fp.findings)]
+    lines += [f"  [{sf.index}] {_v(sf.verdict)}: claimed {sf.claim.label if sf.claim else '?'} "
+              f"({sf.claim.source.value if sf.claim else '?'}); {sf.verdict_why}"
+              for sf in fp.slots if sf.verdict is Verdict.FAIL]
     lines += slot_lines(fp, width)
     return fit("\n".join(lines), width) if width else "\n".join(lines)
 
 
-def explain(fp: Fingerprint, width: int = TEXT_WIDTH) -> str:
-    """The evidence behind the verdict: distance matrix, depth-order evidence, every signal of every slot."""
-    lines = ["  (r≈ coarse data-only depth from the slot's rank; label = expected list assigned in depth order; "
-             "r exact = reference match, --model)"]
+def explain(fp: Fingerprint, width: int | None = None) -> str:
+    """The evidence behind the verdict: depth order, each claim's verdict, the distance matrix, every signal."""
+    lines = ["  depth order (shallow → deep): " + " → ".join(
+        f"[{i}]" + (f" {fp.slots[i].label}" if fp.slots[i].label else "") for i in fp.depth_order)
+        + f"   (order confidence {fp.order_confidence:.2f})",
+        "  (r≈ coarse data-only depth from the slot's rank; label = what the evidence names; claimed = the "
+        "claim checked; r exact = reference match, --model)"]
+    for sf in fp.slots:
+        if sf.verdict is not None:
+            lines.append(f"    [{sf.index}] {_v(sf.verdict)}: claimed {sf.claim.label if sf.claim else '?'} "
+                         f"({sf.claim.source.value if sf.claim else '?'}); {sf.verdict_why}")
     k = len(fp.slots)
     if 1 < k <= MAX_MATRIX_SLOTS:
         lines.append("  masked angular distance (0 = same direction; sinks dropped, massive dims masked):")
@@ -107,7 +125,7 @@ def explain(fp: Fingerprint, width: int = TEXT_WIDTH) -> str:
     for sf in fp.slots:
         lines.append(f"    [{sf.index}] {sf.name} → {sf.role} ({sf.confidence:.2f})")
         lines += [f"      {e.line()}" for e in sf.evidence]
-    return fit("\n".join(lines), width)
+    return fit("\n".join(lines), width) if width else "\n".join(lines)
 
 
 def html(fp: Fingerprint) -> str:
@@ -117,16 +135,19 @@ def html(fp: Fingerprint) -> str:
         declared = fp.stats.slots[sf.index].declared_r
         rows.append([sf.index, sf.name, Raw(f"<b>{esc(sf.role)}</b>"), f"{sf.confidence:.2f}", sf.depth_rank,
                      _r(sf.r_estimate), sf.label or "—", _r(sf.r_exact),
-                     r_label(declared) if declared is not None else "—", sf.decided_by])
-    out = [f"<div class='hsf-caption'><b>{esc(_head(fp))}</b></div>",
+                     r_label(declared) if declared is not None else "—",
+                     f"{sf.claim.label} ({sf.claim.source.value})" if sf.claim else "—",
+                     badge(sf.verdict) if sf.verdict is not None else "—", sf.verdict_why or sf.decided_by])
+    out = [f"<div class='hsf-headline'>{badge(fp.verdict or 'info')} <b>{esc(headline(fp))}</b></div>",
+           f"<div class='hsf-caption'><b>{esc(_head(fp))}</b></div>",
            f"<div>depth order (shallow → deep): {esc(' → '.join(str(i) for i in fp.depth_order))} "
            f"(order confidence {fp.order_confidence:.2f})</div>",
            html_table(["#", "slot", "role", "confidence", "depth rank", "r≈", "label", "r exact", "declared",
-                       "decided by"], rows, cls="hsf-fingerprint")]
+                       "claimed", "verdict", "decided by"], rows, cls="hsf-fingerprint")]
     if fp.findings:
         out.append(html_table(["verdict", "finding", "slots", "message"],
-                              [[badge(finding_verdict(f, FINDING_VERDICT)), f.kind, ", ".join(map(str, f.slots)),
-                                f.message] for f in fp.findings], cls="hsf-findings"))
+                              [[badge(f.severity), f.kind, ", ".join(map(str, f.slots)),
+                                f.message] for f in sort_findings(fp.findings)], cls="hsf-findings"))
     else:
         out.append(f"<div>{badge('pass')} no findings</div>")
     k = len(fp.slots)
