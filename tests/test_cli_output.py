@@ -40,6 +40,8 @@ def _commands(sd) -> dict[str, list]:
         "probe": ["probe", "--draft", draft, "--data", v1 / "data_0.pt", "--candidates", "embed,L3,L16;L3,L16,L28"],
         "scan": ["scan", sd, "--workers", "0"],
         "report": ["report", v1 / "data_0.pt", sd / "ladder", "--draft", draft, "--engine", "sglang", "-o", None],
+        "verify": ["verify", v1],
+        "conventions": ["conventions"],
         "error": ["fingerprint", sd / "no-such-file.pt"],
     }
 
