@@ -25,6 +25,10 @@ ROLES = ("embedding", "early", "middle", "late", "final_prenorm", "final_postnor
 DUP_GROUP_FRACTION = 0.9  # ≥ this share of repeated-id groups bit-identical ⇒ embedding (table lookup)
 DUP_ROW_FRACTION = 0.05  # without ids: ≥ this share of rows with an exact twin ⇒ embedding
 EMBED_NORM_RATIO = 0.08  # median norm ≤ this × the next-smallest slot's median (and no sink) ⇒ context-free
+#                          (tuning half: SmolLM2 embeddings ≤ 0.072, other sinkless slots ≥ 0.094)
+EMBED_NORM_RATIO_UNIQUE_ROWS = 0.04  # …but ≤ this when repeated ids give different rows (no table lookup: only an
+#   absolute-position model's embedding could still be one). A 1,416-token evaluation text's L1 sat at 0.076
+#   beside L26 with 0 of 164 repeated-id groups identical; the tuning half's margin (0.094) had not shown it
 TIGHT_SPREAD = 0.10  # robust spread of token norms (token 0 excluded) ≤ this ⇒ tight spread
 MAD_TO_SD = 1.4826  # MAD × this = σ for a normal law: the robust spread reads like std/mean, minus outlier tokens
 SINK_FADED_RATIO = 0.8  # token-0 norm < this × median ⇒ sink faded/inverted (seed L59: 0.55)
@@ -176,6 +180,9 @@ def embedding_signals(st_slots: Sequence[SlotStats], tensors: list, ids: Any, me
         if tiny and embed_score[i] == 0.0:
             if conc >= TOKEN0_CONCENTRATION:  # a normalised sink keeps its one-dim direction; a lookup row does not
                 ev[i][-1].verdict += " — but token 0 sits in one dim (a normalised sink), not a lookup"
+            elif dup.get("groups") and ratio > EMBED_NORM_RATIO_UNIQUE_ROWS:
+                ev[i][-1].verdict += (f" — but repeated ids differ and the norm is not tiny enough (≤ "
+                                      f"{EMBED_NORM_RATIO_UNIQUE_ROWS}) to call it an absolute-position embedding")
             else:
                 embed_score[i] = 0.6 if dup.get("groups") else 0.7  # absolute-position models: no duplicates
                 if dup.get("groups"):
