@@ -7,7 +7,7 @@ gate never passes on an unproven wiring, and distinct from 1 so a script can tel
 
 from __future__ import annotations
 
-from forensics.cli._common import positive_int, print_json
+from forensics.cli._common import layer_count, positive_int, print_json
 
 EXIT = {"match": 0, "mismatch": 1, "cannot-tell": 3}
 
@@ -25,7 +25,7 @@ def add_arguments(p) -> None:
     p.add_argument("--trainer", choices=["speculators-v1", "speculators", "specforge"],
                    help="the trainer that consumed --data (default: from the data's format)")
     p.add_argument("--target-config", metavar="PATH", help="the target model's config.json (or its folder)")
-    p.add_argument("--num-layers", type=positive_int, metavar="L",
+    p.add_argument("--num-layers", type=layer_count, metavar="L",
                    help="target num_hidden_layers (instead of --target-config)")
     p.add_argument("--hidden-size", type=positive_int, metavar="H",
                    help="target hidden_size (instead of --target-config)")

@@ -8,7 +8,9 @@ off-by-one, non-finite), 2 when a file is unreadable.
 
 from __future__ import annotations
 
-from forensics.cli._common import for_each_file, positive_int, print_json
+import sys
+
+from forensics.cli._common import for_each_file, layer_count, print_json
 
 FAIL_KINDS = {"reordered", "duplicate", "missing_embedding", "postnorm", "prenorm", "off_by_one", "wrong_layer",
               "nonfinite", "count_mismatch", "no_reference_match",
@@ -28,7 +30,7 @@ def add_arguments(p) -> None:
                                      "speculators-legacy, specforge, vllm, sglang) — with --draft")
     p.add_argument("--model", help="exact mode: HF folder, safetensors checkpoint, .gguf, or a ladder capture "
                                    "with the same input_ids ('default' = packaged SmolLM2)")
-    p.add_argument("--num-layers", type=positive_int, help="L of the model (for the coarse r estimate)")
+    p.add_argument("--num-layers", type=layer_count, help="L of the model (for the coarse r estimate)")
 
 
 SPECULATORS_FORMATS = ("speculators-v1", "speculators", "speculators-v0")  # last slot = pre-norm target r = L
@@ -83,13 +85,14 @@ def run(args) -> int:
     entries, code = for_each_file(args.paths, one)
     if any(f["kind"] in FAIL_KINDS for e in entries for f in e.get("findings") or []):
         code = max(code, 1)
+    for e in entries:  # errors on stderr in both modes (the JSON document also carries them)
+        if e.get("error"):
+            print(f"hsf fingerprint: error: {e['error']}", file=sys.stderr)
     if args.json:
         print_json({"files": entries})
         return code
     for e in entries:
-        if e.get("error"):
-            print(f"ERROR {e['error']}")
-        else:
+        if not e.get("error"):
             print(repr(results[e["path"]]))
-        print()
+            print()
     return code
