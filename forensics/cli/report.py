@@ -30,8 +30,10 @@ def check_arguments(args) -> None:
     says "all pass" with the failure buried in its Errors section (QA: --draft /nonexistent gave exit 0)."""
     from forensics.analysis.fingerprint.core import parse_expected
     from forensics.errors import ForensicsError
+    from forensics.io.output import check_output
     from forensics.models import conventions as cv
 
+    check_output(args.output, args.paths)  # before the (slow) report: never over an input or a directory
     parse_expected(args.layers)
     if args.engine is not None and cv.canonical_system(args.engine) not in cv.ENGINES:
         raise ForensicsError(f"--engine {args.engine!r}: not a serving engine; expected one of {list(cv.ENGINES)}")
