@@ -196,7 +196,7 @@ def safetensors_header(path: str) -> dict:
         if n > MAX_PARSED_HEADER_BYTES:
             raise ForensicsError(f"safetensors header of {n} bytes is larger than a capture's header can be "
                                  f"(limit {MAX_PARSED_HEADER_BYTES})", path=path)
-        header = parse_json(f.read(n), path, "safetensors header")
+        header = parse_json(f.read(n), path, "corrupt safetensors header")
     if not isinstance(header, dict):
         raise ForensicsError("corrupt safetensors header: not a JSON object", path=path)
     data_len = size - 8 - n
@@ -283,11 +283,11 @@ def parse_json(data: bytes | str, path: str, what: str) -> Any:
     try:
         return json.loads(data)
     except (UnicodeDecodeError, ValueError) as e:
-        raise ForensicsError(f"{what} is not valid JSON ({e})", path=path) from None
+        raise ForensicsError(f"{what}: not valid JSON ({e})", path=path) from None
     except RecursionError:
-        raise ForensicsError(f"{what} nests JSON too deeply to parse", path=path) from None
+        raise ForensicsError(f"{what}: JSON nested too deeply to parse", path=path) from None
     except MemoryError:
-        raise ForensicsError(f"{what} is too large to parse", path=path) from None
+        raise ForensicsError(f"{what}: too large to parse", path=path) from None
 
 
 def load_json(path: str, what: str = "JSON file") -> Any:
