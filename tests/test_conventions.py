@@ -1,5 +1,5 @@
 """Tests for forensics.models.conventions: every rule checked against values worked out by hand from the
-reference (eagle3-conventions.md §1, §3.2, §4, §5.1, §8), plus the to_r ∘ from_r round trip."""
+reference (each rule's PR), plus the to_r ∘ from_r round trip."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ KIMI_L = 61
     ("speculators", [2, 30, 58, 61], None, None, [2, 30, 58, 61]),  # vLLM ids, last = L
     ("vllm", [2, 30, 58], "pre-36063", None, [2, 30, 58]),
     ("vllm", [0, 62], None, None, [0, None]),
-    ("sglang", [2, 30, 58], "pre-25454", "deepseek", [3, 31, 59]),  # the Kimi story §8
+    ("sglang", [2, 30, 58], "pre-25454", "deepseek", [3, 31, 59]),  # the Kimi-K2.5 case
     ("sglang", [-1, 2, 30], "pre-25454", "deepseek", [0, 3, 31]),
     ("sglang", [2, 30, 58], "post-25454", "deepseek", [2, 30, 58]),  # first id != 1: raw
     ("sglang", [1, 29, 57], "post-25454", "deepseek", [2, 30, 58]),  # first id == 1: +1
@@ -57,7 +57,8 @@ def test_sglang_versions(text, want):
 
 
 @pytest.mark.parametrize("text, want", [
-    (None, "post-46973"), ("pre-36063", "pre-36063"), ("pre-46973", "post-36063"), ("vllm>=36063", "post-36063"),
+    (None, "post-46973"), ("pre-36063", "pre-36063"), ("pre-46973", "post-40727"), ("pre-40727", "post-36063"),
+    ("vllm>=36063", "post-36063"),
 ])
 def test_vllm_versions(text, want):
     assert cv.parse_version("vllm", text) == want

@@ -1,5 +1,5 @@
 """EAGLE-3 draft loading (both naming schemes) and the step-0 forward, against independent references:
-a float64 numpy implementation written here from the layout in eagle3-conventions.md §2.5, and
+a float64 numpy implementation written here from speculators' Eagle3 layout (layers.0.*, fc, d2t), and
 speculators 0.9.0's own ``Eagle3DraftModel`` on the same checkpoint."""
 
 from __future__ import annotations

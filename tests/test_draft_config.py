@@ -1,6 +1,6 @@
 """Tests for forensics.models.draft_config: config styles, safetensors header facts, d2t/t2d validation.
 
-Draft checkpoints are built here from the documented layouts (eagle3-conventions.md §2.5, §5.3):
+Draft checkpoints are built here from the documented layouts (speculators and SpecForge checkpoints):
 ``fc.weight [H, k·H]``, ``layers.0.*`` or ``midlayer.*`` names, ``d2t`` int64 offsets ``[Vd]`` and
 ``t2d`` bool ``[V]``. Large tensors (Kimi scale) are written sparse: only the header and the small
 vocab maps hold real bytes, so a 300 MB fc costs no disk and is never read.

@@ -1,5 +1,5 @@
 """Round-trip tests for every capture format: files are built here, independently of the readers, with the
-exact keys/shapes of ``shared/reference/eagle3-conventions.md``, and every slot must equal the original."""
+exact keys/shapes each trainer writes, and every slot must equal the original."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ NB_DIR = os.path.join(ROOT, "notebooks")
 SAMPLE = os.path.join(ROOT, "sample_data")
 NOTEBOOKS = sorted(f for f in os.listdir(NB_DIR) if f.endswith(".ipynb")) if os.path.isdir(NB_DIR) else []
 CELL_TIMEOUT_S = 180
-NOTEBOOK_BUDGET_S = 60  # issue 6: "under a minute each on sample data" (idle machine)
+NOTEBOOK_BUDGET_S = 60  # under a minute each on sample data (idle machine)
 
 
 def _snapshot(*folders: str) -> dict:

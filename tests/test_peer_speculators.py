@@ -1,6 +1,6 @@
 """Peer check: speculators' own data readers see in our sample data what our readers claim.
 
-speculators (the trainer, PyPI 0.9.0, ecosystem.md §6.12) is the reference: its ``ArrowDataset`` feeds the
+speculators (the trainer, PyPI 0.9.0, installed --no-deps) is the reference: its ``ArrowDataset`` feeds the
 draft ``hidden_states = hs[:, :-1].flatten(1)`` (fc input) and ``verifier_last_hidden_states = hs[:, -1]``
 (target) from ``hidden_states/hs_{i}.safetensors`` (speculators#353), after ``check_hidden_states`` on
 generated files. Our reader claims: slots in stored order, the last one the target. The legacy v1 reader
@@ -17,7 +17,7 @@ import forensics
 
 speculators_data = pytest.importorskip(
     "speculators.train.data", reason="speculators is not importable (pip install --no-deps speculators==0.9.0 "
-    "hs-connectors==0.9.0 plus datasets/loguru/pydantic-settings/openai/aiohttp, ecosystem.md §6.12)")
+    "hs-connectors==0.9.0 plus datasets/loguru/pydantic-settings/openai/aiohttp)")
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""End-to-end QA regressions: each test failed before the fix it guards (see the commit that added it)."""
+"""End-to-end regressions: each test failed before the fix it guards (see the commit that added it)."""
 
 from __future__ import annotations
 

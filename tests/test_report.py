@@ -284,7 +284,7 @@ def test_shuffled_real_capture_fails_with_the_right_labels(sample_data, tmp_path
 
 def test_audit_verdict_and_fix_in_the_verdict_block(sample_data, tmp_path):
     """The Kimi case at SmolLM2 scale: SGLang (pre-#25454) ids [2, 15, 27] serve L3, L16, L28 to a draft trained
-    on embed, L3, L16 ⇒ mismatch, fix [-1, 2, 15] nested (values worked out from eagle3-conventions.md)."""
+    on embed, L3, L16 ⇒ mismatch, fix [-1, 2, 15] nested (values worked out by hand from the SGLang rule)."""
     from test_draft_config import make_draft, sglang_config
 
     draft = make_draft(tmp_path / "draft", sglang_config([2, 15, 27], 576, V=49152, Vd=8192), H=576, weights=False)

@@ -1,5 +1,5 @@
 """The report in a real browser: headless Debian Chromium driven by Playwright (never ``playwright install``,
-ecosystem.md §6.9). No console errors, zero network requests, the sample selector switches panels, the
+Debian's chromium). No console errors, zero network requests, the sample selector switches panels, the
 verdict block is visible, injected markup stays inert; a full-page screenshot goes to test-artifacts/.
 
 Skips with the reason when Chromium or Playwright is missing, except under ``CI=true`` where that fails.

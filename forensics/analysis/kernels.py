@@ -26,7 +26,7 @@ MEDIAN_ABS_SAMPLE_SIZE = 32768  # about this many entries in that sample (rows t
 MAX_LISTED_DIMS = 8  # feature dims listed per massive token, largest |x| first
 NORM_ROUNDING_SLACK = 1e-4  # float32 norms may round below a true max |x|: re-read rows above (1 - slack)·threshold
 # torch intra-op threads while reducing row blocks. The block loop is memory-bound: 1 thread does as well as 2
-# on an idle machine (ecosystem.md §6.10: 5.4 vs 5.1–6.2 GB/s), and on a busy one each of the many small
+# on an idle machine (measured: 5.4 vs 5.1–6.2 GB/s), and on a busy one each of the many small
 # parallel regions waits for a descheduled thread (measured here: 2 threads 20–40× slower than 1 under load).
 STATS_THREADS = 1
 
@@ -229,8 +229,8 @@ def massive_activations(h: torch.Tensor, norms: torch.Tensor, threshold: float, 
             if m <= threshold:
                 continue
             row = a[j]
-            dims = torch.nonzero(row > threshold).flatten()
-            dims = dims[torch.argsort(row[dims], descending=True)].tolist()
+            hot = torch.nonzero(row > threshold).flatten()
+            dims = hot[torch.argsort(row[hot], descending=True)].tolist()
             out.append({"pos": int(p), "max_abs": m,
                         "ratio_to_median_abs": m / median_abs if median_abs > 0 else None,
                         "dims": [int(d) for d in dims[:MAX_LISTED_DIMS]], "num_dims": len(dims)})

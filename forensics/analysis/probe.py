@@ -167,8 +167,8 @@ def auto_candidates(refs: list, k: int, declared: list | None, trainer_fc: list 
     if L is not None and k == 3:
         from forensics.models.conventions import default_r
 
-        add(default_r(L), "engine default")  # vLLM / SGLang without ids / SpecForge / EAGLE (§1)
-        add([r + 1 for r in default_r(L)], "engine default +1")  # SGLang's +1 on default-valued ids (§3.2)
+        add(default_r(L), "engine default")  # vLLM / SGLang without ids / SpecForge / EAGLE
+        add([r + 1 for r in default_r(L)], "engine default +1")  # SGLang's +1 on default-valued ids
     for base, name in ((declared, "declared"), (trainer_fc, "trainer view")):
         if base and all(isinstance(r, int) for r in base):
             for s in (1, -1, 2, -2):
@@ -286,7 +286,7 @@ def probe(draft: str | os.PathLike | Draft, data: Any, candidates: str | list = 
         notes.append(f"declared wiring {wiring_label(declared)} is not available in the data (slots "
                      f"{wiring_label(refs)})")
 
-    counts = {w: [0, 0, 0] for w, _ in cands}  # top1, topk, n
+    counts: dict[tuple, list[int]] = {w: [0, 0, 0] for w, _ in cands}  # top1, topk, n
     tids = d.target_ids()
     E = d.embed
     embed_source = "draft checkpoint" if E is not None else None
@@ -351,7 +351,7 @@ def probe(draft: str | os.PathLike | Draft, data: Any, candidates: str | list = 
     if not used:
         raise ForensicsError("no usable capture file: " + "; ".join(skipped[:5]))
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for w, tags in cands:
         c1, ck, n = counts[w]
         rows.append({"wiring": list(w), "label": wiring_label(list(w)), "tags": tags, "top1": c1 / n if n else 0.0,

@@ -2,8 +2,8 @@
 
 Norms are computed in row blocks (``NORM_BLOCK_ROWS``) with ``vector_norm(..., dtype=float32)``, so a
 whole tensor is never upcast (a whole-tensor ``.float()`` costs 3–4× on this data path: page faults on
-fresh anonymous memory, see ecosystem.md §6.10). Summaries are robust (median, quantiles, MAD, token-0
-and sink-excluded variants) because one sink token can carry almost all of σ (fingerprint-signals §1).
+fresh anonymous memory). Summaries are robust (median, quantiles, MAD, token-0
+and sink-excluded variants) because one sink token can carry almost all of σ (Kimi-K2.5 L3: σ 92 against a mean of 37).
 Massive activations follow Sun et al. 2024: ``|x| > 100`` and ``≥ 1000 ×`` the median ``|x|``.
 The row-block kernels live in :mod:`forensics.stats_blocks` and are re-exported here.
 """

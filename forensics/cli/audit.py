@@ -18,12 +18,25 @@ def add_arguments(p) -> None:
     p.add_argument("--trained-layout", metavar="R,R,...",
                    help="instead of --data: the stored slots as labels, e.g. embed,L3,L31,L59")
     p.add_argument("--draft", metavar="PATH", help="draft checkpoint folder (config.json [+ model.safetensors])")
-    p.add_argument("--engine", choices=["sglang", "vllm"], help="the serving engine")
+    from forensics.models.conventions import ENGINES, FAMILIES, ID_TRAINERS, TRAINERS
+
+    p.add_argument("--engine", choices=list(ENGINES), help="the serving engine")
     p.add_argument("--engine-version", metavar="V",
-                   help="sglang: pre-25454 | post-25454 (default); vllm: pre-36063 | post-36063 | post-46973 "
-                        "(default). Also written sglang<25454, >=25454, latest")
-    p.add_argument("--trainer", choices=["speculators-v1", "speculators", "specforge"],
-                   help="the trainer that consumed --data (default: from the data's format)")
+                   help="sglang: pre-25454 | post-25454 (default); vllm: pre-36063 | post-36063 | post-40727 | "
+                        "post-46973 (default); llama.cpp: pre-25794 | post-25794 (default) | post-27040; tokenspeed: "
+                        "pre-526 | post-526 (default); atlas: pre-394 | post-394 (default). Also written "
+                        "sglang<25454, >=25454, latest. Without it, every version's reading is listed")
+    p.add_argument("--trainer", choices=list(dict.fromkeys([*TRAINERS, *ID_TRAINERS])),
+                   help="the trainer that consumed --data (default: from the data's format), or, with "
+                        "--target-layer-ids, the trainer as it was invoked")
+    p.add_argument("--target-layer-ids", metavar="I,I,...",
+                   help="pre-flight without data: the ids the trainer was given, in its own numbering (speculators: "
+                        "train.py --target-layer-ids, without the final layer)")
+    p.add_argument("--include-last-layer", action="store_true",
+                   help="the data was generated with speculators launch_vllm.py --include-last-layer (the final "
+                        "layer appended as the training target)")
+    p.add_argument("--family", choices=list(FAMILIES),
+                   help="drafter family (default: from the draft config)")
     p.add_argument("--target-config", metavar="PATH", help="the target model's config.json (or its folder)")
     p.add_argument("--num-layers", type=layer_count, metavar="L",
                    help="target num_hidden_layers (instead of --target-config)")
@@ -40,6 +53,19 @@ def add_arguments(p) -> None:
     p.add_argument("--no-fingerprint", action="store_true", help="trust declared layers; skip fingerprinting")
 
 
+def _ids(text: str | None) -> list[int] | None:
+    """``2,15,27`` (or space-separated) → ``[2, 15, 27]``; a typo is bad input (exit 2)."""
+    from forensics.errors import ForensicsError
+
+    if text is None:
+        return None
+    parts = [x for x in text.replace(",", " ").split() if x]
+    try:
+        return [int(x) for x in parts]
+    except ValueError:
+        raise ForensicsError(f"--target-layer-ids {text!r}: expected integers such as 2,15,27") from None
+
+
 def run(args) -> int:
     from forensics.analysis.audit.core import audit
     from forensics.models.conventions import arch_family
@@ -47,6 +73,19 @@ def run(args) -> int:
     data = args.data
     if args.trained_layout:
         data = [x for x in args.trained_layout.replace(" ", "").split(",") if x]
+    if args.data is None and args.served is None and args.draft and args.engine and (
+            args.target_layer_ids is not None or args.include_last_layer or args.family or args.trainer is None
+            or args.engine not in ("sglang", "vllm") or args.trainer not in ("speculators-v1", "speculators",
+                                                                              "specforge")):
+        from forensics.analysis.audit.doctor import preflight
+        res = preflight(draft=args.draft, engine=args.engine, engine_version=args.engine_version,
+                        trained_layout=data, trainer=args.trainer,
+                        target_layer_ids=_ids(args.target_layer_ids),
+                        include_last_layer=args.include_last_layer or None, target_config=args.target_config,
+                        num_layers=args.num_layers, hidden_size=args.hidden_size,
+                        arch=arch_family([args.target_arch]) if args.target_arch else None, family=args.family)
+        print_json(res.to_dict()) if args.json else print(res.text())
+        return EXIT[res.verdict]
     res = audit(data=data, draft=args.draft, engine=args.engine, engine_version=args.engine_version,
                 trainer=args.trainer, target_config=args.target_config, served=args.served,
                 num_layers=args.num_layers, hidden_size=args.hidden_size,

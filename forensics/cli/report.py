@@ -27,7 +27,7 @@ def add_arguments(p) -> None:
 
 def check_arguments(args) -> None:
     """Reject a wrong option before the (slow) report is built: one line, exit 2, instead of a report that
-    says "all pass" with the failure buried in its Errors section (QA: --draft /nonexistent gave exit 0)."""
+    says "all pass" with the failure buried in its Errors section (--draft /nonexistent used to give exit 0)."""
     from forensics.analysis.fingerprint.core import parse_expected
     from forensics.errors import ForensicsError
     from forensics.io.output import check_output

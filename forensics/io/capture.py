@@ -33,6 +33,11 @@ _SHORT_DTYPES = {
 }
 
 
+def constant_getter(t: Any) -> Callable[[], Any]:
+    """A slot getter for a tensor already in memory."""
+    return lambda: t
+
+
 def short_dtype(dtype: Any) -> str:
     """``torch.bfloat16`` → ``bf16`` (lovely-tensors style)."""
     return _SHORT_DTYPES.get(str(dtype), str(dtype).replace("torch.", ""))

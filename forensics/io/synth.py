@@ -2,7 +2,8 @@
 
 ``kimi_like()`` builds one ``[1281, 7168]`` bf16 × 4 sample shaped like the seed's Kimi-K2.5
 speculators-v1 file (slots labelled ``[embed, L3, L31, L59]``), whose per-token norm statistics are
-set **exactly** (before bf16 rounding) to the seed's figures (fingerprint-signals.md §1):
+set **exactly** (before bf16 rounding) to the figures of the Kimi-K2.5 case (the per-token norms printed
+by the engineer who found it):
 
 ====  ================  =====================  ===========
 slot  mean ± std        token 0                label
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from forensics.errors import ForensicsError
-from forensics.io.capture import Capture, Provenance, Slot
+from forensics.io.capture import Capture, Provenance, Slot, constant_getter
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -159,7 +160,7 @@ def _capture(states: list, ids: torch.Tensor, spec: SynthSpec) -> Capture:
     import torch
 
     slots = [Slot(index=i, name=f"hidden_states[{i}]", key="hidden_states", shape=tuple(t.shape), dtype=t.dtype,
-                  getter=(lambda t=t: t), claimed="target" if i == len(states) - 1 else f"aux[{i}]")
+                  getter=constant_getter(t), claimed="target" if i == len(states) - 1 else f"aux[{i}]")
              for i, t in enumerate(states)]
     prov = Provenance(path=f"<synthetic kimi_like seed={spec.seed}>", format=SYNTHETIC,
                       size_bytes=sum(t.numel() * t.element_size() for t in states),

@@ -1,6 +1,6 @@
 """EAGLE-3 draft checkpoints: load them in either naming scheme and run the step-0 draft forward.
 
-Two weight-naming schemes exist (eagle3-conventions.md §2.5, §3.5, §4.4, §5.3):
+Two weight-naming schemes exist (speculators ``layers.0.*`` with ``fc``; SpecForge/SGLang ``midlayer.*``):
 
 - speculators / vLLM: ``layers.0.self_attn.q_proj.weight`` …, config ``speculators_model_type: eagle3``
   with a nested ``transformer_layer_config`` and top-level ``eagle_aux_hidden_state_layer_ids``;
@@ -116,7 +116,7 @@ def canonical_name(name: str) -> str:
         name = name[len("model."):]
     if name.startswith("midlayer."):
         name = "layers.0." + name[len("midlayer."):]
-    if name == "draft_id_to_target_id":  # vLLM's in-memory name for d2t (§4.4)
+    if name == "draft_id_to_target_id":  # vLLM's in-memory name for d2t
         name = "d2t"
     return name
 
@@ -203,7 +203,7 @@ def load_draft(path: str | os.PathLike) -> Draft:
         raise ForensicsError("config has neither head_dim nor num_attention_heads", path=info.config_path)
     heads = q_out // head_dim
 
-    # top-level ids (speculators / vLLM, §2.4 / §4.3) or nested ids (SGLang, §3.3)
+    # top-level ids (speculators / vLLM) or nested ids (SGLang)
     ids, key = (info.ids_top, "eagle_aux_hidden_state_layer_ids") if info.style in ("speculators", "vllm") \
         else (info.ids_nested, "eagle_config.eagle_aux_hidden_state_layer_ids")
     if ids is None and (info.ids_top or info.ids_nested):
@@ -217,8 +217,8 @@ def load_draft(path: str | os.PathLike) -> Draft:
         target_vocab_size=int(t2d.numel()) if t2d is not None else tl.get("vocab_size"),
         num_layers=n_layers, num_heads=heads, num_kv_heads=kv_out // head_dim, head_dim=head_dim,
         rms_norm_eps=float(tl.get("rms_norm_eps", 1e-6)), rope=_rope_params(tl),
-        # speculators' config default is False (§2.4); vLLM's update_eagle3 defaults it to True when absent
-        # (§4.3), but a speculators config written by pydantic always carries the key.
+        # speculators' config default is False; vLLM's update_eagle3 defaults it to True when absent
+        # but a speculators config written by pydantic always carries the key.
         norm_before_residual=bool(cfg.get("norm_before_residual", False)),
         norm_before_fc=bool(cfg.get("norm_before_fc", False)), fc_norm=bool(cfg.get("fc_norm", False)),
         declared_ids=list(ids) if ids is not None else None, declared_ids_key=key if ids is not None else None,

@@ -1,6 +1,6 @@
 """Read an EAGLE-3 draft checkpoint: its config.json (any style) and its weights' safetensors header.
 
-Styles of ``config.json`` (eagle3-conventions.md §2.4, §3.5, §5.3, §6):
+Styles of ``config.json`` (speculators, SGLang/SpecForge, vLLM/EAGLE):
 - ``speculators``: ``speculators_model_type: "eagle3"``, ``transformer_layer_config``, ids at the
   top level (``eagle_aux_hidden_state_layer_ids``), ``speculators_config.verifier``.
 - ``sglang`` (also SpecForge exports): HF-style ``LlamaForCausalLMEagle3`` with the ids nested in
@@ -30,7 +30,7 @@ _MISSING = object()
 
 @dataclass
 class VocabMapCheck:
-    """What the ``d2t`` / ``t2d`` tensors hold, and whether they are valid (§9 check 7)."""
+    """What the ``d2t`` / ``t2d`` tensors hold, and whether they are valid."""
 
     d2t_dtype: str | None = None
     d2t_shape: list[int] | None = None
@@ -68,6 +68,9 @@ class DraftInfo:
     weight_names: list[str] = field(default_factory=list)
     vocab: VocabMapCheck | None = None
     notes: list[str] = field(default_factory=list)
+    family: str = "eagle3"  # eagle3 | eagle3.1 | p-eagle | dflash | dspark | mtp (conventions.detect_family)
+    family_ids: dict = field(default_factory=dict)  # every id list the family may use, by dotted key, as found
+    num_draft_layers: int | None = None  # the draft's own depth (DFlash sizes its default ids from it)
 
     @property
     def fc_aux_count(self) -> int | None:
@@ -102,6 +105,12 @@ def _find(path: str) -> tuple[str | None, str | None]:
         cfg = os.path.join(os.path.dirname(path), "config.json")
         return (cfg if os.path.isfile(cfg) else None), path
     return path, None
+
+
+def sub_dict(cfg: dict, key: str) -> dict:
+    """``cfg[key]`` when it is a JSON object, else ``{}`` (configs nest optional sections)."""
+    v = cfg.get(key)
+    return v if isinstance(v, dict) else {}
 
 
 def load_json_object(path: str, what: str = "draft config") -> dict:
@@ -140,9 +149,9 @@ def read_draft(path: str | os.PathLike, read_vocab_maps: bool = True) -> DraftIn
     if cfg_path is None and w_path is None:
         raise ForensicsError("no config.json and no *.safetensors in the draft folder", path=path)
     cfg = load_json_object(cfg_path) if cfg_path else {}
-    inner = cfg.get("transformer_layer_config") if isinstance(cfg.get("transformer_layer_config"), dict) else {}
-    ec = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}
-    spec = cfg.get("speculators_config") if isinstance(cfg.get("speculators_config"), dict) else {}
+    inner = sub_dict(cfg, "transformer_layer_config")
+    ec = sub_dict(cfg, "eagle_config")
+    spec = sub_dict(cfg, "speculators_config")
     verifier = (spec.get("verifier") or {}).get("name_or_path") if isinstance(spec.get("verifier"), dict) else None
     hidden = _int(cfg.get("hidden_size")) or _int(inner.get("hidden_size"))
     info = DraftInfo(
@@ -157,6 +166,7 @@ def read_draft(path: str | os.PathLike, read_vocab_maps: bool = True) -> DraftIn
         vocab_size=_int(inner.get("vocab_size")) or _int(cfg.get("vocab_size")),
         architectures=list(cfg.get("architectures") or []), verifier=verifier,
     )
+    _read_family(info, cfg, inner)
     if cfg_path is None:
         info.notes.append("no config.json next to the weights: ids unknown")
     if w_path:
@@ -164,6 +174,20 @@ def read_draft(path: str | os.PathLike, read_vocab_maps: bool = True) -> DraftIn
     elif cfg_path and os.path.isdir(path) and any(n.endswith(".bin") for n in os.listdir(path)):
         info.notes.append("weights are pytorch_model.bin: not inspected (only safetensors headers are read)")
     return info
+
+
+def _read_family(info: DraftInfo, cfg: dict, inner: dict) -> None:
+    """The drafter family and every id list it may hold: EAGLE-3/3.1/P-EAGLE top-level or nested ids, DFlash
+    ``dflash_config.target_layer_ids`` (z-lab, vLLM, SGLang) or speculators' ``aux_hidden_state_layer_ids``,
+    DSpark ``dspark_target_layer_ids`` (vLLM) or ``target_layer_ids`` (NeMo Automodel)."""
+    from forensics.models import conventions as cv
+    from forensics.models.convention_rules import FAMILY_KEYS
+
+    info.family = cv.detect_family(cfg)
+    info.family_ids = {k: v for k in FAMILY_KEYS[info.family] if (v := cv.get_key(cfg, k)) is not None}
+    info.num_draft_layers = _int(cfg.get("num_hidden_layers")) or _int(inner.get("num_hidden_layers"))
+    if info.family not in ("eagle3", "eagle3.1", "p-eagle") and info.family_ids:
+        info.notes.append(f"{info.family} draft: ids {info.family_ids}")
 
 
 def _read_weights(info: DraftInfo, w_path: str, read_vocab_maps: bool) -> None:

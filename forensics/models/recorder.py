@@ -36,7 +36,7 @@ from forensics.io.output import atomic_output
 from forensics.layers import FINAL_POST, parse_r, r_label
 
 FORMATS = ("speculators-v1", "speculators", "specforge", "safetensors")
-# the layer-id numbering each format's own metadata uses (eagle3-conventions.md §10)
+# the layer-id numbering each format's own metadata uses
 CONVENTIONS = {"speculators-v1": "speculators-legacy", "speculators": "vllm", "specforge": "specforge",
                "safetensors": "r"}
 DTYPES = ("bf16", "fp32")
@@ -421,7 +421,7 @@ def capture(texts: list[str], layers: str | list | None = None, fmt: str = "spec
         entries.append({"file": rel, "text_file": os.path.relpath(s.text_file, out), "text_sha256": s.sha256,
                         "chat": s.chat, "num_tokens": len(s.input_ids)})
     name = _model_name(model)
-    if fmt == "speculators-v1":
+    if fmt == "speculators-v1" and ids is not None:  # layer_ids() gives v1 ids for every r
         _write_json(os.path.join(out, "data_config.json"),
                     data_config(ids, H, dtype, name, [os.path.relpath(t, out) for t in texts], max_tokens,
                                 len(samples), command))

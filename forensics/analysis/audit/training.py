@@ -14,7 +14,7 @@ from typing import Any
 from forensics.errors import ForensicsError
 from forensics.findings import Finding
 from forensics.io.capture import Capture
-from forensics.layers import FINAL_POST, parse_r, r_label
+from forensics.layers import FINAL_POST, R, parse_r, r_label
 from forensics.models import conventions as cv
 
 FORMAT_TRAINER = {"speculators-v1": "speculators-v1", "speculators": "speculators", "specforge": "specforge"}
@@ -67,13 +67,14 @@ def slot_rs(cap: Capture, use_fingerprint: bool = True, model: Any = None
     rs, src = [], []
     for i, d in enumerate(declared):
         f = fps[i] if fps and i < len(fps) else {}
-        r, how = d, ("declared" if d is not None else "unknown")
+        r: R | None = d
+        how = "declared" if d is not None else "unknown"
         if f.get("r_exact") is not None:
             r, how = f["r_exact"], "fingerprint (exact)"
         elif f.get("label"):
             r, how = parse_r(f["label"]), "fingerprint (depth order)"
         elif d is None and f.get("role") in STRONG_ROLES:
-            r, how = {"embedding": 0, "final_postnorm": FINAL_POST}[f["role"]], "fingerprint (role)"
+            r, how = (0 if f["role"] == "embedding" else FINAL_POST), "fingerprint (role)"
         elif d is None and cap.slots[i].claimed == FINAL_POST:
             r, how = FINAL_POST, f"format ({cap.format} stores the post-norm final state here)"
         if d is not None and r != d:
@@ -163,7 +164,7 @@ def training_side(data: Any, trainer: str | None, draft_info, L: int | None, use
 
 def _ids_as_trained(trainer: str, info, L: int) -> list | None:
     """The r a draft config's ids mean to the trainer that wrote them: SpecForge nested ids go through SGLang's
-    +1 (§5.1); speculators records vLLM ids at the top level (speculators#379: r = id)."""
+    +1; speculators records vLLM ids at the top level (speculators#379: r = id)."""
     t = cv.canonical_system(trainer)
     first, second = (info.ids_nested, info.ids_top) if t == "specforge" else (info.ids_top, info.ids_nested)
     ids = first if first is not None else second

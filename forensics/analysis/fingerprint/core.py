@@ -1,9 +1,9 @@
 """Fingerprint: which captured tensor is which — role, depth order and label of every slot, with evidence.
 
-From the data alone (fingerprint-signals §4 rulebook): exact duplicate rows ⇒ embedding (a table lookup,
+From the data alone: exact duplicate rows ⇒ embedding (a table lookup,
 transformers #2461); small context-free norms without a sink ⇒ embedding even for absolute-position
 models; a token-0 sink (Sun et al. 2024) ⇒ after the emergence layer; a tight, sinkless spread ⇒ late or
-post-norm (§1, "last layer"); a norm collapse next to a deep pre-norm slot, or B = RMSNorm(A) for some γ
+post-norm; a norm collapse next to a deep pre-norm slot, or B = RMSNorm(A) for some γ
 ⇒ post-final-norm; the masked angular-distance chain (``forensics.depth``) ⇒ depth order, whose
 direction is voted by norm growth (Heimersheim & Turner 2023) and the late signature. Depth is not norm
 order (the seed's L59 norm 111 ± 8 < L31 174 ± 99). Exact mode (``model=``, ``forensics.exact``) settles
@@ -233,12 +233,12 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
                                     "reference on these input_ids (another model, other weights or dtype, or other "
                                     "tokens); their depth comes from the data-only signals"))
     L = num_layers or capture.num_layers
-    r_exact = [x["r_exact"] for x in exact["slots"]] if exact else [None] * k
+    r_exact: list[R | None] = [x["r_exact"] for x in exact["slots"]] if exact else [None] * k
 
     # --- depth order
     order_ev: list[Evidence] = []
     if exact and all(r is not None for r in r_exact):
-        order = sorted(range(k), key=lambda i: (_depth_key(r_exact[i]), i))
+        order = sorted(range(k), key=lambda i: (_depth_key(r_exact[i] or 0), i))
         order_ev.append(Evidence("order", "r_exact of every slot", None, "exact (reference ladder)"))
         chain = [i for i in order if r_exact[i] not in (0, FINAL_POST)]
     else:
@@ -262,8 +262,8 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
         elif i in pre_final:
             role, frac = "final_prenorm", 1.0
             conf, why = (0.99, "exact") if r_exact[i] is not None else (0.95, "normalizes")
-        elif isinstance(r_exact[i], int) and L:
-            frac = r_exact[i] / L
+        elif isinstance(ri := r_exact[i], int) and L:
+            frac = ri / L
             role, conf, why = next(b for t, b in BANDS if frac < t), 0.99, "exact"
         else:  # coarse: rank among the layer slots (EAGLE-3 picks low / mid / high layers)
             pos = ranked.index(i) if i in ranked else 0

@@ -1,7 +1,7 @@
 """Data-only depth signals between slots: exact duplicate rows, masked angular distance, seriation.
 
 * Duplicate rows: the embedding output is a table lookup, so repeated token ids give bit-identical
-  rows; any later layer mixes in context (fingerprint-signals §3.5, transformers issue #2461).
+  rows; any later layer mixes in context (transformers issue #2461).
 * Masked angular distance: per-token ``arccos(cos(a_t, b_t)) / π`` averaged over tokens (Gromov et al.,
   ICLR 2025), after dropping sink tokens and masking massive-activation dims (rogue dims dominate raw
   cosine: "All Bark and No Bite", EMNLP 2021) and mean-centring each slot.
@@ -68,7 +68,7 @@ def duplicate_rows(h: torch.Tensor, input_ids: torch.Tensor | None) -> dict:
         groups = [g for g in by_id.values() if len(g) > 1]
         identical = sum(1 for g in groups if len({keys[i] for i in g}) == 1 and not zero[g[0]])
         # rows of *different* ids that are identical would not be a table lookup
-        distinct = {}
+        distinct: dict = {}
         clashes = 0
         for t, g in by_id.items():
             k = keys[g[0]]
@@ -204,7 +204,7 @@ def normalizes(pre: torch.Tensor, post: torch.Tensor, drop_tokens: Sequence[int]
 
     Returns ``{"residual": ‖post − γ̂ ⊙ u‖ / ‖post‖, "gamma_rms": rms(γ̂)}`` with ``u = pre / rms(pre)``;
     a residual at bf16 rounding level means ``post`` is RMSNorm(``pre``) exactly (RMSNorm definition,
-    transformers LlamaRMSNorm; fingerprint-signals §3.6).
+    transformers LlamaRMSNorm).
     """
     import torch
 

@@ -1,7 +1,7 @@
 """Exact mode of the fingerprint: checks against the real model (or a reference ladder capture).
 
 * Embedding: slot rows vs ``embed_tokens.weight[input_ids]``, reading only those rows (safetensors
-  ``get_slice`` for a safetensors checkpoint; fingerprint-signals §3.5, safetensors ``__init__.pyi``).
+  ``get_slice`` for a safetensors checkpoint; safetensors ``__init__.pyi``).
 * Post-norm: with the final norm's γ, ``rms(x / γ) ≈ 1`` on every row ⇔ x = RMSNorm(h)
   (transformers ``LlamaRMSNorm``; HF's last ``hidden_states`` entry is post-norm, PR #26142).
 * Reference ladder: run the model on the sample's ids (``forensics.models.target.ladder``) or take a committed
@@ -163,7 +163,7 @@ def _ladder_reference(ref: Capture, capture: Capture) -> Reference:
         raise ForensicsError("the reference ladder's input_ids differ from this capture's; exact mode needs "
                              "the same tokens (pass the model instead to run it on these ids)", path=ref.path)
     lad = {r: s.tensor() for r, s in zip(rs, ref.slots, strict=True)}
-    ints = [r for r in rs if r != FINAL_POST]
+    ints = [r for r in rs if isinstance(r, int)]
     return Reference(source=ref.path, ladder=lad, num_layers=max(ints) if FINAL_POST in rs and ints else
                      ref.num_layers)
 
@@ -240,7 +240,7 @@ def exact_checks(capture: Capture, tensors: list, model: Any) -> dict:
     ref = reference_for(model, capture)
     ids = capture.input_ids.reshape(-1) if capture.input_ids is not None else None
     lad = ref.ladder(ids) if ids is not None else None
-    out = []
+    out: list[dict[str, Any]] = []
     for h in tensors:
         e = embedding_check(h, ids, ref) if ids is not None else None
         p = postnorm_check(h, ref)
@@ -292,7 +292,7 @@ def logit_lens(net: Any, tensors: list, lad: dict, out: list) -> None:
             continue
         post = x["r_exact"] == FINAL_POST or bool(x["postnorm"] and x["postnorm"]["verdict"])
         a = agree(h, post)
-        lens = {"agreement": a, "rows": int(rows.numel()), "near": None}
+        lens: dict[str, Any] = {"agreement": a, "rows": int(rows.numel()), "near": None}
         if x["r_exact"] is None:
             if profile is None:
                 profile = {r: agree(v, r == FINAL_POST) for r, v in lad.items()}

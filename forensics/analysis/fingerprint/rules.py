@@ -1,8 +1,8 @@
 """Rules of the fingerprint: named thresholds, the evidence records, and the signal → verdict steps.
 
-Each rule cites its anchor (fingerprint-signals.md §3–4): duplicate rows ⇒ embedding (transformers
+Each rule cites its anchor: duplicate rows ⇒ embedding (transformers
 #2461); token-0 sink ⇒ after massive-activation emergence (Sun et al. 2024); tight sinkless spread ⇒ late
-or post-norm (seed §1); B = RMSNorm(A) or a norm collapse ⇒ post-final-norm; the masked angular chain
+or post-norm; B = RMSNorm(A) or a norm collapse ⇒ post-final-norm; the masked angular chain
 and its direction vote ⇒ depth order; expected labels assigned by depth order ⇒ findings.
 """
 
@@ -104,7 +104,7 @@ def robust_spread(s: SlotStats) -> float:
     """``MAD_TO_SD · MAD / median`` of the token norms (token 0 excluded): the tight-spread signal.
 
     Robust to a few outlier tokens: on short chat captures the system-prompt tokens widened std/mean of
-    the SmolLM2 post-norm state to 0.101–0.112 and it was called "early" (issue 4 QA); the MAD ignores them.
+    the SmolLM2 post-norm state to 0.101–0.112 and it was called "early"; the MAD ignores them.
     """
     n = s.norm_excl_first
     return float(MAD_TO_SD * n.mad / n.median) if n.median and math.isfinite(n.median) and n.median > 0 \
@@ -183,7 +183,8 @@ def embedding_signals(st_slots: Sequence[SlotStats], tensors: list, ids: Any, me
 
 def postnorm_signals(st_slots: Sequence[SlotStats], tensors: list, embed_score: list[float], meds: list[float],
                      drop: list[int], ev: list[list[Evidence]]) -> tuple[list[float], dict[int, int]]:
-    """Per-slot post-norm score and ``{post slot: pre-norm slot}`` (γ-free; fingerprint-signals §3.6).
+    """Per-slot post-norm score and ``{post slot: pre-norm slot}`` (γ-free: B = γ ⊙ A/rms(A) makes B/A
+    constant per dimension).
 
     A tight, sinkless slot is post-norm when it is RMSNorm(another slot) for a fitted γ (0.99), or its
     norm collapsed next to the layer slots (0.8), or — when nothing says it is layer-scale — its token 0
@@ -380,7 +381,8 @@ def assign_labels(fp: Fingerprint) -> None:
         got = [sf.label for sf in fp.slots]
         if got != file_labels and all(g is not None for g in got):
             fp.findings.append(Finding("reordered", [i for i in range(k) if got[i] != file_labels[i]],
-                                       f"file order ≠ depth order: stored slots are [{', '.join(got)}], expected "
+                                       "file order ≠ depth order: stored slots are "
+                                       f"[{', '.join(map(str, got))}], expected "
                                        f"[{', '.join(file_labels)}]"))
 
 

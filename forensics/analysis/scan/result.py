@@ -28,7 +28,7 @@ class ScanResult:
 
         wanted = {k: i for i, k in enumerate(self._keys)}
         got = {}
-        for row in read_rows(self.out):
+        for row in read_rows(self.out) if self.out else ():
             i = wanted.get((row.get("path"), row.get("size"), row.get("mtime_ns")))
             if i is not None:
                 got[i] = {k: v for k, v in row.items() if k != "sketch"}

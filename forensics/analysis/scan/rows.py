@@ -24,7 +24,7 @@ import numpy as np
 
 from forensics.analysis.scan.sketch import LogHistogram, Moments
 
-MALLOC_TUNE_BYTES = 1 << 30  # glibc mmap/trim thresholds in workers (ecosystem.md §6.10: page faults)
+MALLOC_TUNE_BYTES = 1 << 30  # glibc mmap/trim thresholds in workers (page faults: measured)
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc <malloc.h> mallopt parameters
 _worker_ready = False
 # A file's row is computed within this many seconds or becomes an error row. The slowest real file measured
@@ -77,7 +77,7 @@ def _num(v: Any) -> Any:
 def init_worker(tune_malloc: bool = True) -> None:
     """Per-process set-up: one torch thread (processes give the parallelism) and, optionally, glibc
     thresholds that keep large freed blocks for reuse instead of ``munmap``-ing them (so fresh blocks
-    are not page-faulted in again: ecosystem.md §6.10). Idempotent; also called on Dask workers."""
+    are not page-faulted in again). Idempotent; also called on Dask workers."""
     global _worker_ready
     if _worker_ready:
         return
@@ -178,7 +178,7 @@ def _fill(row: dict, path: str, use_fingerprint: bool) -> None:
                basis="fingerprint" if fp is not None else "stats")
     fps = {s.index: s for s in fp.slots} if fp is not None else {}
     # Cheap order signature of every file: the rank of each slot's token-0-excluded median norm. Not a depth
-    # (norms are not monotone in depth: fingerprint-signals.md §1); only its agreement across files is used.
+    # (norms are not monotone in depth: Kimi-K2.5's L59 is below its L31); only its agreement across files is used.
     med = [s.norm_excl_first.median for s in st.slots]
     rank = {i: r for r, i in enumerate(sorted(range(len(med)), key=lambda i: (_sort_key(med[i]), i)))}
     for s in st.slots:

@@ -206,11 +206,11 @@ class LogHistogram:
 
     def quantile(self, q: float | Iterable[float]) -> float | list[float]:
         """numpy-"linear" quantile(s) of the finite values; NaN when empty. Clamped to the exact min/max."""
-        qs = [q] if np.isscalar(q) else list(q)
+        qs = [float(q)] if isinstance(q, int | float) else [float(x) for x in q]
         n = self.n
         if n == 0:
             out = [float("nan")] * len(qs)
-            return out[0] if np.isscalar(q) else out
+            return out[0] if isinstance(q, int | float) else out
         cum = np.cumsum(self.counts)
         out = []
         for qi in qs:

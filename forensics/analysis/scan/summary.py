@@ -44,7 +44,9 @@ class _SlotAgg:
     def __init__(self) -> None:
         self.moments, self.hist = Moments(), LogHistogram()
         self.files = self.nan = self.inf = 0
-        self.names, self.labels, self.roles = Counter(), Counter(), Counter()
+        self.names: Counter[str | None] = Counter()
+        self.labels: Counter[str | None] = Counter()
+        self.roles: Counter[str | None] = Counter()
         self.medians: dict[int, float] = {}  # file number -> median token norm
 
 
@@ -52,13 +54,14 @@ class _Group:
     def __init__(self) -> None:
         self.files = 0
         self.bytes = 0
-        self.tokens = Counter()  # n -> files (min/max/total from it; bounded by distinct lengths)
-        self.num_slots, self.hidden = Counter(), Counter()
+        self.tokens: Counter[int] = Counter()  # n -> files (min/max/total from it; bounded by distinct lengths)
+        self.num_slots: Counter[int] = Counter()
+        self.hidden: Counter[int] = Counter()
         self.slots: dict[int, _SlotAgg] = defaultdict(_SlotAgg)
         self.sig: dict[str, dict[int, tuple]] = {"order": {}, "roles": {}, "labels": {}, "norm_order": {}}
         self.fingerprinted: set[int] = set()
         self.shape: dict[int, tuple] = {}
-        self.findings: dict[str, dict[int, list]] = defaultdict(dict)
+        self.findings: dict[str, dict[int, dict]] = defaultdict(dict)
 
 
 class Aggregator:
@@ -190,6 +193,7 @@ class Aggregator:
 
     def _finish_slot(self, index: int, a: _SlotAgg, group_files: int) -> dict:
         q = a.hist.quantile(list(QUANTILES.values()))
+        assert isinstance(q, list)
         d = {"index": index, "name": _majority(a.names)[0], "label": _majority(a.labels)[0],
              "role": _majority(a.roles)[0], "files": a.files, "tokens": a.moments.n,
              "mean": _f(a.moments.mean()), "std": _f(a.moments.std()),

@@ -12,7 +12,7 @@ import select
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -20,7 +20,7 @@ from forensics.analysis.scan.rows import FILE_TIME_BUDGET_S, HARD_STOP_GRACE_S, 
 from forensics.errors import ForensicsError, escape
 
 BATCH_BYTES = 64 * 1000 * 1000  # small files are grouped into one task up to this many bytes ...
-BATCH_MAX_FILES = 64  # ... or this many files (a task costs ~1–2 ms of dispatch: ecosystem.md §6.8)
+BATCH_MAX_FILES = 64  # ... or this many files (a task costs ~1–2 ms of dispatch, measured)
 INFLIGHT_PER_WORKER = 4  # tasks queued per worker (bounded, so a 100 000-file listing is not all queued)
 PARENT_POLL_S = 0.5  # without a pidfd, a worker checks this often whether the scanning process still exists
 
@@ -29,7 +29,9 @@ Item = tuple  # (absolute path, size in bytes, mtime in ns, fingerprint this fil
 
 def batches(items: list[Item]) -> list[list[Item]]:
     """Consecutive files grouped into tasks of at most BATCH_BYTES or BATCH_MAX_FILES (a big file: alone)."""
-    out, cur, size = [], [], 0
+    out: list[list[Item]] = []
+    cur: list[Item] = []
+    size = 0
     for it in items:
         if cur and (size + it[1] > BATCH_BYTES or len(cur) >= BATCH_MAX_FILES):
             out.append(cur)
@@ -69,7 +71,8 @@ def _main_not_reimported() -> Iterator[None]:
     run :func:`forensics.analysis.scan.rows.scan_batch`, so the script is hidden from multiprocessing while
     workers start (``__main__.__file__``/``__spec__``, restored at once)."""
     main = sys.modules.get("__main__")
-    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if main is not None and k in main.__dict__}
+    saved: dict[str, Any] = {k: main.__dict__[k] for k in ("__file__", "__spec__")
+                             if main is not None and k in main.__dict__}
     try:
         if main is not None:
             main.__dict__.pop("__file__", None)
@@ -92,7 +95,7 @@ def pool_worker_init(tune_malloc: bool, parent_pid: int, budget: float | None) -
                          name="hsf-file-watch").start()
 
 
-def _exit_with(pid: int):
+def _exit_with(pid: int) -> Callable[[], None]:
     def watch() -> None:
         try:  # a pidfd turns readable when the process exits (Linux ≥ 5.3)
             fd = os.pidfd_open(pid)
@@ -120,12 +123,12 @@ def _hard_stop(limit: float) -> None:
             os._exit(70)  # EX_SOFTWARE: the pool reports the file (run alone) as one that ended its worker
 
 
-def run_inline(batches: list[list[Item]], opts: dict) -> Iterator[list[dict]]:
+def run_inline(batches: list[list[Item]], opts: dict) -> Generator[list[dict], None, None]:
     for b in batches:
         yield scan_batch(b, opts)
 
 
-def run_pool(batches: list[list[Item]], opts: dict, workers: int) -> Iterator[list[dict]]:
+def run_pool(batches: list[list[Item]], opts: dict, workers: int) -> Generator[list[dict], None, None]:
     """Process pool with a bounded queue; a worker that dies costs only the files it was reading."""
     import multiprocessing as mp
     from collections import deque
@@ -138,7 +141,8 @@ def run_pool(batches: list[list[Item]], opts: dict, workers: int) -> Iterator[li
     ctx.set_forkserver_preload(["torch", "forensics.analysis.scan.rows", "forensics.io.formats",  # failed imports
                                 "forensics.analysis.stats", "forensics.analysis.fingerprint.core",  # are skipped
                                 "forensics.analysis.scan.warmup"])
-    pending, quarantine = deque(batches), deque()
+    pending: deque = deque(batches)
+    quarantine: deque = deque()
     while pending or quarantine:
         ex = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=pool_worker_init,
                                  initargs=(opts.get("tune_malloc", True), os.getpid(),
@@ -177,7 +181,7 @@ def run_pool(batches: list[list[Item]], opts: dict, workers: int) -> Iterator[li
             ex.shutdown(wait=False, cancel_futures=True)
 
 
-def run_dask(batches: list[list[Item]], opts: dict, workers: int, address: Any) -> Iterator[list[dict]]:
+def run_dask(batches: list[list[Item]], opts: dict, workers: int, address: Any) -> Generator[list[dict], None, None]:
     """Dask distributed: ``address`` is ``"local"`` (a LocalCluster here), a scheduler address or a Client.
     Workers must see the files at the same paths (shared file system)."""
     try:

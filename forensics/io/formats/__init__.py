@@ -56,12 +56,12 @@ def load(path: str | os.PathLike) -> Capture:
         cap = _guarded(reader.NAME, path, reader.read_safetensors, sf, path)
     elif kind in ("zip", "gzip", "pickle"):
         obj = torch_load(path, kind)
-        reader = next((r for r in TORCH_READERS if r.match(obj)), None)
-        if reader is None:
+        torch_reader = next((r for r in TORCH_READERS if r.match(obj)), None)
+        if torch_reader is None:
             what = f"dict with keys {sorted(map(str, obj))[:12]}" if isinstance(obj, dict) else type(obj).__name__
             raise ForensicsError(f"no reader recognises this content ({what}); expected one of the formats "
                                  f"{', '.join(FORMATS)}", path=path)
-        cap = _guarded(reader.NAME, path, reader.read, obj, path)
+        cap = _guarded(torch_reader.NAME, path, torch_reader.read, obj, path)
     else:
         raise ForensicsError(
             "not a torch checkpoint, safetensors file or gzip stream (the first bytes match no supported "
@@ -93,7 +93,7 @@ def _apply_sidecars(cap: Capture) -> None:
     from forensics.layers import parse_r
 
     # data_config.json is written by speculators' legacy generator next to its data_{i}.pt files only
-    # (DataGenerationConfig, eagle3-conventions §2.1); it says nothing about other formats.
+    # (speculators DataGenerationConfig); it says nothing about other formats.
     cfg = _sidecar(cap.path, "data_config.json") if cap.format == speculators_v1.NAME else None
     hs_cfg = cfg.get("hidden_states") if cfg else None
     ids = hs_cfg.get("layer_ids") if isinstance(hs_cfg, dict) else None
@@ -146,7 +146,7 @@ def iter_files(path: str | os.PathLike) -> Iterator[str]:
         return
     if not os.path.isdir(path):
         raise ForensicsError("no such file or directory", path=path)
-    found = []
+    found: list[str] = []
     for root, dirs, files in os.walk(path):
         dirs[:] = sorted(d for d in dirs if d not in SIDE_DIRS)
         found.extend(os.path.join(root, f) for f in files if is_capture_name(f))

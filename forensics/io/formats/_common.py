@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from forensics.errors import ForensicsError
-from forensics.io.capture import Capture, Provenance, Slot
+from forensics.io.capture import Capture, Provenance, Slot, constant_getter
 
 from ._io import upcast_fp8
 
@@ -84,7 +84,7 @@ def ids_1d(t: Any, path: str, name: str):
 
 def tensor_slot(index: int, name: str, key: str, t, claimed: str | None = None) -> Slot:
     return Slot(index=index, name=name, key=key, shape=(int(t.shape[0]), int(t.shape[1])), dtype=t.dtype,
-                getter=(lambda t=t: t), claimed=claimed)
+                getter=constant_getter(t), claimed=claimed)
 
 
 def lazy_slot(index: int, name: str, key: str, shape: tuple[int, int], dtype, getter: Callable,

@@ -232,7 +232,7 @@ class SafetensorsFile:
         self.path = path
         self.header = safetensors_header(path)
         self.metadata = self.header.get("__metadata__") or {}
-        self._handle = None
+        self._handle: Any = None
 
     def keys(self) -> list[str]:
         return [k for k in self.header if k != "__metadata__"]

@@ -75,7 +75,9 @@ def read_safetensors(sf: SafetensorsFile, path: str):
     keys = sorted(sf.keys(), key=natural_key)
     ids = next((sf.get(k) for k in ID_KEYS if k in keys), None)
     mask = next((sf.get(k) for k in MASK_KEYS if k in keys), None)
-    slots, skipped, notes = [], [], []
+    slots: list = []
+    skipped: list = []
+    notes: list = []
     for k in keys:
         if k in ID_KEYS + MASK_KEYS:
             continue

@@ -1,6 +1,6 @@
 """The offline HTML report: verdicts first, evidence below, in one self-contained file (``hsf report``).
 
-Layout follows fingerprint-signals.md §6 / ecosystem.md §2.5 (deepchecks order: verdicts, then evidence):
+Layout puts verdicts before evidence (the order deepchecks' reports use):
 verdict block → provenance → per-slot cards → cross-slot figures → checks table → static sample browser.
 Every result object contributes its own ``_repr_html_`` fragment verbatim (the notebook's view, escaped by
 its producer); everything else goes through Jinja2 autoescaping, so a ``<script>`` in a file name, token
@@ -38,7 +38,7 @@ from forensics.views.report.panels import (
 )
 from forensics.views.report.verdicts import FileResult, build_provenance, build_verdicts, load_tokens, worst
 
-SIZE_BUDGET_BYTES = 5_000_000  # issue 7: ≤ 5 MB for sample_data/ (ydata-profiling's 80–290 MB is the anti-example)
+SIZE_BUDGET_BYTES = 5_000_000  # ≤ 5 MB for sample_data/: one file a reviewer can attach or mail
 TEMPLATE = "report.html.j2"
 MAX_ANALYSED_FILES = 64  # files fingerprinted one by one; a larger dataset is summarised by `forensics.scan`
 

@@ -33,7 +33,7 @@ MAX_BROWSER_TOKENS = 192  # tokens shown per sample in the browser's token strip
 MAX_OUTLIER_ROWS = 12  # sink / massive-activation rows per slot card
 MAX_CHECK_ROWS = 1500
 HIST_BINS = 28
-FIG_DPI = 80  # modest: the size budget is 5 MB (issue 7)
+FIG_DPI = 80  # modest: the report's size budget is 5 MB (SIZE_BUDGET_BYTES)
 
 
 # ---------------------------------------------------------------- per-slot cards

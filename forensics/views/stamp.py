@@ -1,0 +1,61 @@
+"""Text of ``hsf stamp`` and ``hsf verify`` results (one line for ``__repr__``, a block for the CLI)."""
+
+from __future__ import annotations
+
+import os
+
+
+def stamp_line(res) -> str:
+    return f"StampResult({len(res.files)} file(s) stamped)"
+
+
+def verify_line(res) -> str:
+    bad = sum(f.status != "ok" for f in res.files)
+    return f"VerifyResult({res.verdict}: {len(res.files) - bad}/{len(res.files)} file(s) match their stamp)"
+
+
+def _rel(path: str) -> str:
+    try:
+        return os.path.relpath(path)
+    except ValueError:
+        return path
+
+
+def stamp_text(res) -> str:
+    from forensics.layers import r_label
+
+    out = [f"hsf stamp: {len(res.files)} file(s)"]
+    for f in res.files:
+        labels = ", ".join(r_label(r) for r in f.r)
+        where = "header __metadata__" if f.where.startswith("safetensors") else _rel(f.where)
+        out.append(f"  {_rel(f.path)}: [{labels}] -> {where}")
+        out += [f"    note: {n}" for n in f.notes]
+    return "\n".join(out)
+
+
+def summary(stamp: dict | None) -> str | None:
+    """One line from a stamp (or its ``brief``): the labels per slot, the target and the producer."""
+    if not stamp:
+        return None
+    labels = stamp.get("labels") or [s.get("label") for s in stamp.get("slots") or []]
+    tgt = stamp.get("target") or {}
+    bits = [f"[{', '.join(x or '?' for x in labels)}]"]
+    if tgt.get("model") or tgt.get("num_layers"):
+        bits.append(f"{tgt.get('model') or '?'} L={tgt.get('num_layers') or '?'}")
+    if stamp.get("producer"):
+        bits.append(str(stamp["producer"]))
+    return " · ".join(bits)
+
+
+def verify_text(res) -> str:
+    mb = res.bytes_read / 1e6
+    rate = f", {mb / res.seconds:.0f} MB/s" if res.seconds > 0 else ""
+    head = {"pass": "PASS", "fail": "FAIL", "cannot-tell": "CANNOT TELL"}[res.verdict]
+    out = [f"hsf verify: {head}: {sum(f.status == 'ok' for f in res.files)}/{len(res.files)} file(s) match their "
+           f"stamp ({mb:.1f} MB in {res.seconds:.2f} s{rate})"]
+    for f in res.files:
+        tag = {"ok": "ok  ", "unstamped": "----", "drifted": "FAIL", "changed-shape": "FAIL", "error": "FAIL"}[f.status]
+        line = f"  {tag} {_rel(f.path)}"
+        s = summary(f.stamp) if f.stamp else None
+        out.append(line + (f"  {s}" if s else "") + ("" if f.status == "ok" else f": {f.message}"))
+    return "\n".join(out)

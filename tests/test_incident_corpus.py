@@ -1,0 +1,226 @@
+"""The 2026 incident corpus as audit scenarios: every public fix or report where a capture or serving path fed a
+draft other layers than it was trained on becomes a draft config + engine (+ version) + trained layout, with
+the r the engine serves, the verdict, and the fix in the engine's own convention.
+
+Each scenario names its source URL. Where the source states the numbers (layer count, ids) they are used as
+stated; where it does not (the head's true layers, say), the scenario says ``illustrative`` and picks values
+that reproduce the stated mechanism. Expected served r are worked out by hand from the rule each source
+states, not from the code under test. Two rows are not about layer identity and have no scenario:
+speculators#597 (an empty sample hard-coded to 3 slots: a shape bug) and Model-Optimizer#2410 (a dump that
+aborted for a missing preset).
+
+For every config-fixable scenario the test applies the fix the audit prints to the config and audits again:
+the same audit must then say MATCH.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import pytest
+
+from forensics.analysis.audit.doctor import preflight
+from forensics.models.conventions import IdPlan
+
+TOP, NESTED = "eagle_aux_hidden_state_layer_ids", "eagle_config"
+
+
+@dataclass
+class Case:
+    id: str
+    source: str
+    what: str
+    L: int
+    config: dict
+    engine: str
+    version: str | None
+    trained: list  # r the draft's fc was trained on, in slot order
+    served: list | None  # r the engine feeds it (by hand, from the source's rule); None: several readings
+    verdict: str
+    kinds: set  # finding kinds the audit must raise
+    fix: dict | None  # {"key": dotted key, "ids": [...]} in the engine's numbering, or None
+    fix_kind: str = "config"  # config | engine-version | none-possible | readings
+    arch: str | None = None
+    fc_states: int | None = None  # write a model.safetensors whose fc takes this many states
+    fix_version: str | None = None  # for fix_kind engine-version
+    illustrative: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+def dflash(ids, n_layers=5):
+    cfg = {"architectures": ["DFlashDraftModel"], "num_hidden_layers": n_layers, "dflash_config": {}}
+    if ids is not None:
+        cfg["dflash_config"]["target_layer_ids"] = ids
+    return cfg
+
+
+EAGLE = {"architectures": ["LlamaForCausalLMEagle3"], "num_hidden_layers": 1}
+
+CASES = [
+    Case("vllm-50170", "https://github.com/vllm-project/vllm/pull/50170",
+         "no ids in the draft config: vLLM silently uses (2, 40, 77)", 80, dict(EAGLE), "vllm", None,
+         [3, 41, 78], [2, 40, 77], "mismatch", {"ids_missing"}, {"key": TOP, "ids": [3, 41, 78]},
+         illustrative="the PR does not name the head's layers; any trained layout other than the default shows it"),
+    Case("vllm-40727", "https://github.com/vllm-project/vllm/pull/40727",
+         "DFlash ids name block outputs; used raw they feed each slot one block early (also #42704)", 36,
+         dflash([1, 9, 17, 25, 33]), "vllm", "pre-40727", [2, 10, 18, 26, 34], [1, 9, 17, 25, 33], "mismatch",
+         {"off_by_one"}, {"key": "dflash_config.target_layer_ids", "ids": [2, 10, 18, 26, 34]}),
+    Case("vllm-46788", "https://github.com/vllm-project/vllm/pull/46788",
+         "DeepSeek/Kimi before vllm#46973 capture before each block: id 61 = L matches nothing", 61,
+         {**EAGLE, TOP: [2, 30, 61]}, "vllm", "pre-46973", [2, 30, 61], [2, 30], "mismatch",
+         {"engine_cannot_capture"}, None, "engine-version", arch="deepseek", fix_version="post-46973"),
+    Case("vllm-48524", "https://github.com/vllm-project/vllm/pull/48524",
+         "DFlash without ids: the default gives one id per draft layer (5) for an fc trained on 3", 36,
+         dflash(None, 5), "vllm", "latest", [2, 18, 34], [2, 10, 18, 26, 34], "mismatch", {"fc_width"},
+         {"key": "dflash_config.target_layer_ids", "ids": [1, 17, 33]}, fc_states=3),
+    Case("sglang-25454", "https://github.com/sgl-project/sglang/pull/25454",
+         "capture-before ids [2, 30, 58] get SGLang's unconditional +1", 61,
+         {**EAGLE, NESTED: {TOP: [2, 30, 58]}}, "sglang", "pre-25454", [2, 30, 58], [3, 31, 59], "mismatch",
+         {"off_by_one"}, {"key": f"{NESTED}.{TOP}", "ids": [1, 29, 57]}, arch="deepseek"),
+    Case("sglang-32334", "https://github.com/sgl-project/sglang/pull/32334",
+         "GPT-OSS boundaries [24, 30, 36] shifted to [25, 31, 37]; the final block's output never captured", 36,
+         {**EAGLE, NESTED: {TOP: [24, 30, 36]}}, "sglang", "pre-25454", [24, 30, 36], [25, 31], "mismatch",
+         {"engine_cannot_capture"}, None, "none-possible"),
+    Case("sglang-21274", "https://github.com/sgl-project/sglang/pull/21274",
+         "no eagle_config: SGLang ignores the top-level ids and silently uses its default", 61,
+         {**EAGLE, TOP: [3, 31, 59]}, "sglang", "post-25454", [3, 31, 59], [2, 30, 58], "mismatch",
+         {"ids_ignored_key"}, {"key": f"{NESTED}.{TOP}", "ids": [3, 31, 59]}, arch="deepseek",
+         illustrative="the PR does not list the draft's ids; top-level vLLM-style ids reproduce the fallback"),
+    Case("speculators-705", "https://github.com/vllm-project/speculators/issues/705",
+         "--include-last-layer appended the layer count 78 instead of the last block's index 77 (DFlash)", 78,
+         dflash([1, 38, 78], 3), "vllm", "latest", [2, 39, 78], [2, 39], "mismatch", {"id_is_count"},
+         {"key": "dflash_config.target_layer_ids", "ids": [1, 38, 77]},
+         illustrative="GLM-5.2 has 78 blocks per the issue; the first two ids are illustrative"),
+    Case("tokenspeed-526", "https://github.com/lightseekorg/tokenspeed/pull/526",
+         "capture layers hard-coded to [2, L/2, L-3]; the draft config ignored", 36,
+         {**EAGLE, TOP: [24, 30, 36]}, "tokenspeed", "pre-526", [24, 30, 36], [2, 18, 33], "mismatch",
+         {"slices"}, None, "engine-version", fix_version="post-526"),
+    Case("verl-speco-82", "https://github.com/verl-project/verl-SpeCo/pull/82",
+         "the export wrote ids + 1 into a config SGLang reads with its own +1", 36,
+         {**EAGLE, NESTED: {TOP: [2, 18, 33]}}, "sglang", "pre-25454", [2, 18, 33], [3, 19, 34], "mismatch",
+         {"off_by_one"}, {"key": f"{NESTED}.{TOP}", "ids": [1, 17, 32]},
+         illustrative="Qwen3-8B-sized target (36 blocks) and default output-of ids"),
+    Case("automodel-3083", "https://github.com/NVIDIA-NeMo/Automodel/pull/3083",
+         "DSpark ids -1 and L-1 (HF offset-1: embedding and the final state) have no SGLang capture point", 30,
+         {"architectures": ["DSparkDraftModel"], "dspark_target_layer_ids": [-1, 15, 29]}, "sglang", None,
+         [0, 16, 30], [16], "mismatch", {"engine_cannot_capture"}, None, "none-possible"),
+    Case("automodel-2256", "https://github.com/NVIDIA-NeMo/Automodel/pull/2256",
+         "a shallow target's default [2, L//2, L-3] repeats a layer; the fc expects 3 states", 4,
+         {**EAGLE, TOP: [2, 2, 1]}, "vllm", None, [1, 2, 3], [1, 2], "mismatch", {"ids_duplicate", "fc_width"},
+         {"key": TOP, "ids": [1, 2, 3]}, fc_states=3, illustrative="4-block target; trained layout illustrative"),
+    Case("modelopt-1509", "https://github.com/NVIDIA/Model-Optimizer/pull/1509",
+         "the capture order is not enforced: ids listed out of order", 36, {**EAGLE, TOP: [33, 2, 18]}, "vllm",
+         None, [2, 18, 33], [2, 18, 33], "mismatch", {"ids_order"}, {"key": TOP, "ids": [2, 18, 33]}),
+    Case("modelopt-2201", "https://github.com/NVIDIA/Model-Optimizer/pull/2201",
+         "draft depth differs from the recipe: the default ids follow the draft depth, not the recipe", 36,
+         dflash(None, 3), "vllm", "latest", [2, 10, 18, 26, 34], [2, 18, 34], "mismatch", {"slices"},
+         {"key": "dflash_config.target_layer_ids", "ids": [1, 9, 17, 25, 33]},
+         illustrative="a DFlash recipe of 5 feature layers with a 3-layer draft"),
+    Case("ort-genai-2538", "https://github.com/microsoft/onnxruntime-genai/pull/2538",
+         "DFlash taps unshifted: a runtime whose tap direction the sources do not settle", 36,
+         dflash([1, 9, 17, 25, 33]), "llama.cpp", None, [2, 10, 18, 26, 34], None, "cannot-tell", {"readings"},
+         None, "readings"),
+    Case("llamacpp-27040", "https://github.com/ggml-org/llama.cpp/pull/27040",
+         "EAGLE-3.1 nests its ids; conversion reads only the top level and falls back to [2, 21, 40]", 43,
+         {**EAGLE, "fc_norm": True, NESTED: {TOP: [1, 21, 40], "use_aux_hidden_state": True}}, "llama.cpp",
+         "post-25794", [2, 22, 41], [2, 21, 40], "mismatch", {"ids_ignored_key"}, {"key": TOP, "ids": [2, 22, 41]}),
+    Case("atlas-394", "https://github.com/Avarok-Cybersecurity/atlas/pull/394",
+         "a -1 capture offset cancelled DFlash's output-of numbering", 64, dflash([1, 21, 41, 61]), "atlas",
+         "pre-394", [2, 22, 42, 62], [1, 21, 41, 61], "mismatch", {"off_by_one"}, None, "engine-version",
+         fix_version="post-394", illustrative="64-block 27B target; ids illustrative"),
+    Case("rocmfpx-44", "https://github.com/charlie12345/ROCmFPX/issues/44",
+         "id 48 for a 48-block target: out of range in DFlash's output-of numbering", 48, dflash([2, 24, 48], 3),
+         "vllm", "latest", [3, 25, 48], [3, 25], "mismatch", {"id_is_count"},
+         {"key": "dflash_config.target_layer_ids", "ids": [2, 24, 47]}),
+    Case("local-vllm-487", "https://github.com/local-inference-lab/vllm/pull/487",
+         "DFlash defaults computed 1-based where the engine reads 0-based output-of ids", 78, dflash([2, 39, 77], 3),
+         "vllm", "latest", [2, 39, 77], [3, 40, 78], "mismatch", {"off_by_one"},
+         {"key": "dflash_config.target_layer_ids", "ids": [1, 38, 76]},
+         illustrative="GLM-sized 78-block target; ids illustrative"),
+]
+H = 8  # hidden size of the tiny fc written for the fc-width scenarios
+
+
+def write_draft(folder, config: dict, fc_states: int | None):
+    folder.mkdir(parents=True, exist_ok=True)
+    cfg = dict(config)
+    if fc_states is not None:
+        import torch
+        from safetensors.torch import save_file
+
+        cfg.update(hidden_size=H, target_hidden_size=H)
+        save_file({"fc.weight": torch.zeros(H, fc_states * H)}, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps(cfg))
+    return folder
+
+
+def run(case: Case, folder, config=None, version="same"):
+    draft = write_draft(folder, case.config if config is None else config, case.fc_states)
+    return preflight(draft=str(draft), engine=case.engine,
+                     engine_version=case.version if version == "same" else version,
+                     trained_layout=case.trained, num_layers=case.L, hidden_size=H if case.fc_states else None,
+                     arch=case.arch)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_the_audit_flags_the_incident(case, tmp_path):
+    res = run(case, tmp_path / "draft")
+    assert res.verdict == case.verdict, (case.source, res.reason)
+    kinds = {f.kind for f in res.findings}
+    assert case.kinds <= kinds, (case.source, sorted(kinds))
+    if case.served is not None:
+        assert res.served["r"] == case.served, case.source
+    if case.fix is not None:
+        assert res.fix is not None and res.fix["key"] == case.fix["key"] and res.fix["ids"] == case.fix["ids"], \
+            (case.source, res.fix)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.fix_kind == "config"],
+                         ids=[c.id for c in CASES if c.fix_kind == "config"])
+def test_applying_the_printed_fix_makes_the_same_audit_match(case, tmp_path):
+    res = run(case, tmp_path / "before")
+    plan = IdPlan(res.fix["engine"], res.fix["version"], res.fix["r"], res.fix["ids"], res.fix["key"],
+                  res.fix["where"])
+    fixed = plan.apply(case.config)
+    assert fixed != case.config and case.config == CASES[CASES.index(case)].config  # input not modified
+    after = run(case, tmp_path / "after", config=fixed)
+    assert after.verdict == "match", (case.source, after.reason, [f.message for f in after.findings])
+    assert after.served["r"] == sorted(case.trained)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.fix_kind == "engine-version"],
+                         ids=[c.id for c in CASES if c.fix_kind == "engine-version"])
+def test_the_engine_fix_version_serves_the_trained_layers(case, tmp_path):
+    after = run(case, tmp_path / "draft", version=case.fix_version)
+    assert after.verdict == "match", (case.source, after.reason)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.fix_kind == "none-possible"],
+                         ids=[c.id for c in CASES if c.fix_kind == "none-possible"])
+def test_no_id_list_can_fix_it_and_the_audit_says_why(case, tmp_path):
+    res = run(case, tmp_path / "draft")
+    assert res.fix is not None and res.fix["ids"] is None and res.fix["caveat"], (case.source, res.fix)
+
+
+def test_unsettled_numbering_lists_both_readings(tmp_path):
+    case = next(c for c in CASES if c.fix_kind == "readings")
+    res = run(case, tmp_path / "draft")
+    f = next(f for f in res.findings if f.kind == "readings")
+    readings = f.evidence["readings"]
+    assert sorted(set(map(tuple, readings.values()))) == [(1, 9, 17, 25, 33), (2, 10, 18, 26, 34)]
+
+
+def test_every_scenario_cites_a_public_url():
+    assert all(c.source.startswith("https://github.com/") for c in CASES)
+    assert len({c.source for c in CASES}) == len(CASES)
+
+
+def test_an_unknown_engine_version_lists_the_readings_instead_of_picking_one(tmp_path):
+    """vLLM read DFlash ids raw before vllm#40727 and as block outputs after it: without --engine-version the
+    ids [2, 39, 77] (trained r [2, 39, 77]) are right for the old versions and wrong for the new ones."""
+    case = next(c for c in CASES if c.id == "local-vllm-487")
+    res = run(case, tmp_path / "draft", version=None)
+    assert res.verdict == "cannot-tell" and res.fix is None
+    readings = next(f for f in res.findings if f.kind == "readings").evidence["readings"]
+    assert readings["vllm pre-36063"] == [2, 39, 77] and readings["vllm post-46973"] == [3, 40, 78]
