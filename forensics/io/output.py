@@ -8,6 +8,7 @@ in place). ``hsf scan`` appends rows as it goes, so it holds :func:`lock_output`
 
 from __future__ import annotations
 
+import codecs
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -17,6 +18,20 @@ from typing import IO
 from ..errors import ForensicsError
 
 CAPTURE_CONTAINERS = ("zip", "gzip", "safetensors", "pickle")  # what _io.sniff calls a possible capture
+TEXT_ERRORS = "hsf-escape"  # codec error handler of text outputs (registered below)
+
+
+def _escape_unencodable(err: UnicodeError) -> tuple[str, int]:
+    """An undecodable file-name byte (PEP 383 surrogate U+DC80..U+DCFF) as ``\\xNN``, as the shell shows it;
+    any other unencodable character as a backslash escape."""
+    if not isinstance(err, UnicodeEncodeError):
+        raise err
+    bad = err.object[err.start:err.end]
+    return "".join(f"\\x{ord(c) - 0xDC00:02x}" if 0xDC80 <= ord(c) <= 0xDCFF else f"\\u{ord(c):04x}"
+                   for c in bad), err.end
+
+
+codecs.register_error(TEXT_ERRORS, _escape_unencodable)
 
 
 def _sniff(path: str) -> str | None:
@@ -71,7 +86,7 @@ def check_output(path: str | os.PathLike, inputs: Iterable[str | os.PathLike] = 
 def atomic_output(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
     """Open a temporary file beside ``path`` and rename it over ``path`` when the block ends without error.
 
-    Text mode writes UTF-8 with ``backslashreplace`` (a non-UTF-8 file name never breaks a report).
+    Text mode writes UTF-8; a non-UTF-8 file name is written as ``\\xNN`` escapes (it never breaks a report).
 
     Example:
         >>> with atomic_output("report.html") as f:      # doctest: +SKIP
@@ -85,8 +100,9 @@ def atomic_output(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
     except OSError as e:
         raise ForensicsError(f"cannot write: {e.strerror}", path=out) from None
     try:
-        kw = {} if "b" in mode else {"encoding": "utf-8", "errors": "backslashreplace"}
-        with os.fdopen(fd, mode, **kw) as f:
+        text = "b" not in mode
+        with os.fdopen(fd, mode, encoding="utf-8" if text else None,
+                       errors=TEXT_ERRORS if text else None) as f:
             yield f
         umask = os.umask(0)
         os.umask(umask)
@@ -111,7 +127,7 @@ def lock_output(path: str | os.PathLike, truncate: bool) -> Iterator[IO]:
     out = os.fspath(path)
     try:
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-        f = open(out, "a+", encoding="utf-8", errors="backslashreplace")
+        f = open(out, "a+", encoding="utf-8", errors=TEXT_ERRORS)
     except OSError as e:
         raise ForensicsError(f"cannot write: {e.strerror}", path=out) from None
     try:

@@ -153,7 +153,7 @@ def _scan(path: Any, items: list[Item], bad: list[dict], out: str | None, sink: 
         opts["_test_die_on"] = os.environ["HSF_SCAN_TEST_DIE_ON"]
     if os.environ.get("HSF_SCAN_TEST_SLEEP_ON"):  # test hook: a file that takes forever
         opts["_test_sleep_on"] = os.environ["HSF_SCAN_TEST_SLEEP_ON"]
-    if sink is not None and resume:
+    if out is not None and sink is not None and resume:
         _end_torn_line(out, sink)
     bar = _progress(len(items), resumed, progress)
     t_work, new_bytes = time.perf_counter(), 0

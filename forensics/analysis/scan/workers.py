@@ -12,6 +12,7 @@ import select
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -89,6 +90,7 @@ def pool_worker_init(tune_malloc: bool, parent_pid: int, budget: float | None) -
     scanning process is gone (SIGKILL of ``hsf scan`` must not leave workers, and the fork server they keep
     alive, holding the caller's pipes), and when one file keeps it in native code past its time budget."""
     init_worker(tune_malloc)
+    warnings.simplefilter("ignore")  # library warnings stay off the caller's stderr (rows carry what matters)
     threading.Thread(target=_exit_with(parent_pid), daemon=True, name="hsf-parent-watch").start()
     if budget:
         threading.Thread(target=_hard_stop, args=(budget + HARD_STOP_GRACE_S,), daemon=True,
