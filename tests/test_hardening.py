@@ -360,13 +360,14 @@ def test_huge_finite_values_give_right_norms(tmp_path, value):
     assert s.norm.mean == pytest.approx(want, rel=1e-5)
 
 
-def test_huge_values_fingerprint_has_finding_or_numbers(tmp_path, capsys):
+@pytest.mark.parametrize("value", [1e38, 1e20])
+def test_values_whose_squares_overflow_are_a_finding(tmp_path, capsys, value):
     p = tmp_path / "big.pt"
-    torch.save({"hidden_states": [torch.full((T, H), 1e38), torch.randn(T, H)]}, p)
+    torch.save({"hidden_states": [torch.full((T, H), value), torch.randn(T, H)]}, p)
     code, out, err = run_cli(["fingerprint", "--json", p], capsys)
     assert "Traceback" not in err
-    doc = json.loads(out)
-    assert "nan" not in out.lower() or doc
+    kinds = [f["kind"] for f in json.loads(out)["files"][0]["findings"]]
+    assert "overflow" in kinds and code == 1
 
 
 def test_denormals_are_not_all_zeros(tmp_path):
@@ -408,6 +409,28 @@ def test_probe_rejects_nonsense_arguments(sample_data, capsys, args):
         code = e.code
     assert code == 2
     assert args[0] in capsys.readouterr().err
+
+
+def _nan_copy(src: pathlib.Path, dst: pathlib.Path, fill: float | None = None, ids=None) -> None:
+    import shutil
+
+    shutil.copytree(src, dst)
+    for p in sorted(dst.glob("data_*.pt")):
+        d = torch.load(p)
+        d["hidden_states"] = [torch.full_like(h, float("nan") if fill is None else fill) for h in d["hidden_states"]]
+        if ids is not None:
+            d["input_ids"] = torch.full_like(d["input_ids"], ids)
+        torch.save(d, p)
+
+
+@pytest.mark.parametrize("fill,ids", [(None, None), (1e38, None), (0.5, -100)])
+def test_probe_on_data_without_signal_cannot_tell(tmp_path, sample_data, capsys, fill, ids):
+    data = tmp_path / "data"
+    _nan_copy(sample_data / "speculators_v1", data, fill, ids)
+    code, out, err = run_cli(["probe", "--draft", sample_data / "draft_eagle3", "--data", data, "--samples", "2"],
+                             capsys)
+    assert code == 2 and "best" not in out, (code, out)
+    assert "cannot tell" in err or "vocabulary" in err, err
 
 
 @pytest.mark.parametrize("L", [-3, 0])

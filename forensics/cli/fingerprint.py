@@ -14,7 +14,7 @@ from forensics.cli._common import for_each_file, layer_count, print_json
 
 FAIL_KINDS = {"reordered", "duplicate", "missing_embedding", "postnorm", "prenorm", "off_by_one", "wrong_layer",
               "nonfinite", "count_mismatch", "no_reference_match",
-              "all_zero"}
+              "all_zero", "overflow"}
 
 
 

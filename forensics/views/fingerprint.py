@@ -14,7 +14,8 @@ if TYPE_CHECKING:  # pragma: no cover
 FINDING_VERDICT = {"reordered": "fail", "duplicate": "fail", "missing_embedding": "fail", "postnorm": "fail",
                    "prenorm": "fail", "off_by_one": "fail", "wrong_layer": "fail", "nonfinite": "fail",
                    "count_mismatch": "warn", "unexpected_embedding": "warn",
-                   "no_reference_match": "warn", "all_zero": "fail", "few_tokens": "warn"}
+                   "no_reference_match": "warn", "all_zero": "fail", "few_tokens": "warn",
+                   "overflow": "fail"}
 
 
 MAX_MATRIX_SLOTS = 8  # print the k×k distance matrix up to this many slots (HTML: up to 16)
