@@ -6,8 +6,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from forensics.errors import ForensicsError
+
 R = int | str  # an r value: int, or the word "final_post"
 FINAL_POST = "final_post"
+
 
 def r_label(r: R | None) -> str:
     """The label of an r value: 0 → ``embed``, 3 → ``L3``, ``final_post`` → ``final_post``."""
@@ -33,3 +38,24 @@ def parse_r(text: str | int) -> R:
     if low.lstrip("-").isdigit():
         return int(low)
     raise ValueError(f"not an r value: {text!r} (use 0/embed, 3/L3, or final_post)")
+
+
+def parse_layer_list(spec: Any, what: str = "layer list") -> list[R] | None:
+    """``"0,3,L16,final_post"``, ``"embed L3"`` or ``[0, "3", "final_post"]`` → ``[0, 3, 16, "final_post"]``.
+
+    The one parser of user-given layer lists (``--layers``, ``--expect``, ``layers=``); None stays None. A list that
+    names no layer or an item that is not an r value is a ForensicsError naming ``what`` and the input.
+
+    >>> parse_layer_list("embed,L3,16, final_post")
+    [0, 3, 16, 'final_post']
+    """
+    if spec is None:
+        return None
+    items = spec.replace(",", " ").split() if isinstance(spec, str) else list(spec)
+    items = [i for i in items if isinstance(i, int) or str(i).strip()]
+    if not items:
+        raise ForensicsError(f"{what} {spec!r} names no layer (example: 0,3,16,28 or embed,L3,L16,L28)")
+    try:
+        return [i if isinstance(i, int) and not isinstance(i, bool) else parse_r(str(i).strip()) for i in items]
+    except ValueError as e:
+        raise ForensicsError(f"{what} {spec!r}: {e}") from None

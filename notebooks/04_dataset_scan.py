@@ -77,6 +77,24 @@ for a in res.anomalies:
     print(f"{os.path.basename(a['file'])}: {a['kind']} — {a['message']}")
 
 # %% [markdown]
+# ## Query the rows
+#
+# With `out_format="parquet"` (`hsf scan --format parquet`) the scan writes one typed record per
+# file × slot into a folder of Parquet parts, which pandas (or DuckDB, pyarrow) reads as one table.
+# Which files have slot 2 with a token-0 norm above 1000 — and which files hold a finding?
+
+# %%
+import pandas as pd  # noqa: E402
+
+forensics.scan(dataset, workers=2, out=OUT / "scan.parquet", out_format="parquet", fingerprint=True)
+table = pd.read_parquet(OUT / "scan.parquet")
+print(table[(table.slot == 2) & (table.token0_norm > 1000)][["path", "slot_name", "label", "token0_norm"]]
+      .assign(path=lambda t: t.path.map(os.path.basename)).to_string(index=False))
+print(table[table.error.notna() | table.anomaly_kinds.map(lambda k: k is not None and len(k) > 0)]
+      [["path", "slot", "error_kind", "anomaly_kinds"]].assign(path=lambda t: t.path.map(os.path.basename))
+      .to_string(index=False))
+
+# %% [markdown]
 # ## Dataset-level plots
 #
 # The distribution of token norms per slot over all files (from the scan's streaming quantile sketches),

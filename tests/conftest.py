@@ -44,3 +44,30 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(old)
+
+
+MODEL_FIXTURES = {"smollm2"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test that uses a fixture loading SmolLM2 is a ``model`` test, so ``-m "not model"`` is a real fast suite."""
+    for item in items:
+        if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.model)
+
+
+@pytest.fixture(autouse=True)
+def _model_loads_are_marked(request, monkeypatch):
+    """Loading the real model in a test not marked ``model`` fails loudly instead of slowing the fast suite."""
+    if request.node.get_closest_marker("model") is not None:
+        return
+    import forensics.models.target as target
+
+    real = target.load_model
+
+    def guarded(path=None, *args, **kwargs):
+        if path is None or path == "default" or "smollm2" in str(path).lower():
+            raise AssertionError(f"{request.node.nodeid} loads SmolLM2: mark it @pytest.mark.model")
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(target, "load_model", guarded)

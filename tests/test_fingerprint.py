@@ -16,9 +16,10 @@ import pytest
 import torch
 
 import forensics
-from forensics.analysis.fingerprint.core import DUP_GROUP_FRACTION, fingerprint, parse_expected
+from forensics.analysis.fingerprint.core import DUP_GROUP_FRACTION, fingerprint
 from forensics.io.capture import Capture, Provenance, Slot
 from forensics.layers import FINAL_POST, r_label
+from forensics.layers import parse_layer_list as parse_expected
 
 SUBSETS = 200  # random 4-slot subsets of the ladder (half with the embedding)
 # measured on sample_data/ladder (see test output): 100 % embedding found, ≥ 99 % depth order; floors
@@ -382,33 +383,57 @@ def test_degenerate_slots_are_findings_not_crashes(sample_data):
         assert repr(fp) and fp._repr_html_()
 
 
-def test_distances_and_rmsnorm_fit_match_a_whole_tensor_float64_reference():
-    """The row-block (bounded-memory) angular distances and RMSNorm fit equal a direct float64 computation."""
+def _f64_distances(slots, rows, mask):
+    """Masked, mean-centred per-token angular distances on ``rows`` in float64 (the definition, directly)."""
     import math
 
-    import torch
+    ref = []
+    for t in slots:
+        x = t[rows].to(torch.float64)
+        x[:, mask] = 0.0
+        x = x - x.mean(0, keepdim=True)
+        ref.append(x / x.norm(dim=-1, keepdim=True))
+    k = len(slots)
+    return np.array([[0.0 if i == j else float(torch.arccos((ref[i] * ref[j]).sum(-1).clamp(-1, 1)).mean())
+                      / math.pi for j in range(k)] for i in range(k)])
 
-    from forensics.analysis.fingerprint.depth import DISTANCE_BLOCK_ROWS, angular_distances, normalizes
+
+@pytest.mark.parametrize("buffered", [True, False])
+def test_distances_and_rmsnorm_fit_match_a_float64_reference_on_the_row_sample(buffered, monkeypatch):
+    """The sampled float32 distances (one gathered buffer, or two passes over row blocks) equal a direct
+    float64 computation on the same rows (1e-5), and on all rows when the sample covers them; the RMSNorm
+    fit likewise (1e-9)."""
+    from forensics.analysis.fingerprint import depth
+
+    if not buffered:
+        monkeypatch.setattr(depth, "DISTANCE_BUFFER_ELEMENTS", 0)
+    from forensics.analysis.fingerprint.depth import (
+        DISTANCE_BLOCK_ELEMENTS,
+        DISTANCE_SAMPLE_ROWS,
+        angular_distance_sample,
+        normalizes,
+        sample_rows,
+    )
 
     g = torch.Generator().manual_seed(0)
-    T, H = 3 * DISTANCE_BLOCK_ROWS + 17, 96  # several blocks and a ragged last one
+    H = 96
+    T = 3 * (DISTANCE_BLOCK_ELEMENTS // (3 * H)) + 17  # several row blocks and a ragged last one
     base = torch.randn(T, H, generator=g, dtype=torch.float64)
     slots = [(base + s * torch.randn(T, H, generator=g, dtype=torch.float64)).to(torch.bfloat16)
              for s in (0.0, 0.5, 2.0)]
     drop, mask = [0, 5], [3, 40]
-    D, n = angular_distances(slots, drop, mask)
     keep = [i for i in range(T) if i not in drop]
-    ref = []
-    for t in slots:
-        x = t[keep].to(torch.float64)
-        x[:, mask] = 0.0
-        x = x - x.mean(0, keepdim=True)
-        ref.append(x / x.norm(dim=-1, keepdim=True))
-    assert n == len(keep)
-    for i in range(3):
-        for j in range(3):
-            want = 0.0 if i == j else float(torch.arccos((ref[i] * ref[j]).sum(-1).clamp(-1, 1)).mean()) / math.pi
-            assert abs(D[i, j] - want) < 2e-5, (i, j, D[i, j], want)
+    full = angular_distance_sample(slots, drop, mask, max_rows=T)
+    assert (full.rows, full.population) == (len(keep), len(keep)) and not full.se.any()
+    assert np.abs(full.D - _f64_distances(slots, keep, mask)).max() < 1e-5
+    res = angular_distance_sample(slots, drop, mask)
+    rows = sample_rows(T, drop, DISTANCE_SAMPLE_ROWS)
+    assert res.rows == len(rows) == DISTANCE_SAMPLE_ROWS and rows[0] == keep[0] and rows[-1] == keep[-1]
+    assert not set(rows.tolist()) & set(drop)
+    assert np.abs(res.D - _f64_distances(slots, rows, mask)).max() < 1e-5
+    # the sample estimates the all-rows distance within its standard error (5 σ: a bound, not a 1-in-20 event)
+    off = ~np.eye(3, dtype=bool)
+    assert (res.se[off] > 0).all() and (np.abs(res.D - full.D)[off] <= 5 * res.se[off]).all()
     gamma = torch.rand(H, generator=g, dtype=torch.float64) + 0.5
     pre = slots[2].to(torch.float64)
     post = (gamma * pre / pre.pow(2).mean(-1, keepdim=True).sqrt()).to(torch.bfloat16)
@@ -418,3 +443,78 @@ def test_distances_and_rmsnorm_fit_match_a_whole_tensor_float64_reference():
     g_hat = (b * u).sum(0) / u.pow(2).sum(0)
     want = float((b - g_hat * u).norm() / b.norm())
     assert abs(res["residual"] - want) < 1e-9 and res["residual"] < 0.01
+
+
+def test_near_duplicate_slots_keep_float64_precision():
+    """Two slots 1e-6 apart (relative): float32 cosines would put their distance anywhere in [0, ~1e-4] (the
+    duplicate threshold); the float64 recomputation keeps it within 1e-8 of the float64 definition."""
+    from forensics.analysis.fingerprint.depth import angular_distance_sample
+
+    g = torch.Generator().manual_seed(3)
+    a = torch.randn(200, 512, generator=g)
+    b = a + 1e-6 * torch.randn(200, 512, generator=g)
+    res = angular_distance_sample([a, b, a.clone()], [0], [], max_rows=200)
+    want = _f64_distances([a, b, a], list(range(1, 200)), [])
+    assert np.abs(res.D - want).max() < 1e-8 and res.D[0, 2] < 1e-8 and 1e-7 < res.D[0, 1] < 1e-6
+
+
+def test_duplicate_rows_match_bytewise_reference_on_adversarial_rows():
+    """Hash-screened duplicate rows equal the bytewise definition: rows equal in the hashed columns but not
+    elsewhere, ±0, NaN rows, all-zero padding, clashing ids, with and without ids."""
+    from forensics.analysis.fingerprint.depth import DUP_KEY_COLS, duplicate_rows
+
+    def reference(h, ids):
+        keys = [bytes(h[i].contiguous().view(torch.int16).numpy().tobytes()) for i in range(h.shape[0])]
+        zero = ((h == 0).all(-1) | ~torch.isfinite(h).all(-1)).tolist()
+        if ids is not None:
+            by_id = {}
+            for i, t in enumerate(ids.tolist()):
+                by_id.setdefault(t, []).append(i)
+            groups = [v for v in by_id.values() if len(v) > 1]
+            identical = sum(1 for v in groups if len({keys[i] for i in v}) == 1 and not zero[v[0]])
+            seen, clashes = {}, 0
+            for t, v in by_id.items():
+                if keys[v[0]] in seen and seen[keys[v[0]]] != t and not zero[v[0]]:
+                    clashes += 1
+                seen[keys[v[0]]] = t
+            return {"tokens": len(keys), "groups": len(groups), "identical": identical, "clashes": clashes,
+                    "fraction": identical / len(groups) if groups else None}
+        counts = {}
+        for k, z in zip(keys, zero, strict=True):
+            if not z:
+                counts[k] = counts.get(k, 0) + 1
+        twins = sum(c for c in counts.values() if c > 1)
+        return {"tokens": len(keys), "rows_with_twin": twins, "fraction": twins / len(keys)}
+
+    g = torch.Generator().manual_seed(4)
+    for trial in range(120):
+        T, H = int(torch.randint(2, 50, (1,), generator=g)), int(torch.randint(1, 3 * DUP_KEY_COLS, (1,), generator=g))
+        h = torch.randint(-2, 3, (T, H), generator=g).to(torch.bfloat16)
+        if T > 6:
+            h[1] = h[0]
+            h[2] = 0
+            h[3] = -h[2]  # -0.0 rows: differ from +0.0 by bits, still padding
+            h[4, 0] = float("nan")
+            h[5] = h[4]
+            h[6] = h[0]
+            h[6, 0] = h[0, 0] + 1  # same hashed (middle) columns, different elsewhere
+        ids = torch.randint(0, 6, (T,), generator=g)
+        for i in (ids, None):
+            assert duplicate_rows(h, i) == reference(h, i), (trial, T, H)
+
+
+def test_normalizes_screen_agrees_with_the_float64_fit():
+    """The one-pass float32 screen gives the float64 residual to ~1e-3 on an exact pair and on an unrelated one."""
+    from forensics.analysis.fingerprint.depth import NORMALIZES_SCREEN_ROWS, normalizes
+
+    g = torch.Generator().manual_seed(5)
+    pre = (torch.randn(300, 256, generator=g) * 20).to(torch.bfloat16)
+    gamma = torch.rand(256, generator=g) + 0.3
+    p32 = pre.float()
+    post = (gamma * p32 * torch.rsqrt(p32.pow(2).mean(-1, keepdim=True))).to(torch.bfloat16)
+    other = torch.randn(300, 256, generator=g).to(torch.bfloat16)
+    for b in (post, other):
+        screen = normalizes(pre, b, [0], NORMALIZES_SCREEN_ROWS)["residual"]
+        full = normalizes(pre, b, [0], 10_000)["residual"]
+        exact64 = normalizes(pre, b, [0], NORMALIZES_SCREEN_ROWS + 1)["residual"]  # same kind of fit, f64
+        assert abs(screen - exact64) < 2e-3 and (full < 0.01) == (b is post) == (screen < 0.01)

@@ -105,7 +105,8 @@ EXPECT = {
         "AuditResult(match",
         "best wiring: embed+L3+L16 | clear winner: True",
     ],
-    "04_dataset_scan.ipynb": ["data_5.pt: reordered", "data_6.pt: nonfinite", "data_7.pt: unreadable"],
+    "04_dataset_scan.ipynb": ["data_5.pt: reordered", "data_6.pt: nonfinite", "data_7.pt: unreadable",
+                              "data_4.pt hidden_states[2]   L16", "[reordered]", "[nonfinite]"],
 }
 MIN_IMAGES = {"01_fingerprint.ipynb": 8, "02_browse_samples.ipynb": 0, "03_wiring_audit.ipynb": 6,
               "04_dataset_scan.ipynb": 2}

@@ -234,3 +234,26 @@ def test_stats_restore_torch_thread_setting():
     forensics.summarize(make_capture(torch.randn(300, 64)))
     S.token_norms(torch.randn(10, 8))
     assert torch.get_num_threads() == before
+
+
+def test_robust_summary_is_bit_identical_to_numpy():
+    """One sort gives exactly numpy.percentile/median/mean/std/argmin/argmax (ties, duplicates, odd/even n)."""
+    from forensics.analysis.kernels import robust_summary
+
+    rng = np.random.default_rng(0)
+    for t in range(400):
+        n = int(rng.integers(1, 2000))
+        x = rng.lognormal(3, 1, n).astype(np.float32).astype(np.float64)
+        if t % 3 == 0:
+            x = np.round(x)  # ties
+        if t % 5 == 0 and n > 2:
+            x[rng.integers(0, n)] = x.max()  # a repeated max: first occurrence wins
+            x[rng.integers(0, n)] = x.min()
+        pos = np.arange(n) + 7
+        q = np.percentile(x, [1, 5, 25, 50, 75, 95, 99])
+        med = float(q[3])
+        want = {"n": n, "mean": float(x.mean()), "std": float(x.std()), "median": med, "p01": float(q[0]),
+                "p05": float(q[1]), "p25": float(q[2]), "p75": float(q[4]), "p95": float(q[5]), "p99": float(q[6]),
+                "mad": float(np.median(np.abs(x - med))), "min": float(x.min()), "min_pos": int(pos[x.argmin()]),
+                "max": float(x.max()), "max_pos": int(pos[x.argmax()])}
+        assert robust_summary(x, pos) == want, t

@@ -222,15 +222,12 @@ def check_file(path: str) -> FileCheck:
         return FileCheck(path, "changed-shape", f"slot shapes {shapes} differ from the stamp's "
                          f"{[x.get('shape') for x in stamped]}", stamp=rec)
     drift: list[SlotDrift] = []
-    tensors = {}
-    for i, (s, x) in enumerate(zip(cap.slots, stamped, strict=True)):
-        t = s.tensor()
-        if st.checksum(t) == x.get("checksum"):
-            continue
-        tensors[i] = t
-    for i, t in tensors.items():
+    raw = st.raw_slot_arrays(path, cap)  # one memory map instead of one full read per slot
+    changed = [i for i, (s, x) in enumerate(zip(cap.slots, stamped, strict=True))
+               if st.checksum(raw[i] if raw is not None else s.tensor()) != x.get("checksum")]
+    for i in changed:
         x = stamped[i]
-        q = st.norm_quantiles(t)
+        q = st.norm_quantiles(cap.slots[i].tensor())
         other = next((j for j, y in enumerate(stamped) if j != i and _close(q, y.get("norm_q"))), None)
         med, smed = q[len(q) // 2], (x.get("norm_q") or [None] * len(q))[len(q) // 2]
         lab = x.get("label") or "?"

@@ -30,6 +30,7 @@ from forensics.analysis.kernels import (  # noqa: F401 - re-exported: callers im
     median_abs_sample,
     nonfinite_rows,
     norms_and_median_abs,
+    robust_summary,
     token_norms,
 )
 from forensics.errors import ForensicsError
@@ -70,15 +71,7 @@ class NormSummary:
         if x.size == 0:
             nan = float("nan")
             return cls(0, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, -1, nan, -1)
-        q = np.percentile(x, [1, 5, 25, 50, 75, 95, 99])
-        med = float(q[3])
-        return cls(
-            n=int(x.size), mean=float(x.mean()), std=float(x.std()), median=med,
-            p01=float(q[0]), p05=float(q[1]), p25=float(q[2]), p75=float(q[4]), p95=float(q[5]), p99=float(q[6]),
-            mad=float(np.median(np.abs(x - med))),
-            min=float(x.min()), min_pos=int(pos[int(x.argmin())]),
-            max=float(x.max()), max_pos=int(pos[int(x.argmax())]),
-        )
+        return cls(**robust_summary(x, pos))  # percentiles, median, MAD, mean, std, min/max from one sort
 
     def to_dict(self) -> dict:
         return {k: _num(v) for k, v in self.__dict__.items()}

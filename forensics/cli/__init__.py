@@ -23,6 +23,9 @@ COMMANDS = {
     "scan": "scan a whole dataset: every file checked, anomalies found, resumable, parallel",
     "probe": "run a trained draft on capture data under candidate wirings and rank them",
     "report": "write one offline HTML report (verdicts first, evidence below)",
+    "stamp": "write each file's layer identity and value fingerprint into the data (safetensors header / capture.json)",
+    "verify": "check every file's values against its stamp; name each drifted slot",
+    "conventions": "what each engine's and trainer's layer ids mean, per drafter family and version, with sources",
 }
 
 

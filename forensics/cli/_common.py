@@ -87,3 +87,26 @@ def layer_count(text: str) -> int:
     if v > MAX_NUM_LAYERS:
         raise argparse.ArgumentTypeError(f"{v} is not plausible (at most {MAX_NUM_LAYERS})")
     return v
+
+
+def add_model_arguments(p, help: str) -> None:
+    """``--model`` plus the options of running it: ``--max-memory`` and ``--tokens`` (every verb that takes a
+    model gets the same three)."""
+    p.add_argument("--model", metavar="PATH", help=help)
+    p.add_argument("--max-memory", metavar="SIZE",
+                   help="memory budget for the model, e.g. 1GB (default: half the available RAM); a model "
+                        "that does not fit runs block by block from its safetensors shards")
+    p.add_argument("--tokens", type=positive_int, metavar="T",
+                   help="exact mode runs the model on the first T tokens of each sample (default 128)")
+
+
+def target_of(args) -> Any:
+    """``--model``/``--max-memory``/``--tokens`` → a ``forensics.models.target.Target`` (None without --model);
+    the per-block progress bar is on when stderr is a terminal and --json is not given."""
+    if getattr(args, "model", None) is None:
+        return None
+    from forensics.models.target import open_target
+
+    return open_target(args.model, max_memory=args.max_memory, tokens=args.tokens,
+                       progress=not getattr(args, "json", False) and sys.stderr.isatty())
+

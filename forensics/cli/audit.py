@@ -7,7 +7,7 @@ gate never passes on an unproven wiring, and distinct from 1 so a script can tel
 
 from __future__ import annotations
 
-from forensics.cli._common import layer_count, positive_int, print_json
+from forensics.cli._common import add_model_arguments, layer_count, positive_int, print_json, target_of
 
 EXIT = {"match": 0, "mismatch": 1, "cannot-tell": 3}
 
@@ -47,9 +47,8 @@ def add_arguments(p) -> None:
     p.add_argument("--served", metavar="PATH",
                    help="capture of what the engine actually fed the draft (e.g. vLLM extract_hidden_states "
                         "safetensors): compared slot by slot with --data, no config needed")
-    p.add_argument("--model", metavar="PATH",
-                   help="reference model for exact r per slot (HF folder, .gguf, or a ladder capture with the "
-                        "same input_ids); default: fingerprint from the data alone")
+    add_model_arguments(p, "reference model for exact r per slot (HF folder, .gguf, or a ladder capture with the "
+                           "same input_ids); default: fingerprint from the data alone")
     p.add_argument("--no-fingerprint", action="store_true", help="trust declared layers; skip fingerprinting")
 
 
@@ -90,7 +89,7 @@ def run(args) -> int:
                 trainer=args.trainer, target_config=args.target_config, served=args.served,
                 num_layers=args.num_layers, hidden_size=args.hidden_size,
                 arch=arch_family([args.target_arch]) if args.target_arch else None,
-                use_fingerprint=not args.no_fingerprint, model=args.model)
+                use_fingerprint=not args.no_fingerprint, model=target_of(args))
     if args.json:
         print_json(res.to_dict())
     else:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from forensics.cli._common import for_each_file, layer_count, print_json
+from forensics.cli._common import add_model_arguments, for_each_file, layer_count, print_json, target_of
 
 FAIL_KINDS = {"reordered", "duplicate", "missing_embedding", "postnorm", "prenorm", "off_by_one", "wrong_layer",
               "nonfinite", "count_mismatch", "no_reference_match",
@@ -28,8 +28,8 @@ def add_arguments(p) -> None:
                                    "(needs --trainer and the model's L)")
     p.add_argument("--trainer", help="the system whose numbering the draft's ids use (speculators, "
                                      "speculators-legacy, specforge, vllm, sglang) — with --draft")
-    p.add_argument("--model", help="exact mode: HF folder, safetensors checkpoint, .gguf, or a ladder capture "
-                                   "with the same input_ids ('default' = packaged SmolLM2)")
+    add_model_arguments(p, "exact mode: HF folder, safetensors checkpoint, .gguf, or a ladder capture with the "
+                           "same input_ids ('default' = packaged SmolLM2)")
     p.add_argument("--num-layers", type=layer_count, help="L of the model (for the coarse r estimate)")
 
 
@@ -68,11 +68,7 @@ def run(args) -> int:
     from forensics.analysis.fingerprint.core import fingerprint
     from forensics.io.formats import load
 
-    model = args.model  # a path: resolved (and memoised) per file by forensics.analysis.fingerprint.exact.reference_for
-    if model == "default":
-        from forensics.models.target import default_model_path
-
-        model = default_model_path()
+    model = target_of(args)  # resolved once; streamed per file when it does not fit --max-memory
     results = {}
 
     def one(path: str) -> dict:

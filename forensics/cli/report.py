@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from forensics.cli._common import print_json
+from forensics.cli._common import add_model_arguments, print_json, target_of
 
 
 def add_arguments(p) -> None:
@@ -13,8 +13,8 @@ def add_arguments(p) -> None:
                    help="where to write the HTML report (default: report.html)")
     p.add_argument("--layers", "--expect", dest="layers", metavar="LIST",
                    help="expected layers for labels, e.g. 0,3,16,28 or embed,L3,L16,L28")
-    p.add_argument("--model", metavar="PATH", help="model (HF folder, safetensors dir or .gguf) for exact mode "
-                   "('default' = packaged SmolLM2)")
+    add_model_arguments(p, "model (HF folder, safetensors dir or .gguf) for exact mode ('default' = packaged "
+                           "SmolLM2)")
     p.add_argument("--draft", metavar="PATH", help="EAGLE-3 draft folder (config.json [+ model.safetensors])")
     p.add_argument("--engine", metavar="NAME", help="serving engine: sglang | vllm")
     p.add_argument("--engine-version", metavar="V", help="engine version (conventions changed over time)")
@@ -28,13 +28,13 @@ def add_arguments(p) -> None:
 def check_arguments(args) -> None:
     """Reject a wrong option before the (slow) report is built: one line, exit 2, instead of a report that
     says "all pass" with the failure buried in its Errors section (--draft /nonexistent used to give exit 0)."""
-    from forensics.analysis.fingerprint.core import parse_expected
     from forensics.errors import ForensicsError
     from forensics.io.output import check_output
+    from forensics.layers import parse_layer_list
     from forensics.models import conventions as cv
 
     check_output(args.output, args.paths)  # before the (slow) report: never over an input or a directory
-    parse_expected(args.layers)
+    parse_layer_list(args.layers, "--layers")
     if args.engine is not None and cv.canonical_system(args.engine) not in cv.ENGINES:
         raise ForensicsError(f"--engine {args.engine!r}: not a serving engine; expected one of {list(cv.ENGINES)}")
     if args.engine_version is not None:
@@ -60,11 +60,7 @@ def run(args) -> int:
     from forensics.views.report.core import report
 
     check_arguments(args)
-    if args.model == "default":  # as in `hsf fingerprint --model default`: the packaged SmolLM2
-        from forensics.models.target import default_model_path
-
-        args.model = default_model_path()
-    rep = report(args.paths, layers=args.layers, model=args.model, draft=args.draft, engine=args.engine,
+    rep = report(args.paths, layers=args.layers, model=target_of(args), draft=args.draft, engine=args.engine,
                  engine_version=args.engine_version, trainer=args.trainer, target_config=args.target_config,
                  served=args.served, scan=True if args.scan else None, title=args.title)
     out = rep.save(args.output)

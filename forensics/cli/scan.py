@@ -19,7 +19,10 @@ def add_arguments(p) -> None:
     g.add_argument("--dask", metavar="ADDRESS", help="Dask scheduler, e.g. tcp://host:8786 (files must be at "
                                                      "the same paths on every worker)")
     g.add_argument("--dask-local", action="store_true", help="run on a local Dask cluster of N worker processes")
-    p.add_argument("-o", "--out", metavar="OUT", help="JSON Lines file: one row per file, appended as it finishes")
+    p.add_argument("-o", "--out", metavar="OUT", help="JSON Lines file (one row per file, appended as it finishes) "
+                   "or, with --format parquet, a folder of Parquet parts (one typed record per file × slot)")
+    p.add_argument("--format", dest="out_format", choices=("jsonl", "parquet"), default=None,
+                   help="format of OUT (default: parquet when OUT ends in .parquet, else jsonl)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted scan from OUT (needs -o)")
     p.add_argument("--sample", type=int, metavar="K", help="scan K randomly drawn files (same K every time)")
     p.add_argument("--fingerprint", default=None, metavar="N|all|none",
@@ -53,7 +56,7 @@ def run(args) -> int:
         res = scan(args.paths if len(args.paths) > 1 else args.paths[0], workers=args.workers, out=args.out,
                    **budget,
                    resume=args.resume, sample=args.sample, dask=dask, fingerprint=fingerprint,
-                   progress=False if (args.no_progress or args.json) else None)
+                   progress=False if (args.no_progress or args.json) else None, out_format=args.out_format)
     except KeyboardInterrupt:
         if args.out:
             print(f"hsf scan: interrupted; rows so far are in {args.out}: continue with --resume",

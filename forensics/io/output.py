@@ -43,15 +43,24 @@ def _sniff(path: str) -> str | None:
         return None
 
 
-def check_output(path: str | os.PathLike, inputs: Iterable[str | os.PathLike] = (), *, allow: str = "") -> str:
+def check_output(path: str | os.PathLike, inputs: Iterable[str | os.PathLike] = (), *, allow: str = "",
+                 directory: bool = False) -> str:
     """``path`` as a string, or a ForensicsError when writing it could destroy data or cannot work.
 
     Refused: a directory; the same file as any input (``os.path.samefile``: links included); a path under an
     input folder that the dataset listing would take as a capture; an existing file that sniffs as a capture
-    container (zip, gzip, safetensors, pickle) unless its container is ``allow`` (e.g. ``hsf capture``
-    overwriting its own safetensors output is still refused: captures are never overwritten).
+    container (zip, gzip, safetensors, pickle) unless its container is ``allow``. ``directory=True``: the
+    output is a folder (a Parquet scan), which must not be, or lie inside, an input folder.
     """
     out = os.fspath(path)
+    if directory:
+        if os.path.exists(out) and not os.path.isdir(out):
+            raise ForensicsError("output must be a folder, found a file", path=out)
+        for src in inputs:
+            src = os.fspath(src)
+            if os.path.isdir(src) and (os.path.realpath(out) + os.sep).startswith(os.path.realpath(src) + os.sep):
+                raise ForensicsError(f"output folder lies inside the input folder {src}; choose another", path=out)
+        return out
     if os.path.isdir(out):
         raise ForensicsError("output is a directory; give a file name", path=out)
     parent = os.path.dirname(os.path.abspath(out))
@@ -117,14 +126,31 @@ def atomic_output(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
 
 
 @contextmanager
-def lock_output(path: str | os.PathLike, truncate: bool) -> Iterator[IO]:
+def lock_output(path: str | os.PathLike, truncate: bool, directory: bool = False) -> Iterator[IO]:
     """``path`` opened for appending under an exclusive ``flock``; a second writer gets a ForensicsError.
 
     The lock is taken before anything is truncated, so a refused second scan changes nothing.
+    ``directory=True``: the folder itself is created and locked (a Parquet scan's output); yields None.
     """
     import fcntl
 
     out = os.fspath(path)
+    if directory:
+        try:
+            os.makedirs(out, exist_ok=True)
+            fd = os.open(out, os.O_RDONLY)
+        except OSError as e:
+            raise ForensicsError(f"cannot write: {e.strerror}", path=out) from None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                raise ForensicsError("another scan is writing this folder; wait for it, or choose another -o",
+                                     path=out) from None
+            yield None  # type: ignore[misc]
+        finally:
+            os.close(fd)
+        return
     try:
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
         f = open(out, "a+", encoding="utf-8", errors=TEXT_ERRORS)

@@ -141,7 +141,7 @@ def _read_weights(folder: str) -> tuple[dict, str]:
                 raw.update(load_file(p))
             else:
                 raw.update(torch.load(p, map_location="cpu", weights_only=True))
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 - a corrupt or hostile weights file: any library error
             raise ForensicsError(f"cannot read draft weights: {type(e).__name__}: {e}", path=p) from None
     scheme = SCHEME_MIDLAYER if any(".midlayer." in f".{k}" for k in raw) else SCHEME_SPECULATORS
     out = {}
@@ -264,7 +264,7 @@ def rope_inv_freq(d: Draft, dtype: Any = None) -> tuple[torch.Tensor, float]:
                           rope_parameters={k: v for k, v in rp.items() if k != "max_position_embeddings"})
         inv_t, scale = ROPE_INIT_FUNCTIONS[kind](cfg, "cpu")
         return inv_t.to(dtype or torch.float32), float(scale)
-    except Exception as e:  # noqa: BLE001
+    except (KeyError, TypeError, ValueError) as e:
         raise ForensicsError(f"unsupported RoPE type {kind!r} in the draft config ({e})", path=d.path) from None
 
 

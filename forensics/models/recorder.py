@@ -33,7 +33,7 @@ from typing import Any
 
 from forensics.errors import ForensicsError
 from forensics.io.output import atomic_output
-from forensics.layers import FINAL_POST, parse_r, r_label
+from forensics.layers import FINAL_POST, parse_layer_list, r_label
 
 FORMATS = ("speculators-v1", "speculators", "specforge", "safetensors")
 # the layer-id numbering each format's own metadata uses
@@ -94,20 +94,6 @@ def default_layers(fmt: str, num_layers: int) -> list:
     if fmt == "specforge":  # SpecForge ids [1, L//2-1, L-4] + SGLang's +1 -> r {2, L//2, L-3}; final post-norm
         return [2, L // 2, L - 3, FINAL_POST]
     return list(range(L + 1)) + [FINAL_POST]  # safetensors: the whole ladder
-
-
-def parse_layers(spec: str | list | None) -> list | None:
-    """``"0,3,L16,final_post"`` (or a list) → ``[0, 3, 16, "final_post"]``; None stays None."""
-    if spec is None:
-        return None
-    items = spec.split(",") if isinstance(spec, str) else list(spec)
-    items = [i for i in items if str(i).strip() != ""]
-    if not items:
-        raise ForensicsError(f"--layers {spec!r} names no layer (example: --layers 0,3,16,28)")
-    try:
-        return [parse_r(i) for i in items]
-    except ValueError as e:
-        raise ForensicsError(f"--layers {spec!r}: {e}") from None
 
 
 def check_layers(rs: list, fmt: str, num_layers: int) -> list[str]:
@@ -247,10 +233,15 @@ def sample_path(fmt: str, i: int) -> str:
     return f"capture_{i}.safetensors"
 
 
-def write_sample(fmt: str, path: str, sample: TextSample, states: list, rs: list) -> None:
-    """Write one sample file exactly as ``fmt``'s own generator writes it."""
+def write_sample(fmt: str, path: str, sample: TextSample, states: list, rs: list, stamp: dict | None = None) -> None:
+    """Write one sample file exactly as ``fmt``'s own generator writes it; a safetensors file also carries
+    ``stamp`` in its header metadata (torch files get theirs in capture.json)."""
     import torch
     from safetensors.torch import save
+
+    from forensics.io.stamps import metadata_entry
+
+    stamp_meta = metadata_entry(stamp) if stamp is not None else None
 
     ids = torch.tensor(sample.input_ids, dtype=torch.long)
     mask = torch.tensor(sample.loss_mask, dtype=torch.long)
@@ -258,7 +249,8 @@ def write_sample(fmt: str, path: str, sample: TextSample, states: list, rs: list
         if fmt == "speculators-v1":
             torch.save({"input_ids": ids, "hidden_states": states, "loss_mask": mask}, f)
         elif fmt == "speculators":
-            f.write(save({"hidden_states": torch.stack(states, dim=1).contiguous(), "token_ids": ids}))
+            f.write(save({"hidden_states": torch.stack(states, dim=1).contiguous(), "token_ids": ids},
+                         metadata=stamp_meta))
         elif fmt == "specforge":
             torch.save({"input_ids": ids, "loss_mask": mask,
                         "hidden_state": states[-1].unsqueeze(0).contiguous(),
@@ -266,7 +258,7 @@ def write_sample(fmt: str, path: str, sample: TextSample, states: list, rs: list
         else:
             tensors = {f"slot_{j}.{r_label(r)}": t for j, (r, t) in enumerate(zip(rs, states, strict=True))}
             tensors.update(input_ids=ids, loss_mask=mask)
-            f.write(save(tensors, metadata={"r": json.dumps(rs), "tool": "hsf capture"}))
+            f.write(save(tensors, metadata={"r": json.dumps(rs), "tool": "hsf capture", **(stamp_meta or {})}))
 
 
 def write_arrow_dataset(out: str, samples: list) -> list[str]:
@@ -384,7 +376,7 @@ def capture(texts: list[str], layers: str | list | None = None, fmt: str = "spec
     if os.path.exists(os.path.join(out, "capture.json")):  # never mix two captures' files in one folder
         raise ForensicsError("output folder already holds a capture (capture.json); choose another --out or "
                              "delete it first", path=out)
-    rs = parse_layers(layers)
+    rs = parse_layer_list(layers, "--layers")
     for t in texts:
         read_text(t)  # missing / empty / undecodable text: fail before loading the model
     from transformers.utils import logging as hf_logging
@@ -410,17 +402,28 @@ def capture(texts: list[str], layers: str | list | None = None, fmt: str = "spec
     run = CaptureRun(out=out, format=fmt, r=rs, layer_ids=ids, notes=notes)
 
     # everything is valid: write
+    import torch
     from tqdm import tqdm
+
+    from forensics import __version__
+    from forensics.io.stamps import record_for_states
 
     os.makedirs(out, exist_ok=True)
     entries = []
+    name = _model_name(model)
+    stamps: dict[str, dict] = {}
     for i, s in enumerate(tqdm(samples, desc="hsf capture", unit="sample", disable=not progress)):
         rel = sample_path(fmt, i)
-        write_sample(fmt, os.path.join(out, rel), s, slot_states(net, s.input_ids, rs, dtype), rs)
+        states = slot_states(net, s.input_ids, rs, dtype)
+        rec = record_for_states(states, rs, torch.tensor(s.input_ids, dtype=torch.long), fmt=fmt,
+                                producer=f"hsf capture {__version__}", convention=CONVENTIONS[fmt], layer_ids=ids,
+                                model=name, num_layers=L, tool_version=__version__)
+        write_sample(fmt, os.path.join(out, rel), s, states, rs, rec)
+        if fmt in ("speculators-v1", "specforge"):  # torch files: the stamp goes into capture.json
+            stamps[rel] = rec
         run.files.append(rel)
         entries.append({"file": rel, "text_file": os.path.relpath(s.text_file, out), "text_sha256": s.sha256,
                         "chat": s.chat, "num_tokens": len(s.input_ids)})
-    name = _model_name(model)
     if fmt == "speculators-v1" and ids is not None:  # layer_ids() gives v1 ids for every r
         _write_json(os.path.join(out, "data_config.json"),
                     data_config(ids, H, dtype, name, [os.path.relpath(t, out) for t in texts], max_tokens,
@@ -434,13 +437,12 @@ def capture(texts: list[str], layers: str | list | None = None, fmt: str = "spec
         folder = tokenizer_dir or os.path.join(out, "tokenizer")
         save_tokenizer(tok, folder)
         tok_rel = os.path.relpath(folder, out)
-    from forensics import __version__
-
     run.meta = {
         "tool": "hsf capture", "tool_version": __version__, "model": name, "num_layers": L, "hidden_size": H,
         "r": rs, "labels": [r_label(r) for r in rs], "format": fmt, "convention": CONVENTIONS[fmt],
         "layer_ids": ids, "dtype": "bfloat16" if dtype == "bf16" else "float32", "compute_dtype": "float32",
         "tokenizer": tok_rel, "samples": entries, "command": command, "notes": notes,
+        **({"stamps": stamps} if stamps else {}),
     }
     _write_json(os.path.join(out, "capture.json"), run.meta)
     run.seconds = time.time() - t0

@@ -16,8 +16,10 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 import tempfile
+from dataclasses import dataclass
 from typing import Any
 
 from forensics.errors import ForensicsError
@@ -119,7 +121,7 @@ def load_model(path: str | None = None, dtype: Any = None, cache: bool = True):
             raise ForensicsError("expected a Hugging Face model folder or a .gguf file", path=path)
     except ForensicsError:
         raise
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001 - transformers/gguf raise many types on a foreign folder
         raise ForensicsError(f"cannot load model: {type(e).__name__}: {str(e).splitlines()[0][:300]}",
                              path=path) from None
     model.eval()
@@ -202,3 +204,167 @@ def ladder(model, input_ids, rs: list | None = None) -> dict:
                                  "final_post)")
         states = {r: states[r] for r in rs}
     return states
+
+
+# --- resolving `--model` and the memory budget ----------------------------------------------------------
+
+DEFAULT_TOKENS = 128  # exact mode runs the first T tokens of a sample (causal: the prefix decides those states)
+DEFAULT_MEMORY_FRACTION = 0.5  # default --max-memory: this fraction of the memory the OS reports available
+_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
+          "t": 1000**4, "tb": 1000**4, "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4}
+DEFAULT_NAMES = ("default", "smollm2")
+
+
+@dataclass(frozen=True)
+class Target:
+    """A target model as the exact-mode verbs take it: where it is and how to run it.
+
+    ``path`` is a resolved model path (HF folder, safetensors checkpoint, ``.gguf``, or a ladder capture);
+    ``max_memory`` the budget in bytes for the model's weights and states; ``tokens`` the first T tokens of
+    each sample that the reference runs on.
+
+    Example:
+        >>> t = open_target("default", max_memory="1GB")        # doctest: +SKIP
+        >>> t.max_memory                                      # doctest: +SKIP
+        1000000000
+    """
+
+    path: str
+    max_memory: int
+    tokens: int = DEFAULT_TOKENS
+    progress: bool = False
+
+    def __fspath__(self) -> str:
+        return self.path
+
+    def __str__(self) -> str:
+        return self.path
+
+
+def resolve_model(spec: Any) -> Any:
+    """The one resolver of ``--model``: ``"default"``/``"smollm2"``/None → the packaged SmolLM2 GGUF; a path is
+    checked to exist; anything else (a loaded model, a Capture, a Target) is returned as is."""
+    if spec is None or (isinstance(spec, str) and spec.lower() in DEFAULT_NAMES):
+        return default_model_path()
+    if isinstance(spec, (str, os.PathLike)):
+        path = os.fspath(spec)
+        if not os.path.exists(path):
+            raise ForensicsError("model not found (expected an HF folder, a safetensors checkpoint, a .gguf file "
+                                 "or a ladder capture)", path=path)
+        return path
+    return spec
+
+
+def parse_memory(text: str | int | None) -> int | None:
+    """``"1GB"`` → 10**9, ``"512MiB"`` → 2**29, ``"1.5g"`` → 1.5e9, ``2000`` → 2000 bytes; None stays None."""
+    if text is None or isinstance(text, int):
+        return text
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(text))
+    unit = m.group(2).lower() if m else ""
+    if not m or unit not in _UNITS or float(m.group(1)) <= 0:
+        raise ForensicsError(f"--max-memory {text!r}: expected a size such as 1GB, 512MB, 2GiB")
+    return int(float(m.group(1)) * _UNITS[unit])
+
+
+def available_memory() -> int:
+    """Bytes the OS reports available (``MemAvailable``), else total physical memory."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def default_max_memory() -> int:
+    return int(DEFAULT_MEMORY_FRACTION * available_memory())
+
+
+def open_target(spec: Any, max_memory: str | int | None = None, tokens: int | None = None,
+                progress: bool = False) -> Any:
+    """``--model`` + ``--max-memory`` + ``--tokens`` → a :class:`Target` (or the loaded object given)."""
+    resolved = resolve_model(spec)
+    if not isinstance(resolved, str):
+        return resolved
+    if tokens is not None and tokens < 1:
+        raise ForensicsError(f"--tokens must be >= 1, got {tokens}")
+    budget = parse_memory(max_memory) or default_max_memory()
+    return Target(path=resolved, max_memory=budget, tokens=tokens or DEFAULT_TOKENS, progress=progress)
+
+
+def compute_bytes(path: str) -> int | None:
+    """Bytes the whole model takes loaded in float32 (None when the path is not an HF safetensors folder)."""
+    if not (os.path.isdir(path) and os.path.isfile(os.path.join(path, "config.json"))):
+        return None
+    from forensics.models.shards import shard_index
+
+    try:
+        index = shard_index(path)
+    except ForensicsError:
+        return None
+    return sum(4 * _elements(i.shape) for i in index.values())
+
+
+def _elements(shape: tuple[int, ...]) -> int:
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n
+
+
+def fits_in_memory(path: str, budget: int) -> bool:
+    """Whether loading the whole model (float32) keeps this process under ``budget`` bytes."""
+    need = compute_bytes(path)
+    from forensics.models.shards import current_rss
+
+    return need is None or current_rss() + need <= budget
+
+
+def config_facts(path: str) -> dict | None:
+    """``model_facts`` read from ``config.json`` alone (no weights loaded); None without a config."""
+    cfg = os.path.join(path, "config.json") if os.path.isdir(path) else None
+    if cfg is None or not os.path.isfile(cfg):
+        return None
+    try:
+        with open(cfg) as f:
+            c = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ForensicsError(f"unreadable config.json: {e}", path=cfg) from None
+    if not isinstance(c, dict):
+        raise ForensicsError("config.json is not a JSON object", path=cfg)
+    return {"architecture": (c.get("architectures") or [None])[0], "model_type": c.get("model_type"),
+            "num_layers": c.get("num_hidden_layers"), "hidden_size": c.get("hidden_size"),
+            "vocab_size": c.get("vocab_size"), "rms_norm_eps": c.get("rms_norm_eps"),
+            "tie_word_embeddings": bool(c.get("tie_word_embeddings", False)),
+            "dtype": c.get("torch_dtype") or c.get("dtype")}
+
+
+def load_target(spec: Any) -> Any:
+    """``(model, tokenizer)`` of ``--model`` loaded whole (``load_model``), after checking the budget of a
+    :class:`Target`: a model that does not fit is refused in one line, never loaded into swap."""
+    budget = spec.max_memory if isinstance(spec, Target) else None
+    path = resolve_model(spec.path if isinstance(spec, Target) else spec)
+    if not isinstance(path, str):
+        return path
+    if budget is not None and not fits_in_memory(path, budget):
+        need = compute_bytes(path) or 0
+        raise ForensicsError(f"loading the whole model needs {need / 1e9:.2f} GB in float32, above --max-memory "
+                             f"{budget / 1e9:.2f} GB (only the fingerprint's exact mode streams block by block)",
+                             path=path)
+    return load_model(path)
+
+
+def target_facts(spec: Any) -> dict:
+    """``model_facts`` of ``--model``: from ``config.json`` alone when it is an HF folder that does not fit the
+    budget (nothing loaded), else from the loaded model."""
+    path = spec.path if isinstance(spec, Target) else resolve_model(spec)
+    if isinstance(path, str):
+        budget = spec.max_memory if isinstance(spec, Target) else default_max_memory()
+        facts = config_facts(path)
+        if facts is not None and not fits_in_memory(path, budget):
+            return facts
+        return model_facts(load_model(path)[0])
+    return model_facts(path[0] if isinstance(path, tuple) else path)
+

@@ -40,9 +40,21 @@ def _head(fp: Fingerprint) -> str:
             f"{len(fp.slots)} slots{L}{exp}{ex}")
 
 
+def stream_line(s: dict) -> str:
+    """One line of a streamed reference's provenance: blocks, shards and bytes read, memory, time."""
+    spb = s.get("seconds_per_block")
+    return (f"streamed {s['blocks_run']} of {s['num_layers']} blocks ({s['model_type']}, {s['compute_dtype']}, "
+            f"first {s['tokens']} tokens) from {len(s['shards_read'])} shards: {s['bytes_read'] / 1e9:.2f} GB read of "
+            f"{s['weights_bytes'] / 1e9:.2f} GB, peak RSS {s['peak_rss'] / 1e9:.2f} GB"
+            + (f" (budget {s['max_memory'] / 1e9:.2f} GB)" if s.get("max_memory") else "")
+            + (f", {spb:.2f} s/block" if spb is not None else "") + f", {s['seconds']:.1f} s")
+
+
 def text(fp: Fingerprint) -> str:
     """Readable multi-line text: header, depth order, verdict table, findings, evidence per slot."""
     lines = [_head(fp)]
+    if fp.exact and fp.exact.get("stream"):
+        lines.append("  " + stream_line(fp.exact["stream"]))
     lines.append("  depth order (shallow → deep): " + " → ".join(
         f"[{i}]" + (f" {fp.slots[i].label}" if fp.slots[i].label else "") for i in fp.depth_order)
         + f"   (order confidence {fp.order_confidence:.2f})")

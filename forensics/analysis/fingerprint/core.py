@@ -47,9 +47,9 @@ from forensics.analysis.fingerprint.rules import (  # noqa: F401 - re-exported: 
 from forensics.analysis.stats import CaptureStats, summarize
 from forensics.errors import ForensicsError
 from forensics.io.capture import Capture
-from forensics.layers import FINAL_POST, R, parse_r, r_label
+from forensics.layers import FINAL_POST, R, parse_layer_list, r_label
 
-__all__ = ["fingerprint", "Fingerprint", "SlotFingerprint", "Evidence", "Finding", "parse_expected", "ROLES"]
+__all__ = ["fingerprint", "Fingerprint", "SlotFingerprint", "Evidence", "Finding", "ROLES"]
 
 # A norm at or above sqrt(float32 max) ≈ 1.8e19 means values whose squares overflow float32: real residual
 # streams stay below ~1e5 (massive activations, Sun et al. 2024: ~1e3–1e4), so this is corrupt data.
@@ -115,7 +115,7 @@ class Fingerprint:
                  num_layers=self.num_layers, expected=self.expected, expected_source=self.expected_source,
                  order_evidence=[e.to_dict() for e in self.order_evidence],
                  order_confidence=round(self.order_confidence, 3),
-                 exact_source=(self.exact or {}).get("source"))
+                 exact_source=(self.exact or {}).get("source"), exact_stream=(self.exact or {}).get("stream"))
         return d
 
     def __repr__(self) -> str:
@@ -130,17 +130,6 @@ class Fingerprint:
 
 
 # ----------------------------------------------------------------------------------------- expected list
-def parse_expected(layers: Any) -> list | None:
-    """``[0,3,16,28]``, ``"0,3,16,28"`` or ``"embed,L3,L16,L28"`` → list of r; None stays None."""
-    if layers is None:
-        return None
-    items = layers.split(",") if isinstance(layers, str) else list(layers)
-    try:
-        return [parse_r(str(i).strip()) if not isinstance(i, int) else i for i in items if str(i).strip()]
-    except ValueError as e:
-        raise ForensicsError(f"expected layer list {layers!r}: {e}") from None
-
-
 # ---------------------------------------------------------------------------------------------- signals
 def fingerprint(capture: Capture | str | os.PathLike, layers: Any = None, model: Any = None,
                 num_layers: int | None = None, expected_source: str | None = None) -> Fingerprint:
@@ -186,10 +175,10 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
     k = len(capture.slots)
     tensors = [s.tensor() for s in capture.slots]
     ids = capture.input_ids.reshape(-1) if capture.input_ids is not None else None
-    expected = parse_expected(layers)
+    expected = parse_layer_list(layers, "expected layers")
     exp_src = (expected_source or "argument") if layers is not None else None
     if expected is None and capture.declared_r is not None and all(r is not None for r in capture.declared_r):
-        expected, exp_src = list(capture.declared_r), "declared by the capture's sidecar"
+        expected, exp_src = [r for r in capture.declared_r if r is not None], "declared by the capture's sidecar"
     findings: list[Finding] = []
     ev: list[list[Evidence]] = [[] for _ in range(k)]
 

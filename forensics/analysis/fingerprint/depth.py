@@ -10,6 +10,12 @@
   is decided separately (norm growth, sink fading; see ``fingerprint.py``).
 * ``normalizes``: slot B equals RMSNorm(slot A) with some per-dim gain γ — then B is post-norm and A is
   the final pre-norm state, without reading γ from a checkpoint.
+
+Cost: the distances and the RMSNorm fit read a fixed, evenly strided sample of rows (:func:`sample_rows`:
+every kept row up to ``DISTANCE_SAMPLE_ROWS``), never whole slots, and report the sampling error
+(:class:`DistanceSample`); duplicate rows hash a few columns of every row and compare whole rows only
+where the hashes agree. A Kimi-sized fingerprint (4 × bf16 [1281, 7168]) went from 0.5–0.75 s to about
+twice its statistics (``benchmarks/bench_fingerprint.py``).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -24,122 +31,293 @@ import numpy as np
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-MAX_DISTANCE_ROWS = 2048  # tokens used for pairwise distances (evenly strided beyond this)
-MAX_DISTANCE_ELEMENTS = 64_000_000  # float32 working set of all prepared slots (256 MB): fewer rows beyond
-MIN_DISTANCE_ROWS = 128
+# Rows of the distance sample. Measured 2026-12-01 on Kimi-shaped files (kimi_like seeds 0–1, 1280 kept rows):
+# 128 rows gave |D_sample − D_all rows| ≤ 8.4e-4 with a standard error of 4–6e-4 and cost 8–10 ms of CPU
+# per file (256 rows: 16–30 ms; all rows in float32 blocks: 0.4–0.6 s). The pairwise distances between
+# distinct layers there are ≥ 0.1 apart, so the depth chain does not move.
+DISTANCE_SAMPLE_ROWS = 128
+DISTANCE_BLOCK_ELEMENTS = 1 << 20  # float32 elements of one row block over all slots (4 MB; fewer, larger torch
+# calls: at 1 MB blocks the per-call overhead of ~600 small ops was a third of the distance cost on a loaded machine)
+NEAR_PARALLEL_COS = 0.9999  # float32 cosines above this are recomputed in float64 (arccos is ill-conditioned
+# near 1: a float32 cosine of two near-duplicate slots is only good to ~1e-4 in the distance)
+DISTANCE_BUFFER_ELEMENTS = 1 << 23  # up to this many sampled elements (32 MB float32) are gathered once into one
+# buffer (Kimi: 128 rows × 4 × 7168 = 3.7 M); beyond, two passes over row blocks keep memory bounded
+DUP_KEY_COLS = 16  # consecutive columns hashed per row (one 32-byte run for bf16) before whole rows are compared
+DUP_COMPARE_ELEMENTS = 1 << 18  # elements per chunk of the whole-row comparisons (cache-sized)
 EXACT_PATH_MAX_SLOTS = 9  # brute-force the best path up to this many slots; heuristic above
 NORMALIZES_MIN_ROWS = 16  # fewer rows than this: γ̂ (one per dim) would fit anything
 NORMALIZES_SCREEN_ROWS = 64  # quick first fit on this many rows; the full fit only when it passes
+NORMALIZES_SAMPLE_ROWS = 512  # the confirming fit: an evenly strided sample of this many rows (an exact
+# RMSNorm pair fits at bf16 rounding, ~0.004, on any rows; other pairs stay above 0.3 on the SmolLM2 captures)
 NORMALIZES_MAX_RESIDUAL = 0.02  # ‖B − γ̂ ⊙ A/rms(A)‖ / ‖B‖ at or below this ⇒ B = RMSNorm(A) (bf16 rounding ≈ 0.004)
 
 
-def _row_keys(h: torch.Tensor) -> list[bytes]:
-    """One exact byte key per row (bit patterns, so -0.0 ≠ 0.0 and NaN rows compare by bits)."""
-    import torch
+def sample_rows(T: int, drop_tokens: Sequence[int], n: int) -> np.ndarray:
+    """The fixed row sample of the distances and the RMSNorm fit: the rows of ``range(T)`` not in
+    ``drop_tokens``, evenly strided down to ``n`` (first and last kept row included) when there are more.
 
-    x = h.contiguous()
-    if x.dtype in (torch.bfloat16, torch.float16):
-        x = x.view(torch.int16)
-    elif x.dtype == torch.float32:
-        x = x.view(torch.int32)
-    elif x.dtype == torch.float64:
-        x = x.view(torch.int64)
-    a = x.numpy()
-    return [a[i].tobytes() for i in range(a.shape[0])]
-
-
-def duplicate_rows(h: torch.Tensor, input_ids: torch.Tensor | None) -> dict:
-    """Exact-duplicate-row statistics of one ``[T, H]`` slot.
-
-    With token ids: ``groups`` = ids that occur more than once, ``identical`` = how many of those groups
-    have bit-identical rows, ``fraction`` = identical / groups (None when no id repeats). Without ids:
-    ``rows_with_twin`` = rows that equal some other row (all-zero padding rows excluded) and
-    ``fraction`` = rows_with_twin / T.
+    Example:
+        >>> sample_rows(10, [0], 4).tolist()
+        [1, 4, 6, 9]
     """
+    keep = np.ones(T, dtype=bool)
+    drop = [i for i in drop_tokens if 0 <= i < T]
+    if drop and len(drop) < T:
+        keep[drop] = False
+    rows = np.flatnonzero(keep)
+    if rows.size > n:
+        rows = rows[np.linspace(0, rows.size - 1, n).round().astype(np.int64)]
+    return rows
+
+
+# ------------------------------------------------------------------------------------- duplicate rows
+# bit masks of the float types: (sign cleared, exponent all ones); a magnitude ≥ the second is Inf/NaN
+_FLOAT_BITS = {"torch.bfloat16": (0x7FFF, 0x7F80), "torch.float16": (0x7FFF, 0x7C00),
+               "torch.float32": (0x7FFFFFFF, 0x7F800000),
+               "torch.float64": (0x7FFFFFFFFFFFFFFF, 0x7FF0000000000000)}
+_INT_OF_SIZE = {1: "int8", 2: "int16", 4: "int32", 8: "int64"}
+
+
+def _row_bits(h: torch.Tensor) -> np.ndarray:
+    """``h``'s stored bits as a ``[T, H]`` numpy integer array (a view when ``h`` is contiguous)."""
     import torch
 
-    keys = _row_keys(h)
-    zero = ((h == 0).all(dim=-1) | ~torch.isfinite(h).all(dim=-1)).tolist()  # padding / NaN rows: no evidence
-    out: dict = {"tokens": len(keys)}
-    if input_ids is not None and int(input_ids.numel()) == len(keys):
-        by_id: dict[int, list[int]] = {}
-        for i, t in enumerate(input_ids.tolist()):
-            by_id.setdefault(int(t), []).append(i)
-        groups = [g for g in by_id.values() if len(g) > 1]
-        identical = sum(1 for g in groups if len({keys[i] for i in g}) == 1 and not zero[g[0]])
-        # rows of *different* ids that are identical would not be a table lookup
-        distinct: dict = {}
-        clashes = 0
-        for t, g in by_id.items():
-            k = keys[g[0]]
-            if k in distinct and distinct[k] != t and not zero[g[0]]:
-                clashes += 1
-            distinct[k] = t
-        out.update(groups=len(groups), identical=identical, clashes=clashes,
-                   fraction=(identical / len(groups)) if groups else None)
-        return out
-    counts: dict[bytes, int] = {}
-    for k, z in zip(keys, zero, strict=True):
-        if not z:
-            counts[k] = counts.get(k, 0) + 1
-    twins = sum(c for c in counts.values() if c > 1)
-    out.update(rows_with_twin=twins, fraction=twins / max(1, len(keys)))
+    return h.contiguous().view(getattr(torch, _INT_OF_SIZE[h.element_size()])).numpy()
+
+
+def _no_evidence(h: torch.Tensor, bits: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Per given row: all zeros (±0) or holding a NaN/Inf — padding or broken rows, no lookup evidence."""
+    import torch
+
+    rows = np.asarray(rows, dtype=np.int64)
+    masks = _FLOAT_BITS.get(str(h.dtype))
+    if not rows.size:
+        return np.zeros(0, dtype=bool)
+    if masks is None:
+        x = h[torch.from_numpy(rows)]
+        return ((x == 0).all(dim=-1) | ~torch.isfinite(x).all(dim=-1)).numpy()
+    mag = bits[rows] & np.array(masks[0]).astype(bits.dtype)
+    return (mag == 0).all(1) | (mag >= np.array(masks[1]).astype(bits.dtype)).any(1)
+
+
+def _row_hash(bits: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """A 64-bit FNV-style hash of the sampled columns of each row: equal rows ⇒ equal hashes."""
+    sub = bits[rows[:, None], cols].astype(np.int64).view(np.uint64)
+    acc = np.zeros(rows.size, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for j in range(sub.shape[1]):
+            acc = acc * np.uint64(0x100000001B3) + sub[:, j]
+    return acc
+
+
+def _equal_groups(bits: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> list[np.ndarray]:
+    """Groups (of two or more) of ``rows`` whose whole rows are bit-identical: hashed columns first, whole
+    rows compared only within a hash group."""
+    if rows.size < 2:
+        return []
+    _, inv, cnt = np.unique(_row_hash(bits, rows, cols), return_inverse=True, return_counts=True)
+    multi = cnt[inv] > 1
+    if not multi.any():
+        return []
+    cand, ginv = rows[multi], inv[multi]
+    order = np.argsort(ginv, kind="stable")
+    cand, ginv = cand[order], ginv[order]
+    out: list[np.ndarray] = []
+    for group in np.split(cand, np.flatnonzero(np.diff(ginv)) + 1):
+        whole = np.ascontiguousarray(bits[group])
+        key = whole.view(np.dtype((np.void, whole.dtype.itemsize * whole.shape[1]))).ravel()
+        _, inv2, cnt2 = np.unique(key, return_inverse=True, return_counts=True)
+        out.extend(group[inv2 == g] for g in np.flatnonzero(cnt2 > 1))
     return out
 
 
-DISTANCE_BLOCK_ROWS = 256  # rows per block in the distance and RMSNorm-fit loops (bounded float32/64 copies)
+def duplicate_rows(h: torch.Tensor, input_ids: torch.Tensor | None) -> dict:
+    """Exact-duplicate-row statistics of one ``[T, H]`` slot (bit patterns: -0.0 ≠ 0.0, NaN rows by bits).
+
+    With token ids: ``groups`` = ids that occur more than once, ``identical`` = how many of those groups
+    have bit-identical rows, ``clashes`` = rows of different ids that are identical, ``fraction`` =
+    identical / groups (None when no id repeats). Without ids: ``rows_with_twin`` = rows that equal some
+    other row and ``fraction`` = rows_with_twin / T. All-zero and non-finite rows are no evidence either way.
+    Rows are screened by a hash of ``DUP_KEY_COLS`` columns and compared whole only where it agrees, so a
+    layer slot costs a few column reads per row; an embedding slot reads its repeated rows once.
+    """
+    T, H = int(h.shape[0]), int(h.shape[1])
+    bits = _row_bits(h)
+    c0 = max(0, min(H - DUP_KEY_COLS, H // 2))
+    cols = np.arange(c0, min(H, c0 + DUP_KEY_COLS))
+    out: dict = {"tokens": T}
+    if input_ids is not None and int(input_ids.numel()) == T:
+        ids = input_ids.reshape(-1).numpy().astype(np.int64, copy=False)
+        _, first, inv, cnt = np.unique(ids, return_index=True, return_inverse=True, return_counts=True)
+        rep = cnt > 1
+        identical = 0
+        if rep.any():
+            rows = np.flatnonzero(rep[inv])  # rows whose id repeats ...
+            ref = first[inv[rows]]  # ... and the first row of the same id
+            bad = np.zeros(cnt.size, dtype=bool)
+            bad[inv[rows[(bits[rows[:, None], cols] != bits[ref[:, None], cols]).any(1)]]] = True
+            whole = ~bad[inv[rows]] & (rows != ref)  # hashed columns agree: compare the whole rows
+            r_all, f_all = rows[whole], ref[whole]
+            step = max(1, DUP_COMPARE_ELEMENTS // max(1, H))
+            for s in range(0, r_all.size, step):
+                r, f = r_all[s:s + step], f_all[s:s + step]
+                bad[inv[r[(bits[r] != bits[f]).any(1)]]] = True
+            same = np.flatnonzero(rep & ~bad)
+            identical = int((~_no_evidence(h, bits, first[same])).sum())
+        clashes = 0  # rows of *different* ids that are identical would not be a table lookup
+        for group in _equal_groups(bits, np.sort(first), cols):
+            if not _no_evidence(h, bits, group[:1])[0]:
+                clashes += int(group.size) - 1
+        groups = int(rep.sum())
+        out.update(groups=groups, identical=identical, clashes=clashes,
+                   fraction=(identical / groups) if groups else None)
+        return out
+    twins = sum(int(g.size) for g in _equal_groups(bits, np.arange(T), cols)
+                if not _no_evidence(h, bits, g[:1])[0])
+    out.update(rows_with_twin=twins, fraction=twins / max(1, T))
+    return out
 
 
-def _clean(h: torch.Tensor, rows: torch.Tensor, mask_dims: Sequence[int]) -> torch.Tensor:
-    """Selected rows in float32 with massive dims zeroed and non-finite entries set to 0."""
+# -------------------------------------------------------------------------------- angular distances
+@dataclass
+class DistanceSample:
+    """Masked angular distances on a row sample, with the sampling error of every entry.
+
+    ``D[i, j]``: mean per-token angular distance in [0, 1] over the ``rows`` sampled tokens (of
+    ``population`` kept ones); ``se[i, j]``: its standard error as an estimate of the mean over all kept
+    tokens (per-token spread / √rows, with the finite-population correction; 0 when every row is used).
+    """
+
+    D: np.ndarray
+    se: np.ndarray
+    rows: int
+    population: int
+
+
+def _gather32(h: torch.Tensor, rows: torch.Tensor, mask_dims: list[int]) -> torch.Tensor:
+    """Selected rows in float32 (``index_select``: whole-row copies), massive dims and NaN/Inf set to 0."""
     import torch
 
-    x = h[rows].to(torch.float32)
+    x = h.index_select(0, rows).to(torch.float32)
     if mask_dims:
-        x[:, list(mask_dims)] = 0.0
+        x[:, mask_dims] = 0.0
     return torch.nan_to_num_(x, nan=0.0, posinf=0.0, neginf=0.0)
+
+
+def _block_gram(xs: list[torch.Tensor], widths: list[int]) -> np.ndarray:
+    """Per-row Gram matrices ``[b, k, k]`` (float64 numpy) of the centred rows of one block: a float32
+    batched matmul, redone in float64 when some cosine is above ``NEAR_PARALLEL_COS``."""
+    import torch
+
+    k = len(xs)
+    if len(set(widths)) == 1:
+        X = torch.stack(xs, 1)
+        G = torch.bmm(X, X.transpose(1, 2)).to(torch.float64).numpy()
+        d = np.sqrt(np.maximum(np.einsum("bii->bi", G), 0.0))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            c = G / (d[:, :, None] * d[:, None, :])
+        np.einsum("bii->bi", c)[:] = 0.0
+        if np.nanmax(c, initial=0.0) > NEAR_PARALLEL_COS:
+            X64 = X.to(torch.float64)
+            G = torch.bmm(X64, X64.transpose(1, 2)).numpy()
+        return G
+    G = np.full((int(xs[0].shape[0]), k, k), np.nan)  # slots of other widths: no distance (NaN)
+    for i in range(k):
+        for j in range(i, k):
+            if widths[i] == widths[j]:
+                G[:, i, j] = G[:, j, i] = (xs[i].double() * xs[j].double()).sum(-1).numpy()
+    return G
+
+
+def angular_distance_sample(tensors: Sequence[torch.Tensor], drop_tokens: Sequence[int],
+                            mask_dims: Sequence[int], max_rows: int | None = None) -> DistanceSample:
+    """``k×k`` mean per-token angular distance on the row sample, with its standard error.
+
+    Tokens in ``drop_tokens`` (sinks, non-finite rows) are left out; ``mask_dims`` (massive-activation
+    dims) are zeroed in every slot; each slot is mean-centred over the sampled tokens. Two passes over
+    row blocks of the sample (column means, then per-token angles from per-token Gram matrices), so the
+    working set is one small block, never a copy of a slot.
+    """
+    import torch
+
+    k = len(tensors)
+    T = min(int(t.shape[0]) for t in tensors)
+    rows = sample_rows(T, drop_tokens, DISTANCE_SAMPLE_ROWS if max_rows is None else max_rows)
+    population = int(sample_rows(T, drop_tokens, T).size)
+    n = int(rows.size)
+    widths = [int(t.shape[1]) for t in tensors]
+    masks = [[d for d in sorted({int(x) for x in mask_dims}) if 0 <= d < w] for w in widths]
+    B = max(1, DISTANCE_BLOCK_ELEMENTS // max(1, sum(widths)))
+    rows_t = torch.from_numpy(rows)
+    if len(set(widths)) == 1 and n * k * widths[0] <= DISTANCE_BUFFER_ELEMENTS:
+        return _distances_in_buffer(tensors, rows_t, masks, population)
+    means = []
+    for t, m in zip(tensors, masks, strict=True):
+        acc = torch.zeros(int(t.shape[1]), dtype=torch.float64)
+        for s in range(0, n, B):
+            acc += _gather32(t, rows_t[s:s + B], m).sum(0, dtype=torch.float64)
+        means.append((acc / max(1, n)).to(torch.float32))
+    s1, s2 = np.zeros((k, k)), np.zeros((k, k))
+    for s in range(0, n, B):
+        r = rows_t[s:s + B]
+        G = _block_gram([_gather32(t, r, m).sub_(mu) for t, m, mu in zip(tensors, masks, means, strict=True)],
+                        widths)
+        a = _angles(G)
+        s1 += a.sum(0)
+        s2 += (a * a).sum(0)
+    return _sample_result(s1, s2, n, population)
+
+
+def _angles(G: np.ndarray) -> np.ndarray:
+    """Per-row angular distances ``[b, k, k]`` in [0, 1] from per-row Gram matrices."""
+    d = np.sqrt(np.maximum(np.einsum("bii->bi", G), 0.0))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        c = G / np.maximum(d[:, :, None] * d[:, None, :], 1e-300)
+    return np.arccos(np.clip(c, -1.0, 1.0)) / math.pi
+
+
+def _distances_in_buffer(tensors: Sequence[torch.Tensor], rows: torch.Tensor, masks: list[list[int]],
+                         population: int) -> DistanceSample:
+    """The sample gathered once into a float32 ``[rows, k, H]`` buffer: one read of each sampled row, one
+    mean, one batched matmul (float64 only for the rows holding a near-parallel pair)."""
+    import torch
+
+    n, k, H = int(rows.numel()), len(tensors), int(tensors[0].shape[1])
+    X = torch.empty(n, k, H, dtype=torch.float32)
+    for i, (t, m) in enumerate(zip(tensors, masks, strict=True)):
+        X[:, i].copy_(t.index_select(0, rows))
+        if m:
+            X[:, i, m] = 0.0
+    torch.nan_to_num_(X, nan=0.0, posinf=0.0, neginf=0.0)
+    X.sub_(X.mean(0))  # float32 cascade sums: the mean is good to ~1e-7 relative
+    G = torch.bmm(X, X.transpose(1, 2)).to(torch.float64).numpy()
+    d = np.sqrt(np.maximum(np.einsum("bii->bi", G), 0.0))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        c = G / (d[:, :, None] * d[:, None, :])
+    np.einsum("bii->bi", c)[:] = 0.0
+    near = np.flatnonzero((np.nan_to_num(c, nan=0.0) > NEAR_PARALLEL_COS).any((1, 2)))
+    if near.size:
+        X64 = X[torch.from_numpy(near)].to(torch.float64)
+        G[near] = torch.bmm(X64, X64.transpose(1, 2)).numpy()
+    a = _angles(G)
+    return _sample_result(a.sum(0), (a * a).sum(0), n, population)
+
+
+def _sample_result(s1: np.ndarray, s2: np.ndarray, n: int, population: int) -> DistanceSample:
+    """Mean angle and its standard error (finite-population corrected) from per-pair sums of a, a²."""
+    D = s1 / max(1, n)
+    np.fill_diagonal(D, 0.0)
+    var = np.maximum(s2 / max(1, n) - D * D, 0.0) * n / max(1, n - 1)
+    se = np.sqrt(var / max(1, n) * max(0.0, 1.0 - n / max(1, population)))
+    np.fill_diagonal(se, 0.0)
+    return DistanceSample(D=D, se=se, rows=n, population=population)
 
 
 def angular_distances(tensors: Sequence[torch.Tensor], drop_tokens: Sequence[int],
                       mask_dims: Sequence[int]) -> tuple[np.ndarray, int]:
-    """``k×k`` mean per-token angular distance in [0, 1] (0 = same direction) and the tokens used.
-
-    Tokens in ``drop_tokens`` (sinks, non-finite rows) are left out; ``mask_dims`` (massive-activation
-    dims) are zeroed in every slot; each slot is mean-centred over tokens. Two passes over row blocks
-    (column means in float64, then per-token angles), so the working set is one block per slot, not a
-    float32 copy of every slot (≈ 150 MB for a Kimi-sized sample, per scan worker).
-    """
-    import torch
-
-    T = min(int(t.shape[0]) for t in tensors)
-    keep = torch.ones(T, dtype=torch.bool)
-    drop = [i for i in drop_tokens if 0 <= i < T]
-    if drop and len(drop) < T:
-        keep[drop] = False
-    rows = torch.nonzero(keep).flatten()
-    H = max(int(t.shape[1]) for t in tensors)
-    budget = max(MIN_DISTANCE_ROWS, min(MAX_DISTANCE_ROWS, MAX_DISTANCE_ELEMENTS // max(1, len(tensors) * H)))
-    if rows.numel() > budget:
-        rows = rows[torch.linspace(0, rows.numel() - 1, budget).long()]
-    n, k, B = int(rows.numel()), len(tensors), DISTANCE_BLOCK_ROWS
-    means = []
-    for t in tensors:
-        acc = torch.zeros(int(t.shape[1]), dtype=torch.float64)
-        for s in range(0, n, B):
-            acc += _clean(t, rows[s:s + B], mask_dims).sum(0, dtype=torch.float64)
-        means.append((acc / max(1, n)).to(torch.float32))
-    sums = np.zeros((k, k), dtype=np.float64)
-    for s in range(0, n, B):
-        prep = []
-        for t, m in zip(tensors, means, strict=True):
-            x = _clean(t, rows[s:s + B], mask_dims).sub_(m)
-            prep.append(x.div_(x.norm(dim=-1, keepdim=True).clamp_min(1e-30)))
-        for i in range(k):
-            for j in range(i + 1, k):
-                c = (prep[i] * prep[j]).sum(-1).clamp(-1.0, 1.0)
-                sums[i, j] += float(torch.arccos(c).sum(dtype=torch.float64))
-    D = (sums + sums.T) / (max(1, n) * math.pi)
-    return D, n
+    """``(D, tokens used)`` of :func:`angular_distance_sample` (0 = same direction, 1 = opposite)."""
+    res = angular_distance_sample(tensors, drop_tokens, mask_dims)
+    return res.D, res.rows
 
 
 def _path_cost(D: np.ndarray, path: Sequence[int]) -> float:
@@ -199,30 +377,35 @@ def _two_opt(D: np.ndarray, path: list[int]) -> list[int]:
 
 
 def normalizes(pre: torch.Tensor, post: torch.Tensor, drop_tokens: Sequence[int] = (),
-               max_rows: int = MAX_DISTANCE_ROWS) -> dict:
+               max_rows: int | None = None) -> dict:
     """Does ``post`` = γ ⊙ pre / rms(pre) for one per-dim γ? Fits γ̂ by least squares per dim.
 
-    Returns ``{"residual": ‖post − γ̂ ⊙ u‖ / ‖post‖, "gamma_rms": rms(γ̂)}`` with ``u = pre / rms(pre)``;
-    a residual at bf16 rounding level means ``post`` is RMSNorm(``pre``) exactly (RMSNorm definition,
-    transformers LlamaRMSNorm).
+    Returns ``{"residual": ‖post − γ̂ ⊙ u‖ / ‖post‖, "gamma_rms": rms(γ̂)}`` with ``u = pre / rms(pre)``,
+    on the row sample (:func:`sample_rows`, ``NORMALIZES_SAMPLE_ROWS`` rows by default); a residual at
+    bf16 rounding level means ``post`` is RMSNorm(``pre``) exactly (RMSNorm definition, transformers
+    LlamaRMSNorm). Float64 arithmetic on row blocks of the sample.
     """
     import torch
 
     T = min(int(pre.shape[0]), int(post.shape[0]))
-    keep = torch.ones(T, dtype=torch.bool)
-    drop = [i for i in drop_tokens if 0 <= i < T]
-    if drop and len(drop) < T:
-        keep[drop] = False
-    rows = torch.nonzero(keep).flatten()[:max_rows]
-    if rows.numel() < NORMALIZES_MIN_ROWS:
+    rows = sample_rows(T, drop_tokens, NORMALIZES_SAMPLE_ROWS if max_rows is None else max_rows)
+    if rows.size < NORMALIZES_MIN_ROWS:
         return {"residual": float("inf"), "gamma_rms": float("nan")}
-    def blocks():  # float64 row blocks of (u = pre / rms(pre), post): bounded memory on Kimi-sized slots
-        for s in range(0, int(rows.numel()), DISTANCE_BLOCK_ROWS):
-            r = rows[s:s + DISTANCE_BLOCK_ROWS]
-            a = pre[r].to(torch.float64)
-            yield a / a.pow(2).mean(-1, keepdim=True).sqrt().clamp_min(1e-30), post[r].to(torch.float64)
-
+    rows_t = torch.from_numpy(rows)
     H = int(post.shape[1])
+    B = max(1, DISTANCE_BLOCK_ELEMENTS // max(1, 2 * H))
+    if max_rows is not None and max_rows <= NORMALIZES_SCREEN_ROWS:
+        return _normalizes_screen(pre, post, rows_t, B)
+
+    def f64(x: torch.Tensor) -> torch.Tensor:  # 16-bit floats via float32: exact, and ~3× faster in torch
+        return x.to(torch.float64) if x.element_size() >= 4 else x.to(torch.float32).to(torch.float64)
+
+    def blocks():  # float64 row blocks of (u = pre / rms(pre), post): bounded memory on Kimi-sized slots
+        for s in range(0, int(rows.size), B):
+            r = rows_t[s:s + B]
+            a = f64(pre.index_select(0, r))
+            yield a / a.pow(2).mean(-1, keepdim=True).sqrt().clamp_min(1e-30), f64(post.index_select(0, r))
+
     num, den = torch.zeros(H, dtype=torch.float64), torch.zeros(H, dtype=torch.float64)
     for u, b in blocks():  # least-squares γ̂ per dim: Σ b·u / Σ u²
         num += (b * u).sum(0)
@@ -232,6 +415,32 @@ def normalizes(pre: torch.Tensor, post: torch.Tensor, drop_tokens: Sequence[int]
     for u, b in blocks():
         r2 += float((b - gamma * u).pow(2).sum())
         b2 += float(b.pow(2).sum())
+    resid = math.sqrt(r2) / max(math.sqrt(b2), 1e-30)
+    if not math.isfinite(resid):
+        resid = float("inf")
+    return {"residual": resid, "gamma_rms": float(gamma.pow(2).mean().sqrt())}
+
+
+def _normalizes_screen(pre: torch.Tensor, post: torch.Tensor, rows: torch.Tensor, B: int) -> dict:
+    """The screening fit (``max_rows ≤ NORMALIZES_SCREEN_ROWS``): one float32 pass with float64 sums and
+    ``Σ(b − γ̂u)² = Σb² − Σ_d (Σ_t b·u)² / Σ_t u²``. Good to ~1e-3 in the residual (float32 products), far
+    inside the gap between an exact pair (~0.004) and ``NORMALIZES_MAX_RESIDUAL`` (0.02); a pair that passes
+    is confirmed by the float64 two-pass fit."""
+    import torch
+
+    H = int(post.shape[1])
+    num, den = torch.zeros(H, dtype=torch.float64), torch.zeros(H, dtype=torch.float64)
+    b2 = 0.0
+    for s in range(0, int(rows.numel()), B):
+        r = rows[s:s + B]
+        a = pre.index_select(0, r).to(torch.float32)
+        b = post.index_select(0, r).to(torch.float32)
+        u = a.mul_(torch.rsqrt(a.pow(2).mean(-1, keepdim=True).clamp_min(1e-30)))
+        num += (b * u).sum(0, dtype=torch.float64)
+        den += u.pow_(2).sum(0, dtype=torch.float64)
+        b2 += float(b.pow_(2).sum(dtype=torch.float64))
+    gamma = num / den.clamp_min(1e-30)
+    r2 = max(0.0, b2 - float((num * gamma).sum()))
     resid = math.sqrt(r2) / max(math.sqrt(b2), 1e-30)
     if not math.isfinite(resid):
         resid = float("inf")

@@ -16,21 +16,26 @@ import math
 import os
 from typing import TYPE_CHECKING, Any
 
+from forensics.analysis.fingerprint.ladder import (  # noqa: F401 - re-exported: exact mode's vocabulary
+    LADDER_MATCH_COS,
+    LADDER_MATCH_REL,
+    LADDER_SEPARATION,
+    LENS_NEAR,
+    LENS_ROWS,
+    decide,
+    ladder_entry,
+    ladder_match,
+)
 from forensics.errors import ForensicsError
 from forensics.io.capture import Capture
 from forensics.layers import FINAL_POST, r_label
+from forensics.models.target import DEFAULT_TOKENS
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-LADDER_MATCH_COS = 0.999  # mean per-token cosine at/above this ⇒ the slot equals the reference state
-LADDER_MATCH_REL = 0.05  # …and median per-token relative error at/below this: bf16 storage ≈ 0.002, a whole
-#                          bf16 forward ≤ 0.02 at r = L; adjacent layers of SmolLM2 differ by ≥ 0.22
-LADDER_SEPARATION = 0.25  # …and best error ≤ this × the runner-up's (the match must be unambiguous)
 POSTNORM_RMS_TOL = 0.02  # max_t |rms(x_t / γ) − 1| at/below this ⇒ post-final-norm
 EMBED_MATCH_FRACTION = 1.0  # every row must equal E[id] (after casting E to the slot's dtype)
-LENS_ROWS = 32  # tokens decoded per slot by the logit lens (evenly spaced, token 0 left out)
-LENS_NEAR = 0.1  # reference r whose lens agreement is within this of the slot's are listed as its depth range
 GAMMA_MIN_REL = 1e-3  # dims with |γ| below this × median |γ| are left out of x / γ
 
 
@@ -38,9 +43,11 @@ class Reference:
     """What exact mode checks against: embedding rows, final-norm γ, and the ladder of states per r."""
 
     def __init__(self, source: str, net: Any = None, ladder: dict | None = None,
-                 embed_rows: Any = None, gamma: Any = None, num_layers: int | None = None):
+                 embed_rows: Any = None, gamma: Any = None, num_layers: int | None = None,
+                 stream: Any = None, tokens: int | None = None):
         self.source, self.net, self._ladder = source, net, ladder
         self._embed_rows, self.gamma, self.num_layers = embed_rows, gamma, num_layers
+        self.stream, self.tokens = stream, tokens  # a LayerStream when the model does not fit the budget
 
     def embedding_rows(self, ids: torch.Tensor) -> torch.Tensor | None:
         if self._embed_rows is not None:
@@ -103,6 +110,11 @@ def reference_for(model: Any, capture: Capture) -> Reference:
     """Resolve ``model=`` (path, loaded model, ``(model, tokenizer)``, or a ladder capture) to a Reference."""
     if isinstance(model, Reference):
         return model
+    from forensics.models.target import Target
+
+    target = model if isinstance(model, Target) else None
+    if target is not None:
+        model = target.path
     if isinstance(model, tuple) and model and hasattr(model[0], "config"):
         model = model[0]
     if isinstance(model, Capture):
@@ -126,19 +138,27 @@ def reference_for(model: Any, capture: Capture) -> Reference:
     if has_embed:
         rows = _lazy_rows(st_files, "embed_tokens.weight")
         gamma = _lazy_tensor(st_files, "model.norm.weight")
-        net = None
+        net, stream = None, None
         if os.path.isdir(path) and os.path.isfile(os.path.join(path, "config.json")):
-            from forensics.models.target import load_model
+            from forensics.models.target import default_max_memory, fits_in_memory, load_model
 
-            net = load_model(path)[0]
-        L = int(net.config.num_hidden_layers) if net is not None else None
-        return Reference(source=path, net=net, embed_rows=rows, gamma=gamma, num_layers=L)
+            budget = target.max_memory if target is not None else default_max_memory()
+            if fits_in_memory(path, budget):
+                net = load_model(path)[0]
+            else:  # stream the blocks from the shards, one at a time
+                from forensics.models.stream import LayerStream
+
+                stream = LayerStream(path, progress=bool(target and target.progress), max_memory=budget)
+        L = int(net.config.num_hidden_layers) if net is not None else stream.num_layers if stream else None
+        return Reference(source=path, net=net, embed_rows=rows, gamma=gamma, num_layers=L, stream=stream,
+                         tokens=target.tokens if target is not None else None)
     from forensics.models.target import embed_weight, final_norm, load_model
 
     net = load_model(path)[0]
     E = embed_weight(net)
     return Reference(source=path, net=net, embed_rows=lambda ids: E[ids], gamma=final_norm(net)[0],
-                     num_layers=int(net.config.num_hidden_layers))
+                     num_layers=int(net.config.num_hidden_layers),
+                     tokens=target.tokens if target is not None else None)
 
 
 def _has_suffix(files: list[str], suffix: str) -> bool:
@@ -200,51 +220,29 @@ def postnorm_check(h: torch.Tensor, ref: Reference) -> dict | None:
     return {"max_abs_dev": dev, "verdict": dev <= POSTNORM_RMS_TOL}
 
 
-def ladder_match(h: torch.Tensor, lad: dict) -> dict:
-    """Match one slot to every reference r: mean per-token cosine, median per-token relative error.
-
-    Per-token errors (not one Frobenius norm): the sink row is nearly the same from r≈12 to r≈28 and would
-    otherwise dominate the comparison.
-
-    Returns ``{"best", "best_cos", "best_rel", "runner_up", "runner_up_cos", "runner_up_rel", "match",
-    "table"}``; ``match`` = best meets ``LADDER_MATCH_COS`` and ``LADDER_MATCH_REL``.
-    """
-    import torch
-
-    x = h.to(torch.float32)
-    table = []
-    for r, ref in lad.items():
-        if tuple(ref.shape) != tuple(x.shape):
-            continue
-        y = ref.to(torch.float32)
-        cos = torch.nn.functional.cosine_similarity(x, y, dim=-1)
-        rel = (x - y).norm(dim=-1) / y.norm(dim=-1).clamp_min(1e-30)
-        scale = x.norm(dim=-1) / y.norm(dim=-1).clamp_min(1e-30)
-        table.append({"r": r, "cos": float(cos.mean()), "rel": float(rel.median()), "scale": float(scale.median())})
-    if not table:
-        return {"best": None, "match": False, "table": []}
-    by_cos = max(table, key=lambda e: e["cos"])
-    table.sort(key=lambda e: (e["rel"], -e["cos"]))
-    b = table[0]
-    ru = table[1] if len(table) > 1 else {"r": None, "cos": None, "rel": None}
-    return {"best": b["r"], "best_cos": b["cos"], "best_rel": b["rel"], "runner_up": ru["r"],
-            "runner_up_cos": ru["cos"], "runner_up_rel": ru["rel"],
-            "match": b["cos"] >= LADDER_MATCH_COS and b["rel"] <= LADDER_MATCH_REL and (
-                ru["rel"] is None or b["rel"] <= LADDER_SEPARATION * ru["rel"]), "table": table,
-            "direction": {"r": by_cos["r"], "cos": by_cos["cos"], "scale": by_cos["scale"]}}
-
-
 def exact_checks(capture: Capture, tensors: list, model: Any) -> dict:
     """All exact checks for every slot: ``{"source", "num_layers", "slots": [{embedding, postnorm, ladder,
     r_exact}]}``; ``r_exact`` is the matched r, or 0 / ``final_post`` from the direct checks."""
     ref = reference_for(model, capture)
     ids = capture.input_ids.reshape(-1) if capture.input_ids is not None else None
-    lad = ref.ladder(ids) if ids is not None else None
+    T = ref.tokens or (DEFAULT_TOKENS if ref.stream is not None else None)
+    if T is not None and (ref.net is not None or ref.stream is not None) and ids is not None:
+        ids, tensors = ids[:T], [h[:T] for h in tensors]  # causal: the first T states need only these T ids
+    streamed = None
+    if ref.stream is not None and ids is not None:
+        from forensics.analysis.fingerprint.streamed import streamed_ladder
+
+        streamed = streamed_ladder(ref.stream, ids, tensors)
+        lad = None
+    else:
+        lad = ref.ladder(ids) if ids is not None else None
     out: list[dict[str, Any]] = []
-    for h in tensors:
+    for i, h in enumerate(tensors):
         e = embedding_check(h, ids, ref) if ids is not None else None
         p = postnorm_check(h, ref)
-        m = ladder_match(h, lad) if lad is not None else None
+        m = streamed["matches"][i] if streamed else ladder_match(h, lad) if lad is not None else None
+        if m and m.get("tolerance") and ref.net is not None:
+            m["tolerance"]["compute_dtype"] = str(next(ref.net.parameters()).dtype).replace("torch.", "")
         r = None
         if m and m["match"]:
             r = m["best"]
@@ -258,8 +256,18 @@ def exact_checks(capture: Capture, tensors: list, model: Any) -> dict:
     notes = []
     if ids is None:
         notes.append("capture has no input_ids: only the γ post-norm test can run")
+    if streamed:
+        from forensics.analysis.fingerprint.streamed import streamed_lens
+
+        streamed_lens(ref.stream, tensors, streamed, out)
+        notes += streamed["notes"]
     return {"source": ref.source, "num_layers": ref.num_layers, "slots": out, "notes": notes,
-            "labels": {i: r_label(s["r_exact"]) for i, s in enumerate(out) if s["r_exact"] is not None}}
+            "labels": {i: r_label(s["r_exact"]) for i, s in enumerate(out) if s["r_exact"] is not None},
+            "tokens": int(ids.numel()) if ids is not None else None,
+            "compute_dtype": (ref.stream.compute_dtype if streamed else
+                              str(next(ref.net.parameters()).dtype).replace("torch.", "") if ref.net is not None
+                              else None),
+            "stream": streamed["provenance"] if streamed else None}
 
 
 def _lens_top1(net: Any, x: torch.Tensor, post: bool) -> torch.Tensor:

@@ -238,6 +238,12 @@ def token0_concentration(h: Any) -> float:
     return float(x.abs().max()) / n if n > 0 and math.isfinite(n) else 0.0
 
 
+def _reference_dtype(m: dict) -> str:
+    """`` (float32 reference)``: the compute dtype the tolerances were applied against, when known."""
+    dt = (m.get("tolerance") or {}).get("compute_dtype")
+    return f" ({dt} reference)" if dt else ""
+
+
 def exact_evidence(ev: list[Evidence], x: dict) -> None:
     from forensics.analysis.fingerprint.exact import (
         LADDER_MATCH_COS,
@@ -256,7 +262,8 @@ def exact_evidence(ev: list[Evidence], x: dict) -> None:
                            "post-final-norm" if p["verdict"] else "not post-norm"))
     if m and m.get("best") is not None:
         ev.append(Evidence("ladder_match", m["best_rel"], f"cos ≥ {LADDER_MATCH_COS}, rel ≤ {LADDER_MATCH_REL}, "
-                           f"≤ {LADDER_SEPARATION} × runner-up", f"{'r = ' if m['match'] else 'no match; nearest '}"
+                           f"≤ {LADDER_SEPARATION} × runner-up" + _reference_dtype(m),
+                           f"{'r = ' if m['match'] else 'no match; nearest '}"
                            f"{r_label(m['best'])} (cos {m['best_cos']:.5f}, rel {m['best_rel']:.3g}); runner-up "
                            f"{r_label(m['runner_up'])} (cos {_fmt(m['runner_up_cos'])}, "
                            f"rel {_fmt(m['runner_up_rel'])})" + _rescaled(m)))

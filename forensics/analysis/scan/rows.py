@@ -241,10 +241,16 @@ def json_safe(x: Any) -> Any:
 
 
 def read_rows(out: str) -> Iterator[dict]:
-    """Rows of a scan's JSON Lines file; a torn last line (killed mid-write) is skipped. A file with text but
-    no row at all (a binary file, some other document) is a ForensicsError: it is not a scan's output."""
+    """Rows of a scan's JSON Lines file (a torn last line, killed mid-write, is skipped) or Parquet folder. A
+    file with text but no row at all (a binary file, some other document) is a ForensicsError: it is not a
+    scan's output."""
     from forensics.errors import ForensicsError
 
+    if os.path.isdir(out):
+        from forensics.analysis.scan.sinks import read_parquet_rows
+
+        yield from read_parquet_rows(out)
+        return
     if not os.path.exists(out):
         return
     seen = rows = 0

@@ -80,12 +80,25 @@ def _guarded(fmt: str, path: str, fn, *args) -> Capture:
         raise ForensicsError(f"unreadable as {fmt}: {type(e).__name__}: {str(e)[:200]}", path=path) from None
 
 
+_SIDECAR_CACHE: dict[tuple, dict | None] = {}  # (path, mtime_ns, size) -> parsed; one folder's files share it
+_SIDECAR_CACHE_MAX = 8
+
+
 def _sidecar(path: str, name: str) -> dict | None:
+    """The side file ``name`` in the file's folder or its parent, parsed once per (path, mtime, size): a dataset's
+    files share one capture.json, which ``hsf stamp`` grows by one entry per torch file."""
     d = os.path.dirname(os.path.abspath(path))
     for folder in (d, os.path.dirname(d)):
         side = os.path.join(folder, name)
         if os.path.isfile(side):
-            return read_json(side)
+            st = os.stat(side)
+            key = (side, st.st_mtime_ns, st.st_size)
+            if key not in _SIDECAR_CACHE:
+                if len(_SIDECAR_CACHE) >= _SIDECAR_CACHE_MAX:
+                    _SIDECAR_CACHE.pop(next(iter(_SIDECAR_CACHE)))
+                _SIDECAR_CACHE[key] = read_json(side)
+            doc = _SIDECAR_CACHE[key]
+            return dict(doc) if doc is not None else None
     return None
 
 

@@ -72,7 +72,7 @@ def ids_1d(t: Any, path: str, name: str):
     if not isinstance(t, torch.Tensor):
         try:
             t = torch.as_tensor(t)
-        except Exception:  # noqa: BLE001
+        except (TypeError, ValueError, RuntimeError, OverflowError):
             raise ForensicsError(f"{name} is not a tensor or list of ints ({type(t).__name__})", path=path) from None
     check_storage(t, path, name)
     if t.dim() == 2 and t.shape[0] == 1:

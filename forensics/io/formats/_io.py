@@ -250,7 +250,7 @@ class SafetensorsFile:
             if self._handle is None:
                 self._handle = safe_open(os_path(self.path), framework="pt")
             t = self._handle.get_tensor(key)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 - safetensors raises its own SafetensorError on a corrupt file
             raise ForensicsError(f"cannot read tensor {key!r}: {e}", path=self.path) from None
         return upcast_fp8(t)
 

@@ -227,9 +227,9 @@ def report(paths, layers=None, model=None, draft=None, engine=None, engine_versi
         scan_res = scan
     if model is not None:
         try:
-            from forensics.models.target import load_model, model_facts
+            from forensics.models.target import target_facts
 
-            facts = model_facts(load_model(model)[0])
+            facts = target_facts(model)
         except ForensicsError as e:
             errors.append({"where": "model facts", "message": error_text(e)})
 

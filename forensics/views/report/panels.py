@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from forensics.errors import ForensicsError
 from forensics.views.report.verdicts import (
     FAIL_FINDINGS,
     RANK,
@@ -119,12 +120,7 @@ def fragment(obj) -> str | None:
     """A result object's own escaped ``_repr_html_`` fragment (inserted verbatim), or None."""
     if obj is None or not hasattr(obj, "_repr_html_"):
         return None
-    try:
-        return obj._repr_html_()
-    except Exception as e:  # noqa: BLE001
-        import html
-
-        return f"<p class='hsf-error'>{html.escape(error_text(e))}</p>"
+    return obj._repr_html_()
 
 
 # ---------------------------------------------------------------- figures (forensics.views.plots) and cross-slot
@@ -139,7 +135,7 @@ def figure(name: str, *args, **kw) -> dict:
         return {"name": name, "src": None, "error": f"forensics.views.plots has no {name}()"}
     try:
         png = plots.figure_to_png_bytes(fn(*args, **kw), dpi=FIG_DPI)
-    except Exception as e:  # noqa: BLE001 — listed in the report, never fatal
+    except (ForensicsError, ValueError) as e:  # degenerate data (no finite norm, one token): listed
         return {"name": name, "src": None, "error": f"{type(e).__name__}: {e}"}
     return {"name": name, "src": "data:image/png;base64," + base64.b64encode(png).decode(), "error": None}
 

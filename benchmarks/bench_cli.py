@@ -1,0 +1,73 @@
+"""Benchmark: wall time of the interactive commands, warm (files and Python modules in the page cache).
+
+Times, each as a fresh ``hsf`` process (what a user waits for), one warm-up run then ``--reps`` runs:
+
+- ``hsf --help``;
+- ``hsf report sample_data --draft sample_data/draft_eagle3 --engine sglang --trainer speculators-v1 -o …``
+  (the ``make demo`` command);
+- ``hsf probe --draft sample_data/draft_eagle3 --data sample_data/speculators_v1 --model default``.
+
+Prints the median, the range and the 1-minute load average beside each goal.
+
+    nice .venv/bin/python benchmarks/bench_cli.py [--reps 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+GOALS = {"help": 0.1, "report": 4.0, "probe": 4.0}  # seconds, warm
+
+
+def hsf() -> list[str]:
+    exe = shutil.which("hsf", path=os.path.dirname(sys.executable))
+    return [exe] if exe else [sys.executable, "-m", "forensics.cli"]
+
+
+def commands(out: str) -> dict[str, list[str]]:
+    return {
+        "help": ["--help"],
+        "report": ["report", "sample_data", "--draft", "sample_data/draft_eagle3", "--engine", "sglang",
+                   "--trainer", "speculators-v1", "-o", os.path.join(out, "report.html")],
+        "probe": ["probe", "--draft", "sample_data/draft_eagle3", "--data", "sample_data/speculators_v1",
+                  "--model", "default"],
+    }
+
+
+def time_cmd(argv: list[str], reps: int) -> list[float]:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # warm-up
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        ts.append(time.perf_counter() - t0)
+    return ts
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--only", default=",".join(GOALS), help="comma-separated subset of help,report,probe")
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="hsf-bench-cli-") as tmp:
+        cmds = commands(tmp)
+        for name in args.only.split(","):
+            load = os.getloadavg()[0]
+            ts = time_cmd(hsf() + cmds[name], args.reps)
+            med = statistics.median(ts)
+            print(f"GOAL hsf {name} ≤ {GOALS[name]:g} s warm: median {med:.2f} s (range {min(ts):.2f}–{max(ts):.2f}, "
+                  f"{len(ts)} runs) — {'met' if med <= GOALS[name] else f'MISSED by {med / GOALS[name]:.1f}×'}; "
+                  f"load (1 min) {load:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
