@@ -197,6 +197,8 @@ def _scan(path: Any, items: list[Item], bad: list[dict], out: str | None, sink: 
                     on_row(_public(row))
     finally:
         runner.close()  # shuts the pool / cluster down at once, however the loop ended
+        if sink is not None:
+            sink.close()  # a JSON Lines sink is closed again by its lock, harmlessly
         if bar is not None:
             bar.close()
     summary, anomalies = agg.finish()
