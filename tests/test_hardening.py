@@ -144,11 +144,14 @@ def test_absurd_num_hidden_layers_is_rejected_without_allocating(tmp_path, sampl
 
 @pytest.mark.parametrize("L", ["1000000000000", "100001"])
 def test_absurd_num_layers_flag_is_rejected(sample_data, capsys, L):
-    with pytest.raises(SystemExit) as e:
-        hsf_main(["audit", "--engine", "sglang", "--data", str(sample_data / "speculators_v1"), "--draft",
-                  str(sample_data / "draft_eagle3"), "--num-layers", L])
-    assert e.value.code == 2
-    assert "num-layers" in capsys.readouterr().err
+    try:
+        code = hsf_main(["audit", "--engine", "sglang", "--data", str(sample_data / "speculators_v1"), "--draft",
+                         str(sample_data / "draft_eagle3"), "--num-layers", L])
+    except SystemExit as e:
+        code = e.code
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "num-layers" in err and "10000" in err
 
 
 @pytest.mark.parametrize("gib", [1, 3])
@@ -401,7 +404,6 @@ def test_resume_retries_error_rows(tmp_path, monkeypatch):
 # ------------------------------------------------------------------------------------------- D10 probe
 @pytest.mark.parametrize("args", [["--samples", "-1"], ["--samples", "0"], ["--topk", "0"], ["--topk", "-2"]])
 def test_probe_rejects_nonsense_arguments(sample_data, capsys, args):
-    code = None
     try:
         code = hsf_main(["probe", "--draft", str(sample_data / "draft_eagle3"), "--data",
                          str(sample_data / "speculators_v1"), *args])

@@ -73,9 +73,12 @@ def layer_count(text: str) -> int:
 
     from forensics.io.limits import MAX_NUM_LAYERS
 
-    v = positive_int(text)
-    if v > MAX_NUM_LAYERS:
-        raise argparse.ArgumentTypeError(f"{v} is not plausible (at most {MAX_NUM_LAYERS})")
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 1 <= v <= MAX_NUM_LAYERS:
+        raise argparse.ArgumentTypeError(f"{v} is not plausible (expected 1 to {MAX_NUM_LAYERS})")
     return v
 
 
