@@ -63,6 +63,33 @@ def positive_int(text: str) -> int:
     return v
 
 
+def add_trainer_argument(p, help_: str = "the trainer that consumed the data") -> None:
+    """``--trainer``, with the one vocabulary every command shares (``forensics.analysis.claims.TRAINERS``)."""
+    from forensics.analysis.claims import TRAINERS
+
+    p.add_argument("--trainer", choices=TRAINERS, metavar="{" + ",".join(TRAINERS) + "}", help=help_)
+
+
+def add_engine_arguments(p, help_: str = "the serving engine") -> None:
+    """``--engine`` (``forensics.analysis.claims.ENGINES``) and ``--engine-version``, the same in every command."""
+    from forensics.analysis.claims import ENGINES
+
+    p.add_argument("--engine", choices=ENGINES, metavar="{" + ",".join(ENGINES) + "}", help=help_)
+    p.add_argument("--engine-version", metavar="V",
+                   help="sglang: pre-25454 | post-25454 (default); vllm: pre-36063 | post-36063 | post-40727 | "
+                        "post-46973 (default); llama.cpp: pre-25794 | post-25794 (default) | post-27040; tokenspeed: "
+                        "pre-526 | post-526 (default); atlas: pre-394 | post-394 (default). Also written "
+                        "sglang<25454, >=25454, latest")
+
+
+def exit_code_of(entries: list[dict], unreadable: bool, fail_on: str = "fail") -> int:
+    """The exit code of a command over per-file JSON entries (their ``findings`` and ``verdict``)."""
+    from forensics.findings import exit_code
+
+    findings = [f for e in entries for f in e.get("findings") or []]
+    return exit_code(findings, [e.get("verdict") for e in entries], unreadable=unreadable, fail_on=fail_on)
+
+
 def add_model_arguments(p, help: str) -> None:
     """``--model`` plus the options of running it: ``--max-memory`` and ``--tokens`` (every verb that takes a
     model gets the same three)."""
