@@ -38,7 +38,6 @@ SAMPLE_SEED = 0  # --sample K draws the same K files every time
 # Files fingerprinted by default, evenly spread: a fingerprint costs ~4 s and ~0.7 GB per Kimi-sized sample
 # (measured 2026-11-30), the statistics ~0.05 s; every file gets the statistics-based checks regardless.
 FINGERPRINT_FILES = 64
-MAX_HTML_ANOMALIES = 200
 
 Item = tuple  # (absolute path, size in bytes, mtime in ns[, fingerprint this file?])
 

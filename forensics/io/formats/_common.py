@@ -12,12 +12,6 @@ from forensics.io.capture import Capture, Provenance, Slot, constant_getter
 from ._io import upcast_fp8
 
 
-def is_tensor(x: Any) -> bool:
-    import torch
-
-    return isinstance(x, torch.Tensor)
-
-
 def as_2d(t: Any, path: str, name: str):
     """Validate one hidden-state tensor and return it as ``[tokens, hidden]`` (a view, never a copy).
 
