@@ -82,7 +82,7 @@ def test_report_rejects_wrong_options_before_writing(sample_data, tmp_path, caps
     (bad / "config.json").write_text("{not json")
     out = tmp_path / "r.html"
     for opts, words in [(["--draft", str(tmp_path / "nope")], "--draft"), (["--draft", str(bad)], "not valid JSON"),
-                        (["--engine", "trtllm"], "trtllm"), (["--trainer", "foo"], "foo"),
+                        (["--engine", "tgi"], "tgi"), (["--trainer", "foo"], "foo"),
                         (["--engine", "vllm", "--engine-version", "9.9"], "9.9"), (["--layers", "foo"], "foo"),
                         (["--served", str(tmp_path / "nope")], "--served"),
                         (["--model", str(tmp_path / "nope")], "--model")]:
