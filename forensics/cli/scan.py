@@ -41,15 +41,9 @@ def run(args) -> int:
     if args.sample is not None and args.sample < 1:
         raise ForensicsError(f"--sample must be ≥ 1, got {args.sample}")
     dask = "local" if args.dask_local else args.dask
-    from forensics.analysis.scan.core import FINGERPRINT_FILES
-
-    which = str(args.fingerprint if args.fingerprint is not None else FINGERPRINT_FILES).lower()
-    if which not in ("all", "none") and not which.isdigit():
-        raise ForensicsError(f"--fingerprint takes all, none or a number of files, got {args.fingerprint!r}")
-    fingerprint = True if which == "all" else False if which == "none" else int(which)
     try:
         res = scan(args.paths if len(args.paths) > 1 else args.paths[0], workers=args.workers, out=args.out,
-                   resume=args.resume, sample=args.sample, dask=dask, fingerprint=fingerprint,
+                   resume=args.resume, sample=args.sample, dask=dask, fingerprint=args.fingerprint,
                    progress=False if (args.no_progress or args.json) else None, out_format=args.out_format)
     except KeyboardInterrupt:
         if args.out:

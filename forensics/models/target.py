@@ -224,7 +224,7 @@ class Target:
 
     Example:
         >>> t = open_target("default", max_memory="1GB")        # doctest: +SKIP
-        >>> t.max_memory
+        >>> t.max_memory                                      # doctest: +SKIP
         1000000000
     """
 

@@ -23,17 +23,17 @@ from collections.abc import Callable
 from typing import Any
 
 from forensics.analysis.scan.result import ScanResult
-from forensics.analysis.scan.rows import empty_row, json_safe, read_rows
+from forensics.analysis.scan.rows import empty_row, read_rows
 from forensics.analysis.scan.sinks import ParquetSink
 from forensics.analysis.scan.summary import Aggregator
 from forensics.analysis.scan.workers import batches, run_dask, run_inline, run_pool
 from forensics.errors import ForensicsError
+from forensics.jsonable import json_safe
 
 SAMPLE_SEED = 0  # --sample K draws the same K files every time
 # Files fingerprinted by default, evenly spread: a fingerprint costs ~4 s and ~0.7 GB per Kimi-sized sample
 # (measured 2026-11-30), the statistics ~0.05 s; every file gets the statistics-based checks regardless.
 FINGERPRINT_FILES = 64
-MAX_HTML_ANOMALIES = 200
 
 Item = tuple  # (absolute path, size in bytes, mtime in ns[, fingerprint this file?])
 
@@ -66,6 +66,28 @@ def list_files(path: str | os.PathLike | list, sample: int | None = None) -> tup
     return items, bad
 
 
+def parse_fingerprint_option(value: bool | int | str | None) -> bool | int:
+    """``"all"``/True → every file, ``"none"``/False → none, a count N → about N files; None → the default.
+
+    The one reading of ``scan(fingerprint=...)`` and ``hsf scan --fingerprint``.
+
+    >>> parse_fingerprint_option("all"), parse_fingerprint_option("none"), parse_fingerprint_option("8")
+    (True, False, 8)
+    """
+    if value is None:
+        return FINGERPRINT_FILES
+    if isinstance(value, bool):
+        return value
+    which = str(value).strip().lower()
+    if which == "all":
+        return True
+    if which == "none":
+        return False
+    if not which.isdigit():
+        raise ForensicsError(f"fingerprint takes all, none or a number of files, got {value!r}")
+    return int(which)
+
+
 def fingerprint_choice(n: int, fingerprint: bool | int) -> Callable[[int], bool]:
     """Which file numbers get a fingerprint: all, none, or every ⌈n / N⌉-th (a fixed choice, so a resumed
     scan fingerprints the same files as an uninterrupted one)."""
@@ -79,7 +101,7 @@ def fingerprint_choice(n: int, fingerprint: bool | int) -> Callable[[int], bool]
 
 def scan(path: str | os.PathLike | list, workers: int = 2, out: str | os.PathLike | None = None,
          resume: bool = False, sample: int | None = None, dask: Any = None, *,
-         fingerprint: bool | int = FINGERPRINT_FILES,
+         fingerprint: bool | int | str | None = FINGERPRINT_FILES,
          tune_malloc: bool = True, prefetch: bool = False, progress: bool | None = None,
          on_row: Callable[[dict], None] | None = None, out_format: str | None = None) -> ScanResult:
     """Scan every capture file under ``path``; return rows, dataset summary and anomalies.
@@ -92,8 +114,8 @@ def scan(path: str | os.PathLike | list, workers: int = 2, out: str | os.PathLik
         sample: scan K files drawn at random (seed ``SAMPLE_SEED``, so the same K every time).
         dask: ``"local"`` (LocalCluster), a scheduler address ``"tcp://host:8786"`` or a ``Client``.
         fingerprint: :func:`forensics.fingerprint` about N files evenly spread over the listing (an int,
-            default ``FINGERPRINT_FILES``), every file (True) or none (False). Every file gets the
-            statistics-based checks (NaN/Inf, duplicates, norm-rank order, outlier norms) either way.
+            default ``FINGERPRINT_FILES``), every file (True or ``"all"``) or none (False or ``"none"``). Every
+            file gets the statistics-based checks (NaN/Inf, duplicates, norm-rank order, outlier norms) either way.
         tune_malloc: set glibc mmap/trim thresholds in workers (fewer page faults on re-used buffers).
         prefetch: ``posix_fadvise(WILLNEED)`` the files of queued tasks. Off: on this project's VM disk, cold
             scans of 16 Kimi-sized files measured 0.48–0.67 GB/s with it and 0.52–0.90 GB/s without.
@@ -104,6 +126,7 @@ def scan(path: str | os.PathLike | list, workers: int = 2, out: str | os.PathLik
             in ``.parquet`` (or, resuming, is a folder), else jsonl.
     """
     t_start = time.perf_counter()
+    fingerprint = parse_fingerprint_option(fingerprint)
     items, bad = list_files(path, sample)
     out = os.fspath(out) if out is not None else None
     if resume and out is None:

@@ -10,12 +10,6 @@ from forensics.errors import ForensicsError
 from forensics.io.capture import Capture, Provenance, Slot, constant_getter
 
 
-def is_tensor(x: Any) -> bool:
-    import torch
-
-    return isinstance(x, torch.Tensor)
-
-
 def as_2d(t: Any, path: str, name: str):
     """Validate one hidden-state tensor and return it as ``[tokens, hidden]`` (a view, never a copy).
 

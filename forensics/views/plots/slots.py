@@ -142,10 +142,6 @@ def _name(stats: CaptureStats) -> str:
     return os.path.basename(str(stats.capture.path))
 
 
-def _positive(x: np.ndarray) -> np.ndarray:
-    x = np.asarray(x, dtype=np.float64)
-    return x[np.isfinite(x) & (x > 0)]
-
 
 def _fmt(x: float) -> str:
     if x is None or not math.isfinite(x):
