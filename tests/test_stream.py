@@ -206,3 +206,28 @@ def test_cli_fingerprint_streams_with_max_memory(tmp_path, monkeypatch, capsys):
     assert main(["fingerprint", str(cap), "--model", str(folder), "--max-memory", "lots"]) == 2
     err = capsys.readouterr()
     assert "--max-memory 'lots'" in err.err + err.out
+
+
+def test_bfloat16_stream_when_float32_blocks_do_not_fit(tmp_path, monkeypatch):
+    import forensics.models.target as tgt
+    from forensics.analysis.fingerprint.ladder import LADDER_MATCH_REL
+
+    model = _write("llama", tmp_path)
+    ids = torch.randint(0, 300, (32,), generator=torch.Generator().manual_seed(4))
+    states = ladder(model, ids)
+    rs = [1, 2, 3, FINAL_POST]
+    cap = _mem_capture([states[r].to(torch.bfloat16) for r in rs], ids)
+
+    def check_budget(self, tokens):  # as if one float32 block were over the budget
+        if self.compute_dtype == "float32":
+            raise ForensicsError("over budget")
+        return 0
+
+    monkeypatch.setattr(tgt, "fits_in_memory", lambda *a: False)
+    monkeypatch.setattr(LayerStream, "check_budget", check_budget)
+    fp = fingerprint(cap, model=Target(path=str(tmp_path), max_memory=1 << 40))
+    assert [s.r_exact for s in fp.slots] == rs
+    assert fp.exact["compute_dtype"] == "bfloat16" and fp.exact["stream"]["compute_dtype"] == "bfloat16"
+    for x in fp.exact["slots"]:
+        m = x["ladder"]
+        assert m["tolerance"]["compute_dtype"] == "bfloat16" and m["best_rel"] <= LADDER_MATCH_REL

@@ -35,6 +35,7 @@ from forensics.analysis.kernels import (  # noqa: F401 - re-exported: callers im
 )
 from forensics.errors import ForensicsError
 from forensics.io.capture import Capture, Slot, short_dtype
+from forensics.jsonable import json_safe
 
 MASSIVE_ABS_THRESHOLD = 100.0  # Sun et al. 2024 §2.2; refine_massive_activations MASSIVE_ACTIVATION_ABS_THRESHOLD
 MASSIVE_REL_THRESHOLD = 1000.0  # ... MASSIVE_ACTIVATION_REL_THRESHOLD
@@ -74,7 +75,7 @@ class NormSummary:
         return cls(**robust_summary(x, pos))  # percentiles, median, MAD, mean, std, min/max from one sort
 
     def to_dict(self) -> dict:
-        return {k: _num(v) for k, v in self.__dict__.items()}
+        return {k: json_safe(v) for k, v in self.__dict__.items()}
 
     def __repr__(self) -> str:
         from forensics.views.stats import norm_summary_text
@@ -82,10 +83,6 @@ class NormSummary:
         return norm_summary_text(self)
 
 
-def _num(v: Any) -> Any:
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
 
 
 @dataclass
@@ -153,9 +150,10 @@ class SlotStats:
 
     def to_dict(self) -> dict:
         norm = self.norm.to_dict()
-        norm.update(first=_num(self.first), last=_num(self.last),
-                    mean_excl_first=_num(self.norm_excl_first.mean), std_excl_first=_num(self.norm_excl_first.std),
-                    median_excl_first=_num(self.norm_excl_first.median), first_ratio=_num(self.first_ratio))
+        norm.update(first=json_safe(self.first), last=json_safe(self.last),
+                    mean_excl_first=json_safe(self.norm_excl_first.mean),
+                    std_excl_first=json_safe(self.norm_excl_first.std),
+                    median_excl_first=json_safe(self.norm_excl_first.median), first_ratio=json_safe(self.first_ratio))
         return {
             "index": self.index, "name": self.name, "key": self.key, "shape": list(self.shape),
             "dtype": self.dtype, "claimed": self.claimed,
@@ -163,13 +161,13 @@ class SlotStats:
             "norm": norm,
             "norm_excl_first": self.norm_excl_first.to_dict(),
             "norm_excl_sinks": self.norm_excl_sinks.to_dict(),
-            "rms_mean": _num(self.rms_mean),
+            "rms_mean": json_safe(self.rms_mean),
             "sinks": {"ratio_threshold": SINK_RATIO, "count": self.num_sinks, "positions": self.sinks,
                       "ratios": [round(r, 3) for r in self.sink_ratios]},
             "nonfinite": {"nan": self.nan, "inf": self.inf, "nan_positions": self.nan_positions,
                           "inf_positions": self.inf_positions},
             "massive": {"abs_threshold": MASSIVE_ABS_THRESHOLD, "rel_threshold": MASSIVE_REL_THRESHOLD,
-                        "median_abs": _num(self.median_abs), "threshold": _num(self.massive_threshold),
+                        "median_abs": json_safe(self.median_abs), "threshold": json_safe(self.massive_threshold),
                         "count": self.num_massive_tokens, "tokens": self.massive_tokens, "dims": self.massive_dims},
             "summary": self.one_line(),
         }
@@ -188,6 +186,33 @@ def _short_list(xs: list, k: int = 6) -> str:
     return "[" + ", ".join(str(x) for x in xs[:k]) + (", …" if len(xs) > k else "") + "]"
 
 
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def exact_norms(h: Any, norms: Any) -> Any:
+    """``norms`` with the rows float32 accumulation gets wrong recomputed exactly: rows of finite values whose
+    norm came out non-finite (squares above float32's 3.4e38: every value 1e37 in a 16-wide row) or zero
+    (squares of denormals below 1e-45). Those rows only are re-read, scaled by their largest ``|x|`` and
+    summed in float64; the result is float64 when a true norm exceeds float32's range, else float32."""
+    import torch
+
+    n = norms.numpy()
+    suspect = np.nonzero(~np.isfinite(n) | (n == 0))[0]
+    if suspect.size == 0:
+        return norms
+    rows = torch.as_tensor(suspect)
+    x = h[rows].to(torch.float64)
+    finite = torch.isfinite(x).all(dim=-1)
+    scale = x.abs().amax(dim=-1)
+    ok = finite & (scale > 0)
+    if not bool(ok.any()):
+        return norms
+    fixed = scale[ok] * torch.linalg.vector_norm(x[ok] / scale[ok, None], dim=-1)
+    out = norms.to(torch.float64) if bool((fixed > FLOAT32_MAX).any()) else norms.clone()
+    out[rows[ok]] = fixed.to(out.dtype)
+    return out
+
+
 def slot_stats(slot: Slot, block: int = NORM_BLOCK_ROWS) -> SlotStats:
     """All statistics of one slot: one chunked norm pass, plus re-reads of only the rows that need it.
 
@@ -199,6 +224,7 @@ def slot_stats(slot: Slot, block: int = NORM_BLOCK_ROWS) -> SlotStats:
     T, H = int(h.shape[0]), int(h.shape[1])
     with intra_op_threads():
         norms_t, median_abs = norms_and_median_abs(h, block)  # one pass: norms + the median-|x| sample
+        norms_t = exact_norms(h, norms_t)
         nan, inf = nonfinite_rows(h, norms_t, block)
         threshold = max(MASSIVE_ABS_THRESHOLD, MASSIVE_REL_THRESHOLD * median_abs) \
             if math.isfinite(median_abs) else MASSIVE_ABS_THRESHOLD

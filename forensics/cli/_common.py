@@ -7,24 +7,14 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from forensics.jsonable import json_safe
+
 
 def print_json(doc: Any) -> None:
-    json.dump(doc, sys.stdout, indent=1, default=_default, allow_nan=False)
+    json.dump(json_safe(doc), sys.stdout, indent=1, allow_nan=False)
     sys.stdout.write("\n")
 
 
-def _default(o: Any):
-    import numpy as np
-
-    if isinstance(o, (np.integer,)):
-        return int(o)
-    if isinstance(o, (np.floating,)):
-        return float(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if hasattr(o, "to_dict"):
-        return o.to_dict()
-    return str(o)
 
 
 def for_each_file(paths: Iterable[str], fn: Callable[[str], dict]) -> tuple[list[dict], int]:
@@ -70,7 +60,53 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
     if v < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    from forensics.io.limits import MAX_HIDDEN_SIZE
+
+    if v > MAX_HIDDEN_SIZE:
+        raise argparse.ArgumentTypeError(f"{v} is not plausible (at most {MAX_HIDDEN_SIZE})")
     return v
+
+
+def layer_count(text: str) -> int:
+    """argparse type for L: a whole number from 1 to ``MAX_NUM_LAYERS`` (10^12 once filled the machine)."""
+    import argparse
+
+    from forensics.io.limits import MAX_NUM_LAYERS
+
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 1 <= v <= MAX_NUM_LAYERS:
+        raise argparse.ArgumentTypeError(f"{v} is not plausible (expected 1 to {MAX_NUM_LAYERS})")
+    return v
+
+
+def add_trainer_argument(p, help_: str = "the trainer that consumed the data") -> None:
+    """``--trainer``, with the one vocabulary every command shares (``forensics.analysis.claims.TRAINERS``)."""
+    from forensics.analysis.claims import TRAINERS
+
+    p.add_argument("--trainer", choices=TRAINERS, metavar="{" + ",".join(TRAINERS) + "}", help=help_)
+
+
+def add_engine_arguments(p, help_: str = "the serving engine") -> None:
+    """``--engine`` (``forensics.analysis.claims.ENGINES``) and ``--engine-version``, the same in every command."""
+    from forensics.analysis.claims import ENGINES
+
+    p.add_argument("--engine", choices=ENGINES, metavar="{" + ",".join(ENGINES) + "}", help=help_)
+    p.add_argument("--engine-version", metavar="V",
+                   help="sglang: pre-25454 | post-25454 (default); vllm: pre-36063 | post-36063 | post-40727 | "
+                        "post-46973 (default); llama.cpp: pre-25794 | post-25794 (default) | post-27040; tokenspeed: "
+                        "pre-526 | post-526 (default); atlas: pre-394 | post-394 (default). Also written "
+                        "sglang<25454, >=25454, latest")
+
+
+def exit_code_of(entries: list[dict], unreadable: bool, fail_on: str = "fail") -> int:
+    """The exit code of a command over per-file JSON entries (their ``findings`` and ``verdict``)."""
+    from forensics.findings import exit_code
+
+    findings = [f for e in entries for f in e.get("findings") or []]
+    return exit_code(findings, [e.get("verdict") for e in entries], unreadable=unreadable, fail_on=fail_on)
 
 
 def add_model_arguments(p, help: str) -> None:

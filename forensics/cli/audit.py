@@ -1,16 +1,22 @@
 """``hsf audit``: does serving feed the EAGLE-3 draft what training fed it? Verdict, slices, fix.
 
-Exit codes: 0 match; 1 mismatch; 2 unreadable input or bad arguments; 3 cannot-tell (non-zero so a CI
-gate never passes on an unproven wiring, and distinct from 1 so a script can tell "proven wrong" from
-"not proven").
+Exit codes (``forensics.findings.exit_code``, as every command): 0 match and no fail; 1 mismatch or a fail
+finding (a MATCH with a broken training target is still a fail); 2 unreadable input or bad arguments;
+3 cannot-tell (non-zero so a CI gate never passes on an unproven wiring, and distinct from 1 so a script can
+tell "proven wrong" from "not proven").
 """
 
 from __future__ import annotations
 
-from forensics.cli._common import add_model_arguments, positive_int, print_json, target_of
-
-EXIT = {"match": 0, "mismatch": 1, "cannot-tell": 3}
-
+from forensics.cli._common import (
+    add_engine_arguments,
+    add_model_arguments,
+    add_trainer_argument,
+    layer_count,
+    positive_int,
+    print_json,
+    target_of,
+)
 
 
 def add_arguments(p) -> None:
@@ -18,17 +24,11 @@ def add_arguments(p) -> None:
     p.add_argument("--trained-layout", metavar="R,R,...",
                    help="instead of --data: the stored slots as labels, e.g. embed,L3,L31,L59")
     p.add_argument("--draft", metavar="PATH", help="draft checkpoint folder (config.json [+ model.safetensors])")
-    from forensics.models.conventions import ENGINES, FAMILIES, ID_TRAINERS, TRAINERS
+    from forensics.models.conventions import FAMILIES
 
-    p.add_argument("--engine", choices=list(ENGINES), help="the serving engine")
-    p.add_argument("--engine-version", metavar="V",
-                   help="sglang: pre-25454 | post-25454 (default); vllm: pre-36063 | post-36063 | post-40727 | "
-                        "post-46973 (default); llama.cpp: pre-25794 | post-25794 (default) | post-27040; tokenspeed: "
-                        "pre-526 | post-526 (default); atlas: pre-394 | post-394 (default). Also written "
-                        "sglang<25454, >=25454, latest. Without it, every version's reading is listed")
-    p.add_argument("--trainer", choices=list(dict.fromkeys([*TRAINERS, *ID_TRAINERS])),
-                   help="the trainer that consumed --data (default: from the data's format), or, with "
-                        "--target-layer-ids, the trainer as it was invoked")
+    add_engine_arguments(p)
+    add_trainer_argument(p, "the trainer that consumed --data (default: from the data's format), or, with "
+                            "--target-layer-ids, the trainer as it was invoked")
     p.add_argument("--target-layer-ids", metavar="I,I,...",
                    help="pre-flight without data: the ids the trainer was given, in its own numbering (speculators: "
                         "train.py --target-layer-ids, without the final layer)")
@@ -38,7 +38,7 @@ def add_arguments(p) -> None:
     p.add_argument("--family", choices=list(FAMILIES),
                    help="drafter family (default: from the draft config)")
     p.add_argument("--target-config", metavar="PATH", help="the target model's config.json (or its folder)")
-    p.add_argument("--num-layers", type=positive_int, metavar="L",
+    p.add_argument("--num-layers", type=layer_count, metavar="L",
                    help="target num_hidden_layers (instead of --target-config)")
     p.add_argument("--hidden-size", type=positive_int, metavar="H",
                    help="target hidden_size (instead of --target-config)")
@@ -84,7 +84,7 @@ def run(args) -> int:
                         num_layers=args.num_layers, hidden_size=args.hidden_size,
                         arch=arch_family([args.target_arch]) if args.target_arch else None, family=args.family)
         print_json(res.to_dict()) if args.json else print(res.text())
-        return EXIT[res.verdict]
+        return res.exit_code()
     res = audit(data=data, draft=args.draft, engine=args.engine, engine_version=args.engine_version,
                 trainer=args.trainer, target_config=args.target_config, served=args.served,
                 num_layers=args.num_layers, hidden_size=args.hidden_size,
@@ -94,4 +94,4 @@ def run(args) -> int:
         print_json(res.to_dict())
     else:
         print(res.text())
-    return EXIT[res.verdict]
+    return res.exit_code()

@@ -19,13 +19,12 @@ Example:
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import asdict, dataclass, field
 
 from forensics.errors import ForensicsError
 
-WEIGHT_FILES = ("model.safetensors", "pytorch_model.safetensors")
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.safetensors", "pytorch_model.bin")  # a draft folder's weights
 _MISSING = object()
 
 
@@ -98,7 +97,8 @@ def _find(path: str) -> tuple[str | None, str | None]:
     """(config.json, weights) for a folder, a config.json or a safetensors file."""
     if os.path.isdir(path):
         cfg = os.path.join(path, "config.json")
-        w = next((os.path.join(path, n) for n in WEIGHT_FILES if os.path.isfile(os.path.join(path, n))), None)
+        w = next((os.path.join(path, n) for n in WEIGHT_FILES
+                  if n.endswith(".safetensors") and os.path.isfile(os.path.join(path, n))), None)
         if w is None:
             w = next((os.path.join(path, n) for n in sorted(os.listdir(path)) if n.endswith(".safetensors")), None)
         return (cfg if os.path.isfile(cfg) else None), w
@@ -117,13 +117,9 @@ def sub_dict(cfg: dict, key: str) -> dict:
 def load_json_object(path: str, what: str = "draft config") -> dict:
     """A JSON object from ``path``; unreadable, invalid or non-object files become a ForensicsError
     naming the file and ``what`` it was meant to be."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            cfg = json.load(f)
-    except OSError as e:
-        raise ForensicsError(f"cannot open {what}: {e.strerror}", path=path) from None
-    except ValueError as e:
-        raise ForensicsError(f"{what} is not valid JSON ({e})", path=path) from None
+    from forensics.io.formats._io import load_json
+
+    cfg = load_json(path, what)  # bounded size and depth: a one-line error, never a RecursionError
     if not isinstance(cfg, dict):
         raise ForensicsError(f"{what} is not a JSON object", path=path)
     return cfg

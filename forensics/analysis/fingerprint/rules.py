@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from forensics.analysis.stats import SINK_RATIO, SlotStats
-from forensics.layers import FINAL_POST, R, parse_r, r_label
+from forensics.findings import Finding, Severity
+from forensics.jsonable import json_safe
+from forensics.layers import FINAL_POST, R, r_label
 
 if TYPE_CHECKING:  # pragma: no cover
     from forensics.analysis.fingerprint.core import Fingerprint
@@ -74,7 +76,7 @@ class Evidence:
     verdict: str
 
     def to_dict(self) -> dict:
-        return {"signal": self.signal, "value": _json(self.value), "threshold": _json(self.threshold),
+        return {"signal": self.signal, "value": json_safe(self.value), "threshold": json_safe(self.threshold),
                 "verdict": self.verdict}
 
     def line(self) -> str:
@@ -82,27 +84,6 @@ class Evidence:
         return f"{self.signal:<20} {_fmt(self.value):<24} → {self.verdict}{thr}"
 
 
-@dataclass
-class Finding:
-    """A file-level finding: ``kind`` (reordered, duplicate, missing_embedding, postnorm, …), slots, message."""
-
-    kind: str
-    slots: list[int]
-    message: str
-
-    def to_dict(self) -> dict:
-        return {"kind": self.kind, "slots": list(self.slots), "message": self.message}
-
-
-def _json(v: Any) -> Any:
-    if isinstance(v, (np.floating, float)):
-        v = float(v)
-        return round(v, 6) if math.isfinite(v) else None
-    if isinstance(v, np.integer):
-        return int(v)
-    if isinstance(v, (list, tuple)):
-        return [_json(x) for x in v]
-    return v
 
 
 def _fmt(v: Any) -> str:
@@ -467,69 +448,9 @@ def find_duplicates(fp: Fingerprint, tensors: list) -> None:
         for j in range(i + 1, k):
             if fp.similarity[i, j] < DUPLICATE_SLOT_DISTANCE and tensors[i].shape == tensors[j].shape:
                 same = bool((tensors[i] == tensors[j]).all())
-                fp.findings.append(Finding("duplicate", [i, j], f"slots {i} and {j} are "
+                fp.findings.append(Finding("duplicate", Severity.FAIL, [i, j], f"slots {i} and {j} are "
                                            f"{'bit-identical' if same else 'the same state (distance < 1e-4)'}: "
                                            "the same layer captured twice"))
-
-
-def assign_labels(fp: Fingerprint) -> None:
-    """Assign the expected labels by depth order and report what disagrees with the expectation."""
-    exp = list(fp.expected or [])
-    k = len(fp.slots)
-    order = list(fp.depth_order)
-    emb = [i for i in order if fp.slots[i].role == "embedding"]
-    post = [i for i in order if fp.slots[i].role == "final_postnorm"]
-    if len(exp) + len(post) == k and post and FINAL_POST not in exp:
-        exp += [FINAL_POST] * len(post)  # aux ids only (a draft's config): the file's own final_post target
-    if len(exp) != k:
-        fp.findings.append(Finding("count_mismatch", list(range(k)), f"expected {len(exp)} layers "
-                                   f"[{', '.join(r_label(r) for r in exp)}] but the capture has {k} slots"))
-    by_depth = sorted(exp, key=_depth_key)
-    if 0 in by_depth and not emb:
-        fp.findings.append(Finding("missing_embedding", [order[0]] if order else [], "an embedding output (r = 0) "
-                                   "is expected but no slot has the embedding signature (no duplicate rows, "
-                                   "layer-scale norms); the shallowest slot is "
-                                   + (f"slot {order[0]}" if order else "—")))
-        by_depth.remove(0)
-    elif emb and 0 not in by_depth:
-        fp.findings.append(Finding("unexpected_embedding", emb, f"slot {emb[0]} is an embedding output but the "
-                                   "expected list has no embed"))
-        order = [i for i in order if i not in emb]
-    if FINAL_POST in by_depth and not post and order:
-        last = order[min(len(order), len(by_depth)) - 1]
-        st = fp.stats.slots[last]
-        if isinstance(fp.slots[last].r_exact, int) or has_sink(st) or robust_spread(st) > TIGHT_SPREAD:
-            fp.findings.append(Finding("prenorm", [last], f"final_post (after the final norm) is expected at slot "
-                                       f"{last}, but it is pre-norm (sink or wide spread, or its exact r)"))
-    pairs = list(zip(order, by_depth, strict=False))
-    n_post = min(len(post), by_depth.count(FINAL_POST))
-    if n_post:  # final_post binds to the post-norm slot(s) even when a missing embed shifts the layer labels
-        rest = list(by_depth)
-        for _ in range(n_post):
-            rest.remove(FINAL_POST)
-        pairs = list(zip(post[:n_post], [FINAL_POST] * n_post, strict=True)) + list(
-            zip([i for i in order if i not in post[:n_post]], rest, strict=False))
-    for i, r in pairs:
-        fp.slots[i].label = r_label(r)
-        if fp.slots[i].role == "final_postnorm" and r != FINAL_POST:
-            fp.findings.append(Finding("postnorm", [i], f"slot {i} is labelled {r_label(r)} (pre-norm) but looks "
-                                       f"post-final-norm ({fp.slots[i].decided_by})"))
-    for sf in fp.slots:
-        if sf.r_exact is not None and sf.label is not None:
-            want = parse_r(sf.label)
-            if want != sf.r_exact:
-                kind = "off_by_one" if isinstance(want, int) and isinstance(sf.r_exact, int) and \
-                    abs(want - sf.r_exact) == 1 else "wrong_layer"
-                fp.findings.append(Finding(kind, [sf.index], f"slot {sf.index} is expected to be {sf.label} but "
-                                           f"equals {r_label(sf.r_exact)} of the reference model"))
-    if exp and len(exp) == k:
-        file_labels = [r_label(r) for r in exp]
-        got = [sf.label for sf in fp.slots]
-        if got != file_labels and all(g is not None for g in got):
-            fp.findings.append(Finding("reordered", [i for i in range(k) if got[i] != file_labels[i]],
-                                       "file order ≠ depth order: stored slots are "
-                                       f"[{', '.join(map(str, got))}], expected "
-                                       f"[{', '.join(file_labels)}]"))
 
 
 def _lens_near() -> float:
