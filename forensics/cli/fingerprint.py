@@ -17,7 +17,7 @@ from forensics.cli._common import (
     add_trainer_argument,
     exit_code_of,
     for_each_file,
-    positive_int,
+    layer_count,
     print_json,
     target_of,
 )
@@ -35,7 +35,7 @@ def add_arguments(p) -> None:
     add_engine_arguments(p, "with --draft: read the ids as this engine captures them")
     add_model_arguments(p, "exact mode: HF folder, safetensors checkpoint, .gguf, or a ladder capture with the "
                            "same input_ids ('default' = packaged SmolLM2)")
-    p.add_argument("--num-layers", type=positive_int, help="L of the model (for the coarse r estimate)")
+    p.add_argument("--num-layers", type=layer_count, help="L of the model (for the coarse r estimate)")
 
 
 def _claims(args, capture):
@@ -83,6 +83,9 @@ def run(args) -> int:
 
     entries, code = for_each_file(args.paths, one, out=args.console, what="fingerprint")
     code = exit_code_of(entries, unreadable=code == 2)
+    for e in entries:  # errors on stderr in both modes (the JSON document also carries them)
+        if e.get("error"):
+            args.console.error(e["error"])
     if args.json:
         print_json({"files": entries})
         return code
@@ -90,9 +93,6 @@ def run(args) -> int:
     from forensics.views.format import headline_word
 
     out = args.console
-    for e in entries:
-        if e.get("error"):
-            out.error(e["error"])
     fps = [results[e["path"]] for e in entries if not e.get("error")]
     order = ["FAIL", "CANNOT TELL", "PASS", "NO CLAIM"]  # worst first
     if len(entries) > 1:

@@ -17,8 +17,7 @@ def line(res) -> str:
 
 
 def html(res) -> str:
-    rows = [[s["slice"], r_label(s["trained_r"]), r_label(s["served_r"]), "yes" if s["ok"] else "NO"]
-            for s in res.slices]
+    rows = [[s["slice"], _trained(s), r_label(s["served_r"]), _ok(s["ok"])] for s in res.slices]
     frows = [[badge(f.severity.value), f.kind, f.message] for f in sort_findings(res.findings)]
     fix = ""
     if res.fix:
@@ -27,14 +26,25 @@ def html(res) -> str:
                f"<code>{esc(res.fix.get('key'))}</code> ({esc(res.fix.get('where'))}, "
                f"{esc(res.fix.get('engine'))} {esc(res.fix.get('version'))})"
                + (f"<br>caveat: {esc(res.fix['caveat'])}" if res.fix.get("caveat") else "") + "</p>")
-    return (f"<div class='hsf-audit'><p>{badge({'match': 'pass', 'mismatch': 'fail'}.get(res.verdict, 'warn'))}"
+    return (f"<div class='hsf-audit'><p>{badge(res.outcome)} <b>{esc(res.verdict.upper())}</b>"
             f" {esc(res.reason)}</p>"
             + html_table(["fc slice", "trained on", "served", "ok"], rows)
-            + (html_table(["", "finding", "evidence"], frows) if frows else "") + fix + "</div>")
+            + (html_table(["", "finding", "evidence"], frows) if frows else "") + fix
+            + (f"<p><b>to settle it</b>: {esc(res.settle)}</p>" if getattr(res, "settle", None) else "") + "</div>")
 
 
 def _lab(r) -> str:
     return "?" if r is None else r_label(r)
+
+
+def _ok(ok) -> str:
+    return "?" if ok is None else "OK" if ok else "NO"
+
+
+def _trained(sl: dict) -> str:
+    """The trained r of a slice, marked when it is only declared (``L3 (claimed)``) or unknown (``?``)."""
+    lab = _lab(sl["trained_r"])
+    return f"{lab} (claimed)" if sl.get("trained_status") == "claimed" else lab
 
 
 HEAD = {"match": "MATCH", "mismatch": "MISMATCH", "cannot-tell": "CANNOT TELL"}
@@ -72,6 +82,8 @@ def text(res, width: int = TEXT_WIDTH, verbose: bool = False) -> str:
                 out.append(f"  caveat: {fx['caveat']}")
             if fx.get("also"):
                 out.append(f"  also: {fx['also']}")
+    if getattr(res, "settle", None):
+        out.append(f"to settle it: {res.settle}")
     other = [f for f in res.findings if f.severity is Severity.FAIL and f.kind not in
              ("slices", "off_by_one", "shifted", "served_data")]
     if res.verdict == "match" and other:
@@ -93,7 +105,7 @@ def text(res, width: int = TEXT_WIDTH, verbose: bool = False) -> str:
         out.append(f"           {n}")
     if res.slices:
         out += columns(["fc slice", "trained", "served", "ok"],
-                       [[sl["slice"], _lab(sl["trained_r"]), _lab(sl["served_r"]), "OK" if sl["ok"] else "NO"]
+                       [[sl["slice"], _trained(sl), _lab(sl["served_r"]), _ok(sl["ok"])]
                         for sl in res.slices], width=width, right=(0, 1, 2))
     return fit("\n".join(out).rstrip(), width)
 
