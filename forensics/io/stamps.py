@@ -28,7 +28,6 @@ import hashlib
 import json
 import os
 import struct
-import tempfile
 from collections.abc import Callable
 from typing import Any
 
@@ -288,43 +287,19 @@ def check_writable(folder: str, path: str) -> None:
 
 
 def atomic_write(dest: str, write: Callable[[Any], None]) -> None:
-    """Write ``dest`` through a temporary file in its folder: write, flush, fsync, rename, fsync the folder.
+    """Write ``dest`` through a temporary file in its folder (:func:`forensics.io.output.atomic_output`:
+    write, fsync, rename, fsync the folder). On any failure ``dest`` is untouched."""
+    from forensics.io.output import atomic_output
 
-    On any failure the temporary file is removed and ``dest`` is untouched."""
     folder = os.path.dirname(os.path.abspath(dest))
     check_writable(folder, dest)
-    fd, tmp = tempfile.mkstemp(prefix=".hsf-stamp-", dir=folder)
     try:
-        with os.fdopen(fd, "wb") as f:
+        with atomic_output(dest, "wb") as f:
             write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        if os.path.exists(dest):
-            os.chmod(tmp, os.stat(dest).st_mode & 0o7777)
-        os.replace(tmp, dest)
     except OSError as e:
-        _remove(tmp)
         if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC):
             raise ForensicsError(f"cannot stamp: {e.strerror}; nothing was changed", path=dest) from None
         raise
-    except BaseException:
-        _remove(tmp)
-        raise
-    try:
-        dfd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:  # some filesystems refuse fsync on a directory; the rename itself is done
-        pass
-
-
-def _remove(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
 
 
 COPY_CHUNK = 8 << 20  # bytes per read when copying the tensor data into the new file
