@@ -32,7 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from forensics.errors import ForensicsError
-from forensics.io.formats._io import safetensors_header
+from forensics.io.formats._io import load_json, parse_json, safetensors_header
 
 STAMP_KEY = "hsf.stamp"
 SIDECAR = "capture.json"
@@ -245,10 +245,9 @@ def read_stamp(path: str) -> dict | None:
             return raw
     if raw is None:
         return None
-    try:
-        doc = json.loads(raw)
-    except (TypeError, ValueError):
-        raise ForensicsError(f"malformed {STAMP_KEY} metadata (not JSON)", path=path) from None
+    if not isinstance(raw, str):
+        raise ForensicsError(f"malformed {STAMP_KEY} metadata (not JSON)", path=path)
+    doc = parse_json(raw, path, f"malformed {STAMP_KEY} metadata")
     if not isinstance(doc, dict):
         raise ForensicsError(f"malformed {STAMP_KEY} metadata (not an object)", path=path)
     return doc
@@ -265,10 +264,9 @@ def _read_sidecar(side: str) -> Any:
         if key not in _SIDECARS:
             if len(_SIDECARS) >= 8:
                 _SIDECARS.pop(next(iter(_SIDECARS)))
-            with open(side, encoding="utf-8") as f:
-                _SIDECARS[key] = json.load(f)
+            _SIDECARS[key] = load_json(side, "capture.json")  # bounded size and depth
         return _SIDECARS[key]
-    except (OSError, ValueError):
+    except (OSError, ForensicsError):
         return None
 
 
@@ -332,10 +330,10 @@ def write_sidecar_stamps(side: str, stamps: dict[str, dict]) -> None:
     doc: dict = {}
     if os.path.isfile(side):
         try:
-            with open(side, encoding="utf-8") as f:
-                doc = json.load(f)
-        except (OSError, ValueError) as e:
-            raise ForensicsError(f"cannot stamp: the existing capture.json is unreadable ({e})", path=side) from None
+            doc = load_json(side, "capture.json")
+        except ForensicsError as e:
+            raise ForensicsError(f"cannot stamp: the existing capture.json is unreadable ({e.message})",
+                                 path=side) from None
         if not isinstance(doc, dict):
             raise ForensicsError("cannot stamp: the existing capture.json is not a JSON object", path=side)
     section = doc.get(SIDECAR_SECTION)
