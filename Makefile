@@ -40,9 +40,15 @@ test: install
 lab: install
 	$(BIN)/jupyter lab notebooks/
 
+# Each benchmark prints its goals as "GOAL … ratio … load (1 min)"; the last lines repeat them all.
+# Generated files go to /tmp and are deleted afterwards (the scan benchmark needs ~2.6 GB free there).
 bench: install
-	$(BIN)/python benchmarks/bench_stats.py
-	$(BIN)/python benchmarks/bench_scan.py
+	@rm -f $(OUT)/bench.log; mkdir -p $(OUT)
+	$(BIN)/python benchmarks/bench_stats.py | tee -a $(OUT)/bench.log
+	$(BIN)/python benchmarks/bench_fingerprint.py | tee -a $(OUT)/bench.log
+	$(BIN)/python benchmarks/bench_cli.py | tee -a $(OUT)/bench.log
+	$(BIN)/python benchmarks/bench_scan.py | tee -a $(OUT)/bench.log
+	@echo; echo "== goals (1-minute load beside each) =="; grep -E '^(GOAL|COLD|target)' $(OUT)/bench.log
 
 # The architecture as a test: ruff, the import-layer contract (pyproject's [tool.importlinter]: cli -> views ->
 # analysis -> models -> io -> vocabulary, no cycles) and the type checker on the compute layers.
