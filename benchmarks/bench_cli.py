@@ -54,7 +54,7 @@ def time_cmd(argv: list[str], reps: int) -> list[float]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--only", default=",".join(GOALS), help="comma-separated subset of help,report,probe")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="hsf-bench-cli-") as tmp:
