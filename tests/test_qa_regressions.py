@@ -82,7 +82,7 @@ def test_report_rejects_wrong_options_before_writing(sample_data, tmp_path, caps
     (bad / "config.json").write_text("{not json")
     out = tmp_path / "r.html"
     for opts, words in [(["--draft", str(tmp_path / "nope")], "--draft"), (["--draft", str(bad)], "not valid JSON"),
-                        (["--engine", "trtllm"], "trtllm"), (["--trainer", "foo"], "foo"),
+                        (["--engine", "tgi"], "tgi"), (["--trainer", "foo"], "foo"),
                         (["--engine", "vllm", "--engine-version", "9.9"], "9.9"), (["--layers", "foo"], "foo"),
                         (["--served", str(tmp_path / "nope")], "--served"),
                         (["--model", str(tmp_path / "nope")], "--model")]:
@@ -112,7 +112,7 @@ def test_report_errors_reach_the_terminal_and_exit_code(sample_data, tmp_path, c
     code = main(["report", str(sample_data / "speculators_v1" / "data_0.pt"), "-o", str(tmp_path / "r.html"),
                  "--model", "default"])
     err = capsys.readouterr().err
-    assert seen["model"] == default_model_path()
+    assert str(getattr(seen["model"], "path", seen["model"])) == default_model_path()  # a Target or a path
     assert code == 2 and "hsf report: error: audit: boom" in err
 
 
@@ -150,7 +150,8 @@ def test_fingerprint_draft_final_post_binds_to_the_post_norm_slot(sample_data, t
     from forensics.cli import main
 
     draft = _config_only_draft(tmp_path / "d", eagle_config={"eagle_aux_hidden_state_layer_ids": [-1, 2, 15]})
-    main(["fingerprint", str(sample_data / "specforge"), "--draft", draft, "--trainer", "sglang", "--json"])
+    # SGLang is an engine, not a trainer: the one --trainer/--engine vocabulary reads these ids with --engine
+    main(["fingerprint", str(sample_data / "specforge"), "--draft", draft, "--engine", "sglang", "--json"])
     f = json.loads(capsys.readouterr().out)["files"][0]
     labels = [s["label"] for s in f["slots"]]
     assert f["slots"][3]["role"] == "final_postnorm" and labels[3] == "final_post"
@@ -170,7 +171,7 @@ def test_fingerprint_draft_ids_plus_speculators_target_is_no_count_mismatch(samp
                  "--trainer", "speculators", "--json"])
     f = json.loads(capsys.readouterr().out)["files"][0]
     assert "count_mismatch" not in {x["kind"] for x in f["findings"]}
-    assert f["expected"] == [0, 3, 16, 30] and code == 0
+    assert f["expected"] == [0, 3, 16, 30] and code == 3  # L30 vs the data's L28 needs --model: cannot tell
 
 
 def test_capture_no_progress_silences_the_model_loading_bar(tmp_path, monkeypatch):
@@ -206,9 +207,7 @@ def test_num_layers_must_be_positive(argv, sample_data, capsys):
     from forensics.cli import main
 
     argv = [str(sample_data / "speculators_v1" / "data_0.pt") if a == "X" else a for a in argv]
-    with pytest.raises(SystemExit) as e:
-        main(argv)
-    assert e.value.code == 2 and "must be >= 1" in capsys.readouterr().err
+    assert main(argv) == 2 and "must be >= 1" in capsys.readouterr().err  # one line, exit 2, no SystemExit
 
 
 def test_audit_data_deeper_than_target_is_named_not_a_negative_logit_lens():

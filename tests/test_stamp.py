@@ -215,3 +215,31 @@ def test_hsf_stamp_and_verify_cli_exit_codes(copy, capsys):
     assert "FAIL" in out and "data_1.pt" in out and "slot 0 (stamped embed) now holds what slot 3" in out
     assert main(["stamp", str(folder / "missing")]) == 2
 
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("fmt", ["specforge", "speculators"])
+def test_hsf_capture_stamps_what_it_writes(sample_data, tmp_path, fmt):
+    """A torch format (stamp in capture.json) and a safetensors one (stamp in the header): verify passes at once,
+    and the stamp carries the r, the model and L that capture.json declares."""
+    from forensics.models.recorder import capture
+
+    text = str(sample_data / "texts" / "english_rivers.txt")
+    run = capture([text], layers="L3,L16,L28,final_post" if fmt == "specforge" else "embed,L3,L16,L30", fmt=fmt,
+                  out=str(tmp_path / fmt), max_tokens=24, progress=False)
+    out = verify(tmp_path / fmt)
+    assert out.verdict == "pass", [f.message for f in out.files]
+    rec = st.read_stamp(str(tmp_path / fmt / run.files[0]))
+    assert [s["r"] for s in rec["slots"]] == run.r
+    assert rec["target"] == {"model": run.meta["model"], "num_layers": run.meta["num_layers"]}
+    assert rec["producer"].startswith("hsf capture") and rec["convention"] == run.meta["convention"]
+
+
+def test_the_report_shows_each_files_stamp_status(copy):
+    from forensics.views.report.core import report
+
+    folder = copy("speculators")
+    assert "not stamped" in report([str(folder)]).html
+    stamp(folder, model="SmolLM2-135M-Instruct", num_layers=30)
+    html = report([str(folder)]).html
+    assert "stamped: [L2, L15, L27, L30] · SmolLM2-135M-Instruct L=30" in html

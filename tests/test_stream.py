@@ -180,3 +180,54 @@ def test_smollm2_streamed_r_exact_of_committed_captures(smollm2_sharded, sample_
     fp = fingerprint(cap, model=Target(path=str(smollm2_sharded), max_memory=8 << 30, tokens=128))
     assert [s.r_exact for s in fp.slots] == [s.declared_r for s in cap.slots]
     assert fp.exact["stream"]["bytes_read"] > 0 and fp.exact["stream"]["shards_read"]
+
+
+def test_cli_fingerprint_streams_with_max_memory(tmp_path, monkeypatch, capsys):
+    from safetensors.torch import save_file
+
+    import forensics.models.target as tgt
+    from forensics.cli import main
+
+    folder = tmp_path / "model"
+    model = _write("qwen2_moe", folder)
+    ids = torch.randint(0, 300, (30,), generator=torch.Generator().manual_seed(3))
+    states = ladder(model, ids)
+    rs = [0, 2, 3, FINAL_POST]
+    cap = tmp_path / "capture_0.safetensors"
+    save_file({f"slot_{j}.{r if r == FINAL_POST else f'L{r}'}": states[r].to(torch.bfloat16).contiguous()
+               for j, r in enumerate(rs)} | {"input_ids": ids}, str(cap), metadata={"r": json.dumps(rs)})
+    monkeypatch.setattr(tgt, "fits_in_memory", lambda *a: False)  # tiny: force the stream
+    assert main(["fingerprint", str(cap), "--model", str(folder), "--max-memory", "64GB", "--tokens", "20",
+                 "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)["files"][0]
+    assert [s["r_exact"] for s in doc["slots"]] == rs
+    s = doc["exact_stream"]
+    assert s["complete"] and s["tokens"] == 20 and s["model_type"] == "qwen2_moe" and s["max_memory"] == 64 * 10**9
+    assert main(["fingerprint", str(cap), "--model", str(folder), "--max-memory", "lots"]) == 2
+    err = capsys.readouterr()
+    assert "--max-memory 'lots'" in err.err + err.out
+
+
+def test_bfloat16_stream_when_float32_blocks_do_not_fit(tmp_path, monkeypatch):
+    import forensics.models.target as tgt
+    from forensics.analysis.fingerprint.ladder import LADDER_MATCH_REL
+
+    model = _write("llama", tmp_path)
+    ids = torch.randint(0, 300, (32,), generator=torch.Generator().manual_seed(4))
+    states = ladder(model, ids)
+    rs = [1, 2, 3, FINAL_POST]
+    cap = _mem_capture([states[r].to(torch.bfloat16) for r in rs], ids)
+
+    def check_budget(self, tokens):  # as if one float32 block were over the budget
+        if self.compute_dtype == "float32":
+            raise ForensicsError("over budget")
+        return 0
+
+    monkeypatch.setattr(tgt, "fits_in_memory", lambda *a: False)
+    monkeypatch.setattr(LayerStream, "check_budget", check_budget)
+    fp = fingerprint(cap, model=Target(path=str(tmp_path), max_memory=1 << 40))
+    assert [s.r_exact for s in fp.slots] == rs
+    assert fp.exact["compute_dtype"] == "bfloat16" and fp.exact["stream"]["compute_dtype"] == "bfloat16"
+    for x in fp.exact["slots"]:
+        m = x["ladder"]
+        assert m["tolerance"]["compute_dtype"] == "bfloat16" and m["best_rel"] <= LADDER_MATCH_REL

@@ -211,11 +211,10 @@ def _parse_candidates(spec, refs: list) -> list[tuple[tuple, list[str]]]:
 def _model_and_L(model, caps):
     if model is None:
         return None
-    from forensics.models.target import default_model_path, load_model
+    from forensics.models.target import Target, load_target
 
-    if isinstance(model, str):
-        m, _ = load_model(default_model_path() if model in ("default", "smollm2") else model)
-        return m
+    if isinstance(model, (str, Target)):
+        return load_target(model)[0]
     return model[0] if isinstance(model, tuple) else model
 
 

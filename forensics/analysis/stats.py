@@ -35,6 +35,7 @@ from forensics.analysis.kernels import (  # noqa: F401 - re-exported: callers im
 )
 from forensics.errors import ForensicsError
 from forensics.io.capture import Capture, Slot, short_dtype
+from forensics.jsonable import json_safe
 
 MASSIVE_ABS_THRESHOLD = 100.0  # Sun et al. 2024 §2.2; refine_massive_activations MASSIVE_ACTIVATION_ABS_THRESHOLD
 MASSIVE_REL_THRESHOLD = 1000.0  # ... MASSIVE_ACTIVATION_REL_THRESHOLD
@@ -74,7 +75,7 @@ class NormSummary:
         return cls(**robust_summary(x, pos))  # percentiles, median, MAD, mean, std, min/max from one sort
 
     def to_dict(self) -> dict:
-        return {k: _num(v) for k, v in self.__dict__.items()}
+        return {k: json_safe(v) for k, v in self.__dict__.items()}
 
     def __repr__(self) -> str:
         from forensics.views.stats import norm_summary_text
@@ -82,10 +83,6 @@ class NormSummary:
         return norm_summary_text(self)
 
 
-def _num(v: Any) -> Any:
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
 
 
 @dataclass
@@ -153,9 +150,10 @@ class SlotStats:
 
     def to_dict(self) -> dict:
         norm = self.norm.to_dict()
-        norm.update(first=_num(self.first), last=_num(self.last),
-                    mean_excl_first=_num(self.norm_excl_first.mean), std_excl_first=_num(self.norm_excl_first.std),
-                    median_excl_first=_num(self.norm_excl_first.median), first_ratio=_num(self.first_ratio))
+        norm.update(first=json_safe(self.first), last=json_safe(self.last),
+                    mean_excl_first=json_safe(self.norm_excl_first.mean),
+                    std_excl_first=json_safe(self.norm_excl_first.std),
+                    median_excl_first=json_safe(self.norm_excl_first.median), first_ratio=json_safe(self.first_ratio))
         return {
             "index": self.index, "name": self.name, "key": self.key, "shape": list(self.shape),
             "dtype": self.dtype, "claimed": self.claimed,
@@ -163,13 +161,13 @@ class SlotStats:
             "norm": norm,
             "norm_excl_first": self.norm_excl_first.to_dict(),
             "norm_excl_sinks": self.norm_excl_sinks.to_dict(),
-            "rms_mean": _num(self.rms_mean),
+            "rms_mean": json_safe(self.rms_mean),
             "sinks": {"ratio_threshold": SINK_RATIO, "count": self.num_sinks, "positions": self.sinks,
                       "ratios": [round(r, 3) for r in self.sink_ratios]},
             "nonfinite": {"nan": self.nan, "inf": self.inf, "nan_positions": self.nan_positions,
                           "inf_positions": self.inf_positions},
             "massive": {"abs_threshold": MASSIVE_ABS_THRESHOLD, "rel_threshold": MASSIVE_REL_THRESHOLD,
-                        "median_abs": _num(self.median_abs), "threshold": _num(self.massive_threshold),
+                        "median_abs": json_safe(self.median_abs), "threshold": json_safe(self.massive_threshold),
                         "count": self.num_massive_tokens, "tokens": self.massive_tokens, "dims": self.massive_dims},
             "summary": self.one_line(),
         }

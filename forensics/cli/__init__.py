@@ -2,8 +2,8 @@
 ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``; modules are imported only when their
 command runs, so ``hsf --help`` stays instant (no torch import).
 
-Exit codes: 0 ok, 1 a verdict of mismatch (audit) or contradicting findings (fingerprint), 2 unreadable
-input or bad arguments, 3 cannot tell (audit).
+Exit codes, the same for every command (``forensics.findings.exit_code``): 0 no fail, 1 a fail (a finding of
+severity fail, a FAIL verdict, an audit mismatch), 2 unreadable input or bad arguments, 3 cannot tell.
 """
 
 from __future__ import annotations
@@ -28,17 +28,24 @@ COMMANDS = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line error (``hsf report: error: argument --engine: invalid choice: …``), exit 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def build_parser(with_commands: list[str] | None = None) -> argparse.ArgumentParser:
     from forensics import __version__
 
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="hsf",
         description="hidden-state forensics: tell which captured LLM hidden-state tensor is which, and "
                     "whether an EAGLE-3 draft is served what it was trained on. Layers are named in r: "
                     "r=0 embedding output, r=k output of block k (= HF hidden_states[k]), r=L last block "
                     "pre-norm, final_post after the final norm.")
     p.add_argument("--version", action="version", version=f"hsf {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, help_ in COMMANDS.items():
         sp = sub.add_parser(name, help=help_, description=help_)
         if with_commands is not None and name in with_commands:
@@ -70,7 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     if mod is None:
         print(f"hsf {command}: not available in this installation", file=sys.stderr)
         return 2
-    args = build_parser([command]).parse_args(argv)
+    try:
+        args = build_parser([command]).parse_args(argv)
+    except SystemExit as e:  # --help (0) or a bad argument (2, one line on stderr): a return code, not a raise
+        return e.code if isinstance(e.code, int) else 2
     from forensics.errors import ForensicsError
 
     try:

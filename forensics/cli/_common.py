@@ -7,24 +7,14 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from forensics.jsonable import json_safe
+
 
 def print_json(doc: Any) -> None:
-    json.dump(doc, sys.stdout, indent=1, default=_default, allow_nan=False)
+    json.dump(json_safe(doc), sys.stdout, indent=1, allow_nan=False)
     sys.stdout.write("\n")
 
 
-def _default(o: Any):
-    import numpy as np
-
-    if isinstance(o, (np.integer,)):
-        return int(o)
-    if isinstance(o, (np.floating,)):
-        return float(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if hasattr(o, "to_dict"):
-        return o.to_dict()
-    return str(o)
 
 
 def for_each_file(paths: Iterable[str], fn: Callable[[str], dict]) -> tuple[list[dict], int]:
@@ -71,3 +61,53 @@ def positive_int(text: str) -> int:
     if v < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
     return v
+
+
+def add_trainer_argument(p, help_: str = "the trainer that consumed the data") -> None:
+    """``--trainer``, with the one vocabulary every command shares (``forensics.analysis.claims.TRAINERS``)."""
+    from forensics.analysis.claims import TRAINERS
+
+    p.add_argument("--trainer", choices=TRAINERS, metavar="{" + ",".join(TRAINERS) + "}", help=help_)
+
+
+def add_engine_arguments(p, help_: str = "the serving engine") -> None:
+    """``--engine`` (``forensics.analysis.claims.ENGINES``) and ``--engine-version``, the same in every command."""
+    from forensics.analysis.claims import ENGINES
+
+    p.add_argument("--engine", choices=ENGINES, metavar="{" + ",".join(ENGINES) + "}", help=help_)
+    p.add_argument("--engine-version", metavar="V",
+                   help="sglang: pre-25454 | post-25454 (default); vllm: pre-36063 | post-36063 | post-40727 | "
+                        "post-46973 (default); llama.cpp: pre-25794 | post-25794 (default) | post-27040; tokenspeed: "
+                        "pre-526 | post-526 (default); atlas: pre-394 | post-394 (default). Also written "
+                        "sglang<25454, >=25454, latest")
+
+
+def exit_code_of(entries: list[dict], unreadable: bool, fail_on: str = "fail") -> int:
+    """The exit code of a command over per-file JSON entries (their ``findings`` and ``verdict``)."""
+    from forensics.findings import exit_code
+
+    findings = [f for e in entries for f in e.get("findings") or []]
+    return exit_code(findings, [e.get("verdict") for e in entries], unreadable=unreadable, fail_on=fail_on)
+
+
+def add_model_arguments(p, help: str) -> None:
+    """``--model`` plus the options of running it: ``--max-memory`` and ``--tokens`` (every verb that takes a
+    model gets the same three)."""
+    p.add_argument("--model", metavar="PATH", help=help)
+    p.add_argument("--max-memory", metavar="SIZE",
+                   help="memory budget for the model, e.g. 1GB (default: half the available RAM); a model "
+                        "that does not fit runs block by block from its safetensors shards")
+    p.add_argument("--tokens", type=positive_int, metavar="T",
+                   help="exact mode runs the model on the first T tokens of each sample (default 128)")
+
+
+def target_of(args) -> Any:
+    """``--model``/``--max-memory``/``--tokens`` → a ``forensics.models.target.Target`` (None without --model);
+    the per-block progress bar is on when stderr is a terminal and --json is not given."""
+    if getattr(args, "model", None) is None:
+        return None
+    from forensics.models.target import open_target
+
+    return open_target(args.model, max_memory=args.max_memory, tokens=args.tokens,
+                       progress=not getattr(args, "json", False) and sys.stderr.isatty())
+

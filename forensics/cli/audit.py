@@ -1,16 +1,21 @@
 """``hsf audit``: does serving feed the EAGLE-3 draft what training fed it? Verdict, slices, fix.
 
-Exit codes: 0 match; 1 mismatch; 2 unreadable input or bad arguments; 3 cannot-tell (non-zero so a CI
-gate never passes on an unproven wiring, and distinct from 1 so a script can tell "proven wrong" from
-"not proven").
+Exit codes (``forensics.findings.exit_code``, as every command): 0 match and no fail; 1 mismatch or a fail
+finding (a MATCH with a broken training target is still a fail); 2 unreadable input or bad arguments;
+3 cannot-tell (non-zero so a CI gate never passes on an unproven wiring, and distinct from 1 so a script can
+tell "proven wrong" from "not proven").
 """
 
 from __future__ import annotations
 
-from forensics.cli._common import positive_int, print_json
-
-EXIT = {"match": 0, "mismatch": 1, "cannot-tell": 3}
-
+from forensics.cli._common import (
+    add_engine_arguments,
+    add_model_arguments,
+    add_trainer_argument,
+    positive_int,
+    print_json,
+    target_of,
+)
 
 
 def add_arguments(p) -> None:
@@ -18,17 +23,11 @@ def add_arguments(p) -> None:
     p.add_argument("--trained-layout", metavar="R,R,...",
                    help="instead of --data: the stored slots as labels, e.g. embed,L3,L31,L59")
     p.add_argument("--draft", metavar="PATH", help="draft checkpoint folder (config.json [+ model.safetensors])")
-    from forensics.models.conventions import ENGINES, FAMILIES, ID_TRAINERS, TRAINERS
+    from forensics.models.conventions import FAMILIES
 
-    p.add_argument("--engine", choices=list(ENGINES), help="the serving engine")
-    p.add_argument("--engine-version", metavar="V",
-                   help="sglang: pre-25454 | post-25454 (default); vllm: pre-36063 | post-36063 | post-40727 | "
-                        "post-46973 (default); llama.cpp: pre-25794 | post-25794 (default) | post-27040; tokenspeed: "
-                        "pre-526 | post-526 (default); atlas: pre-394 | post-394 (default). Also written "
-                        "sglang<25454, >=25454, latest. Without it, every version's reading is listed")
-    p.add_argument("--trainer", choices=list(dict.fromkeys([*TRAINERS, *ID_TRAINERS])),
-                   help="the trainer that consumed --data (default: from the data's format), or, with "
-                        "--target-layer-ids, the trainer as it was invoked")
+    add_engine_arguments(p)
+    add_trainer_argument(p, "the trainer that consumed --data (default: from the data's format), or, with "
+                            "--target-layer-ids, the trainer as it was invoked")
     p.add_argument("--target-layer-ids", metavar="I,I,...",
                    help="pre-flight without data: the ids the trainer was given, in its own numbering (speculators: "
                         "train.py --target-layer-ids, without the final layer)")
@@ -47,9 +46,8 @@ def add_arguments(p) -> None:
     p.add_argument("--served", metavar="PATH",
                    help="capture of what the engine actually fed the draft (e.g. vLLM extract_hidden_states "
                         "safetensors): compared slot by slot with --data, no config needed")
-    p.add_argument("--model", metavar="PATH",
-                   help="reference model for exact r per slot (HF folder, .gguf, or a ladder capture with the "
-                        "same input_ids); default: fingerprint from the data alone")
+    add_model_arguments(p, "reference model for exact r per slot (HF folder, .gguf, or a ladder capture with the "
+                           "same input_ids); default: fingerprint from the data alone")
     p.add_argument("--no-fingerprint", action="store_true", help="trust declared layers; skip fingerprinting")
 
 
@@ -85,14 +83,14 @@ def run(args) -> int:
                         num_layers=args.num_layers, hidden_size=args.hidden_size,
                         arch=arch_family([args.target_arch]) if args.target_arch else None, family=args.family)
         print_json(res.to_dict()) if args.json else print(res.text())
-        return EXIT[res.verdict]
+        return res.exit_code()
     res = audit(data=data, draft=args.draft, engine=args.engine, engine_version=args.engine_version,
                 trainer=args.trainer, target_config=args.target_config, served=args.served,
                 num_layers=args.num_layers, hidden_size=args.hidden_size,
                 arch=arch_family([args.target_arch]) if args.target_arch else None,
-                use_fingerprint=not args.no_fingerprint, model=args.model)
+                use_fingerprint=not args.no_fingerprint, model=target_of(args))
     if args.json:
         print_json(res.to_dict())
     else:
         print(res.text())
-    return EXIT[res.verdict]
+    return res.exit_code()

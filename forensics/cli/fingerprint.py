@@ -1,88 +1,86 @@
-"""``hsf fingerprint PATH… [--layers …|--expect …] [--model …] [--num-layers N] [--json]``.
+"""``hsf fingerprint PATH… [--layers …|--expect …|--draft …] [--model …] [--num-layers N] [--json]``.
 
-Role, depth order, coarse r and (given an expected list) label of every slot, with the evidence that
-decided each; ``--model`` adds the exact checks (embedding rows, final-norm γ, reference ladder).
-Exit 1 when a finding contradicts the expectation (reordered, duplicate, missing embedding, post-norm,
-off-by-one, non-finite), 2 when a file is unreadable.
+Role, depth order, coarse r and label of every slot, with the evidence that decided each, and the verdict
+of every slot's claim (PASS / FAIL / CANNOT TELL) — the claim being the user's list, a draft config's ids
+(read through ``--trainer``'s convention, or as ``--engine`` would capture them), or the capture's own
+sidecar and format. ``--model`` adds the exact checks (embedding rows, final-norm γ, reference ladder).
+Exit codes (``forensics.findings``): 0 no fail, 1 a fail, 2 unreadable file or bad arguments, 3 cannot tell.
 """
 
 from __future__ import annotations
 
-from forensics.cli._common import for_each_file, positive_int, print_json
-
-FAIL_KINDS = {"reordered", "duplicate", "missing_embedding", "postnorm", "prenorm", "off_by_one", "wrong_layer",
-              "nonfinite", "count_mismatch", "no_reference_match",
-              "all_zero"}
-
+from forensics.cli._common import (
+    add_engine_arguments,
+    add_model_arguments,
+    add_trainer_argument,
+    exit_code_of,
+    for_each_file,
+    positive_int,
+    print_json,
+    target_of,
+)
 
 
 def add_arguments(p) -> None:
     p.add_argument("paths", nargs="+", metavar="PATH", help="capture files or directories")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--layers", help="expected r per stored slot, e.g. 0,3,16,28 (default: the r the capture "
-                                    "declares in capture.json / data_config.json)")
+    g.add_argument("--layers", help="claimed r per stored slot, e.g. 3,16,28,30 (default: the r the capture "
+                                    "declares in capture.json / data_config.json, and its format's definition)")
     g.add_argument("--expect", help="same as --layers in labels, e.g. embed,L3,L16,L28,final_post")
-    g.add_argument("--draft", help="take the expected layers from an EAGLE-3 draft's config ids "
-                                   "(needs --trainer and the model's L)")
-    p.add_argument("--trainer", help="the system whose numbering the draft's ids use (speculators, "
-                                     "speculators-legacy, specforge, vllm, sglang) — with --draft")
-    p.add_argument("--model", help="exact mode: HF folder, safetensors checkpoint, .gguf, or a ladder capture "
-                                   "with the same input_ids ('default' = packaged SmolLM2)")
+    g.add_argument("--draft", help="claim the layers an EAGLE-3 draft's config ids name: as its trainer wrote them "
+                                   "(--trainer) or as a serving engine captures them (--engine)")
+    add_trainer_argument(p, "with --draft: the trainer that wrote the draft's ids")
+    add_engine_arguments(p, "with --draft: read the ids as this engine captures them")
+    add_model_arguments(p, "exact mode: HF folder, safetensors checkpoint, .gguf, or a ladder capture with the "
+                           "same input_ids ('default' = packaged SmolLM2)")
     p.add_argument("--num-layers", type=positive_int, help="L of the model (for the coarse r estimate)")
 
 
-SPECULATORS_FORMATS = ("speculators-v1", "speculators", "speculators-v0")  # last slot = pre-norm target r = L
-
-
-def _expected(args, capture_L: int | None, capture=None) -> tuple:
-    """``(expected r list or None, where it came from)``."""
+def _claims(args, capture):
+    """The claim list the user asked to check (None: the capture's own claims)."""
+    from forensics.analysis.claims import Claim, Claims, ClaimSource, draft_claims, user_claims, with_format_target
     from forensics.errors import ForensicsError
 
     if args.layers or args.expect:
-        return (args.layers or args.expect), ("--layers" if args.layers else "--expect")
-    if args.draft:
-        from forensics.models.conventions import to_r
-        from forensics.models.draft_config import read_draft
+        return user_claims(args.layers or args.expect, "--layers" if args.layers else "--expect")
+    if not args.draft:
+        return None
+    from forensics.models.draft_config import read_draft
 
-        if not args.trainer:
-            raise ForensicsError("--draft needs --trainer (whose numbering the draft's ids use)", path=args.draft)
-        L = args.num_layers or capture_L
-        if not L:
-            raise ForensicsError("--draft needs the model's L (--num-layers N, or a capture.json num_layers)",
-                                 path=args.draft)
-        info = read_draft(args.draft, read_vocab_maps=False)
-        ids = info.ids_top if info.ids_top is not None else info.ids_nested
-        rs, src = to_r(args.trainer, ids, L), f"draft config ids {ids} read as {args.trainer} numbering"
-        if capture is not None and capture.format in SPECULATORS_FORMATS and len(capture.slots) == len(rs) + 1:
-            # the ids cover the fc inputs; speculators stores its target last and trains against r = L pre-norm
-            # (speculators#313), so that is what the last slot is expected to be (SpecForge's final_post target
-            # is matched by the fingerprint itself)
-            rs, src = [*rs, L], src + f" + speculators' target r = L = {L}"
-        return rs, src
-    return None, None
+    if not (args.trainer or args.engine):
+        raise ForensicsError("--draft needs --trainer (who wrote the ids) or --engine (who reads them)",
+                             path=args.draft)
+    L = args.num_layers or capture.num_layers
+    if not L:
+        raise ForensicsError("--draft needs the model's L (--num-layers N, or a capture.json num_layers)",
+                             path=args.draft)
+    info = read_draft(args.draft, read_vocab_maps=False)
+    if args.trainer:
+        return draft_claims(info, args.trainer, L, capture)
+    from forensics.models import conventions as cv
+
+    ec = cv.engine_capture(args.engine, info.config, L, args.engine_version)
+    detail = (f"draft config `{ec.key}` = {ec.ids} as {args.engine} {ec.version} captures it"
+              if ec.ids is not None else f"no ids under `{ec.key}`: {args.engine} {ec.version}'s default")
+    served = Claims([Claim(r, ClaimSource.DRAFT, detail) for r in ec.r], ClaimSource.DRAFT, detail)
+    return with_format_target(served, capture, L)
 
 
 def run(args) -> int:
     from forensics.analysis.fingerprint.core import fingerprint
     from forensics.io.formats import load
 
-    model = args.model  # a path: resolved (and memoised) per file by forensics.analysis.fingerprint.exact.reference_for
-    if model == "default":
-        from forensics.models.target import default_model_path
-
-        model = default_model_path()
+    model = target_of(args)  # resolved once; streamed per file when it does not fit --max-memory
     results = {}
 
     def one(path: str) -> dict:
         cap = load(path)
-        layers, source = _expected(args, cap.num_layers, cap)
-        fp = fingerprint(cap, layers=layers, model=model, num_layers=args.num_layers, expected_source=source)
+        fp = fingerprint(cap, model=model, num_layers=args.num_layers, claims=_claims(args, cap))
         results[fp.path] = fp
         return fp.to_dict()
 
     entries, code = for_each_file(args.paths, one)
-    if any(f["kind"] in FAIL_KINDS for e in entries for f in e.get("findings") or []):
-        code = max(code, 1)
+    code = exit_code_of(entries, unreadable=code == 2)
     if args.json:
         print_json({"files": entries})
         return code

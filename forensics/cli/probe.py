@@ -9,16 +9,15 @@ clearly beaten by another (its 95 % CI lies below the best's); 2 on unreadable i
 
 from __future__ import annotations
 
-from forensics.cli._common import print_json
+from forensics.cli._common import add_model_arguments, print_json, target_of
 
 
 def add_arguments(p) -> None:
     p.add_argument("--draft", required=True, metavar="DIR", help="EAGLE-3 draft folder (config.json + weights; "
                    "speculators layers.0.* or EAGLE/SGLang/SpecForge midlayer.* names)")
     p.add_argument("--data", required=True, metavar="PATH", help="capture file or folder (slots named by r)")
-    p.add_argument("--model", metavar="PATH", default=None,
-                   help="verifier (HF folder or .gguf; 'default' = packaged SmolLM2): scores against its "
-                        "prediction and supplies the embedding; without it the target is the next token")
+    add_model_arguments(p, "verifier (HF folder or .gguf; 'default' = packaged SmolLM2): scores against its "
+                           "prediction and supplies the embedding; without it the target is the next token")
     p.add_argument("--candidates", default="auto", metavar="auto|LIST",
                    help="'auto' (declared, trainer's view, shifts, permutations; at most 24) or wirings as "
                         "r lists, e.g. '0,3,16;3,16,28' or 'embed,L3,L16;L3,L16,L28'")
@@ -30,7 +29,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from forensics.analysis.probe import TOPK, probe
 
-    res = probe(args.draft, args.data, candidates=args.candidates, model=args.model,
+    res = probe(args.draft, args.data, candidates=args.candidates, model=target_of(args),
                 topk=args.topk or TOPK, max_samples=args.samples, use_loss_mask=args.loss_mask)
     if args.json:
         print_json(res.to_dict())

@@ -182,6 +182,24 @@ def build_record(slots: list[dict], ids, embed: dict | None, *, fmt: str, produc
             "embed_rows": embed, "slots": slots}
 
 
+def record_for_states(states: list, rs: list, ids, *, fmt: str, producer: str, convention: str | None,
+                      layer_ids: list | None, model: str | None, num_layers: int | None, tool_version: str) -> dict:
+    """The stamp of a sample about to be written from its ``[tokens, hidden]`` states (as stored: same dtype),
+    for writers that know every slot's r (``hsf capture``)."""
+    from forensics.layers import r_label
+
+    slots = [slot_record(t, f"slot {j}", r, r_label(r), str(t.dtype)) for j, (t, r) in enumerate(zip(states, rs,
+                                                                                                      strict=True))]
+    embed = next((embed_rows(t, ids) for t, r in zip(states, rs, strict=True) if r == 0), None)
+    return build_record(slots, ids, embed, fmt=fmt, producer=producer, convention=convention, layer_ids=layer_ids,
+                        model=model, num_layers=num_layers, tool_version=tool_version)
+
+
+def metadata_entry(stamp: dict) -> dict[str, str]:
+    """The ``__metadata__`` entry a safetensors writer adds for ``stamp`` (string values only)."""
+    return {STAMP_KEY: json.dumps(stamp, separators=(",", ":"), sort_keys=True)}
+
+
 # ---- storage ---------------------------------------------------------------------------------------------
 
 
@@ -318,7 +336,7 @@ def write_safetensors_stamp(path: str, stamp: dict) -> None:
     with open(path, "rb") as f:
         (n,) = struct.unpack("<Q", f.read(8))
     meta = dict(header.get("__metadata__") or {})
-    meta[STAMP_KEY] = json.dumps(stamp, separators=(",", ":"), sort_keys=True)
+    meta.update(metadata_entry(stamp))
     new = {"__metadata__": meta, **{k: v for k, v in header.items() if k != "__metadata__"}}
     blob = json.dumps(new, separators=(",", ":")).encode("utf-8")
     blob += b" " * (-len(blob) % 8)  # the safetensors writer pads the header to 8 bytes with spaces

@@ -111,7 +111,7 @@ def kimi_like(seed: int = 0, tokens: int = 1281, hidden: int = 7168, norms: tupl
     """A SYNTHETIC Kimi-shaped sample: 4 bf16 ``[tokens, hidden]`` slots with the seed's norm statistics.
 
     Example:
-        >>> cap = kimi_like(tokens=64, hidden=256)
+        >>> cap = kimi_like(hidden=256)  # Kimi's 1281 tokens: fewer cannot hold the seed's statistics
         >>> [s.name for s in cap.slots], cap.format
         (['hidden_states[0]', 'hidden_states[1]', 'hidden_states[2]', 'hidden_states[3]'], 'synthetic')
     """

@@ -31,13 +31,20 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from forensics.errors import ForensicsError
+from forensics.models.draft_config import WEIGHT_FILES
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
 SCHEME_SPECULATORS = "layers.0"  # speculators / vLLM names
 SCHEME_MIDLAYER = "midlayer"  # EAGLE / SGLang / SpecForge names
-_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+
+
+def has_weights(draft: str | os.PathLike) -> bool:
+    """A draft folder (or a file inside it) with weights can be run; a bare config.json can only be audited."""
+    d = os.fspath(draft)
+    d = d if os.path.isdir(d) else os.path.dirname(d)
+    return any(os.path.isfile(os.path.join(d, n)) for n in WEIGHT_FILES)
 
 
 @dataclass
@@ -127,7 +134,7 @@ def _read_weights(folder: str) -> tuple[dict, str]:
 
     files = sorted(f for f in os.listdir(folder) if f.endswith(".safetensors"))
     if not files:
-        files = [f for f in _WEIGHT_FILES if os.path.isfile(os.path.join(folder, f))]
+        files = [f for f in WEIGHT_FILES if os.path.isfile(os.path.join(folder, f))]
     if not files:
         raise ForensicsError("no draft weights found (expected model.safetensors or pytorch_model.bin)",
                              path=folder)

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 
 from forensics.errors import ForensicsError
 
-WEIGHT_FILES = ("model.safetensors", "pytorch_model.safetensors")
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.safetensors", "pytorch_model.bin")  # a draft folder's weights
 _MISSING = object()
 
 
@@ -98,7 +98,8 @@ def _find(path: str) -> tuple[str | None, str | None]:
     """(config.json, weights) for a folder, a config.json or a safetensors file."""
     if os.path.isdir(path):
         cfg = os.path.join(path, "config.json")
-        w = next((os.path.join(path, n) for n in WEIGHT_FILES if os.path.isfile(os.path.join(path, n))), None)
+        w = next((os.path.join(path, n) for n in WEIGHT_FILES
+                  if n.endswith(".safetensors") and os.path.isfile(os.path.join(path, n))), None)
         if w is None:
             w = next((os.path.join(path, n) for n in sorted(os.listdir(path)) if n.endswith(".safetensors")), None)
         return (cfg if os.path.isfile(cfg) else None), w

@@ -232,9 +232,14 @@ def sample_path(fmt: str, i: int) -> str:
     return f"capture_{i}.safetensors"
 
 
-def write_sample(fmt: str, path: str, sample: TextSample, states: list, rs: list) -> None:
-    """Write one sample file exactly as ``fmt``'s own generator writes it."""
+def write_sample(fmt: str, path: str, sample: TextSample, states: list, rs: list, stamp: dict | None = None) -> None:
+    """Write one sample file exactly as ``fmt``'s own generator writes it; a safetensors file also carries
+    ``stamp`` in its header metadata (torch files get theirs in capture.json)."""
     import torch
+
+    from forensics.io.stamps import metadata_entry
+
+    stamp_meta = metadata_entry(stamp) if stamp is not None else None
 
     ids = torch.tensor(sample.input_ids, dtype=torch.long)
     mask = torch.tensor(sample.loss_mask, dtype=torch.long)
@@ -244,7 +249,8 @@ def write_sample(fmt: str, path: str, sample: TextSample, states: list, rs: list
     elif fmt == "speculators":
         from safetensors.torch import save_file
 
-        save_file({"hidden_states": torch.stack(states, dim=1).contiguous(), "token_ids": ids}, path)
+        save_file({"hidden_states": torch.stack(states, dim=1).contiguous(), "token_ids": ids}, path,
+                  metadata=stamp_meta)
     elif fmt == "specforge":
         torch.save({"input_ids": ids, "loss_mask": mask,
                     "hidden_state": states[-1].unsqueeze(0).contiguous(),
@@ -254,7 +260,7 @@ def write_sample(fmt: str, path: str, sample: TextSample, states: list, rs: list
 
         tensors = {f"slot_{j}.{r_label(r)}": t for j, (r, t) in enumerate(zip(rs, states, strict=True))}
         tensors.update(input_ids=ids, loss_mask=mask)
-        save_file(tensors, path, metadata={"r": json.dumps(rs), "tool": "hsf capture"})
+        save_file(tensors, path, metadata={"r": json.dumps(rs), "tool": "hsf capture", **(stamp_meta or {})})
 
 
 def write_arrow_dataset(out: str, samples: list) -> list[str]:
@@ -398,17 +404,28 @@ def capture(texts: list[str], layers: str | list | None = None, fmt: str = "spec
     run = CaptureRun(out=out, format=fmt, r=rs, layer_ids=ids, notes=notes)
 
     # everything is valid: write
+    import torch
     from tqdm import tqdm
+
+    from forensics import __version__
+    from forensics.io.stamps import record_for_states
 
     os.makedirs(out, exist_ok=True)
     entries = []
+    name = _model_name(model)
+    stamps: dict[str, dict] = {}
     for i, s in enumerate(tqdm(samples, desc="hsf capture", unit="sample", disable=not progress)):
         rel = sample_path(fmt, i)
-        write_sample(fmt, os.path.join(out, rel), s, slot_states(net, s.input_ids, rs, dtype), rs)
+        states = slot_states(net, s.input_ids, rs, dtype)
+        rec = record_for_states(states, rs, torch.tensor(s.input_ids, dtype=torch.long), fmt=fmt,
+                                producer=f"hsf capture {__version__}", convention=CONVENTIONS[fmt], layer_ids=ids,
+                                model=name, num_layers=L, tool_version=__version__)
+        write_sample(fmt, os.path.join(out, rel), s, states, rs, rec)
+        if fmt in ("speculators-v1", "specforge"):  # torch files: the stamp goes into capture.json
+            stamps[rel] = rec
         run.files.append(rel)
         entries.append({"file": rel, "text_file": os.path.relpath(s.text_file, out), "text_sha256": s.sha256,
                         "chat": s.chat, "num_tokens": len(s.input_ids)})
-    name = _model_name(model)
     if fmt == "speculators-v1" and ids is not None:  # layer_ids() gives v1 ids for every r
         _write_json(os.path.join(out, "data_config.json"),
                     data_config(ids, H, dtype, name, [os.path.relpath(t, out) for t in texts], max_tokens,
@@ -422,13 +439,12 @@ def capture(texts: list[str], layers: str | list | None = None, fmt: str = "spec
         folder = tokenizer_dir or os.path.join(out, "tokenizer")
         save_tokenizer(tok, folder)
         tok_rel = os.path.relpath(folder, out)
-    from forensics import __version__
-
     run.meta = {
         "tool": "hsf capture", "tool_version": __version__, "model": name, "num_layers": L, "hidden_size": H,
         "r": rs, "labels": [r_label(r) for r in rs], "format": fmt, "convention": CONVENTIONS[fmt],
         "layer_ids": ids, "dtype": "bfloat16" if dtype == "bf16" else "float32", "compute_dtype": "float32",
         "tokenizer": tok_rel, "samples": entries, "command": command, "notes": notes,
+        **({"stamps": stamps} if stamps else {}),
     }
     _write_json(os.path.join(out, "capture.json"), run.meta)
     run.seconds = time.time() - t0

@@ -224,7 +224,7 @@ class Target:
 
     Example:
         >>> t = open_target("default", max_memory="1GB")        # doctest: +SKIP
-        >>> t.max_memory
+        >>> t.max_memory                                      # doctest: +SKIP
         1000000000
     """
 
@@ -234,6 +234,9 @@ class Target:
     progress: bool = False
 
     def __fspath__(self) -> str:
+        return self.path
+
+    def __str__(self) -> str:
         return self.path
 
 
@@ -335,3 +338,32 @@ def config_facts(path: str) -> dict | None:
             "vocab_size": c.get("vocab_size"), "rms_norm_eps": c.get("rms_norm_eps"),
             "tie_word_embeddings": bool(c.get("tie_word_embeddings", False)),
             "dtype": c.get("torch_dtype") or c.get("dtype")}
+
+
+def load_target(spec: Any) -> Any:
+    """``(model, tokenizer)`` of ``--model`` loaded whole (``load_model``), after checking the budget of a
+    :class:`Target`: a model that does not fit is refused in one line, never loaded into swap."""
+    budget = spec.max_memory if isinstance(spec, Target) else None
+    path = resolve_model(spec.path if isinstance(spec, Target) else spec)
+    if not isinstance(path, str):
+        return path
+    if budget is not None and not fits_in_memory(path, budget):
+        need = compute_bytes(path) or 0
+        raise ForensicsError(f"loading the whole model needs {need / 1e9:.2f} GB in float32, above --max-memory "
+                             f"{budget / 1e9:.2f} GB (only the fingerprint's exact mode streams block by block)",
+                             path=path)
+    return load_model(path)
+
+
+def target_facts(spec: Any) -> dict:
+    """``model_facts`` of ``--model``: from ``config.json`` alone when it is an HF folder that does not fit the
+    budget (nothing loaded), else from the loaded model."""
+    path = spec.path if isinstance(spec, Target) else resolve_model(spec)
+    if isinstance(path, str):
+        budget = spec.max_memory if isinstance(spec, Target) else default_max_memory()
+        facts = config_facts(path)
+        if facts is not None and not fits_in_memory(path, budget):
+            return facts
+        return model_facts(load_model(path)[0])
+    return model_facts(path[0] if isinstance(path, tuple) else path)
+

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from forensics.findings import Severity, sort_findings
 from forensics.layers import r_label
 from forensics.views.format import badge, esc, html_table
 
@@ -18,8 +19,7 @@ def line(res) -> str:
 def html(res) -> str:
     rows = [[s["slice"], r_label(s["trained_r"]), r_label(s["served_r"]), "yes" if s["ok"] else "NO"]
             for s in res.slices]
-    frows = [[badge({"error": "fail", "warn": "warn"}.get(f.severity, "info")), f.kind, f.message]
-             for f in res.findings]
+    frows = [[badge(f.severity.value), f.kind, f.message] for f in sort_findings(res.findings)]
     fix = ""
     if res.fix:
         verb = "already has" if res.fix.get("already_set") else "write"
@@ -94,7 +94,7 @@ def text(res) -> str:
                 out.append(f"  caveat: {fx['caveat']}")
             if fx.get("also"):
                 out.append(f"  also: {fx['also']}")
-    other = [f for f in res.findings if f.severity == "error" and f.kind not in
+    other = [f for f in res.findings if f.severity is Severity.FAIL and f.kind not in
              ("slices", "off_by_one", "shifted", "served_data")]
     if res.verdict == "match" and other:
         out.append("")

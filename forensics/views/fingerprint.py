@@ -5,16 +5,12 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from forensics.findings import Verdict, sort_findings
 from forensics.layers import r_label
-from forensics.views.format import Raw, badge, esc, html_table
+from forensics.views.format import Raw, badge, esc, headline_word, html_table
 
 if TYPE_CHECKING:  # pragma: no cover
     from forensics.analysis.fingerprint.core import Fingerprint
-
-FINDING_VERDICT = {"reordered": "fail", "duplicate": "fail", "missing_embedding": "fail", "postnorm": "fail",
-                   "prenorm": "fail", "off_by_one": "fail", "wrong_layer": "fail", "nonfinite": "fail",
-                   "count_mismatch": "warn", "unexpected_embedding": "warn",
-                   "no_reference_match": "warn", "all_zero": "fail", "few_tokens": "warn"}
 
 
 MAX_MATRIX_SLOTS = 8  # print the k×k distance matrix up to this many slots (HTML: up to 16)
@@ -28,32 +24,72 @@ def _r(v) -> str:
     return r_label(v)
 
 
+def _v(v) -> str:
+    return "—" if v is None else str(v.value).upper()
+
+
 def _head(fp: Fingerprint) -> str:
     c = fp.capture
     L = f", L = {fp.num_layers}" if fp.num_layers else ", L unknown (r≈ is a depth fraction)"
     exp = ""
     if fp.expected is not None:
-        exp = f"; expected [{', '.join(r_label(r) for r in fp.expected)}] ({fp.expected_source})"
+        exp = f"; claimed [{', '.join('?' if r is None else r_label(r) for r in fp.expected)}] ({fp.expected_source})"
     ex = f"; exact mode vs {os.path.basename(str(fp.exact['source']))}" if fp.exact else ""
     return (f"{os.path.basename(c.path)}: {c.format}, {c.num_tokens} tokens, hidden {c.hidden_size}, "
             f"{len(fp.slots)} slots{L}{exp}{ex}")
 
 
+def stream_line(s: dict) -> str:
+    """One line of a streamed reference's provenance: blocks, shards and bytes read, memory, time."""
+    spb = s.get("seconds_per_block")
+    return (f"streamed {s['blocks_run']} of {s['num_layers']} blocks ({s['model_type']}, {s['compute_dtype']}, "
+            f"first {s['tokens']} tokens) from {len(s['shards_read'])} shards: {s['bytes_read'] / 1e9:.2f} GB read of "
+            f"{s['weights_bytes'] / 1e9:.2f} GB, peak RSS {s['peak_rss'] / 1e9:.2f} GB"
+            + (f" (budget {s['max_memory'] / 1e9:.2f} GB)" if s.get("max_memory") else "")
+            + (f", {spb:.2f} s/block" if spb is not None else "") + f", {s['seconds']:.1f} s")
+
+
+def headline(fp: Fingerprint) -> str:
+    """The worst verdict first, then why: the first failing finding, the undecided claims, or that all hold."""
+    v = fp.verdict
+    fails = [f for f in sort_findings(fp.findings) if f.severity.value == "fail"]
+    if fails:
+        why = f"{fails[0].kind}: {fails[0].message}"
+    elif v is Verdict.CANNOT_TELL:
+        open_ = [sf for sf in fp.slots if sf.verdict is Verdict.CANNOT_TELL]
+        settle = next((sf.settle for sf in open_ if sf.settle), None)
+        why = (f"slot(s) {[sf.index for sf in open_]} claimed "
+               f"[{', '.join(sf.claim.label for sf in open_ if sf.claim is not None)}] are consistent with the data "
+               f"but not proven" + (f"; settle with {settle}" if settle else ""))
+    elif v is Verdict.PASS:
+        why = "every claimed slot is what it is claimed to be"
+    else:
+        why = "nothing is claimed about these slots: roles and depth order only"
+    src = f" — claims from {fp.claims.source.value}: {fp.claims.detail}" if fp.claims is not None else ""
+    return f"{headline_word(v)}: {why}{src}"
+
+
 def text(fp: Fingerprint) -> str:
-    """Readable multi-line text: header, depth order, verdict table, findings, evidence per slot."""
-    lines = [_head(fp)]
+    """Readable multi-line text: verdict headline, header, depth order, verdict table, findings, evidence."""
+    lines = [headline(fp), _head(fp)]
+    if fp.exact and fp.exact.get("stream"):
+        lines.append("  " + stream_line(fp.exact["stream"]))
     lines.append("  depth order (shallow → deep): " + " → ".join(
         f"[{i}]" + (f" {fp.slots[i].label}" if fp.slots[i].label else "") for i in fp.depth_order)
         + f"   (order confidence {fp.order_confidence:.2f})")
     w = max(12, min(34, max(len(sf.name) for sf in fp.slots) + 2))
     lines.append(f"  {'slot':<6}{'name':<{w}}{'role':<16}{'conf':>5}  {'rank':>4}  {'r≈':<11}{'label':<11}"
-                 f"{'r_exact':<11}decided by")
+                 f"{'r_exact':<11}{'claimed':<11}{'verdict':<13}decided by")
     for sf in fp.slots:
         lines.append(f"  {f'[{sf.index}]':<6}{sf.name[:w - 2]:<{w}}{sf.role:<16}{sf.confidence:>5.2f}  "
                      f"{sf.depth_rank:>4}  {_r(sf.r_estimate):<11}{sf.label or '—':<11}{_r(sf.r_exact):<11}"
-                     f"{sf.decided_by}")
-    lines.append("  (r≈ coarse data-only depth from the slot's rank; label = expected list assigned in depth order; "
-                 "r_exact = reference match, --model)")
+                     f"{sf.claim.label if sf.claim else '—':<11}{_v(sf.verdict):<13}{sf.decided_by}")
+    lines.append("  (r≈ coarse data-only depth from the slot's rank; label = what the evidence names; claimed = the "
+                 "claim checked; r_exact = reference match, --model)")
+    for sf in fp.slots:
+        if sf.verdict is not None:
+            lines.append(f"    [{sf.index}] {_v(sf.verdict)}: claimed {sf.claim.label if sf.claim else '?'} "
+                         f"({sf.claim.source.value if sf.claim else '?'}); {sf.verdict_why}")
     k = len(fp.slots)
     if 1 < k <= MAX_MATRIX_SLOTS:
         lines.append("  masked angular distance (0 = same direction; sinks dropped, massive dims masked):")
@@ -62,7 +98,7 @@ def text(fp: Fingerprint) -> str:
             lines.append(f"    [{i}] " + "".join(f"{fp.similarity[i, j]:7.3f}" for j in range(k)))
     if fp.findings:
         lines.append("  findings:")
-        lines += [f"    {f.kind.upper()}: {f.message}" for f in fp.findings]
+        lines += [f"    {f.severity.value.upper()} {f.kind}: {f.message}" for f in sort_findings(fp.findings)]
     else:
         lines.append("  findings: none")
     lines.append("  evidence:")
@@ -81,16 +117,19 @@ def html(fp: Fingerprint) -> str:
         declared = fp.stats.slots[sf.index].declared_r
         rows.append([sf.index, sf.name, Raw(f"<b>{esc(sf.role)}</b>"), f"{sf.confidence:.2f}", sf.depth_rank,
                      _r(sf.r_estimate), sf.label or "—", _r(sf.r_exact),
-                     r_label(declared) if declared is not None else "—", sf.decided_by])
-    out = [f"<div class='hsf-caption'><b>{esc(_head(fp))}</b></div>",
+                     r_label(declared) if declared is not None else "—",
+                     f"{sf.claim.label} ({sf.claim.source.value})" if sf.claim else "—",
+                     badge(sf.verdict) if sf.verdict is not None else "—", sf.verdict_why or sf.decided_by])
+    out = [f"<div class='hsf-headline'>{badge(fp.verdict or 'info')} <b>{esc(headline(fp))}</b></div>",
+           f"<div class='hsf-caption'><b>{esc(_head(fp))}</b></div>",
            f"<div>depth order (shallow → deep): {esc(' → '.join(str(i) for i in fp.depth_order))} "
            f"(order confidence {fp.order_confidence:.2f})</div>",
            html_table(["#", "slot", "role", "confidence", "depth rank", "r≈", "label", "r exact", "declared",
-                       "decided by"], rows, cls="hsf-fingerprint")]
+                       "claimed", "verdict", "decided by"], rows, cls="hsf-fingerprint")]
     if fp.findings:
         out.append(html_table(["verdict", "finding", "slots", "message"],
-                              [[badge(FINDING_VERDICT.get(f.kind, "warn")), f.kind, ", ".join(map(str, f.slots)),
-                                f.message] for f in fp.findings], cls="hsf-findings"))
+                              [[badge(f.severity), f.kind, ", ".join(map(str, f.slots)),
+                                f.message] for f in sort_findings(fp.findings)], cls="hsf-findings"))
     else:
         out.append(f"<div>{badge('pass')} no findings</div>")
     k = len(fp.slots)

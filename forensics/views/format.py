@@ -7,7 +7,8 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-VERDICT_COLORS = {"pass": "#1b7837", "warn": "#b35806", "fail": "#b2182b", "info": "#4d4d4d"}
+VERDICT_COLORS = {"pass": "#1b7837", "warn": "#b35806", "fail": "#b2182b", "info": "#4d4d4d",
+                  "cannot tell": "#7b3294"}
 
 
 def esc(x: Any) -> str:
@@ -30,10 +31,17 @@ def cell(c: Any) -> str:
     return str(c) if isinstance(c, Raw) else esc(c)
 
 
-def badge(verdict: str) -> Raw:
-    color = VERDICT_COLORS.get(verdict, "#4d4d4d")
-    return Raw(f"<span class='hsf-badge hsf-{esc(verdict)}' style='color:{color};font-weight:600'>"
-               f"{esc(verdict)}</span>")
+def badge(verdict: Any) -> Raw:
+    """A coloured word for a severity (``fail``/``warn``/``info``) or a verdict (``pass``/``cannot tell``)."""
+    word = str(getattr(verdict, "value", verdict))
+    color = VERDICT_COLORS.get(word, "#4d4d4d")
+    return Raw(f"<span class='hsf-badge hsf-{esc(word.replace(' ', '-'))}' style='color:{color};font-weight:600'>"
+               f"{esc(word)}</span>")
+
+
+def headline_word(verdict: Any) -> str:
+    """The first word of every view's headline: ``FAIL``, ``CANNOT TELL``, ``PASS`` or ``NO CLAIM``."""
+    return "NO CLAIM" if verdict is None else str(getattr(verdict, "value", verdict)).upper()
 
 
 def num(x: Any) -> str:

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from forensics.errors import ForensicsError
-from forensics.findings import Finding
+from forensics.findings import Finding, Severity, Verdict, exit_code
+from forensics.jsonable import json_safe
 from forensics.layers import r_label
 from forensics.models import conventions as cv
 from forensics.models.draft_config import load_json_object, sub_dict
@@ -45,6 +46,15 @@ class AuditResult:
     trained: dict
     served: dict
     context: dict
+
+    @property
+    def outcome(self) -> Verdict:
+        """The wiring verdict in the one vocabulary: match → PASS, mismatch → FAIL, cannot-tell → CANNOT TELL."""
+        return {"match": Verdict.PASS, "mismatch": Verdict.FAIL}.get(self.verdict, Verdict.CANNOT_TELL)
+
+    def exit_code(self) -> int:
+        """``forensics.findings.exit_code`` of this audit: a fail finding is exit 1 even when the wiring matches."""
+        return exit_code(self.findings, [self.outcome])
 
     def to_dict(self) -> dict:
         """JSON-safe (NaN/inf → None, numpy → Python): the ``hsf audit --json`` document."""
@@ -69,23 +79,6 @@ class AuditResult:
         return text(self)
 
 
-def json_safe(x: Any) -> Any:
-    """Recursively replace NaN/inf by None and numpy scalars/arrays by Python values."""
-    import math
-
-    import numpy as np
-
-    if isinstance(x, dict):
-        return {str(k): json_safe(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [json_safe(v) for v in x]
-    if isinstance(x, np.ndarray):
-        return json_safe(x.tolist())
-    if isinstance(x, np.generic):
-        x = x.item()
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
 
 
 def target_facts(target_config: Any) -> dict:
@@ -124,46 +117,49 @@ def serving_side(info, engine: str, version: str | None, L: int, H: int | None, 
           "default_r": cv.default_r(L)}
     if ec.source == "default" and other_ids:
         lucky = trained_fc is not None and list(trained_fc) == ec.r  # the default happens to be right
-        findings.append(Finding("ids_ignored_key", "warn" if lucky else "error",
+        findings.append(Finding("ids_ignored_key", Severity.WARN if lucky else Severity.FAIL, [],
                                 f"{engine} reads only `{ec.key}`; the ids {list(other_ids)} sit in `{other}`, which "
                                 f"{engine} ignores, so it silently falls back to r = {ec.r}", ev))
     elif ec.source == "default":
-        findings.append(Finding("ids_missing", "warn",
+        findings.append(Finding("ids_missing", Severity.WARN, [],
                                 f"the draft config has no ids: {engine} silently uses its default r = {ec.r} "
                                 "(vllm#50170)", ev))
     if info.ids_top is not None and info.ids_nested is not None and info.ids_top != info.ids_nested:
-        findings.append(Finding("ids_disagree", "warn",
+        findings.append(Finding("ids_disagree", Severity.WARN, [],
                                 f"top-level ids {info.ids_top} and nested ids {info.ids_nested} disagree; {engine} "
                                 f"reads `{ec.key}`, the other engine would read the other list", ev))
     if info.use_aux_hidden_state is False and engine == "sglang":
-        findings.append(Finding("aux_disabled", "error", "eagle_config.use_aux_hidden_state is false: SGLang "
+        findings.append(Finding("aux_disabled", Severity.FAIL, [], "eagle_config.use_aux_hidden_state is false: SGLang "
                                 "does not feed aux states to the draft", {}))
     for p in ec.problems:
-        findings.append(Finding("engine_cannot_capture", "error", p, {"ids": ec.ids, "captured_r": ec.r}))
+        findings.append(Finding("engine_cannot_capture", Severity.FAIL, [], p, {"ids": ec.ids, "captured_r": ec.r}))
     h = info.target_hidden_size or H
     if H and info.target_hidden_size and info.target_hidden_size != H:
-        findings.append(Finding("hidden_size", "error", f"the draft expects target hidden size "
+        findings.append(Finding("hidden_size", Severity.FAIL, [], f"the draft expects target hidden size "
                                 f"{info.target_hidden_size} but the target has {H}: it was built for another model",
                                 {"draft_target_hidden_size": info.target_hidden_size, "target_hidden_size": H}))
     if info.fc_shape and len(info.fc_shape) == 2 and h:
         width = info.fc_shape[1]
         fev = {"fc_shape": list(info.fc_shape), "hidden": h, "served_states": len(ec.r)}
         if width != len(ec.r) * h:
-            findings.append(Finding("fc_width", "error",
+            findings.append(Finding("fc_width", Severity.FAIL, [],
                                     f"fc.weight is {list(info.fc_shape)}: it takes {width} = {width / h:g}·{h} "
                                     f"inputs, but {engine} concatenates {len(ec.r)} states ({len(ec.r) * h})", fev))
         if trained_fc is not None and width != len(trained_fc) * h:
-            findings.append(Finding("fc_vs_data", "error", f"fc.weight takes {width / h:g} states but the training "
+            findings.append(Finding("fc_vs_data", Severity.FAIL, [], f"fc.weight takes {width / h:g} states "
+                                    "but the training "
                                     f"data fed {len(trained_fc)}", fev))
         if width == h:
-            findings.append(Finding("fc_skip", "warn", "fc input width equals the hidden size: SGLang and EAGLE "
+            findings.append(Finding("fc_skip", Severity.WARN, [], "fc input width equals the hidden size: "
+                                    "SGLang and EAGLE "
                                     "skip the fc silently (sglang#21272)", fev))
     if info.vocab and info.vocab.problems:
-        findings.append(Finding("vocab_maps", "error", "; ".join(info.vocab.problems), info.vocab.__dict__))
+        findings.append(Finding("vocab_maps", Severity.FAIL, [], "; ".join(info.vocab.problems), info.vocab.__dict__))
     if info.name_scheme == "mixed":
-        findings.append(Finding("weight_names", "error", "weights mix `layers.0.*` and `midlayer.*` names", {}))
+        findings.append(Finding("weight_names", Severity.FAIL, [], "weights mix `layers.0.*` and `midlayer.*` "
+                                "names", {}))
     elif engine == "sglang" and info.name_scheme == "layers.0" and arch != "deepseek":
-        findings.append(Finding("weight_names", "warn", "speculators-style `layers.0.*` names: SGLang's "
+        findings.append(Finding("weight_names", Severity.WARN, [], "speculators-style `layers.0.*` names: SGLang's "
                                 "llama_eagle3.py (d737979c) skips unmatched names without error; only "
                                 "kimi_k25_eagle3.py remaps them to `midlayer.*`. Rename or check the load log",
                                 {"scheme": info.name_scheme}))
@@ -204,13 +200,15 @@ def audit(data: Any = None, draft: Any = None, engine: str | None = None, engine
     cap = trained.pop("capture", None)
     deep = [r for r in [*(trained.get("fc_r") or []), trained.get("target_r")] if isinstance(r, int) and L and r > L]
     if deep:
-        findings.append(Finding("layers_beyond_L", "error", f"the training data holds r = {deep} but the target has "
+        findings.append(Finding("layers_beyond_L", Severity.FAIL, [], f"the training data holds r = {deep} but "
+                                "the target has "
                                 f"L = {L} blocks: the data comes from a deeper model, or L is wrong (check "
                                 "--num-layers / --target-config)", {"r": deep, "num_layers": L}))
     if H is None:
         H = (info.target_hidden_size if info else None) or (cap.hidden_size if cap else None)
     if cap is not None and H and cap.hidden_size != H:
-        findings.append(Finding("hidden_size", "error", f"the training data has hidden size {cap.hidden_size} but "
+        findings.append(Finding("hidden_size", Severity.FAIL, [], f"the training data has hidden size "
+                                f"{cap.hidden_size} but "
                                 f"the target has {H}: data and target are different models",
                                 {"data_hidden_size": cap.hidden_size, "target_hidden_size": H}))
     context = {"engine": engine, "engine_version": cv.parse_version(engine, engine_version) if engine else None,
@@ -227,7 +225,7 @@ def audit(data: Any = None, draft: Any = None, engine: str | None = None, engine
         data_served, cf = compare_served(data, trained, served, use_fingerprint, model)
         findings += cf
         if served_side.get("r") is not None and data_served["r"] != served_side["r"]:
-            findings.append(Finding("config_vs_served", "error",
+            findings.append(Finding("config_vs_served", Severity.FAIL, [],
                                     f"the config predicts served r = {served_side['r']} but the served capture shows "
                                     f"{[r_label(r) for r in data_served['r']]}", {}))
         served_side = {**data_served, "config_prediction": served_side.get("r")}
@@ -264,7 +262,7 @@ def _assumption_findings(info, engine: str, version: str | None, L: int, arch: s
         return []
     assumed = ", ".join(x for x, given in (("version " + cv.parse_version(engine, version), version is None),
                                            (f"{arch} model path", not arch_given)) if given)
-    return [Finding("assumption", "warn", f"assumed {assumed}; the served layers depend on it: "
+    return [Finding("assumption", Severity.WARN, [], f"assumed {assumed}; the served layers depend on it: "
                     + "; ".join(f"{k} would serve r = {v}" for k, v in alts.items())
                     + " (pass --engine-version / --target-config)", {"alternatives": alts})]
 
@@ -288,7 +286,7 @@ def _verdict(trained: dict, served: dict, findings: list[Finding], info, engine,
         slices.append({"slice": k, "trained_r": t, "served_r": s, "ok": ok})
     bad = [s for s in slices if not s["ok"]]
     unknown = [s["slice"] for s in slices if s["trained_r"] is None]
-    wiring_errors = [f for f in findings if f.severity == "error" and f.kind in WIRING_KINDS]
+    wiring_errors = [f for f in findings if f.severity is Severity.FAIL and f.kind in WIRING_KINDS]
     if bad and (not unknown or oks is not None):
         pairs = [(s["trained_r"], s["served_r"]) for s in slices]
         ints = [(t, v) for t, v in pairs if isinstance(t, int) and isinstance(v, int)]
@@ -298,10 +296,10 @@ def _verdict(trained: dict, served: dict, findings: list[Finding], info, engine,
             cause = ("the engine ignored or missed the ids and used its default, whose numbering differs from "
                      "the trainer's (see ids_missing / ids_ignored_key)" if served.get("id_source") == "default"
                      else "the trainer and the engine number layers differently (vllm#43671, sglang#25454)")
-            findings.insert(0, Finding("off_by_one" if abs(d) == 1 else "shifted", "error",
+            findings.insert(0, Finding("off_by_one" if abs(d) == 1 else "shifted", Severity.FAIL, [],
                                        f"every slice is served {abs(d)} block(s) {'deeper' if d > 0 else 'shallower'} "
                                        f"than trained: {cause}", {"shift": d}))
-        findings.insert(0, Finding("slices", "error",
+        findings.insert(0, Finding("slices", Severity.FAIL, [],
                                    f"{len(bad)} of {n} fc slices are served a different layer than trained: "
                                    + ", ".join(f"slice {s['slice']} trained {r_label(s['trained_r'])} served "
                                                f"{r_label(s['served_r'])}" for s in bad), {"slices": bad}))

@@ -79,7 +79,7 @@ def compare_served(data: Any, trained: dict, served: Any, use_fingerprint: bool 
     """Slot-by-slot comparison of a served capture with the training ``data`` (path or Capture);
     returns (served side, findings)."""
     from forensics.analysis.audit.training import STRONG_ROLES, fingerprint_slots
-    from forensics.findings import Finding
+    from forensics.findings import Finding, Severity
 
     if data is None or isinstance(data, (list, tuple)):
         raise ForensicsError("the config-free check (--served) needs the training data as capture files (--data)")
@@ -153,12 +153,13 @@ def compare_served(data: Any, trained: dict, served: Any, use_fingerprint: bool 
             val = f"{W1_NAME} = {d_want:.3f} > {W1_THRESHOLD}" if d_want is not None else "no training slice"
             if cos is not None and want is not None:
                 val = f"mean cosine {cos[j, want]:.4f} < {SAME_TENSOR_COS} on the same tokens"
-            findings.append(Finding("served_data", "error",
+            findings.append(Finding("served_data", Severity.FAIL, [],
                                     f"served slot {j} is not what fc slice {j} was trained on "
                                     f"({r_label(slots_r[want]) if want is not None else 'none'}): {val}; "
                                     f"it is closest to {what}", ev))
     if n_served != len(fc_r):
-        findings.append(Finding("served_data", "error", f"the served capture has {n_served} states, training fed "
+        findings.append(Finding("served_data", Severity.FAIL, [], f"the served capture has {n_served} states, "
+                                "training fed "
                                 f"the fc {len(fc_r)}", {"served": n_served, "trained": len(fc_r)}))
     how = "mean cosine on the same tokens" if same_text else f"nearest training slot by {W1_NAME} ≤ {W1_THRESHOLD}"
     out = {"r": r_out, "ok": ok, "source": f"served capture {s0.path} ({len(scaps)} file(s), "

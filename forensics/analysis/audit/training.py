@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 from forensics.errors import ForensicsError
-from forensics.findings import Finding
+from forensics.findings import Finding, Severity
 from forensics.io.capture import Capture
 from forensics.layers import FINAL_POST, R, parse_r, r_label
 from forensics.models import conventions as cv
@@ -31,8 +31,6 @@ def first_capture(data: Any) -> Capture:
     return load(files[0])
 
 
-DATA_ERROR_KINDS = {"missing_embedding", "postnorm", "prenorm", "off_by_one", "wrong_layer", "reordered", "duplicate",
-                    "nonfinite", "unexpected_embedding"}
 STRONG_ROLES = ("embedding", "final_postnorm")  # roles a fingerprint names without a reference model
 _FP_CACHE: list = []  # [(capture, model, result)]: one entry, held by identity (ids can be reused after GC)
 
@@ -49,9 +47,8 @@ def fingerprint_slots(cap: Capture, model: Any = None) -> tuple[list[dict] | Non
     fp = fingerprint(cap, model=model, num_layers=cap.num_layers)
     slots = [{"r_exact": s.r_exact, "label": s.label, "role": s.role, "confidence": s.confidence,
               "decided_by": s.decided_by} for s in fp.slots]
-    found = [Finding(f"data_{f.kind}", "error" if f.kind in DATA_ERROR_KINDS else "warn",
-                     f"training data: {f.message}", {"slots": list(f.slots), "source": "fingerprint"})
-             for f in fp.findings]
+    found = [Finding(f"data_{f.kind}", f.severity, f.slots, f"training data: {f.message}",
+                     {**f.evidence, "source": "fingerprint"}) for f in fp.findings]
     _FP_CACHE[:] = [(cap, model, (slots, found))]  # one entry: captures are large and short-lived
     return slots, found
 
@@ -78,14 +75,14 @@ def slot_rs(cap: Capture, use_fingerprint: bool = True, model: Any = None
         elif d is None and cap.slots[i].claimed == FINAL_POST:
             r, how = FINAL_POST, f"format ({cap.format} stores the post-norm final state here)"
         if d is not None and r != d:
-            findings.append(Finding("declared_vs_data", "error",
+            findings.append(Finding("declared_vs_data", Severity.FAIL, [],
                                     f"slot {i} is declared {r_label(d)} but the data is {r_label(r)} ({how})",
                                     {"slot": i, "declared": d, "measured": r, "role": f.get("role"),
                                      "confidence": f.get("confidence")}))
         elif f.get("role") in STRONG_ROLES or r in (0, FINAL_POST):
             want = {0: "embedding", FINAL_POST: "final_postnorm"}.get(r)
             if f.get("role") and (f["role"] in STRONG_ROLES or want) and f["role"] != want:
-                findings.append(Finding("declared_vs_data", "warn",
+                findings.append(Finding("declared_vs_data", Severity.WARN, [],
                                         f"slot {i} is {r_label(r)} but its fingerprint role is {f['role']}",
                                         {"slot": i, "r": r, "role": f["role"], "decided_by": f.get("decided_by")}))
         rs.append(r)
@@ -122,7 +119,7 @@ def training_side(data: Any, trainer: str | None, draft_info, L: int | None, use
         source = f"{cap.format} capture {cap.path}"
         native = FORMAT_TRAINER.get(cap.format)
         if trainer and native and cv.canonical_system(trainer) != cv.canonical_system(native):
-            findings.append(Finding("trainer_vs_format", "warn", f"--trainer {trainer} but the data is in "
+            findings.append(Finding("trainer_vs_format", Severity.WARN, [], f"--trainer {trainer} but the data is in "
                                     f"{cap.format} format, which {native} reads; check which trainer consumed it",
                                     {"trainer": trainer, "format": cap.format}))
         trainer = trainer or native
@@ -134,7 +131,7 @@ def training_side(data: Any, trainer: str | None, draft_info, L: int | None, use
     if any(r is None for r in fc) and draft_info is not None and L is not None:
         assumed = _ids_as_trained(view.trainer, draft_info, L)
         if assumed is not None and len(assumed) == len(fc):
-            findings.append(Finding("assumed_from_config", "warn",
+            findings.append(Finding("assumed_from_config", Severity.WARN, [],
                                     f"the data declares no layers for fc slot(s) "
                                     f"{[i for i, r in enumerate(fc) if r is None]}; assumed r = {assumed} from the "
                                     f"draft config under {view.trainer}'s numbering. "
@@ -149,14 +146,14 @@ def training_side(data: Any, trainer: str | None, draft_info, L: int | None, use
            "roles": roles if cap is not None else None}
     ints = [r for r in fc if isinstance(r, int)]
     if len(ints) == len(fc) and ints != sorted(ints):
-        findings.append(Finding("order", "error",
+        findings.append(Finding("order", Severity.FAIL, [],
                                 f"training fed the fc r = {[r_label(r) for r in fc]}, not in ascending order; "
                                 "SGLang and vLLM always concatenate in ascending layer order",
                                 {"fc_r": fc}))
     if len(set(map(str, fc))) != len(fc):
-        findings.append(Finding("duplicate", "warn", f"the fc inputs repeat a layer: {fc}", {"fc_r": fc}))
+        findings.append(Finding("duplicate", Severity.WARN, [], f"the fc inputs repeat a layer: {fc}", {"fc_r": fc}))
     if FINAL_POST in fc:
-        findings.append(Finding("postnorm_aux", "error", "a post-norm final state is fed to the fc; "
+        findings.append(Finding("postnorm_aux", Severity.FAIL, [], "a post-norm final state is fed to the fc; "
                                 "engines capture pre-norm states only", {"fc_r": fc}))
     findings += _target_findings(view, target, L)
     return out, findings
@@ -182,15 +179,15 @@ def _target_findings(view, target, L: int | None) -> list[Finding]:
     ev = {"target_r": target, "num_layers": L, "trainer": view.trainer, "wants": view.target_norm}
     if view.target_norm == "pre":  # speculators applies verifier_norm itself (speculators#313)
         if target == FINAL_POST:
-            return [Finding("target_postnorm", "error", "the training target is post-norm but "
+            return [Finding("target_postnorm", Severity.FAIL, [], "the training target is post-norm but "
                             f"{view.trainer} applies the final norm itself (speculators#313): normed twice", ev)]
         if L is not None and isinstance(target, int) and target < L:  # r > L: audit's layers_beyond_L says why
-            return [Finding("target_not_final", "error",
+            return [Finding("target_not_final", Severity.FAIL, [],
                             f"the training target was r = {target} ({r_label(target)}), not r = {L} (last block, "
                             f"pre-norm): lm_head(norm(·)) of it is a logit lens {L - target} block(s) early, not "
                             f"the model's next-token distribution; regenerate the last slot at r = {L}", ev)]
     elif view.target_norm == "post":  # SpecForge target head is lm_head only
         if target != FINAL_POST:
-            return [Finding("target_prenorm", "error", f"the training target is {r_label(target)} but "
+            return [Finding("target_prenorm", Severity.FAIL, [], f"the training target is {r_label(target)} but "
                             "SpecForge applies lm_head only and needs the post-norm final state", ev)]
     return []

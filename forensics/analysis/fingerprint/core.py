@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from forensics.analysis.claims import Claim, Claims, capture_claims, user_claims
 from forensics.analysis.fingerprint.rules import (  # noqa: F401 - re-exported: the named thresholds of the fingerprint
     BANDS,
     DUP_GROUP_FRACTION,
@@ -26,28 +27,32 @@ from forensics.analysis.fingerprint.rules import (  # noqa: F401 - re-exported: 
     EMBED_MIN_SCORE,
     EMBED_NORM_RATIO,
     MAD_TO_SD,
+    POSTNORM_CHAIN_MIN,
+    POSTNORM_DECIDED,
     POSTNORM_NORM_DROP,
     ROLES,
     SINK_FADED_RATIO,
     TIGHT_SPREAD,
     Evidence,
-    Finding,
     _depth_key,
-    _json,
-    assign_labels,
+    chain_order,
+    collapsed_end,
     embedding_signals,
     exact_evidence,
     find_duplicates,
     has_sink,
+    identical_groups,
     late_signature,
     order_chain,
-    order_confidence,
     postnorm_signals,
+    share_identical_labels,
 )
 from forensics.analysis.stats import CaptureStats, summarize
 from forensics.errors import ForensicsError
+from forensics.findings import Finding, Severity, Verdict, worst_verdict
 from forensics.io.capture import Capture
-from forensics.layers import FINAL_POST, R, parse_layer_list, r_label
+from forensics.jsonable import json_safe
+from forensics.layers import FINAL_POST, R
 
 __all__ = ["fingerprint", "Fingerprint", "SlotFingerprint", "Evidence", "Finding", "ROLES"]
 
@@ -70,12 +75,18 @@ class SlotFingerprint:
     r_exact: R | None = None
     decided_by: str = ""
     evidence: list[Evidence] = field(default_factory=list)
+    claim: Claim | None = None  # the claim checked for this slot (with its source)
+    verdict: Verdict | None = None  # PASS / FAIL / CANNOT TELL of that claim; None: nothing claimed
+    verdict_why: str = ""  # the evidence that decided the verdict
+    settle: str | None = None  # for CANNOT TELL: what would settle it
 
     def to_dict(self) -> dict:
         return {"role": self.role, "confidence": round(self.confidence, 3), "depth_rank": self.depth_rank,
-                "r_estimate": self.r_estimate, "depth_fraction": _json(self.depth_fraction),
+                "r_estimate": self.r_estimate, "depth_fraction": json_safe(self.depth_fraction),
                 "label": self.label, "r_exact": self.r_exact, "decided_by": self.decided_by,
-                "evidence": [e.to_dict() for e in self.evidence]}
+                "claim": None if self.claim is None else self.claim.to_dict(),
+                "verdict": None if self.verdict is None else self.verdict.value, "verdict_why": self.verdict_why,
+                "settle": self.settle, "evidence": [e.to_dict() for e in self.evidence]}
 
 
 @dataclass
@@ -94,10 +105,19 @@ class Fingerprint:
     order_evidence: list[Evidence] = field(default_factory=list)
     order_confidence: float = 0.5  # 1.0 exact or unambiguous; 0.5 + 5 × (relative margin of the best chain)
     exact: dict | None = field(default=None, repr=False)
+    claims: Claims | None = None  # the claim list checked (user, draft config, or the capture's own)
 
     @property
     def path(self) -> str:
         return self.capture.path
+
+    @property
+    def verdict(self) -> Verdict | None:
+        """The file's verdict: FAIL when a finding fails or a claim is excluded, CANNOT TELL when a claim is
+        undecided, PASS when every claim is supported; None when nothing is claimed and nothing fails."""
+        if any(f.severity is Severity.FAIL for f in self.findings):
+            return Verdict.FAIL
+        return worst_verdict(s.verdict for s in self.slots)
 
     @property
     def labels(self) -> list[str | None]:
@@ -108,11 +128,13 @@ class Fingerprint:
         for sd, sf in zip(d["slots"], self.slots, strict=True):
             sd.update(sf.to_dict())
         d.update(findings=[f.to_dict() for f in self.findings], depth_order=list(self.depth_order),
-                 similarity=[[_json(float(v)) for v in row] for row in self.similarity],
+                 similarity=[[json_safe(float(v)) for v in row] for row in self.similarity],
                  num_layers=self.num_layers, expected=self.expected, expected_source=self.expected_source,
                  order_evidence=[e.to_dict() for e in self.order_evidence],
                  order_confidence=round(self.order_confidence, 3),
-                 exact_source=(self.exact or {}).get("source"))
+                 exact_source=(self.exact or {}).get("source"), exact_stream=(self.exact or {}).get("stream"),
+                 claims=None if self.claims is None else self.claims.to_dict(),
+                 verdict=None if self.verdict is None else self.verdict.value)
         return d
 
     def __repr__(self) -> str:
@@ -129,7 +151,8 @@ class Fingerprint:
 # ----------------------------------------------------------------------------------------- expected list
 # ---------------------------------------------------------------------------------------------- signals
 def fingerprint(capture: Capture | str | os.PathLike, layers: Any = None, model: Any = None,
-                num_layers: int | None = None, expected_source: str | None = None) -> Fingerprint:
+                num_layers: int | None = None, expected_source: str | None = None,
+                claims: Claims | None = None) -> Fingerprint:
     """Role, depth order, coarse r, label (given an expected list) and evidence for every slot.
 
     Args:
@@ -139,7 +162,10 @@ def fingerprint(capture: Capture | str | os.PathLike, layers: Any = None, model:
         model: exact mode — an HF folder, safetensors checkpoint, ``.gguf``, a loaded model, or a ladder
             capture (path or ``Capture``) with the same input_ids.
         num_layers: L of the model, for ``r_estimate`` (default: capture.json's ``num_layers``).
-        expected_source: where ``layers`` came from, shown in the output (e.g. "draft config ids").
+        expected_source: where ``layers`` came from, shown in the output (default ``layers=``; the CLI
+            passes ``--layers`` / ``--expect``).
+        claims: a ready claim list (``forensics.analysis.claims``: a draft config's ids, a served capture);
+            wins over ``layers``. Each slot's claim gets a verdict (``SlotFingerprint.verdict``).
 
     Example:
         >>> fp = fingerprint("sample_data/speculators_v1/data_0.pt")   # doctest: +SKIP
@@ -156,26 +182,28 @@ def fingerprint(capture: Capture | str | os.PathLike, layers: Any = None, model:
 
     small = sum(s.shape[0] * s.shape[1] for s in capture.slots) <= SMALL_CAPTURE_ELEMENTS
     threads = torch.get_num_threads()
+    from forensics.models.target import resolve_model
+
+    model = None if model is None else resolve_model(model)  # "default" → the packaged SmolLM2
     if small and model is None:
         torch.set_num_threads(1)  # tiny tensors: thread hand-offs cost 10× the work on a busy machine
     try:
-        return _fingerprint(capture, layers, model, num_layers, expected_source)
+        return _fingerprint(capture, layers, model, num_layers, expected_source, claims)
     finally:
         torch.set_num_threads(threads)
 
 
 def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | None,
-                 expected_source: str | None) -> Fingerprint:
+                 expected_source: str | None, claims: Claims | None) -> Fingerprint:
     from forensics.analysis.fingerprint.depth import angular_distances
+    from forensics.analysis.fingerprint.verdicts import judge
 
     st = summarize(capture)
     k = len(capture.slots)
     tensors = [s.tensor() for s in capture.slots]
     ids = capture.input_ids.reshape(-1) if capture.input_ids is not None else None
-    expected = parse_layer_list(layers, "expected layers")
-    exp_src = (expected_source or "argument") if layers is not None else None
-    if expected is None and capture.declared_r is not None and all(r is not None for r in capture.declared_r):
-        expected, exp_src = [r for r in capture.declared_r if r is not None], "declared by the capture's sidecar"
+    if claims is None and layers is not None:
+        claims = user_claims(layers, expected_source or "layers=")
     findings: list[Finding] = []
     ev: list[list[Evidence]] = [[] for _ in range(k)]
 
@@ -185,14 +213,14 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
         if s.nan or s.inf:
             bad_rows |= set(s.nan_positions) | set(s.inf_positions)
             rows = s.nan_positions[:5] or s.inf_positions[:5]
-            findings.append(Finding("nonfinite", [s.index], f"slot {s.index} ({s.name}) has {s.nan} NaN and "
-                                    f"{s.inf} Inf values (first rows {rows})"))
+            findings.append(Finding("nonfinite", Severity.FAIL, [s.index], f"slot {s.index} ({s.name}) has "
+                                    f"{s.nan} NaN and {s.inf} Inf values (first rows {rows})"))
         if s.norm.n and s.norm.max == 0:
-            findings.append(Finding("all_zero", [s.index], f"slot {s.index} ({s.name}) is all zeros: nothing was "
-                                    "captured there (padding, or a hook that never fired)"))
+            findings.append(Finding("all_zero", Severity.FAIL, [s.index], f"slot {s.index} ({s.name}) is all "
+                                    "zeros: nothing was captured there (padding, or a hook that never fired)"))
     if capture.num_tokens < MIN_TOKENS:
-        findings.append(Finding("few_tokens", list(range(k)), f"only {capture.num_tokens} tokens (< {MIN_TOKENS}): "
-                                "the data-only signals are weak; use --model for exact checks"))
+        findings.append(Finding("few_tokens", Severity.WARN, list(range(k)), f"only {capture.num_tokens} tokens "
+                                f"(< {MIN_TOKENS}): the data-only signals are weak; use --model for exact checks"))
     drop = sorted({0} | {p for s in st.slots for p in s.sinks} | bad_rows)
     mask = sorted({d for s in st.slots for d in s.massive_dims})
     D, _used = angular_distances(tensors, drop, mask) if k > 1 else (np.zeros((1, 1)), 0)
@@ -203,8 +231,9 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
     is_embed = [embed_score[i] >= EMBED_MIN_SCORE for i in range(k)]
 
     # --- post-norm: B = RMSNorm(A) identity, or a tight sinkless slot whose norm collapsed
-    post_score, prenorm_of = postnorm_signals(st.slots, tensors, embed_score, meds, drop, ev)
-    is_post = [post_score[i] > 0 for i in range(k)]
+    post_score, prenorm_of, post_why = postnorm_signals(st.slots, tensors, embed_score, meds, drop, ev,
+                                                        [s.claimed for s in capture.slots])
+    is_post = [post_score[i] >= POSTNORM_DECIDED for i in range(k)]
     is_embed = [is_embed[i] and not is_post[i] for i in range(k)]
 
     # --- exact mode
@@ -218,10 +247,12 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
             exact_evidence(ev[i], x)
         unmatched = [i for i, x in enumerate(exact["slots"]) if x["ladder"] is not None and x["r_exact"] is None]
         if unmatched:
-            findings.append(Finding("no_reference_match", unmatched, f"slots {unmatched} equal no state of the "
-                                    "reference on these input_ids (another model, other weights or dtype, or other "
-                                    "tokens); their depth comes from the data-only signals"))
+            findings.append(Finding("no_reference_match", Severity.WARN, unmatched, f"slots {unmatched} equal "
+                                    "no state of the reference on these input_ids (another model, other weights or "
+                                    "dtype, or other tokens); their depth comes from the data-only signals"))
     L = num_layers or capture.num_layers
+    if claims is None:
+        claims = capture_claims(capture, L)
     r_exact: list[R | None] = [x["r_exact"] for x in exact["slots"]] if exact else [None] * k
 
     # --- depth order
@@ -230,29 +261,61 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
         order = sorted(range(k), key=lambda i: (_depth_key(r_exact[i] or 0), i))
         order_ev.append(Evidence("order", "r_exact of every slot", None, "exact (reference ladder)"))
         chain = [i for i in order if r_exact[i] not in (0, FINAL_POST)]
+        order_conf = 1.0
     else:
-        chain = [i for i in range(k) if not is_embed[i] and not is_post[i]]
-        chain, order_ev = order_chain(D, chain, st.slots, meds)
+        # a slot that another slot is RMSNorm of is the final pre-norm state r = L: the deepest layer slot,
+        # placed last rather than seriated (the last block moves the residual far: SmolLM2 L30 is as far
+        # from L3 as from L8, and the chain then put L8 before L3)
+        anchor = sorted({j for j in prenorm_of.values() if not is_embed[j] and not is_post[j]})
+        chain = [i for i in range(k) if not is_embed[i] and not is_post[i] and i not in anchor]
+        co = chain_order(D, chain, st.slots, meds)
+        weak = [i for i in chain if 0 < post_score[i] < POSTNORM_DECIDED]
+        # one final norm: once a slot is post-norm by identity or format, the chain's ends are layers
+        end = None if any(is_post) else collapsed_end(co.chain, st.slots, meds, ev)
+        if end is not None:  # the chain puts it beside the deepest slot: a post-norm final, out of the chain
+            is_post[end], post_score[end], post_why[end] = True, POSTNORM_DECIDED, "norm_collapse"
+        elif len(co.chain) < POSTNORM_CHAIN_MIN and not any(is_post):  # too short a chain to place a candidate
+            for i in weak:
+                is_post[i] = True
+        for i in weak:
+            if not is_post[i]:
+                post_score[i] = 0.0
+                ev[i].append(Evidence("norm_collapse", "inside the depth chain", "an end, beside the deepest slot",
+                                      "the chain places it among the layers: pre-norm"))
+        if end is not None or any(is_post[i] for i in weak):
+            co = chain_order(D, [i for i in chain if not is_post[i]], st.slots, meds)
+        chain, order_ev, order_conf = co.path + anchor, co.evidence, co.confidence
+        if anchor:
+            order_ev.append(Evidence("anchor", f"slot {anchor[0]}", "another slot = RMSNorm(it)",
+                                     "the final pre-norm state: deepest layer slot"))
         order = [i for i in range(k) if is_embed[i]] + chain + [i for i in range(k) if is_post[i]]
+    groups = identical_groups(tensors, D)
+    for g in groups:  # one state captured twice: its copies sit together in the depth order
+        rest = [i for i in order if i not in g[1:]]
+        at = rest.index(g[0]) + 1
+        order = rest[:at] + list(g[1:]) + rest[at:]
 
     # --- roles, confidence, coarse r
     sfs = []
-    pre_final = set(prenorm_of.values()) | {i for i in range(k) if L and r_exact[i] == L}
+    pre_final = {j for j in prenorm_of.values() if r_exact[j] is None} | {
+        i for i in range(k) if L and r_exact[i] == L}
     ranked = [i for i in chain if i not in pre_final]
     n = max(1, len(ranked))
-    order_conf = order_confidence(order_ev)
     for i, s in enumerate(st.slots):
-        if is_embed[i] or r_exact[i] == 0:
-            role, conf, frac = "embedding", max(embed_score[i], 0.99 if r_exact[i] == 0 else 0), 0.0
-            why = "exact" if r_exact[i] == 0 else "dup_rows" if embed_score[i] >= 0.9 else "norm_level"
-        elif is_post[i] or r_exact[i] == FINAL_POST:
-            role, conf, frac = "final_postnorm", max(post_score[i], 0.99 if r_exact[i] == FINAL_POST else 0), None
-            why = "exact" if r_exact[i] == FINAL_POST else ("normalizes" if i in prenorm_of else "norm_drop")
+        ex = r_exact[i]  # exact evidence, when there is some, decides the role over the data-only signals
+        emb_i = ex == 0 if ex is not None else is_embed[i]
+        post_i = ex == FINAL_POST if ex is not None else is_post[i]
+        if emb_i:
+            role, conf, frac = "embedding", max(embed_score[i], 0.99 if ex == 0 else 0), 0.0
+            why = "exact" if ex == 0 else "dup_rows" if embed_score[i] >= 0.9 else "norm_level"
+        elif post_i:
+            role, conf, frac = "final_postnorm", max(post_score[i], 0.99 if ex == FINAL_POST else 0), None
+            why = "exact" if ex == FINAL_POST else post_why[i]
         elif i in pre_final:
             role, frac = "final_prenorm", 1.0
-            conf, why = (0.99, "exact") if r_exact[i] is not None else (0.95, "normalizes")
-        elif isinstance(ri := r_exact[i], int) and L:
-            frac = ri / L
+            conf, why = (0.99, "exact") if ex is not None else (0.95, "normalizes")
+        elif isinstance(ex, int) and L:
+            frac = ex / L
             role, conf, why = next(b for t, b in BANDS if frac < t), 0.99, "exact"
         else:  # coarse: rank among the layer slots (EAGLE-3 picks low / mid / high layers)
             pos = ranked.index(i) if i in ranked else 0
@@ -279,12 +342,10 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
                                    r_exact=r_exact[i], decided_by=why, evidence=ev[i]))
 
     fp = Fingerprint(capture=capture, stats=st, slots=sfs, findings=findings, similarity=D, depth_order=order,
-                     num_layers=L, expected=expected, expected_source=exp_src, order_evidence=order_ev, exact=exact,
-                     order_confidence=order_conf)
+                     num_layers=L, expected=None if claims is None else claims.rs,
+                     expected_source=None if claims is None else f"{claims.source.value}: {claims.detail}",
+                     order_evidence=order_ev, exact=exact, order_confidence=order_conf, claims=claims)
     find_duplicates(fp, tensors)
-    if expected is not None:
-        assign_labels(fp)
-    elif exact:
-        for sf in sfs:
-            sf.label = r_label(sf.r_exact) if sf.r_exact is not None else None
+    fp.findings += judge(fp, claims)
+    share_identical_labels(fp, groups)
     return fp

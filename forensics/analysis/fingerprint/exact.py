@@ -17,6 +17,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from forensics.analysis.fingerprint.ladder import (  # noqa: F401 - re-exported: exact mode's vocabulary
+    BF16_COMPUTE_REL,
     LADDER_MATCH_COS,
     LADDER_MATCH_REL,
     LADDER_SEPARATION,
@@ -146,9 +147,8 @@ def reference_for(model: Any, capture: Capture) -> Reference:
             if fits_in_memory(path, budget):
                 net = load_model(path)[0]
             else:  # stream the blocks from the shards, one at a time
-                from forensics.models.stream import LayerStream
 
-                stream = LayerStream(path, progress=bool(target and target.progress), max_memory=budget)
+                stream = _fitting_stream(path, budget, target)
         L = int(net.config.num_hidden_layers) if net is not None else stream.num_layers if stream else None
         return Reference(source=path, net=net, embed_rows=rows, gamma=gamma, num_layers=L, stream=stream,
                          tokens=target.tokens if target is not None else None)
@@ -159,6 +159,22 @@ def reference_for(model: Any, capture: Capture) -> Reference:
     return Reference(source=path, net=net, embed_rows=lambda ids: E[ids], gamma=final_norm(net)[0],
                      num_layers=int(net.config.num_hidden_layers),
                      tokens=target.tokens if target is not None else None)
+
+
+def _fitting_stream(path: str, budget: int, target: Any) -> Any:
+    """A float32 LayerStream, or a bfloat16 one when a float32 block would not fit the budget (its states
+    differ from float32 by ≤ ``BF16_COMPUTE_REL``, inside ``LADDER_MATCH_REL``); raises when neither fits."""
+    from forensics.models.stream import LayerStream
+
+    progress, T = bool(target and target.progress), (target.tokens if target is not None else DEFAULT_TOKENS)
+    stream = LayerStream(path, progress=progress, max_memory=budget)
+    try:
+        stream.check_budget(T)
+    except ForensicsError:
+        half = LayerStream(path, compute_dtype="bfloat16", progress=progress, max_memory=budget)
+        half.check_budget(T)
+        return half
+    return stream
 
 
 def _has_suffix(files: list[str], suffix: str) -> bool:
@@ -241,6 +257,8 @@ def exact_checks(capture: Capture, tensors: list, model: Any) -> dict:
         e = embedding_check(h, ids, ref) if ids is not None else None
         p = postnorm_check(h, ref)
         m = streamed["matches"][i] if streamed else ladder_match(h, lad) if lad is not None else None
+        if m and m.get("tolerance") and ref.net is not None:
+            m["tolerance"]["compute_dtype"] = str(next(ref.net.parameters()).dtype).replace("torch.", "")
         r = None
         if m and m["match"]:
             r = m["best"]
@@ -262,7 +280,9 @@ def exact_checks(capture: Capture, tensors: list, model: Any) -> dict:
     return {"source": ref.source, "num_layers": ref.num_layers, "slots": out, "notes": notes,
             "labels": {i: r_label(s["r_exact"]) for i, s in enumerate(out) if s["r_exact"] is not None},
             "tokens": int(ids.numel()) if ids is not None else None,
-            "compute_dtype": "float32" if ref.net is not None or streamed else None,
+            "compute_dtype": (ref.stream.compute_dtype if streamed else
+                              str(next(ref.net.parameters()).dtype).replace("torch.", "") if ref.net is not None
+                              else None),
             "stream": streamed["provenance"] if streamed else None}
 
 

@@ -16,6 +16,8 @@ LADDER_MATCH_COS = 0.999  # mean per-token cosine at/above this ⇒ the slot equ
 LADDER_MATCH_REL = 0.05  # …and median per-token relative error at/below this: bf16 storage ≈ 0.002, a whole
 #                          bf16 forward ≤ 0.02 at r = L; adjacent layers of SmolLM2 differ by ≥ 0.22
 LADDER_SEPARATION = 0.25  # …and best error ≤ this × the runner-up's (the match must be unambiguous)
+BF16_COMPUTE_REL = 0.019  # median per-token relative error of a bfloat16 streamed forward vs float32, worst r
+#                          (SmolLM2-135M, 119 tokens, final_post); a float32 stream equals the whole model exactly
 LENS_ROWS = 32  # tokens decoded per slot by the logit lens (evenly spaced, token 0 left out)
 LENS_NEAR = 0.1  # reference r whose lens agreement is within this of the slot's are listed as its depth range
 

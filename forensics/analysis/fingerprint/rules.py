@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from forensics.analysis.stats import SINK_RATIO, SlotStats
-from forensics.layers import FINAL_POST, R, parse_r, r_label
+from forensics.findings import Finding, Severity
+from forensics.jsonable import json_safe
+from forensics.layers import FINAL_POST, R, r_label
 
 if TYPE_CHECKING:  # pragma: no cover
     from forensics.analysis.fingerprint.core import Fingerprint
@@ -29,10 +31,30 @@ TIGHT_SPREAD = 0.10  # robust spread of token norms (token 0 excluded) ≤ this 
 MAD_TO_SD = 1.4826  # MAD × this = σ for a normal law: the robust spread reads like std/mean, minus outlier tokens
 SINK_FADED_RATIO = 0.8  # token-0 norm < this × median ⇒ sink faded/inverted (seed L59: 0.55)
 POSTNORM_NORM_DROP = 0.3  # tight + sinkless slot with median ≤ this × the largest layer median ⇒ post-norm
-POSTNORM_NORM_DROP_WEAK = 0.6  # …or ≤ this when token 0 keeps a one-dim (sink) direction
+POSTNORM_CLAIM_RATIO = 1.0  # …and only when its median norm is at most the largest layer slot's: the final norm
+#                             divides the scale away (tuning half: post-norm / r = L median 0.046–0.071; a SpecForge
+#                             hidden_state holding r = L pre-norm on a 13-token text lost its sink, not its norm)
+POSTNORM_DECIDED = 0.8  # post-norm score at/above this: the role is decided (identity, format claim, chain end)
+POSTNORM_NORM_DROP_WEAK = 0.6  # …or ≤ this when token 0 keeps a one-dim (sink) direction: a candidate too
+POSTNORM_CANDIDATE = 0.6  # post-norm score of a per-slot candidate (tight, sinkless, collapsed norm): ranked last
+#                           only when the depth chain is too short to place it (fewer than POSTNORM_CHAIN_MIN)
+POSTNORM_CLAIM_SPREAD = 0.2  # a sinkless slot the format calls the post-norm final (SpecForge hidden_state), or
+#                               one the depth chain puts next to the deepest slot with a collapsed norm, is post-norm
+#                               up to this robust spread. Tuning half: post-norm finals 0.043–0.154 (9 of 37 texts
+#                               above TIGHT_SPREAD), while a token-0 sink excludes SmolLM2's r = L (100 % of texts)
 TOKEN0_CONCENTRATION = 0.5  # max|x_0|/‖x_0‖ ≥ this ⇒ token 0 holds the sink direction (SmolLM2 post-norm 0.68)
+POSTNORM_CHAIN_MIN = 3  # chain slots needed for the norm-collapse-at-the-chain-end test (collapsed_end)
 DUPLICATE_SLOT_DISTANCE = 1e-4  # masked angular distance below this (and equal norms) ⇒ duplicate capture
-W_NORM, W_LATE, W_FADED = 1.0, 1.5, 1.0  # votes on the direction of the depth chain
+# Votes on the direction of the depth chain: W_NORM per pair of the path whose norm rises (falls), W_LATE /
+# W_FADED per late-signature / faded-sink slot at the deep (shallow) half. Measured on the tuning half (1,480
+# random 2–5-slot subsets of 37 SmolLM2 ladders, right seriation paths): direction wrong on 63 paths with
+# Kendall's τ in [-1, 1] as the norm vote, 6 with one vote per pair, 1 with two votes per pair (SmolLM2's
+# r ≈ 10 loses its sink and looks late). Two per pair still lets the late signature turn a two-slot chain
+# like the seed's [L31, L59] (L59's norm 111 < L31's 174): −2 + 1.5 + 1 > 0.
+W_NORM, W_LATE, W_FADED = 2.0, 1.5, 1.0
+ORDER_MARGIN_GAIN = 5.0  # chain confidence = 0.5 + this × relative margin over the next-best path; tuning half:
+#                          every wrong path had margin ≤ 0.007 (confidence ≤ 0.54), right paths median 0.048
+DIRECTION_CONFLICT_CONFIDENCE = 0.5  # cap when the norm votes and the late/faded votes disagree (or all are 0)
 BANDS = ((1 / 3, "early"), (2 / 3, "middle"), (1.01, "late"))  # rank fraction among layer slots → role
 
 EMBED_MIN_SCORE = 0.6  # embedding score at/above this ⇒ role embedding
@@ -48,7 +70,7 @@ class Evidence:
     verdict: str
 
     def to_dict(self) -> dict:
-        return {"signal": self.signal, "value": _json(self.value), "threshold": _json(self.threshold),
+        return {"signal": self.signal, "value": json_safe(self.value), "threshold": json_safe(self.threshold),
                 "verdict": self.verdict}
 
     def line(self) -> str:
@@ -56,27 +78,6 @@ class Evidence:
         return f"{self.signal:<20} {_fmt(self.value):<24} → {self.verdict}{thr}"
 
 
-@dataclass
-class Finding:
-    """A file-level finding: ``kind`` (reordered, duplicate, missing_embedding, postnorm, …), slots, message."""
-
-    kind: str
-    slots: list[int]
-    message: str
-
-    def to_dict(self) -> dict:
-        return {"kind": self.kind, "slots": list(self.slots), "message": self.message}
-
-
-def _json(v: Any) -> Any:
-    if isinstance(v, (np.floating, float)):
-        v = float(v)
-        return round(v, 6) if math.isfinite(v) else None
-    if isinstance(v, np.integer):
-        return int(v)
-    if isinstance(v, (list, tuple)):
-        return [_json(x) for x in v]
-    return v
 
 
 def _fmt(v: Any) -> str:
@@ -182,23 +183,34 @@ def embedding_signals(st_slots: Sequence[SlotStats], tensors: list, ids: Any, me
 
 
 def postnorm_signals(st_slots: Sequence[SlotStats], tensors: list, embed_score: list[float], meds: list[float],
-                     drop: list[int], ev: list[list[Evidence]]) -> tuple[list[float], dict[int, int]]:
-    """Per-slot post-norm score and ``{post slot: pre-norm slot}`` (γ-free: B = γ ⊙ A/rms(A) makes B/A
-    constant per dimension).
+                     drop: list[int], ev: list[list[Evidence]], claimed: Sequence[str | None] | None = None,
+                     ) -> tuple[list[float], dict[int, int], list[str]]:
+    """Per-slot post-norm score, ``{post slot: pre-norm slot}`` and what decided it (γ-free: B = γ ⊙ A/rms(A)
+    makes B/A constant per dimension).
 
-    A tight, sinkless slot is post-norm when it is RMSNorm(another slot) for a fitted γ (0.99), or its
-    norm collapsed next to the layer slots (0.8), or — when nothing says it is layer-scale — its token 0
-    keeps the sink's one-dim direction at an ordinary norm: the norm was divided away (0.6).
+    A sinkless slot is post-norm when it is RMSNorm(another slot) for a fitted γ (0.99, "normalizes"), or
+    when its format stores the post-norm final there (SpecForge's ``hidden_state``) and the data agrees
+    (0.8, "format_claim"; with a collapsed norm 0.9). A tight, sinkless slot whose norm collapsed next to the
+    layer slots, or whose token 0 keeps the sink's one-dim direction when there is no other slot, is only a
+    candidate (``POSTNORM_CANDIDATE``): the depth chain confirms it (``collapsed_end``). A token-0
+    sink or a table lookup excludes post-norm whatever the format claims (the final norm divides a sink away).
     """
     from forensics.analysis.fingerprint.depth import NORMALIZES_MAX_RESIDUAL, NORMALIZES_SCREEN_ROWS, normalizes
 
     k = len(st_slots)
+    claims = list(claimed) if claimed is not None else [None] * k
     same_T = len({int(t.shape[0]) for t in tensors}) == 1
     post_score = [0.0] * k
+    why = [""] * k
     prenorm_of: dict[int, int] = {}
     lookup = [embed_score[i] >= 0.9 for i in range(k)]  # duplicate rows: certainly not post-norm
     for i, s in enumerate(st_slots):
+        claim_post = claims[i] == FINAL_POST
         if lookup[i] or has_sink(s):  # the identity test needs no tight spread: B = RMSNorm(A) is exact
+            if claim_post:
+                ev[i].append(Evidence("format_claim", "post-norm final (format)", "no sink, no lookup",
+                                      "contradicted: " + ("a token-0 sink survives only before the final norm"
+                                                          if has_sink(s) else "a table lookup (embedding)")))
             continue
         best = None
         for j in range(k):
@@ -208,27 +220,45 @@ def postnorm_signals(st_slots: Sequence[SlotStats], tensors: list, embed_score: 
                     res = normalizes(tensors[j], tensors[i], drop)["residual"]
                 best = (res, j) if best is None or res < best[0] else best
         if best is not None and best[0] <= NORMALIZES_MAX_RESIDUAL:
-            post_score[i], prenorm_of[i] = 0.99, best[1]
+            post_score[i], prenorm_of[i], why[i] = 0.99, best[1], "normalizes"
             ev[i].append(Evidence("normalizes", f"= RMSNorm(slot {best[1]}) with fitted γ, residual {best[0]:.2g}",
                                   f"≤ {NORMALIZES_MAX_RESIDUAL}", "post-norm of that slot"))
             continue
-        if embed_score[i] >= EMBED_MIN_SCORE or not late_signature(s):
+        if embed_score[i] >= EMBED_MIN_SCORE:
+            continue
+        spread = robust_spread(s)
+        tight = spread <= TIGHT_SPREAD
+        if not tight and not (claim_post and spread <= POSTNORM_CLAIM_SPREAD):
+            if claim_post:
+                ev[i].append(Evidence("format_claim", spread, f"spread ≤ {POSTNORM_CLAIM_SPREAD}",
+                                      "post-norm final by the format, but the token norms spread like a layer's"))
             continue
         conc = token0_concentration(tensors[i]) >= TOKEN0_CONCENTRATION
         layer_meds = [meds[j] for j in range(k) if j != i and embed_score[j] < EMBED_MIN_SCORE
                       and math.isfinite(meds[j]) and meds[j] > 0]
         ratio = meds[i] / max(layer_meds) if layer_meds else None
-        if ratio is not None and ratio <= POSTNORM_NORM_DROP:
-            post_score[i], verdict = 0.8, "tight, sinkless and norm collapsed ⇒ post-final-norm"
-        elif conc and (ratio is None or ratio <= POSTNORM_NORM_DROP_WEAK):
-            post_score[i], verdict = 0.6, "sink direction kept at an ordinary norm ⇒ post-final-norm"
+        dropped = tight and ratio is not None and ratio <= POSTNORM_NORM_DROP
+        if dropped and claim_post:
+            post_score[i], why[i], verdict = 0.9, "norm_drop", "tight, sinkless, norm collapsed, and where the " \
+                "format stores the post-norm final ⇒ post-final-norm"
+        elif claim_post and (ratio is None or ratio <= POSTNORM_CLAIM_RATIO):
+            post_score[i], why[i], verdict = 0.8, "format_claim", "sinkless and tight where the format stores the " \
+                "post-norm final ⇒ post-final-norm"
+        elif claim_post:
+            verdict = "the format stores the post-norm final here, but its norm exceeds every layer slot's: pre-norm?"
+        elif dropped or (conc and (ratio is None or ratio <= POSTNORM_NORM_DROP_WEAK)):
+            # a candidate only: SmolLM2's sinkless mid layers (r ≈ 10) are as tight and ≤ 0.2 × r = L; the depth
+            # chain decides (collapsed_end)
+            post_score[i], why[i] = POSTNORM_CANDIDATE, "norm_drop" if dropped else "sink_direction"
+            verdict = ("tight, sinkless and norm collapsed" if dropped else "sink direction kept at an ordinary "
+                       "norm") + ": post-norm candidate, confirmed only at the deep end of the depth chain"
         elif ratio is None:
             verdict = "no other layer slot to compare: late pre-norm or post-norm (run with --model for the γ test)"
         else:
             verdict = "tight, sinkless at layer-scale norm ⇒ late pre-norm"
         ev[i].append(Evidence("norm_drop", ratio, f"≤ {POSTNORM_NORM_DROP} (≤ {POSTNORM_NORM_DROP_WEAK} with a "
                               "one-dim token 0) ⇒ normalised", verdict))
-    return post_score, prenorm_of
+    return post_score, prenorm_of, why
 
 
 def token0_concentration(h: Any) -> float:
@@ -236,6 +266,12 @@ def token0_concentration(h: Any) -> float:
     x = h[0].float()
     n = float(x.norm())
     return float(x.abs().max()) / n if n > 0 and math.isfinite(n) else 0.0
+
+
+def _reference_dtype(m: dict) -> str:
+    """`` (float32 reference)``: the compute dtype the tolerances were applied against, when known."""
+    dt = (m.get("tolerance") or {}).get("compute_dtype")
+    return f" ({dt} reference)" if dt else ""
 
 
 def exact_evidence(ev: list[Evidence], x: dict) -> None:
@@ -256,7 +292,8 @@ def exact_evidence(ev: list[Evidence], x: dict) -> None:
                            "post-final-norm" if p["verdict"] else "not post-norm"))
     if m and m.get("best") is not None:
         ev.append(Evidence("ladder_match", m["best_rel"], f"cos ≥ {LADDER_MATCH_COS}, rel ≤ {LADDER_MATCH_REL}, "
-                           f"≤ {LADDER_SEPARATION} × runner-up", f"{'r = ' if m['match'] else 'no match; nearest '}"
+                           f"≤ {LADDER_SEPARATION} × runner-up" + _reference_dtype(m),
+                           f"{'r = ' if m['match'] else 'no match; nearest '}"
                            f"{r_label(m['best'])} (cos {m['best_cos']:.5f}, rel {m['best_rel']:.3g}); runner-up "
                            f"{r_label(m['runner_up'])} (cos {_fmt(m['runner_up_cos'])}, "
                            f"rel {_fmt(m['runner_up_rel'])})" + _rescaled(m)))
@@ -269,50 +306,127 @@ def exact_evidence(ev: list[Evidence], x: dict) -> None:
                            f"(rises with depth){span}"))
 
 
-def order_chain(D: np.ndarray, chain: list[int], slots: Sequence[SlotStats],
-                 meds: list[float]) -> tuple[list[int], list[Evidence]]:
-    """Seriate the layer slots by masked angular distance, then vote the direction (shallow → deep)."""
+@dataclass
+class ChainOrder:
+    """The depth order of the layer slots: the path (shallow → deep), its evidence and its confidence."""
+
+    path: list[int]
+    evidence: list[Evidence]
+    confidence: float  # 0.5 coin flip … 1.0 unambiguous; see ORDER_MARGIN_GAIN and the direction conflict
+    chain: list[int] = field(default_factory=list)  # the seriation path itself (either direction)
+
+
+def chain_order(D: np.ndarray, chain: list[int], slots: Sequence[SlotStats], meds: list[float]) -> ChainOrder:
+    """Seriate the layer slots by masked angular distance, then vote the direction (shallow → deep).
+
+    Direction votes: every pair of the path whose median norm rises along it (+1) or falls (−1), plus the late
+    signature and a faded sink at either end (Heimersheim & Turner 2023: norms grow with depth; Sun et al.
+    2024: massive activations fade in the last layers). The confidence is the chain's relative margin over the
+    next-best path (``ORDER_MARGIN_GAIN``), capped at a coin flip when the norm votes and the signature votes
+    point opposite ways: SmolLM2's sinkless, tight mid layers (r ≈ 10) look "late" and Kimi's last layer
+    (norm 111 after 174 at L31) looks "shallow" by norm, and the data alone cannot say which story holds.
+    """
     from forensics.analysis.fingerprint.depth import seriate
 
     if not chain:
-        return [], []
+        return ChainOrder([], [], 1.0)
     if len(chain) == 1:
-        return chain, [Evidence("order", "one layer slot", None, "nothing to order")]
+        return ChainOrder(list(chain), [Evidence("order", "one layer slot", None, "nothing to order")], 1.0,
+                          list(chain))
     path, cost, runner = seriate(D, chain)
     margin = (runner - cost) / cost if cost > 0 and math.isfinite(runner) else (math.inf if cost > 0 else 0.0)
     n = len(path)
     pairs = [(a, b) for a in range(n) for b in range(a + 1, n)]
-    tau = sum(np.sign(meds[path[b]] - meds[path[a]]) for a, b in pairs) / len(pairs)
+    norm = float(sum(np.sign(meds[path[b]] - meds[path[a]]) for a, b in pairs))
     half = (n - 1) / 2
-    late = sum(np.sign(p - half) for p, i in enumerate(path) if late_signature(slots[i]))
-    faded = sum(np.sign(p - half) for p, i in enumerate(path)
-                if math.isfinite(slots[i].first_ratio) and slots[i].first_ratio < SINK_FADED_RATIO)
-    score = W_NORM * tau + W_LATE * late + W_FADED * faded
+    late = float(sum(np.sign(p - half) for p, i in enumerate(path) if late_signature(slots[i])))
+    faded = float(sum(np.sign(p - half) for p, i in enumerate(path)
+                      if math.isfinite(slots[i].first_ratio) and slots[i].first_ratio < SINK_FADED_RATIO))
+    signature = W_LATE * late + W_FADED * faded
+    score = W_NORM * norm + signature
     if score < 0:
         path = path[::-1]
     chain_path = list(path)  # the evidence shows the chain itself; the order may be the norm order below
+    conf = 1.0 if not math.isfinite(margin) else min(1.0, 0.5 + ORDER_MARGIN_GAIN * margin)
+    conflict = norm * signature < 0
     if score == 0:  # no direction signal: the chain's listed direction is a coin flip (often a near-tie of
         path = sorted(path, key=lambda i: meds[i])  # two paths, margin ~0), so take the norm order the text names
-    ev = [Evidence("chain", f"path cost {cost:.4f}, next-best {_fmt(runner)} (margin {_fmt(margin)})", None,
+    if score == 0 or conflict:
+        conf = min(conf, DIRECTION_CONFLICT_CONFIDENCE)
+    ev = [Evidence("chain", f"path cost {cost:.4f}, next-best {_fmt(runner)} (margin {_fmt(margin)})",
+                   f"confidence 0.5 + {ORDER_MARGIN_GAIN} × margin",
                    "masked angular-distance chain " + " → ".join(str(i) for i in chain_path)),
-          Evidence("direction", f"norm τ {tau:+.2f}·{W_NORM} + late sig {late:+.0f}·{W_LATE} + faded sink "
-                   f"{faded:+.0f}·{W_FADED} = {score:+.2f}", "sign", "shallow → deep as listed" if score != 0
-                   else "no direction signal: norm order kept")]
-    return path, ev
+          Evidence("direction", f"norm pairs {norm:+.0f}·{W_NORM} + late sig {late:+.0f}·{W_LATE} + faded sink "
+                   f"{faded:+.0f}·{W_FADED} = {score:+.2f}", "sign",
+                   ("no direction signal: norm order kept" if score == 0 else "shallow → deep as listed")
+                   + ("; norm and late/faded-sink votes disagree: direction uncertain" if conflict else ""))]
+    return ChainOrder(path, ev, conf, chain_path)
 
 
-def order_confidence(order_ev: list[Evidence]) -> float:
-    for e in order_ev:
-        if e.signal == "chain":
-            txt = e.value.split("margin ")[-1].rstrip(")")
-            try:
-                m = float(txt)
-            except ValueError:
-                return 0.5
-            return 1.0 if not math.isfinite(m) else min(1.0, 0.5 + 5 * m)
-        if e.verdict.startswith("exact"):
-            return 1.0
-    return 0.5
+def collapsed_end(path: list[int], slots: Sequence[SlotStats], meds: list[float],
+                  ev: list[list[Evidence]]) -> int | None:
+    """The slot at an end of the depth chain that is a post-norm final, or None.
+
+    The final norm keeps a state's direction (γ rescales dims) but collapses its norm: the chain puts the
+    post-norm final next to the deepest pre-norm slot, and its median norm is a small fraction of that slot's.
+    A pre-norm slot sits next to the deepest one only when it is deeper still (or nearly as deep), so it keeps a
+    layer-scale norm. Needs ``POSTNORM_CHAIN_MIN`` chain slots: in a chain of two, every slot is next to the
+    deepest. The slot must be sinkless (the norm divides a sink away) with spread ≤ ``POSTNORM_CLAIM_SPREAD``.
+    """
+    if len(path) < POSTNORM_CHAIN_MIN:
+        return None
+    top = max(path, key=lambda i: meds[i] if math.isfinite(meds[i]) else -math.inf)
+    for end, nb in ((path[0], path[1]), (path[-1], path[-2])):
+        s = slots[end]
+        if nb != top or has_sink(s) or not (math.isfinite(meds[end]) and meds[nb] > 0):
+            continue
+        ratio = meds[end] / meds[nb]
+        if ratio <= POSTNORM_NORM_DROP and robust_spread(s) <= POSTNORM_CLAIM_SPREAD:
+            ev[end].append(Evidence("norm_collapse", ratio, f"≤ {POSTNORM_NORM_DROP} × the deepest slot, next to it "
+                                    "in the chain", f"sinkless, at the chain's end beside slot {nb} (largest norm) "
+                                    "with its norm divided away ⇒ post-final-norm"))
+            return end
+    return None
+
+
+def order_chain(D: np.ndarray, chain: list[int], slots: Sequence[SlotStats],
+                meds: list[float]) -> tuple[list[int], list[Evidence]]:
+    """``chain_order`` as ``(path, evidence)``."""
+    c = chain_order(D, chain, slots, meds)
+    return c.path, c.evidence
+
+
+def identical_groups(tensors: list, D: np.ndarray) -> list[list[int]]:
+    """Groups (≥ 2 slots, file order) of bit-identical slots: one state captured more than once."""
+    import torch
+
+    k = len(tensors)
+    parent = list(range(k))
+    for i in range(k):
+        for j in range(i + 1, k):
+            if D[i, j] < DUPLICATE_SLOT_DISTANCE and tensors[i].shape == tensors[j].shape and \
+                    tensors[i].dtype == tensors[j].dtype and bool(torch.equal(tensors[i], tensors[j])):
+                parent[j] = parent[i]
+    groups: dict[int, list[int]] = {}
+    for i in range(k):
+        root = i
+        while parent[root] != root:
+            root = parent[root]
+        groups.setdefault(root, []).append(i)
+    return [g for g in groups.values() if len(g) > 1]
+
+
+def share_identical_labels(fp: Fingerprint, groups: list[list[int]]) -> None:
+    """Bit-identical slots are one state, so they carry one label: the label they agree on, else none
+    (two different claimed layers cannot both be the same tensor; the data cannot say which one holds)."""
+    for g in groups:
+        labels = {fp.slots[i].label for i in g}
+        if len(labels) > 1:
+            for i in g:
+                fp.slots[i].label = None
+        for i in g:
+            fp.slots[i].evidence.append(Evidence("identical", f"slots {g}", "bit-identical",
+                                                 "one state captured more than once: one label"))
 
 
 def find_duplicates(fp: Fingerprint, tensors: list) -> None:
@@ -321,69 +435,9 @@ def find_duplicates(fp: Fingerprint, tensors: list) -> None:
         for j in range(i + 1, k):
             if fp.similarity[i, j] < DUPLICATE_SLOT_DISTANCE and tensors[i].shape == tensors[j].shape:
                 same = bool((tensors[i] == tensors[j]).all())
-                fp.findings.append(Finding("duplicate", [i, j], f"slots {i} and {j} are "
+                fp.findings.append(Finding("duplicate", Severity.FAIL, [i, j], f"slots {i} and {j} are "
                                            f"{'bit-identical' if same else 'the same state (distance < 1e-4)'}: "
                                            "the same layer captured twice"))
-
-
-def assign_labels(fp: Fingerprint) -> None:
-    """Assign the expected labels by depth order and report what disagrees with the expectation."""
-    exp = list(fp.expected or [])
-    k = len(fp.slots)
-    order = list(fp.depth_order)
-    emb = [i for i in order if fp.slots[i].role == "embedding"]
-    post = [i for i in order if fp.slots[i].role == "final_postnorm"]
-    if len(exp) + len(post) == k and post and FINAL_POST not in exp:
-        exp += [FINAL_POST] * len(post)  # aux ids only (a draft's config): the file's own final_post target
-    if len(exp) != k:
-        fp.findings.append(Finding("count_mismatch", list(range(k)), f"expected {len(exp)} layers "
-                                   f"[{', '.join(r_label(r) for r in exp)}] but the capture has {k} slots"))
-    by_depth = sorted(exp, key=_depth_key)
-    if 0 in by_depth and not emb:
-        fp.findings.append(Finding("missing_embedding", [order[0]] if order else [], "an embedding output (r = 0) "
-                                   "is expected but no slot has the embedding signature (no duplicate rows, "
-                                   "layer-scale norms); the shallowest slot is "
-                                   + (f"slot {order[0]}" if order else "—")))
-        by_depth.remove(0)
-    elif emb and 0 not in by_depth:
-        fp.findings.append(Finding("unexpected_embedding", emb, f"slot {emb[0]} is an embedding output but the "
-                                   "expected list has no embed"))
-        order = [i for i in order if i not in emb]
-    if FINAL_POST in by_depth and not post and order:
-        last = order[min(len(order), len(by_depth)) - 1]
-        st = fp.stats.slots[last]
-        if isinstance(fp.slots[last].r_exact, int) or has_sink(st) or robust_spread(st) > TIGHT_SPREAD:
-            fp.findings.append(Finding("prenorm", [last], f"final_post (after the final norm) is expected at slot "
-                                       f"{last}, but it is pre-norm (sink or wide spread, or its exact r)"))
-    pairs = list(zip(order, by_depth, strict=False))
-    n_post = min(len(post), by_depth.count(FINAL_POST))
-    if n_post:  # final_post binds to the post-norm slot(s) even when a missing embed shifts the layer labels
-        rest = list(by_depth)
-        for _ in range(n_post):
-            rest.remove(FINAL_POST)
-        pairs = list(zip(post[:n_post], [FINAL_POST] * n_post, strict=True)) + list(
-            zip([i for i in order if i not in post[:n_post]], rest, strict=False))
-    for i, r in pairs:
-        fp.slots[i].label = r_label(r)
-        if fp.slots[i].role == "final_postnorm" and r != FINAL_POST:
-            fp.findings.append(Finding("postnorm", [i], f"slot {i} is labelled {r_label(r)} (pre-norm) but looks "
-                                       f"post-final-norm ({fp.slots[i].decided_by})"))
-    for sf in fp.slots:
-        if sf.r_exact is not None and sf.label is not None:
-            want = parse_r(sf.label)
-            if want != sf.r_exact:
-                kind = "off_by_one" if isinstance(want, int) and isinstance(sf.r_exact, int) and \
-                    abs(want - sf.r_exact) == 1 else "wrong_layer"
-                fp.findings.append(Finding(kind, [sf.index], f"slot {sf.index} is expected to be {sf.label} but "
-                                           f"equals {r_label(sf.r_exact)} of the reference model"))
-    if exp and len(exp) == k:
-        file_labels = [r_label(r) for r in exp]
-        got = [sf.label for sf in fp.slots]
-        if got != file_labels and all(g is not None for g in got):
-            fp.findings.append(Finding("reordered", [i for i in range(k) if got[i] != file_labels[i]],
-                                       "file order ≠ depth order: stored slots are "
-                                       f"[{', '.join(map(str, got))}], expected "
-                                       f"[{', '.join(file_labels)}]"))
 
 
 def _lens_near() -> float:

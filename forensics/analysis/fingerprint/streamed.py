@@ -115,3 +115,6 @@ def streamed_lens(stream: Any, tensors: list, streamed: dict, out: list) -> None
             lens["near"] = sorted((r for r, b in profile.items() if abs(b - a) <= LENS_NEAR),
                                   key=lambda r: float("inf") if r == FINAL_POST else r)
         x["lens"] = lens
+    from forensics.models.shards import peak_rss
+
+    streamed["provenance"].update(stream.stats.to_dict(), peak_rss=peak_rss())  # lm_head reads included

@@ -23,11 +23,12 @@ from collections.abc import Callable
 from typing import Any
 
 from forensics.analysis.scan.result import ScanResult
-from forensics.analysis.scan.rows import empty_row, json_safe, read_rows
+from forensics.analysis.scan.rows import empty_row, read_rows
 from forensics.analysis.scan.sinks import ParquetSink
 from forensics.analysis.scan.summary import Aggregator
 from forensics.analysis.scan.workers import batches, run_dask, run_inline, run_pool
 from forensics.errors import ForensicsError
+from forensics.jsonable import json_safe
 
 SAMPLE_SEED = 0  # --sample K draws the same K files every time
 # Files fingerprinted by default, evenly spread (enough for a majority depth order and labels; every file gets

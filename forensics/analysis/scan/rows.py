@@ -15,22 +15,17 @@ import math
 import os
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import numpy as np
 
 from forensics.analysis.scan.sketch import LogHistogram, Moments
+from forensics.jsonable import json_safe
 
 MALLOC_TUNE_BYTES = 1 << 30  # glibc mmap/trim thresholds in workers (page faults: measured)
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc <malloc.h> mallopt parameters
 _worker_ready = False
 
 
-def _num(v: Any) -> Any:
-    if isinstance(v, (float, np.floating)):
-        v = float(v)
-        return v if math.isfinite(v) else None
-    return v
 
 
 def init_worker(tune_malloc: bool = True) -> None:
@@ -132,17 +127,17 @@ def _fill(row: dict, path: str, use_fingerprint: bool) -> None:
         f = fps.get(s.index)
         row["slots"].append({
             "index": s.index, "name": s.name, "dtype": s.dtype, "shape": list(s.shape),
-            "norm": {"median": _num(s.norm.median), "mean": _num(s.norm.mean), "std": _num(s.norm.std),
-                     "p05": _num(s.norm.p05), "p95": _num(s.norm.p95)},
-            "median_excl_first": _num(s.norm_excl_first.median),
-            "first": _num(s.first), "first_ratio": _num(s.first_ratio), "nan": s.nan, "inf": s.inf,
+            "norm": {"median": json_safe(s.norm.median), "mean": json_safe(s.norm.mean), "std": json_safe(s.norm.std),
+                     "p05": json_safe(s.norm.p05), "p95": json_safe(s.norm.p95)},
+            "median_excl_first": json_safe(s.norm_excl_first.median),
+            "first": json_safe(s.first), "first_ratio": json_safe(s.first_ratio), "nan": s.nan, "inf": s.inf,
             "sinks": list(s.sinks), "num_sinks": getattr(s, "num_sinks", len(s.sinks)),
             "massive_dims": list(s.massive_dims), "claimed": s.claimed,
             "declared": None if s.declared_r is None else r_label(s.declared_r),
             "role": getattr(f, "role", None), "label": getattr(f, "label", None),
             "depth_rank": int(f.depth_rank) if f is not None and f.depth_rank is not None else None,
             "norm_rank": rank[s.index],
-            "confidence": _num(getattr(f, "confidence", None)),
+            "confidence": json_safe(getattr(f, "confidence", None)),
             "r_exact": getattr(f, "r_exact", None),
         })
         hist = LogHistogram()
@@ -172,19 +167,6 @@ def _duplicates(slots) -> list[dict]:
     return out
 
 
-def json_safe(x: Any) -> Any:
-    """numpy scalars → Python numbers, non-finite floats → None, tuples → lists, anything else → str."""
-    if isinstance(x, dict):
-        return {str(k): json_safe(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [json_safe(v) for v in x]
-    if isinstance(x, (bool, np.bool_)):
-        return bool(x)
-    if isinstance(x, (int, np.integer)):
-        return int(x)
-    if isinstance(x, (float, np.floating)):
-        return float(x) if math.isfinite(float(x)) else None
-    return x if x is None or isinstance(x, str) else str(x)
 
 
 def read_rows(out: str) -> Iterator[dict]:

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from forensics.analysis.scan.sketch import SKETCH_REL_ERROR, LogHistogram, Moments
+from forensics.jsonable import json_safe
 
 OUTLIER_Z = 6.0  # |robust z| of a file's log median token norm vs the dataset (per slot) above which it is flagged
 OUTLIER_MIN_LOG_SCALE = 0.05  # floor of the robust log-scale (≈ 5 % in norm) so near-identical files are not flagged
@@ -196,8 +197,9 @@ class Aggregator:
         assert isinstance(q, list)
         d = {"index": index, "name": _majority(a.names)[0], "label": _majority(a.labels)[0],
              "role": _majority(a.roles)[0], "files": a.files, "tokens": a.moments.n,
-             "mean": _f(a.moments.mean()), "std": _f(a.moments.std()),
-             "min": _f(a.hist.min), "max": _f(a.hist.max), **{k: _f(v) for k, v in zip(QUANTILES, q, strict=True)},
+             "mean": json_safe(a.moments.mean()), "std": json_safe(a.moments.std()),
+             "min": json_safe(a.hist.min), "max": json_safe(a.hist.max),
+             **{k: json_safe(v) for k, v in zip(QUANTILES, q, strict=True)},
              "nan": a.nan, "inf": a.inf, "outliers": None, "histogram": _coarse(a.hist)}
         if len(a.medians) >= OUTLIER_MIN_FILES:
             nos = np.array(sorted(a.medians))
@@ -230,6 +232,3 @@ def _coarse(h: LogHistogram) -> dict:
             "bins_per_decade": HIST_BINS_PER_DECADE, "counts": c[i0:i1].tolist(),
             "zero": h.zero, "under": h.under, "over": h.over}
 
-
-def _f(x: float) -> float | None:
-    return float(x) if x is not None and math.isfinite(x) else None

@@ -27,6 +27,7 @@ from forensics.analysis.fingerprint.core import fingerprint
 from forensics.analysis.probe import probe
 from forensics.analysis.scan.core import scan as run_scan
 from forensics.errors import ForensicsError
+from forensics.models.draft import has_weights
 from forensics.views.report.panels import (
     build_browser,
     build_cards,
@@ -58,6 +59,23 @@ class Report:
     @property
     def counts(self) -> dict:
         return dict(self.context["verdicts"]["counts"])
+
+    def exit_code(self, fail_on: str = "fail") -> int:
+        """The exit code of ``hsf report`` (``forensics.findings.exit_code``): every file's findings and slot
+        verdicts, the audit's findings and verdict; 2 when an input or a section could not be read."""
+        from forensics.findings import exit_code
+
+        findings, verdicts = [], []
+        for f in self.context["files"]:
+            if f.fp is not None:
+                findings += f.fp.findings
+                verdicts += [s.verdict for s in f.fp.slots]
+        audit = self.context.get("audit")
+        if audit is not None:
+            findings += audit.findings
+            verdicts.append(audit.outcome)
+        bad = any(f.error for f in self.context["files"]) or bool(self.context.get("errors"))
+        return exit_code(findings, verdicts, unreadable=bad, fail_on=fail_on)
 
     @property
     def html(self) -> str:
@@ -180,6 +198,11 @@ def report(paths, layers=None, model=None, draft=None, engine=None, engine_versi
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     paths = [os.fspath(p) for p in paths]
+    model_arg = model  # as given ("default"), for the regenerating command
+    if model is not None:
+        from forensics.models.target import resolve_model
+
+        model = resolve_model(model)
     if isinstance(layers, (list, tuple)):
         layers = ",".join(str(x) for x in layers)
     errors: list[dict] = []
@@ -211,7 +234,7 @@ def report(paths, layers=None, model=None, draft=None, engine=None, engine_versi
                               target_config=target_config, served=served)
         except ForensicsError as e:
             errors.append({"where": "audit", "message": error_text(e)})
-    if draft is not None and paths and _has_weights(draft):
+    if draft is not None and paths and has_weights(draft):
         try:
             probe_res = probe(draft, [f.capture for f in training] or paths[0], model=model)
         except ForensicsError as e:
@@ -225,9 +248,9 @@ def report(paths, layers=None, model=None, draft=None, engine=None, engine_versi
         scan_res = scan
     if model is not None:
         try:
-            from forensics.models.target import load_model, model_facts
+            from forensics.models.target import target_facts
 
-            facts = model_facts(load_model(model)[0])
+            facts = target_facts(model)
         except ForensicsError as e:
             errors.append({"where": "model facts", "message": error_text(e)})
 
@@ -262,12 +285,5 @@ def report(paths, layers=None, model=None, draft=None, engine=None, engine_versi
         "skipped": skipped,
         "max_analysed": MAX_ANALYSED_FILES,
     }
-    argv = _argv(paths, layers, model, draft, engine, engine_version, trainer, target_config, served, title, scan)
+    argv = _argv(paths, layers, model_arg, draft, engine, engine_version, trainer, target_config, served, title, scan)
     return Report(context=context, argv=argv)
-
-
-def _has_weights(draft) -> bool:
-    """A draft folder with weights can be probed; a bare config.json can only be audited."""
-    d = os.fspath(draft)
-    d = d if os.path.isdir(d) else os.path.dirname(d)
-    return any(os.path.isfile(os.path.join(d, n)) for n in ("model.safetensors", "pytorch_model.bin"))

@@ -295,10 +295,22 @@ def build_provenance(files: list[FileResult], **facts) -> dict:
                      "convention": c.declared_convention or "—",
                      "declared_r": "[" + _short([_label(r) for r in c.declared_r]) + "]" if c.declared_r else "—",
                      "notes": list(c.provenance.notes), "model": (c.meta or {}).get("model"),
-                     "num_layers": c.num_layers})
+                     "num_layers": c.num_layers, "stamp": _stamp(f.path)})
     model_facts = facts.pop("facts", None) or {}
     settings = {k: v for k, v in facts.items() if v is not None}
     return {"rows": rows, "model_facts": model_facts, "settings": settings}
+
+
+def _stamp(path: str) -> str:
+    """The file's stamp (``hsf stamp``) in one cell: what it declares, or that there is none; values are checked
+    by ``hsf verify``, not here."""
+    from forensics.analysis.stamp import stamp_status
+    from forensics.views.stamp import summary
+
+    s = stamp_status(path)
+    if s["status"] == "stamped":
+        return "stamped: " + (summary(s["stamp"]) or "")
+    return "unreadable stamp: " + s["error"] if s["status"] == "error" else "not stamped"
 
 
 def _slots_summary(slots) -> str:

