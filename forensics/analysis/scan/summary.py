@@ -183,7 +183,7 @@ class Aggregator:
                 for no, f in sorted(per_file.items()):
                     self._anomaly(no, kind, (f.get("slots") or [None])[0], f"{self.paths[no]}: {f['message']}",
                                   value=f.get("slots"))
-        slots = [self._finish_slot(i, a, g.files) for i, a in sorted(g.slots.items())]
+        slots = [self._finish_slot(i, a) for i, a in sorted(g.slots.items())]
         toks = sorted(g.tokens)
         return {
             "files": g.files, "bytes": g.bytes, "num_slots": n_slots, "hidden": hidden,
@@ -192,7 +192,7 @@ class Aggregator:
             "majority": majority, "findings": findings, "slots": slots,
         }
 
-    def _finish_slot(self, index: int, a: _SlotAgg, group_files: int) -> dict:
+    def _finish_slot(self, index: int, a: _SlotAgg) -> dict:
         q = a.hist.quantile(list(QUANTILES.values()))
         assert isinstance(q, list)
         d = {"index": index, "name": _majority(a.names)[0], "label": _majority(a.labels)[0],

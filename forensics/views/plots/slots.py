@@ -139,12 +139,10 @@ def _selected(stats: CaptureStats, slots: Sequence[int] | None) -> list[int]:
 def _name(stats: CaptureStats) -> str:
     import os
 
-    return os.path.basename(str(stats.capture.path))
+    from forensics.errors import escape
 
+    return escape(os.path.basename(str(stats.capture.path)))  # a non-UTF-8 name cannot be drawn: \xNN
 
-def _positive(x: np.ndarray) -> np.ndarray:
-    x = np.asarray(x, dtype=np.float64)
-    return x[np.isfinite(x) & (x > 0)]
 
 
 def _fmt(x: float) -> str:
