@@ -231,8 +231,9 @@ def test_interrupted_scan_resumes_to_the_uninterrupted_result(mixed, reference, 
     assert res.timing["scanned_files"] == 21 - len(kept)
     assert _strip(res.rows) == _strip(reference.rows)
     assert res.summary == reference.summary and res.anomalies == reference.anomalies
-    again = scan(mixed[0], workers=2, out=out, resume=True)  # nothing left: every row comes from the file
-    assert again.timing["scanned_files"] == 0 and again.summary == reference.summary
+    again = scan(mixed[0], workers=2, out=out, resume=True)  # every row comes from the file, except error rows:
+    errors = sum(1 for r in reference.rows if r["error"])  # a failure may be transient, so they are read again
+    assert errors and again.timing["scanned_files"] == errors and again.summary == reference.summary
 
 
 def test_killed_worker_costs_only_its_file(mixed, reference, monkeypatch):

@@ -101,19 +101,20 @@ def load_model(path: str | None = None, dtype: Any = None, cache: bool = True):
         if os.path.isfile(path) and path.endswith(".gguf"):
             folder = _cache_folder(path)
             if cache and os.path.isfile(os.path.join(folder, "model.safetensors")):
-                model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
-                tok = AutoTokenizer.from_pretrained(folder)
+                model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, trust_remote_code=False)
+                tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
             else:
                 d, name = os.path.split(os.path.abspath(path))
-                tok = AutoTokenizer.from_pretrained(d, gguf_file=name)
-                model = AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.float32)
+                tok = AutoTokenizer.from_pretrained(d, gguf_file=name, trust_remote_code=False)
+                model = AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.float32,
+                                                             trust_remote_code=False)
                 if cache:
                     _write_cache(model, tok, folder)
                 model = model.to(dtype)
         elif os.path.isdir(path):
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=False)
             try:
-                tok = AutoTokenizer.from_pretrained(path)
+                tok = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
             except Exception:  # noqa: BLE001 - a weights-only folder has no tokenizer
                 tok = None
         else:

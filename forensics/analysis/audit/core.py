@@ -25,6 +25,7 @@ from typing import Any
 
 from forensics.errors import ForensicsError
 from forensics.findings import Finding, Severity, Verdict, exit_code
+from forensics.io import limits
 from forensics.jsonable import json_safe
 from forensics.layers import r_label
 from forensics.models import conventions as cv
@@ -86,7 +87,7 @@ def target_facts(target_config: Any) -> dict:
     a file, or a dict); multimodal configs (Kimi-K2.5) keep the decoder under ``text_config``."""
     if target_config is None:
         return {}
-    cfg = target_config
+    cfg, path = target_config, None
     if not isinstance(cfg, dict):
         path = os.fspath(cfg)
         if os.path.isdir(path):
@@ -99,6 +100,10 @@ def target_facts(target_config: Any) -> dict:
            "vocab_size": get("vocab_size"),
            "arch": cv.arch_family(archs, f"{cfg.get('model_type', '')} {text.get('model_type', '')}"),
            "architectures": archs}
+    if out["num_layers"] is not None:  # bounded before any per-layer set is built from it
+        out["num_layers"] = limits.num_layers(out["num_layers"], path, "target config num_hidden_layers")
+    if out["hidden_size"] is not None:
+        out["hidden_size"] = limits.hidden_size(out["hidden_size"], path, "target config hidden_size")
     return {k: v for k, v in out.items() if v is not None}
 
 
@@ -188,8 +193,8 @@ def audit(data: Any = None, draft: Any = None, engine: str | None = None, engine
         raise ForensicsError(f"engine must be one of {cv.ENGINES}, found {engine!r}")
     facts = target_facts(target_config)
     info = read_draft(draft) if draft is not None else None
-    L = num_layers or facts.get("num_layers")
-    H = hidden_size or facts.get("hidden_size")
+    L = limits.num_layers(num_layers, what="num_layers") if num_layers is not None else facts.get("num_layers")
+    H = limits.hidden_size(hidden_size, what="hidden_size") if hidden_size is not None else facts.get("hidden_size")
     arch_given = arch is not None or "arch" in facts
     arch = arch or facts.get("arch") or "generic"
     findings: list[Finding] = []

@@ -146,7 +146,8 @@ def _apply_sidecars(cap: Capture) -> None:
         cap.slots[-1].claimed = FINAL_POST
 
 
-def _is_capture_name(name: str) -> bool:
+def is_capture_name(name: str) -> bool:
+    """Whether a dataset listing takes a file of this name as a capture (suffix, and not a known side file)."""
     return name.endswith(CAPTURE_SUFFIXES) and name not in SIDE_FILES
 
 
@@ -161,5 +162,5 @@ def iter_files(path: str | os.PathLike) -> Iterator[str]:
     found: list[str] = []
     for root, dirs, files in os.walk(path):
         dirs[:] = sorted(d for d in dirs if d not in SIDE_DIRS)
-        found.extend(os.path.join(root, f) for f in files if _is_capture_name(f))
+        found.extend(os.path.join(root, f) for f in files if is_capture_name(f))
     yield from sorted(found, key=generic.natural_key)

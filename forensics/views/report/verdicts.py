@@ -8,7 +8,6 @@ and turns them into rows, SVG coordinates (numbers only) and inline PNG figures 
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,54 +79,19 @@ def _label(r: Any) -> str | None:
 
 
 # ---------------------------------------------------------------- tokens
-_TOKENIZERS: dict[str, Any] = {}
-
-
-def _tokenizer_dir(cap) -> str | None:
-    """The capture's tokenizer: ``capture.json``'s ``tokenizer`` (relative to the json), else a ``tokenizer/``
-    folder next to the file or in one of its parents (sample_data/tokenizer)."""
-    d = os.path.dirname(os.path.abspath(cap.path))
-    rel = (cap.meta or {}).get("tokenizer")
-    if isinstance(rel, str):
-        for folder in (d, os.path.dirname(d)):
-            if os.path.isfile(os.path.join(folder, "capture.json")):
-                cand = os.path.normpath(os.path.join(folder, rel))
-                if os.path.isdir(cand):
-                    return cand
-    for _ in range(4):
-        cand = os.path.join(d, "tokenizer")
-        if os.path.isfile(os.path.join(cand, "tokenizer.json")) or os.path.isfile(
-                os.path.join(cand, "tokenizer_config.json")):
-            return cand
-        parent = os.path.dirname(d)
-        if parent == d:
-            break
-        d = parent
-    return None
-
-
 def load_tokens(cap, errors: list[dict]) -> list[str] | None:
-    """Token text per position (local tokenizer files only; never the hub), or None when unknown."""
+    """Token text per position (the capture's own local tokenizer, never remote code), or None when unknown."""
+    from forensics.io.tokenizer import decode_tokens, find_tokenizer, load_tokenizer
+
     if cap.input_ids is None:
         return None
-    folder = _tokenizer_dir(cap)
-    if folder is None:
-        return None
-    tok = _TOKENIZERS.get(folder)
+    folder = find_tokenizer(cap.path, cap.meta)
+    tok, why = load_tokenizer(folder)
     if tok is None:
-        try:
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")
-            from transformers import AutoTokenizer
-
-            tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-        except Exception as e:  # noqa: BLE001 - a dataset's tokenizer folder can fail in many ways
-            errors.append({"where": f"tokenizer {folder}", "message": f"{type(e).__name__}: {e}"})
-            tok = False
-        _TOKENIZERS[folder] = tok
-    if not tok:
+        if why and not any(e.get("message") == why for e in errors):
+            errors.append({"where": f"tokenizer {folder}", "message": why})
         return None
-    ids = [int(i) for i in cap.input_ids.tolist()]
-    return [tok.decode([i]) for i in ids]
+    return decode_tokens(tok, [int(i) for i in cap.input_ids.tolist()])
 
 
 def show_token(t: str | None) -> str:
