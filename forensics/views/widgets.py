@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from forensics.errors import ForensicsError
+from forensics.findings import sort_findings
 from forensics.io.capture import Capture
 from forensics.io.tokenizer import decode_text, decode_tokens
 from forensics.layers import r_label
@@ -28,7 +29,6 @@ MAX_TOKEN_ROWS = 32  # token table rows shown per panel (the range is cut, and t
 MAX_TEXT_CHARS = 2000  # decoded text of the token range shown above the table
 DEFAULT_SLOTS_SHOWN = 6  # with more slots than this (a ladder capture), a spread of 6 is preselected
 DEFAULT_TOKEN_WINDOW = 256
-WARN_KINDS = {"reordered", "duplicate", "missing_embedding", "postnorm", "off_by_one", "nonfinite"}
 
 
 # ------------------------------------------------------------------------------------------- pure render
@@ -59,19 +59,25 @@ def verdict_html(fingerprint: Any) -> str:
                                              else getattr(sf, "role", "?"))
         labels.append(f"{i}: {lab}")
     order = list(getattr(fingerprint, "depth_order", []) or [])
-    findings = list(getattr(fingerprint, "findings", []) or [])
-    lines = [f"<div>slots (stored order): <b>{esc(', '.join(labels))}</b></div>"]
+    findings = sort_findings(getattr(fingerprint, "findings", []) or [])
+    lines = []
+    if hasattr(fingerprint, "claims"):  # the worst verdict first, as in every view
+        from forensics.views.fingerprint import headline
+
+        v = fingerprint.verdict
+        lines.append(f"<div class='hsf-headline'>{badge(v or 'info')} <b>{esc(headline(fingerprint))}</b></div>")
+        verdicts = [f"{i}: {sf.claim.label} {sf.verdict.value}" for i, sf in enumerate(fingerprint.slots)
+                    if getattr(sf, "verdict", None) is not None and sf.claim is not None]
+        if verdicts:
+            lines.append(f"<div>claims: {esc('; '.join(verdicts))}</div>")
+    lines.append(f"<div>slots (stored order): <b>{esc(', '.join(labels))}</b></div>")
     if order:
         lines.append(f"<div>depth order, shallow → deep: {esc(' → '.join(str(i) for i in order))}</div>")
     if findings:
         for f in findings:
-            kind = getattr(f, "kind", None) or (f.get("kind") if isinstance(f, dict) else "?")
-            msg = getattr(f, "message", None) or (f.get("message") if isinstance(f, dict) else str(f))
-            lines.append(f"<div>{badge('warn' if kind in WARN_KINDS else 'info')} <b>{esc(kind)}</b>: "
-                         f"{esc(msg)}</div>")
+            lines.append(f"<div>{badge(f.severity)} <b>{esc(f.kind)}</b>: {esc(f.message)}</div>")
     else:
-        lines.append(f"<div>{badge('pass')} no findings (stored order = depth order, no duplicate, "
-                     "no non-finite values)</div>")
+        lines.append("<div>no findings (stored order = depth order, no duplicate, no non-finite values)</div>")
     return "<div class='hsf-verdict'>" + "".join(lines) + "</div>"
 
 
