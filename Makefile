@@ -81,9 +81,15 @@ fuzz: $(TEST_STAMP)
 lab: $(TEST_STAMP)
 	$(BIN)/jupyter lab notebooks/
 
+# Each benchmark prints its goals as "GOAL … ratio … load (1 min)"; the last lines repeat them all.
+# Generated files go to /tmp and are deleted afterwards (the scan benchmark needs ~2.6 GB free there).
 bench: $(DEMO_STAMP)
-	$(BIN)/python benchmarks/bench_stats.py
-	$(BIN)/python benchmarks/bench_scan.py
+	@rm -f $(OUT)/bench.log; mkdir -p $(OUT)
+	$(BIN)/python benchmarks/bench_stats.py | tee -a $(OUT)/bench.log
+	$(BIN)/python benchmarks/bench_fingerprint.py | tee -a $(OUT)/bench.log
+	$(BIN)/python benchmarks/bench_cli.py | tee -a $(OUT)/bench.log
+	$(BIN)/python benchmarks/bench_scan.py | tee -a $(OUT)/bench.log
+	@echo; echo "== goals (1-minute load beside each) =="; grep -E '^(GOAL|COLD)' $(OUT)/bench.log
 
 # Verdict accuracy on real SmolLM2 captures (evaluation half of the calibration corpus; regenerated into the
 # git-ignored .cache/corpus by scripts/make_corpus.py when missing). ACCURACY_ARGS="--split tune" shows the
