@@ -29,8 +29,8 @@ def add_arguments(p) -> None:
     p.add_argument("--resume", action="store_true", help="continue an interrupted scan from OUT (needs -o)")
     p.add_argument("--sample", type=int, metavar="K", help="scan K randomly drawn files (same K every time)")
     p.add_argument("--fingerprint", default=None, metavar="N|all|none",
-                   help="fingerprint about N files spread over the dataset (default 64: a fingerprint costs "
-                        "seconds per Kimi-sized sample), all, or none; every file gets the statistics, "
+                   help="fingerprint about N files spread over the dataset (default 64; a fingerprint costs about "
+                        "twice a file's statistics), all, or none; every file gets the statistics, "
                         "norm-rank order and outlier checks either way")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--file-timeout", type=float, default=None, metavar="SECONDS",

@@ -35,8 +35,9 @@ from forensics.io.output import check_output, lock_output
 from forensics.jsonable import json_safe
 
 SAMPLE_SEED = 0  # --sample K draws the same K files every time
-# Files fingerprinted by default, evenly spread: a fingerprint costs ~4 s and ~0.7 GB per Kimi-sized sample
-# (measured 2026-11-30), the statistics ~0.05 s; every file gets the statistics-based checks regardless.
+# Files fingerprinted by default, evenly spread (enough for a majority depth order and labels; every file gets
+# the statistics-based checks regardless). A fingerprint costs ~2× its file's statistics since the row-sampled
+# distances (1.8–1.97×, ~40 ms CPU per Kimi-sized sample, measured 2026-12-01; it was 0.5–4 s before).
 FINGERPRINT_FILES = 64
 
 Item = tuple  # (absolute path, size in bytes, mtime in ns[, fingerprint this file?])
