@@ -35,6 +35,10 @@ PASS, FAIL, CANNOT_TELL = "PASS", "FAIL", "CANNOT TELL"
 FLOOR_WRONG = 0.01  # decided verdicts wrong ≤ 1 %
 FLOOR_EMBED = 1.0  # embedding found 100 %
 FLOOR_ORDER = 0.99  # depth order of 4-slot sets ≥ 99 %
+try:  # the order confidence at which the verdict engine lets a contradicted order FAIL a claim
+    from forensics.analysis.fingerprint.verdicts import ORDER_DECIDES
+except ImportError:  # no verdict engine yet
+    ORDER_DECIDES = 0.75
 
 
 def _depth(r) -> float:
@@ -55,6 +59,7 @@ class CaseResult:
     roles: list
     depth_order: list
     labels: list
+    order_confidence: float
     seconds: float
     notes: list = field(default_factory=list)
 
@@ -116,7 +121,8 @@ def run_case(corpus: str, case: dict, mode: str) -> CaseResult:
     return CaseResult(file=case["file"], format=case["format"], kind=case["kind"], mode=mode,
                       truth=case["truth"], claim=case["claim"], verdict=verdict_of(fp),
                       roles=[s.role for s in fp.slots], depth_order=list(fp.depth_order),
-                      labels=[s.label for s in fp.slots], seconds=time.perf_counter() - t0)
+                      labels=[s.label for s in fp.slots], order_confidence=float(fp.order_confidence),
+                      seconds=time.perf_counter() - t0)
 
 
 def load_manifest(corpus: str) -> dict:
@@ -180,6 +186,9 @@ def summarize(results: list[CaseResult]) -> dict:
                        "wrong_rate": len(wrong) / len(dec) if dec else None,
                        "shifted_fail": rate([r.verdict == FAIL for r in shifted]),
                        "verdicts": dict(Counter(r.verdict for r in rs))}
+    wrong_order = [r for r in data if not r.order_ok]
+    evidence["wrong_order_confident"] = {"ok": sum(r.order_confidence >= ORDER_DECIDES for r in wrong_order),
+                                         "n": len(wrong_order), "rate": None}
     return {"table": {"/".join(k): dict(v) for k, v in sorted(table.items())}, "evidence": evidence,
             "modes": per_mode, "cases": len({r.file for r in results}),
             "seconds": sum(r.seconds for r in results)}
@@ -215,7 +224,10 @@ def render(s: dict, split: str) -> str:
              "postnorm_role_found": "post-norm final found (role, no false positives)",
              "identical_share_label": "bit-identical slots share a label (floor 100 %)"}
     lines.append("")
-    lines += [f"data-only {names[k]:<52} {v['ok']}/{v['n']} = {_pct(v['rate'])}" for k, v in e.items()]
+    lines += [f"data-only {names[k]:<52} {v['ok']}/{v['n']} = {_pct(v['rate'])}" for k, v in e.items() if k in names]
+    w = e["wrong_order_confident"]
+    lines.append(f"data-only {'wrong depth orders at confidence ≥ ' + str(ORDER_DECIDES):<52} {w['ok']} of {w['n']} "
+                 "(these are the ones a verdict could act on)")
     return "\n".join(lines)
 
 
@@ -236,7 +248,7 @@ def failures(results: list[CaseResult]) -> list[str]:
                 why.append("identical slots labelled apart")
         if why:
             out.append(f"{r.mode:<5} {r.file}: truth {r.truth} claim {r.claim} roles {r.roles} order {r.depth_order} "
-                       f"labels {r.labels}: {'; '.join(why)}")
+                       f"(confidence {r.order_confidence:.2f}) labels {r.labels}: {'; '.join(why)}")
     return out
 
 

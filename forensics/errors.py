@@ -2,6 +2,34 @@
 
 from __future__ import annotations
 
+import re
+
+# C0/C1 control characters, line/paragraph separators, and the lone surrogates that stand for the undecodable
+# bytes of a non-UTF-8 file name (PEP 383 surrogateescape): none may reach a one-line message raw.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+
+
+def _escape_char(m: re.Match) -> str:
+    o = ord(m.group())
+    if 0xDC80 <= o <= 0xDCFF:  # surrogateescape of byte o - 0xDC00: show the byte, as the shell would
+        return f"\\x{o - 0xDC00:02x}"
+    return repr(m.group())[1:-1]
+
+
+def escape(text: object) -> str:
+    """``text`` with control characters and undecodable file-name bytes written as Python escapes.
+
+    Example:
+        >>> escape("bad\\nname\\udcff.pt")
+        'bad\\\\nname\\\\xff.pt'
+    """
+    return _UNPRINTABLE.sub(_escape_char, str(text))
+
+
+def one_line(text: object) -> str:
+    """Multi-line text (a library's exception) joined into one line; remaining control characters escaped."""
+    return escape(" ".join(part.strip() for part in str(text).splitlines() if part.strip()))
+
 
 class ForensicsError(Exception):
     """Bad input or an impossible request.
@@ -23,7 +51,8 @@ class ForensicsError(Exception):
         super().__init__(str(self))
 
     def __str__(self) -> str:
-        where = self.path or ""
+        where = escape(self.path or "")
         if self.slot is not None:
-            where = f"{where} [slot {self.slot}]" if where else f"slot {self.slot}"
-        return f"{where}: {self.message}" if where else self.message
+            where = f"{where} [slot {escape(self.slot)}]" if where else f"slot {escape(self.slot)}"
+        message = one_line(self.message)
+        return f"{where}: {message}" if where else message

@@ -145,3 +145,73 @@ def test_trainer_views():
     assert cv.trainer_view("specforge", 4).target_norm == "post"
     with pytest.raises(ForensicsError):
         cv.trainer_view("medusa", 4)
+
+
+# ---- the 2026 registry: families, engines, readings (values worked out by hand from each rule's source) ------
+
+@pytest.mark.parametrize("system, ids, L, version, family, want", [
+    ("vllm", [1, 9, 17, 25, 33], 36, "post-40727", "dflash", [2, 10, 18, 26, 34]),  # vllm#40727: + 1
+    ("vllm", [1, 9, 17, 25, 33], 36, "pre-40727", "dflash", [1, 9, 17, 25, 33]),  # before: raw
+    ("vllm", [40, 41, 42], 43, None, "dspark", [41, 42, 43]),  # DeepSeek-V4: the last 3 blocks' outputs
+    ("sglang", [1, 17, 33], 36, None, "dflash", [2, 18, 34]),  # dflash_utils: output of each block
+    ("sglang", [-1, 15, 29], 30, None, "dspark", [None, 16, None]),  # Automodel#3083: not servable
+    ("nemo-automodel", [-1, 15, 29], 30, None, "dspark", [0, 16, "final_post"]),  # HF offset-1
+    ("llama.cpp", [1, 21, 40], 43, "pre-25794", "eagle3", [2, 21, 40]),  # llama.cpp#18039: ids ignored
+    ("llama.cpp", [24, 30, 36], 36, "post-25794", "eagle3", [24, 30, 36]),  # #25794: r = id, L reachable
+    ("tokenspeed", [1, 17, 32], 36, "post-526", "eagle3", [2, 18, 33]),  # first id 1: + 1
+    ("tokenspeed", [24, 30, 36], 36, "post-526", "eagle3", [24, 30, 36]),  # first id 24: raw
+    ("tokenspeed", [24, 30, 36], 36, "pre-526", "eagle3", [2, 18, 33]),  # hard-coded
+    ("atlas", [1, 21, 41, 61], 64, "pre-394", "dflash", [1, 21, 41, 61]),
+    ("atlas", [1, 21, 41, 61], 64, "post-394", "dflash", [2, 22, 42, 62]),
+    ("modelopt", [1, 39, 76], 80, None, "eagle3", [2, 40, 77]),  # output-of ids (Model-Optimizer#1509)
+    ("specforge", [1, 17, 33], 36, None, "dflash", [2, 18, 34]),
+    ("vllm", [2, 15, 27], 30, None, "p-eagle", [2, 15, 27]),  # vllm#41826 maps P-EAGLE to Eagle3
+])
+def test_registry_rules(system, ids, L, version, family, want):
+    assert cv.to_r(system, ids, L, version, family=family) == want
+
+
+def test_dflash_default_spreads_one_id_per_draft_layer_over_blocks_1_to_L_minus_3():
+    assert cv.dflash_default_ids(36, 5) == [1, 9, 17, 25, 33]  # 1 + i * 32 / 4
+    assert cv.dflash_default_ids(36, 3) == [1, 17, 33]
+    assert cv.dflash_default_ids(36, 1) == [18]
+
+
+def test_unsettled_numbering_refuses_to_pick_and_readings_lists_both():
+    with pytest.raises(ForensicsError, match="not settled"):
+        cv.to_r("trtllm", [1, 21, 40], 43)
+    assert cv.readings("trtllm", [1, 21, 40], 43) == {"trtllm if r = id": [1, 21, 40],
+                                                       "trtllm if r = id + 1": [2, 22, 41]}
+    plan = cv.from_r("trtllm", [2, 22, 41], 43)
+    assert plan.ids is None and "[1, 21, 40]" in plan.caveat and "[2, 22, 41]" in plan.caveat
+
+
+@pytest.mark.parametrize("config, family", [
+    ({"dflash_config": {"target_layer_ids": [1]}}, "dflash"),
+    ({"dspark_target_layer_ids": [40, 41, 42]}, "dspark"),
+    ({"architectures": ["PEagleDraftModel"]}, "p-eagle"),
+    ({"fc_norm": True, "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 21, 40]}}, "eagle3.1"),
+    ({"eagle_aux_hidden_state_layer_ids": [2, 15, 27]}, "eagle3"),
+])
+def test_detect_family(config, family):
+    assert cv.detect_family(config) == family
+
+
+def test_fix_snippet_and_apply_use_the_familys_own_key():
+    plan = cv.from_r("vllm", [2, 10, 18], 36, family="dflash")
+    assert plan.ids == [1, 9, 17] and plan.snippet == {"dflash_config": {"target_layer_ids": [1, 9, 17]}}
+    cfg = {"dflash_config": {"block_size": 16}}
+    assert plan.apply(cfg) == {"dflash_config": {"block_size": 16, "target_layer_ids": [1, 9, 17]}}
+    assert cfg == {"dflash_config": {"block_size": 16}}  # the input is not modified
+
+
+def test_every_rule_cites_a_public_url_and_the_readme_table_is_generated_from_the_registry(repo_root):
+    from forensics.models.convention_rules import RULES
+    from forensics.views.conventions import MARKDOWN_BEGIN, MARKDOWN_END, markdown
+
+    assert all(r.source.startswith("https://") for r in RULES)
+    assert {r.family for r in RULES} == set(cv.FAMILIES)
+    assert set(cv.ENGINES) <= {r.system for r in RULES}
+    readme = (repo_root / "README.md").read_text()
+    section = readme[readme.index(MARKDOWN_BEGIN):readme.index(MARKDOWN_END) + len(MARKDOWN_END)]
+    assert section == markdown(RULES), "README table is stale: run scripts/readme_conventions.py"

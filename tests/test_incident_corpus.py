@@ -224,3 +224,23 @@ def test_an_unknown_engine_version_lists_the_readings_instead_of_picking_one(tmp
     assert res.verdict == "cannot-tell" and res.fix is None
     readings = next(f for f in res.findings if f.kind == "readings").evidence["readings"]
     assert readings["vllm pre-36063"] == [2, 39, 77] and readings["vllm post-46973"] == [3, 40, 78]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_hsf_audit_on_the_command_line_flags_every_incident(case, tmp_path, capsys):
+    from forensics.cli import main
+
+    draft = write_draft(tmp_path / "draft", case.config, case.fc_states)
+    argv = ["audit", "--draft", str(draft), "--engine", case.engine, "--num-layers", str(case.L),
+            "--trained-layout", ",".join(f"L{r}" if isinstance(r, int) and r else "embed" if r == 0 else str(r)
+                                         for r in case.trained)]
+    if case.version:
+        argv += ["--engine-version", case.version]
+    if case.arch == "deepseek":
+        argv += ["--target-arch", "DeepseekV3ForCausalLM"]
+    if case.fc_states:
+        argv += ["--hidden-size", str(H)]
+    code = main(argv)
+    out = capsys.readouterr().out
+    assert code == {"mismatch": 1, "cannot-tell": 3}[case.verdict], (case.source, out)
+    assert ("MISMATCH" if case.verdict == "mismatch" else "CANNOT TELL") in out

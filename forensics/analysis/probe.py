@@ -254,6 +254,11 @@ def probe(draft: str | os.PathLike | Draft, data: Any, candidates: str | list = 
     """
     import torch
 
+    if isinstance(topk, bool) or not isinstance(topk, int) or topk < 1:
+        raise ForensicsError(f"topk must be a whole number >= 1, got {topk!r}")
+    if max_samples is not None and (isinstance(max_samples, bool) or not isinstance(max_samples, int)
+                                    or max_samples < 1):
+        raise ForensicsError(f"max_samples (--samples) must be a whole number >= 1, got {max_samples!r}")
     d = draft if isinstance(draft, Draft) else load_draft(draft)
     caps = _captures(data)[:max_samples] if max_samples else _captures(data)
     m = _model_and_L(model, caps)
@@ -301,6 +306,12 @@ def probe(draft: str | os.PathLike | Draft, data: Any, candidates: str | list = 
             continue
         ids = ids.reshape(-1).long()
         T = int(ids.numel())
+        vocab = int(E.shape[0]) if E is not None else d.target_vocab_size
+        if vocab and bool(((ids < 0) | (ids >= vocab)).any()):
+            bad = ids[(ids < 0) | (ids >= vocab)]
+            skipped.append(f"{os.path.basename(cap.path)}: {int(bad.numel())} input_ids outside the vocabulary "
+                           f"[0, {vocab}) (e.g. {int(bad[0])}: padding such as -100?)")
+            continue
         if any(w_r not in crefs for w, _ in cands for w_r in w):
             skipped.append(f"{os.path.basename(cap.path)}: slots {wiring_label(crefs)} differ from the first file")
             continue
@@ -337,18 +348,24 @@ def probe(draft: str | os.PathLike | Draft, data: Any, candidates: str | list = 
                 src, tkind = "input_ids shifted by two (no model given)", TARGET_NEXT
             if use_loss_mask and cap.loss_mask is not None:
                 valid &= cap.loss_mask.reshape(-1)[1:].bool()
+            for r in {r for w, _ in cands for r in w}:  # a position with a non-finite state scores nothing
+                valid &= torch.isfinite(states[r][:-1].float()).all(-1)
             target_source = target_source or src
             for w, _ in cands:
                 fused = torch.cat([states[r][:-1].float() for r in w], dim=-1)
                 logits = d.forward(fused, emb)
                 top = tids[logits.topk(min(topk, logits.shape[-1]), dim=-1).indices]
+                ok = valid & torch.isfinite(logits).all(-1)  # overflowing states give NaN logits: not scored
                 c = counts[w]
-                c[0] += int(((top[:, 0] == target) & valid).sum())
-                c[1] += int(((top == target[:, None]).any(-1) & valid).sum())
-                c[2] += int(valid.sum())
+                c[0] += int(((top[:, 0] == target) & ok).sum())
+                c[1] += int(((top == target[:, None]).any(-1) & ok).sum())
+                c[2] += int(ok.sum())
         used.append(cap.path)
     if not used:
         raise ForensicsError("no usable capture file: " + "; ".join(skipped[:5]))
+    if not any(c[2] for c in counts.values()):
+        raise ForensicsError("cannot tell: no position could be scored (every state or draft output is NaN/Inf, "
+                             f"or masked); files {', '.join(os.path.basename(u) for u in used[:3])}")
 
     rows: list[dict[str, Any]] = []
     for w, tags in cands:

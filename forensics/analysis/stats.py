@@ -186,6 +186,33 @@ def _short_list(xs: list, k: int = 6) -> str:
     return "[" + ", ".join(str(x) for x in xs[:k]) + (", …" if len(xs) > k else "") + "]"
 
 
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def exact_norms(h: Any, norms: Any) -> Any:
+    """``norms`` with the rows float32 accumulation gets wrong recomputed exactly: rows of finite values whose
+    norm came out non-finite (squares above float32's 3.4e38: every value 1e37 in a 16-wide row) or zero
+    (squares of denormals below 1e-45). Those rows only are re-read, scaled by their largest ``|x|`` and
+    summed in float64; the result is float64 when a true norm exceeds float32's range, else float32."""
+    import torch
+
+    n = norms.numpy()
+    suspect = np.nonzero(~np.isfinite(n) | (n == 0))[0]
+    if suspect.size == 0:
+        return norms
+    rows = torch.as_tensor(suspect)
+    x = h[rows].to(torch.float64)
+    finite = torch.isfinite(x).all(dim=-1)
+    scale = x.abs().amax(dim=-1)
+    ok = finite & (scale > 0)
+    if not bool(ok.any()):
+        return norms
+    fixed = scale[ok] * torch.linalg.vector_norm(x[ok] / scale[ok, None], dim=-1)
+    out = norms.to(torch.float64) if bool((fixed > FLOAT32_MAX).any()) else norms.clone()
+    out[rows[ok]] = fixed.to(out.dtype)
+    return out
+
+
 def slot_stats(slot: Slot, block: int = NORM_BLOCK_ROWS) -> SlotStats:
     """All statistics of one slot: one chunked norm pass, plus re-reads of only the rows that need it.
 
@@ -197,6 +224,7 @@ def slot_stats(slot: Slot, block: int = NORM_BLOCK_ROWS) -> SlotStats:
     T, H = int(h.shape[0]), int(h.shape[1])
     with intra_op_threads():
         norms_t, median_abs = norms_and_median_abs(h, block)  # one pass: norms + the median-|x| sample
+        norms_t = exact_norms(h, norms_t)
         nan, inf = nonfinite_rows(h, norms_t, block)
         threshold = max(MASSIVE_ABS_THRESHOLD, MASSIVE_REL_THRESHOLD * median_abs) \
             if math.isfinite(median_abs) else MASSIVE_ABS_THRESHOLD

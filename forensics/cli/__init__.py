@@ -12,6 +12,7 @@ import argparse
 import importlib
 import os
 import sys
+import warnings
 
 # name -> one-line help (kept here so --help needs no command module import)
 COMMANDS = {
@@ -65,6 +66,19 @@ def _module(name: str):
         raise
 
 
+def _one_line_streams() -> None:
+    """Write undecodable file-name bytes (PEP 383 surrogates) as ``\\xNN`` instead of failing to print."""
+    from forensics.io.output import TEXT_ERRORS
+
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            try:
+                reconfigure(errors=TEXT_ERRORS)
+            except (ValueError, OSError):  # a stream that cannot change: leave it
+                pass
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if not a.startswith("-")), None)
@@ -83,8 +97,13 @@ def main(argv: list[str] | None = None) -> int:
         return e.code if isinstance(e.code, int) else 2
     from forensics.errors import ForensicsError
 
+    _one_line_streams()
     try:
-        return int(mod.run(args) or 0)
+        with warnings.catch_warnings():
+            # library warnings (torch's pickle-protocol note, matplotlib layout, numpy all-NaN slices) are not
+            # the user's business; what matters reaches them as findings or one-line errors
+            warnings.simplefilter("ignore")
+            return int(mod.run(args) or 0)
     except ForensicsError as e:
         print(f"hsf {command}: error: {e}", file=sys.stderr)
         return 2

@@ -60,6 +60,25 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
     if v < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    from forensics.io.limits import MAX_HIDDEN_SIZE
+
+    if v > MAX_HIDDEN_SIZE:
+        raise argparse.ArgumentTypeError(f"{v} is not plausible (at most {MAX_HIDDEN_SIZE})")
+    return v
+
+
+def layer_count(text: str) -> int:
+    """argparse type for L: a whole number from 1 to ``MAX_NUM_LAYERS`` (10^12 once filled the machine)."""
+    import argparse
+
+    from forensics.io.limits import MAX_NUM_LAYERS
+
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 1 <= v <= MAX_NUM_LAYERS:
+        raise argparse.ArgumentTypeError(f"{v} is not plausible (expected 1 to {MAX_NUM_LAYERS})")
     return v
 
 

@@ -12,6 +12,7 @@ from forensics.cli._common import (
     add_engine_arguments,
     add_model_arguments,
     add_trainer_argument,
+    layer_count,
     positive_int,
     print_json,
     target_of,
@@ -37,7 +38,7 @@ def add_arguments(p) -> None:
     p.add_argument("--family", choices=list(FAMILIES),
                    help="drafter family (default: from the draft config)")
     p.add_argument("--target-config", metavar="PATH", help="the target model's config.json (or its folder)")
-    p.add_argument("--num-layers", type=positive_int, metavar="L",
+    p.add_argument("--num-layers", type=layer_count, metavar="L",
                    help="target num_hidden_layers (instead of --target-config)")
     p.add_argument("--hidden-size", type=positive_int, metavar="H",
                    help="target hidden_size (instead of --target-config)")

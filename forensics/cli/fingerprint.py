@@ -9,13 +9,15 @@ Exit codes (``forensics.findings``): 0 no fail, 1 a fail, 2 unreadable file or b
 
 from __future__ import annotations
 
+import sys
+
 from forensics.cli._common import (
     add_engine_arguments,
     add_model_arguments,
     add_trainer_argument,
     exit_code_of,
     for_each_file,
-    positive_int,
+    layer_count,
     print_json,
     target_of,
 )
@@ -33,7 +35,7 @@ def add_arguments(p) -> None:
     add_engine_arguments(p, "with --draft: read the ids as this engine captures them")
     add_model_arguments(p, "exact mode: HF folder, safetensors checkpoint, .gguf, or a ladder capture with the "
                            "same input_ids ('default' = packaged SmolLM2)")
-    p.add_argument("--num-layers", type=positive_int, help="L of the model (for the coarse r estimate)")
+    p.add_argument("--num-layers", type=layer_count, help="L of the model (for the coarse r estimate)")
 
 
 def _claims(args, capture):
@@ -81,13 +83,14 @@ def run(args) -> int:
 
     entries, code = for_each_file(args.paths, one)
     code = exit_code_of(entries, unreadable=code == 2)
+    for e in entries:  # errors on stderr in both modes (the JSON document also carries them)
+        if e.get("error"):
+            print(f"hsf fingerprint: error: {e['error']}", file=sys.stderr)
     if args.json:
         print_json({"files": entries})
         return code
     for e in entries:
-        if e.get("error"):
-            print(f"ERROR {e['error']}")
-        else:
+        if not e.get("error"):
             print(repr(results[e["path"]]))
-        print()
+            print()
     return code

@@ -9,7 +9,7 @@ clearly beaten by another (its 95 % CI lies below the best's); 2 on unreadable i
 
 from __future__ import annotations
 
-from forensics.cli._common import add_model_arguments, print_json, target_of
+from forensics.cli._common import add_model_arguments, positive_int, print_json, target_of
 
 
 def add_arguments(p) -> None:
@@ -21,8 +21,8 @@ def add_arguments(p) -> None:
     p.add_argument("--candidates", default="auto", metavar="auto|LIST",
                    help="'auto' (declared, trainer's view, shifts, permutations; at most 24) or wirings as "
                         "r lists, e.g. '0,3,16;3,16,28' or 'embed,L3,L16;L3,L16,L28'")
-    p.add_argument("--topk", type=int, default=None, help="k of the top-k agreement (default 5)")
-    p.add_argument("--samples", type=int, default=None, metavar="N", help="use at most N capture files")
+    p.add_argument("--topk", type=positive_int, default=None, help="k of the top-k agreement (default 5)")
+    p.add_argument("--samples", type=positive_int, default=None, metavar="N", help="use at most N capture files")
     p.add_argument("--loss-mask", action="store_true", help="score only positions with loss_mask set")
 
 
@@ -30,7 +30,7 @@ def run(args) -> int:
     from forensics.analysis.probe import TOPK, probe
 
     res = probe(args.draft, args.data, candidates=args.candidates, model=target_of(args),
-                topk=args.topk or TOPK, max_samples=args.samples, use_loss_mask=args.loss_mask)
+                topk=TOPK if args.topk is None else args.topk, max_samples=args.samples, use_loss_mask=args.loss_mask)
     if args.json:
         print_json(res.to_dict())
     else:

@@ -37,9 +37,11 @@ def check_arguments(args) -> None:
     """Reject a wrong option before the (slow) report is built: one line, exit 2, instead of a report that
     says "all pass" with the failure buried in its Errors section (--draft /nonexistent used to give exit 0)."""
     from forensics.errors import ForensicsError
+    from forensics.io.output import check_output
     from forensics.layers import parse_layer_list
     from forensics.models import conventions as cv
 
+    check_output(args.output, args.paths)  # before the (slow) report: never over an input or a directory
     parse_layer_list(args.layers, "--layers")
     if args.engine_version is not None:
         if args.engine is None:

@@ -26,10 +26,12 @@ def add_arguments(p) -> None:
     p.add_argument("--resume", action="store_true", help="continue an interrupted scan from OUT (needs -o)")
     p.add_argument("--sample", type=int, metavar="K", help="scan K randomly drawn files (same K every time)")
     p.add_argument("--fingerprint", default=None, metavar="N|all|none",
-                   help="fingerprint about N files spread over the dataset (default 64: a fingerprint costs "
-                        "seconds per Kimi-sized sample), all, or none; every file gets the statistics, "
+                   help="fingerprint about N files spread over the dataset (default 64; a fingerprint costs about "
+                        "twice a file's statistics), all, or none; every file gets the statistics, "
                         "norm-rank order and outlier checks either way")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--file-timeout", type=float, default=None, metavar="SECONDS",
+                   help="time budget per file (default 300); a file that takes longer becomes an error row")
 
 
 def run(args) -> int:
@@ -40,9 +42,13 @@ def run(args) -> int:
         raise ForensicsError("--resume needs -o OUT (the output file of the interrupted scan)")
     if args.sample is not None and args.sample < 1:
         raise ForensicsError(f"--sample must be ≥ 1, got {args.sample}")
+    if args.file_timeout is not None and not args.file_timeout > 0:
+        raise ForensicsError(f"--file-timeout must be > 0 seconds, got {args.file_timeout}")
     dask = "local" if args.dask_local else args.dask
     try:
+        budget = {} if args.file_timeout is None else {"file_seconds": args.file_timeout}
         res = scan(args.paths if len(args.paths) > 1 else args.paths[0], workers=args.workers, out=args.out,
+                   **budget,
                    resume=args.resume, sample=args.sample, dask=dask, fingerprint=args.fingerprint,
                    progress=False if (args.no_progress or args.json) else None, out_format=args.out_format)
     except KeyboardInterrupt:

@@ -154,7 +154,16 @@ class Capture:
     def num_layers(self) -> int | None:
         """L of the model that produced the capture, when a sidecar says so."""
         n = self.meta.get("num_layers")
-        return int(n) if n is not None else None
+        if n is None:
+            return None
+        from forensics.errors import ForensicsError
+
+        from .limits import num_layers
+
+        try:
+            return num_layers(n, self.path, "capture.json num_layers")
+        except ForensicsError:  # a side file never makes a capture unreadable: an implausible L is unknown
+            return None
 
     def __len__(self) -> int:
         return len(self.slots)

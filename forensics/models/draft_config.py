@@ -19,7 +19,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import asdict, dataclass, field
 
@@ -118,13 +117,9 @@ def sub_dict(cfg: dict, key: str) -> dict:
 def load_json_object(path: str, what: str = "draft config") -> dict:
     """A JSON object from ``path``; unreadable, invalid or non-object files become a ForensicsError
     naming the file and ``what`` it was meant to be."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            cfg = json.load(f)
-    except OSError as e:
-        raise ForensicsError(f"cannot open {what}: {e.strerror}", path=path) from None
-    except ValueError as e:
-        raise ForensicsError(f"{what} is not valid JSON ({e})", path=path) from None
+    from forensics.io.formats._io import load_json
+
+    cfg = load_json(path, what)  # bounded size and depth: a one-line error, never a RecursionError
     if not isinstance(cfg, dict):
         raise ForensicsError(f"{what} is not a JSON object", path=path)
     return cfg

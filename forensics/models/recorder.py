@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forensics.errors import ForensicsError
+from forensics.io.output import atomic_output
 from forensics.layers import FINAL_POST, parse_layer_list, r_label
 
 FORMATS = ("speculators-v1", "speculators", "specforge", "safetensors")
@@ -152,10 +153,9 @@ def read_text(path: str) -> tuple[str | list, str]:
     if not text.strip():
         raise ForensicsError("text file is empty (nothing to capture)", path=path)
     if path.endswith(".json"):
-        try:
-            msgs = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ForensicsError(f"not valid JSON: {e}", path=path) from None
+        from forensics.io.formats._io import parse_json
+
+        msgs = parse_json(text, path, "chat file")  # bounded depth: one line, never a RecursionError
         ok = isinstance(msgs, list) and msgs and all(
             isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
             for m in msgs)
@@ -236,6 +236,7 @@ def write_sample(fmt: str, path: str, sample: TextSample, states: list, rs: list
     """Write one sample file exactly as ``fmt``'s own generator writes it; a safetensors file also carries
     ``stamp`` in its header metadata (torch files get theirs in capture.json)."""
     import torch
+    from safetensors.torch import save
 
     from forensics.io.stamps import metadata_entry
 
@@ -243,24 +244,20 @@ def write_sample(fmt: str, path: str, sample: TextSample, states: list, rs: list
 
     ids = torch.tensor(sample.input_ids, dtype=torch.long)
     mask = torch.tensor(sample.loss_mask, dtype=torch.long)
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    if fmt == "speculators-v1":
-        torch.save({"input_ids": ids, "hidden_states": states, "loss_mask": mask}, path)
-    elif fmt == "speculators":
-        from safetensors.torch import save_file
-
-        save_file({"hidden_states": torch.stack(states, dim=1).contiguous(), "token_ids": ids}, path,
-                  metadata=stamp_meta)
-    elif fmt == "specforge":
-        torch.save({"input_ids": ids, "loss_mask": mask,
-                    "hidden_state": states[-1].unsqueeze(0).contiguous(),
-                    "aux_hidden_state": torch.cat(states[:-1], dim=-1).unsqueeze(0).contiguous()}, path)
-    else:
-        from safetensors.torch import save_file
-
-        tensors = {f"slot_{j}.{r_label(r)}": t for j, (r, t) in enumerate(zip(rs, states, strict=True))}
-        tensors.update(input_ids=ids, loss_mask=mask)
-        save_file(tensors, path, metadata={"r": json.dumps(rs), "tool": "hsf capture", **(stamp_meta or {})})
+    with atomic_output(path, "wb") as f:  # written whole or not at all (a killed capture leaves no torn file)
+        if fmt == "speculators-v1":
+            torch.save({"input_ids": ids, "hidden_states": states, "loss_mask": mask}, f)
+        elif fmt == "speculators":
+            f.write(save({"hidden_states": torch.stack(states, dim=1).contiguous(), "token_ids": ids},
+                         metadata=stamp_meta))
+        elif fmt == "specforge":
+            torch.save({"input_ids": ids, "loss_mask": mask,
+                        "hidden_state": states[-1].unsqueeze(0).contiguous(),
+                        "aux_hidden_state": torch.cat(states[:-1], dim=-1).unsqueeze(0).contiguous()}, f)
+        else:
+            tensors = {f"slot_{j}.{r_label(r)}": t for j, (r, t) in enumerate(zip(rs, states, strict=True))}
+            tensors.update(input_ids=ids, loss_mask=mask)
+            f.write(save(tensors, metadata={"r": json.dumps(rs), "tool": "hsf capture", **(stamp_meta or {})}))
 
 
 def write_arrow_dataset(out: str, samples: list) -> list[str]:
@@ -324,7 +321,7 @@ def data_config(ids: list, hidden_size: int, dtype: str, model_name: str, texts:
 
 
 def _write_json(path: str, doc: Any) -> None:
-    with open(path, "w") as f:
+    with atomic_output(path) as f:
         json.dump(doc, f, indent=2)
         f.write("\n")
 

@@ -101,19 +101,20 @@ def load_model(path: str | None = None, dtype: Any = None, cache: bool = True):
         if os.path.isfile(path) and path.endswith(".gguf"):
             folder = _cache_folder(path)
             if cache and os.path.isfile(os.path.join(folder, "model.safetensors")):
-                model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
-                tok = AutoTokenizer.from_pretrained(folder)
+                model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, trust_remote_code=False)
+                tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
             else:
                 d, name = os.path.split(os.path.abspath(path))
-                tok = AutoTokenizer.from_pretrained(d, gguf_file=name)
-                model = AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.float32)
+                tok = AutoTokenizer.from_pretrained(d, gguf_file=name, trust_remote_code=False)
+                model = AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.float32,
+                                                             trust_remote_code=False)
                 if cache:
                     _write_cache(model, tok, folder)
                 model = model.to(dtype)
         elif os.path.isdir(path):
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=False)
             try:
-                tok = AutoTokenizer.from_pretrained(path)
+                tok = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
             except Exception:  # noqa: BLE001 - a weights-only folder has no tokenizer
                 tok = None
         else:
@@ -328,11 +329,9 @@ def config_facts(path: str) -> dict | None:
     cfg = os.path.join(path, "config.json") if os.path.isdir(path) else None
     if cfg is None or not os.path.isfile(cfg):
         return None
-    try:
-        with open(cfg) as f:
-            c = json.load(f)
-    except (OSError, ValueError) as e:
-        raise ForensicsError(f"unreadable config.json: {e}", path=cfg) from None
+    from forensics.io.formats._io import load_json
+
+    c = load_json(cfg, "config.json")  # bounded size and depth: one line, never a RecursionError
     if not isinstance(c, dict):
         raise ForensicsError("config.json is not a JSON object", path=cfg)
     return {"architecture": (c.get("architectures") or [None])[0], "model_type": c.get("model_type"),

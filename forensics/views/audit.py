@@ -17,8 +17,7 @@ def line(res) -> str:
 
 
 def html(res) -> str:
-    rows = [[s["slice"], r_label(s["trained_r"]), r_label(s["served_r"]), "yes" if s["ok"] else "NO"]
-            for s in res.slices]
+    rows = [[s["slice"], _trained(s), r_label(s["served_r"]), _ok(s["ok"])] for s in res.slices]
     frows = [[badge(f.severity.value), f.kind, f.message] for f in sort_findings(res.findings)]
     fix = ""
     if res.fix:
@@ -27,14 +26,25 @@ def html(res) -> str:
                f"<code>{esc(res.fix.get('key'))}</code> ({esc(res.fix.get('where'))}, "
                f"{esc(res.fix.get('engine'))} {esc(res.fix.get('version'))})"
                + (f"<br>caveat: {esc(res.fix['caveat'])}" if res.fix.get("caveat") else "") + "</p>")
-    return (f"<div class='hsf-audit'><p>{badge({'match': 'pass', 'mismatch': 'fail'}.get(res.verdict, 'warn'))}"
+    return (f"<div class='hsf-audit'><p>{badge(res.outcome)} <b>{esc(res.verdict.upper())}</b>"
             f" {esc(res.reason)}</p>"
             + html_table(["fc slice", "trained on", "served", "ok"], rows)
-            + (html_table(["", "finding", "evidence"], frows) if frows else "") + fix + "</div>")
+            + (html_table(["", "finding", "evidence"], frows) if frows else "") + fix
+            + (f"<p><b>to settle it</b>: {esc(res.settle)}</p>" if getattr(res, "settle", None) else "") + "</div>")
 
 
 def _lab(r) -> str:
     return "?" if r is None else r_label(r)
+
+
+def _ok(ok) -> str:
+    return "?" if ok is None else "yes" if ok else "NO"
+
+
+def _trained(sl: dict) -> str:
+    """The trained r of a slice, marked when it is only declared (``L3 (claimed)``) or unknown (``?``)."""
+    lab = _lab(sl["trained_r"])
+    return f"{lab} (claimed)" if sl.get("trained_status") == "claimed" else lab
 
 
 def text(res) -> str:
@@ -58,20 +68,22 @@ def text(res) -> str:
         out.append(f"           {n}")
     if res.slices:
         out.append("")
-        out.append("  fc slice  trained  served  ok")
+        out.append("  fc slice  trained         served  ok")
         for sl in res.slices:
-            out.append(f"  {sl['slice']:>8}  {_lab(sl['trained_r']):>7}  {_lab(sl['served_r']):>6}  "
-                       f"{'yes' if sl['ok'] else 'NO'}")
+            out.append(f"  {sl['slice']:>8}  {_trained(sl):>14}  {_lab(sl['served_r']):>6}  {_ok(sl['ok'])}")
     if res.findings:
         out.append("")
         out.append("findings:")
-        for f in res.findings:
+        for f in sort_findings(res.findings):
             out.append(f"  {f.severity.upper():5} {f.kind}: {f.message}")
             ev = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in f.evidence.items()
                   if k in ("distance", "value", "threshold", "nearest_r", "nearest_value", "mean_cosine",
                            "served_role", "trained_role")}
             if ev:
                 out.append(f"        evidence: {json.dumps(ev, default=str)}")
+    if getattr(res, "settle", None):
+        out.append("")
+        out.append(f"to settle it: {res.settle}")
     fx = res.fix
     if fx:
         out.append("")

@@ -19,7 +19,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from forensics.errors import ForensicsError
+from forensics.findings import sort_findings
 from forensics.io.capture import Capture
+from forensics.io.tokenizer import decode_text, decode_tokens
 from forensics.layers import r_label
 from forensics.views.format import Raw, badge, esc, html_table
 
@@ -27,7 +29,6 @@ MAX_TOKEN_ROWS = 32  # token table rows shown per panel (the range is cut, and t
 MAX_TEXT_CHARS = 2000  # decoded text of the token range shown above the table
 DEFAULT_SLOTS_SHOWN = 6  # with more slots than this (a ladder capture), a spread of 6 is preselected
 DEFAULT_TOKEN_WINDOW = 256
-WARN_KINDS = {"reordered", "duplicate", "missing_embedding", "postnorm", "off_by_one", "nonfinite"}
 
 
 # ------------------------------------------------------------------------------------------- pure render
@@ -58,19 +59,25 @@ def verdict_html(fingerprint: Any) -> str:
                                              else getattr(sf, "role", "?"))
         labels.append(f"{i}: {lab}")
     order = list(getattr(fingerprint, "depth_order", []) or [])
-    findings = list(getattr(fingerprint, "findings", []) or [])
-    lines = [f"<div>slots (stored order): <b>{esc(', '.join(labels))}</b></div>"]
+    findings = sort_findings(getattr(fingerprint, "findings", []) or [])
+    lines = []
+    if hasattr(fingerprint, "claims"):  # the worst verdict first, as in every view
+        from forensics.views.fingerprint import headline
+
+        v = fingerprint.verdict
+        lines.append(f"<div class='hsf-headline'>{badge(v or 'info')} <b>{esc(headline(fingerprint))}</b></div>")
+        verdicts = [f"{i}: {sf.claim.label} {sf.verdict.value}" for i, sf in enumerate(fingerprint.slots)
+                    if getattr(sf, "verdict", None) is not None and sf.claim is not None]
+        if verdicts:
+            lines.append(f"<div>claims: {esc('; '.join(verdicts))}</div>")
+    lines.append(f"<div>slots (stored order): <b>{esc(', '.join(labels))}</b></div>")
     if order:
         lines.append(f"<div>depth order, shallow → deep: {esc(' → '.join(str(i) for i in order))}</div>")
     if findings:
         for f in findings:
-            kind = getattr(f, "kind", None) or (f.get("kind") if isinstance(f, dict) else "?")
-            msg = getattr(f, "message", None) or (f.get("message") if isinstance(f, dict) else str(f))
-            lines.append(f"<div>{badge('warn' if kind in WARN_KINDS else 'info')} <b>{esc(kind)}</b>: "
-                         f"{esc(msg)}</div>")
+            lines.append(f"<div>{badge(f.severity)} <b>{esc(f.kind)}</b>: {esc(f.message)}</div>")
     else:
-        lines.append(f"<div>{badge('pass')} no findings (stored order = depth order, no duplicate, "
-                     "no non-finite values)</div>")
+        lines.append("<div>no findings (stored order = depth order, no duplicate, no non-finite values)</div>")
     return "<div class='hsf-verdict'>" + "".join(lines) + "</div>"
 
 
@@ -103,7 +110,7 @@ def _token_table(capture: Capture, stats: Any, sel: list[int], lo: int, hi: int,
     marks = {i: (set(stats.slots[i].sinks), {t["pos"] for t in stats.slots[i].massive_tokens}) for i in sel}
     rows = []
     for p in range(lo, last + 1):
-        text = tokenizer.decode([ids[p]]) if tokenizer is not None else ""
+        text = decode_tokens(tokenizer, [ids[p]])[0] if tokenizer is not None else ""
         row = [p, ids[p], repr(text) if tokenizer is not None else "—"]
         for i in sel:
             v = float(stats.slots[i].norms[p]) if p < len(stats.slots[i].norms) else float("nan")
@@ -114,7 +121,7 @@ def _token_table(capture: Capture, stats: Any, sel: list[int], lo: int, hi: int,
     src = "" if tokenizer is not None else " — no tokenizer found, ids only"
     head = f"<div class='hsf-caption'>tokens {lo}–{last}{esc(note)}{esc(src)}</div>"
     if tokenizer is not None:
-        text = tokenizer.decode(ids[lo:hi + 1])
+        text = decode_text(tokenizer, ids[lo:hi + 1])
         cut = len(text) > MAX_TEXT_CHARS
         head = (f"<div class='hsf-caption'>text of tokens {lo}–{hi}{' (cut)' if cut else ''}:</div>"
                 f"<pre class='hsf-text' style='white-space:pre-wrap'>{esc(text[:MAX_TEXT_CHARS])}</pre>" + head)
@@ -156,40 +163,18 @@ def render_panel(capture: Capture | None, stats: Any, fingerprint: Any = None, s
 
 # -------------------------------------------------------------------------------------------- tokenizer
 def find_tokenizer(capture: Capture) -> str | None:
-    """A local tokenizer folder for a capture: ``capture.json``'s ``tokenizer`` (relative to that json),
-    else a ``tokenizer/`` folder next to the file or up to two levels above it."""
-    if not os.path.exists(capture.path):  # an in-memory capture (forensics.io.synth): no folder to look in
-        return None
-    here = os.path.dirname(os.path.abspath(capture.path))
-    tok = capture.meta.get("tokenizer") if isinstance(capture.meta, dict) else None
-    folders = [here, os.path.dirname(here), os.path.dirname(os.path.dirname(here))]
-    if isinstance(tok, str):
-        for folder in folders[:2]:  # capture.json lives next to the file or one level up (formats._sidecar)
-            cand = os.path.normpath(os.path.join(folder, tok))
-            if os.path.isfile(os.path.join(folder, "capture.json")) and os.path.isdir(cand):
-                return cand
-    for folder in folders:
-        cand = os.path.join(folder, "tokenizer")
-        if os.path.isdir(cand):
-            return cand
-    return None
+    """A local tokenizer folder for a capture (:func:`forensics.io.tokenizer.find_tokenizer`)."""
+    from forensics.io.tokenizer import find_tokenizer as find
 
-
-_TOKENIZERS: dict[str, Any] = {}
+    return find(capture.path, capture.meta)
 
 
 def load_tokenizer(path: str | None) -> Any:
-    """``transformers.AutoTokenizer`` from a local folder (cached), or None when absent/unloadable."""
-    if path is None:
-        return None
-    if path not in _TOKENIZERS:
-        try:
-            from transformers import AutoTokenizer
+    """The tokenizer of a local folder (never its code: :func:`forensics.io.tokenizer.load_tokenizer`), or None
+    when absent/unloadable (ids are still shown)."""
+    from forensics.io.tokenizer import load_tokenizer as load
 
-            _TOKENIZERS[path] = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        except Exception:  # noqa: BLE001 - a broken tokenizer must not break the browser; ids are still shown
-            _TOKENIZERS[path] = None
-    return _TOKENIZERS[path]
+    return load(path)[0]
 
 
 # ---------------------------------------------------------------------------------------------- browser

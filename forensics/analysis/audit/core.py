@@ -25,6 +25,7 @@ from typing import Any
 
 from forensics.errors import ForensicsError
 from forensics.findings import Finding, Severity, Verdict, exit_code
+from forensics.io import limits
 from forensics.jsonable import json_safe
 from forensics.layers import r_label
 from forensics.models import conventions as cv
@@ -46,6 +47,7 @@ class AuditResult:
     trained: dict
     served: dict
     context: dict
+    settle: str | None = None  # what would settle a CANNOT TELL, or give the fix that unknown slices withhold
 
     @property
     def outcome(self) -> Verdict:
@@ -60,7 +62,8 @@ class AuditResult:
         """JSON-safe (NaN/inf → None, numpy → Python): the ``hsf audit --json`` document."""
         return json_safe({"verdict": self.verdict, "reason": self.reason, "slices": self.slices,
                           "findings": [f.to_dict() for f in self.findings], "fix": self.fix,
-                          "trained": self.trained, "served": self.served, "context": self.context})
+                          "trained": self.trained, "served": self.served, "context": self.context,
+                          "settle": self.settle})
 
     def __repr__(self) -> str:
         from forensics.views.audit import line
@@ -86,7 +89,7 @@ def target_facts(target_config: Any) -> dict:
     a file, or a dict); multimodal configs (Kimi-K2.5) keep the decoder under ``text_config``."""
     if target_config is None:
         return {}
-    cfg = target_config
+    cfg, path = target_config, None
     if not isinstance(cfg, dict):
         path = os.fspath(cfg)
         if os.path.isdir(path):
@@ -99,6 +102,10 @@ def target_facts(target_config: Any) -> dict:
            "vocab_size": get("vocab_size"),
            "arch": cv.arch_family(archs, f"{cfg.get('model_type', '')} {text.get('model_type', '')}"),
            "architectures": archs}
+    if out["num_layers"] is not None:  # bounded before any per-layer set is built from it
+        out["num_layers"] = limits.num_layers(out["num_layers"], path, "target config num_hidden_layers")
+    if out["hidden_size"] is not None:
+        out["hidden_size"] = limits.hidden_size(out["hidden_size"], path, "target config hidden_size")
     return {k: v for k, v in out.items() if v is not None}
 
 
@@ -188,8 +195,8 @@ def audit(data: Any = None, draft: Any = None, engine: str | None = None, engine
         raise ForensicsError(f"engine must be one of {cv.ENGINES}, found {engine!r}")
     facts = target_facts(target_config)
     info = read_draft(draft) if draft is not None else None
-    L = num_layers or facts.get("num_layers")
-    H = hidden_size or facts.get("hidden_size")
+    L = limits.num_layers(num_layers, what="num_layers") if num_layers is not None else facts.get("num_layers")
+    H = limits.hidden_size(hidden_size, what="hidden_size") if hidden_size is not None else facts.get("hidden_size")
     arch_given = arch is not None or "arch" in facts
     arch = arch or facts.get("arch") or "generic"
     findings: list[Finding] = []
@@ -231,7 +238,9 @@ def audit(data: Any = None, draft: Any = None, engine: str | None = None, engine
         served_side = {**data_served, "config_prediction": served_side.get("r")}
     verdict, reason, slices = _verdict(trained, served_side, findings, info, engine, L)
     fix = None
-    if verdict == "mismatch" and engine and L and trained.get("fc_r") and \
+    fc_status = trained.get("fc_status") or ["declared"] * len(trained.get("fc_r") or [])
+    known = all(st in KNOWN_TRAINED for st in fc_status)
+    if verdict == "mismatch" and engine and L and trained.get("fc_r") and known and \
             all(isinstance(r, int) for r in trained["fc_r"]):
         fix = cv.from_r(engine, trained["fc_r"], L, engine_version, arch,
                        family=info.family if info is not None else None).to_dict()
@@ -241,7 +250,8 @@ def audit(data: Any = None, draft: Any = None, engine: str | None = None, engine
         if info is not None and fix.get("ids") is not None:  # the right ids are there; only the caveat blocks
             fix["already_set"] = list((info.ids_nested if fix["where"] == "nested" else info.ids_top) or []) \
                 == list(fix["ids"])
-    return AuditResult(verdict, reason, slices, findings, fix, trained, served_side, context)
+    settle = None if fix is not None or verdict == "match" or known else SETTLE
+    return AuditResult(verdict, reason, slices, findings, fix, trained, served_side, context, settle)
 
 
 def _assumption_findings(info, engine: str, version: str | None, L: int, arch: str, arch_given: bool,
@@ -267,6 +277,35 @@ def _assumption_findings(info, engine: str, version: str | None, L: int, arch: s
                     + " (pass --engine-version / --target-config)", {"alternatives": alts})]
 
 
+KNOWN_TRAINED = ("exact", "measured", "declared", "layout", "config")  # trained r a verdict may rest on
+SETTLE = ("run with --model default (or the target model: exact r per slot), or compare a served capture on the "
+          "same prompts (--served)")
+
+
+def _shift_finding(fc: list, status: list, sr: list) -> Finding | None:
+    """The whole list shifted by one slot: training fed the embedding first where serving feeds a layer (the seed's
+    Kimi-K2.5 bug), or the reverse. ``corrected`` is the list serving should feed (unknown slices as None)."""
+    if not fc or not sr or status[0] not in KNOWN_TRAINED:
+        return None
+    t0, s0 = fc[0], sr[0]
+    if t0 == 0 and isinstance(s0, int) and s0 >= 1:
+        story = ("training fed the fc the embedding output (r = 0) first, but serving feeds "
+                 f"{r_label(s0)} there: every slice is served the layer of the slice after it. This is the seed's "
+                 "bug: Kimi-K2.5 data [embed, L3, L31, L59] trained the draft on [embed, L3, L31] while SGLang "
+                 "served [L3, L31, L59]")
+    elif s0 == 0 and isinstance(t0, int) and t0 >= 1:
+        story = (f"serving feeds the embedding output (r = 0) first where training fed {r_label(t0)}: every slice "
+                 "is served the layer of the slice before it (the reverse of the seed's Kimi-K2.5 bug)")
+    else:
+        return None
+    corrected = list(fc)
+    shown = ", ".join("?" if r is None else r_label(r) + ("" if st in KNOWN_TRAINED else "?")
+                      for r, st in zip(fc, status, strict=False))
+    return Finding("shifted", Severity.FAIL, [], f"the served list {[r_label(r) for r in sr]} is shifted by one "
+                   f"slice against training: {story}. Serve instead: [{shown}] (? = declared, not proven by the data)",
+                   {"trained": fc, "served": sr, "corrected": corrected, "trained_status": list(status)})
+
+
 def _verdict(trained: dict, served: dict, findings: list[Finding], info, engine, L):
     fc, sr = trained.get("fc_r"), served.get("r")
     if fc is None:
@@ -276,43 +315,59 @@ def _verdict(trained: dict, served: dict, findings: list[Finding], info, engine,
         why = "no served capture and no draft config + engine" if L is not None or info is None else \
             "the target's layer count is unknown (pass --target-config or --num-layers)"
         return "cannot-tell", f"{why}: the serving side is unknown", []
+    status = list(trained.get("fc_status") or ["declared"] * len(fc))
     n = max(len(fc), len(sr))
     oks = served.get("ok")
     slices = []
     for k in range(n):
         t = fc[k] if k < len(fc) else None
         s = sr[k] if k < len(sr) else None
-        ok = bool(oks[k]) if oks is not None and k < len(oks) else (t is not None and t == s)
-        slices.append({"slice": k, "trained_r": t, "served_r": s, "ok": ok})
-    bad = [s for s in slices if not s["ok"]]
-    unknown = [s["slice"] for s in slices if s["trained_r"] is None]
+        st = status[k] if k < len(status) else "unknown"
+        ok: bool | None
+        if oks is not None and k < len(oks):
+            ok = None if oks[k] is None else bool(oks[k])  # the served tensors themselves decide
+        elif t is None or s is None:
+            ok = False if (t is None) != (s is None) and st in KNOWN_TRAINED else None
+        elif st in KNOWN_TRAINED:
+            ok = t == s
+        else:
+            ok = None  # the trained r is only claimed: no verdict rests on it
+        slices.append({"slice": k, "trained_r": t, "served_r": s, "ok": ok, "trained_status": st})
+    bad = [s for s in slices if s["ok"] is False]
+    open_ = [s["slice"] for s in slices if s["ok"] is None]
     wiring_errors = [f for f in findings if f.severity is Severity.FAIL and f.kind in WIRING_KINDS]
-    if bad and (not unknown or oks is not None):
+    if bad:
+        shifted = _shift_finding(fc, status, sr)
         pairs = [(s["trained_r"], s["served_r"]) for s in slices]
         ints = [(t, v) for t, v in pairs if isinstance(t, int) and isinstance(v, int)]
-        shift = {v - t for t, v in ints} if len(ints) == len(pairs) else set()
-        if len(shift) == 1 and shift != {0} and len(bad) == len(slices):
+        shift = {v - t for t, v in ints} if len(ints) == len(pairs) and not open_ else set()
+        if shifted is None and len(shift) == 1 and shift != {0} and len(bad) == len(slices):
             d = shift.pop()
             cause = ("the engine ignored or missed the ids and used its default, whose numbering differs from "
                      "the trainer's (see ids_missing / ids_ignored_key)" if served.get("id_source") == "default"
                      else "the trainer and the engine number layers differently (vllm#43671, sglang#25454)")
-            findings.insert(0, Finding("off_by_one" if abs(d) == 1 else "shifted", Severity.FAIL, [],
+            findings.insert(0, Finding("off_by_one" if abs(d) == 1 else "offset", Severity.FAIL, [],
                                        f"every slice is served {abs(d)} block(s) {'deeper' if d > 0 else 'shallower'} "
                                        f"than trained: {cause}", {"shift": d}))
         findings.insert(0, Finding("slices", Severity.FAIL, [],
                                    f"{len(bad)} of {n} fc slices are served a different layer than trained: "
                                    + ", ".join(f"slice {s['slice']} trained {r_label(s['trained_r'])} served "
                                                f"{r_label(s['served_r'])}" for s in bad), {"slices": bad}))
+        if shifted is not None:
+            findings.insert(0, shifted)
         pair = f"served {[r_label(r) for r in sr]} but trained on {[r_label(r) for r in fc]}"
         if oks is not None:
             pair = f"the served states differ from the training fc inputs in slice(s) {[s['slice'] for s in bad]}" \
                    f" ({pair})"
         return "mismatch", pair, slices
-    if unknown and oks is None:
-        return "cannot-tell", f"the training r of slice(s) {unknown} is unknown (no sidecar declares it and the " \
-                              "fingerprint could not name it)", slices
     if wiring_errors:
         return "mismatch", wiring_errors[0].message, slices
+    if open_:
+        claimed = [k for k in open_ if k < len(status) and status[k] == "claimed"]
+        why = (f"the trained r of fc slice(s) {claimed} is only declared ({[r_label(fc[k]) for k in claimed]}), "
+               "not proven by the data" if claimed else
+               f"fc slice(s) {open_} cannot be named from the data or the served capture")
+        return "cannot-tell", f"{why}: {SETTLE}", slices
     return "match", f"every fc slice is served the layer it was trained on: {[r_label(r) for r in fc]}", slices
 
 

@@ -34,6 +34,7 @@ from forensics.findings import Finding, Severity
 from forensics.layers import FINAL_POST, r_label
 from forensics.models import conventions as cv
 
+READING_KINDS = {"slices", "off_by_one", "shifted"}  # findings that hold for one reading of the served layers
 DOCTOR_WIRING_KINDS = {"id_is_count", "ids_out_of_range", "fc_vs_ids", "ids_duplicate", "ids_order"}
 ISSUES = {  # the public case each doctor finding comes from
     "ids_missing": "https://github.com/vllm-project/vllm/pull/50170",
@@ -172,8 +173,19 @@ def preflight(draft: Any, engine: str, engine_version: str | None = None, traine
         data, view = [r_label(r) if isinstance(r, int) else r for r in trained_fc] + [r_label(L)], "speculators"
     else:
         data, view = None, None
-    res = audit(data=data, draft=draft, engine=engine, engine_version=engine_version, trainer=view,
-                target_config=target_config, num_layers=L, hidden_size=hidden_size, arch=arch, use_fingerprint=False)
+    try:
+        res = audit(data=data, draft=draft, engine=engine, engine_version=engine_version, trainer=view,
+                    target_config=target_config, num_layers=L, hidden_size=hidden_size, arch=arch,
+                    use_fingerprint=False)
+    except ForensicsError as e:
+        if "no known rule" not in e.message:
+            raise
+        return AuditResult(verdict="cannot-tell", reason=f"{e.message}: what {engine} serves a {fam} draft is not in "
+                           "the sources read", slices=[], findings=findings, fix=None,
+                           trained={"fc_r": trained_fc, "target_r": None, "source": "trainer invocation"},
+                           served={"r": None, "source": "none"},
+                           context={"engine": engine, "engine_version": engine_version, "family": fam, "num_layers": L,
+                                    "trainer": trainer, "hidden_size": hidden_size, "arch": arch or "generic"})
     fc = (res.trained or {}).get("fc_r")
     if trained_layout is not None and trained_fc is not None and fc is not None and list(fc) != list(trained_fc):
         findings.append(Finding("trainer_vs_layout", Severity.FAIL, [], f"the trainer's ids give r = "
@@ -255,7 +267,9 @@ def _apply_readings(res: AuditResult, info, engine: str, version: str | None, L:
     ok = [k for k, m in matches.items() if m]
     if len(ok) == len(matches):
         res.verdict, res.reason = "match", f"every reading serves the trained r = {[r_label(r) for r in fc]}"
-    elif ok:
+    elif ok:  # the slice comparison above was one reading's: it is not evidence against the wiring
+        res.findings = [f for f in res.findings if f.kind not in READING_KINDS]
+        res.slices = []
         res.verdict = "cannot-tell"
         res.reason = (f"the served layers depend on the {engine} version or numbering: {ok} serve the trained "
                       f"{[r_label(r) for r in fc]}, the others do not (pass --engine-version, or check one served "

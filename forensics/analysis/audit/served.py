@@ -1,10 +1,12 @@
 """Config-free wiring check: compare a capture of what the engine *fed* the draft with the training data.
 
-Works without any config: every served slot is compared with every training slot by the distance
-between their per-token log-norm distributions (1-D Wasserstein-1 on ``log10 ‖h_t‖``, token 0
-excluded because it is an attention sink whose norm says nothing about depth). When both captures hold
-the same token ids, the tensors themselves are compared (mean per-token cosine); the fingerprinted roles
-must also agree.
+Joined on tokens first, as a training/serving skew check joins examples on an id: when a served file and a
+training file share a ``token_ids`` prefix, their rows are compared one by one (per-token cosine and
+relative error for every served × training slot pair, and the best offset in r). On different text, every
+served slot is compared with every training slot by the distance between their per-token log-norm
+distributions (1-D Wasserstein-1 on ``log10 ‖h_t‖``, token 0 excluded: an attention sink whose norm says
+nothing about depth) and assigned to its nearest training slot only with a margin over the runner-up; a
+small margin is CANNOT TELL, never MISMATCH. The fingerprinted roles must also agree.
 
 Example:
     >>> data, findings = compare_served(train_cap, trained, "served/")     # doctest: +SKIP
@@ -28,6 +30,12 @@ W1_NAME = "W1(log10 token norm, token 0 excluded)"
 # off-by-one on *different* texts needs the fingerprint or same-token cosine, not this distance).
 W1_THRESHOLD = 0.05
 SAME_TENSOR_COS = 0.999  # mean per-token cosine above which two slots on the same tokens are one tensor
+SAME_TENSOR_REL = 0.05  # …and median per-token relative error at/below this: bf16 storage ≈ 0.002, a whole bf16
+#                         forward ≤ 0.02 (the ladder match's LADDER_MATCH_REL); adjacent SmolLM2 layers ≥ 0.22
+MIN_JOIN_TOKENS = 16  # a shared token_ids prefix at least this long joins a served file to a training file
+W1_MARGIN = 0.5  # different text: the nearest training slot must be ≤ this × the runner-up's W1 to decide; the
+#                  same r on other text is 0.004–0.017 and adjacent blocks 0.03–0.07 (see W1_THRESHOLD), so a
+#                  nearest within half the runner-up's distance is not an adjacent-block near-tie
 MAX_FILES = 8  # files pooled per side for the norm distributions
 QUANTILES = np.linspace(0.005, 0.995, 199)
 
@@ -61,6 +69,30 @@ def mean_cosine(x, y) -> float:
         a, b = x[s:s + 256].to(torch.float32), y[s:s + 256].to(torch.float32)
         cs.append(torch.nn.functional.cosine_similarity(a, b, dim=-1))
     return float(torch.cat(cs).mean())
+
+
+def shared_prefix(a: Any, b: Any) -> int:
+    """Length of the common ``token_ids`` prefix of two captures (0 when either has none)."""
+    if a.input_ids is None or b.input_ids is None:
+        return 0
+    x, y = a.input_ids.reshape(-1), b.input_ids.reshape(-1)
+    n = min(int(x.numel()), int(y.numel()))
+    if n == 0:
+        return 0
+    diff = (x[:n] != y[:n]).nonzero()
+    return int(diff[0]) if diff.numel() else n
+
+
+def joined_rows(s, t, n: int) -> tuple[float, float]:
+    """(mean per-token cosine, median per-token relative error ‖s − t‖ / ‖t‖) over the first ``n`` rows."""
+    import torch
+
+    cs, rel = [], []
+    for k in range(0, n, 256):
+        a, b = s[k:min(n, k + 256)].to(torch.float32), t[k:min(n, k + 256)].to(torch.float32)
+        cs.append(torch.nn.functional.cosine_similarity(a, b, dim=-1))
+        rel.append((a - b).norm(dim=-1) / b.norm(dim=-1).clamp_min(1e-30))
+    return float(torch.cat(cs).mean()), float(torch.cat(rel).median())
 
 
 def _caps(path_or_cap: Any) -> list[Capture]:
@@ -97,17 +129,23 @@ def compare_served(data: Any, trained: dict, served: Any, use_fingerprint: bool 
     t_norms = [log_norms(tcaps, i) for i in range(n_train)]
     s_norms = [log_norms(scaps, j) for j in range(n_served)]
     dist = np.array([[wasserstein1(s_norms[j], t_norms[i]) for i in range(n_train)] for j in range(n_served)])
-    same_text = (s0.input_ids is not None and train.input_ids is not None
-                 and s0.input_ids.shape == train.input_ids.shape and bool((s0.input_ids == train.input_ids).all()))
-    cos = None
+    # join on tokens: the training file sharing the longest token_ids prefix with the served file
+    joined, P = max(((c, shared_prefix(s0, c)) for c in tcaps), key=lambda x: x[1])
+    same_text = P >= MIN_JOIN_TOKENS
+    cos = rel = None
     if same_text:
-        cos = np.array([[mean_cosine(s0.slots[j].tensor(), train.slots[i].tensor()) for i in range(n_train)]
-                        for j in range(n_served)])
+        pairs = [[joined_rows(s0.slots[j].tensor(), joined.slots[i].tensor(), P) for i in range(n_train)]
+                 for j in range(n_served)]
+        cos = np.array([[c for c, _ in row] for row in pairs])
+        rel = np.array([[r for _, r in row] for row in pairs])
     s_fps = (fingerprint_slots(s0, model)[0] if use_fingerprint else None) or [{} for _ in s0.slots]
     t_roles = trained.get("roles") or [None] * n_train
     s_fp = [f.get("r_exact") if f.get("r_exact") is not None else s.declared_r
             for f, s in zip(s_fps, s0.slots, strict=True)]
-    r_out, ok, findings, rows = [], [], [], []
+    r_out: list = []
+    ok: list[bool | None] = []
+    findings: list = []
+    rows: list[dict] = []
     notes = []
     if s0.format == "speculators" and n_served == len(fc_r) + 1:
         # vLLM extract_hidden_states (--include-last-layer, default on) appends r = L after the aux states;
@@ -116,55 +154,86 @@ def compare_served(data: Any, trained: dict, served: Any, use_fingerprint: bool 
         notes.append(f"served slot {n_served} is the verifier's last layer that extract_hidden_states appends "
                      "(the target, not an fc input): left out of the fc comparison")
     for j in range(n_served):
-        nearest = int(np.nanargmin(dist[j])) if np.isfinite(dist[j]).any() else None
-        if cos is not None:
-            nearest = int(np.argmax(cos[j]))
         want = j if j < len(fc_r) else None  # fc slice j was trained on training slot j
-        d_want = float(dist[j, want]) if want is not None else None
-        # same: within the threshold *and* no other training slot is closer
-        same = (d_want is not None and d_want <= W1_THRESHOLD and nearest == want) if cos is None else \
-            (want is not None and cos[j, want] >= SAME_TENSOR_COS)
         fp_r = s_fp[j] if j < len(s_fp) else None
-        if same and want is not None:
-            rj = slots_r[want]
-        elif nearest is not None and (dist[j, nearest] <= W1_THRESHOLD if cos is None
-                                      else cos[j, nearest] >= SAME_TENSOR_COS):
-            rj = slots_r[nearest]
-        else:
-            rj = fp_r
+        ev: dict = {"distance": W1_NAME, "value": None if want is None else float(dist[j, want]),
+                    "threshold": W1_THRESHOLD}
+        same: bool | None
+        if cos is not None and rel is not None:  # joined on tokens: the tensors decide
+            match = [i for i in range(n_train) if cos[j, i] >= SAME_TENSOR_COS and rel[j, i] <= SAME_TENSOR_REL]
+            best = int(np.argmin(rel[j]))
+            same = want is not None and want in match
+            rj = slots_r[want] if same and want is not None else (slots_r[best] if best in match else fp_r)
+            off = None
+            if best in match and want is not None and isinstance(slots_r[best], int) and \
+                    isinstance(slots_r[want], int):
+                off = slots_r[best] - slots_r[want]
+            ev.update({"same_tokens": True, "joined_tokens": P, "joined_file": joined.path,
+                       "mean_cosine": None if want is None else float(cos[j, want]),
+                       "median_rel": None if want is None else float(rel[j, want]),
+                       "cosine_threshold": SAME_TENSOR_COS, "rel_threshold": SAME_TENSOR_REL,
+                       "best_training_slot": best, "best_r": slots_r[best], "best_offset_slots":
+                       None if want is None else best - want, "best_offset_r": off,
+                       "nearest_r": slots_r[best] if best in match else None})
+        else:  # different text: nearest training slot by W1, decided only with a margin over the runner-up
+            order = [int(i) for i in np.argsort(dist[j]) if np.isfinite(dist[j, i])]
+            nearest = order[0] if order else None
+            runner = order[1] if len(order) > 1 else None
+            d_near = float(dist[j, nearest]) if nearest is not None else None
+            d_run = float(dist[j, runner]) if runner is not None else None
+            decided = d_near is not None and (d_run is None or d_near <= W1_MARGIN * d_run)
+            same = None if not decided else (nearest == want)
+            rj = slots_r[nearest] if decided and nearest is not None else fp_r
+            ev.update({"nearest_training_slot": nearest, "nearest_value": d_near,
+                       "nearest_r": None if nearest is None else slots_r[nearest], "runner_up_slot": runner,
+                       "runner_up_value": d_run, "margin": W1_MARGIN,
+                       "ratio": None if d_near is None or not d_run else d_near / d_run})
         if same and want is not None and fp_r is not None and slots_r[want] is not None and fp_r != slots_r[want]:
             same = False  # the fingerprints name different layers
         s_role = s_fps[j].get("role") if j < len(s_fps) else None
         t_role = t_roles[want] if want is not None and want < len(t_roles) else None
-        if same and s_role and t_role and (s_role in STRONG_ROLES or t_role in STRONG_ROLES) and s_role != t_role:
+        if s_role and t_role and (s_role in STRONG_ROLES or t_role in STRONG_ROLES) and s_role != t_role:
             same = False  # e.g. an embedding served where a layer output was trained, or vice versa
+        ev.update({"served_fingerprint_r": fp_r, "served_role": s_role, "trained_role": t_role})
         r_out.append(rj)
-        ok.append(bool(same))
-        ev = {"distance": W1_NAME, "value": d_want, "threshold": W1_THRESHOLD,
-              "nearest_training_slot": nearest, "nearest_value": None if nearest is None else float(dist[j, nearest]),
-              "nearest_r": None if nearest is None else slots_r[nearest], "served_fingerprint_r": fp_r,
-              "served_role": s_role, "trained_role": t_role}
-        if cos is not None:
-            ev.update({"same_tokens": True, "mean_cosine": None if want is None else float(cos[j, want]),
-                       "cosine_threshold": SAME_TENSOR_COS})
+        ok.append(same)
         rows.append(ev)
-        if not same:
-            what = f"training slot {nearest} ({r_label(slots_r[nearest])})" if nearest is not None else "?"
-            val = f"{W1_NAME} = {d_want:.3f} > {W1_THRESHOLD}" if d_want is not None else "no training slice"
+        trained_lab = r_label(slots_r[want]) if want is not None else "none"
+        if same is False:
             if cos is not None and want is not None:
-                val = f"mean cosine {cos[j, want]:.4f} < {SAME_TENSOR_COS} on the same tokens"
-            findings.append(Finding("served_data", Severity.FAIL, [],
-                                    f"served slot {j} is not what fc slice {j} was trained on "
-                                    f"({r_label(slots_r[want]) if want is not None else 'none'}): {val}; "
-                                    f"it is closest to {what}", ev))
+                val = (f"on {P} shared tokens: mean cosine {cos[j, want]:.4f}, median relative error "
+                       f"{rel[j, want]:.3g} (same tensor: ≥ {SAME_TENSOR_COS}, ≤ {SAME_TENSOR_REL})")
+                near = ev["best_training_slot"]
+                what = (f"training slot {near} ({r_label(slots_r[near])}, offset "
+                        f"{ev['best_offset_slots']:+d} slot(s))" if ev.get("nearest_r") is not None
+                        else "no training slot")
+            else:
+                val = (f"{W1_NAME} to it {ev['value']:.3f}" if ev["value"] is not None else "no training slice")
+                near = ev.get("nearest_training_slot")
+                what = f"training slot {near} ({r_label(slots_r[near])})" if near is not None else "?"
+            if s_role and t_role and s_role != t_role:
+                val += f"; roles differ: served {s_role}, trained {t_role}"
+            findings.append(Finding("served_data", Severity.FAIL, [j],
+                                    f"served slot {j} is not what fc slice {j} was trained on ({trained_lab}): "
+                                    f"{val}; it equals {what}", ev))
+        elif same is None:
+            findings.append(Finding("served_undecided", Severity.WARN, [j],
+                                    f"served slot {j} vs fc slice {j} ({trained_lab}), other text: nearest training "
+                                    f"slot {ev.get('nearest_training_slot')} at {W1_NAME} {ev.get('nearest_value')}"
+                                    f", runner-up {ev.get('runner_up_slot')} at {ev.get('runner_up_value')}: the "
+                                    f"margin is under {W1_MARGIN}× — cannot tell; a served capture on the same "
+                                    "prompts (shared token_ids) settles it", ev))
     if n_served != len(fc_r):
         findings.append(Finding("served_data", Severity.FAIL, [], f"the served capture has {n_served} states, "
                                 "training fed "
                                 f"the fc {len(fc_r)}", {"served": n_served, "trained": len(fc_r)}))
-    how = "mean cosine on the same tokens" if same_text else f"nearest training slot by {W1_NAME} ≤ {W1_THRESHOLD}"
+    how = (f"rows joined on {P} shared tokens (cosine ≥ {SAME_TENSOR_COS}, rel ≤ {SAME_TENSOR_REL})" if same_text
+           else f"nearest training slot by {W1_NAME} with a margin (≤ {W1_MARGIN}× the runner-up)")
     out = {"r": r_out, "ok": ok, "source": f"served capture {s0.path} ({len(scaps)} file(s), "
                                           f"{'same' if same_text else 'different'} tokens as training; r named by "
                                           f"{how})",
            "distances": rows, "matrix": np.round(dist, 4).tolist(), "distance": W1_NAME, "threshold": W1_THRESHOLD,
-           "notes": notes}
+           "notes": notes, "joined_tokens": P if same_text else 0,
+           "cosine": None if cos is None else np.round(cos, 5).tolist(),
+           "rel": None if rel is None else np.round(rel, 5).tolist()}
     return out, findings

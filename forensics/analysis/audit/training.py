@@ -12,9 +12,9 @@ import os
 from typing import Any
 
 from forensics.errors import ForensicsError
-from forensics.findings import Finding, Severity
+from forensics.findings import Finding, Severity, Verdict
 from forensics.io.capture import Capture
-from forensics.layers import FINAL_POST, R, parse_r, r_label
+from forensics.layers import FINAL_POST, parse_r, r_label
 from forensics.models import conventions as cv
 
 FORMAT_TRAINER = {"speculators-v1": "speculators-v1", "speculators": "speculators", "specforge": "specforge"}
@@ -45,49 +45,72 @@ def fingerprint_slots(cap: Capture, model: Any = None) -> tuple[list[dict] | Non
     except ImportError:
         return None, []
     fp = fingerprint(cap, model=model, num_layers=cap.num_layers)
+    from forensics.analysis.fingerprint.verdicts import is_postnorm
+
+    whole = next((f.kind for f in fp.findings if f.kind in ("shifted", "reordered") and f.is_fail), None)
     slots = [{"r_exact": s.r_exact, "label": s.label, "role": s.role, "confidence": s.confidence,
-              "decided_by": s.decided_by} for s in fp.slots]
+              "decided_by": s.decided_by, "verdict": None if s.verdict is None else s.verdict.value,
+              "verdict_why": s.verdict_why, "certain_post": is_postnorm(fp, s.index), "whole_list": whole}
+             for s in fp.slots]
     found = [Finding(f"data_{f.kind}", f.severity, f.slots, f"training data: {f.message}",
                      {**f.evidence, "source": "fingerprint"}) for f in fp.findings]
     _FP_CACHE[:] = [(cap, model, (slots, found))]  # one entry: captures are large and short-lived
     return slots, found
 
 
+KNOWN = ("exact", "measured", "declared", "layout")  # r statuses a verdict may rest on ("claimed": unproven)
+
+
 def slot_rs(cap: Capture, use_fingerprint: bool = True, model: Any = None
-            ) -> tuple[list, list[str], list[Finding]]:
-    """r of every slot and where it came from. Precedence: the exact r of the fingerprint (with a reference
-    model), then the fingerprint's label (the declared layers placed by *measured* depth order), then the
-    declared r; a fingerprint that disagrees with the declaration is a finding."""
-    declared = [s.declared_r for s in cap.slots]
+            ) -> tuple[list, list[str], list[Finding], list[str]]:
+    """r of every slot, where it came from, findings, and its status (``KNOWN`` or ``claimed``/``unknown``).
+
+    With the fingerprint (default), only evidence makes an r known: the exact r (``--model``), or a certain
+    role (embedding, post-norm, the normalised final pre-norm state). A claim the data neither supports nor
+    excludes stays ``claimed`` (its r is shown, no verdict rests on it); a claim the data excludes is dropped
+    (``unknown`` unless the role names the slot) with a ``declared_vs_data`` fail. Without the fingerprint
+    (``use_fingerprint=False``, ``--no-fingerprint``) every declaration is trusted as ``declared``.
+    """
+    from forensics.analysis.claims import capture_claims
+
+    claims = capture_claims(cap, cap.num_layers)
+    declared = claims.rs if claims is not None else [None] * len(cap.slots)
     fps, findings = fingerprint_slots(cap, model) if use_fingerprint else (None, [])
     findings = list(findings)
-    rs, src = [], []
+    rs: list = []
+    src: list[str] = []
+    status: list[str] = []
     for i, d in enumerate(declared):
-        f = fps[i] if fps and i < len(fps) else {}
-        r: R | None = d
-        how = "declared" if d is not None else "unknown"
+        f = fps[i] if fps and i < len(fps) else None
+        if f is None:
+            rs.append(d)
+            src.append("declared" if d is not None else "unknown")
+            status.append("declared" if d is not None else "unknown")
+            continue
+        role_r = 0 if f["role"] == "embedding" else FINAL_POST if f.get("certain_post") else None
         if f.get("r_exact") is not None:
-            r, how = f["r_exact"], "fingerprint (exact)"
-        elif f.get("label"):
-            r, how = parse_r(f["label"]), "fingerprint (depth order)"
-        elif d is None and f.get("role") in STRONG_ROLES:
-            r, how = (0 if f["role"] == "embedding" else FINAL_POST), "fingerprint (role)"
-        elif d is None and cap.slots[i].claimed == FINAL_POST:
-            r, how = FINAL_POST, f"format ({cap.format} stores the post-norm final state here)"
-        if d is not None and r != d:
-            findings.append(Finding("declared_vs_data", Severity.FAIL, [],
-                                    f"slot {i} is declared {r_label(d)} but the data is {r_label(r)} ({how})",
+            r, how, st = f["r_exact"], "fingerprint (exact)", "exact"
+        elif f.get("verdict") == Verdict.PASS.value:
+            r, how, st = d, f"fingerprint ({f.get('verdict_why')})", "measured"
+        elif role_r is not None:
+            r, how, st = role_r, f"fingerprint (role {f['role']})", "measured"
+        elif f.get("verdict") == Verdict.FAIL.value and f.get("label") and f.get("whole_list") == "reordered":
+            r, how, st = parse_r(f["label"]), "fingerprint (the declared layers placed by measured depth order)", \
+                "measured"
+        elif f.get("verdict") == Verdict.CANNOT_TELL.value:
+            r, how, st = d, "declared; the data neither confirms nor excludes it (--model settles it)", "claimed"
+        else:
+            r, how, st = None, "unknown (the data alone cannot name this slot)", "unknown"
+        if d is not None and f.get("verdict") == Verdict.FAIL.value:
+            findings.append(Finding("declared_vs_data", Severity.FAIL, [i],
+                                    f"slot {i} is declared {r_label(d)} but the data says "
+                                    f"{r_label(r) if r is not None else 'otherwise'}: {f.get('verdict_why')}",
                                     {"slot": i, "declared": d, "measured": r, "role": f.get("role"),
                                      "confidence": f.get("confidence")}))
-        elif f.get("role") in STRONG_ROLES or r in (0, FINAL_POST):
-            want = {0: "embedding", FINAL_POST: "final_postnorm"}.get(r)
-            if f.get("role") and (f["role"] in STRONG_ROLES or want) and f["role"] != want:
-                findings.append(Finding("declared_vs_data", Severity.WARN, [],
-                                        f"slot {i} is {r_label(r)} but its fingerprint role is {f['role']}",
-                                        {"slot": i, "r": r, "role": f["role"], "decided_by": f.get("decided_by")}))
         rs.append(r)
         src.append(how)
-    return rs, src, findings
+        status.append(st)
+    return rs, src, findings, status
 
 
 def training_side(data: Any, trainer: str | None, draft_info, L: int | None, use_fingerprint: bool,
@@ -103,17 +126,17 @@ def training_side(data: Any, trainer: str | None, draft_info, L: int | None, use
         if fc is None:
             return {"fc_r": None, "target_r": None, "source": "none"}, findings
         return {"fc_r": fc, "target_r": None, "source": f"draft config ids read in {trainer}'s numbering",
-                "slot_source": ["draft config"] * len(fc)}, findings
+                "slot_source": ["draft config"] * len(fc), "fc_status": ["config"] * len(fc)}, findings
     if isinstance(data, (list, tuple)) and all(isinstance(x, (int, str)) for x in data):
         try:
             rs = [parse_r(x) for x in data]
         except ValueError as e:  # a typo in --trained-layout is bad input: one line, exit 2
             raise ForensicsError(f"trained layout {list(data)}: {e}") from None
-        src, roles = ["layout"] * len(data), None
+        src, roles, status = ["layout"] * len(data), None, ["layout"] * len(data)
         source = "declared layout"
     else:
         cap = first_capture(data)
-        rs, src, fps = slot_rs(cap, use_fingerprint, model)
+        rs, src, fps, status = slot_rs(cap, use_fingerprint, model)
         findings += fps
         roles = [f["role"] for f in (fingerprint_slots(cap, model)[0] or [])] if use_fingerprint else []
         source = f"{cap.format} capture {cap.path}"
@@ -128,7 +151,16 @@ def training_side(data: Any, trainer: str | None, draft_info, L: int | None, use
                              f"({', '.join(cv.TRAINERS)})")
     view = cv.trainer_view(trainer, len(rs))
     fc = [rs[i] for i in view.fc_slots]
-    if any(r is None for r in fc) and draft_info is not None and L is not None:
+    open_ = [k for k, i in enumerate(view.fc_slots) if status[i] not in KNOWN]
+    if open_ and cap is not None and use_fingerprint:
+        guess = _ids_as_trained(view.trainer, draft_info, L) if draft_info is not None and L is not None else None
+        findings.append(Finding("unknown_slices", Severity.INFO, [view.fc_slots[k] for k in open_],
+                                f"the data alone cannot name the r of fc slice(s) {open_} "
+                                + (f"(the draft config says {[r_label(r) for r in guess]} under {view.trainer}'s "
+                                   "numbering, but that is the claim being checked, not evidence) " if guess else "")
+                                + "— run with --model default (or the target model), or compare a served capture "
+                                "on the same prompts (--served)", {"slices": open_, "config_r": guess}))
+    if any(r is None for r in fc) and draft_info is not None and L is not None and not use_fingerprint:
         assumed = _ids_as_trained(view.trainer, draft_info, L)
         if assumed is not None and len(assumed) == len(fc):
             findings.append(Finding("assumed_from_config", Severity.WARN, [],
@@ -139,10 +171,12 @@ def training_side(data: Any, trainer: str | None, draft_info, L: int | None, use
             for i, r in enumerate(assumed):
                 if fc[i] is None:
                     fc[i], src[view.fc_slots[i]] = r, "draft config (trainer numbering)"
-                    rs[view.fc_slots[i]] = r
+                    rs[view.fc_slots[i]], status[view.fc_slots[i]] = r, "declared"
     target = rs[view.target_slot] if view.target_slot is not None else None
     out = {"fc_r": fc, "target_r": target, "source": source, "slot_source": src, "trainer": view.trainer,
            "view": view.source, "target_norm": view.target_norm, "slots_r": rs, "capture": cap,
+           "slots_status": status, "fc_status": [status[i] for i in view.fc_slots],
+           "target_status": status[view.target_slot] if view.target_slot is not None else None,
            "roles": roles if cap is not None else None}
     ints = [r for r in fc if isinstance(r, int)]
     if len(ints) == len(fc) and ints != sorted(ints):
@@ -155,28 +189,27 @@ def training_side(data: Any, trainer: str | None, draft_info, L: int | None, use
     if FINAL_POST in fc:
         findings.append(Finding("postnorm_aux", Severity.FAIL, [], "a post-norm final state is fed to the fc; "
                                 "engines capture pre-norm states only", {"fc_r": fc}))
-    findings += _target_findings(view, target, L)
+    findings += _target_findings(view, target, L, out["target_status"])
     return out, findings
 
 
 def _ids_as_trained(trainer: str, info, L: int) -> list | None:
-    """The r a draft config's ids mean to the trainer that wrote them: SpecForge nested ids go through SGLang's
-    +1; speculators records vLLM ids at the top level (speculators#379: r = id)."""
-    t = cv.canonical_system(trainer)
-    first, second = (info.ids_nested, info.ids_top) if t == "specforge" else (info.ids_top, info.ids_nested)
-    ids = first if first is not None else second
-    if not ids:
-        return None
+    """The r a draft config's ids mean to the trainer that wrote them (``forensics.analysis.claims.draft_ids_r``,
+    the one reader every command uses); None when the config has none or the trainer would refuse them."""
+    from forensics.analysis.claims import draft_ids_r
+
     try:
-        return cv.to_r("specforge" if t == "specforge" else "vllm", list(ids), L)
+        d = draft_ids_r(trainer, info, L)
     except ForensicsError:  # an id list the trainer would refuse: no assumption
         return None
+    return None if d is None else list(d.r)
 
 
-def _target_findings(view, target, L: int | None) -> list[Finding]:
+def _target_findings(view, target, L: int | None, status: str | None = None) -> list[Finding]:
     if target is None:
         return []
-    ev = {"target_r": target, "num_layers": L, "trainer": view.trainer, "wants": view.target_norm}
+    ev = {"target_r": target, "num_layers": L, "trainer": view.trainer, "wants": view.target_norm,
+          "status": status}
     if view.target_norm == "pre":  # speculators applies verifier_norm itself (speculators#313)
         if target == FINAL_POST:
             return [Finding("target_postnorm", Severity.FAIL, [], "the training target is post-norm but "
@@ -185,7 +218,9 @@ def _target_findings(view, target, L: int | None) -> list[Finding]:
             return [Finding("target_not_final", Severity.FAIL, [],
                             f"the training target was r = {target} ({r_label(target)}), not r = {L} (last block, "
                             f"pre-norm): lm_head(norm(·)) of it is a logit lens {L - target} block(s) early, not "
-                            f"the model's next-token distribution; regenerate the last slot at r = {L}", ev)]
+                            f"the model's next-token distribution; regenerate the last slot at r = {L}"
+                            + (" (the data's own record says so; --model confirms the r)" if status == "claimed"
+                               else ""), ev)]
     elif view.target_norm == "post":  # SpecForge target head is lm_head only
         if target != FINAL_POST:
             return [Finding("target_prenorm", Severity.FAIL, [], f"the training target is {r_label(target)} but "

@@ -56,6 +56,9 @@ from forensics.layers import FINAL_POST, R
 
 __all__ = ["fingerprint", "Fingerprint", "SlotFingerprint", "Evidence", "Finding", "ROLES"]
 
+# A norm at or above sqrt(float32 max) ≈ 1.8e19 means values whose squares overflow float32: real residual
+# streams stay below ~1e5 (massive activations, Sun et al. 2024: ~1e3–1e4), so this is corrupt data.
+FLOAT32_SQUARE_LIMIT = 1.8e19
 MIN_TOKENS = 16  # fewer tokens: a few_tokens finding (duplicate rows, spreads and distances need tokens)
 SMALL_CAPTURE_ELEMENTS = 4_000_000  # at or below: compute on one thread (measured 13× faster under load)
 
@@ -215,6 +218,11 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
             rows = s.nan_positions[:5] or s.inf_positions[:5]
             findings.append(Finding("nonfinite", Severity.FAIL, [s.index], f"slot {s.index} ({s.name}) has "
                                     f"{s.nan} NaN and {s.inf} Inf values (first rows {rows})"))
+        if s.norm.n and s.norm.max >= FLOAT32_SQUARE_LIMIT:
+            findings.append(Finding("overflow", Severity.FAIL, [s.index], f"slot {s.index} ({s.name}) has token "
+                                    f"norms up to {s.norm.max:.3g}: squares of its values overflow float32 (above "
+                                    f"{FLOAT32_SQUARE_LIMIT:.2g}), so no real hidden state looks like this and "
+                                    "its angles and fits are not reliable"))
         if s.norm.n and s.norm.max == 0:
             findings.append(Finding("all_zero", Severity.FAIL, [s.index], f"slot {s.index} ({s.name}) is all "
                                     "zeros: nothing was captured there (padding, or a hook that never fired)"))

@@ -27,6 +27,10 @@ ROLES = ("embedding", "early", "middle", "late", "final_prenorm", "final_postnor
 DUP_GROUP_FRACTION = 0.9  # ≥ this share of repeated-id groups bit-identical ⇒ embedding (table lookup)
 DUP_ROW_FRACTION = 0.05  # without ids: ≥ this share of rows with an exact twin ⇒ embedding
 EMBED_NORM_RATIO = 0.08  # median norm ≤ this × the next-smallest slot's median (and no sink) ⇒ context-free
+#                          (tuning half: SmolLM2 embeddings ≤ 0.072, other sinkless slots ≥ 0.094)
+EMBED_NORM_RATIO_UNIQUE_ROWS = 0.04  # …but ≤ this when repeated ids give different rows (no table lookup: only an
+#   absolute-position model's embedding could still be one). A 1,416-token evaluation text's L1 sat at 0.076
+#   beside L26 with 0 of 164 repeated-id groups identical; the tuning half's margin (0.094) had not shown it
 TIGHT_SPREAD = 0.10  # robust spread of token norms (token 0 excluded) ≤ this ⇒ tight spread
 MAD_TO_SD = 1.4826  # MAD × this = σ for a normal law: the robust spread reads like std/mean, minus outlier tokens
 SINK_FADED_RATIO = 0.8  # token-0 norm < this × median ⇒ sink faded/inverted (seed L59: 0.55)
@@ -52,9 +56,14 @@ DUPLICATE_SLOT_DISTANCE = 1e-4  # masked angular distance below this (and equal 
 # r ≈ 10 loses its sink and looks late). Two per pair still lets the late signature turn a two-slot chain
 # like the seed's [L31, L59] (L59's norm 111 < L31's 174): −2 + 1.5 + 1 > 0.
 W_NORM, W_LATE, W_FADED = 2.0, 1.5, 1.0
+NORM_TIE = 0.05  # two slots whose median norms differ by at most this fraction cast no norm vote: SmolLM2's norm
+#                  grows ≈ 3–5 % per layer mid-depth, and on a 30-token text L11 out-normed L12 at confidence 1.0
 ORDER_MARGIN_GAIN = 5.0  # chain confidence = 0.5 + this × relative margin over the next-best path; tuning half:
 #                          every wrong path had margin ≤ 0.007 (confidence ≤ 0.54), right paths median 0.048
-DIRECTION_CONFLICT_CONFIDENCE = 0.5  # cap when the norm votes and the late/faded votes disagree (or all are 0)
+DIRECTION_CONFLICT_CONFIDENCE = 0.5  # cap when the norm votes and the late/faded votes disagree, or the norms cast
+#   no vote (ties; a two-slot chain has no path margin, so its direction is all the evidence there is), or
+#   when no layer slot has a sink: a post-LN encoder (all-MiniLM-L6-v2, BERT) normalises every layer, its last
+#   layer's norm falls 14 → 4, and its 4-slot chains were reversed at confidence 0.92–1.0 on the tuning texts
 BANDS = ((1 / 3, "early"), (2 / 3, "middle"), (1.01, "late"))  # rank fraction among layer slots → role
 
 EMBED_MIN_SCORE = 0.6  # embedding score at/above this ⇒ role embedding
@@ -155,6 +164,9 @@ def embedding_signals(st_slots: Sequence[SlotStats], tensors: list, ids: Any, me
         if tiny and embed_score[i] == 0.0:
             if conc >= TOKEN0_CONCENTRATION:  # a normalised sink keeps its one-dim direction; a lookup row does not
                 ev[i][-1].verdict += " — but token 0 sits in one dim (a normalised sink), not a lookup"
+            elif dup.get("groups") and ratio > EMBED_NORM_RATIO_UNIQUE_ROWS:
+                ev[i][-1].verdict += (f" — but repeated ids differ and the norm is not tiny enough (≤ "
+                                      f"{EMBED_NORM_RATIO_UNIQUE_ROWS}) to call it an absolute-position embedding")
             else:
                 embed_score[i] = 0.6 if dup.get("groups") else 0.7  # absolute-position models: no duplicates
                 if dup.get("groups"):
@@ -316,15 +328,23 @@ class ChainOrder:
     chain: list[int] = field(default_factory=list)  # the seriation path itself (either direction)
 
 
+def _norm_vote(a: float, b: float) -> float:
+    """+1 when the norm rises from a to b, −1 when it falls, 0 within ``NORM_TIE`` (adjacent layers)."""
+    if not (math.isfinite(a) and math.isfinite(b)) or max(a, b) <= 0:
+        return 0.0
+    return 0.0 if abs(b - a) <= NORM_TIE * max(a, b) else float(np.sign(b - a))
+
+
 def chain_order(D: np.ndarray, chain: list[int], slots: Sequence[SlotStats], meds: list[float]) -> ChainOrder:
     """Seriate the layer slots by masked angular distance, then vote the direction (shallow → deep).
 
     Direction votes: every pair of the path whose median norm rises along it (+1) or falls (−1), plus the late
     signature and a faded sink at either end (Heimersheim & Turner 2023: norms grow with depth; Sun et al.
     2024: massive activations fade in the last layers). The confidence is the chain's relative margin over the
-    next-best path (``ORDER_MARGIN_GAIN``), capped at a coin flip when the norm votes and the signature votes
-    point opposite ways: SmolLM2's sinkless, tight mid layers (r ≈ 10) look "late" and Kimi's last layer
-    (norm 111 after 174 at L31) looks "shallow" by norm, and the data alone cannot say which story holds.
+    next-best path (``ORDER_MARGIN_GAIN``), capped at a coin flip when no layer slot has a sink, or when the norm
+    votes and the signature votes point opposite ways: SmolLM2's sinkless, tight mid layers (r ≈ 10) look
+    "late" and Kimi's last layer (norm 111 after 174 at L31) looks "shallow" by norm, and the data alone cannot
+    say which story holds.
     """
     from forensics.analysis.fingerprint.depth import seriate
 
@@ -337,7 +357,7 @@ def chain_order(D: np.ndarray, chain: list[int], slots: Sequence[SlotStats], med
     margin = (runner - cost) / cost if cost > 0 and math.isfinite(runner) else (math.inf if cost > 0 else 0.0)
     n = len(path)
     pairs = [(a, b) for a in range(n) for b in range(a + 1, n)]
-    norm = float(sum(np.sign(meds[path[b]] - meds[path[a]]) for a, b in pairs))
+    norm = float(sum(_norm_vote(meds[path[a]], meds[path[b]]) for a, b in pairs))
     half = (n - 1) / 2
     late = float(sum(np.sign(p - half) for p, i in enumerate(path) if late_signature(slots[i])))
     faded = float(sum(np.sign(p - half) for p, i in enumerate(path)
@@ -351,7 +371,8 @@ def chain_order(D: np.ndarray, chain: list[int], slots: Sequence[SlotStats], med
     conflict = norm * signature < 0
     if score == 0:  # no direction signal: the chain's listed direction is a coin flip (often a near-tie of
         path = sorted(path, key=lambda i: meds[i])  # two paths, margin ~0), so take the norm order the text names
-    if score == 0 or conflict:
+    unanchored = not any(has_sink(slots[i]) for i in path)
+    if score == 0 or conflict or unanchored or norm == 0:  # norm == 0: only a late/faded vote, or norm ties
         conf = min(conf, DIRECTION_CONFLICT_CONFIDENCE)
     ev = [Evidence("chain", f"path cost {cost:.4f}, next-best {_fmt(runner)} (margin {_fmt(margin)})",
                    f"confidence 0.5 + {ORDER_MARGIN_GAIN} × margin",
@@ -359,7 +380,9 @@ def chain_order(D: np.ndarray, chain: list[int], slots: Sequence[SlotStats], med
           Evidence("direction", f"norm pairs {norm:+.0f}·{W_NORM} + late sig {late:+.0f}·{W_LATE} + faded sink "
                    f"{faded:+.0f}·{W_FADED} = {score:+.2f}", "sign",
                    ("no direction signal: norm order kept" if score == 0 else "shallow → deep as listed")
-                   + ("; norm and late/faded-sink votes disagree: direction uncertain" if conflict else ""))]
+                   + ("; norm and late/faded-sink votes disagree: direction uncertain" if conflict else "")
+                   + ("; no layer slot has a token-0 sink, so nothing shows a pre-norm residual stream whose norm "
+                      "grows with depth: direction uncertain" if unanchored and not conflict else ""))]
     return ChainOrder(path, ev, conf, chain_path)
 
 

@@ -17,22 +17,27 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from forensics.analysis.scan.result import ScanResult
-from forensics.analysis.scan.rows import empty_row, read_rows
+from forensics.analysis.scan.rows import FILE_TIME_BUDGET_S, empty_row, read_rows
 from forensics.analysis.scan.sinks import ParquetSink
 from forensics.analysis.scan.summary import Aggregator
 from forensics.analysis.scan.workers import batches, run_dask, run_inline, run_pool
 from forensics.errors import ForensicsError
+from forensics.io.output import check_output, lock_output
 from forensics.jsonable import json_safe
 
 SAMPLE_SEED = 0  # --sample K draws the same K files every time
-# Files fingerprinted by default, evenly spread: a fingerprint costs ~4 s and ~0.7 GB per Kimi-sized sample
-# (measured 2026-11-30), the statistics ~0.05 s; every file gets the statistics-based checks regardless.
+# Files fingerprinted by default, evenly spread (enough for a majority depth order and labels; every file gets
+# the statistics-based checks regardless). A fingerprint costs ~2× its file's statistics since the row-sampled
+# distances (1.8–1.97×, ~40 ms CPU per Kimi-sized sample, measured 2026-12-01; it was 0.5–4 s before).
 FINGERPRINT_FILES = 64
 
 Item = tuple  # (absolute path, size in bytes, mtime in ns[, fingerprint this file?])
@@ -103,7 +108,8 @@ def scan(path: str | os.PathLike | list, workers: int = 2, out: str | os.PathLik
          resume: bool = False, sample: int | None = None, dask: Any = None, *,
          fingerprint: bool | int | str | None = FINGERPRINT_FILES,
          tune_malloc: bool = True, prefetch: bool = False, progress: bool | None = None,
-         on_row: Callable[[dict], None] | None = None, out_format: str | None = None) -> ScanResult:
+         on_row: Callable[[dict], None] | None = None, out_format: str | None = None,
+         file_seconds: float | None = FILE_TIME_BUDGET_S) -> ScanResult:
     """Scan every capture file under ``path``; return rows, dataset summary and anomalies.
 
     Args:
@@ -124,13 +130,37 @@ def scan(path: str | os.PathLike | list, workers: int = 2, out: str | os.PathLik
         out_format: ``"jsonl"`` (one JSON row per file) or ``"parquet"`` (a folder of Parquet parts, one typed
             record per file × slot: :mod:`forensics.analysis.scan.sinks`); default: parquet when ``out`` ends
             in ``.parquet`` (or, resuming, is a folder), else jsonl.
+        file_seconds: time budget per file (default ``FILE_TIME_BUDGET_S``); a file that takes longer becomes
+            an error row (None: no budget). Not applied on Dask workers (signals reach only main threads).
     """
     t_start = time.perf_counter()
     fingerprint = parse_fingerprint_option(fingerprint)
-    items, bad = list_files(path, sample)
     out = os.fspath(out) if out is not None else None
     if resume and out is None:
         raise ForensicsError("resume needs the output file of the interrupted scan (out=... / -o FILE)")
+    fmt = out_format or ("parquet" if out is not None and (out.endswith(".parquet") or (resume and os.path.isdir(out)))
+                         else "jsonl")
+    if fmt not in ("jsonl", "parquet"):
+        raise ForensicsError(f"scan output format must be jsonl or parquet, got {fmt!r}")
+    given = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+    if out is not None:  # before any work: never an input, a capture or (for JSON Lines) a directory
+        check_output(out, given, directory=fmt == "parquet")
+    items, bad = list_files(path, sample)
+    with ExitStack() as stack:
+        sink = None
+        if out is not None and fmt == "parquet":  # the folder is locked; its sink is opened in _scan
+            stack.enter_context(lock_output(out, truncate=False, directory=True))
+        elif out is not None:
+            sink = stack.enter_context(lock_output(out, truncate=not resume))
+        stack.enter_context(_sigterm_as_interrupt())
+        return _scan(path, items, bad, out, sink, resume, workers, dask, fingerprint, fmt,
+                     {"tune_malloc": tune_malloc, "prefetch": prefetch, "file_seconds": file_seconds},
+                     progress, on_row, t_start)
+
+
+def _scan(path: Any, items: list[Item], bad: list[dict], out: str | None, sink: Any, resume: bool, workers: int,
+          dask: Any, fingerprint: bool | int, fmt: str, opts: dict, progress: bool | None,
+          on_row: Callable[[dict], None] | None, t_start: float) -> ScanResult:
     number = {it[0]: i for i, it in enumerate(items)}
     agg = Aggregator([it[0] for it in items])
     held: dict[int, dict] | None = {} if out is None else None
@@ -155,14 +185,14 @@ def scan(path: str | os.PathLike | list, workers: int = 2, out: str | os.PathLik
         resumed = len(last)
     chosen = fingerprint_choice(len(items), fingerprint)
     todo = [(*it, chosen(i)) for i, it in enumerate(items) if i not in done and it[1] is not None]
-    opts: dict[str, Any] = {"tune_malloc": tune_malloc, "prefetch": prefetch}
     if os.environ.get("HSF_SCAN_TEST_DIE_ON"):  # test hook: simulate a worker being killed
         opts["_test_die_on"] = os.environ["HSF_SCAN_TEST_DIE_ON"]
-    fmt = out_format or ("parquet" if out is not None and (out.endswith(".parquet") or (resume and os.path.isdir(out)))
-                         else "jsonl")
-    if fmt not in ("jsonl", "parquet"):
-        raise ForensicsError(f"scan output format must be jsonl or parquet, got {fmt!r}")
-    sink = ParquetSink(out, resume) if fmt == "parquet" and out is not None else _open_out(out, resume)
+    if os.environ.get("HSF_SCAN_TEST_SLEEP_ON"):  # test hook: a file that takes forever
+        opts["_test_sleep_on"] = os.environ["HSF_SCAN_TEST_SLEEP_ON"]
+    if fmt == "parquet" and out is not None:
+        sink = ParquetSink(out, resume)
+    elif out is not None and sink is not None and resume:
+        _end_torn_line(out, sink)
     bar = _progress(len(items), resumed, progress)
     t_work, new_bytes = time.perf_counter(), 0
     if dask is not None:
@@ -192,7 +222,7 @@ def scan(path: str | os.PathLike | list, workers: int = 2, out: str | os.PathLik
     finally:
         runner.close()  # shuts the pool / cluster down at once, however the loop ended
         if sink is not None:
-            sink.close()
+            sink.close()  # a JSON Lines sink is closed again by its lock, harmlessly
         if bar is not None:
             bar.close()
     summary, anomalies = agg.finish()
@@ -209,12 +239,13 @@ def scan(path: str | os.PathLike | list, workers: int = 2, out: str | os.PathLik
 
 
 def _resumable(row: dict) -> bool:
-    """A row from an earlier scan can be kept: an error row, or one whose sketches this version can merge
-    (otherwise the file is simply scanned again)."""
+    """A row from an earlier scan can be kept: one whose sketches this version can merge. Error rows are
+    never kept: a failure may be transient (permission fixed with chmod, which leaves mtime alone; a worker
+    killed for memory or time), so the file is read again, as an uninterrupted scan would."""
     from forensics.analysis.scan.sketch import BINS_PER_DECADE, SKETCH_MIN
 
     if row.get("error"):
-        return True
+        return False
     sk, slots = row.get("sketch"), row.get("slots")
     if not isinstance(sk, list) or not isinstance(slots, list) or len(sk) != len(slots) or not slots:
         return False
@@ -229,20 +260,32 @@ def _public(row: dict) -> dict:
     return {k: v for k, v in row.items() if k != "sketch"}
 
 
-def _open_out(out: str | None, resume: bool):
-    if out is None:
-        return None
-    d = os.path.dirname(os.path.abspath(out))
-    os.makedirs(d, exist_ok=True)
-    if resume and os.path.exists(out) and os.path.getsize(out) > 0:
+def _end_torn_line(out: str, sink) -> None:
+    """Start a fresh line when a killed scan left a torn one (the torn line is skipped on reading)."""
+    if os.path.getsize(out) > 0:
         with open(out, "rb") as f:
             f.seek(-1, os.SEEK_END)
-            torn = f.read(1) != b"\n"
-        sink = open(out, "a", encoding="utf-8")
-        if torn:  # killed mid-line: start a fresh line (the torn one is skipped on reading)
-            sink.write("\n")
-        return sink
-    return open(out, "w", encoding="utf-8")
+            if f.read(1) != b"\n":
+                sink.write("\n")
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (``kill``, CI cancelling a job) stops a scan as Ctrl-C does: the pool is shut down, the rows so
+    far stay in ``out`` and the caller hears of it (KeyboardInterrupt). Only in the main thread, where
+    Python delivers signals."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 def _write(sink, row: dict) -> None:

@@ -13,8 +13,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
+import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -24,6 +27,44 @@ from forensics.jsonable import json_safe
 MALLOC_TUNE_BYTES = 1 << 30  # glibc mmap/trim thresholds in workers (page faults: measured)
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc <malloc.h> mallopt parameters
 _worker_ready = False
+# A file's row is computed within this many seconds or becomes an error row. The slowest real file measured
+# (a Kimi-sized sample fingerprinted on one thread) takes ~4 s, so 300 s leaves ~75× for slow disks and
+# shared CPUs while a hostile file cannot stall a dataset scan.
+FILE_TIME_BUDGET_S = 300.0
+# A worker stuck in native code, where the budget's alarm is not delivered, ends itself this much later;
+# the pool then reports the file as one that killed its worker.
+HARD_STOP_GRACE_S = 30.0
+_current_start: float | None = None  # when the file now being read was started (worker watchdog)
+
+
+class FileTimeout(Exception):
+    """A file used up its time budget."""
+
+
+@contextmanager
+def time_budget(seconds: float | None) -> Iterator[None]:
+    """Raise :class:`FileTimeout` in this (main) thread after ``seconds`` (``SIGALRM``); elsewhere, or with
+    no budget, nothing is timed."""
+    global _current_start
+    _current_start = time.monotonic()
+    if not seconds or seconds <= 0 or threading.current_thread() is not threading.main_thread():
+        try:
+            yield
+        finally:
+            _current_start = None
+        return
+
+    def expired(signum, frame):
+        raise FileTimeout
+
+    old = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+        _current_start = None
 
 
 
@@ -54,11 +95,14 @@ def scan_batch(items: list[tuple[str, int, int, bool]], opts: dict) -> list[dict
     """Rows for a batch of ``(path, size, mtime_ns, fingerprint?)`` items (the unit of work of a worker)."""
     init_worker(opts.get("tune_malloc", True))
     die_on = opts.get("_test_die_on")  # test hook: simulate a worker killed while reading this file
+    sleep_on = opts.get("_test_sleep_on")  # test hook: a file that takes forever
+    budget = opts.get("file_seconds", FILE_TIME_BUDGET_S)
     rows = []
     for path, size, mtime_ns, use_fp in items:
         if die_on and path.endswith(die_on):
             os._exit(3)
-        rows.append(file_row(path, size, mtime_ns, use_fingerprint=use_fp))
+        rows.append(file_row(path, size, mtime_ns, use_fingerprint=use_fp, budget=budget,
+                             _sleep=bool(sleep_on and path.endswith(sleep_on))))
     return rows
 
 
@@ -74,20 +118,29 @@ def error_kind(message: str) -> str:
     return "length_mismatch" if ("length mismatch" in m or "ragged" in m) else "unreadable"
 
 
-def file_row(path: str, size: int, mtime_ns: int, use_fingerprint: bool = True) -> dict:
-    """The scan row of one file; every failure becomes ``error`` (never an exception)."""
-    from forensics.errors import ForensicsError
+def file_row(path: str, size: int, mtime_ns: int, use_fingerprint: bool = True,
+             budget: float | None = FILE_TIME_BUDGET_S, _sleep: bool = False) -> dict:
+    """The scan row of one file within ``budget`` seconds; every failure becomes ``error`` (never an
+    exception)."""
+    from forensics.errors import ForensicsError, escape, one_line
 
     t0 = time.perf_counter()
     row = empty_row(path, size, mtime_ns)
     try:
-        _fill(row, path, use_fingerprint)
+        with time_budget(budget):
+            if _sleep:
+                time.sleep(10 * (budget or 1))
+            _fill(row, path, use_fingerprint)
     except ForensicsError as e:
         row.update(error=str(e), error_kind=error_kind(str(e)), slots=[], sketch=[], findings=[])
+    except FileTimeout:
+        row.update(error=f"{escape(path)}: not read within the per-file time budget of {budget:g} seconds",
+                   error_kind="unreadable", slots=[], sketch=[], findings=[])
     except MemoryError:
-        row.update(error=f"{path}: out of memory while reading", error_kind="unreadable", slots=[], sketch=[])
+        row.update(error=f"{escape(path)}: out of memory while reading", error_kind="unreadable", slots=[],
+                   sketch=[], findings=[])
     except Exception as e:  # noqa: BLE001 - a scan must survive any file (reported, not raised)
-        msg = f"{path}: internal error while scanning: {type(e).__name__}: {str(e)[:300]}"
+        msg = f"{escape(path)}: internal error while scanning: {type(e).__name__}: {one_line(e)[:300]}"
         row.update(error=msg, error_kind="unreadable", slots=[], sketch=[], findings=[])
     row["elapsed"] = round(time.perf_counter() - t0, 6)
     # plain JSON types only: rows held in memory equal rows read back from the file. The sketch (last key) is
@@ -170,7 +223,11 @@ def _duplicates(slots) -> list[dict]:
 
 
 def read_rows(out: str) -> Iterator[dict]:
-    """Rows of a scan's JSON Lines file (a torn last line, killed mid-write, is skipped) or Parquet folder."""
+    """Rows of a scan's JSON Lines file (a torn last line, killed mid-write, is skipped) or Parquet folder. A
+    file with text but no row at all (a binary file, some other document) is a ForensicsError: it is not a
+    scan's output."""
+    from forensics.errors import ForensicsError
+
     if os.path.isdir(out):
         from forensics.analysis.scan.sinks import read_parquet_rows
 
@@ -178,14 +235,23 @@ def read_rows(out: str) -> Iterator[dict]:
         return
     if not os.path.exists(out):
         return
-    with open(out, encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(row, dict) and "path" in row:
-                yield row
+    seen = rows = 0
+    try:
+        with open(out, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                line = line.strip()
+                if not line:
+                    continue
+                seen += 1
+                try:
+                    row = json.loads(line)
+                except (ValueError, RecursionError):
+                    continue
+                if isinstance(row, dict) and "path" in row:
+                    rows += 1
+                    yield row
+    except OSError as e:
+        raise ForensicsError(f"cannot read the scan output: {e.strerror}", path=out) from None
+    if seen and not rows:
+        raise ForensicsError("not a scan output (no JSON Lines row with a path); refusing to resume from it",
+                             path=out)

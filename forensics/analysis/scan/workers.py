@@ -8,17 +8,22 @@ alone, becomes an error row.
 from __future__ import annotations
 
 import os
+import select
 import sys
-from collections.abc import Generator, Iterator
+import threading
+import time
+import warnings
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from forensics.analysis.scan.rows import empty_row, init_worker, scan_batch
-from forensics.errors import ForensicsError
+from forensics.analysis.scan.rows import FILE_TIME_BUDGET_S, HARD_STOP_GRACE_S, empty_row, init_worker, scan_batch
+from forensics.errors import ForensicsError, escape
 
 BATCH_BYTES = 64 * 1000 * 1000  # small files are grouped into one task up to this many bytes ...
 BATCH_MAX_FILES = 64  # ... or this many files (a task costs ~1–2 ms of dispatch, measured)
 INFLIGHT_PER_WORKER = 4  # tasks queued per worker (bounded, so a 100 000-file listing is not all queued)
+PARENT_POLL_S = 0.5  # without a pidfd, a worker checks this often whether the scanning process still exists
 
 Item = tuple  # (absolute path, size in bytes, mtime in ns, fingerprint this file?)
 
@@ -80,6 +85,46 @@ def _main_not_reimported() -> Iterator[None]:
             main.__dict__.update(saved)
 
 
+def pool_worker_init(tune_malloc: bool, parent_pid: int, budget: float | None) -> None:
+    """Set up a pool worker: :func:`init_worker`, then two watchdog threads. A worker ends itself when the
+    scanning process is gone (SIGKILL of ``hsf scan`` must not leave workers, and the fork server they keep
+    alive, holding the caller's pipes), and when one file keeps it in native code past its time budget."""
+    init_worker(tune_malloc)
+    warnings.simplefilter("ignore")  # library warnings stay off the caller's stderr (rows carry what matters)
+    threading.Thread(target=_exit_with(parent_pid), daemon=True, name="hsf-parent-watch").start()
+    if budget:
+        threading.Thread(target=_hard_stop, args=(budget + HARD_STOP_GRACE_S,), daemon=True,
+                         name="hsf-file-watch").start()
+
+
+def _exit_with(pid: int) -> Callable[[], None]:
+    def watch() -> None:
+        try:  # a pidfd turns readable when the process exits (Linux ≥ 5.3)
+            fd = os.pidfd_open(pid)
+            select.select([fd], [], [])
+        except (OSError, AttributeError):  # no pidfd: poll the parent's existence
+            while True:
+                time.sleep(PARENT_POLL_S)
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    break
+                except PermissionError:
+                    pass
+        os._exit(1)
+    return watch
+
+
+def _hard_stop(limit: float) -> None:
+    from forensics.analysis.scan import rows
+
+    while True:
+        time.sleep(1.0)
+        start = rows._current_start
+        if start is not None and time.monotonic() - start > limit:
+            os._exit(70)  # EX_SOFTWARE: the pool reports the file (run alone) as one that ended its worker
+
+
 def run_inline(batches: list[list[Item]], opts: dict) -> Generator[list[dict], None, None]:
     for b in batches:
         yield scan_batch(b, opts)
@@ -101,8 +146,9 @@ def run_pool(batches: list[list[Item]], opts: dict, workers: int) -> Generator[l
     pending: deque = deque(batches)
     quarantine: deque = deque()
     while pending or quarantine:
-        ex = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=init_worker,
-                                 initargs=(opts.get("tune_malloc", True),))
+        ex = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=pool_worker_init,
+                                 initargs=(opts.get("tune_malloc", True), os.getpid(),
+                                           opts.get("file_seconds", FILE_TIME_BUDGET_S)))
         inflight: dict = {}
         try:
             while pending or quarantine or inflight:
@@ -127,8 +173,9 @@ def run_pool(batches: list[list[Item]], opts: dict, workers: int) -> Generator[l
             if len(inflight) == 1 and len(next(iter(inflight.values()))) == 1:
                 (it,) = next(iter(inflight.values()))  # it ran alone: this file killed the worker
                 row = empty_row(*it)
-                row.update(error=f"{it[0]}: the worker process died while reading this file (crash, or killed: "
-                                 "out of memory?)", error_kind="unreadable")
+                row.update(error=f"{escape(it[0])}: the worker process died while reading this file (crash, "
+                                 "killed for memory, or stuck past the per-file time budget)",
+                           error_kind="unreadable")
                 yield [row]
             else:
                 quarantine.extend([it] for b in inflight.values() for it in b)

@@ -84,7 +84,7 @@ _SIDECAR_CACHE: dict[tuple, dict | None] = {}  # (path, mtime_ns, size) -> parse
 _SIDECAR_CACHE_MAX = 8
 
 
-def _sidecar(path: str, name: str) -> dict | None:
+def _sidecar(path: str, name: str, notes: list[str] | None = None) -> dict | None:
     """The side file ``name`` in the file's folder or its parent, parsed once per (path, mtime, size): a dataset's
     files share one capture.json, which ``hsf stamp`` grows by one entry per torch file."""
     d = os.path.dirname(os.path.abspath(path))
@@ -98,6 +98,8 @@ def _sidecar(path: str, name: str) -> dict | None:
                     _SIDECAR_CACHE.pop(next(iter(_SIDECAR_CACHE)))
                 _SIDECAR_CACHE[key] = read_json(side)
             doc = _SIDECAR_CACHE[key]
+            if doc is None and notes is not None:  # a side file never makes a capture unreadable: say so, go on
+                notes.append(f"{name} ignored: not a readable JSON object (invalid, too deep or too large)")
             return dict(doc) if doc is not None else None
     return None
 
@@ -107,7 +109,7 @@ def _apply_sidecars(cap: Capture) -> None:
 
     # data_config.json is written by speculators' legacy generator next to its data_{i}.pt files only
     # (speculators DataGenerationConfig); it says nothing about other formats.
-    cfg = _sidecar(cap.path, "data_config.json") if cap.format == speculators_v1.NAME else None
+    cfg = _sidecar(cap.path, "data_config.json", cap.provenance.notes) if cap.format == speculators_v1.NAME else None
     hs_cfg = cfg.get("hidden_states") if cfg else None
     ids = hs_cfg.get("layer_ids") if isinstance(hs_cfg, dict) else None
     if isinstance(ids, list):
@@ -123,7 +125,7 @@ def _apply_sidecars(cap: Capture) -> None:
         else:
             cap.provenance.notes.append(f"data_config.json declares layer ids {ids} but the file has "
                                         f"{len(cap.slots)} slots: ids not applied to slots")
-    meta = _sidecar(cap.path, "capture.json")
+    meta = _sidecar(cap.path, "capture.json", cap.provenance.notes)
     if meta:
         cap.meta = meta
         rs = meta.get("r")
@@ -146,7 +148,8 @@ def _apply_sidecars(cap: Capture) -> None:
         cap.slots[-1].claimed = FINAL_POST
 
 
-def _is_capture_name(name: str) -> bool:
+def is_capture_name(name: str) -> bool:
+    """Whether a dataset listing takes a file of this name as a capture (suffix, and not a known side file)."""
     return name.endswith(CAPTURE_SUFFIXES) and name not in SIDE_FILES
 
 
@@ -161,5 +164,5 @@ def iter_files(path: str | os.PathLike) -> Iterator[str]:
     found: list[str] = []
     for root, dirs, files in os.walk(path):
         dirs[:] = sorted(d for d in dirs if d not in SIDE_DIRS)
-        found.extend(os.path.join(root, f) for f in files if _is_capture_name(f))
+        found.extend(os.path.join(root, f) for f in files if is_capture_name(f))
     yield from sorted(found, key=generic.natural_key)

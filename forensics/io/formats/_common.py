@@ -9,6 +9,8 @@ from typing import Any
 from forensics.errors import ForensicsError
 from forensics.io.capture import Capture, Provenance, Slot, constant_getter
 
+from ._io import upcast_fp8
+
 
 def as_2d(t: Any, path: str, name: str):
     """Validate one hidden-state tensor and return it as ``[tokens, hidden]`` (a view, never a copy).
@@ -19,6 +21,7 @@ def as_2d(t: Any, path: str, name: str):
 
     if not isinstance(t, torch.Tensor):
         raise ForensicsError(f"expected a tensor, found {type(t).__name__}", path=path, slot=name)
+    check_storage(t, path, name)
     if not (t.is_floating_point()):
         raise ForensicsError(
             f"hidden states must be floating point, found dtype {t.dtype} with shape {list(t.shape)} "
@@ -35,7 +38,23 @@ def as_2d(t: Any, path: str, name: str):
         raise ForensicsError(f"zero-length sequence: shape {list(t.shape)}", path=path, slot=name)
     if t.shape[1] == 0:
         raise ForensicsError(f"zero hidden size: shape {list(t.shape)}", path=path, slot=name)
-    return t
+    return upcast_fp8(t)
+
+
+def check_storage(t: Any, path: str, name: str) -> None:
+    """Refuse a view that claims more elements than its storage holds (``expand``: stride 0, or an
+    overlapping ``as_strided``): ``torch.save`` keeps views, so 4 stored bytes can claim 8·10^11 elements,
+    and every pass over them would take minutes."""
+    import torch
+
+    if not isinstance(t, torch.Tensor) or t.numel() == 0:
+        return
+    stored = t.untyped_storage().nbytes()
+    if t.numel() * t.element_size() > stored:
+        raise ForensicsError(
+            f"expanded/strided tensor claims {t.numel()} elements (shape {list(t.shape)}, strides "
+            f"{list(t.stride())}) but its storage holds {stored} bytes; store the data itself "
+            "(.contiguous()) to read it", path=path, slot=name)
 
 
 def ids_1d(t: Any, path: str, name: str):
@@ -49,6 +68,7 @@ def ids_1d(t: Any, path: str, name: str):
             t = torch.as_tensor(t)
         except (TypeError, ValueError, RuntimeError, OverflowError):
             raise ForensicsError(f"{name} is not a tensor or list of ints ({type(t).__name__})", path=path) from None
+    check_storage(t, path, name)
     if t.dim() == 2 and t.shape[0] == 1:
         t = t[0]
     if t.dim() != 1:
@@ -71,6 +91,12 @@ def check_consistent(slots: list[Slot], input_ids, loss_mask, path: str) -> None
     if not slots:
         raise ForensicsError("no hidden-state slots found", path=path)
     n = slots[0].num_tokens
+    h = slots[0].shape[1]
+    mixed = [s for s in slots if s.shape[1] != h]
+    if mixed:
+        s = mixed[0]
+        raise ForensicsError(f"mixed hidden sizes: slot {s.index} ({s.name}) has hidden size {s.shape[1]}, slot "
+                             f"{slots[0].index} ({slots[0].name}) has {h}", path=path)
     ragged = [s for s in slots if s.num_tokens != n]
     if ragged:
         shapes = ", ".join(f"{s.name}={list(s.shape)}" for s in slots)

@@ -8,19 +8,28 @@ opened read-only.
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import os
 import struct
 from typing import Any
 
-from forensics.errors import ForensicsError
+from forensics.errors import ForensicsError, escape
 
 ZIP_MAGIC = b"PK\x03\x04"
 GZIP_MAGIC = b"\x1f\x8b"
 # Legacy (pre-1.6) torch.save files start with a pickled magic number: protocol 2 opcode.
 PICKLE_PROTO = b"\x80"
-MAX_SAFETENSORS_HEADER = 100 * 1024 * 1024
+MAX_SAFETENSORS_HEADER = 100 * 1024 * 1024  # the safetensors library's own header limit (N_MAX in lib.rs)
+# A header we parse is smaller: a capture's header lists a few tensors (sample_data: < 1 KB; a 1000-tensor
+# model shard ~100 KB), while a 100 MB JSON header would become ~1 GB of Python objects.
+MAX_PARSED_HEADER_BYTES = 16 * 1024 * 1024
+MAX_JSON_BYTES = 16 * 1024 * 1024  # sidecars and configs: real ones are < 100 KB (a Kimi-K2 config.json: 4 KB)
+# gzip is streamed to a temporary file and refused past this ratio of the compressed size (plus a floor for
+# tiny files). Hidden states barely compress (bf16 SmolLM2 captures: 1.1×, fp32: 1.08×, gzip -6); a stream of
+# zeros compresses ~1000×, so 16× refuses decompression bombs long before they fill a disk or memory.
+GZIP_MAX_RATIO = 16
+GZIP_MIN_LIMIT_BYTES = 64 * 1024 * 1024
+GZIP_CHUNK_BYTES = 1 << 20
 
 
 def sniff(path: str) -> str:
@@ -55,8 +64,10 @@ def _load_error(path: str, e: BaseException) -> ForensicsError:
     text = str(e).strip()
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     # torch wraps what its weights-only unpickler rejects as "Weights only load failed ... <reason> ..."
-    reason = next((ln for ln in lines if "GLOBAL" in ln or "Unsupported" in ln or "blocked" in ln
-                   or "not an allowed" in ln.lower()), None)
+    # ("Unsupported global: GLOBAL posix.system"); "Unsupported operand N" is an invalid opcode, i.e. not a
+    # pickle at all (a stream of zeros), and is not called code
+    reason = next((ln for ln in lines if "GLOBAL" in ln or "global" in ln.split(":")[0].lower()
+                   or "blocked" in ln or "not an allowed" in ln.lower()), None)
     if reason is not None:
         return ForensicsError(
             f"refused: the pickle references code that torch.load(weights_only=True) will not run ({reason[:200]}); "
@@ -68,44 +79,112 @@ def _load_error(path: str, e: BaseException) -> ForensicsError:
             w in low for w in ("truncated", "unexpected eof", "central directory", "ran out of input",
                                "zip archive")):
         return ForensicsError(f"truncated or corrupt torch checkpoint ({type(e).__name__}: {msg[:200]})", path=path)
-    if isinstance(e, pickle.UnpicklingError):
-        return ForensicsError(f"corrupt or unsupported pickle stream ({msg[:200]})", path=path)
+    if isinstance(e, pickle.UnpicklingError) or "unsupported operand" in low:
+        return ForensicsError(f"not a torch checkpoint: corrupt or unsupported pickle stream ({msg[:200]})",
+                              path=path)
+    if isinstance(e, RecursionError):
+        return ForensicsError("not readable: the pickle nests objects too deeply", path=path)
     return ForensicsError(f"cannot read as a torch checkpoint: {type(e).__name__}: {msg[:200]}", path=path)
 
 
+def os_path(path: str) -> str:
+    """A path that C libraries (torch, safetensors) can open: the path itself, or for a name that is not
+    valid UTF-8 (PEP 383 surrogates) the ``/proc/self/fd`` alias of a descriptor opened from its bytes.
+
+    The descriptor stays open for the process's life only while the caller needs it: callers open, read or
+    map, and the mapping survives ``close``. Used only for such names (rare), so descriptors are not leaked
+    in bulk."""
+    try:
+        path.encode("utf-8")
+        return path
+    except UnicodeEncodeError:
+        fd = os.open(os.fsencode(path), os.O_RDONLY)
+        _OPEN_ALIASES.append(fd)
+        if len(_OPEN_ALIASES) > 64:  # keep a bounded number of aliases open
+            os.close(_OPEN_ALIASES.pop(0))
+        return f"/proc/self/fd/{fd}"
+
+
+_OPEN_ALIASES: list[int] = []
+
+
+def gunzip_to_temp(path: str) -> str:
+    """Decompress a gzip file into an unlinked-on-close temporary file and return its path, refusing (and
+    deleting) output beyond ``GZIP_MAX_RATIO`` times the compressed size (at least ``GZIP_MIN_LIMIT_BYTES``)."""
+    import tempfile
+    import zlib
+
+    limit = max(GZIP_MIN_LIMIT_BYTES, GZIP_MAX_RATIO * os.path.getsize(path))
+    fd, tmp = tempfile.mkstemp(prefix="hsf-gunzip-", suffix=".pt")
+    written = 0
+    try:
+        with os.fdopen(fd, "wb") as out, gzip.open(os_path(path), "rb") as g:
+            while True:
+                chunk = g.read(GZIP_CHUNK_BYTES)
+                if not chunk:
+                    break
+                written += len(chunk)
+                if written > limit:
+                    raise ForensicsError(
+                        f"not a torch checkpoint: the gzip stream expands past {limit} bytes ({GZIP_MAX_RATIO}× "
+                        "its compressed size); refused as a decompression bomb", path=path)
+                out.write(chunk)
+    except ForensicsError:
+        os.unlink(tmp)
+        raise
+    except (OSError, EOFError, zlib.error) as e:
+        os.unlink(tmp)
+        raise ForensicsError(f"corrupt gzip stream ({e})", path=path) from None
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return tmp
+
+
 def torch_load(path: str, kind: str | None = None) -> Any:
-    """``torch.load`` with ``weights_only=True``; mmap for zip files, in-memory for ``.gz``."""
+    """``torch.load`` with ``weights_only=True``; mmap for zip files (a ``.gz`` is streamed to a temporary
+    file first, within ``GZIP_MAX_RATIO``, then mapped)."""
     import torch
 
     kind = kind or sniff(path)
+    tmp = None
     try:
-        if kind in ("zip", "pickle") and path.endswith(".safetensors"):
+        src = os_path(path)
+        if kind == "gzip":
+            tmp = src = gunzip_to_temp(path)
+            with open(tmp, "rb") as f:
+                kind = "zip" if f.read(4) == ZIP_MAGIC else "pickle"
+        if kind in ("zip", "pickle") and src.endswith(".safetensors"):
             # torch.load dispatches a *path* ending in .safetensors to safetensors by name (torch 2.13
             # serialization.py); content decides here, so read this misnamed checkpoint through a file object
-            with open(path, "rb") as f:
+            with open(src, "rb") as f:
                 return torch.load(f, map_location="cpu", weights_only=True)
         if kind == "zip":
-            return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        if kind == "gzip":
-            try:
-                with gzip.open(path, "rb") as f:
-                    data = f.read()
-            except (OSError, EOFError) as e:
-                raise ForensicsError(f"corrupt gzip stream ({e})", path=path) from None
-            return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+            return torch.load(src, map_location="cpu", weights_only=True, mmap=True)
         if kind == "pickle":
-            return torch.load(path, map_location="cpu", weights_only=True)
+            return torch.load(src, map_location="cpu", weights_only=True)
     except ForensicsError:
         raise
     except Exception as e:  # noqa: BLE001 - every failure becomes a named, clear error
         raise _load_error(path, e) from None
+    finally:
+        if tmp is not None:
+            os.unlink(tmp)  # the mapping (if any) keeps the data until the tensors are freed
     raise ForensicsError(
         "not a torch checkpoint, safetensors file or gzip stream (first bytes do not match any "
         "supported container)", path=path)
 
 
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
 def safetensors_header(path: str) -> dict:
-    """The parsed JSON header of a safetensors file, validated against the file size."""
+    """The parsed JSON header of a safetensors file, every entry type-checked and validated against the file
+    size: ``dtype`` a known name, ``shape`` a list of non-negative ints, ``data_offsets`` two ints spanning
+    exactly the bytes the shape needs."""
+    import math
+
     size = os.path.getsize(path)
     with open(path, "rb") as f:
         raw = f.read(8)
@@ -114,21 +193,35 @@ def safetensors_header(path: str) -> dict:
         (n,) = struct.unpack("<Q", raw)
         if n > MAX_SAFETENSORS_HEADER or 8 + n > size:
             raise ForensicsError(f"corrupt safetensors header: declares {n} header bytes, file has {size}", path=path)
-        try:
-            header = json.loads(f.read(n))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ForensicsError(f"corrupt safetensors header: not valid JSON ({e})", path=path) from None
+        if n > MAX_PARSED_HEADER_BYTES:
+            raise ForensicsError(f"safetensors header of {n} bytes is larger than a capture's header can be "
+                                 f"(limit {MAX_PARSED_HEADER_BYTES})", path=path)
+        header = parse_json(f.read(n), path, "corrupt safetensors header")
     if not isinstance(header, dict):
         raise ForensicsError("corrupt safetensors header: not a JSON object", path=path)
     data_len = size - 8 - n
     for k, v in header.items():
         if k == "__metadata__":
             continue
-        off = v.get("data_offsets") if isinstance(v, dict) else None
-        if not off or len(off) != 2 or off[1] > data_len or off[0] > off[1]:
+        bad = f"corrupt safetensors header: tensor {escape(repr(k))[:80]}"
+        if not isinstance(v, dict):
+            raise ForensicsError(f"{bad} is {type(v).__name__}, not an object", path=path)
+        dtype, shape, off = v.get("dtype"), v.get("shape"), v.get("data_offsets")
+        if not isinstance(dtype, str) or dtype not in DTYPE_BYTES:
+            raise ForensicsError(f"{bad} has dtype {escape(repr(dtype))[:40]}; expected one of "
+                                 f"{', '.join(DTYPE_BYTES)}", path=path)
+        if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
+            raise ForensicsError(f"{bad} has shape {escape(repr(shape))[:80]}; expected a list of "
+                                 "non-negative integers", path=path)
+        if not isinstance(off, list) or len(off) != 2 or not all(_is_int(o) for o in off) \
+                or not 0 <= off[0] <= off[1] or off[1] > data_len:
             raise ForensicsError(
-                f"corrupt safetensors header: tensor {k!r} offsets {off} exceed the {data_len} data bytes "
-                "(truncated file?)", path=path)
+                f"{bad} offsets {escape(repr(off))[:80]} exceed the {data_len} data bytes (truncated file?)",
+                path=path)
+        need = math.prod(shape) * DTYPE_BYTES[dtype]
+        if off[1] - off[0] != need:
+            raise ForensicsError(f"{bad} shape {shape} {dtype} needs {need} bytes but its offsets span "
+                                 f"{off[1] - off[0]}", path=path)
     return header
 
 
@@ -155,10 +248,11 @@ class SafetensorsFile:
 
         try:
             if self._handle is None:
-                self._handle = safe_open(self.path, framework="pt")
-            return self._handle.get_tensor(key)
+                self._handle = safe_open(os_path(self.path), framework="pt")
+            t = self._handle.get_tensor(key)
         except Exception as e:  # noqa: BLE001 - safetensors raises its own SafetensorError on a corrupt file
             raise ForensicsError(f"cannot read tensor {key!r}: {e}", path=self.path) from None
+        return upcast_fp8(t)
 
 
 SAFETENSORS_DTYPES = {
@@ -166,14 +260,52 @@ SAFETENSORS_DTYPES = {
     "I64": "torch.int64", "I32": "torch.int32", "I16": "torch.int16", "I8": "torch.int8",
     "U8": "torch.uint8", "BOOL": "torch.bool", "F8_E4M3": "torch.float8_e4m3fn", "F8_E5M2": "torch.float8_e5m2",
 }
-FLOAT_DTYPES = ("torch.bfloat16", "torch.float16", "torch.float32", "torch.float64")
+# bytes per element of each safetensors dtype (safetensors Dtype::size)
+DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
+               "I32": 4, "U32": 4, "F32": 4, "F64": 8, "I64": 8, "U64": 8}
+# fp8 states are read everywhere (.pt and safetensors) and up-cast to bf16 on read: exact, since e4m3 and
+# e5m2 values are all representable in bf16 (8 exponent bits, 7 mantissa bits).
+FP8_DTYPES = ("torch.float8_e4m3fn", "torch.float8_e5m2")
+FLOAT_DTYPES = ("torch.bfloat16", "torch.float16", "torch.float32", "torch.float64", *FP8_DTYPES)
+
+
+def upcast_fp8(t: Any) -> Any:
+    """``t`` as bf16 when it is an fp8 tensor (statistics kernels and numpy have no fp8), else ``t``."""
+    import torch
+
+    if isinstance(t, torch.Tensor) and str(t.dtype) in FP8_DTYPES:
+        return t.to(torch.bfloat16)
+    return t
+
+
+def parse_json(data: bytes | str, path: str, what: str) -> Any:
+    """JSON text parsed, or a one-line ForensicsError: invalid, too deeply nested, or too large."""
+    try:
+        return json.loads(data)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ForensicsError(f"{what}: not valid JSON ({e})", path=path) from None
+    except RecursionError:
+        raise ForensicsError(f"{what}: JSON nested too deeply to parse", path=path) from None
+    except MemoryError:
+        raise ForensicsError(f"{what}: too large to parse", path=path) from None
+
+
+def load_json(path: str, what: str = "JSON file") -> Any:
+    """A JSON file parsed, at most ``MAX_JSON_BYTES``; any failure is a one-line ForensicsError naming it."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_JSON_BYTES + 1)
+    except OSError as e:
+        raise ForensicsError(f"cannot open {what}: {e.strerror}", path=path) from None
+    if len(data) > MAX_JSON_BYTES:
+        raise ForensicsError(f"{what} is larger than {MAX_JSON_BYTES} bytes; not a config", path=path)
+    return parse_json(data, path, what)
 
 
 def read_json(path: str) -> dict | None:
     """A JSON side file, or None when absent/unreadable (side files never make a capture unreadable)."""
     try:
-        with open(path, encoding="utf-8") as f:
-            d = json.load(f)
-        return d if isinstance(d, dict) else None
-    except (OSError, ValueError):
+        d = load_json(path, "side file")
+    except ForensicsError:
         return None
+    return d if isinstance(d, dict) else None

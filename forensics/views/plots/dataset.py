@@ -10,6 +10,7 @@ import math
 import os
 from typing import TYPE_CHECKING, Any
 
+from forensics.errors import escape
 from forensics.layers import r_label
 from forensics.views.plots.slots import BAD_COLOR, OK_COLOR, UNKNOWN_COLOR, _figure, slot_colors
 
@@ -138,8 +139,8 @@ def scan_file_medians(scan: Any, fmt: str | None = None, title: str | None = Non
     ax.set_xlabel(f"file (scan order; {len(rows)} readable {fmt} files)")
     ax.set_ylabel("median token ‖x‖₂ (log)")
     if len(rows) <= 12:
-        ax.set_xticks(range(len(rows)), [os.path.basename(r["path"]) for r in rows], rotation=30, ha="right",
-                      fontsize=7)
+        ax.set_xticks(range(len(rows)), [escape(os.path.basename(r["path"])) for r in rows], rotation=30,
+                      ha="right", fontsize=7)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     ax.set_title(title or f"Per-file median norm per slot — {fmt}", fontsize=10, pad=12)

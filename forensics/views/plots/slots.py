@@ -139,7 +139,9 @@ def _selected(stats: CaptureStats, slots: Sequence[int] | None) -> list[int]:
 def _name(stats: CaptureStats) -> str:
     import os
 
-    return os.path.basename(str(stats.capture.path))
+    from forensics.errors import escape
+
+    return escape(os.path.basename(str(stats.capture.path)))  # a non-UTF-8 name cannot be drawn: \xNN
 
 
 

@@ -82,12 +82,14 @@ class Report:
         return render(self.context, command=self.command())
 
     def save(self, path: str | os.PathLike) -> str:
-        """Write the report to ``path`` (parent folders created) and return the absolute path."""
-        path = os.fspath(path)
+        """Write the report to ``path`` (parent folders created; written to a temporary file, then renamed) and
+        return the absolute path. A directory, or a file that looks like a capture, is refused."""
+        from forensics.io.output import atomic_output, check_output
+
+        path = check_output(path)
         self.output = path
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         text = self.html
-        with open(path, "w", encoding="utf-8") as f:
+        with atomic_output(path) as f:
             f.write(text)
         return os.path.abspath(path)
 

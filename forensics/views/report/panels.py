@@ -15,9 +15,8 @@ import numpy as np
 
 from forensics.errors import ForensicsError
 from forensics.views.report.verdicts import (
-    FAIL_FINDINGS,
+    OUTCOMES,
     RANK,
-    SEVERITY,
     FileResult,
     _label,
     _slot_verdict,
@@ -98,7 +97,7 @@ def build_cards(files: list[FileResult]) -> dict:
                                                                                {t["pos"] for t in ss.massive_tokens})})
         fv = worst([c["verdict"]["verdict"] for c in cards])
         out.append({"file": f.rel, "anchor": _anchor(f.rel), "fragment": fragment(f.fp) or fragment(f.stats),
-                    "cards": cards, "verdict": fv, "open": fv in ("warn", "fail")})
+                    "cards": cards, "verdict": fv, "open": fv in ("warn", "fail", "cannot tell")})
     if out and not any(f["open"] for f in out):  # nothing flagged: open the first small file as an example
         small = [f for f in out if len(f["cards"]) <= MAX_OPEN_CARDS]
         (small or out)[0]["open"] = True
@@ -221,12 +220,12 @@ def _file_checks(f: FileResult) -> list[dict]:
             rows.append(_row("depth order", str(e.signal), e.value, e.threshold, "info", str(e.verdict or "")))
         for x in getattr(f.fp, "findings", None) or []:
             rows.append(_row(f"slots {fmt(list(x.slots or []))}", f"finding: {x.kind}", x.message, "—",
-                             "fail" if x.kind in FAIL_FINDINGS else "warn"))
+                             x.severity.value))
     return rows
 
 
 def _group(title: str, rows: list[dict], anchor: str) -> dict:
-    counts = {k: sum(r["cls"] == k for r in rows) for k in ("pass", "warn", "fail", "info")}
+    counts = {k: sum(r["cls"] == k for r in rows) for k in OUTCOMES}
     return {"title": title, "anchor": anchor, "rows": rows[:MAX_CHECK_ROWS], "counts": counts,
             "omitted": max(0, len(rows) - MAX_CHECK_ROWS), "worst": worst([r["cls"] for r in rows])}
 
@@ -237,13 +236,14 @@ def build_checks(files: list[FileResult], audit_res, scan_res) -> dict:
     if audit_res is not None:
         rows = [_row(f"fc slice {s.get('slice')}", "trained r vs served r",
                      f"{fmt(s.get('trained_r'))} vs {fmt(s.get('served_r'))}", "equal",
-                     "pass" if s.get("ok") else "fail") for s in getattr(audit_res, "slices", []) or []]
+                     {True: "pass", False: "fail"}.get(s.get("ok"), "cannot tell"))
+                for s in getattr(audit_res, "slices", []) or []]
         for x in getattr(audit_res, "findings", []) or []:
             d = x if isinstance(x, dict) else getattr(x, "__dict__", {"message": str(x)})
             ev = d.get("evidence") or {}
             value = "; ".join(f"{k} = {fmt(v)}" for k, v in ev.items()) if isinstance(ev, dict) else fmt(ev)
             rows.append(_row(str(d.get("kind", "finding")), str(d.get("message", "")), value or "—", "—",
-                             SEVERITY.get(str(d.get("severity")), "warn")))
+                             str(getattr(x, "severity", "warn"))))
         groups.append(_group("wiring audit", rows, "checks-audit"))
     for f in files:
         groups.append(_group(f.rel, _file_checks(f), "checks-" + _anchor(f.rel)))
@@ -251,9 +251,9 @@ def build_checks(files: list[FileResult], audit_res, scan_res) -> dict:
         rows = [_row(str(a.get("file", "")), str(a.get("kind", "anomaly")), str(a.get("message", "")), "—", "warn")
                 for a in getattr(scan_res, "anomalies", None) or []]
         groups.append(_group("dataset scan", rows, "checks-scan"))
-    counts = {k: sum(g["counts"][k] for g in groups) for k in ("pass", "warn", "fail", "info")}
+    counts = {k: sum(g["counts"][k] for g in groups) for k in OUTCOMES}
     for g in groups:  # folded unless something in it needs a look; the summary line carries the counts
-        g["open"] = g["worst"] in ("warn", "fail")
+        g["open"] = g["worst"] in ("warn", "fail", "cannot tell")
     return {"groups": groups, "counts": counts}
 
 

@@ -8,21 +8,20 @@ and turns them into rows, SVG coordinates (numbers only) and inline PNG figures 
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from forensics.findings import Severity, Verdict, sort_findings
 from forensics.layers import r_label
 
 MAX_VERDICT_FILES = 40  # verdict rows: every non-passing file, then passing ones up to this many
 MAX_INLINE_SLOTS = 8  # a passing file with more slots (a ladder) shows its slot rows folded
-FAIL_FINDINGS = {"reordered", "duplicate", "postnorm", "off_by_one", "nonfinite", "mislabelled", "mismatch"}
 # fingerprint ``decided_by`` names → the evidence signals that carry its number, best first
 DECIDED_ALIASES = {"exact": ("ladder_match", "exact_embedding", "exact_gamma")}
-RANK = {"pass": 0, "info": 0, "warn": 1, "fail": 2}
-SEVERITY = {"error": "fail", "warn": "warn", "warning": "warn", "info": "info"}  # audit finding severity → outcome
+RANK = {"pass": 0, "info": 0, "warn": 1, "cannot tell": 2, "fail": 3}  # worst first: fail, cannot tell, warn
+OUTCOMES = ("fail", "cannot tell", "warn", "pass", "info")  # the words of the report's counts, worst first
 
 
 @dataclass
@@ -80,54 +79,19 @@ def _label(r: Any) -> str | None:
 
 
 # ---------------------------------------------------------------- tokens
-_TOKENIZERS: dict[str, Any] = {}
-
-
-def _tokenizer_dir(cap) -> str | None:
-    """The capture's tokenizer: ``capture.json``'s ``tokenizer`` (relative to the json), else a ``tokenizer/``
-    folder next to the file or in one of its parents (sample_data/tokenizer)."""
-    d = os.path.dirname(os.path.abspath(cap.path))
-    rel = (cap.meta or {}).get("tokenizer")
-    if isinstance(rel, str):
-        for folder in (d, os.path.dirname(d)):
-            if os.path.isfile(os.path.join(folder, "capture.json")):
-                cand = os.path.normpath(os.path.join(folder, rel))
-                if os.path.isdir(cand):
-                    return cand
-    for _ in range(4):
-        cand = os.path.join(d, "tokenizer")
-        if os.path.isfile(os.path.join(cand, "tokenizer.json")) or os.path.isfile(
-                os.path.join(cand, "tokenizer_config.json")):
-            return cand
-        parent = os.path.dirname(d)
-        if parent == d:
-            break
-        d = parent
-    return None
-
-
 def load_tokens(cap, errors: list[dict]) -> list[str] | None:
-    """Token text per position (local tokenizer files only; never the hub), or None when unknown."""
+    """Token text per position (the capture's own local tokenizer, never remote code), or None when unknown."""
+    from forensics.io.tokenizer import decode_tokens, find_tokenizer, load_tokenizer
+
     if cap.input_ids is None:
         return None
-    folder = _tokenizer_dir(cap)
-    if folder is None:
-        return None
-    tok = _TOKENIZERS.get(folder)
+    folder = find_tokenizer(cap.path, cap.meta)
+    tok, why = load_tokenizer(folder)
     if tok is None:
-        try:
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")
-            from transformers import AutoTokenizer
-
-            tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-        except Exception as e:  # noqa: BLE001 - a dataset's tokenizer folder can fail in many ways
-            errors.append({"where": f"tokenizer {folder}", "message": f"{type(e).__name__}: {e}"})
-            tok = False
-        _TOKENIZERS[folder] = tok
-    if not tok:
+        if why and not any(e.get("message") == why for e in errors):
+            errors.append({"where": f"tokenizer {folder}", "message": why})
         return None
-    ids = [int(i) for i in cap.input_ids.tolist()]
-    return [tok.decode([i]) for i in ids]
+    return decode_tokens(tok, [int(i) for i in cap.input_ids.tolist()])
 
 
 def show_token(t: str | None) -> str:
@@ -139,8 +103,11 @@ def show_token(t: str | None) -> str:
 
 # ---------------------------------------------------------------- verdicts
 def _slot_verdict(fs, ss, findings: list, order: list | None = None) -> dict:
-    """pass / warn / fail for one slot, with the one number that decided it."""
-    claimed = _label(ss.declared_r) or ss.claimed or None
+    """fail / cannot tell / warn / pass / info for one slot, read from the fingerprint's claim verdict and the
+    severity of the findings on it (set where they were made), with the one number that decided it."""
+    claim = getattr(fs, "claim", None) if fs is not None else None
+    claimed = claim.label if claim is not None else _label(ss.declared_r) or ss.claimed or None
+    claim_source = f"{claim.source.value}: {claim.detail}" if claim is not None else ""
     role = label = r = conf = None
     evidence = []
     if fs is not None:
@@ -151,26 +118,30 @@ def _slot_verdict(fs, ss, findings: list, order: list | None = None) -> dict:
             r = f"≈{fmt(fs.r_estimate)}"
         evidence = list(getattr(fs, "evidence", []) or [])
     inferred = label or (_label(fs.r_exact) if fs is not None and fs.r_exact is not None else None)
-    mine = [f for f in findings if ss.index in (getattr(f, "slots", None) or [])]
-    checkable = bool(claimed) and (ss.declared_r is not None or claimed == "final_post")
-    verdict, decided = "pass", None
+    mine = sort_findings(f for f in findings if ss.index in (getattr(f, "slots", None) or []))
+    v = getattr(fs, "verdict", None) if fs is not None else None
+    fails = [f for f in mine if f.severity is Severity.FAIL]
+    verdict, decided = "info", None
     if ss.nan or ss.inf:
         verdict, decided = "fail", f"non-finite values: NaN×{ss.nan}, Inf×{ss.inf} (threshold 0)"
-    elif any(getattr(f, "kind", "") in FAIL_FINDINGS for f in mine):
-        f = next(f for f in mine if f.kind in FAIL_FINDINGS)
-        verdict, decided = "fail", f"{f.kind}: {f.message}"
-    elif checkable and inferred and claimed != inferred:
-        verdict, decided = "fail", f"claimed {claimed}, data says {inferred}"
-    elif mine:
+    elif v is Verdict.FAIL:
+        verdict, decided = "fail", f"claimed {claim.label if claim else '?'}: {fs.verdict_why}"
+    elif fails:
+        verdict, decided = "fail", f"{fails[0].kind}: {fails[0].message}"
+    elif v is Verdict.CANNOT_TELL:
+        verdict = "cannot tell"
+        decided = f"{fs.verdict_why}" + (f"; settle with {fs.settle}" if fs.settle else "")
+    elif mine and mine[0].severity is Severity.WARN:
         verdict, decided = "warn", f"{mine[0].kind}: {mine[0].message}"
-    elif fs is None or not checkable or not inferred:
-        verdict = "info"  # identified, but no r-valued claim to check it against (or no fingerprint)
+    elif v is Verdict.PASS:
+        verdict, decided = "pass", fs.verdict_why or None
     if decided is None:
         decided = _deciding_evidence(evidence, getattr(fs, "decided_by", None), order)
     if decided is None:
         decided = (f"token-0 norm = {fmt(ss.first_ratio)}× median of the rest" if math.isfinite(ss.first_ratio)
                    else "—")
-    return {"index": ss.index, "name": ss.name, "claimed": claimed or "—", "role": role or "—",
+    return {"index": ss.index, "name": ss.name, "claimed": claimed or "—", "claim_source": claim_source,
+            "role": role or "—",
             "label": inferred or "—", "r": r or "—",
             "confidence": fmt(conf) if conf is not None else "—", "verdict": verdict, "decided": decided}
 
@@ -209,10 +180,11 @@ def _probe_summary(probe_res) -> dict | None:
 
 
 def build_verdicts(files: list[FileResult], audit_res, probe_res=None) -> dict:
-    rows, counts = [], {"pass": 0, "warn": 0, "fail": 0, "info": 0}
+    rows, counts = [], {k: 0 for k in OUTCOMES}
     for f in files:
         if f.error:
             rows.append({"file": f.rel, "error": f.error, "verdict": "fail", "slots": [], "findings": [],
+                         "claims": None,
                          "collapsed": False, "labels": "", "format": "unreadable"})
             counts["fail"] += 1
             continue
@@ -222,60 +194,66 @@ def build_verdicts(files: list[FileResult], audit_res, probe_res=None) -> dict:
         slots = [_slot_verdict(fslots.get(ss.index), ss, findings, order) for ss in f.stats.slots]
         for s in slots:
             counts[s["verdict"]] += 1
-        fverdict = worst([s["verdict"] for s in slots] +
-                         ["fail" if getattr(x, "kind", "") in FAIL_FINDINGS else "warn" for x in findings])
+        fverdict = worst([s["verdict"] for s in slots] + [x.severity.value for x in findings])
         rows.append({"file": f.rel, "error": None, "verdict": fverdict, "slots": slots,
                      "collapsed": len(slots) > MAX_INLINE_SLOTS and fverdict == "pass",
                      "labels": _short([s["label"] for s in slots]), "format": f.capture.format,
-                     "findings": [{"kind": x.kind, "slots": list(x.slots or []), "message": x.message}
-                                  for x in findings]})
+                     "claims": f.fp.claims.describe() if f.fp is not None and f.fp.claims is not None else None,
+                     "findings": [{"kind": x.kind, "severity": x.severity.value, "slots": list(x.slots or []),
+                                   "message": x.message} for x in sort_findings(findings)]})
     shown = [r for r in rows if r["verdict"] != "pass"]
     shown += [r for r in rows if r["verdict"] == "pass"][:max(0, MAX_VERDICT_FILES - len(shown))]
     hidden = len(rows) - len(shown)
     audit = None
     if audit_res is not None:
         fix = dict(getattr(audit_res, "fix", None) or {})
-        problems = [{"kind": x.kind, "message": x.message, "cls": SEVERITY.get(getattr(x, "severity", ""), "warn")}
-                    for x in getattr(audit_res, "findings", []) or [] if getattr(x, "severity", "") != "info"]
-        audit = {"verdict": audit_res.verdict, "reason": getattr(audit_res, "reason", ""), "fix": fix,
+        problems = [{"kind": x.kind, "message": x.message, "cls": x.severity.value}
+                    for x in sort_findings(getattr(audit_res, "findings", []) or []) if x.severity is not Severity.INFO]
+        audit = {"verdict": audit_res.verdict, "outcome": audit_res.outcome.value,
+                 "reason": getattr(audit_res, "reason", ""), "fix": fix, "settle": getattr(audit_res, "settle", None),
                  "fixline": {k: fix.get(k) for k in ("ids", "key", "where", "engine", "version")},
                  "slices": [{"slice": sl.get("slice"), "trained": _label(sl.get("trained_r")) or "—",
-                             "served": _label(sl.get("served_r")) or "—", "ok": bool(sl.get("ok"))}
+                             "served": _label(sl.get("served_r")) or "—", "ok": sl.get("ok")}
                             for sl in getattr(audit_res, "slices", []) or []],
                  "problems": problems}
-    overall = worst([r["verdict"] for r in rows] +
-                    ([{"match": "pass", "mismatch": "fail"}.get(audit["verdict"], "warn")] if audit else []))
+    overall = worst([r["verdict"] for r in rows] + ([audit["outcome"]] if audit else []))
     return {"rows": [r for r in rows if r in shown], "hidden": hidden, "counts": counts, "audit": audit,
             "probe": _probe_summary(probe_res), "overall": overall, "nfiles": len(rows),
-            "headline": _headline(rows, counts, audit)}
+            "headline": _headline(rows, counts, audit, overall)}
 
 
-def _headline(rows: list[dict], counts: dict, audit: dict | None) -> list[str]:
-    """The sentences a reviewer reads first: what failed, what could not be checked, or that all is well."""
+def _headline(rows: list[dict], counts: dict, audit: dict | None, overall: str) -> list[str]:
+    """The sentences a reviewer reads first, worst verdict first: what failed, what cannot be told, what passed."""
     out = []
     bad = [r for r in rows if r["error"]]
-    failing = [r for r in rows if not r["error"] and any(s["verdict"] == "fail" for s in r["slots"])]
-    if audit is not None:
-        out.append({"match": "The draft is served the layers it was trained on.",
-                    "mismatch": "The draft is NOT served the layers it was trained on: slices and fix below."}
-                   .get(audit["verdict"], f"Wiring audit: {audit['verdict']} ({audit['reason']})."))
+    failing = [r for r in rows if not r["error"] and r["verdict"] == "fail"]
+    if audit is not None and audit["verdict"] == "mismatch":
+        out.append("The draft is NOT served the layers it was trained on: slices and fix below.")
     if failing:
-        why = sorted({x["kind"] for r in failing for x in r["findings"] if x["kind"] in FAIL_FINDINGS} |
-                     {"nonfinite" for r in failing for sl in r["slots"]
-                      if sl["decided"].startswith("non-finite")})
+        kinds = [x for r in failing for x in r["findings"] if x["severity"] == "fail"]
+        why = sorted({x["kind"] for x in kinds} | {"nonfinite" for r in failing for sl in r["slots"]
+                                                   if sl["decided"].startswith("non-finite")})
+        first = next((x for x in kinds if x["kind"] == "shifted"), kinds[0] if kinds else None)
         out.append(f"{counts['fail']} slot(s) in {len(failing)} file(s) fail" + (f" ({', '.join(why)})" if why
-                   else " (claimed identity ≠ inferred)") + f": {_short([r['file'] for r in failing], 4)}.")
+                   else " (claimed identity ≠ inferred)") + f": {_short([r['file'] for r in failing], 4)}."
+                   + (f" {first['kind']}: {first['message']}" if first else ""))
     if bad:
         out.append(f"{len(bad)} input(s) could not be read: {_short([r['file'] for r in bad], 4)}.")
+    if audit is not None and audit["verdict"] == "cannot-tell":
+        out.append(f"Wiring audit: cannot tell ({audit['reason']}).")
+    if counts["cannot tell"]:
+        out.append(f"{counts['cannot tell']} slot(s) carry a claim the data neither confirms nor excludes: "
+                   "settle with --model (exact r per slot) or a ladder capture of the same text.")
+    if audit is not None and audit["verdict"] == "match":
+        out.append("The draft is served the layers it was trained on.")
     if counts["warn"]:
-        out.append(f"{counts['warn']} slot(s) carry a finding that does not contradict their declared identity.")
+        out.append(f"{counts['warn']} slot(s) carry a finding that does not contradict their claim.")
+    if counts["pass"]:
+        out.append(f"{counts['pass']} slot(s) are what they are claimed to be (the evidence supports the claim).")
     if counts["info"]:
-        out.append(f"{counts['info']} slot(s) declare no identity: their inferred role and depth are listed.")
-    if not failing and not bad and counts["pass"]:
-        n = sum(1 for r in rows if not r["error"])
-        out.insert(1 if audit else 0, f"All {counts['pass']} slots with a declared identity, in {n} file(s), are "
-                   "what their files declare." if not counts["info"] else
-                   f"{counts['pass']} slot(s) are what their files declare; none contradicts its declaration.")
+        out.append(f"{counts['info']} slot(s) carry no claim: their inferred role and depth are listed.")
+    word = {"fail": "FAIL", "cannot tell": "CANNOT TELL", "warn": "WARN", "pass": "PASS"}.get(overall, "NO CLAIM")
+    out[0:1] = [f"{word}: {out[0]}"] if out else [f"{word}."]
     return out
 
 

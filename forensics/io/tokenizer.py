@@ -1,0 +1,127 @@
+"""A capture's tokenizer: found next to the data, loaded from that folder's files only, never running code.
+
+A dataset is untrusted: its ``capture.json`` may name any folder, and a tokenizer folder may ship Python
+(``tokenizer_config.json`` ``auto_map``) that ``transformers`` would offer to run. Here the folder must lie
+inside the folder of the ``capture.json`` that names it, every file it holds must resolve inside it (no
+symlink out), a tokenizer that asks for its own code is refused before ``transformers`` sees it, and the
+load itself passes ``trust_remote_code=False`` and ``local_files_only=True`` (transformers then raises
+instead of prompting, and never reaches the network).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from forensics.errors import ForensicsError, one_line
+
+from .formats._io import load_json
+
+TOKENIZER_DIR = "tokenizer"
+# ``tokenizer/`` is looked for next to a capture and in this many parents (sample_data/speculators/
+# hidden_states/hs_0.safetensors -> sample_data/tokenizer is two up).
+MAX_PARENT_LEVELS = 3
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+_CACHE: dict[str, tuple[Any, str | None]] = {}
+
+
+def _inside(path: str, root: str) -> bool:
+    path, root = os.path.realpath(path), os.path.realpath(root)
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def find_tokenizer(path: str, meta: dict | None = None) -> str | None:
+    """The tokenizer folder of the capture file ``path``: ``capture.json``'s ``"tokenizer"`` (relative to that
+    json, and confined to its folder), else a ``tokenizer/`` folder next to the file or up to
+    ``MAX_PARENT_LEVELS`` folders above it. None when there is none (or the named one lies outside)."""
+    if not os.path.exists(path):  # an in-memory capture (forensics.io.synth): no folder to look in
+        return None
+    here = os.path.dirname(os.path.abspath(path))
+    rel = (meta or {}).get("tokenizer") if isinstance(meta, dict) else None
+    if isinstance(rel, str) and rel:
+        for folder in (here, os.path.dirname(here)):  # where formats' sidecar lookup finds capture.json
+            if os.path.isfile(os.path.join(folder, "capture.json")):
+                cand = os.path.join(folder, rel)
+                if _inside(cand, folder) and os.path.isdir(cand):
+                    return os.path.realpath(cand)
+                break  # named but outside (or absent): do not guess another folder
+    d = here
+    for _ in range(MAX_PARENT_LEVELS + 1):
+        cand = os.path.join(d, TOKENIZER_DIR)
+        if any(os.path.isfile(os.path.join(cand, n)) for n in TOKENIZER_FILES):
+            return os.path.realpath(cand)
+        parent = os.path.dirname(d)
+        if parent == d:
+            break
+        d = parent
+    return None
+
+
+def _check_folder(folder: str) -> None:
+    """Refuse a folder whose files resolve outside it, or whose config asks transformers to run code."""
+    for name in os.listdir(folder):
+        if not _inside(os.path.join(folder, name), folder):
+            raise ForensicsError(f"tokenizer file {name!r} links outside the tokenizer folder; not loaded",
+                                 path=folder)
+    cfg_path = os.path.join(folder, "tokenizer_config.json")
+    if os.path.isfile(cfg_path):
+        cfg = load_json(cfg_path, "tokenizer config")
+        if isinstance(cfg, dict) and cfg.get("auto_map"):
+            raise ForensicsError("tokenizer config asks to run code shipped with the data (auto_map); "
+                                 "not loaded (tokens are shown as ids)", path=cfg_path)
+
+
+def load_tokenizer(folder: str | None) -> tuple[Any, str | None]:
+    """``(tokenizer, None)`` from the local folder, or ``(None, one-line reason)``; cached per folder."""
+    if folder is None:
+        return None, None
+    folder = os.path.realpath(folder)
+    if folder not in _CACHE:
+        try:
+            _check_folder(folder)
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            from transformers import AutoTokenizer
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.set_verbosity_error()  # library warnings stay off the user's stderr
+            tok = AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
+            _CACHE[folder] = (tok, None)
+        except ForensicsError as e:
+            _CACHE[folder] = (None, str(e))
+        except Exception as e:  # noqa: BLE001 - a broken tokenizer costs the token text, never the command
+            _CACHE[folder] = (None, f"{folder}: cannot load tokenizer: {type(e).__name__}: {one_line(e)[:300]}")
+    return _CACHE[folder]
+
+
+def decode_tokens(tok: Any, ids: list[int]) -> list[str]:
+    """Text of each id on its own; an id outside the tokenizer (-100 padding, ≥ its size) is ``<id N>``."""
+    try:
+        n = len(tok)
+    except TypeError:
+        n = None
+    out = []
+    for i in ids:
+        i = int(i)
+        if i < 0 or (n is not None and i >= n):
+            out.append(f"<id {i}>")
+            continue
+        try:
+            out.append(tok.decode([i]))
+        except Exception:  # noqa: BLE001 - an id the tokenizer cannot decode is shown by number
+            out.append(f"<id {i}>")
+    return out
+
+
+def decode_text(tok: Any, ids: list[int]) -> str:
+    """The text of a run of ids, with out-of-range ids left out of the decode and shown as ``<id N>``."""
+    try:
+        n = len(tok)
+    except TypeError:
+        n = None
+    if all(0 <= int(i) and (n is None or int(i) < n) for i in ids):
+        try:
+            return tok.decode([int(i) for i in ids])
+        except Exception:  # noqa: BLE001
+            pass
+    return "".join(decode_tokens(tok, ids))
