@@ -56,9 +56,12 @@ DUPLICATE_SLOT_DISTANCE = 1e-4  # masked angular distance below this (and equal 
 # r ≈ 10 loses its sink and looks late). Two per pair still lets the late signature turn a two-slot chain
 # like the seed's [L31, L59] (L59's norm 111 < L31's 174): −2 + 1.5 + 1 > 0.
 W_NORM, W_LATE, W_FADED = 2.0, 1.5, 1.0
+NORM_TIE = 0.05  # two slots whose median norms differ by at most this fraction cast no norm vote: SmolLM2's norm
+#                  grows ≈ 3–5 % per layer mid-depth, and on a 30-token text L11 out-normed L12 at confidence 1.0
 ORDER_MARGIN_GAIN = 5.0  # chain confidence = 0.5 + this × relative margin over the next-best path; tuning half:
 #                          every wrong path had margin ≤ 0.007 (confidence ≤ 0.54), right paths median 0.048
-DIRECTION_CONFLICT_CONFIDENCE = 0.5  # cap when the norm votes and the late/faded votes disagree (or all are 0), or
+DIRECTION_CONFLICT_CONFIDENCE = 0.5  # cap when the norm votes and the late/faded votes disagree, or the norms cast
+#   no vote (ties; a two-slot chain has no path margin, so its direction is all the evidence there is), or
 #   when no layer slot has a sink: a post-LN encoder (all-MiniLM-L6-v2, BERT) normalises every layer, its last
 #   layer's norm falls 14 → 4, and its 4-slot chains were reversed at confidence 0.92–1.0 on the tuning texts
 BANDS = ((1 / 3, "early"), (2 / 3, "middle"), (1.01, "late"))  # rank fraction among layer slots → role
@@ -325,6 +328,13 @@ class ChainOrder:
     chain: list[int] = field(default_factory=list)  # the seriation path itself (either direction)
 
 
+def _norm_vote(a: float, b: float) -> float:
+    """+1 when the norm rises from a to b, −1 when it falls, 0 within ``NORM_TIE`` (adjacent layers)."""
+    if not (math.isfinite(a) and math.isfinite(b)) or max(a, b) <= 0:
+        return 0.0
+    return 0.0 if abs(b - a) <= NORM_TIE * max(a, b) else float(np.sign(b - a))
+
+
 def chain_order(D: np.ndarray, chain: list[int], slots: Sequence[SlotStats], meds: list[float]) -> ChainOrder:
     """Seriate the layer slots by masked angular distance, then vote the direction (shallow → deep).
 
@@ -347,7 +357,7 @@ def chain_order(D: np.ndarray, chain: list[int], slots: Sequence[SlotStats], med
     margin = (runner - cost) / cost if cost > 0 and math.isfinite(runner) else (math.inf if cost > 0 else 0.0)
     n = len(path)
     pairs = [(a, b) for a in range(n) for b in range(a + 1, n)]
-    norm = float(sum(np.sign(meds[path[b]] - meds[path[a]]) for a, b in pairs))
+    norm = float(sum(_norm_vote(meds[path[a]], meds[path[b]]) for a, b in pairs))
     half = (n - 1) / 2
     late = float(sum(np.sign(p - half) for p, i in enumerate(path) if late_signature(slots[i])))
     faded = float(sum(np.sign(p - half) for p, i in enumerate(path)
@@ -362,7 +372,7 @@ def chain_order(D: np.ndarray, chain: list[int], slots: Sequence[SlotStats], med
     if score == 0:  # no direction signal: the chain's listed direction is a coin flip (often a near-tie of
         path = sorted(path, key=lambda i: meds[i])  # two paths, margin ~0), so take the norm order the text names
     unanchored = not any(has_sink(slots[i]) for i in path)
-    if score == 0 or conflict or unanchored:
+    if score == 0 or conflict or unanchored or norm == 0:  # norm == 0: only a late/faded vote, or norm ties
         conf = min(conf, DIRECTION_CONFLICT_CONFIDENCE)
     ev = [Evidence("chain", f"path cost {cost:.4f}, next-best {_fmt(runner)} (margin {_fmt(margin)})",
                    f"confidence 0.5 + {ORDER_MARGIN_GAIN} × margin",
