@@ -231,3 +231,10 @@ def test_bfloat16_stream_when_float32_blocks_do_not_fit(tmp_path, monkeypatch):
     for x in fp.exact["slots"]:
         m = x["ladder"]
         assert m["tolerance"]["compute_dtype"] == "bfloat16" and m["best_rel"] <= LADDER_MATCH_REL
+
+
+def test_resolve_model_keeps_a_target(tmp_path):
+    from forensics.models.target import resolve_model
+
+    t = Target(path=str(tmp_path), max_memory=123)
+    assert resolve_model(t) is t  # a Target is os.PathLike; resolving it must not drop the budget
