@@ -32,7 +32,7 @@ export TRANSFORMERS_OFFLINE = 1
 unexport PYTHONDONTWRITEBYTECODE
 export PYTHONPYCACHEPREFIX := $(abspath $(VENV))/pycache
 
-.PHONY: install install-demo demo test lab bench accuracy lint clean
+.PHONY: install install-demo demo test fuzz lab bench accuracy lint clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV_ARGS) $(VENV)
@@ -73,6 +73,10 @@ demo: $(DEMO_STAMP)
 
 test: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# The long fuzz profile over hostile captures (tests/test_fuzz.py; `make test` runs its short profile).
+fuzz: $(TEST_STAMP)
+	HSF_FUZZ=long $(BIN)/python -m pytest -q tests/test_fuzz.py $(PYTEST_ARGS)
 
 lab: $(TEST_STAMP)
 	$(BIN)/jupyter lab notebooks/

@@ -27,8 +27,11 @@ def headline(res) -> str:
     wide = "; dataset-wide: " + ", ".join(f"{d['kind']} ({d['files']}/{d['of']} {d['format']})"
                                          for d in s.get("dataset_findings") or []) \
         if s.get("dataset_findings") else ""
-    return (f"scan of {res.path}: {s['files']} files{resumed}, {s['bytes'] / 1e9:.3g} GB, {s['errors']} "
-            f"unreadable; anomalies: {counts}{wide}{speed}")
+    code = res.exit_code() if hasattr(res, "exit_code") else None
+    word = {0: "PASS", 1: "FAIL", 2: "UNREADABLE", 3: "CANNOT TELL"}.get(code, "")  # the worst verdict first
+    return (f"{word}: " if word else "") + (
+        f"scan of {res.path}: {s['files']} files{resumed}, {s['bytes'] / 1e9:.3g} GB, {s['errors']} "
+        f"unreadable; anomalies: {counts}{wide}{speed}")
 
 
 def text(res) -> str:
@@ -41,10 +44,12 @@ def text(res) -> str:
         labels = g["majority"]["labels"]["value"]
         if labels and any(labels):
             lines.append(f"    majority labels {short_list(labels, 8)}")
-        for kind, f in g["findings"].items():
+        for kind, f in sorted(g["findings"].items(), key=lambda kv: -{"fail": 2, "warn": 1}.get(
+                kv[1].get("severity", "warn"), 0)):
             if f["dataset_wide"]:
-                lines.append(f"    ! {kind} in {f['files']}/{g['files']} files (dataset-wide, so not listed per "
-                             f"file), e.g. {os.path.basename(f['example']['file'])}: {f['example']['message']}")
+                lines.append(f"    ! {f.get('severity', 'warn').upper()} {kind} in {f['files']}/{g['files']} files "
+                             f"(dataset-wide, so not listed per file), e.g. {os.path.basename(f['example']['file'])}: "
+                             f"{f['example']['message']}")
         for sl in g["slots"][:MAX_LISTED_SLOTS]:
             lines.append(f"    [{sl['index']}] {sl['name']}{' ' + sl['label'] if sl.get('label') else ''}: "
                          f"‖x‖ median {num(sl['median'])} p5–p95 [{num(sl['p05'])}, {num(sl['p95'])}] "
