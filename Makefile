@@ -32,7 +32,7 @@ export TRANSFORMERS_OFFLINE = 1
 unexport PYTHONDONTWRITEBYTECODE
 export PYTHONPYCACHEPREFIX := $(abspath $(VENV))/pycache
 
-.PHONY: install install-demo demo test lab bench accuracy lint clean
+.PHONY: install install-demo demo test fuzz lab bench accuracy lint clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV_ARGS) $(VENV)
@@ -74,12 +74,23 @@ demo: $(DEMO_STAMP)
 test: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
-lab: $(TEST_STAMP)
-	$(BIN)/jupyter lab notebooks/
+# The long fuzz profile over hostile captures (tests/test_fuzz.py; `make test` runs its short profile).
+fuzz: $(TEST_STAMP)
+	HSF_FUZZ=long $(BIN)/python -m pytest -q tests/test_fuzz.py $(PYTEST_ARGS)
 
+# --allow-root when run as root (containers): Jupyter refuses root without it
+lab: $(TEST_STAMP)
+	$(BIN)/jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root)
+
+# Each benchmark prints its goals as "GOAL … ratio … load (1 min)"; the last lines repeat them all.
+# Generated files go to /tmp and are deleted afterwards (the scan benchmark needs ~2.6 GB free there).
 bench: $(DEMO_STAMP)
-	$(BIN)/python benchmarks/bench_stats.py
-	$(BIN)/python benchmarks/bench_scan.py
+	@rm -f $(OUT)/bench.log; mkdir -p $(OUT)
+	$(BIN)/python benchmarks/bench_stats.py | tee -a $(OUT)/bench.log
+	$(BIN)/python benchmarks/bench_fingerprint.py | tee -a $(OUT)/bench.log
+	$(BIN)/python benchmarks/bench_cli.py | tee -a $(OUT)/bench.log
+	$(BIN)/python benchmarks/bench_scan.py | tee -a $(OUT)/bench.log
+	@echo; echo "== goals (1-minute load beside each) =="; grep -E '^(GOAL|COLD)' $(OUT)/bench.log
 
 # Verdict accuracy on real SmolLM2 captures (evaluation half of the calibration corpus; regenerated into the
 # git-ignored .cache/corpus by scripts/make_corpus.py when missing). ACCURACY_ARGS="--split tune" shows the

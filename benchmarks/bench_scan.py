@@ -6,10 +6,12 @@ the same files and in one run:
 
 - ``cat FILES > /dev/null`` (the page-cache read ceiling);
 - the naive loop: ``torch.load(f, weights_only=True)`` + ``[h.float().norm(dim=-1) for h in hidden_states]``
-  (default malloc; torch's default threads, and again with 1 thread);
+  (default malloc, torch's default threads);
 - ``forensics.scan(..., workers=2)``: first call (includes starting the fork server and workers) and a
-  second call in the same process (warm), with and without the glibc malloc tuning, with and without
-  fingerprints (fingerprints on a few files only: they cost seconds per Kimi-sized file).
+  second call in the same process (warm; the ratios use it), with the default fingerprint choice
+  (``FINGERPRINT_FILES`` files), with none, with all, and with ``out_format="parquet"``;
+- cold cache: ``cat`` and ``dd bs=1M`` of the distinct files and a default scan, each right after the files
+  were dropped from the page cache with ``posix_fadvise(POSIX_FADV_DONTNEED)``.
 
 Every measured mode runs in its own child process, so its peak memory is its own: peak RSS and PSS summed
 over the process and all its descendants (fork server and workers), sampled every 50 ms with psutil.
@@ -155,29 +157,33 @@ def child(mode: str, list_file: str, out_dir: str) -> dict:
             res["seconds"], res["cpu_s"] = time.perf_counter() - t0, cpu(mem) - c0
     else:
         from forensics import scan
+        from forensics.analysis.scan.core import FINGERPRINT_FILES
 
-        fp = "fingerprint" in mode
+        fp = {"scan": FINGERPRINT_FILES, "scan-cold": FINGERPRINT_FILES, "scan-none": False, "scan-all": True,
+              "scan-untuned": FINGERPRINT_FILES, "scan-parquet": FINGERPRINT_FILES}[mode]
         tune = "untuned" not in mode
-        if fp:
-            files = files[:4]
-            res.update(files=len(files), bytes=sum(os.path.getsize(p) for p in files))
+        fmt = "parquet" if mode == "scan-parquet" else "jsonl"
         runs = []
         with PeakMemory() as mem:
-            for rep in range(2):  # first: starts fork server + workers; second: warm fork server
-                out = os.path.join(out_dir, f"rows_{mode}_{len(files)}_{rep}.jsonl")
+            for rep in range(2):  # first: starts fork server + workers; second: warm fork server (timed)
+                out = os.path.join(out_dir, f"rows_{mode}_{len(files)}_{rep}.{fmt}")
                 time.sleep(0.2)  # let the sampler see every process of the previous call
+                if mode == "scan-cold" and rep:  # the timed call reads every file from the disk
+                    evict(files)
                 c0, t0 = cpu(mem), time.perf_counter()
-                r = scan(files, workers=2, out=out, fingerprint=fp, tune_malloc=tune, progress=False)
+                r = scan(files, workers=2, out=out, fingerprint=fp, tune_malloc=tune, progress=False,
+                         out_format=fmt)
                 runs.append(time.perf_counter() - t0)
                 time.sleep(0.2)
                 res["cpu_s"] = cpu(mem) - c0  # the second call's: parent + fork server + its 2 workers
                 assert r.summary["files"] == len(files) and r.summary["errors"] == 0, r.summary
-        res["seconds_first"], res["seconds"] = runs
+        res["seconds_first"], res["seconds"] = runs[0], runs[-1]
+        res["fingerprinted"] = sum(1 for row in r.rows if row.get("basis") == "fingerprint")
     res["peak_rss_sum"], res["peak_pss_sum"] = mem.rss, mem.pss
     return res
 
 
-CPU_KERNELS = ("naive", "naive-1thread", "chunked-norms", "summarize", "scan-row", "scan-row-untuned")
+CPU_KERNELS = ("naive", "chunked-norms", "summarize", "scan-row", "fingerprint-row")
 
 
 def cpu_per_file(kernel: str, files: list[str]) -> float:
@@ -190,8 +196,8 @@ def cpu_per_file(kernel: str, files: list[str]) -> float:
     from forensics.analysis.scan.rows import file_row, init_worker
     from forensics.analysis.stats import summarize, token_norms
 
-    if kernel.startswith("scan-row"):
-        init_worker(tune_malloc=kernel == "scan-row")  # one torch thread, as in a scan worker
+    if kernel.endswith("-row"):
+        init_worker(tune_malloc=True)  # one torch thread, as in a scan worker
     elif kernel != "naive":
         torch.set_num_threads(1)
 
@@ -205,7 +211,7 @@ def cpu_per_file(kernel: str, files: list[str]) -> float:
             summarize(forensics.load(p))
         else:
             st = os.stat(p)
-            file_row(p, st.st_size, st.st_mtime_ns, use_fingerprint=False)
+            file_row(p, st.st_size, st.st_mtime_ns, use_fingerprint=kernel == "fingerprint-row")
 
     for p in files[:2]:
         one(p)
@@ -244,6 +250,62 @@ def time_cat(files: list[str], reps: int = 3) -> dict:
             "peak_rss_sum": None, "peak_pss_sum": None, "load1": os.getloadavg()[0]}
 
 
+def evict(files: list[str]) -> None:
+    """Drop the files' pages from the page cache (``posix_fadvise(DONTNEED)``: clean pages are dropped at once)."""
+    for p in dict.fromkeys(os.path.realpath(f) for f in files):
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.fdatasync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def cached_fraction(files: list[str]) -> float:
+    """Share of the files' pages in the page cache (``mincore`` of a read-only mapping): checks an eviction."""
+    import ctypes
+    import mmap
+
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    tot = res = 0
+    for p in dict.fromkeys(os.path.realpath(f) for f in files):
+        size = os.path.getsize(p)
+        if not size:
+            continue
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+            n = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+            vec = ctypes.create_string_buffer(n)
+            if libc.mincore(addr, size, vec) == 0:
+                res += sum(b & 1 for b in vec.raw)
+            libc.munmap(addr, size)
+        finally:
+            os.close(fd)
+        tot += n
+    return res / tot if tot else 0.0
+
+
+def time_cold_reader(tool: str, files: list[str]) -> dict:
+    """``cat`` or ``dd bs=1M`` of the files right after evicting them (one process, as the scan reads)."""
+    evict(files)
+    distinct = list(dict.fromkeys(os.path.realpath(f) for f in files))
+    t0 = time.perf_counter()
+    if tool == "cat":
+        subprocess.run(["cat", *distinct], stdout=subprocess.DEVNULL, check=True)
+    else:
+        for p in distinct:
+            subprocess.run(["dd", f"if={p}", "of=/dev/null", "bs=1M", "status=none"], check=True)
+    seconds = time.perf_counter() - t0
+    nbytes = sum(os.path.getsize(p) for p in distinct)
+    return {"mode": f"{tool} (cold)", "files": len(distinct), "bytes": nbytes, "seconds": seconds, "cpu_s": None,
+            "peak_rss_sum": None, "peak_pss_sum": None, "load1": os.getloadavg()[0]}
+
+
 def table(results: list[dict]) -> str:
     by = {(r["mode"], r["files"]): r for r in results}
     lines = ["| files | mode | GB/s (wall) | files/s | × naive | × cat | GB per CPU-s | CPU ms/file | peak RSS Σ "
@@ -266,6 +328,52 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+GOAL_X_NAIVE = 4.0  # hsf scan (default settings) ≥ 4 × the naive loop ...
+GOAL_X_CAT = 0.6  # ... and ≥ 0.6 × cat (warm page cache, 128 files)
+GOAL_ALL_X_NAIVE = 2.0  # --fingerprint all ≥ 2 × the naive loop
+GOAL_RSS = 1e9  # peak RSS summed over all processes ≤ 1 GB ...
+GOAL_RSS_FLAT = 1.15  # ... and flat: the 128-file peak ≤ this × the 32-file peak
+
+
+def goals(results: list[dict]) -> list[str]:
+    """The issue's goals, each as one line with the measured ratio and the load beside it."""
+    by = {(r["mode"], r["files"]): r for r in results}
+    rate = (lambda r: r["bytes"] / r["seconds"])
+    out = []
+    n = max(r["files"] for r in results if r["mode"] == "scan")
+    scan, naive, cat = by.get(("scan", n)), by.get(("naive", n)), by.get(("cat", n))
+    if scan and naive and cat:
+        xn, xc = rate(scan) / rate(naive), rate(scan) / rate(cat)
+        out.append(f"GOAL hsf scan (default, {scan.get('fingerprinted')} of {n} files fingerprinted) ≥ "
+                   f"{GOAL_X_NAIVE:g}× naive: {xn:.2f}× — {'met' if xn >= GOAL_X_NAIVE else 'MISSED'}; ≥ "
+                   f"{GOAL_X_CAT:g}× cat: {xc:.2f}× — {'met' if xc >= GOAL_X_CAT else 'MISSED'}; load (1 min) "
+                   f"{scan['load1']:.2f}")
+    fpall = by.get(("scan-all", n))
+    if fpall and naive:
+        x = rate(fpall) / rate(naive)
+        out.append(f"GOAL hsf scan --fingerprint all ≥ {GOAL_ALL_X_NAIVE:g}× naive: {x:.2f}× — "
+                   f"{'met' if x >= GOAL_ALL_X_NAIVE else 'MISSED'}; load (1 min) {fpall['load1']:.2f}")
+    sizes = sorted({r["files"] for r in results if r["mode"] == "scan"})
+    peaks = {f: max(r["peak_rss_sum"] for r in results if r["files"] == f and r["mode"].startswith("scan")
+                    and r.get("peak_rss_sum")) for f in sizes}
+    if peaks:
+        worst = max(peaks.values())
+        flat = peaks[sizes[-1]] / peaks[sizes[0]] if len(sizes) > 1 else 1.0
+        out.append(f"GOAL peak RSS Σ (all scan modes) ≤ {GOAL_RSS / 1e9:g} GB: "
+                   + ", ".join(f"{f} files {peaks[f] / 1e6:.0f} MB" for f in sizes)
+                   + f" — {'met' if worst <= GOAL_RSS else 'MISSED'}; flat ({sizes[-1]} vs {sizes[0]} files "
+                   f"{flat:.2f}×, ≤ {GOAL_RSS_FLAT:g}×) — {'met' if flat <= GOAL_RSS_FLAT else 'MISSED'}")
+    cold = {r["mode"]: r for r in results if "cold" in r["mode"]}
+    if cold:
+        out.append("COLD (page cache dropped with posix_fadvise DONTNEED before each): " + ", ".join(
+            f"{m} {rate(r) / 1e9:.2f} GB/s" for m, r in cold.items())
+            + (f"; scan ÷ cat {rate(cold['scan-cold']) / rate(cold['cat (cold)']):.2f}×, scan ÷ dd "
+               f"{rate(cold['scan-cold']) / rate(cold['dd (cold)']):.2f}×" if {"scan-cold", "cat (cold)",
+                                                                               "dd (cold)"} <= set(cold) else "")
+            + f"; load (1 min) {max(r['load1'] for r in cold.values()):.2f}")
+    return out
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         print(json.dumps(child(*sys.argv[2:5])))
@@ -278,10 +386,12 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=32, help="distinct generated files (default 32, ~2.4 GB)")
     ap.add_argument("--links", type=int, default=128, help="also run on this many files via hard links (0: no)")
     ap.add_argument("--keep", help="folder to generate into and keep (default: a temp folder, removed)")
-    ap.add_argument("--modes", default="naive,naive-1thread,scan,scan-untuned,scan-fingerprint")
+    ap.add_argument("--modes", default="naive,scan,scan-none,scan-all,scan-parquet")
+    ap.add_argument("--no-cold", action="store_true", help="skip the cold-cache runs")
+    ap.add_argument("--no-cpu", action="store_true", help="skip the per-kernel CPU table")
     args = ap.parse_args()
     need = args.files * 73.5e6 * 1.1
-    root = args.keep or tempfile.mkdtemp(prefix="hsf-bench-scan-")
+    root = args.keep or tempfile.mkdtemp(prefix="hsf-bench-scan-", dir="/tmp" if os.path.isdir("/tmp") else None)
     free = shutil.disk_usage(os.path.dirname(os.path.abspath(root))).free
     if free < need:
         sys.exit(f"need {need / 1e9:.1f} GB free next to {root}, have {free / 1e9:.1f} GB")
@@ -303,24 +413,35 @@ def main() -> None:
                 results.append(run_child(mode, fs, root))
             results.append(time_cat(fs))  # cat again: shows how much the machine's load moved meanwhile
             results[-1]["mode"] = "cat (again)"
+        if not args.no_cold:
+            print("# cold cache: cat, dd, scan (each after posix_fadvise DONTNEED)", file=sys.stderr)
+            for tool in ("cat", "dd"):
+                results.append(time_cold_reader(tool, files))
+            results.append(run_child("scan-cold", files, root))
+            print(f"# pages still cached after an eviction: {(evict(files), cached_fraction(files))[1]:.1%}",
+                  file=sys.stderr)
         cpu_rows = []
-        lst = os.path.join(root, "list_cpu.txt")
-        with open(lst, "w") as f:
-            f.write("\n".join(files[:16]))
-        for kernel in CPU_KERNELS:  # each kernel in a fresh process (malloc state, thread settings)
-            out = subprocess.run([sys.executable, __file__, "--cpu-child", kernel, lst], capture_output=True,
-                                 text=True, check=True)
-            cpu_rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        if not args.no_cpu:
+            lst = os.path.join(root, "list_cpu.txt")
+            with open(lst, "w") as f:
+                f.write("\n".join(files[:16]))
+            for kernel in CPU_KERNELS:  # each kernel in a fresh process (malloc state, thread settings)
+                out = subprocess.run([sys.executable, __file__, "--cpu-child", kernel, lst], capture_output=True,
+                                     text=True, check=True)
+                cpu_rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
         print(f"# load average after: {os.getloadavg()}", file=sys.stderr)
         print(table(results))
-        size = os.path.getsize(files[0])
-        naive = cpu_rows[0]["cpu_ms"]
-        print(f"\nCPU per {size / 1e6:.1f} MB file (one process, 16 warm files, best of 3 rounds; user + system, "
-              "all threads):\n")
-        print("| kernel | CPU ms/file | GB per CPU-s | naive ÷ this |\n|---|---|---|---|")
-        for r in cpu_rows:
-            print(f"| {r['kernel']} | {r['cpu_ms']:.1f} | {size / r['cpu_ms'] / 1e6:.2f} | "
-                  f"{naive / r['cpu_ms']:.2f}× |")
+        if cpu_rows:
+            size = os.path.getsize(files[0])
+            naive = cpu_rows[0]["cpu_ms"]
+            print(f"\nCPU per {size / 1e6:.1f} MB file (one process, 16 warm files, best of 3 rounds; user + "
+                  "system, all threads):\n")
+            print("| kernel | CPU ms/file | GB per CPU-s | naive ÷ this |\n|---|---|---|---|")
+            for r in cpu_rows:
+                print(f"| {r['kernel']} | {r['cpu_ms']:.1f} | {size / r['cpu_ms'] / 1e6:.2f} | "
+                      f"{naive / r['cpu_ms']:.2f}× |")
+        print()
+        print("\n".join(goals(results)))
         print(json.dumps(results), file=sys.stderr)
     finally:
         if not args.keep:

@@ -214,4 +214,4 @@ def test_every_rule_cites_a_public_url_and_the_readme_table_is_generated_from_th
     assert set(cv.ENGINES) <= {r.system for r in RULES}
     readme = (repo_root / "README.md").read_text()
     section = readme[readme.index(MARKDOWN_BEGIN):readme.index(MARKDOWN_END) + len(MARKDOWN_END)]
-    assert section == markdown(RULES), "README table is stale: paste `hsf conventions --markdown`"
+    assert section == markdown(RULES), "README table is stale: run scripts/readme_conventions.py"

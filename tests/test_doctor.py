@@ -79,3 +79,25 @@ def test_cli_preflight_exit_codes(tmp_path, capsys):
     (tmp_path / "draft" / "config.json").write_text(json.dumps({"dflash_config": {"target_layer_ids": [1, 38, 77]}}))
     code = main(["audit", "--draft", d, "--engine", "vllm", "--trained-layout", "L2,L39,L78", "--num-layers", "78"])
     assert code == 3  # no version: right after vllm#40727 (+ 1), wrong before it (raw)
+
+
+def test_a_family_the_engine_has_no_rule_for_is_cannot_tell_not_a_guess(tmp_path):
+    d = draft(tmp_path, {"dspark_target_layer_ids": [40, 41, 42]})
+    res = preflight(d, "llama.cpp", trained_layout=["L41", "L42", "L43"], num_layers=43)
+    assert res.verdict == "cannot-tell" and "no known rule" in res.reason
+    assert preflight(d, "vllm", trained_layout=["L41", "L42", "L43"], num_layers=43).verdict == "match"
+
+
+@pytest.mark.parametrize("cfg", [{"eagle_aux_hidden_state_layer_ids": "2,15"}, {"eagle_config": [1, 2]},
+                                 {"dflash_config": "x"}, {"eagle_aux_hidden_state_layer_ids": [True, 2]},
+                                 {"speculators_model_type": "mtp"}, {"dspark_target_layer_ids": [-5, 100]}])
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "llama.cpp", "tokenspeed", "trtllm", "atlas"])
+def test_malformed_or_unusual_configs_give_a_verdict_or_one_line_error(tmp_path, cfg, engine):
+    from forensics.errors import ForensicsError
+
+    try:
+        res = preflight(draft(tmp_path, cfg), engine, trained_layout=["L2", "L15", "L27"], num_layers=L)
+    except ForensicsError as e:
+        assert "\n" not in str(e)
+        return
+    assert res.verdict in ("match", "mismatch", "cannot-tell") and res.text()

@@ -210,3 +210,23 @@ def test_fuzz_cli_inspect_and_fingerprint(obj):
             code = hsf_main([cmd, "--json", p])
             assert code in (0, 1, 2)
         assert _digest(p) == before
+
+
+@settings(max_examples=max(3, settings().max_examples // 8))
+@given(capture_dict(), safetensors_file(), st.sampled_from(["data_config.json", "capture.json"]), JSON)
+def test_fuzz_cli_dataset_scan_and_report(obj, blob, side, doc):
+    """A hostile dataset folder (a generated capture, a generated safetensors file, a generated sidecar) through
+    ``hsf scan`` and ``hsf report``: an exit code, never an exception; no input changes."""
+    with tempfile.TemporaryDirectory() as d:
+        ds = os.path.join(d, "ds")
+        os.makedirs(ds)
+        torch.save(obj, os.path.join(ds, "data_0.pt"))
+        with open(os.path.join(ds, "hs_1.safetensors"), "wb") as f:
+            f.write(blob)
+        torch.save(GOOD, os.path.join(ds, "data_2.pt"))
+        with open(os.path.join(ds, side), "w", encoding="utf-8") as f:
+            json.dump(doc, f)
+        before = {n: _digest(os.path.join(ds, n)) for n in os.listdir(ds)}
+        assert hsf_main(["scan", ds, "-j", "0", "--no-progress", "-o", os.path.join(d, "s.jsonl")]) in (0, 1, 2)
+        assert hsf_main(["report", ds, "-o", os.path.join(d, "r.html")]) in (0, 1, 2, 3)
+        assert {n: _digest(os.path.join(ds, n)) for n in os.listdir(ds)} == before

@@ -489,6 +489,38 @@ def test_deep_draft_and_target_config_are_one_error(tmp_path, sample_data, capsy
     one_line_error(err, cfg)
 
 
+def _deep_json_readers(tmp_path):
+    """Every reader of a JSON file a user or a dataset supplies, with the file it reads."""
+    from forensics.io.formats._io import load_json
+    from forensics.models import shards, stream, target
+    from forensics.models.draft_config import load_json_object
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    deep = '{"a":' * 50000 + "1" + "}" * 50000
+    for n in ("config.json", "model.safetensors.index.json"):
+        (folder / n).write_text(deep)
+    (folder / "chat.json").write_text(DEEP)
+    b = deep.encode()
+    (folder / "h.safetensors").write_bytes(struct.pack("<Q", len(b)) + b)
+    return [
+        (lambda: load_json(str(folder / "config.json")), folder / "config.json"),
+        (lambda: load_json_object(str(folder / "config.json")), folder / "config.json"),
+        (lambda: target.config_facts(str(folder)), folder / "config.json"),
+        (lambda: stream._load_config(str(folder)), folder / "config.json"),
+        (lambda: shards.shard_index(str(folder)), folder / "model.safetensors.index.json"),
+        (lambda: shards.read_header(str(folder / "h.safetensors")), folder / "h.safetensors"),
+    ]
+
+
+def test_deep_json_is_one_error_in_every_reader(tmp_path):
+    for read, path in _deep_json_readers(tmp_path):
+        with pytest.raises(forensics.ForensicsError) as e:
+            read()
+        assert e.value.path == str(path), (str(e.value), path)
+        assert "\n" not in str(e.value)
+
+
 # ------------------------------------------------------------------------------------------- D12 headers
 @pytest.mark.parametrize("entry", [
     {"dtype": "F32", "shape": [4, 4], "data_offsets": ["0", "64"]},

@@ -113,9 +113,14 @@ def atomic_output(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
         with os.fdopen(fd, mode, encoding="utf-8" if text else None,
                        errors=TEXT_ERRORS if text else None) as f:
             yield f
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600: give the file the mode open() would have
+            f.flush()
+            os.fsync(f.fileno())  # the data is on disk before the rename makes it the file
+        if os.path.exists(out):  # keep the mode of the file replaced
+            os.chmod(tmp, os.stat(out).st_mode & 0o7777)
+        else:  # mkstemp makes 0600: give a new file the mode open() would have
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, out)
     except BaseException:
         try:
@@ -123,6 +128,14 @@ def atomic_output(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
         except OSError:
             pass
         raise
+    try:  # the rename itself on disk
+        dfd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError:  # some filesystems refuse fsync on a directory; the rename is done
+        pass
 
 
 @contextmanager

@@ -28,12 +28,11 @@ import hashlib
 import json
 import os
 import struct
-import tempfile
 from collections.abc import Callable
 from typing import Any
 
 from forensics.errors import ForensicsError
-from forensics.io.formats._io import safetensors_header
+from forensics.io.formats._io import load_json, parse_json, safetensors_header
 
 STAMP_KEY = "hsf.stamp"
 SIDECAR = "capture.json"
@@ -246,10 +245,9 @@ def read_stamp(path: str) -> dict | None:
             return raw
     if raw is None:
         return None
-    try:
-        doc = json.loads(raw)
-    except (TypeError, ValueError):
-        raise ForensicsError(f"malformed {STAMP_KEY} metadata (not JSON)", path=path) from None
+    if not isinstance(raw, str):
+        raise ForensicsError(f"malformed {STAMP_KEY} metadata (not JSON)", path=path)
+    doc = parse_json(raw, path, f"malformed {STAMP_KEY} metadata")
     if not isinstance(doc, dict):
         raise ForensicsError(f"malformed {STAMP_KEY} metadata (not an object)", path=path)
     return doc
@@ -266,10 +264,9 @@ def _read_sidecar(side: str) -> Any:
         if key not in _SIDECARS:
             if len(_SIDECARS) >= 8:
                 _SIDECARS.pop(next(iter(_SIDECARS)))
-            with open(side, encoding="utf-8") as f:
-                _SIDECARS[key] = json.load(f)
+            _SIDECARS[key] = load_json(side, "capture.json")  # bounded size and depth
         return _SIDECARS[key]
-    except (OSError, ValueError):
+    except (OSError, ForensicsError):
         return None
 
 
@@ -288,43 +285,19 @@ def check_writable(folder: str, path: str) -> None:
 
 
 def atomic_write(dest: str, write: Callable[[Any], None]) -> None:
-    """Write ``dest`` through a temporary file in its folder: write, flush, fsync, rename, fsync the folder.
+    """Write ``dest`` through a temporary file in its folder (:func:`forensics.io.output.atomic_output`:
+    write, fsync, rename, fsync the folder). On any failure ``dest`` is untouched."""
+    from forensics.io.output import atomic_output
 
-    On any failure the temporary file is removed and ``dest`` is untouched."""
     folder = os.path.dirname(os.path.abspath(dest))
     check_writable(folder, dest)
-    fd, tmp = tempfile.mkstemp(prefix=".hsf-stamp-", dir=folder)
     try:
-        with os.fdopen(fd, "wb") as f:
+        with atomic_output(dest, "wb") as f:
             write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        if os.path.exists(dest):
-            os.chmod(tmp, os.stat(dest).st_mode & 0o7777)
-        os.replace(tmp, dest)
     except OSError as e:
-        _remove(tmp)
         if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC):
             raise ForensicsError(f"cannot stamp: {e.strerror}; nothing was changed", path=dest) from None
         raise
-    except BaseException:
-        _remove(tmp)
-        raise
-    try:
-        dfd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:  # some filesystems refuse fsync on a directory; the rename itself is done
-        pass
-
-
-def _remove(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
 
 
 COPY_CHUNK = 8 << 20  # bytes per read when copying the tensor data into the new file
@@ -357,10 +330,10 @@ def write_sidecar_stamps(side: str, stamps: dict[str, dict]) -> None:
     doc: dict = {}
     if os.path.isfile(side):
         try:
-            with open(side, encoding="utf-8") as f:
-                doc = json.load(f)
-        except (OSError, ValueError) as e:
-            raise ForensicsError(f"cannot stamp: the existing capture.json is unreadable ({e})", path=side) from None
+            doc = load_json(side, "capture.json")
+        except ForensicsError as e:
+            raise ForensicsError(f"cannot stamp: the existing capture.json is unreadable ({e.message})",
+                                 path=side) from None
         if not isinstance(doc, dict):
             raise ForensicsError("cannot stamp: the existing capture.json is not a JSON object", path=side)
     section = doc.get(SIDECAR_SECTION)

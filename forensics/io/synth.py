@@ -187,8 +187,10 @@ def write_speculators_v1(cap: Capture, path: str | os.PathLike) -> str:
     """
     import torch
 
+    from forensics.io.output import atomic_output
+
     path = os.fspath(path)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    torch.save({"input_ids": cap.input_ids, "hidden_states": [s.tensor().contiguous() for s in cap.slots],
-                "loss_mask": cap.loss_mask}, path)
+    with atomic_output(path, "wb") as f:
+        torch.save({"input_ids": cap.input_ids, "hidden_states": [s.tensor().contiguous() for s in cap.slots],
+                    "loss_mask": cap.loss_mask}, f)
     return path

@@ -30,7 +30,8 @@ FAMILIES = ("eagle3", "eagle3.1", "p-eagle", "dflash", "dspark", "mtp")
 EAGLE_FAMILIES = ("eagle3", "eagle3.1", "p-eagle")  # one id list, the same keys (vllm#41826 maps P-EAGLE to Eagle3)
 FAMILY_KEYS = {  # every key a draft config of the family may hold its ids in (draft_config reads them all)
     "eagle3": (TOP_KEY, NESTED_KEY), "eagle3.1": (TOP_KEY, NESTED_KEY), "p-eagle": (TOP_KEY, NESTED_KEY),
-    "dflash": (DFLASH_KEY, DFLASH_TOP_KEY, SPECULATORS_DFLASH_KEY), "dspark": (DSPARK_KEY, DFLASH_TOP_KEY),
+    "dflash": (DFLASH_KEY, DFLASH_TOP_KEY, SPECULATORS_DFLASH_KEY),
+    "dspark": (DSPARK_KEY, DFLASH_TOP_KEY, SPECULATORS_DFLASH_KEY),
     "mtp": (),
 }
 FIRST_ID = "first-id"  # sglang#25454: +1 only when ids[0] == 1
@@ -142,6 +143,12 @@ RULES: tuple[Rule, ...] = (
     Rule("speculators", "trainer", "dflash", (SPECULATORS_DFLASH_KEY,), 0, DEFAULT_NONE, "0..L",
          SP + "blob/main/src/speculators/convert/dflash/converter.py", "code", None,
          "speculators numbering (r = id); the z-lab converter writes target_layer_ids + 1"),
+    Rule("speculators", "trainer", "dspark", (SPECULATORS_DFLASH_KEY,), 0, DEFAULT_NONE, "0..L",
+         SP + "blob/main/src/speculators/models/dspark/config.py", "derived", None,
+         "the DSpark config extends speculators' DFlash config (same key, same numbering)"),
+    Rule("speculators", "trainer", "mtp", (), 0, DEFAULT_NONE, "L",
+         SP + "blob/main/src/speculators/models/mtp/core.py", "code", None,
+         "MTP uses only the verifier's last hidden state (r = L, normed in training)"),
     *(Rule("speculators-v1", "trainer", f, (), 1, "[2, L//2, L-3, L-1] (+1)", "1..L", SP + "pull/379", "code",
            None, "legacy VllmHiddenStatesGenerator captured after block id; ids only in data_config.json")
       for f in ("eagle3",)),

@@ -153,10 +153,9 @@ def read_text(path: str) -> tuple[str | list, str]:
     if not text.strip():
         raise ForensicsError("text file is empty (nothing to capture)", path=path)
     if path.endswith(".json"):
-        try:
-            msgs = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ForensicsError(f"not valid JSON: {e}", path=path) from None
+        from forensics.io.formats._io import parse_json
+
+        msgs = parse_json(text, path, "chat file")  # bounded depth: one line, never a RecursionError
         ok = isinstance(msgs, list) and msgs and all(
             isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
             for m in msgs)

@@ -8,13 +8,13 @@ counts the bytes per shard in a :class:`StreamStats`.
 
 from __future__ import annotations
 
-import json
 import os
 import struct
 from dataclasses import dataclass, field
 from typing import Any
 
 from forensics.errors import ForensicsError
+from forensics.io.formats._io import load_json, parse_json
 
 HEADER_MAX_BYTES = 100_000_000  # a safetensors JSON header larger than this is refused (the format caps it too)
 DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
@@ -41,7 +41,7 @@ def read_header(path: str) -> dict[str, TensorInfo]:
             (n,) = struct.unpack("<Q", head)
             if n > HEADER_MAX_BYTES:
                 raise ForensicsError(f"safetensors header claims {n} bytes (> {HEADER_MAX_BYTES})", path=path)
-            doc = json.loads(f.read(n))
+            doc = parse_json(f.read(n), path, "safetensors header")  # bounded depth
     except (OSError, ValueError) as e:
         raise ForensicsError(f"cannot read the safetensors header: {e}", path=path) from None
     out = {}
@@ -58,9 +58,8 @@ def shard_index(folder: str) -> dict[str, TensorInfo]:
     idx = os.path.join(folder, "model.safetensors.index.json")
     if os.path.isfile(idx):
         try:
-            with open(idx) as f:
-                files = sorted(set(json.load(f)["weight_map"].values()))
-        except (OSError, ValueError, KeyError, AttributeError) as e:
+            files = sorted(set(load_json(idx, "shard index")["weight_map"].values()))
+        except (KeyError, AttributeError, TypeError) as e:
             raise ForensicsError(f"unreadable shard index: {e}", path=idx) from None
     else:
         files = sorted(n for n in os.listdir(folder) if n.endswith(".safetensors"))

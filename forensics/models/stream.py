@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import json
 import os
 import re
 import sys
@@ -362,11 +361,9 @@ def _load_config(folder: str) -> Any:
     path = os.path.join(folder, "config.json")
     if not os.path.isfile(path):
         raise ForensicsError("no config.json in the model folder", path=folder)
-    try:
-        with open(path) as f:
-            raw = json.load(f)
-    except (OSError, ValueError) as e:
-        raise ForensicsError(f"unreadable config.json: {e}", path=path) from None
+    from forensics.io.formats._io import load_json
+
+    raw = load_json(path, "config.json")  # bounded size and depth: one line, never a RecursionError
     mt = raw.get("model_type") if isinstance(raw, dict) else None
     from transformers import AutoConfig
 

@@ -246,6 +246,8 @@ def resolve_model(spec: Any) -> Any:
     checked to exist; anything else (a loaded model, a Capture, a Target) is returned as is."""
     if spec is None or (isinstance(spec, str) and spec.lower() in DEFAULT_NAMES):
         return default_model_path()
+    if isinstance(spec, Target):  # already resolved (and os.PathLike through __fspath__: keep its budget)
+        return spec
     if isinstance(spec, (str, os.PathLike)):
         path = os.fspath(spec)
         if not os.path.exists(path):
@@ -327,11 +329,9 @@ def config_facts(path: str) -> dict | None:
     cfg = os.path.join(path, "config.json") if os.path.isdir(path) else None
     if cfg is None or not os.path.isfile(cfg):
         return None
-    try:
-        with open(cfg) as f:
-            c = json.load(f)
-    except (OSError, ValueError) as e:
-        raise ForensicsError(f"unreadable config.json: {e}", path=cfg) from None
+    from forensics.io.formats._io import load_json
+
+    c = load_json(cfg, "config.json")  # bounded size and depth: one line, never a RecursionError
     if not isinstance(c, dict):
         raise ForensicsError("config.json is not a JSON object", path=cfg)
     return {"architecture": (c.get("architectures") or [None])[0], "model_type": c.get("model_type"),

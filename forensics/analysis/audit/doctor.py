@@ -173,8 +173,19 @@ def preflight(draft: Any, engine: str, engine_version: str | None = None, traine
         data, view = [r_label(r) if isinstance(r, int) else r for r in trained_fc] + [r_label(L)], "speculators"
     else:
         data, view = None, None
-    res = audit(data=data, draft=draft, engine=engine, engine_version=engine_version, trainer=view,
-                target_config=target_config, num_layers=L, hidden_size=hidden_size, arch=arch, use_fingerprint=False)
+    try:
+        res = audit(data=data, draft=draft, engine=engine, engine_version=engine_version, trainer=view,
+                    target_config=target_config, num_layers=L, hidden_size=hidden_size, arch=arch,
+                    use_fingerprint=False)
+    except ForensicsError as e:
+        if "no known rule" not in e.message:
+            raise
+        return AuditResult(verdict="cannot-tell", reason=f"{e.message}: what {engine} serves a {fam} draft is not in "
+                           "the sources read", slices=[], findings=findings, fix=None,
+                           trained={"fc_r": trained_fc, "target_r": None, "source": "trainer invocation"},
+                           served={"r": None, "source": "none"},
+                           context={"engine": engine, "engine_version": engine_version, "family": fam, "num_layers": L,
+                                    "trainer": trainer, "hidden_size": hidden_size, "arch": arch or "generic"})
     fc = (res.trained or {}).get("fc_r")
     if trained_layout is not None and trained_fc is not None and fc is not None and list(fc) != list(trained_fc):
         findings.append(Finding("trainer_vs_layout", Severity.FAIL, [], f"the trainer's ids give r = "

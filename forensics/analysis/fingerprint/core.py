@@ -151,6 +151,12 @@ class Fingerprint:
 
         return html(self)
 
+    def explain(self) -> str:
+        """The evidence behind every verdict: distance matrix, depth-order signals, each slot's signals."""
+        from forensics.views.fingerprint import explain
+
+        return explain(self)
+
 
 # ----------------------------------------------------------------------------------------- expected list
 # ---------------------------------------------------------------------------------------------- signals

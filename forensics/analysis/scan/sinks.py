@@ -185,7 +185,7 @@ def read_parquet_rows(out: str) -> Iterator[dict]:
                 continue
             try:
                 row = json.loads(text)
-            except ValueError:
+            except (ValueError, RecursionError):
                 continue
             if isinstance(row, dict) and "path" in row:
                 yield row

@@ -84,7 +84,7 @@ _SIDECAR_CACHE: dict[tuple, dict | None] = {}  # (path, mtime_ns, size) -> parse
 _SIDECAR_CACHE_MAX = 8
 
 
-def _sidecar(path: str, name: str) -> dict | None:
+def _sidecar(path: str, name: str, notes: list[str] | None = None) -> dict | None:
     """The side file ``name`` in the file's folder or its parent, parsed once per (path, mtime, size): a dataset's
     files share one capture.json, which ``hsf stamp`` grows by one entry per torch file."""
     d = os.path.dirname(os.path.abspath(path))
@@ -98,6 +98,8 @@ def _sidecar(path: str, name: str) -> dict | None:
                     _SIDECAR_CACHE.pop(next(iter(_SIDECAR_CACHE)))
                 _SIDECAR_CACHE[key] = read_json(side)
             doc = _SIDECAR_CACHE[key]
+            if doc is None and notes is not None:  # a side file never makes a capture unreadable: say so, go on
+                notes.append(f"{name} ignored: not a readable JSON object (invalid, too deep or too large)")
             return dict(doc) if doc is not None else None
     return None
 
@@ -107,7 +109,7 @@ def _apply_sidecars(cap: Capture) -> None:
 
     # data_config.json is written by speculators' legacy generator next to its data_{i}.pt files only
     # (speculators DataGenerationConfig); it says nothing about other formats.
-    cfg = _sidecar(cap.path, "data_config.json") if cap.format == speculators_v1.NAME else None
+    cfg = _sidecar(cap.path, "data_config.json", cap.provenance.notes) if cap.format == speculators_v1.NAME else None
     hs_cfg = cfg.get("hidden_states") if cfg else None
     ids = hs_cfg.get("layer_ids") if isinstance(hs_cfg, dict) else None
     if isinstance(ids, list):
@@ -123,7 +125,7 @@ def _apply_sidecars(cap: Capture) -> None:
         else:
             cap.provenance.notes.append(f"data_config.json declares layer ids {ids} but the file has "
                                         f"{len(cap.slots)} slots: ids not applied to slots")
-    meta = _sidecar(cap.path, "capture.json")
+    meta = _sidecar(cap.path, "capture.json", cap.provenance.notes)
     if meta:
         cap.meta = meta
         rs = meta.get("r")
