@@ -32,10 +32,11 @@
 
 # %%
 import os
-import tempfile
 from pathlib import Path
 
 import torch
+
+from IPython.display import FileLink
 
 import forensics
 from forensics.layers import r_label
@@ -43,7 +44,8 @@ from forensics.views import plots as hp
 
 ROOT = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "sample_data").is_dir())
 SAMPLE = ROOT / "sample_data"
-OUT = Path(os.environ.get("HSF_NOTEBOOK_OUT") or tempfile.mkdtemp(prefix="hsf-nb01-"))  # never the repo
+# outputs go to notebooks/out/ (git-ignored, inside the JupyterLab root, so the links below open in Lab)
+OUT = Path(os.environ.get("HSF_NOTEBOOK_OUT") or Path.cwd() / "out")
 OUT.mkdir(parents=True, exist_ok=True)
 print("sample data:", SAMPLE)
 print("outputs go to:", OUT)
@@ -179,3 +181,4 @@ hp.depth_ladder(fp_kimi, title="SYNTHETIC Kimi-shaped sample: depth ladder (L = 
 report_path = forensics.report([str(path), str(shuffled_dir / "data_0.pt")], layers=[0, 3, 16, 28]).save(
     OUT / "01_fingerprint_report.html")
 print("report written:", report_path)
+FileLink(os.path.relpath(report_path), result_html_prefix="open the report: ")

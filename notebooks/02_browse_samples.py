@@ -28,17 +28,17 @@
 
 # %%
 import os
-import tempfile
 from pathlib import Path
 
-from IPython.display import HTML
+from IPython.display import HTML, FileLink
 
 import forensics
 from forensics.views.widgets import SampleBrowser
 
 ROOT = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "sample_data").is_dir())
 SAMPLE = ROOT / "sample_data"
-OUT = Path(os.environ.get("HSF_NOTEBOOK_OUT") or tempfile.mkdtemp(prefix="hsf-nb02-"))  # never the repo
+# outputs go to notebooks/out/ (git-ignored, inside the JupyterLab root, so the links below open in Lab)
+OUT = Path(os.environ.get("HSF_NOTEBOOK_OUT") or Path.cwd() / "out")
 OUT.mkdir(parents=True, exist_ok=True)
 
 # %%
@@ -84,3 +84,4 @@ HTML(browser.render())
 report_path = forensics.report([str(SAMPLE / "speculators_v1")], layers=[0, 3, 16, 28]).save(
     OUT / "02_browse_report.html")
 print("report written:", report_path)
+FileLink(os.path.relpath(report_path), result_html_prefix="open the report: ")

@@ -28,15 +28,17 @@
 # %%
 import json
 import os
-import tempfile
 from pathlib import Path
+
+from IPython.display import FileLink
 
 import forensics
 from forensics.views import plots as hp
 
 ROOT = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "sample_data").is_dir())
 SAMPLE = ROOT / "sample_data"
-OUT = Path(os.environ.get("HSF_NOTEBOOK_OUT") or tempfile.mkdtemp(prefix="hsf-nb03-"))  # never the repo
+# outputs go to notebooks/out/ (git-ignored, inside the JupyterLab root, so the links below open in Lab)
+OUT = Path(os.environ.get("HSF_NOTEBOOK_OUT") or Path.cwd() / "out")
 OUT.mkdir(parents=True, exist_ok=True)
 
 
@@ -140,7 +142,7 @@ hp.audit_slices(fixed, title="SmolLM2 draft with the fixed ids, vLLM")
 # ## 3. Ask the draft itself: the probe
 #
 # Configs and sidecars can lie; the draft's weights cannot. `sample_data/draft_eagle3/` is a tiny EAGLE-3
-# draft trained on CPU on SmolLM2's `[embed, L3, L16]` (30 steps: weak, but enough to tell wirings
+# draft trained on CPU on SmolLM2's `[embed, L3, L16]` (500 steps, per its `training.json`: weak, but enough to tell wirings
 # apart). `forensics.probe` runs it at training-time step 0 under candidate wirings and scores each
 # against the next token; the wiring it was trained on should win clearly. This is the seed's decisive
 # experiment as a function (on Kimi-K2.5: 76.9 % fed `cat([embed, L3, L31])` vs 34.1 % fed
@@ -162,3 +164,4 @@ hp.probe_wirings(pr)
 report_path = forensics.report([str(data)], layers=[0, 3, 16, 28], draft=str(smol_draft), engine="vllm",
                                trainer="speculators-v1").save(OUT / "03_wiring_audit_report.html")
 print("report written:", report_path)
+FileLink(os.path.relpath(report_path), result_html_prefix="open the report: ")

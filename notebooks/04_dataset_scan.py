@@ -30,17 +30,19 @@
 # %%
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import torch
+
+from IPython.display import FileLink
 
 import forensics
 from forensics.views import plots as hp
 
 ROOT = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "sample_data").is_dir())
 SAMPLE = ROOT / "sample_data"
-OUT = Path(os.environ.get("HSF_NOTEBOOK_OUT") or tempfile.mkdtemp(prefix="hsf-nb04-"))  # never the repo
+# outputs go to notebooks/out/ (git-ignored, inside the JupyterLab root, so the links below open in Lab)
+OUT = Path(os.environ.get("HSF_NOTEBOOK_OUT") or Path.cwd() / "out")
 OUT.mkdir(parents=True, exist_ok=True)
 
 # %%
@@ -116,3 +118,4 @@ hp.scan_file_medians(res)
 report_path = forensics.report([str(dataset / "data_0.pt"), str(dataset / "data_5.pt")], layers=[0, 3, 16, 28],
                                scan=res).save(OUT / "04_dataset_scan_report.html")
 print("report written:", report_path)
+FileLink(os.path.relpath(report_path), result_html_prefix="open the report: ")

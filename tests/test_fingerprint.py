@@ -292,7 +292,8 @@ def test_to_dict_extends_inspect_entry_and_html_is_escaped(sample_data):
     html = fingerprint(cap)._repr_html_()
     assert "<script>" not in html and "&lt;script&gt;" in html
     assert html.index("hsf-fingerprint") < html.index("hsf-evidence")  # verdict table before evidence
-    assert "embedding" in repr(fp) and "evidence" in repr(fp)
+    assert "embedding" in repr(fp) and "evidence" in fp.explain()
+    assert len(repr(fp).splitlines()) == 2 + 1 + len(fp.slots)  # verdict, file, header, one line per slot
 
 
 def test_cli_json_and_unreadable(sample_data, tmp_path, capsys):

@@ -29,12 +29,16 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from forensics.analysis.probe import TOPK, probe
 
-    res = probe(args.draft, args.data, candidates=args.candidates, model=target_of(args),
-                topk=TOPK if args.topk is None else args.topk, max_samples=args.samples, use_loss_mask=args.loss_mask)
+    with args.console.progress("wirings × files") as step:
+        res = probe(args.draft, args.data, candidates=args.candidates, model=target_of(args),
+                    topk=TOPK if args.topk is None else args.topk, max_samples=args.samples,
+                    use_loss_mask=args.loss_mask, progress=lambda done, total: step(done=done, total=total))
     if args.json:
         print_json(res.to_dict())
     else:
-        print(repr(res))
+        from forensics.views.probe import text
+
+        args.console.text(text(res, width=args.console.width, verbose=args.console.verbose))
     declared = next((r for r in res.rows if "declared" in r["tags"]), None)
     if declared is not None and declared is not res.best and declared["top1_ci"][1] < res.best["top1_ci"][0]:
         return 1

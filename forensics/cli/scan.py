@@ -6,8 +6,6 @@ unreadable files or bad arguments; 3 a claim no fingerprinted file could decide 
 
 from __future__ import annotations
 
-import sys
-
 from forensics.cli._common import print_json
 
 
@@ -53,17 +51,16 @@ def run(args) -> int:
         res = scan(args.paths if len(args.paths) > 1 else args.paths[0], workers=args.workers, out=args.out,
                    **budget,
                    resume=args.resume, sample=args.sample, dask=dask, fingerprint=args.fingerprint,
-                   progress=False if (args.no_progress or args.json) else None, out_format=args.out_format,
-                   layers=args.layers)
+                   progress=False if (args.no_progress or args.json or args.quiet) else None,
+                   out_format=args.out_format, layers=args.layers)
     except KeyboardInterrupt:
         if args.out:
-            print(f"hsf scan: interrupted; rows so far are in {args.out}: continue with --resume",
-                  file=sys.stderr)
+            args.console.error(f"interrupted; rows so far are in {args.out}: continue with --resume")
         raise
     if args.json:
         print_json(res.to_dict())
     else:
-        print(repr(res))
-        if args.out:
-            print(f"rows: {args.out}")
+        from forensics.views.scan import text
+
+        args.console.text(text(res, width=args.console.width) + (f"\nrows: {args.out}" if args.out else ""))
     return res.exit_code()

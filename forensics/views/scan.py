@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from forensics.views.format import esc, html_table, num, short_list
+from forensics.views.format import TEXT_WIDTH, esc, fit, html_table, num, short_list
 
 MAX_LISTED_ANOMALIES = 200  # anomalies shown in repr/HTML (all are in .anomalies and to_dict())
 MAX_LISTED_SLOTS = 12  # slot lines per format in repr (a 32-slot ladder would drown the anomalies)
@@ -34,7 +34,9 @@ def headline(res) -> str:
         f"unreadable; anomalies: {counts}{wide}{speed}")
 
 
-def text(res) -> str:
+def text(res, width: int = TEXT_WIDTH) -> str:
+    """What ``repr`` and ``hsf scan`` print: the verdict line, then per format its majority order and slots, then
+    every anomaly (one line each)."""
     lines = [headline(res)]
     for fmt, g in res.summary["groups"].items():
         what, order = _order(g)
@@ -60,7 +62,7 @@ def text(res) -> str:
         lines.append(f"  {a['kind']}: {a['message']}")
     if len(res.anomalies) > MAX_LISTED_ANOMALIES:
         lines.append(f"  … {len(res.anomalies) - MAX_LISTED_ANOMALIES} more anomalies (see to_dict())")
-    return "\n".join(lines)
+    return fit("\n".join(lines), width)
 
 
 def html(res) -> str:

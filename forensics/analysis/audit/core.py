@@ -81,6 +81,12 @@ class AuditResult:
 
         return text(self)
 
+    def explain(self) -> str:
+        """The report with every finding's evidence (the numbers behind the verdict)."""
+        from forensics.views.audit import explain
+
+        return explain(self)
+
 
 
 

@@ -42,6 +42,7 @@ from forensics.analysis.fingerprint.rules import (  # noqa: F401 - re-exported: 
     find_duplicates,
     has_sink,
     identical_groups,
+    isolated_end,
     late_signature,
     order_chain,
     postnorm_signals,
@@ -149,6 +150,12 @@ class Fingerprint:
         from forensics.views.fingerprint import html
 
         return html(self)
+
+    def explain(self) -> str:
+        """The evidence behind every verdict: distance matrix, depth-order signals, each slot's signals."""
+        from forensics.views.fingerprint import explain
+
+        return explain(self)
 
 
 # ----------------------------------------------------------------------------------------- expected list
@@ -285,6 +292,8 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
         end = None if any(is_post) else collapsed_end(co.chain, st.slots, meds, ev)
         if end is not None:  # the chain puts it beside the deepest slot: a post-norm final, out of the chain
             is_post[end], post_score[end], post_why[end] = True, POSTNORM_DECIDED, "norm_collapse"
+        elif not any(is_post) and (hang := isolated_end(co.chain, D, weak, ev)) is not None:
+            is_post[hang] = True  # ranked last with its candidate score: the role is not decided by this
         elif len(co.chain) < POSTNORM_CHAIN_MIN and not any(is_post):  # too short a chain to place a candidate
             for i in weak:
                 is_post[i] = True
