@@ -178,8 +178,8 @@ def test_every_view_shows_the_same_severity(sample_data, tmp_path, capsys):
         # notebook HTML and the sample browser
         html, browser = fp._repr_html_(), verdict_html(fp)
         for kind, sev in want:
-            assert f">{sev}</span></td><td>{kind}</td>" in html, (name, kind)
-            assert f">{sev}</span> <b>{kind}</b>" in browser, (name, kind)
+            assert re.search(rf">{sev}</span></td><td[^>]*>{kind}</td>", html), (name, kind)
+            assert re.search(rf">{sev}</span> <b>{kind}</b>", browser), (name, kind)
         # the report's verdict block (what its template renders) and a dataset scan row
         row = build_verdicts([FileResult(path=path, rel=name, capture=fp.capture, stats=fp.stats, fp=fp)], None)
         assert {(x["kind"], x["severity"]) for x in row["rows"][0]["findings"]} == want, name

@@ -174,7 +174,8 @@ def _probe_summary(probe_res) -> dict | None:
 
 
 def build_verdicts(files: list[FileResult], audit_res, probe_res=None) -> dict:
-    rows, counts = [], {k: 0 for k in OUTCOMES}
+    rows: list[dict] = []
+    counts = {k: 0 for k in OUTCOMES}
     for f in files:
         if f.error:
             rows.append({"file": f.rel, "error": f.error, "verdict": "fail", "slots": [], "findings": [], "order": "",
