@@ -132,14 +132,14 @@ MIN_FLEX = 24  # a folding column folds down to this many characters before lowe
 
 
 def wrap(line: str, width: int = TEXT_WIDTH, indent: str | None = None) -> list[str]:
-    """One logical line as lines of at most ``width`` characters; continuations are indented two columns
-    deeper than the line itself (or by ``indent``)."""
+    """One logical line as lines of at most ``width`` characters; continuations are indented four columns
+    deeper than the line itself (or by ``indent``). A single word longer than that (a long path) is not split."""
     if len(line) <= width:
         return [line]
     lead = line[:len(line) - len(line.lstrip())]
     sub = indent if indent is not None else lead + "    "
     return textwrap.wrap(line.strip(), width=width, initial_indent=lead, subsequent_indent=sub,
-                         break_on_hyphens=False) or [line[:width]]
+                         break_on_hyphens=False, break_long_words=False) or [line[:width]]
 
 
 def fit(text: str, width: int = TEXT_WIDTH) -> str:
