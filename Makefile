@@ -78,8 +78,9 @@ test: $(TEST_STAMP)
 fuzz: $(TEST_STAMP)
 	HSF_FUZZ=long $(BIN)/python -m pytest -q tests/test_fuzz.py $(PYTEST_ARGS)
 
+# --allow-root when run as root (containers): Jupyter refuses root without it
 lab: $(TEST_STAMP)
-	$(BIN)/jupyter lab notebooks/
+	$(BIN)/jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root)
 
 # Each benchmark prints its goals as "GOAL … ratio … load (1 min)"; the last lines repeat them all.
 # Generated files go to /tmp and are deleted afterwards (the scan benchmark needs ~2.6 GB free there).

@@ -22,23 +22,27 @@
 # the norm plots and the token text (the sample data ships SmolLM2's tokenizer, found through
 # `capture.json`'s `"tokenizer"` entry).
 #
+# The token range applies to the norm-by-position plot and the token table (the panel says so); the verdict,
+# the slot statistics and the norm distributions always use every token. The slot list shows every slot of the
+# sample (all 32 of the ladder), so its default selection is in view.
+#
 # The controls only re-render when you let go of the slider (`continuous_update=False`). The panel is
 # produced by a pure function, `forensics.views.widgets.render_panel`, so what you see here is also what the
 # tests check and what the HTML report shows.
 
 # %%
 import os
-import tempfile
 from pathlib import Path
 
-from IPython.display import HTML
+from IPython.display import HTML, FileLink
 
 import forensics
 from forensics.views.widgets import SampleBrowser
 
 ROOT = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "sample_data").is_dir())
 SAMPLE = ROOT / "sample_data"
-OUT = Path(os.environ.get("HSF_NOTEBOOK_OUT") or tempfile.mkdtemp(prefix="hsf-nb02-"))  # never the repo
+# outputs go to notebooks/out/ (git-ignored, inside the JupyterLab root, so the links below open in Lab)
+OUT = Path(os.environ.get("HSF_NOTEBOOK_OUT") or Path.cwd() / "out")
 OUT.mkdir(parents=True, exist_ok=True)
 
 # %%
@@ -84,3 +88,4 @@ HTML(browser.render())
 report_path = forensics.report([str(SAMPLE / "speculators_v1")], layers=[0, 3, 16, 28]).save(
     OUT / "02_browse_report.html")
 print("report written:", report_path)
+FileLink(os.path.relpath(report_path), result_html_prefix="open the report: ")

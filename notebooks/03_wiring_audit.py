@@ -28,15 +28,17 @@
 # %%
 import json
 import os
-import tempfile
 from pathlib import Path
+
+from IPython.display import FileLink
 
 import forensics
 from forensics.views import plots as hp
 
 ROOT = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "sample_data").is_dir())
 SAMPLE = ROOT / "sample_data"
-OUT = Path(os.environ.get("HSF_NOTEBOOK_OUT") or tempfile.mkdtemp(prefix="hsf-nb03-"))  # never the repo
+# outputs go to notebooks/out/ (git-ignored, inside the JupyterLab root, so the links below open in Lab)
+OUT = Path(os.environ.get("HSF_NOTEBOOK_OUT") or Path.cwd() / "out")
 OUT.mkdir(parents=True, exist_ok=True)
 
 
@@ -116,6 +118,24 @@ for engine, version in (("vllm", None), ("sglang", "pre-25454")):
                                       trainer="speculators-v1")
     print(f"{engine}: {results[engine]}")
 
+# %% [markdown]
+# SGLang adds 1 to the ids and serves `[L3, L16, L28]` to a draft trained on `[embed, L3, L16]`: the seed's
+# bug, a list shifted by one slot, reported as its own `shifted` finding (FAIL). From the data alone only
+# slice 0 is certain (the embedding is measured; L3 and L16 are what the sidecar declares), so the audit
+# gives no id list that would rest on them: it says what settles them. With `model="default"` (the packaged
+# SmolLM2) every slice is measured and the fix is computed.
+
+# %%
+shift = next(f for f in results["sglang"].findings if f.kind == "shifted")
+print(f"{shift.severity.value.upper()} {shift.kind}: {shift.message}")
+print("slices ok (data only):", [s["ok"] for s in results["sglang"].slices], "| to settle:", results["sglang"].settle)
+assert results["sglang"].verdict == "mismatch" and results["sglang"].exit_code() == 1
+
+# %%
+results["vllm"] = forensics.audit(data=data, draft=smol_draft, engine="vllm", trainer="speculators-v1",
+                                  model="default")
+print("with model='default':", results["vllm"])
+
 # %%
 hp.audit_slices(results["vllm"], title="SmolLM2 draft ids [2, 15, 27] served by vLLM")
 
@@ -126,13 +146,14 @@ hp.audit_slices(results["sglang"], title="SmolLM2 draft ids [2, 15, 27] served b
 results["vllm"]  # findings with their evidence, and the fix
 
 # %% [markdown]
-# Applying vLLM's fix (top-level key, which vLLM reads) gives a match:
+# Applying vLLM's fix (top-level key, which vLLM reads) gives a match, measured slice by slice against the
+# packaged SmolLM2 (data alone would say CANNOT TELL for the declared L3 and L16):
 
 # %%
 fix = results["vllm"].fix
 fixed = forensics.audit(data=data, draft=write_draft_config(OUT / "smollm2-draft-fixed", fix["ids"], hidden=576,
                                                             top_level=True),
-                        engine="vllm", trainer="speculators-v1")
+                        engine="vllm", trainer="speculators-v1", model="default")
 print(fixed)
 hp.audit_slices(fixed, title="SmolLM2 draft with the fixed ids, vLLM")
 
@@ -140,7 +161,7 @@ hp.audit_slices(fixed, title="SmolLM2 draft with the fixed ids, vLLM")
 # ## 3. Ask the draft itself: the probe
 #
 # Configs and sidecars can lie; the draft's weights cannot. `sample_data/draft_eagle3/` is a tiny EAGLE-3
-# draft trained on CPU on SmolLM2's `[embed, L3, L16]` (30 steps: weak, but enough to tell wirings
+# draft trained on CPU on SmolLM2's `[embed, L3, L16]` (500 steps, per its `training.json`: weak, but enough to tell wirings
 # apart). `forensics.probe` runs it at training-time step 0 under candidate wirings and scores each
 # against the next token; the wiring it was trained on should win clearly. This is the seed's decisive
 # experiment as a function (on Kimi-K2.5: 76.9 % fed `cat([embed, L3, L31])` vs 34.1 % fed
@@ -162,3 +183,4 @@ hp.probe_wirings(pr)
 report_path = forensics.report([str(data)], layers=[0, 3, 16, 28], draft=str(smol_draft), engine="vllm",
                                trainer="speculators-v1").save(OUT / "03_wiring_audit_report.html")
 print("report written:", report_path)
+FileLink(os.path.relpath(report_path), result_html_prefix="open the report: ")

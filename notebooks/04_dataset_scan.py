@@ -30,17 +30,19 @@
 # %%
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import torch
+
+from IPython.display import FileLink
 
 import forensics
 from forensics.views import plots as hp
 
 ROOT = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "sample_data").is_dir())
 SAMPLE = ROOT / "sample_data"
-OUT = Path(os.environ.get("HSF_NOTEBOOK_OUT") or tempfile.mkdtemp(prefix="hsf-nb04-"))  # never the repo
+# outputs go to notebooks/out/ (git-ignored, inside the JupyterLab root, so the links below open in Lab)
+OUT = Path(os.environ.get("HSF_NOTEBOOK_OUT") or Path.cwd() / "out")
 OUT.mkdir(parents=True, exist_ok=True)
 
 # %%
@@ -74,7 +76,22 @@ res  # summary per format and the anomaly table
 
 # %%
 for a in res.anomalies:
-    print(f"{os.path.basename(a['file'])}: {a['kind']} — {a['message']}")
+    print(f"{os.path.basename(a['file'])}: {a['kind']} ({a['severity']}) — {a['message']}")
+
+# %% [markdown]
+# ### The seed's claim, dataset-wide
+#
+# Checked against the served list `[L3, L16, L28, L30]` (`layers=`, as `hsf scan --layers 3,16,28,30`), the
+# real SmolLM2 files of `sample_data/speculators_v1` hold the embedding where the claim starts at L3: every
+# file is `shifted`, so the scan reports one dataset-wide finding of severity fail (exit code 1), not one
+# anomaly per file.
+
+# %%
+seed = forensics.scan(SAMPLE / "speculators_v1", workers=0, layers=[3, 16, 28, 30], fingerprint=True)
+wide = {d["kind"]: d for d in seed.summary["dataset_findings"]}
+print(f"{wide['shifted']['severity'].upper()} shifted in {wide['shifted']['files']}/{wide['shifted']['of']} files;"
+      f" exit code {seed.exit_code()}")
+assert seed.exit_code() == 1
 
 # %% [markdown]
 # ## Query the rows
@@ -116,3 +133,4 @@ hp.scan_file_medians(res)
 report_path = forensics.report([str(dataset / "data_0.pt"), str(dataset / "data_5.pt")], layers=[0, 3, 16, 28],
                                scan=res).save(OUT / "04_dataset_scan_report.html")
 print("report written:", report_path)
+FileLink(os.path.relpath(report_path), result_html_prefix="open the report: ")

@@ -292,7 +292,8 @@ def test_to_dict_extends_inspect_entry_and_html_is_escaped(sample_data):
     html = fingerprint(cap)._repr_html_()
     assert "<script>" not in html and "&lt;script&gt;" in html
     assert html.index("hsf-fingerprint") < html.index("hsf-evidence")  # verdict table before evidence
-    assert "embedding" in repr(fp) and "evidence" in repr(fp)
+    assert "embedding" in repr(fp) and "evidence" in fp.explain()
+    assert len(repr(fp).splitlines()) == 2 + 1 + len(fp.slots)  # verdict, file, header, one line per slot
 
 
 def test_cli_json_and_unreadable(sample_data, tmp_path, capsys):
@@ -520,3 +521,61 @@ def test_normalizes_screen_agrees_with_the_float64_fit():
         full = normalizes(pre, b, [0], 10_000)["residual"]
         exact64 = normalizes(pre, b, [0], NORMALIZES_SCREEN_ROWS + 1)["residual"]  # same kind of fit, f64
         assert abs(screen - exact64) < 2e-3 and (full < 0.01) == (b is post) == (screen < 0.01)
+
+
+@pytest.mark.model
+def test_sampled_fingerprint_equals_full_rows_on_a_long_real_capture(sample_data, tmp_path, monkeypatch):
+    """A real SmolLM2 capture longer than both row samples (embed, L3, L16, L28, L30, final_post): the sampled
+    fingerprint's roles, labels, depth order and findings equal the all-rows fit; its distances equal a
+    float64 reference on the sampled rows (1e-5) and the all-rows distances within 5 standard errors."""
+    from forensics.analysis.fingerprint import depth
+    from forensics.models.recorder import capture
+
+    texts = sorted((sample_data / "texts").glob("*.txt"))
+    long_text = tmp_path / "long.txt"
+    long_text.write_text("\n\n".join(p.read_text() for p in texts * 3))
+    capture([str(long_text)], layers="embed,3,16,28,30,final_post", fmt="safetensors", out=str(tmp_path / "cap"),
+            max_tokens=1024, progress=False)
+    path = next((tmp_path / "cap").glob("*.safetensors"))
+    cap = forensics.load(path)
+    assert cap.num_tokens > depth.NORMALIZES_SAMPLE_ROWS + 1 > depth.DISTANCE_SAMPLE_ROWS
+    fp = fingerprint(cap)
+    with monkeypatch.context() as m:
+        m.setattr(depth, "DISTANCE_SAMPLE_ROWS", 10**9)
+        m.setattr(depth, "NORMALIZES_SAMPLE_ROWS", 10**9)
+        full = fingerprint(forensics.load(path))
+
+    def verdicts(f):
+        return ([s.role for s in f.slots], f.labels, list(f.depth_order), sorted(x.kind for x in f.findings))
+
+    assert verdicts(fp) == verdicts(full)
+    assert [s.role for s in fp.slots][0] == "embedding" and fp.slots[-1].role == "final_postnorm"
+    st = fp.stats
+    drop = sorted({0} | {p for s in st.slots for p in s.sinks})
+    mask = sorted({d for s in st.slots for d in s.massive_dims})
+    tensors = [s.tensor() for s in cap.slots]
+    res = depth.angular_distance_sample(tensors, drop, mask)
+    rows = depth.sample_rows(cap.num_tokens, drop, depth.DISTANCE_SAMPLE_ROWS).tolist()
+    assert np.abs(res.D - _f64_distances(tensors, rows, mask)).max() < 1e-5
+    assert np.allclose(fp.similarity, res.D)
+    off = ~np.eye(len(tensors), dtype=bool)
+    assert (np.abs(res.D - full.similarity)[off] <= 5 * res.se[off] + 1e-9).all()
+
+
+def test_near_tie_chain_is_settled_on_all_rows():
+    """A duplicated layer slot makes two depth paths cost the same: the sample cannot decide, so the chain
+    is seriated on all kept rows; a clearly ordered chain keeps the sample."""
+    from forensics.analysis.fingerprint.depth import DISTANCE_SAMPLE_ROWS, angular_distance_sample, settle_chain
+
+    g = torch.Generator().manual_seed(6)
+    T, H = 4 * DISTANCE_SAMPLE_ROWS, 64
+    x = torch.randn(T, H, generator=g)
+    layers = [x]
+    for _ in range(3):
+        layers.append(layers[-1] + 0.6 * torch.randn(T, H, generator=g))
+    clear = [t.to(torch.bfloat16) for t in layers]
+    tie = clear[:2] + [clear[1].clone()] + clear[2:]
+    for slots, settled in ((clear, False), (tie, True)):
+        sample = angular_distance_sample(slots, [0], [])
+        out = settle_chain(sample, slots, [0], [], list(range(len(slots))))
+        assert sample.rows == DISTANCE_SAMPLE_ROWS and out.rows == (T - 1 if settled else DISTANCE_SAMPLE_ROWS)

@@ -95,6 +95,8 @@ EXPECT = {
         "finding reordered",
         "SYNTHETIC — labels: ['embed', 'L3', 'L31', 'L59']",
         "SYNTHETIC — roles: ['embedding', 'early', 'middle', 'late']",
+        "FAIL shifted: corrected [0, 3, 16, 28]",  # the seed's claim [L3, L16, L28, L30] on real data
+        "SYNTHETIC — verdict: FAIL — corrected: [0, 3, 31, 59]",
     ],
     "02_browse_samples.ipynb": ["slots shown: ['1: L3', '2: L16']", "hidden_states[1]", "hsf-panel"],
     "03_wiring_audit.ipynb": [
@@ -102,10 +104,12 @@ EXPECT = {
         "fix: nested eagle_config.eagle_aux_hidden_state_layer_ids = [-1, 2, 30]",
         "vllm: AuditResult(mismatch: served ['L2', 'L15', 'L27'] but trained on ['embed', 'L3', 'L16']",
         "sglang: AuditResult(mismatch: served ['L3', 'L16', 'L28'] but trained on ['embed', 'L3', 'L16']",
+        "FAIL shifted: the served list ['L3', 'L16', 'L28'] is shifted by one slice",
         "AuditResult(match",
         "best wiring: embed+L3+L16 | clear winner: True",
     ],
     "04_dataset_scan.ipynb": ["data_5.pt: reordered", "data_6.pt: nonfinite", "data_7.pt: unreadable",
+                              "FAIL shifted in 5/5 files; exit code 1",
                               "data_4.pt hidden_states[2]   L16", "[reordered]", "[nonfinite]"],
 }
 MIN_IMAGES = {"01_fingerprint.ipynb": 8, "02_browse_samples.ipynb": 0, "03_wiring_audit.ipynb": 6,
@@ -146,60 +150,3 @@ def test_executes_top_to_bottom(name, tmp_path, monkeypatch):
         assert panels and "hsf-panel" in panels[0]
     if os.environ.get("HSF_STRICT_NOTEBOOK_TIME"):
         assert elapsed < NOTEBOOK_BUDGET_S
-
-
-@pytest.mark.browser
-@pytest.mark.skipif(not os.environ.get("HSF_LAB_TEST"), reason="opt-in (HSF_LAB_TEST=1): starts JupyterLab, ~1–2 min")
-def test_browser_live_in_jupyterlab(tmp_path):
-    """Notebook 02 in a real JupyterLab (headless Chromium): Run All, then pick another sample in the dropdown
-    with the mouse; the Output widget must show that sample's panel (the kernel → frontend round trip)."""
-    import shutil
-    import socket
-    import subprocess
-
-    playwright = pytest.importorskip("playwright.sync_api")
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if not chromium:
-        pytest.skip("no chromium")
-    (tmp_path / "notebooks").mkdir()
-    shutil.copy(os.path.join(NB_DIR, "02_browse_samples.ipynb"), tmp_path / "notebooks")
-    os.symlink(SAMPLE, tmp_path / "sample_data")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HSF_NOTEBOOK_OUT=str(tmp_path / "out"))
-    lab = subprocess.Popen([os.path.join(os.path.dirname(__import__("sys").executable), "jupyter"), "lab",
-                            "--no-browser", f"--port={port}", "--ServerApp.token=", "--ServerApp.password=",
-                            f"--ServerApp.root_dir={tmp_path}", "--allow-root"], env=env, cwd=tmp_path,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(120):
-            try:
-                socket.create_connection(("127.0.0.1", port), 1).close()
-                break
-            except OSError:
-                time.sleep(1)
-        with playwright.sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.goto(f"http://127.0.0.1:{port}/lab/tree/notebooks/02_browse_samples.ipynb", timeout=120_000)
-            page.wait_for_selector(".jp-Notebook", timeout=120_000)
-            time.sleep(3)
-            page.click("text=Run", timeout=30_000)
-            page.click("text=Run All Cells", timeout=30_000)
-            page.wait_for_selector(".widget-dropdown select", timeout=240_000)
-            page.wait_for_function("document.querySelectorAll('.hsf-panel').length >= 3 && ![...document"
-                                   ".querySelectorAll('.jp-InputArea-prompt')].some(e => e.textContent.includes('*'))",
-                                   timeout=300_000)  # every cell ran (no busy [*] prompt left)
-            page.locator(".widget-dropdown").first.scroll_into_view_if_needed()
-            page.locator(".widget-dropdown select").first.select_option(label="speculators_v1/data_2.pt")
-            try:
-                page.wait_for_function("[...document.querySelectorAll('.jp-OutputArea-output .hsf-panel')]"
-                                       ".some(e => e.textContent.startsWith('data_2.pt'))", timeout=180_000)
-            finally:
-                page.screenshot(path=str(tmp_path / "jupyterlab_browser.png"))
-                print("screenshot:", tmp_path / "jupyterlab_browser.png")
-            browser.close()
-    finally:
-        lab.terminate()
-        lab.wait(20)

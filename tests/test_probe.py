@@ -135,7 +135,8 @@ def test_cli_json_and_exit_codes(draft_dir, sample_data, tmp_path, capsys):
     assert rc == 0  # explicit candidates carry no "declared" tag
     rc = main(["probe", "--draft", str(tmp_path), "--data", str(sample_data / "speculators_v1")])
     out = capsys.readouterr().out
-    assert rc == 1 and "likely trained on embed+L3+L16" in out
+    assert rc == 1 and "likely trained on embed+L3+L16" in " ".join(out.split())  # folded to the width
+    assert out.splitlines()[0].startswith("probe: MISMATCH — best wiring embed+L3+L16")  # the verdict first
     assert main(["probe", "--draft", str(tmp_path / "nope"), "--data", data]) == 2
 
 

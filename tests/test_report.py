@@ -332,7 +332,8 @@ def test_many_files_are_summarised_by_the_scan(tmp_path, monkeypatch):
 
 def test_trained_draft_is_probed_and_summarised_in_the_verdicts(sample_data, tmp_path):
     """The committed tiny draft was trained on r = [0, 3, 16] (sample_data/draft_eagle3/training.json): the
-    probe's best wiring is shown next to the verdicts, with its ranking fragment in the cross-slot section."""
+    probe's best wiring is shown next to the verdicts as the bar chart with confidence whiskers, its ranking
+    table folded under it."""
     draft = sample_data / "draft_eagle3"
     if not (draft / "model.safetensors").is_file():
         pytest.skip("sample_data/draft_eagle3 is not in this checkout")
@@ -340,7 +341,8 @@ def test_trained_draft_is_probed_and_summarised_in_the_verdicts(sample_data, tmp
     html = rep.html
     block = re.search(r'<section id="verdicts">.*?</section>', html, re.S).group(0)
     assert "Draft probe:" in block and "best wiring <b>embed+L3+L16</b>" in block
-    assert rep.context["probe_html"] and "Draft probe: acceptance under candidate wirings" in html
+    assert rep.context["probe_fig"]["src"].startswith("data:image/png;base64,")
+    assert rep.context["probe_fig"]["src"] in block and rep.context["probe_html"] in block
     assert "--draft " in rep.command() and "--engine vllm" in rep.command()
     assert_offline(html)
 

@@ -30,7 +30,11 @@ CONFIGS = {
     "gemma3_text": lambda: transformers.Gemma3TextConfig(
         **COMMON, head_dim=16, sliding_window=4,
         layer_types=["sliding_attention", "full_attention", "sliding_attention"]),
+    "gemma": lambda: transformers.GemmaConfig(**COMMON, head_dim=16),
+    "qwen2": lambda: transformers.Qwen2Config(**COMMON),
     "mistral": lambda: transformers.MistralConfig(**COMMON, sliding_window=5),
+    "qwen3_moe": lambda: transformers.Qwen3MoeConfig(**COMMON, head_dim=16, num_experts=8, num_experts_per_tok=2,
+                                                     moe_intermediate_size=32),
     "mixtral": lambda: transformers.MixtralConfig(**COMMON, num_local_experts=6, num_experts_per_tok=2),
     "qwen2_moe": lambda: transformers.Qwen2MoeConfig(**COMMON, num_experts=8, num_experts_per_tok=2,
                                                      moe_intermediate_size=32, shared_expert_intermediate_size=48),
@@ -231,3 +235,10 @@ def test_bfloat16_stream_when_float32_blocks_do_not_fit(tmp_path, monkeypatch):
     for x in fp.exact["slots"]:
         m = x["ladder"]
         assert m["tolerance"]["compute_dtype"] == "bfloat16" and m["best_rel"] <= LADDER_MATCH_REL
+
+
+def test_resolve_model_keeps_a_target(tmp_path):
+    from forensics.models.target import resolve_model
+
+    t = Target(path=str(tmp_path), max_memory=123)
+    assert resolve_model(t) is t  # a Target is os.PathLike; resolving it must not drop the budget

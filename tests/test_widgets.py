@@ -22,7 +22,9 @@ V1 = os.path.join(SAMPLE, "speculators_v1", "data_0.pt")
 
 
 def _g(x: float) -> str:
-    return f"{x:.4g}" if abs(x) >= 100 else f"{x:.3g}"
+    from forensics.views.format import num
+
+    return num(x)
 
 
 @pytest.fixture(scope="module")

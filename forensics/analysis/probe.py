@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,6 +99,12 @@ class ProbeResult:
 
         return text(self)
 
+    def explain(self) -> str:
+        """The ranking with the notes behind it (how the declared wiring was read, skipped files)."""
+        from forensics.views.probe import text
+
+        return text(self, verbose=True)
+
     def _repr_html_(self) -> str:
         from forensics.views.probe import html
 
@@ -131,12 +138,23 @@ def _declared_r(d: Draft, L: int | None) -> tuple[list | None, str]:
         return None, "no L"
     if d.declared_ids is None:
         return cv.default_r(L), "engine default (no ids in the draft config)"
-    # speculators / vLLM configs: r = id; SGLang / SpecForge nested ids: r = id + 1 (sglang before #25454)
-    system = "speculators" if d.trainer in ("speculators", "vllm") else "sglang"
+    # the one draft-id reader of every command (forensics.analysis.claims.draft_ids_r): speculators / vLLM
+    # top-level ids r = id; SpecForge / SGLang nested ids r = id + 1
+    from types import SimpleNamespace
+
+    from forensics.analysis.claims import draft_ids_r
+
+    system = "speculators" if d.trainer in ("speculators", "vllm") else "specforge"
+    top = system == "speculators"
+    info = SimpleNamespace(ids_top=d.declared_ids if top else None, ids_nested=None if top else d.declared_ids,
+                           config={})
     try:
-        rs = cv.to_r(system, d.declared_ids, L, version="pre-25454" if system == "sglang" else None)
+        read = draft_ids_r(system, info, L)
     except ForensicsError:
         return None, "unreadable ids"
+    if read is None:
+        return None, "unreadable ids"
+    rs = read.r
     return (None if any(r is None for r in rs) else list(rs)), f"config ids {d.declared_ids} read as {system}"
 
 
@@ -238,7 +256,8 @@ def _ids_per_engine(best: list, L: int | None, arch: str | None) -> tuple[dict |
 # -------------------------------------------------------------------------------- probe --
 
 def probe(draft: str | os.PathLike | Draft, data: Any, candidates: str | list = "auto", model: Any = None,
-          topk: int = TOPK, max_samples: int | None = None, use_loss_mask: bool = False) -> ProbeResult:
+          topk: int = TOPK, max_samples: int | None = None, use_loss_mask: bool = False,
+          progress: Callable[[int, int], None] | None = None) -> ProbeResult:
     """Rank candidate wirings of ``draft`` by step-0 agreement on capture ``data``.
 
     Args:
@@ -251,6 +270,7 @@ def probe(draft: str | os.PathLike | Draft, data: Any, candidates: str | list = 
             target is the verifier's prediction; without, the actual next token.
         topk: k of the top-k agreement. max_samples: use at most this many files.
         use_loss_mask: score only positions whose (shifted) loss mask is set.
+        progress: called as ``progress(done, total)`` after each (file, wiring) pair is scored.
     """
     import torch
 
@@ -298,7 +318,9 @@ def probe(draft: str | os.PathLike | Draft, data: Any, candidates: str | list = 
         E, embed_source = m.get_input_embeddings().weight.detach().float(), "model"
     target_source = None
     used, skipped = [], []
-    for cap in caps:
+    for n_cap, cap in enumerate(caps):
+        if progress is not None:
+            progress(n_cap * len(cands), len(caps) * len(cands))
         crefs = _slot_refs(cap)
         ids = cap.input_ids
         if ids is None or cap.num_tokens < 3:
@@ -351,7 +373,7 @@ def probe(draft: str | os.PathLike | Draft, data: Any, candidates: str | list = 
             for r in {r for w, _ in cands for r in w}:  # a position with a non-finite state scores nothing
                 valid &= torch.isfinite(states[r][:-1].float()).all(-1)
             target_source = target_source or src
-            for w, _ in cands:
+            for j, (w, _) in enumerate(cands):
                 fused = torch.cat([states[r][:-1].float() for r in w], dim=-1)
                 logits = d.forward(fused, emb)
                 top = tids[logits.topk(min(topk, logits.shape[-1]), dim=-1).indices]
@@ -360,6 +382,8 @@ def probe(draft: str | os.PathLike | Draft, data: Any, candidates: str | list = 
                 c[0] += int(((top[:, 0] == target) & ok).sum())
                 c[1] += int(((top == target[:, None]).any(-1) & ok).sum())
                 c[2] += int(ok.sum())
+                if progress is not None:
+                    progress(n_cap * len(cands) + j + 1, len(caps) * len(cands))
         used.append(cap.path)
     if not used:
         raise ForensicsError("no usable capture file: " + "; ".join(skipped[:5]))

@@ -1,6 +1,10 @@
-"""``hsf``: the command-line view. Each command lives in ``forensics/commands/<name>.py`` with
-``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``; modules are imported only when their
-command runs, so ``hsf --help`` stays instant (no torch import).
+"""``hsf``: the command-line view. Each command lives in ``forensics/cli/<name>.py`` with
+``add_arguments(parser)`` and ``run(args) -> int``; modules are imported only when their command runs, so
+``hsf --help`` stays instant (no torch, no rich import).
+
+Every command takes ``--json`` (one JSON document on stdout), ``-v/--explain`` (the evidence behind each
+verdict) and ``-q/--quiet`` (no progress, no notes); text output leads with the verdict and its findings,
+fits the terminal (``$COLUMNS``), and every error is one ``hsf COMMAND: error: …`` line on stderr.
 
 Exit codes, the same for every command (``forensics.findings.exit_code``): 0 no fail, 1 a fail (a finding of
 severity fail, a FAIL verdict, an audit mismatch), 2 unreadable input or bad arguments, 3 cannot tell.
@@ -54,6 +58,9 @@ def build_parser(with_commands: list[str] | None = None) -> argparse.ArgumentPar
             if mod is not None:
                 mod.add_arguments(sp)
         sp.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+        sp.add_argument("-v", "--explain", "--verbose", dest="explain", action="store_true",
+                        help="also print the evidence behind each verdict")
+        sp.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no notes on stderr")
     return p
 
 
@@ -87,14 +94,17 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)  # prints help / version / errors and exits
         parser.print_help()
         return 2
+    from forensics.cli._console import Out, say
+
     mod = _module(command)
     if mod is None:
-        print(f"hsf {command}: not available in this installation", file=sys.stderr)
+        say(command, "not available in this installation")
         return 2
     try:
         args = build_parser([command]).parse_args(argv)
     except SystemExit as e:  # --help (0) or a bad argument (2, one line on stderr): a return code, not a raise
         return e.code if isinstance(e.code, int) else 2
+    args.console = Out(command, quiet=args.quiet, verbose=args.explain, json=args.json)
     from forensics.errors import ForensicsError
 
     _one_line_streams()
@@ -105,10 +115,10 @@ def main(argv: list[str] | None = None) -> int:
             warnings.simplefilter("ignore")
             return int(mod.run(args) or 0)
     except ForensicsError as e:
-        print(f"hsf {command}: error: {e}", file=sys.stderr)
+        say(command, str(e))
         return 2
     except KeyboardInterrupt:
-        print(f"hsf {command}: interrupted", file=sys.stderr)
+        say(command, "interrupted")
         return 130
     except BrokenPipeError:  # `hsf … | head`: the reader left; stop quietly, no traceback at exit
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

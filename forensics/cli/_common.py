@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -17,15 +18,19 @@ def print_json(doc: Any) -> None:
 
 
 
-def for_each_file(paths: Iterable[str], fn: Callable[[str], dict]) -> tuple[list[dict], int]:
+def for_each_file(paths: Iterable[str], fn: Callable[[str], dict], out: Any = None,
+                  what: str = "reading") -> tuple[list[dict], int]:
     """Run ``fn`` on every capture file under ``paths``; an unreadable file becomes an error entry.
 
-    Returns ``(entries, exit_code)``: exit 2 when any file was unreadable, else 0.
+    Returns ``(entries, exit_code)``: exit 2 when any file was unreadable, else 0. With ``out`` (the command's
+    :class:`~forensics.cli._console.Out`), a progress bar on stderr counts the files.
     """
     from forensics.errors import ForensicsError
     from forensics.io.formats import iter_files
 
-    entries, code = [], 0
+    entries: list[dict] = []
+    code = 0
+    todo: list[str] = []
     for p in paths:
         try:
             files = list(iter_files(p))
@@ -36,12 +41,23 @@ def for_each_file(paths: Iterable[str], fn: Callable[[str], dict]) -> tuple[list
         if not files:
             entries.append(error_entry(p, ForensicsError("no capture files found", path=p)))
             code = 2
-        for f in files:
+        todo += files
+    if out is None or len(todo) < 2:
+        steps: Any = None
+    else:
+        steps = out.progress(what, len(todo))
+    step = steps.__enter__() if steps is not None else (lambda *a, **k: None)
+    try:
+        for f in todo:
             try:
                 entries.append(fn(f))
             except ForensicsError as e:
                 entries.append(error_entry(f, e))
                 code = 2
+            step(os.path.basename(f))
+    finally:
+        if steps is not None:
+            steps.__exit__(None, None, None)
     return entries, code
 
 

@@ -83,15 +83,21 @@ def run(args) -> int:
                         include_last_layer=args.include_last_layer or None, target_config=args.target_config,
                         num_layers=args.num_layers, hidden_size=args.hidden_size,
                         arch=arch_family([args.target_arch]) if args.target_arch else None, family=args.family)
-        print_json(res.to_dict()) if args.json else print(res.text())
+        if args.json:
+            print_json(res.to_dict())
+        else:
+            args.console.text(res.text())
         return res.exit_code()
-    res = audit(data=data, draft=args.draft, engine=args.engine, engine_version=args.engine_version,
-                trainer=args.trainer, target_config=args.target_config, served=args.served,
-                num_layers=args.num_layers, hidden_size=args.hidden_size,
-                arch=arch_family([args.target_arch]) if args.target_arch else None,
-                use_fingerprint=not args.no_fingerprint, model=target_of(args))
+    with args.console.status("fingerprinting the training data and reading the draft's config"):
+        res = audit(data=data, draft=args.draft, engine=args.engine, engine_version=args.engine_version,
+                    trainer=args.trainer, target_config=args.target_config, served=args.served,
+                    num_layers=args.num_layers, hidden_size=args.hidden_size,
+                    arch=arch_family([args.target_arch]) if args.target_arch else None,
+                    use_fingerprint=not args.no_fingerprint, model=target_of(args))
     if args.json:
         print_json(res.to_dict())
     else:
-        print(res.text())
+        from forensics.views.audit import text
+
+        args.console.text(text(res, width=args.console.width, verbose=args.console.verbose))
     return res.exit_code()

@@ -49,21 +49,22 @@ def run(args) -> int:
     command = canonical_command(args)
     result = capture(args.text, layers=args.layers, fmt=args.fmt, out=args.out, model=args.model,
                      chat=args.chat, max_tokens=args.max_tokens, dtype=args.dtype,
-                     tokenizer_dir=args.tokenizer_dir, progress=not args.no_progress, command=command)
+                     tokenizer_dir=args.tokenizer_dir, command=command,
+                     progress=not (args.no_progress or args.quiet or args.json))
     if args.json:
         print_json(result.to_dict())
         return 0
     meta = result.meta
-    print(f"hsf capture: {len(result.files)} samples from {meta['model']} (L={meta['num_layers']}, "
-          f"H={meta['hidden_size']}) -> {result.out} [{result.format}, {meta['dtype']}]")
-    print(f"  slots (r): {', '.join(r_label(r) for r in result.r)}")
+    lines = [f"hsf capture: {len(result.files)} samples from {meta['model']} (L={meta['num_layers']}, "
+             f"H={meta['hidden_size']}) -> {result.out} [{result.format}, {meta['dtype']}]",
+             f"  slots (r): {', '.join(r_label(r) for r in result.r)}"]
     if result.layer_ids is not None:
-        print(f"  layer ids ({meta['convention']} numbering): {result.layer_ids}")
+        lines.append(f"  layer ids ({meta['convention']} numbering): {result.layer_ids}")
     for s in meta["samples"]:
-        print(f"  {s['file']}: {s['num_tokens']} tokens from {s['text_file']}{' (chat)' if s['chat'] else ''}")
-    for n in result.notes:
-        print(f"  note: {n}")
-    print(f"  provenance: {result.out}/capture.json ({result.seconds:.1f} s)")
+        lines.append(f"  {s['file']}: {s['num_tokens']} tokens from {s['text_file']}{' (chat)' if s['chat'] else ''}")
+    lines += [f"  note: {n}" for n in result.notes]
+    lines.append(f"  provenance: {result.out}/capture.json ({result.seconds:.1f} s)")
+    args.console.text("\n".join(lines))
     return 0
 
 

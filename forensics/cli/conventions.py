@@ -19,5 +19,8 @@ def run(args) -> int:
     if args.json:
         print_json({"rules": [{**asdict(r), "meaning": r.meaning()} for r in RULES]})
     else:
-        print(markdown(RULES) if args.markdown else text(RULES))
+        if args.markdown:
+            print(markdown(RULES))
+        else:
+            args.console.text(text(RULES, width=args.console.width))
     return 0

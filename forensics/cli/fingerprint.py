@@ -9,7 +9,7 @@ Exit codes (``forensics.findings``): 0 no fail, 1 a fail, 2 unreadable file or b
 
 from __future__ import annotations
 
-import sys
+from collections import Counter
 
 from forensics.cli._common import (
     add_engine_arguments,
@@ -81,16 +81,29 @@ def run(args) -> int:
         results[fp.path] = fp
         return fp.to_dict()
 
-    entries, code = for_each_file(args.paths, one)
+    entries, code = for_each_file(args.paths, one, out=args.console, what="fingerprint")
     code = exit_code_of(entries, unreadable=code == 2)
     for e in entries:  # errors on stderr in both modes (the JSON document also carries them)
         if e.get("error"):
-            print(f"hsf fingerprint: error: {e['error']}", file=sys.stderr)
+            args.console.error(e["error"])
     if args.json:
         print_json({"files": entries})
         return code
-    for e in entries:
-        if not e.get("error"):
-            print(repr(results[e["path"]]))
-            print()
+    from forensics.views.fingerprint import explain, text
+    from forensics.views.format import headline_word
+
+    out = args.console
+    fps = [results[e["path"]] for e in entries if not e.get("error")]
+    order = ["FAIL", "CANNOT TELL", "PASS", "NO CLAIM"]  # worst first
+    if len(entries) > 1:
+        counts = Counter(headline_word(fp.verdict) for fp in fps)
+        bad = len(entries) - len(fps)
+        out.text(f"{len(entries)} files: " + ", ".join(f"{counts[w]} {w}" for w in order if counts[w])
+                 + (f", {bad} unreadable (stderr)" if bad else ""))
+    for k, fp in enumerate(sorted(fps, key=lambda fp: order.index(headline_word(fp.verdict)))):
+        if k or len(entries) > 1:
+            out.text("")
+        out.text(text(fp, width=out.width))
+        if out.verbose:
+            out.text(explain(fp, width=out.width))
     return code

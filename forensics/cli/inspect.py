@@ -9,8 +9,6 @@ errors.
 
 from __future__ import annotations
 
-import sys
-
 from forensics.cli._common import for_each_file, print_json
 
 
@@ -29,22 +27,25 @@ def run(args) -> int:
         results[id(entry)] = st
         return entry
 
-    entries, code = for_each_file(args.paths, one)
+    entries, code = for_each_file(args.paths, one, out=args.console, what="inspect")
+    out = args.console
     for e in entries:
         if e["error"]:
-            print(f"hsf inspect: error: {e['error']}", file=sys.stderr)
+            out.error(e["error"])
     if args.json:
         print_json({"files": entries})
         return code
+    from forensics.views.stats import table
+
     first = True
     for e in entries:
         if e["error"]:
             continue
         if not first:
-            print()
+            out.text("")
         first = False
-        print(results[id(e)].table())
+        out.text(table(results[id(e)], width=out.width))
     bad = sum(1 for e in entries if e["error"])
     if bad and len(entries) > 1:
-        print(f"\n{bad} of {len(entries)} files unreadable (see stderr)", file=sys.stderr)
+        out.note(f"{bad} of {len(entries)} files unreadable (see above)")
     return code

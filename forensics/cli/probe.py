@@ -29,13 +29,24 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from forensics.analysis.probe import TOPK, probe
 
-    res = probe(args.draft, args.data, candidates=args.candidates, model=target_of(args),
-                topk=TOPK if args.topk is None else args.topk, max_samples=args.samples, use_loss_mask=args.loss_mask)
+    with args.console.progress("wirings × files") as step:
+        res = probe(args.draft, args.data, candidates=args.candidates, model=target_of(args),
+                    topk=TOPK if args.topk is None else args.topk, max_samples=args.samples,
+                    use_loss_mask=args.loss_mask, progress=lambda done, total: step(done=done, total=total))
     if args.json:
         print_json(res.to_dict())
     else:
-        print(repr(res))
+        from forensics.views.probe import text
+
+        args.console.text(text(res, width=args.console.width, verbose=args.console.verbose))
+    from forensics.findings import Verdict, exit_code
+
+    # the declared wiring is the claim: beaten outside the 95 % intervals FAIL, the clear winner PASS, else
+    # the intervals overlap and the probe cannot tell (exit 3, the one table of every command)
     declared = next((r for r in res.rows if "declared" in r["tags"]), None)
-    if declared is not None and declared is not res.best and declared["top1_ci"][1] < res.best["top1_ci"][0]:
-        return 1
-    return 0
+    verdict = None
+    if declared is not None:
+        beaten = declared is not res.best and declared["top1_ci"][1] < res.best["top1_ci"][0]
+        verdict = Verdict.FAIL if beaten else Verdict.PASS if declared is res.best and res.clear_winner \
+            else Verdict.CANNOT_TELL
+    return exit_code([], [verdict])

@@ -58,30 +58,34 @@ def check_arguments(args) -> None:
 
 
 def run(args) -> int:
-    import sys
-
     from forensics.views.report.core import report
 
     check_arguments(args)
-    rep = report(args.paths, layers=args.layers, model=target_of(args), draft=args.draft, engine=args.engine,
-                 engine_version=args.engine_version, trainer=args.trainer, target_config=args.target_config,
-                 served=args.served, scan=True if args.scan else None, title=args.title)
-    out = rep.save(args.output)
+    con = args.console
+    with con.progress("") as step:
+        rep = report(args.paths, layers=args.layers, model=target_of(args), draft=args.draft, engine=args.engine,
+                     engine_version=args.engine_version, trainer=args.trainer, target_config=args.target_config,
+                     served=args.served, scan=True if args.scan else None, title=args.title,
+                     progress=lambda stage, done, total: step(stage, done=done, total=total))
+        step("writing HTML", done=0, total=None)
+        out = rep.save(args.output)
     size = os.path.getsize(out)
     files = rep.context["files"]
     unreadable = sum(1 for f in files if f.error)
+    v = rep.context["verdicts"]
     doc = {"output": out, "bytes": size, "files": len(files), "unreadable": unreadable,
-           "verdicts": rep.counts, "overall": rep.context["overall"],
+           "verdicts": rep.counts, "overall": rep.context["overall"], "sentence": v.get("sentence"),
            "audit": rep.context.get("audit_verdict"), "command": rep.command()}
     if args.json:
         print_json(doc)
     else:
         c = rep.counts
-        print(f"{len(files)} files" + (f" ({unreadable} unreadable)" if unreadable else "") +
-              f"; slots: {c.get('fail', 0)} fail, {c.get('warn', 0)} warn, {c.get('pass', 0)} pass, "
-              f"{c.get('info', 0)} info" + (f"; audit: {doc['audit']}" if doc["audit"] else ""))
-        print(f"report written: {out} ({size / 1e6:.2f} MB)")
+        con.text(v.get("sentence") or rep.context["overall"].upper())
+        con.text(f"  {len(files)} files" + (f" ({unreadable} unreadable)" if unreadable else "") +
+                 "; slots: " + ", ".join(f"{c[k]} {k}" for k in ("fail", "cannot tell", "warn", "pass", "info")
+                                         if k in c) + (f"; audit: {doc['audit']}" if doc["audit"] else ""))
+        con.text(f"report written: {out} ({size / 1e6:.2f} MB)")
     errors = rep.context.get("errors") or []
     for e in errors:  # what could not be done is said here too, not only at the bottom of the HTML
-        print(f"hsf report: error: {e.get('where')}: {e.get('message')}", file=sys.stderr)
+        con.error(f"{e.get('where')}: {e.get('message')}")
     return rep.exit_code(args.fail_on)

@@ -1,18 +1,19 @@
 """``hsf scan DIR [--workers N] [--dask ADDRESS | --dask-local] [-o OUT] [--resume] [--sample K] [--json]``.
 
-Exit codes: 0 every file read, no anomaly and no dataset-wide finding; 1 anomalies or dataset-wide
-findings (all files read); 2 unreadable files (or bad arguments).
+Exit codes (``forensics.findings``): 0 no fail; 1 an anomaly or a dataset-wide finding of severity fail; 2
+unreadable files or bad arguments; 3 a claim no fingerprinted file could decide (data-only layer claims).
 """
 
 from __future__ import annotations
-
-import sys
 
 from forensics.cli._common import print_json
 
 
 def add_arguments(p) -> None:
     p.add_argument("paths", nargs="+", metavar="DIR", help="dataset directories (or capture files)")
+    p.add_argument("--layers", "--expect", dest="layers", metavar="LIST",
+                   help="claimed r per slot checked in every fingerprinted file, e.g. 3,16,28,30 (default: each "
+                        "file's own sidecar and format)")
     p.add_argument("--workers", "-j", type=int, default=2, metavar="N",
                    help="worker processes (default 2; 0 = in this process)")
     g = p.add_mutually_exclusive_group()
@@ -50,18 +51,16 @@ def run(args) -> int:
         res = scan(args.paths if len(args.paths) > 1 else args.paths[0], workers=args.workers, out=args.out,
                    **budget,
                    resume=args.resume, sample=args.sample, dask=dask, fingerprint=args.fingerprint,
-                   progress=False if (args.no_progress or args.json) else None, out_format=args.out_format)
+                   progress=False if (args.no_progress or args.json or args.quiet) else None,
+                   out_format=args.out_format, layers=args.layers)
     except KeyboardInterrupt:
         if args.out:
-            print(f"hsf scan: interrupted; rows so far are in {args.out}: continue with --resume",
-                  file=sys.stderr)
+            args.console.error(f"interrupted; rows so far are in {args.out}: continue with --resume")
         raise
     if args.json:
         print_json(res.to_dict())
     else:
-        print(repr(res))
-        if args.out:
-            print(f"rows: {args.out}")
-    if res.summary["errors"]:
-        return 2
-    return 0 if res.ok else 1
+        from forensics.views.scan import text
+
+        args.console.text(text(res, width=args.console.width) + (f"\nrows: {args.out}" if args.out else ""))
+    return res.exit_code()

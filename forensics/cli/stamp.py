@@ -44,5 +44,5 @@ def run(args) -> int:
     if args.json:
         print_json(res.to_dict())
     else:
-        print(stamp_text(res))
+        args.console.text(stamp_text(res))
     return 0

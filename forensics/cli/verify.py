@@ -25,5 +25,5 @@ def run(args) -> int:
     if args.json:
         print_json(res.to_dict())
     else:
-        print(verify_text(res))
+        args.console.text(verify_text(res))
     return EXIT[res.verdict]

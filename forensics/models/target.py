@@ -246,6 +246,8 @@ def resolve_model(spec: Any) -> Any:
     checked to exist; anything else (a loaded model, a Capture, a Target) is returned as is."""
     if spec is None or (isinstance(spec, str) and spec.lower() in DEFAULT_NAMES):
         return default_model_path()
+    if isinstance(spec, Target):  # already resolved (and os.PathLike through __fspath__: keep its budget)
+        return spec
     if isinstance(spec, (str, os.PathLike)):
         path = os.fspath(spec)
         if not os.path.exists(path):

@@ -6,7 +6,7 @@ import json
 
 from forensics.findings import Severity, sort_findings
 from forensics.layers import r_label
-from forensics.views.format import badge, esc, html_table
+from forensics.views.format import TEXT_WIDTH, badge, columns, esc, fit, html_table
 
 
 def line(res) -> str:
@@ -38,7 +38,7 @@ def _lab(r) -> str:
 
 
 def _ok(ok) -> str:
-    return "?" if ok is None else "yes" if ok else "NO"
+    return "?" if ok is None else "OK" if ok else "NO"
 
 
 def _trained(sl: dict) -> str:
@@ -47,11 +47,48 @@ def _trained(sl: dict) -> str:
     return f"{lab} (claimed)" if sl.get("trained_status") == "claimed" else lab
 
 
-def text(res) -> str:
-    """The report a user can act on without reading any engine's source."""
+HEAD = {"match": "MATCH", "mismatch": "MISMATCH", "cannot-tell": "CANNOT TELL"}
+
+
+def text(res, width: int = TEXT_WIDTH, verbose: bool = False) -> str:
+    """What ``hsf audit`` prints: the verdict and its findings first, then the fix, then the wiring behind it
+    (trained vs served per fc slice); ``verbose`` adds each finding's evidence."""
     c = res.context
-    head = {"match": "MATCH", "mismatch": "MISMATCH", "cannot-tell": "CANNOT TELL"}[res.verdict]
-    out = [f"hsf audit: {head}: {res.reason}"]
+    out = [f"hsf audit: {HEAD[res.verdict]}: {res.reason}"]
+    for f in sort_findings(res.findings):
+        out.append(f"  {f.severity.value.upper()} {f.kind}: {f.message}")
+        if verbose:
+            ev = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in f.evidence.items()}
+            if ev:
+                out.append(f"      evidence: {json.dumps(ev, default=str)}")
+    fx = res.fix
+    if fx:
+        if fx.get("ids") is None:
+            out.append(f"fix: no id list can make {fx['engine']} {fx['version']} serve r = {fx['r']}: "
+                       f"{fx.get('caveat')}")
+        else:
+            snippet = fx.get("snippet") or (
+                {"eagle_config": {"eagle_aux_hidden_state_layer_ids": fx["ids"]}} if fx["where"] == "nested"
+                else {"eagle_aux_hidden_state_layer_ids": fx["ids"]})
+            if fx.get("already_set"):
+                out.append(f"fix: the draft's config.json already sets {fx['where']} `{fx['key']}` = {fx['ids']} "
+                           f"({fx['engine']} {fx['version']} reads it as r = {fx['r']}): the ids are right; "
+                           "what still blocks serving is the caveat below")
+            else:
+                out.append(f"fix: in the draft's config.json set {fx['where']} `{fx['key']}` = {fx['ids']} "
+                           f"({fx['engine']} {fx['version']} then captures r = {fx['r']})")
+                out.append(f"    {json.dumps(snippet)}")
+            if fx.get("caveat"):
+                out.append(f"  caveat: {fx['caveat']}")
+            if fx.get("also"):
+                out.append(f"  also: {fx['also']}")
+    if getattr(res, "settle", None):
+        out.append(f"to settle it: {res.settle}")
+    other = [f for f in res.findings if f.severity is Severity.FAIL and f.kind not in
+             ("slices", "off_by_one", "shifted", "served_data")]
+    if res.verdict == "match" and other:
+        out.append(f"note: the wiring matches, but {len(other)} other problem(s) above still need fixing")
+    out.append("")
     ctx = [f"engine {c['engine']} {c['engine_version'] or ''}".strip() if c.get("engine") else "engine ?",
            f"trainer {c.get('trainer') or '?'}",
            f"target L={c.get('num_layers') or '?'} H={c.get('hidden_size') or '?'} ({c.get('arch')} path)"]
@@ -67,48 +104,12 @@ def text(res) -> str:
     for n in s.get("notes") or []:
         out.append(f"           {n}")
     if res.slices:
-        out.append("")
-        out.append("  fc slice  trained         served  ok")
-        for sl in res.slices:
-            out.append(f"  {sl['slice']:>8}  {_trained(sl):>14}  {_lab(sl['served_r']):>6}  {_ok(sl['ok'])}")
-    if res.findings:
-        out.append("")
-        out.append("findings:")
-        for f in sort_findings(res.findings):
-            out.append(f"  {f.severity.upper():5} {f.kind}: {f.message}")
-            ev = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in f.evidence.items()
-                  if k in ("distance", "value", "threshold", "nearest_r", "nearest_value", "mean_cosine",
-                           "served_role", "trained_role")}
-            if ev:
-                out.append(f"        evidence: {json.dumps(ev, default=str)}")
-    if getattr(res, "settle", None):
-        out.append("")
-        out.append(f"to settle it: {res.settle}")
-    fx = res.fix
-    if fx:
-        out.append("")
-        out.append("fix:")
-        if fx.get("ids") is None:
-            out.append(f"  no id list can make {fx['engine']} {fx['version']} serve r = {fx['r']}: {fx.get('caveat')}")
-        else:
-            snippet = fx.get("snippet") or (
-                {"eagle_config": {"eagle_aux_hidden_state_layer_ids": fx["ids"]}} if fx["where"] == "nested"
-                else {"eagle_aux_hidden_state_layer_ids": fx["ids"]})
-            if fx.get("already_set"):
-                out.append(f"  the draft's config.json already sets {fx['where']} `{fx['key']}` = {fx['ids']}"
-                           f"  ({fx['engine']} {fx['version']} reads it as r = {fx['r']}): the ids are right; "
-                           "what still blocks serving is the caveat below")
-            else:
-                out.append(f"  in the draft's config.json set {fx['where']} `{fx['key']}` = {fx['ids']}"
-                           f"  ({fx['engine']} {fx['version']} then captures r = {fx['r']})")
-                out.append(f"    {json.dumps(snippet)}")
-            if fx.get("caveat"):
-                out.append(f"  caveat: {fx['caveat']}")
-            if fx.get("also"):
-                out.append(f"  also: {fx['also']}")
-    other = [f for f in res.findings if f.severity is Severity.FAIL and f.kind not in
-             ("slices", "off_by_one", "shifted", "served_data")]
-    if res.verdict == "match" and other:
-        out.append("")
-        out.append(f"note: the wiring matches, but {len(other)} other problem(s) above still need fixing")
-    return "\n".join(out)
+        out += columns(["fc slice", "trained", "served", "ok"],
+                       [[sl["slice"], _trained(sl), _lab(sl["served_r"]), _ok(sl["ok"])]
+                        for sl in res.slices], width=width, right=(0, 1, 2))
+    return fit("\n".join(out).rstrip(), width)
+
+
+def explain(res, width: int = TEXT_WIDTH) -> str:
+    """Every finding with its evidence (the numbers behind the verdict)."""
+    return text(res, width=width, verbose=True)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from forensics.findings import Verdict, sort_findings
 from forensics.layers import r_label
-from forensics.views.format import Raw, badge, esc, headline_word, html_table
+from forensics.views.format import Raw, badge, columns, esc, fit, headline_word, html_table
 
 if TYPE_CHECKING:  # pragma: no cover
     from forensics.analysis.fingerprint.core import Fingerprint
@@ -69,23 +69,46 @@ def headline(fp: Fingerprint) -> str:
     return f"{headline_word(v)}: {why}{src}"
 
 
-def text(fp: Fingerprint) -> str:
-    """Readable multi-line text: verdict headline, header, depth order, verdict table, findings, evidence."""
+SLOT_HEADERS = ["#", "slot", "role", "conf", "rank", "r≈", "label", "r exact", "claimed", "verdict", "decided by"]
+# under the width these go first: rank, r exact, r≈, role, claimed (label, verdict and the deciding signal stay)
+SLOT_DROP = (4, 7, 5, 2, 8)
+
+
+def slot_lines(fp: Fingerprint, width: int | None = None) -> list[str]:
+    """One line per slot: index, name, role, confidence, rank, r≈, label, exact r, claim, verdict, deciding signal."""
+    rows = [[f"[{sf.index}]", sf.name, sf.role, f"{sf.confidence:.2f}", sf.depth_rank, _r(sf.r_estimate),
+             sf.label or "—", _r(sf.r_exact), sf.claim.label if sf.claim else "—", _v(sf.verdict), sf.decided_by]
+            for sf in fp.slots]
+    drop = list(SLOT_DROP)
+    if all(sf.r_exact is None for sf in fp.slots):
+        drop.insert(0, 7)
+    if all(sf.claim is None for sf in fp.slots):
+        drop[1:1] = [8, 9]
+    return columns(SLOT_HEADERS, rows, width=width or 10**6, right=(3, 4), drop=drop)
+
+
+def text(fp: Fingerprint, width: int | None = None) -> str:
+    """What ``repr`` and ``hsf fingerprint`` print: the verdict headline, the file, its findings, why each failing
+    slot fails, then one line per slot (folded to ``width`` when given). The evidence is in
+    :func:`explain`."""
     lines = [headline(fp), _head(fp)]
     if fp.exact and fp.exact.get("stream"):
         lines.append("  " + stream_line(fp.exact["stream"]))
-    lines.append("  depth order (shallow → deep): " + " → ".join(
+    lines += [f"  {f.severity.value.upper()} {f.kind}: {f.message}" for f in sort_findings(fp.findings)]
+    lines += [f"  [{sf.index}] {_v(sf.verdict)}: claimed {sf.claim.label if sf.claim else '?'} "
+              f"({sf.claim.source.value if sf.claim else '?'}); {sf.verdict_why}"
+              for sf in fp.slots if sf.verdict is Verdict.FAIL]
+    lines += slot_lines(fp, width)
+    return fit("\n".join(lines), width) if width else "\n".join(lines)
+
+
+def explain(fp: Fingerprint, width: int | None = None) -> str:
+    """The evidence behind the verdict: depth order, each claim's verdict, the distance matrix, every signal."""
+    lines = ["  depth order (shallow → deep): " + " → ".join(
         f"[{i}]" + (f" {fp.slots[i].label}" if fp.slots[i].label else "") for i in fp.depth_order)
-        + f"   (order confidence {fp.order_confidence:.2f})")
-    w = max(12, min(34, max(len(sf.name) for sf in fp.slots) + 2))
-    lines.append(f"  {'slot':<6}{'name':<{w}}{'role':<16}{'conf':>5}  {'rank':>4}  {'r≈':<11}{'label':<11}"
-                 f"{'r_exact':<11}{'claimed':<11}{'verdict':<13}decided by")
-    for sf in fp.slots:
-        lines.append(f"  {f'[{sf.index}]':<6}{sf.name[:w - 2]:<{w}}{sf.role:<16}{sf.confidence:>5.2f}  "
-                     f"{sf.depth_rank:>4}  {_r(sf.r_estimate):<11}{sf.label or '—':<11}{_r(sf.r_exact):<11}"
-                     f"{sf.claim.label if sf.claim else '—':<11}{_v(sf.verdict):<13}{sf.decided_by}")
-    lines.append("  (r≈ coarse data-only depth from the slot's rank; label = what the evidence names; claimed = the "
-                 "claim checked; r_exact = reference match, --model)")
+        + f"   (order confidence {fp.order_confidence:.2f})",
+        "  (r≈ coarse data-only depth from the slot's rank; label = what the evidence names; claimed = the "
+        "claim checked; r exact = reference match, --model)"]
     for sf in fp.slots:
         if sf.verdict is not None:
             lines.append(f"    [{sf.index}] {_v(sf.verdict)}: claimed {sf.claim.label if sf.claim else '?'} "
@@ -96,18 +119,13 @@ def text(fp: Fingerprint) -> str:
         lines.append("        " + "".join(f"{f'[{j}]':>7}" for j in range(k)))
         for i in range(k):
             lines.append(f"    [{i}] " + "".join(f"{fp.similarity[i, j]:7.3f}" for j in range(k)))
-    if fp.findings:
-        lines.append("  findings:")
-        lines += [f"    {f.severity.value.upper()} {f.kind}: {f.message}" for f in sort_findings(fp.findings)]
-    else:
-        lines.append("  findings: none")
     lines.append("  evidence:")
     for e in fp.order_evidence:
         lines.append(f"    order  {e.line()}")
     for sf in fp.slots:
         lines.append(f"    [{sf.index}] {sf.name} → {sf.role} ({sf.confidence:.2f})")
         lines += [f"      {e.line()}" for e in sf.evidence]
-    return "\n".join(lines)
+    return fit("\n".join(lines), width) if width else "\n".join(lines)
 
 
 def html(fp: Fingerprint) -> str:

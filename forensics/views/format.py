@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import html
 import math
+import re
+import textwrap
 from collections.abc import Iterable
 from typing import Any
 
@@ -11,15 +13,51 @@ VERDICT_COLORS = {"pass": "#1b7837", "warn": "#b35806", "fail": "#b2182b", "info
                   "cannot tell": "#7b3294"}
 
 
+RANK = {"pass": 0, "info": 0, "warn": 1, "fail": 2}
+
+
+def worst(verdicts: Iterable[str | None]) -> str:
+    """The most severe of pass / info / warn / fail (``info`` when there is none)."""
+    vs = [v for v in verdicts if v]
+    return max(vs, key=lambda v: RANK.get(v, 0)) if vs else "info"
+
+
+def finding_verdict(f: Any, fallback: dict | None = None) -> str:
+    """pass / warn / fail / info of one finding, read from its ``severity`` (``error`` reads as fail); a finding
+    without one takes ``fallback[kind]``, else warn."""
+    sev = f.get("severity") if isinstance(f, dict) else getattr(f, "severity", None)
+    if sev is not None:
+        return {"error": "fail", "warning": "warn"}.get(str(sev), str(sev))
+    kind = f.get("kind") if isinstance(f, dict) else getattr(f, "kind", "")
+    return (fallback or {}).get(kind, "warn")
+
+
 def esc(x: Any) -> str:
     """HTML-escape any value (file names, token text and config values are untrusted)."""
     return html.escape("" if x is None else str(x), quote=True)
 
 
+_NUMERIC = re.compile(r"[-+]?[\d,]*\.?\d+(e[+-]?\d+)?%?|—|nan|-?inf")
+# JupyterLab's stylesheet right-aligns every rendered table cell (.jp-RenderedHTMLCommon td); text reads from
+# the left, numbers from the right, so each cell carries its own alignment (an inline style wins there and in
+# the report alike).
+_LEFT, _RIGHT = " style='text-align:left'", " style='text-align:right'"
+
+
+def _align(c: Any) -> str:
+    if isinstance(c, Raw):
+        return _LEFT
+    return _RIGHT if _NUMERIC.fullmatch(str(c).strip()) else _LEFT
+
+
 def html_table(headers: Iterable[Any], rows: Iterable[Iterable[Any]], cls: str = "hsf-table") -> str:
-    """A plain escaped table. Cells are escaped unless wrapped with :class:`Raw`."""
-    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{cell(c)}</td>" for c in r) + "</tr>" for r in rows)
+    """A plain escaped table: text cells left-aligned, number cells right-aligned. Cells are escaped unless
+    wrapped with :class:`Raw`."""
+    rows = [list(r) for r in rows]
+    headers = list(headers)
+    numeric = [bool(rows) and all(_align(r[i]) == _RIGHT for r in rows if i < len(r)) for i in range(len(headers))]
+    head = "".join(f"<th{_RIGHT if numeric[i] else _LEFT}>{esc(h)}</th>" for i, h in enumerate(headers))
+    body = "".join("<tr>" + "".join(f"<td{_align(c)}>{cell(c)}</td>" for c in r) + "</tr>" for r in rows)
     return f"<table class='{esc(cls)}'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
@@ -45,24 +83,113 @@ def headline_word(verdict: Any) -> str:
 
 
 def num(x: Any) -> str:
-    """The one number style of every view: 3 significant digits (4 from 100 up), scientific below 1e-3 and from
-    1e5 up; ``—`` for a missing value and ``nan``/``inf`` for a non-finite one."""
+    """The one number style of every view (CLI, notebook, report): 3 significant digits (4 from 100 up), whole
+    numbers with thousands separators from 1,000 to 10 million, scientific below 1e-3 and from 1e7 up; ``—`` for
+    a missing value, ``nan``/``inf`` for a non-finite one; lists element by element.
+
+    >>> num(25012.3), num(629.48), num(2.8017), num(0.00012), num(None), num([1.5, 2])
+    ('25,012', '629.5', '2.8', '0.00012', '—', '[1.5, 2]')
+    """
     if x is None:
         return "—"
-    if isinstance(x, bool) or not isinstance(x, int | float):
+    if isinstance(x, bool):
         return str(x)
-    x = float(x) if not isinstance(x, int) else x
-    if isinstance(x, int):
+    if isinstance(x, list | tuple):
+        return "[" + ", ".join(num(v) for v in x) + "]"
+    if isinstance(x, int) or type(x).__name__.startswith(("int", "uint")):  # numpy integers without numpy
+        try:
+            return str(int(x))
+        except (TypeError, ValueError):
+            return str(x)
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
         return str(x)
-    if not math.isfinite(x):
-        return "nan" if x != x else ("inf" if x > 0 else "-inf")
-    ax = abs(x)
-    if ax != 0 and (ax >= 1e5 or ax < 1e-3):
-        return f"{x:.3g}"
-    return f"{x:.4g}" if ax >= 100 else f"{x:.3g}"
+    if not math.isfinite(v):
+        return "nan" if v != v else ("inf" if v > 0 else "-inf")
+    av = abs(v)
+    if 1e3 <= av < 1e7:
+        return f"{v:,.0f}"
+    if av != 0 and (av >= 1e7 or av < 1e-3):
+        return f"{v:.3g}"
+    return f"{v:.4g}" if av >= 100 else f"{v:.3g}"
+
+
+def pct(x: float | None, digits: int = 1) -> str:
+    """A fraction as a percentage (``0.5204`` → ``52.0%``); ``—`` when missing."""
+    return "—" if x is None else f"{100 * x:.{digits}f}%"
 
 
 def short_list(xs: Iterable[Any] | None, k: int = 6) -> str:
     """``[a, b, c, …]``: the first ``k`` items of a list (``?`` for a missing one)."""
     items = list(xs or [])
     return "[" + ", ".join("?" if x is None else str(x) for x in items[:k]) + (", …" if len(items) > k else "") + "]"
+
+
+# ------------------------------------------------------------------------------------------- plain text
+TEXT_WIDTH = 100  # default width of text views (``repr``, piped CLI output without $COLUMNS)
+MIN_FLEX = 24  # a folding column folds down to this many characters before lower-priority columns are dropped
+
+
+def wrap(line: str, width: int = TEXT_WIDTH, indent: str | None = None) -> list[str]:
+    """One logical line as lines of at most ``width`` characters; continuations are indented two columns
+    deeper than the line itself (or by ``indent``)."""
+    if len(line) <= width:
+        return [line]
+    lead = line[:len(line) - len(line.lstrip())]
+    sub = indent if indent is not None else lead + "    "
+    return textwrap.wrap(line.strip(), width=width, initial_indent=lead, subsequent_indent=sub,
+                         break_on_hyphens=False) or [line[:width]]
+
+
+def fit(text: str, width: int = TEXT_WIDTH) -> str:
+    """Every line of ``text`` folded to ``width`` (tables are laid out by :func:`columns` to fit already)."""
+    return "\n".join(out for line in text.split("\n") for out in wrap(line, width))
+
+
+def columns(headers: list[str], rows: list[list[Any]], width: int = TEXT_WIDTH, indent: str = "  ",
+            right: Iterable[int] = (), drop: Iterable[int] = (), flex: int | None = None) -> list[str]:
+    """A plain-text table that fits ``width``: ``drop`` lists column indices to leave out, first first, while it
+    is too wide; then the ``flex`` column (default: the last) folds onto continuation lines.
+
+    Numbers should come formatted (:func:`num`); ``right`` columns are right-aligned.
+    """
+    cells = [[str(c) for c in r] for r in rows]
+    keep = list(range(len(headers)))
+    right = set(right)
+    gap = 2
+
+    def need(cols: list[int], squeeze: bool = False) -> int:
+        ws = [max([len(headers[i])] + [len(r[i]) for r in cells]) for i in cols]
+        if squeeze:
+            ws = [min(w, MIN_FLEX) if i == flex else w for i, w in zip(cols, ws, strict=True)]
+        return len(indent) + sum(ws) + gap * (len(cols) - 1)
+
+    flex = keep[-1] if flex is None else flex
+    for i in drop:
+        if need(keep, squeeze=True) <= width:
+            break
+        if i in keep and i != flex:
+            keep.remove(i)
+    widths = {i: max([len(headers[i])] + [len(r[i]) for r in cells]) for i in keep}
+    over = need(keep) - width
+    if over > 0 and flex in keep:
+        widths[flex] = max(min(8, widths[flex]), widths[flex] - over)
+
+    def fmt_row(vals: list[str]) -> list[str]:
+        parts = {i: (textwrap.wrap(vals[i], widths[i], break_on_hyphens=False) or [""]) if i == flex
+                 else [vals[i][:widths[i]]] for i in keep}
+        depth = max(len(p) for p in parts.values())
+        out = []
+        for k in range(depth):
+            line = []
+            for i in keep:
+                v = parts[i][k] if k < len(parts[i]) else ""
+                line.append(v.rjust(widths[i]) if i in right else v.ljust(widths[i]))
+            out.append((indent + (" " * gap).join(line)).rstrip())
+        return out
+
+    lines = fmt_row(list(headers))
+    for r in cells:
+        lines += fmt_row(r)
+    return lines

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from forensics.views.format import esc, html_table, num, short_list
+from forensics.views.format import TEXT_WIDTH, esc, fit, html_table, num, short_list
 
 MAX_LISTED_ANOMALIES = 200  # anomalies shown in repr/HTML (all are in .anomalies and to_dict())
 MAX_LISTED_SLOTS = 12  # slot lines per format in repr (a 32-slot ladder would drown the anomalies)
@@ -27,11 +27,16 @@ def headline(res) -> str:
     wide = "; dataset-wide: " + ", ".join(f"{d['kind']} ({d['files']}/{d['of']} {d['format']})"
                                          for d in s.get("dataset_findings") or []) \
         if s.get("dataset_findings") else ""
-    return (f"scan of {res.path}: {s['files']} files{resumed}, {s['bytes'] / 1e9:.3g} GB, {s['errors']} "
-            f"unreadable; anomalies: {counts}{wide}{speed}")
+    code = res.exit_code() if hasattr(res, "exit_code") else None
+    word = {0: "PASS", 1: "FAIL", 2: "UNREADABLE", 3: "CANNOT TELL"}.get(code, "") if code is not None else ""
+    return (f"{word}: " if word else "") + (
+        f"scan of {res.path}: {s['files']} files{resumed}, {s['bytes'] / 1e9:.3g} GB, {s['errors']} "
+        f"unreadable; anomalies: {counts}{wide}{speed}")
 
 
-def text(res) -> str:
+def text(res, width: int = TEXT_WIDTH) -> str:
+    """What ``repr`` and ``hsf scan`` print: the verdict line, then per format its majority order and slots, then
+    every anomaly (one line each)."""
     lines = [headline(res)]
     for fmt, g in res.summary["groups"].items():
         what, order = _order(g)
@@ -41,10 +46,12 @@ def text(res) -> str:
         labels = g["majority"]["labels"]["value"]
         if labels and any(labels):
             lines.append(f"    majority labels {short_list(labels, 8)}")
-        for kind, f in g["findings"].items():
+        for kind, f in sorted(g["findings"].items(), key=lambda kv: -{"fail": 2, "warn": 1}.get(
+                kv[1].get("severity", "warn"), 0)):
             if f["dataset_wide"]:
-                lines.append(f"    ! {kind} in {f['files']}/{g['files']} files (dataset-wide, so not listed per "
-                             f"file), e.g. {os.path.basename(f['example']['file'])}: {f['example']['message']}")
+                lines.append(f"    ! {f.get('severity', 'warn').upper()} {kind} in {f['files']}/{g['files']} files "
+                             f"(dataset-wide, so not listed per file), e.g. {os.path.basename(f['example']['file'])}: "
+                             f"{f['example']['message']}")
         for sl in g["slots"][:MAX_LISTED_SLOTS]:
             lines.append(f"    [{sl['index']}] {sl['name']}{' ' + sl['label'] if sl.get('label') else ''}: "
                          f"‖x‖ median {num(sl['median'])} p5–p95 [{num(sl['p05'])}, {num(sl['p95'])}] "
@@ -55,7 +62,7 @@ def text(res) -> str:
         lines.append(f"  {a['kind']}: {a['message']}")
     if len(res.anomalies) > MAX_LISTED_ANOMALIES:
         lines.append(f"  … {len(res.anomalies) - MAX_LISTED_ANOMALIES} more anomalies (see to_dict())")
-    return "\n".join(lines)
+    return fit("\n".join(lines), width)
 
 
 def html(res) -> str:

@@ -6,7 +6,7 @@ import os
 
 from forensics.analysis.stats import SINK_RATIO
 from forensics.layers import r_label
-from forensics.views.format import esc, html_table, num, short_list
+from forensics.views.format import columns, esc, fit, html_table, num, short_list
 
 HEADERS = ["#", "slot", "shape", "dtype", "declared", "‖x‖ mean", "std", "median", "p5", "p95", "token 0",
             "last", "mean excl. tok0", "flags"]
@@ -68,18 +68,21 @@ def table_rows(res) -> list[list]:
     return rows
 
 
-def table(res) -> str:
-    """A plain-text table of the slots (what ``hsf inspect`` prints), headed by file, format and layout."""
+TABLE_DROP = (11, 12, 8, 9, 2, 3)  # too wide: last, mean excl. token 0, p5, p95, shape, dtype go first
+
+
+def table(res, width: int | None = None) -> str:
+    """A plain-text table of the slots (what ``hsf inspect`` prints), headed by file, format and layout; with a
+    ``width``, it fits that many columns (less important columns are left out, the flags fold)."""
+    width = width or 10**6
     c = res.capture
     head = [f"{c.path}", f"  format {c.format}, {c.num_tokens} tokens, hidden {c.hidden_size}, "
                          f"{len(res.slots)} slots" + (f", layout {c.provenance.layout}" if c.provenance.layout
                                                       else "")]
-    rows = [[str(x) for x in r] for r in table_rows(res)]
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(HEADERS)]
-    fmt = "  " + "  ".join(f"{{:{'<' if i in (1, 2, 3, 4, 13) else '>'}{w}}}" for i, w in enumerate(widths))
-    lines = head + [fmt.format(*HEADERS)] + [fmt.format(*r) for r in rows]
+    lines = head + columns(HEADERS, table_rows(res), width=width, right=(0, 5, 6, 7, 8, 9, 10, 11, 12),
+                           drop=TABLE_DROP)
     lines += [f"  note: {note}" for note in c.provenance.notes]
-    return "\n".join(line.rstrip() for line in lines)
+    return fit("\n".join(line.rstrip() for line in lines), width)
 
 
 def html(res) -> str:

@@ -13,7 +13,6 @@ So the panel is testable without a browser or kernel (set ``.value`` on a contro
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -23,23 +22,18 @@ from forensics.findings import sort_findings
 from forensics.io.capture import Capture
 from forensics.io.tokenizer import decode_text, decode_tokens
 from forensics.layers import r_label
-from forensics.views.format import Raw, badge, esc, html_table
+from forensics.views.format import Raw, badge, esc, html_table, num
 
 MAX_TOKEN_ROWS = 32  # token table rows shown per panel (the range is cut, and the cut is said)
 MAX_TEXT_CHARS = 2000  # decoded text of the token range shown above the table
 DEFAULT_SLOTS_SHOWN = 6  # with more slots than this (a ladder capture), a spread of 6 is preselected
 DEFAULT_TOKEN_WINDOW = 256
+MAX_SLOT_ROWS = 32  # the slot list shows every slot up to a 32-slot ladder (embed, L1…L30, final_post)
 
 
 # ------------------------------------------------------------------------------------------- pure render
 def _g(x: Any) -> str:
-    if x is None:
-        return "—"
-    if isinstance(x, float):
-        if not math.isfinite(x):
-            return "nan"
-        return f"{x:.4g}" if abs(x) >= 100 else f"{x:.3g}"
-    return str(x)
+    return num(x)  # the one number style of every view
 
 
 def _fp_slot(fingerprint: Any, i: int) -> Any:
@@ -151,9 +145,13 @@ def render_panel(capture: Capture | None, stats: Any, fingerprint: Any = None, s
     if not sel:
         parts.append("<div>no slot selected</div>")
         return "<div class='hsf-panel'>" + "".join(parts) + "</div>"
+    parts.append(f"<div class='hsf-caption'>tokens {lo}–{hi} of {T} apply to the norm-by-position plot and the "
+                 f"token table; the verdict, the slot statistics and the norm distributions use all {T} tokens"
+                 "</div>")
     parts.append(_slot_table(stats, fingerprint, sel))
     lines = "\n".join(stats.slots[i].one_line() for i in sel)
-    parts.append(f"<pre class='hsf-oneline' style='white-space:pre-wrap'>{esc(lines)}</pre>")
+    parts.append("<pre class='hsf-oneline' style='white-space:pre-wrap;word-break:normal;overflow-wrap:break-word'>"
+                 f"{esc(lines)}</pre>")
     result = fingerprint if fingerprint is not None and not isinstance(fingerprint, Exception) else stats
     parts.append(plots.figure_to_html(plots.norm_by_position(result, slots=sel, token_range=(lo, hi))))
     parts.append(plots.figure_to_html(plots.norm_distributions(result, slots=sel)))
@@ -281,8 +279,13 @@ class SampleBrowser:
 
             labels = slot_labels(fp if fp is not None and not isinstance(fp, Exception) else st)
         old, old_options = tuple(self.slots.value), self.slots.options
-        self.slots.options = [(lab, i) for i, lab in enumerate(labels)]
         same_shape = len(old_options) == len(labels)
+        # clear the selection before the options change: the browser's SelectMultiple view applies a selection
+        # index by index to its <option> elements, and an index past a shorter new list (the 32-slot ladder's
+        # 31 on a 4-slot file) hit an element that no longer exists ("Cannot set properties of undefined")
+        self.slots.value = ()
+        self.slots.options = [(lab, i) for i, lab in enumerate(labels)]
+        self.slots.rows = max(2, min(len(labels), MAX_SLOT_ROWS))  # the whole list, so the selection shows
         self.slots.value = old if (same_shape and old) else _default_slots(len(labels))
         T = cap.num_tokens if cap is not None else 1
         self.tokens.min, self.tokens.max = 0, max(0, T - 1)  # min first: max ≥ min always holds

@@ -109,7 +109,7 @@ def scan(path: str | os.PathLike | list, workers: int = 2, out: str | os.PathLik
          fingerprint: bool | int | str | None = FINGERPRINT_FILES,
          tune_malloc: bool = True, prefetch: bool = False, progress: bool | None = None,
          on_row: Callable[[dict], None] | None = None, out_format: str | None = None,
-         file_seconds: float | None = FILE_TIME_BUDGET_S) -> ScanResult:
+         file_seconds: float | None = FILE_TIME_BUDGET_S, layers: Any = None) -> ScanResult:
     """Scan every capture file under ``path``; return rows, dataset summary and anomalies.
 
     Args:
@@ -132,9 +132,15 @@ def scan(path: str | os.PathLike | list, workers: int = 2, out: str | os.PathLik
             in ``.parquet`` (or, resuming, is a folder), else jsonl.
         file_seconds: time budget per file (default ``FILE_TIME_BUDGET_S``); a file that takes longer becomes
             an error row (None: no budget). Not applied on Dask workers (signals reach only main threads).
+        layers: the claimed r per slot (``"3,16,28,30"``) checked in every fingerprinted file, as ``hsf
+            fingerprint --layers`` does; default: each file's own claims (sidecar, format).
     """
     t_start = time.perf_counter()
     fingerprint = parse_fingerprint_option(fingerprint)
+    if layers is not None:
+        from forensics.layers import parse_layer_list
+
+        layers = parse_layer_list(layers, "--layers")  # bad input fails here, before any worker starts
     out = os.fspath(out) if out is not None else None
     if resume and out is None:
         raise ForensicsError("resume needs the output file of the interrupted scan (out=... / -o FILE)")
@@ -154,7 +160,8 @@ def scan(path: str | os.PathLike | list, workers: int = 2, out: str | os.PathLik
             sink = stack.enter_context(lock_output(out, truncate=not resume))
         stack.enter_context(_sigterm_as_interrupt())
         return _scan(path, items, bad, out, sink, resume, workers, dask, fingerprint, fmt,
-                     {"tune_malloc": tune_malloc, "prefetch": prefetch, "file_seconds": file_seconds},
+                     {"tune_malloc": tune_malloc, "prefetch": prefetch, "file_seconds": file_seconds,
+                      "layers": layers},
                      progress, on_row, t_start)
 
 

@@ -39,6 +39,16 @@ class ScanResult:
         """Dataset per-slot norm summaries, per format: ``{format: [{index, name, mean, std, median, …}]}``."""
         return {fmt: g["slots"] for fmt, g in self.summary["groups"].items()}
 
+    def exit_code(self) -> int:
+        """``forensics.findings.exit_code`` of the scan: unreadable files 2; a fail (an anomaly, a dataset-wide
+        finding of severity fail) 1; a claim no fingerprinted file could decide 3; else 0."""
+        from forensics.findings import Verdict, exit_code
+
+        findings = [{"severity": a.get("severity") or "fail"} for a in self.anomalies]
+        findings += [{"severity": d.get("severity") or "warn"} for d in self.summary.get("dataset_findings") or []]
+        verdicts = [r.get("verdict") for r in self.rows if r.get("verdict") in {v.value for v in Verdict}]
+        return exit_code(findings, verdicts, unreadable=bool(self.summary.get("errors")))
+
     @property
     def ok(self) -> bool:
         """No anomaly in any file and no finding shared by the whole dataset."""

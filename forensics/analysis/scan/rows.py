@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 
@@ -102,7 +103,7 @@ def scan_batch(items: list[tuple[str, int, int, bool]], opts: dict) -> list[dict
         if die_on and path.endswith(die_on):
             os._exit(3)
         rows.append(file_row(path, size, mtime_ns, use_fingerprint=use_fp, budget=budget,
-                             _sleep=bool(sleep_on and path.endswith(sleep_on))))
+                             _sleep=bool(sleep_on and path.endswith(sleep_on)), layers=opts.get("layers")))
     return rows
 
 
@@ -119,7 +120,7 @@ def error_kind(message: str) -> str:
 
 
 def file_row(path: str, size: int, mtime_ns: int, use_fingerprint: bool = True,
-             budget: float | None = FILE_TIME_BUDGET_S, _sleep: bool = False) -> dict:
+             budget: float | None = FILE_TIME_BUDGET_S, _sleep: bool = False, layers: Any = None) -> dict:
     """The scan row of one file within ``budget`` seconds; every failure becomes ``error`` (never an
     exception)."""
     from forensics.errors import ForensicsError, escape, one_line
@@ -130,7 +131,7 @@ def file_row(path: str, size: int, mtime_ns: int, use_fingerprint: bool = True,
         with time_budget(budget):
             if _sleep:
                 time.sleep(10 * (budget or 1))
-            _fill(row, path, use_fingerprint)
+            _fill(row, path, use_fingerprint, layers)
     except ForensicsError as e:
         row.update(error=str(e), error_kind=error_kind(str(e)), slots=[], sketch=[], findings=[])
     except FileTimeout:
@@ -160,14 +161,14 @@ def _fingerprint_fn():
     return fingerprint
 
 
-def _fill(row: dict, path: str, use_fingerprint: bool) -> None:
+def _fill(row: dict, path: str, use_fingerprint: bool, layers: Any = None) -> None:
     from forensics.analysis.stats import summarize
     from forensics.io.formats import load
     from forensics.layers import r_label
 
     cap = load(path)
     fp_fn = _fingerprint_fn() if use_fingerprint else None
-    fp = fp_fn(cap) if fp_fn is not None else None
+    fp = fp_fn(cap, layers=layers, expected_source="--layers") if fp_fn is not None else None
     st = fp.stats if fp is not None else summarize(cap)
     row.update(format=cap.format, num_tokens=cap.num_tokens, hidden=cap.hidden_size, num_slots=len(st.slots),
                basis="fingerprint" if fp is not None else "stats")
@@ -192,14 +193,18 @@ def _fill(row: dict, path: str, use_fingerprint: bool) -> None:
             "norm_rank": rank[s.index],
             "confidence": json_safe(getattr(f, "confidence", None)),
             "r_exact": getattr(f, "r_exact", None),
+            "claim": None if getattr(f, "claim", None) is None else f.claim.label,
+            "verdict": None if getattr(f, "verdict", None) is None else f.verdict.value,
         })
         hist = LogHistogram()
         hist.add(s.norms)
         n, s1, s2 = Moments.file_sums(s.norms)
         row["sketch"].append({"n": n, "s1": s1, "s2": s2, "hist": hist.to_dict()})
     if fp is not None:
+        row["verdict"] = None if fp.verdict is None else fp.verdict.value
         for x in fp.findings:
-            row["findings"].append({"kind": x.kind, "slots": list(x.slots or []), "message": x.message})
+            row["findings"].append({"kind": x.kind, "severity": x.severity.value, "slots": list(x.slots or []),
+                                    "message": x.message})
     if not any(x["kind"] == "duplicate" for x in row["findings"]):
         row["findings"].extend(_duplicates(st.slots))
 
@@ -214,7 +219,7 @@ def _duplicates(slots) -> list[dict]:
     for i, a in enumerate(slots):
         for b in slots[i + 1:]:
             if a.norms.shape == b.norms.shape and np.array_equal(a.norms, b.norms, equal_nan=True):
-                out.append({"kind": "duplicate", "slots": [a.index, b.index],
+                out.append({"kind": "duplicate", "severity": "fail", "slots": [a.index, b.index],
                             "message": f"slots {a.index} ({a.name}) and {b.index} ({b.name}) have identical "
                                        "per-token norms: the same tensor stored twice?"})
     return out

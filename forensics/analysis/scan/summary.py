@@ -121,9 +121,11 @@ class Aggregator:
             g.findings[f["kind"]][no] = f
 
     def _anomaly(self, no: int, kind: str, slot: int | None, message: str, value: Any = None,
-                 threshold: Any = None) -> None:
+                 threshold: Any = None, severity: str = "fail") -> None:
+        """A file that differs from its dataset (or breaks on its own): ``fail`` unless the finding behind it was
+        made with a milder severity (``forensics.findings``)."""
         self.anomalies.append({"file": self.paths[no], "kind": kind, "slot": slot, "message": message,
-                               "value": value, "threshold": threshold, "_no": no})
+                               "value": value, "threshold": threshold, "severity": severity, "_no": no})
 
     def finish(self) -> tuple[dict, list[dict]]:
         """The summary dict and the sorted anomaly list (file order, then kind, then slot)."""
@@ -136,8 +138,8 @@ class Aggregator:
             "groups": groups,
             "anomaly_counts": dict(sorted(Counter(a["kind"] for a in anomalies).items())),
             # fingerprint findings shared by most files of a format: the whole dataset is mis-wired that way
-            "dataset_findings": [{"format": fmt, "kind": kind, "files": f["files"], "of": g["files"],
-                                  "example": f["example"]}
+            "dataset_findings": [{"format": fmt, "kind": kind, "severity": f["severity"], "files": f["files"],
+                                  "of": g["files"], "example": f["example"]}
                                  for fmt, g in groups.items() for kind, f in g["findings"].items()
                                  if f["dataset_wide"]],
             "thresholds": {"OUTLIER_Z": OUTLIER_Z, "OUTLIER_MIN_LOG_SCALE": OUTLIER_MIN_LOG_SCALE,
@@ -178,11 +180,13 @@ class Aggregator:
             first = min(per_file)
             findings[kind] = {"files": len(per_file), "share": round(share, 4),
                               "dataset_wide": share >= MINORITY_FINDING_SHARE,
+                              "severity": max((f.get("severity") or "warn" for f in per_file.values()),
+                                              key=lambda v: {"info": 0, "warn": 1, "fail": 2}.get(v, 1)),
                               "example": {"file": self.paths[first], "message": per_file[first]["message"]}}
             if kind in ALWAYS_ANOMALY or share < MINORITY_FINDING_SHARE:
                 for no, f in sorted(per_file.items()):
                     self._anomaly(no, kind, (f.get("slots") or [None])[0], f"{self.paths[no]}: {f['message']}",
-                                  value=f.get("slots"))
+                                  value=f.get("slots"), severity=f.get("severity") or "warn")
         slots = [self._finish_slot(i, a) for i, a in sorted(g.slots.items())]
         toks = sorted(g.tokens)
         return {

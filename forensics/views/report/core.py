@@ -19,6 +19,7 @@ import datetime
 import html
 import os
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from forensics import __version__
@@ -33,6 +34,7 @@ from forensics.views.report.panels import (
     build_cards,
     build_checks,
     build_cross,
+    build_key_numbers,
     error_text,
     figure,
     fragment,
@@ -180,7 +182,8 @@ def training_files(files: list, trainer: str | None) -> list:
 
 
 def report(paths, layers=None, model=None, draft=None, engine=None, engine_version=None, trainer=None,
-           target_config=None, served=None, scan=None, title=None) -> Report:
+           target_config=None, served=None, scan=None, title=None,
+           progress: Callable[[str, int, int], None] | None = None) -> Report:
     """Analyse capture files/directories and build the offline HTML report.
 
     Args:
@@ -191,6 +194,8 @@ def report(paths, layers=None, model=None, draft=None, engine=None, engine_versi
             (run when any of them is given; the draft is also probed when ``forensics.draft`` exists).
         scan: a ``ScanResult`` to include, or ``True`` to scan the first path.
         title: the report title.
+        progress: called as ``progress(stage, done, total)`` while files are fingerprinted, the draft is
+            probed and figures are drawn (``hsf report`` shows it as a bar on stderr).
 
     Returns:
         :class:`Report` — ``.html``, ``.save(path)``.
@@ -207,9 +212,11 @@ def report(paths, layers=None, model=None, draft=None, engine=None, engine_versi
         model = resolve_model(model)
     if isinstance(layers, (list, tuple)):
         layers = ",".join(str(x) for x in layers)
+    tick = progress or (lambda stage, done, total: None)
     errors: list[dict] = []
     files: list[FileResult] = []
     skipped = 0  # files beyond MAX_ANALYSED_FILES: covered by the dataset scan, not analysed one by one
+    todo: list[str] = []
     for p in paths:
         try:
             found = list(iter_files(p))
@@ -218,9 +225,12 @@ def report(paths, layers=None, model=None, draft=None, engine=None, engine_versi
             continue
         if not found:
             files.append(FileResult(path=p, error=f"{p}: no capture files found"))
-        room = max(0, MAX_ANALYSED_FILES - len(files))
+        room = max(0, MAX_ANALYSED_FILES - len(files) - len(todo))
         skipped += len(found[room:])
-        files.extend(_analyse(f, layers, model, errors) for f in found[:room])
+        todo += found[:room]
+    for i, f in enumerate(todo):
+        tick("fingerprint files", i, len(todo))
+        files.append(_analyse(f, layers, model, errors))
     root = os.path.commonpath([os.path.dirname(os.path.abspath(p)) for p in paths]) if paths else os.getcwd()
     for f in files:
         f.rel = os.path.relpath(os.path.abspath(f.path), root)
@@ -238,7 +248,8 @@ def report(paths, layers=None, model=None, draft=None, engine=None, engine_versi
             errors.append({"where": "audit", "message": error_text(e)})
     if draft is not None and paths and has_weights(draft):
         try:
-            probe_res = probe(draft, [f.capture for f in training] or paths[0], model=model)
+            probe_res = probe(draft, [f.capture for f in training] or paths[0], model=model,
+                              progress=lambda done, total: tick("probe wirings × files", done, total))
         except ForensicsError as e:
             errors.append({"where": "draft probe", "message": error_text(e)})
     if (scan is True or (scan is None and skipped)) and paths:
@@ -261,7 +272,9 @@ def report(paths, layers=None, model=None, draft=None, engine=None, engine_versi
         if f.error:
             errors.append({"where": f.rel or f.path, "message": f.error})
     verdicts = build_verdicts(files, audit_res, probe_res)
+    focus = _focus(training if (audit_res is not None or probe_res is not None) else [], verdicts, ok)
     audit_fig = figure("audit_slices", audit_res) if audit_res is not None else None
+    probe_fig = figure("probe_wirings", probe_res) if probe_res is not None else None
     context = {
         "title": title or "Hidden-state forensics report",
         "version": __version__,
@@ -272,8 +285,10 @@ def report(paths, layers=None, model=None, draft=None, engine=None, engine_versi
         "overall": worst([verdicts["overall"]]),
         "provenance": build_provenance(files, layers=layers, model=model, facts=facts, draft=draft, engine=engine,
                                        engine_version=engine_version, trainer=trainer, served=served),
-        "cards": build_cards(ok),
-        "cross": build_cross(ok),
+        "focus": focus,
+        "key_numbers": build_key_numbers(ok, focus),
+        "cards": build_cards(ok, focus),
+        "cross": build_cross(ok, progress=lambda done, total: tick("figures", done, total), focus=focus),
         "checks": build_checks(ok, audit_res, scan_res),
         "browser": build_browser(ok),
         "audit_html": fragment(audit_res),
@@ -281,6 +296,7 @@ def report(paths, layers=None, model=None, draft=None, engine=None, engine_versi
         "probe": probe_res,
         "audit_verdict": getattr(audit_res, "verdict", None),
         "audit_fig": audit_fig,
+        "probe_fig": probe_fig,
         "probe_html": fragment(probe_res),
         "scan_html": fragment(scan_res),
         "errors": errors,
@@ -289,3 +305,12 @@ def report(paths, layers=None, model=None, draft=None, engine=None, engine_versi
     }
     argv = _argv(paths, layers, model_arg, draft, engine, engine_version, trainer, target_config, served, title, scan)
     return Report(context=context, argv=argv)
+
+
+def _focus(training: list, verdicts: dict, ok: list) -> str | None:
+    """The file the reader looks at first: the audited (training) file, else the first failing one, else the
+    first readable one."""
+    if training:
+        return training[0].rel
+    failing = [r["file"] for r in verdicts["rows"] if r["verdict"] == "fail" and not r["error"]]
+    return failing[0] if failing else (ok[0].rel if ok else None)

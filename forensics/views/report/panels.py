@@ -73,8 +73,11 @@ def _outliers(ss, tokens: list[str] | None) -> list[dict]:
     return rows
 
 
-def build_cards(files: list[FileResult]) -> dict:
+def build_cards(files: list[FileResult], focus: str | None = None) -> dict:
+    """Per-slot cards of the first ``MAX_CARD_FILES`` files (the audited file first); open: the audited file and
+    every failing file."""
     out = []
+    files = sorted(files, key=lambda f: f.rel != focus)
     for f in files[:MAX_CARD_FILES]:
         fslots = {s.index: s for s in (f.fp.slots if f.fp is not None else [])}
         findings = list(getattr(f.fp, "findings", []) or []) if f.fp is not None else []
@@ -97,7 +100,7 @@ def build_cards(files: list[FileResult]) -> dict:
                                                                                {t["pos"] for t in ss.massive_tokens})})
         fv = worst([c["verdict"]["verdict"] for c in cards])
         out.append({"file": f.rel, "anchor": _anchor(f.rel), "fragment": fragment(f.fp) or fragment(f.stats),
-                    "cards": cards, "verdict": fv, "open": fv in ("warn", "fail", "cannot tell")})
+                    "cards": cards, "verdict": fv, "open": f.rel == focus or fv == "fail"})
     if out and not any(f["open"] for f in out):  # nothing flagged: open the first small file as an example
         small = [f for f in out if len(f["cards"]) <= MAX_OPEN_CARDS]
         (small or out)[0]["open"] = True
@@ -120,6 +123,38 @@ def fragment(obj) -> str | None:
     if obj is None or not hasattr(obj, "_repr_html_"):
         return None
     return obj._repr_html_()
+
+
+# ---------------------------------------------------------------- key numbers
+def _slot_name(f: FileResult, ss) -> str:
+    fs = next((x for x in (f.fp.slots if f.fp is not None else []) if x.index == ss.index), None)
+    return (fs.label if fs is not None and fs.label else None) or _label(ss.declared_r) or ss.name
+
+
+def build_key_numbers(files: list[FileResult], focus: str | None) -> list[dict]:
+    """Per format, one row per slot of one file (the audited one, else the format's first): label, ‖x‖ mean ±
+    std, median, token-0 norm and whether token 0 is a sink; the audited file also gets its norm-distribution
+    figure."""
+    groups: dict[str, list[FileResult]] = {}
+    for f in files:
+        groups.setdefault(f.capture.format, []).append(f)
+    out = []
+    for fmt_name, fs in sorted(groups.items(), key=lambda kv: all(f.rel != focus for f in kv[1])):
+        f = next((x for x in fs if x.rel == focus), fs[0])
+        rows = []
+        for ss in f.stats.slots:
+            n = ss.norm
+            sinks = sorted(ss.sinks)
+            flag = ("token 0" + (f" + {len(sinks) - 1} more" if len(sinks) > 1 else "")) if 0 in sinks else \
+                (f"{len(sinks)} other" if sinks else "—")
+            rows.append({"index": ss.index, "label": _slot_name(f, ss), "mean_std": f"{fmt(n.mean)} ± {fmt(n.std)}",
+                         "median": fmt(n.median), "tok0": fmt(ss.first), "ratio": fmt(ss.first_ratio),
+                         "sink": flag, "is_sink": 0 in sinks})
+        fig = dict(figure("norm_distributions", f.fp if f.fp is not None else f.stats),
+                   title=f"Per-token ‖x‖ of {f.rel} (log axis)") if f.rel == focus else None
+        out.append({"format": fmt_name, "file": f.rel, "nfiles": len(fs), "rows": rows, "fig": fig,
+                    "anchor": _anchor(f.rel), "focus": f.rel == focus})
+    return out
 
 
 # ---------------------------------------------------------------- figures (forensics.views.plots) and cross-slot
@@ -159,15 +194,19 @@ def _figure_files(files: list[FileResult]) -> list[FileResult]:
     return [f for f in files if f in chosen[:MAX_FIGURE_FILES]]
 
 
-def build_cross(files: list[FileResult]) -> dict:
-    out = []
-    chosen = _figure_files(files)
-    for f in chosen:
+def build_cross(files: list[FileResult], progress=None, focus: str | None = None) -> dict:
+    out: list[dict] = []
+    chosen = sorted(_figure_files(files), key=lambda f: f.rel != focus)
+    for k, f in enumerate(chosen):
+        if progress is not None:
+            progress(k, len(chosen))
         src = f.fp if f.fp is not None else f.stats
         figs = [dict(figure(name, src), title=title) for name, title, needs_fp in CROSS_FIGURES
                 if f.fp is not None or not needs_fp]
         sim = getattr(f.fp, "similarity", None) if f.fp is not None else None
-        out.append({"file": f.rel, "figures": figs, "similarity": _sim_table(f, sim), "open": not out})
+        flagged = f.fp is not None and bool(getattr(f.fp, "findings", None))
+        out.append({"file": f.rel, "figures": figs, "similarity": _sim_table(f, sim),
+                    "open": f.rel == focus or flagged or (focus is None and not out)})
     return {"files": out, "omitted": len(files) - len(chosen)}
 
 

@@ -11,10 +11,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from forensics.findings import Severity, Verdict, sort_findings
 from forensics.layers import r_label
+from forensics.views.format import num
 
 MAX_VERDICT_FILES = 40  # verdict rows: every non-passing file, then passing ones up to this many
 MAX_INLINE_SLOTS = 8  # a passing file with more slots (a ladder) shows its slot rows folded
@@ -42,27 +41,7 @@ def worst(verdicts) -> str:
     return max(vs, key=lambda v: RANK.get(v, 0)) if vs else "info"
 
 
-def fmt(x: Any) -> str:
-    """Numbers as a reviewer reads them (3–4 significant digits); None/NaN as an em dash."""
-    if x is None:
-        return "—"
-    if isinstance(x, bool):
-        return str(x)
-    if isinstance(x, (int, np.integer)):
-        return str(int(x))
-    if isinstance(x, (float, np.floating)):
-        x = float(x)
-        if not math.isfinite(x):
-            return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
-        ax = abs(x)
-        if 1e4 <= ax < 1e7:
-            return f"{x:,.0f}"
-        if ax != 0 and (ax >= 1e7 or ax < 1e-3):
-            return f"{x:.3g}"
-        return f"{x:.4g}" if ax >= 100 else f"{x:.3g}"
-    if isinstance(x, (list, tuple)):
-        return "[" + ", ".join(fmt(v) for v in x) + "]"
-    return str(x)
+fmt = num  # the one number style of every view (forensics.views.format.num)
 
 
 def _short(xs: list, k: int = 8) -> str:
@@ -130,7 +109,7 @@ def _slot_verdict(fs, ss, findings: list, order: list | None = None) -> dict:
         verdict, decided = "fail", f"{fails[0].kind}: {fails[0].message}"
     elif v is Verdict.CANNOT_TELL:
         verdict = "cannot tell"
-        decided = f"{fs.verdict_why}" + (f"; settle with {fs.settle}" if fs.settle else "")
+        decided = f"{fs.verdict_why}"  # what would settle it is said once, in the headline, not on every slot
     elif mine and mine[0].severity is Severity.WARN:
         verdict, decided = "warn", f"{mine[0].kind}: {mine[0].message}"
     elif v is Verdict.PASS:
@@ -146,10 +125,19 @@ def _slot_verdict(fs, ss, findings: list, order: list | None = None) -> dict:
             "confidence": fmt(conf) if conf is not None else "—", "verdict": verdict, "decided": decided}
 
 
+def _order_line(order: list) -> str:
+    """The file's depth-order evidence in one line (said once per file)."""
+    return "; ".join(f"{e.signal} = {_clip(fmt(e.value), 60)}" + (f" → {_clip(str(e.verdict), 80)}" if e.verdict
+                                                                   else "") for e in order)
+
+
 def _deciding_evidence(evidence: list, decided_by: str | None, order: list | None) -> str | None:
     """The evidence line the fingerprint says decided (``decided_by``; ``order`` = the depth chain), else the
     first one, as ``signal = value → verdict (threshold …)``."""
     pool = list(evidence)
+    if decided_by and decided_by.split()[0] == "order" and order:
+        # the depth chain decided: its evidence is the file's, said once in the file's row, not on every slot
+        return "its place in the file's depth order" + (decided_by.split(")", 1)[1] if ")" in decided_by else "")
     if decided_by:  # a signal name, possibly followed by words: "order (rank among layer slots) + sink"
         decided_by = decided_by.split()[0]
         names = DECIDED_ALIASES.get(decided_by, (decided_by,))
@@ -171,7 +159,13 @@ def _probe_summary(probe_res) -> dict | None:
     ci = best.get("top1_ci") or [None, None]
     rows = getattr(probe_res, "rows", []) or []
     second = rows[1] if len(rows) > 1 else None
-    return {"label": best.get("label"), "r": fmt([_label(r) for r in best.get("wiring") or []]),
+    declared = next((r for r in rows if "declared" in (r.get("tags") or [])), None)
+    beaten = declared is not None and declared is not best and declared["top1_ci"][1] < ci[0]
+    clear = bool(getattr(probe_res, "clear_winner", False))
+    says = (f"the draft probe scores its declared wiring {declared['label']} clearly below {best.get('label')}"
+            if beaten else "the draft probe finds no clear best wiring" if not clear else "")
+    return {"verdict": "fail" if beaten else ("pass" if clear else "warn"), "says": says,
+            "label": best.get("label"), "r": fmt([_label(r) for r in best.get("wiring") or []]),
             "top1": f"{100 * best['top1']:.1f}%" if best.get("top1") is not None else "—",
             "ci": f"[{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]%" if None not in ci else "—", "n": best.get("n"),
             "clear_winner": bool(getattr(probe_res, "clear_winner", False)),
@@ -180,10 +174,11 @@ def _probe_summary(probe_res) -> dict | None:
 
 
 def build_verdicts(files: list[FileResult], audit_res, probe_res=None) -> dict:
-    rows, counts = [], {k: 0 for k in OUTCOMES}
+    rows: list[dict] = []
+    counts = {k: 0 for k in OUTCOMES}
     for f in files:
         if f.error:
-            rows.append({"file": f.rel, "error": f.error, "verdict": "fail", "slots": [], "findings": [],
+            rows.append({"file": f.rel, "error": f.error, "verdict": "fail", "slots": [], "findings": [], "order": "",
                          "claims": None,
                          "collapsed": False, "labels": "", "format": "unreadable"})
             counts["fail"] += 1
@@ -196,6 +191,7 @@ def build_verdicts(files: list[FileResult], audit_res, probe_res=None) -> dict:
             counts[s["verdict"]] += 1
         fverdict = worst([s["verdict"] for s in slots] + [x.severity.value for x in findings])
         rows.append({"file": f.rel, "error": None, "verdict": fverdict, "slots": slots,
+                     "order": _order_line(order),
                      "collapsed": len(slots) > MAX_INLINE_SLOTS and fverdict == "pass",
                      "labels": _short([s["label"] for s in slots]), "format": f.capture.format,
                      "claims": f.fp.claims.describe() if f.fp is not None and f.fp.claims is not None else None,
@@ -216,10 +212,55 @@ def build_verdicts(files: list[FileResult], audit_res, probe_res=None) -> dict:
                              "served": _label(sl.get("served_r")) or "—", "ok": sl.get("ok")}
                             for sl in getattr(audit_res, "slices", []) or []],
                  "problems": problems}
-    overall = worst([r["verdict"] for r in rows] + ([audit["outcome"]] if audit else []))
+    probe = _probe_summary(probe_res)
+    # the header's colour: the worst verdict anywhere in the report (files, slots, the audit and its findings,
+    # the probe), so a single fail below is never under a green header
+    overall = worst([r["verdict"] for r in rows] + [s["verdict"] for r in rows for s in r["slots"]] +
+                    ([audit["outcome"]] + [x["cls"] for x in audit["problems"]] if audit else []) +
+                    ([probe["verdict"]] if probe else []))
     return {"rows": [r for r in rows if r in shown], "hidden": hidden, "counts": counts, "audit": audit,
-            "probe": _probe_summary(probe_res), "overall": overall, "nfiles": len(rows),
-            "headline": _headline(rows, counts, audit, overall)}
+            "probe": probe, "overall": overall, "nfiles": len(rows),
+            "headline": _headline(rows, counts, audit, overall),
+            "sentence": _sentence(rows, counts, audit, probe, overall)}
+
+
+def _sentence(rows: list[dict], counts: dict, audit: dict | None, probe: dict | None, overall: str) -> str:
+    """The one sentence under the title, in the header's colour: what failed, else what is not settled, else that
+    every claim holds."""
+    bad = [r for r in rows if r["error"]]
+    failing = [r for r in rows if not r["error"] and any(s["verdict"] == "fail" for s in r["slots"])]
+    fails, open_ = [], []
+    if audit is not None and audit["verdict"] == "mismatch":
+        wrong = [sl for sl in audit["slices"] if sl["ok"] is False]
+        fails.append("the draft is not served the layers it was trained on (" + ", ".join(
+            f"{sl['trained']}→{sl['served']}" for sl in wrong[:4]) + (", …" if len(wrong) > 4 else "") + ")"
+            if wrong else f"wiring audit: mismatch ({audit['reason']})")
+    elif audit is not None and audit["verdict"] != "match":
+        open_.append(f"wiring audit: {audit['verdict'].replace('-', ' ')}")
+    if audit is not None:
+        other = [x["kind"] for x in audit["problems"] if x["cls"] == "fail" and x["kind"] != "slices"]
+        if other:
+            fails.append("audit findings " + ", ".join(dict.fromkeys(other)))
+    if failing:
+        fails.append(f"{counts['fail']} slot(s) in {_short([r['file'] for r in failing], 3)}")
+    if bad:
+        fails.append(f"{len(bad)} unreadable input(s)")
+    if probe is not None and probe["verdict"] != "pass":
+        (fails if probe["verdict"] == "fail" else open_).append(probe["says"])
+    if counts.get("cannot tell"):
+        open_.append(f"{counts['cannot tell']} slot(s) claimed but not proven (settle with --model or a ladder "
+                     "capture of the same text)")
+    if counts.get("warn"):
+        open_.append(f"{counts['warn']} slot(s) with a finding")
+    if fails:
+        return "FAIL: " + "; ".join(fails) + "."
+    word = {"cannot tell": "CANNOT TELL", "warn": "WARN"}.get(overall)
+    if word or open_:
+        return f"{word or 'WARN'}: no failure; " + ("; ".join(open_) or "see the findings below") + "."
+    n = sum(1 for r in rows if not r["error"])
+    tail = "; the draft is served the layers it was trained on" if audit is not None else ""
+    return f"PASS: every claim about {n} file(s) holds{tail}." if counts.get("pass") else \
+        f"NO CLAIM: {n} file(s) declare no slot identity; roles and depth order are listed{tail}."
 
 
 def _headline(rows: list[dict], counts: dict, audit: dict | None, overall: str) -> list[str]:

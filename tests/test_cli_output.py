@@ -1,0 +1,103 @@
+"""What ``hsf`` prints: every command's text fits ``$COLUMNS``, the verdict comes first, colour only on a terminal
+(never with ``NO_COLOR`` or ``--json``), progress only on stderr, every error one ``hsf CMD: error:`` line."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+
+import pytest
+
+from forensics.cli import main
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+WIDTH = 100
+
+
+@pytest.fixture
+def run(monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", str(WIDTH))
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+
+    def call(*argv: str) -> tuple[int, str, str]:
+        rc = main([str(a) for a in argv])
+        cap = capsys.readouterr()
+        return rc, cap.out, cap.err
+
+    return call
+
+
+def _commands(sd) -> dict[str, list]:
+    v1 = sd / "speculators_v1"
+    draft = sd / "draft_eagle3"
+    return {
+        "inspect": ["inspect", sd],
+        "fingerprint": ["fingerprint", sd],
+        "fingerprint -v": ["fingerprint", v1 / "data_0.pt", sd / "ladder", "-v"],
+        "audit -v": ["audit", "--data", v1, "--draft", draft, "--engine", "sglang", "-v"],
+        "probe": ["probe", "--draft", draft, "--data", v1 / "data_0.pt", "--candidates", "embed,L3,L16;L3,L16,L28"],
+        "scan": ["scan", sd, "--workers", "0"],
+        "report": ["report", v1 / "data_0.pt", sd / "ladder", "--draft", draft, "--engine", "sglang", "-o", None],
+        "verify": ["verify", v1],
+        "conventions": ["conventions"],
+        "error": ["fingerprint", sd / "no-such-file.pt"],
+    }
+
+
+def test_every_command_fits_100_columns(run, sample_data, tmp_path):
+    seen = {}
+    for name, argv in _commands(sample_data).items():
+        argv = [tmp_path / "r.html" if a is None else a for a in argv]
+        rc, out, err = run(*argv)
+        assert out or err, name
+        for line in (out + err).splitlines():
+            assert len(line) <= WIDTH, f"hsf {name}: {len(line)} columns: {line!r}"
+        assert not ANSI.search(out + err), f"hsf {name}: colour codes in a pipe"
+        seen[name] = (rc, out, err)
+    # the verdict is the first line
+    assert re.match(r"2 files: \d (FAIL|CANNOT TELL|PASS)", seen["fingerprint -v"][1])
+    assert seen["audit -v"][1].startswith("hsf audit: MISMATCH: served ['L2', 'L15', 'L27']")
+    assert seen["probe"][1].startswith("probe: ")
+    assert seen["report"][1].splitlines()[0].startswith("FAIL: ")
+    # the evidence only behind -v
+    assert "evidence:" in seen["fingerprint -v"][1] and "evidence" not in seen["fingerprint"][1]
+    # errors: one line on stderr, nothing on stdout
+    rc, out, err = seen["error"]
+    assert rc == 2 and out == "" and err.startswith("hsf fingerprint: error: ") and len(err.splitlines()) == 1
+
+
+def test_colour_on_a_terminal_only_and_never_with_no_color_or_json(run, sample_data, monkeypatch):
+    argv = ["audit", "--data", sample_data / "speculators_v1" / "data_0.pt", "--draft",
+            sample_data / "draft_eagle3", "--engine", "sglang"]
+    monkeypatch.setenv("FORCE_COLOR", "1")  # what a terminal gets
+    rc, out, _ = run(*argv)
+    assert rc == 1 and "\x1b[1;31mMISMATCH\x1b[0m" in out
+    monkeypatch.setenv("NO_COLOR", "1")
+    _, out, _ = run(*argv)
+    assert not ANSI.search(out) and "MISMATCH" in out
+    monkeypatch.delenv("NO_COLOR")
+    _, out, _ = run(*argv, "--json")
+    assert not ANSI.search(out) and json.loads(out)["verdict"] == "mismatch"
+
+
+def test_progress_on_a_terminal_goes_to_stderr_and_quiet_silences_it(run, sample_data, monkeypatch):
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    rc, out, err = run("fingerprint", sample_data / "speculators_v1")
+    assert "hsf fingerprint: fingerprint" in ANSI.sub("", err)
+    assert "hsf fingerprint: fingerprint" not in out and out.startswith("5 files: ")
+    rc_quiet, out, err = run("fingerprint", sample_data / "speculators_v1", "--quiet")
+    assert rc_quiet == rc and err == ""
+
+
+def test_help_imports_neither_rich_nor_torch():
+    """``hsf --help`` stays instant: rich and torch are imported only by the commands that print or compute."""
+    import subprocess
+
+    p = subprocess.run([sys.executable, "-X", "importtime", "-m", "forensics.cli", "--help"], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0 and "COMMAND" in p.stdout
+    mods = {line.split("|")[-1].strip().split(".")[0] for line in p.stderr.splitlines() if "|" in line}
+    assert not mods & {"rich", "torch", "numpy", "matplotlib"}, mods & {"rich", "torch", "numpy", "matplotlib"}
