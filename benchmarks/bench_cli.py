@@ -52,7 +52,9 @@ def time_cmd(argv: list[str], reps: int) -> tuple[list[float], list[float]]:
     for _ in range(reps):
         r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
-        subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        rc = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if rc.returncode > 1:  # 0 clean, 1 findings (the demo's draft is mis-wired on purpose), 2 unreadable input
+            raise SystemExit(f"{' '.join(argv)} failed ({rc.returncode}): {rc.stderr[-1000:]}")
         ts.append(time.perf_counter() - t0)
         r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         cs.append(r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime)

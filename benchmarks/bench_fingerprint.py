@@ -120,8 +120,9 @@ def compare(paths: list[str]) -> list[dict]:
             drop = sorted({0} | {q for s in st.slots for q in s.sinks} | bad)
             mask = sorted({d for s in st.slots for d in s.massive_dims})
             T = min(int(t.shape[0]) for t in tensors)
-            rows = torch.from_numpy(depth.sample_rows(T, drop, depth.DISTANCE_SAMPLE_ROWS))
-            err = float(np.abs(float64_distances(tensors, drop, mask, rows) - fp.similarity).max())
+            # the sample's rows, or all kept rows where the depth chain was a near-tie (depth.settle_chain)
+            err = min(float(np.abs(float64_distances(tensors, drop, mask, torch.from_numpy(
+                depth.sample_rows(T, drop, n))) - fp.similarity).max()) for n in (depth.DISTANCE_SAMPLE_ROWS, T))
         out.append({"path": p, "tokens": cap.num_tokens, "slots": k, "same": answers(fp) == answers(full),
                     "sampled": answers(fp), "full": answers(full), "d_err": err,
                     "d_full_diff": float(np.abs(fp.similarity - full.similarity).max()) if k > 1 else 0.0})

@@ -560,3 +560,22 @@ def test_sampled_fingerprint_equals_full_rows_on_a_long_real_capture(sample_data
     assert np.allclose(fp.similarity, res.D)
     off = ~np.eye(len(tensors), dtype=bool)
     assert (np.abs(res.D - full.similarity)[off] <= 5 * res.se[off] + 1e-9).all()
+
+
+def test_near_tie_chain_is_settled_on_all_rows():
+    """A duplicated layer slot makes two depth paths cost the same: the sample cannot decide, so the chain
+    is seriated on all kept rows; a clearly ordered chain keeps the sample."""
+    from forensics.analysis.fingerprint.depth import DISTANCE_SAMPLE_ROWS, angular_distance_sample, settle_chain
+
+    g = torch.Generator().manual_seed(6)
+    T, H = 4 * DISTANCE_SAMPLE_ROWS, 64
+    x = torch.randn(T, H, generator=g)
+    layers = [x]
+    for _ in range(3):
+        layers.append(layers[-1] + 0.6 * torch.randn(T, H, generator=g))
+    clear = [t.to(torch.bfloat16) for t in layers]
+    tie = clear[:2] + [clear[1].clone()] + clear[2:]
+    for slots, settled in ((clear, False), (tie, True)):
+        sample = angular_distance_sample(slots, [0], [])
+        out = settle_chain(sample, slots, [0], [], list(range(len(slots))))
+        assert sample.rows == DISTANCE_SAMPLE_ROWS and out.rows == (T - 1 if settled else DISTANCE_SAMPLE_ROWS)

@@ -42,6 +42,7 @@ from forensics.analysis.fingerprint.rules import (  # noqa: F401 - re-exported: 
     find_duplicates,
     has_sink,
     identical_groups,
+    isolated_end,
     late_signature,
     order_chain,
     postnorm_signals,
@@ -204,7 +205,7 @@ def fingerprint(capture: Capture | str | os.PathLike, layers: Any = None, model:
 
 def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | None,
                  expected_source: str | None, claims: Claims | None) -> Fingerprint:
-    from forensics.analysis.fingerprint.depth import angular_distances
+    from forensics.analysis.fingerprint.depth import DistanceSample, angular_distance_sample, settle_chain
     from forensics.analysis.fingerprint.verdicts import judge
 
     st = summarize(capture)
@@ -237,7 +238,9 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
                                 f"(< {MIN_TOKENS}): the data-only signals are weak; use --model for exact checks"))
     drop = sorted({0} | {p for s in st.slots for p in s.sinks} | bad_rows)
     mask = sorted({d for s in st.slots for d in s.massive_dims})
-    D, _used = angular_distances(tensors, drop, mask) if k > 1 else (np.zeros((1, 1)), 0)
+    sample = angular_distance_sample(tensors, drop, mask) if k > 1 else \
+        DistanceSample(np.zeros((1, 1)), np.zeros((1, 1)), 0, 0)
+    D = sample.D
 
     # --- per-slot data-only signals
     meds = [s.norm_excl_sinks.median for s in st.slots]
@@ -282,12 +285,15 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
         # from L3 as from L8, and the chain then put L8 before L3)
         anchor = sorted({j for j in prenorm_of.values() if not is_embed[j] and not is_post[j]})
         chain = [i for i in range(k) if not is_embed[i] and not is_post[i] and i not in anchor]
+        D = settle_chain(sample, tensors, drop, mask, chain).D  # all rows where the sample is a near-tie
         co = chain_order(D, chain, st.slots, meds)
         weak = [i for i in chain if 0 < post_score[i] < POSTNORM_DECIDED]
         # one final norm: once a slot is post-norm by identity or format, the chain's ends are layers
         end = None if any(is_post) else collapsed_end(co.chain, st.slots, meds, ev)
         if end is not None:  # the chain puts it beside the deepest slot: a post-norm final, out of the chain
             is_post[end], post_score[end], post_why[end] = True, POSTNORM_DECIDED, "norm_collapse"
+        elif not any(is_post) and (hang := isolated_end(co.chain, D, weak, ev)) is not None:
+            is_post[hang] = True  # ranked last with its candidate score: the role is not decided by this
         elif len(co.chain) < POSTNORM_CHAIN_MIN and not any(is_post):  # too short a chain to place a candidate
             for i in weak:
                 is_post[i] = True

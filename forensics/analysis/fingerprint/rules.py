@@ -47,6 +47,9 @@ POSTNORM_CLAIM_SPREAD = 0.2  # a sinkless slot the format calls the post-norm fi
 #                               up to this robust spread. Tuning half: post-norm finals 0.043–0.154 (9 of 37 texts
 #                               above TIGHT_SPREAD), while a token-0 sink excludes SmolLM2's r = L (100 % of texts)
 TOKEN0_CONCENTRATION = 0.5  # max|x_0|/‖x_0‖ ≥ this ⇒ token 0 holds the sink direction (SmolLM2 post-norm 0.68)
+POSTNORM_ISOLATION = 1.5  # isolated_end: end edge ≥ this × the chain's longest other edge. Tuning half: the 9
+#   post-norm finals it placed had ≥ 1.64; one pre-norm candidate (a 13-token text) had 2.27 and was ranked
+#   last at candidate score 0.6, which no verdict acts on
 POSTNORM_CHAIN_MIN = 3  # chain slots needed for the norm-collapse-at-the-chain-end test (collapsed_end)
 DUPLICATE_SLOT_DISTANCE = 1e-4  # masked angular distance below this (and equal norms) ⇒ duplicate capture
 # Votes on the direction of the depth chain: W_NORM per pair of the path whose norm rises (falls), W_LATE /
@@ -408,6 +411,25 @@ def collapsed_end(path: list[int], slots: Sequence[SlotStats], meds: list[float]
             ev[end].append(Evidence("norm_collapse", ratio, f"≤ {POSTNORM_NORM_DROP} × the deepest slot, next to it "
                                     "in the chain", f"sinkless, at the chain's end beside slot {nb} (largest norm) "
                                     "with its norm divided away ⇒ post-final-norm"))
+            return end
+    return None
+
+
+def isolated_end(path: list[int], D: np.ndarray, candidates: list[int], ev: list[list[Evidence]]) -> int | None:
+    """A post-norm candidate hanging off an end of the depth chain by its longest edge, or None.
+
+    γ rescales every dim, so without a deep layer beside it a post-norm final is about equally far from every
+    layer slot, farther than the layers are from each other: it then sits at an end of the chain, attached by
+    an edge ``POSTNORM_ISOLATION`` × longer than any other. Such a candidate is ranked last (not shallowest)
+    with its candidate score: the role is not decided by this.
+    """
+    if len(path) < POSTNORM_CHAIN_MIN:
+        return None
+    edges = [float(D[path[i], path[i + 1]]) for i in range(len(path) - 1)]
+    for end, edge, rest in ((path[0], edges[0], edges[1:]), (path[-1], edges[-1], edges[:-1])):
+        if end in candidates and rest and edge >= POSTNORM_ISOLATION * max(rest):
+            ev[end].append(Evidence("isolation", edge / max(rest), f"≥ {POSTNORM_ISOLATION} × the chain's other "
+                                    "edges", "hangs off the chain's end: a post-norm candidate, ranked last"))
             return end
     return None
 
