@@ -108,6 +108,22 @@ hp.depth_ladder(fp)
 hp.similarity_heatmap(fp)
 
 # %% [markdown]
+# ### The seed's claim: a list shifted by one slot
+#
+# The same file checked against the list the server was given, `[L3, L16, L28, L30]`: slot 0 is the
+# embedding output (repeated token ids give bit-identical rows), so the claim starts one slot too deep.
+# Each slot's claim gets a verdict (PASS / FAIL / CANNOT TELL) and the whole list a `shifted` finding
+# (FAIL) with the corrected list. Data-only, the layer slots stay CANNOT TELL: `model="default"` settles them.
+
+# %%
+fp_seed = forensics.fingerprint(cap, layers=[3, 16, 28, 30])
+print("verdict:", fp_seed.verdict.value.upper())
+print("per slot:", [(s.claim.label, s.verdict.value) for s in fp_seed.slots])
+shifted = next(f for f in fp_seed.findings if f.kind == "shifted")
+print(f"{shifted.severity.value.upper()} {shifted.kind}: corrected {shifted.evidence['corrected']}")
+assert fp_seed.verdict.value == "fail" and shifted.evidence["corrected"] == [0, 3, 16, 28]
+
+# %% [markdown]
 # ## 4. A shuffled file: what the tool says
 #
 # Here is the same sample with its four slots stored in a different order (`L16, embed, L28, L3`) while
@@ -164,6 +180,15 @@ print("SYNTHETIC — roles:", [s.role for s in fp_kimi.slots])
 for s in fp_kimi.stats.slots:
     print(f"SYNTHETIC — slot {s.index}: median ‖x‖ {s.norm.median:.1f}, mean {s.norm.mean:.1f} ± {s.norm.std:.1f}, "
           f"token 0 {s.first:.1f}")
+
+# %% [markdown]
+# The seed's own claim on it, `[L3, L31, L59, L61]` (what the server was given), is the same shift:
+
+# %%
+fp_kimi_claim = forensics.fingerprint(synthetic, layers=[3, 31, 59, 61], num_layers=61)
+kimi_shift = next(f for f in fp_kimi_claim.findings if f.kind == "shifted")
+print("SYNTHETIC — verdict:", fp_kimi_claim.verdict.value.upper(), "— corrected:", kimi_shift.evidence["corrected"])
+assert kimi_shift.evidence["corrected"] == [0, 3, 31, 59]
 
 # %%
 hp.norm_distributions(fp_kimi, title="SYNTHETIC Kimi-shaped sample: per-token norms (L59 < L31)")

@@ -118,6 +118,24 @@ for engine, version in (("vllm", None), ("sglang", "pre-25454")):
                                       trainer="speculators-v1")
     print(f"{engine}: {results[engine]}")
 
+# %% [markdown]
+# SGLang adds 1 to the ids and serves `[L3, L16, L28]` to a draft trained on `[embed, L3, L16]`: the seed's
+# bug, a list shifted by one slot, reported as its own `shifted` finding (FAIL). From the data alone only
+# slice 0 is certain (the embedding is measured; L3 and L16 are what the sidecar declares), so the audit
+# gives no id list that would rest on them: it says what settles them. With `model="default"` (the packaged
+# SmolLM2) every slice is measured and the fix is computed.
+
+# %%
+shift = next(f for f in results["sglang"].findings if f.kind == "shifted")
+print(f"{shift.severity.value.upper()} {shift.kind}: {shift.message}")
+print("slices ok (data only):", [s["ok"] for s in results["sglang"].slices], "| to settle:", results["sglang"].settle)
+assert results["sglang"].verdict == "mismatch" and results["sglang"].exit_code() == 1
+
+# %%
+results["vllm"] = forensics.audit(data=data, draft=smol_draft, engine="vllm", trainer="speculators-v1",
+                                  model="default")
+print("with model='default':", results["vllm"])
+
 # %%
 hp.audit_slices(results["vllm"], title="SmolLM2 draft ids [2, 15, 27] served by vLLM")
 
@@ -128,13 +146,14 @@ hp.audit_slices(results["sglang"], title="SmolLM2 draft ids [2, 15, 27] served b
 results["vllm"]  # findings with their evidence, and the fix
 
 # %% [markdown]
-# Applying vLLM's fix (top-level key, which vLLM reads) gives a match:
+# Applying vLLM's fix (top-level key, which vLLM reads) gives a match, measured slice by slice against the
+# packaged SmolLM2 (data alone would say CANNOT TELL for the declared L3 and L16):
 
 # %%
 fix = results["vllm"].fix
 fixed = forensics.audit(data=data, draft=write_draft_config(OUT / "smollm2-draft-fixed", fix["ids"], hidden=576,
                                                             top_level=True),
-                        engine="vllm", trainer="speculators-v1")
+                        engine="vllm", trainer="speculators-v1", model="default")
 print(fixed)
 hp.audit_slices(fixed, title="SmolLM2 draft with the fixed ids, vLLM")
 

@@ -76,7 +76,22 @@ res  # summary per format and the anomaly table
 
 # %%
 for a in res.anomalies:
-    print(f"{os.path.basename(a['file'])}: {a['kind']} — {a['message']}")
+    print(f"{os.path.basename(a['file'])}: {a['kind']} ({a['severity']}) — {a['message']}")
+
+# %% [markdown]
+# ### The seed's claim, dataset-wide
+#
+# Checked against the served list `[L3, L16, L28, L30]` (`layers=`, as `hsf scan --layers 3,16,28,30`), the
+# real SmolLM2 files of `sample_data/speculators_v1` hold the embedding where the claim starts at L3: every
+# file is `shifted`, so the scan reports one dataset-wide finding of severity fail (exit code 1), not one
+# anomaly per file.
+
+# %%
+seed = forensics.scan(SAMPLE / "speculators_v1", workers=0, layers=[3, 16, 28, 30], fingerprint=True)
+wide = {d["kind"]: d for d in seed.summary["dataset_findings"]}
+print(f"{wide['shifted']['severity'].upper()} shifted in {wide['shifted']['files']}/{wide['shifted']['of']} files;"
+      f" exit code {seed.exit_code()}")
+assert seed.exit_code() == 1
 
 # %% [markdown]
 # ## Query the rows

@@ -95,6 +95,8 @@ EXPECT = {
         "finding reordered",
         "SYNTHETIC — labels: ['embed', 'L3', 'L31', 'L59']",
         "SYNTHETIC — roles: ['embedding', 'early', 'middle', 'late']",
+        "FAIL shifted: corrected [0, 3, 16, 28]",  # the seed's claim [L3, L16, L28, L30] on real data
+        "SYNTHETIC — verdict: FAIL — corrected: [0, 3, 31, 59]",
     ],
     "02_browse_samples.ipynb": ["slots shown: ['1: L3', '2: L16']", "hidden_states[1]", "hsf-panel"],
     "03_wiring_audit.ipynb": [
@@ -102,10 +104,12 @@ EXPECT = {
         "fix: nested eagle_config.eagle_aux_hidden_state_layer_ids = [-1, 2, 30]",
         "vllm: AuditResult(mismatch: served ['L2', 'L15', 'L27'] but trained on ['embed', 'L3', 'L16']",
         "sglang: AuditResult(mismatch: served ['L3', 'L16', 'L28'] but trained on ['embed', 'L3', 'L16']",
+        "FAIL shifted: the served list ['L3', 'L16', 'L28'] is shifted by one slice",
         "AuditResult(match",
         "best wiring: embed+L3+L16 | clear winner: True",
     ],
     "04_dataset_scan.ipynb": ["data_5.pt: reordered", "data_6.pt: nonfinite", "data_7.pt: unreadable",
+                              "FAIL shifted in 5/5 files; exit code 1",
                               "data_4.pt hidden_states[2]   L16", "[reordered]", "[nonfinite]"],
 }
 MIN_IMAGES = {"01_fingerprint.ipynb": 8, "02_browse_samples.ipynb": 0, "03_wiring_audit.ipynb": 6,

@@ -138,12 +138,23 @@ def _declared_r(d: Draft, L: int | None) -> tuple[list | None, str]:
         return None, "no L"
     if d.declared_ids is None:
         return cv.default_r(L), "engine default (no ids in the draft config)"
-    # speculators / vLLM configs: r = id; SGLang / SpecForge nested ids: r = id + 1 (sglang before #25454)
-    system = "speculators" if d.trainer in ("speculators", "vllm") else "sglang"
+    # the one draft-id reader of every command (forensics.analysis.claims.draft_ids_r): speculators / vLLM
+    # top-level ids r = id; SpecForge / SGLang nested ids r = id + 1
+    from types import SimpleNamespace
+
+    from forensics.analysis.claims import draft_ids_r
+
+    system = "speculators" if d.trainer in ("speculators", "vllm") else "specforge"
+    top = system == "speculators"
+    info = SimpleNamespace(ids_top=d.declared_ids if top else None, ids_nested=None if top else d.declared_ids,
+                           config={})
     try:
-        rs = cv.to_r(system, d.declared_ids, L, version="pre-25454" if system == "sglang" else None)
+        read = draft_ids_r(system, info, L)
     except ForensicsError:
         return None, "unreadable ids"
+    if read is None:
+        return None, "unreadable ids"
+    rs = read.r
     return (None if any(r is None for r in rs) else list(rs)), f"config ids {d.declared_ids} read as {system}"
 
 

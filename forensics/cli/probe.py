@@ -39,7 +39,14 @@ def run(args) -> int:
         from forensics.views.probe import text
 
         args.console.text(text(res, width=args.console.width, verbose=args.console.verbose))
+    from forensics.findings import Verdict, exit_code
+
+    # the declared wiring is the claim: beaten outside the 95 % intervals FAIL, the clear winner PASS, else
+    # the intervals overlap and the probe cannot tell (exit 3, the one table of every command)
     declared = next((r for r in res.rows if "declared" in r["tags"]), None)
-    if declared is not None and declared is not res.best and declared["top1_ci"][1] < res.best["top1_ci"][0]:
-        return 1
-    return 0
+    verdict = None
+    if declared is not None:
+        beaten = declared is not res.best and declared["top1_ci"][1] < res.best["top1_ci"][0]
+        verdict = Verdict.FAIL if beaten else Verdict.PASS if declared is res.best and res.clear_winner \
+            else Verdict.CANNOT_TELL
+    return exit_code([], [verdict])

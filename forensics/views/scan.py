@@ -28,7 +28,7 @@ def headline(res) -> str:
                                          for d in s.get("dataset_findings") or []) \
         if s.get("dataset_findings") else ""
     code = res.exit_code() if hasattr(res, "exit_code") else None
-    word = {0: "PASS", 1: "FAIL", 2: "UNREADABLE", 3: "CANNOT TELL"}.get(code, "")  # the worst verdict first
+    word = {0: "PASS", 1: "FAIL", 2: "UNREADABLE", 3: "CANNOT TELL"}.get(code, "") if code is not None else ""
     return (f"{word}: " if word else "") + (
         f"scan of {res.path}: {s['files']} files{resumed}, {s['bytes'] / 1e9:.3g} GB, {s['errors']} "
         f"unreadable; anomalies: {counts}{wide}{speed}")

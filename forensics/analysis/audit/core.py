@@ -340,7 +340,7 @@ def _verdict(trained: dict, served: dict, findings: list[Finding], info, engine,
             ok = None  # the trained r is only claimed: no verdict rests on it
         slices.append({"slice": k, "trained_r": t, "served_r": s, "ok": ok, "trained_status": st})
     bad = [s for s in slices if s["ok"] is False]
-    open_ = [s["slice"] for s in slices if s["ok"] is None]
+    open_: list[int] = [int(k) for k, s in enumerate(slices) if s["ok"] is None]
     wiring_errors = [f for f in findings if f.severity is Severity.FAIL and f.kind in WIRING_KINDS]
     if bad:
         shifted = _shift_finding(fc, status, sr)

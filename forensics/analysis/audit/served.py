@@ -200,7 +200,7 @@ def compare_served(data: Any, trained: dict, served: Any, use_fingerprint: bool 
         rows.append(ev)
         trained_lab = r_label(slots_r[want]) if want is not None else "none"
         if same is False:
-            if cos is not None and want is not None:
+            if cos is not None and rel is not None and want is not None:
                 val = (f"on {P} shared tokens: mean cosine {cos[j, want]:.4f}, median relative error "
                        f"{rel[j, want]:.3g} (same tensor: ≥ {SAME_TENSOR_COS}, ≤ {SAME_TENSOR_REL})")
                 near = ev["best_training_slot"]

@@ -189,7 +189,7 @@ def training_side(data: Any, trainer: str | None, draft_info, L: int | None, use
     if FINAL_POST in fc:
         findings.append(Finding("postnorm_aux", Severity.FAIL, [], "a post-norm final state is fed to the fc; "
                                 "engines capture pre-norm states only", {"fc_r": fc}))
-    findings += _target_findings(view, target, L, out["target_status"])
+    findings += _target_findings(view, target, L, status[view.target_slot] if view.target_slot is not None else None)
     return out, findings
 
 
