@@ -22,6 +22,10 @@
 # the norm plots and the token text (the sample data ships SmolLM2's tokenizer, found through
 # `capture.json`'s `"tokenizer"` entry).
 #
+# The token range applies to the norm-by-position plot and the token table (the panel says so); the verdict,
+# the slot statistics and the norm distributions always use every token. The slot list shows every slot of the
+# sample (all 32 of the ladder), so its default selection is in view.
+#
 # The controls only re-render when you let go of the slider (`continuous_update=False`). The panel is
 # produced by a pure function, `forensics.views.widgets.render_panel`, so what you see here is also what the
 # tests check and what the HTML report shows.

@@ -82,8 +82,8 @@ def run(args) -> int:
         c = rep.counts
         con.text(v.get("sentence") or rep.context["overall"].upper())
         con.text(f"  {len(files)} files" + (f" ({unreadable} unreadable)" if unreadable else "") +
-                 f"; slots: {c.get('fail', 0)} fail, {c.get('warn', 0)} warn, {c.get('pass', 0)} pass, "
-                 f"{c.get('info', 0)} info" + (f"; audit: {doc['audit']}" if doc["audit"] else ""))
+                 "; slots: " + ", ".join(f"{c[k]} {k}" for k in ("fail", "cannot tell", "warn", "pass", "info")
+                                         if k in c) + (f"; audit: {doc['audit']}" if doc["audit"] else ""))
         con.text(f"report written: {out} ({size / 1e6:.2f} MB)")
     errors = rep.context.get("errors") or []
     for e in errors:  # what could not be done is said here too, not only at the bottom of the HTML

@@ -150,7 +150,8 @@ def render_panel(capture: Capture | None, stats: Any, fingerprint: Any = None, s
                  "</div>")
     parts.append(_slot_table(stats, fingerprint, sel))
     lines = "\n".join(stats.slots[i].one_line() for i in sel)
-    parts.append(f"<pre class='hsf-oneline' style='white-space:pre-wrap'>{esc(lines)}</pre>")
+    parts.append("<pre class='hsf-oneline' style='white-space:pre-wrap;word-break:normal;overflow-wrap:break-word'>"
+                 f"{esc(lines)}</pre>")
     result = fingerprint if fingerprint is not None and not isinstance(fingerprint, Exception) else stats
     parts.append(plots.figure_to_html(plots.norm_by_position(result, slots=sel, token_range=(lo, hi))))
     parts.append(plots.figure_to_html(plots.norm_distributions(result, slots=sel)))

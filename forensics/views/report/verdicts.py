@@ -109,7 +109,7 @@ def _slot_verdict(fs, ss, findings: list, order: list | None = None) -> dict:
         verdict, decided = "fail", f"{fails[0].kind}: {fails[0].message}"
     elif v is Verdict.CANNOT_TELL:
         verdict = "cannot tell"
-        decided = f"{fs.verdict_why}" + (f"; settle with {fs.settle}" if fs.settle else "")
+        decided = f"{fs.verdict_why}"  # what would settle it is said once, in the headline, not on every slot
     elif mine and mine[0].severity is Severity.WARN:
         verdict, decided = "warn", f"{mine[0].kind}: {mine[0].message}"
     elif v is Verdict.PASS:
