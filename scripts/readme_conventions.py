@@ -1,8 +1,8 @@
-"""Rewrite the README's generated conventions table from the registry (``hsf conventions --markdown``).
+"""Rewrite the generated conventions table of docs/conventions.md from the registry (``hsf conventions --markdown``).
 
 Usage::
 
-    .venv/bin/python scripts/readme_conventions.py [README.md]
+    .venv/bin/python scripts/readme_conventions.py [docs/conventions.md]
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from forensics.models.convention_rules import RULES
 from forensics.views.conventions import MARKDOWN_BEGIN, MARKDOWN_END, markdown
 
 
-def main(path: str = "README.md") -> int:
+def main(path: str = "docs/conventions.md") -> int:
     p = pathlib.Path(path)
     text = p.read_text()
     if MARKDOWN_BEGIN not in text or MARKDOWN_END not in text:

@@ -205,13 +205,13 @@ def test_fix_snippet_and_apply_use_the_familys_own_key():
     assert cfg == {"dflash_config": {"block_size": 16}}  # the input is not modified
 
 
-def test_every_rule_cites_a_public_url_and_the_readme_table_is_generated_from_the_registry(repo_root):
+def test_every_rule_cites_a_public_url_and_the_docs_table_is_generated_from_the_registry(repo_root):
     from forensics.models.convention_rules import RULES
     from forensics.views.conventions import MARKDOWN_BEGIN, MARKDOWN_END, markdown
 
     assert all(r.source.startswith("https://") for r in RULES)
     assert {r.family for r in RULES} == set(cv.FAMILIES)
     assert set(cv.ENGINES) <= {r.system for r in RULES}
-    readme = (repo_root / "README.md").read_text()
-    section = readme[readme.index(MARKDOWN_BEGIN):readme.index(MARKDOWN_END) + len(MARKDOWN_END)]
-    assert section == markdown(RULES), "README table is stale: run scripts/readme_conventions.py"
+    doc = (repo_root / "docs" / "conventions.md").read_text()
+    section = doc[doc.index(MARKDOWN_BEGIN):doc.index(MARKDOWN_END) + len(MARKDOWN_END)]
+    assert section == markdown(RULES), "docs/conventions.md table is stale: run scripts/readme_conventions.py"

@@ -27,7 +27,7 @@ import forensics
 from forensics.cli import main as hsf_main
 from forensics.errors import ForensicsError, escape
 
-settings.register_profile("short", max_examples=25, deadline=None, derandomize=True,
+settings.register_profile("short", max_examples=60, deadline=None, derandomize=True,
                           suppress_health_check=list(HealthCheck))
 settings.register_profile("long", max_examples=1500, deadline=None, suppress_health_check=list(HealthCheck))
 settings.load_profile(os.environ.get("HSF_FUZZ", "short"))

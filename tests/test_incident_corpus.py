@@ -5,9 +5,9 @@ the r the engine serves, the verdict, and the fix in the engine's own convention
 Each scenario names its source URL. Where the source states the numbers (layer count, ids) they are used as
 stated; where it does not (the head's true layers, say), the scenario says ``illustrative`` and picks values
 that reproduce the stated mechanism. Expected served r are worked out by hand from the rule each source
-states, not from the code under test. Two rows are not about layer identity and have no scenario:
-speculators#597 (an empty sample hard-coded to 3 slots: a shape bug) and Model-Optimizer#2410 (a dump that
-aborted for a missing preset).
+states, not from the code under test. Three rows have no scenario of their own: vllm#42704 duplicates vllm#40727,
+speculators#597 (an empty sample hard-coded to 3 slots) is a shape bug and Model-Optimizer#2410 (a dump that
+aborted for a missing preset) is not about layer identity.
 
 For every config-fixable scenario the test applies the fix the audit prints to the config and audits again:
 the same audit must then say MATCH.
@@ -16,7 +16,7 @@ the same audit must then say MATCH.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pytest
 
@@ -45,7 +45,9 @@ class Case:
     fc_states: int | None = None  # write a model.safetensors whose fc takes this many states
     fix_version: str | None = None  # for fix_kind engine-version
     illustrative: str = ""
-    extra: dict = field(default_factory=dict)
+    trainer: str | None = None  # the trainer as invoked (its data view, or its id numbering)
+    trainer_ids: list | None = None  # --target-layer-ids as the trainer got them
+    exit: int | None = None  # hsf audit's exit code when it is not the verdict's (a fail finding on a match)
 
 
 def dflash(ids, n_layers=5):
@@ -133,6 +135,17 @@ CASES = [
          "id 48 for a 48-block target: out of range in DFlash's output-of numbering", 48, dflash([2, 24, 48], 3),
          "vllm", "latest", [3, 25, 48], [3, 25], "mismatch", {"id_is_count"},
          {"key": "dflash_config.target_layer_ids", "ids": [2, 24, 47]}),
+    Case("torchspec-89", "https://github.com/lightseekorg/TorchSpec/pull/89",
+         "the last hidden state captured one block early (34 for 35): the training target is a logit lens", 36,
+         {**EAGLE, TOP: [2, 18, 33]}, "vllm", None, [2, 18, 33, 35], [2, 18, 33], "match", {"target_not_final"},
+         None, "data", trainer="speculators", exit=1,
+         illustrative="Qwen3-8B-sized (36 blocks) speculators layout; the wiring matches, the target does not"),
+    Case("verl-speco-6", "https://github.com/verl-project/verl-SpeCo/pull/6",
+         "a trainer that assumes 3 aux layers given a draft with 5", 36,
+         {**EAGLE, NESTED: {TOP: [1, 9, 17, 25, 33]}}, "sglang", "pre-25454", [2, 10, 18, 26, 34],
+         [2, 10, 18, 26, 34], "cannot-tell", {"trainer_ids_invalid"}, None, "trainer", trainer="specforge",
+         trainer_ids=[1, 9, 17, 25, 33], exit=1,
+         illustrative="SpecForge's resolve_eagle_capture_layers requires exactly 3 ids; 5 evenly spread ids"),
     Case("local-vllm-487", "https://github.com/local-inference-lab/vllm/pull/487",
          "DFlash defaults computed 1-based where the engine reads 0-based output-of ids", 78, dflash([2, 39, 77], 3),
          "vllm", "latest", [2, 39, 77], [3, 40, 78], "mismatch", {"off_by_one"},
@@ -159,8 +172,9 @@ def run(case: Case, folder, config=None, version="same"):
     draft = write_draft(folder, case.config if config is None else config, case.fc_states)
     return preflight(draft=str(draft), engine=case.engine,
                      engine_version=case.version if version == "same" else version,
-                     trained_layout=case.trained, num_layers=case.L, hidden_size=H if case.fc_states else None,
-                     arch=case.arch)
+                     trained_layout=None if case.trainer_ids else case.trained, trainer=case.trainer,
+                     target_layer_ids=case.trainer_ids, num_layers=case.L,
+                     hidden_size=H if case.fc_states else None, arch=case.arch)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
@@ -211,6 +225,12 @@ def test_unsettled_numbering_lists_both_readings(tmp_path):
     assert sorted(set(map(tuple, readings.values()))) == [(1, 9, 17, 25, 33), (2, 10, 18, 26, 34)]
 
 
+@pytest.mark.parametrize("case", [c for c in CASES if c.exit is not None], ids=[c.id for c in CASES if c.exit])
+def test_a_failing_finding_fails_the_exit_code_whatever_the_wiring_verdict(case, tmp_path):
+    res = run(case, tmp_path / "draft")
+    assert res.exit_code() == case.exit and any(f.kind in case.kinds for f in res.findings)
+
+
 def test_every_scenario_cites_a_public_url():
     assert all(c.source.startswith("https://github.com/") for c in CASES)
     assert len({c.source for c in CASES}) == len(CASES)
@@ -231,9 +251,14 @@ def test_hsf_audit_on_the_command_line_flags_every_incident(case, tmp_path, caps
     from forensics.cli import main
 
     draft = write_draft(tmp_path / "draft", case.config, case.fc_states)
-    argv = ["audit", "--draft", str(draft), "--engine", case.engine, "--num-layers", str(case.L),
-            "--trained-layout", ",".join(f"L{r}" if isinstance(r, int) and r else "embed" if r == 0 else str(r)
-                                         for r in case.trained)]
+    argv = ["audit", "--draft", str(draft), "--engine", case.engine, "--num-layers", str(case.L)]
+    if case.trainer_ids:
+        argv += ["--trainer", case.trainer, "--target-layer-ids", ",".join(map(str, case.trainer_ids))]
+    else:
+        argv += ["--trained-layout", ",".join(f"L{r}" if isinstance(r, int) and r else "embed" if r == 0 else str(r)
+                                              for r in case.trained)]
+        if case.trainer:
+            argv += ["--trainer", case.trainer, "--family", "eagle3"]
     if case.version:
         argv += ["--engine-version", case.version]
     if case.arch == "deepseek":
@@ -242,5 +267,6 @@ def test_hsf_audit_on_the_command_line_flags_every_incident(case, tmp_path, caps
         argv += ["--hidden-size", str(H)]
     code = main(argv)
     out = capsys.readouterr().out
-    assert code == {"mismatch": 1, "cannot-tell": 3}[case.verdict], (case.source, out)
-    assert ("MISMATCH" if case.verdict == "mismatch" else "CANNOT TELL") in out
+    assert code == (case.exit if case.exit is not None else {"mismatch": 1, "cannot-tell": 3}[case.verdict]), \
+        (case.source, out)
+    assert {"mismatch": "MISMATCH", "cannot-tell": "CANNOT TELL", "match": "MATCH"}[case.verdict] in out

@@ -197,8 +197,10 @@ def test_stamped_files_still_load_in_speculators(copy):
     check_hidden_states(payload, payload["token_ids"].tolist())
 
 
-def test_hsf_stamp_and_verify_cli_exit_codes(copy, capsys):
+def test_hsf_stamp_and_verify_cli_exit_codes(copy, capsys, monkeypatch):
     from forensics.cli import main
+
+    monkeypatch.setenv("COLUMNS", "400")  # the console folds to the terminal; keep each file on one line
 
     folder = copy("speculators_v1")
     assert main(["verify", str(folder)]) == 3

@@ -70,6 +70,22 @@ def _sglang_draft(folder, ids=(2, 15, 27)):
     return str(folder)
 
 
+def test_one_reading_of_a_speculators_draft(sample_data, capsys):
+    """``--trainer speculators-v1`` reads the draft's ids [0, 3, 16] as r = id (speculators#379) in fingerprint,
+    audit and probe alike (fingerprint used to read them as id + 1: [L1, L4, L17])."""
+    from forensics.analysis.audit.core import audit
+
+    draft = str(sample_data / "draft_eagle3")
+    data = str(sample_data / "speculators_v1" / "data_0.pt")
+    main(["fingerprint", data, "--draft", draft, "--trainer", "speculators-v1", "--json"])
+    f = json.loads(capsys.readouterr().out)["files"][0]
+    assert f["expected"] == [0, 3, 16, 30] and f["claims"]["source"] == "draft config"
+    res = audit(draft=draft, trainer="speculators-v1", engine="vllm", num_layers=30, hidden_size=576)
+    assert res.trained["fc_r"] == [0, 3, 16]
+    assert main(["fingerprint", data, "--draft", draft, "--trainer", "sglang"]) == 2  # an engine, not a trainer
+    assert "invalid choice" in capsys.readouterr().err
+
+
 def test_seed_wiring_is_fail_in_audit(sample_data, tmp_path, capsys):
     """SGLang +1 on ids [2, 15, 27] serves [L3, L16, L28] to a draft trained on [embed, L3, L16]."""
     draft = _sglang_draft(tmp_path / "d")
@@ -124,6 +140,10 @@ def test_seed_with_model_default(sample_data, tmp_path, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert code == 1 and doc["verdict"] == "mismatch" and _shifted(doc["findings"])["severity"] == "fail"
     assert all(sl["ok"] is False for sl in doc["slices"]) and doc["fix"]["ids"] is not None
+    from forensics.views.report.core import report
+
+    rep = report(path, layers=SEED_CLAIM, model="default")
+    assert rep.context["verdicts"]["headline"][0].startswith("FAIL:") and rep.exit_code() == 1
 
 
 # ------------------------------------------------------------------------- one severity in every view

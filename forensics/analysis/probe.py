@@ -21,6 +21,7 @@ import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from forensics.errors import ForensicsError
@@ -255,33 +256,28 @@ def _ids_per_engine(best: list, L: int | None, arch: str | None) -> tuple[dict |
 
 # -------------------------------------------------------------------------------- probe --
 
-def probe(draft: str | os.PathLike | Draft, data: Any, candidates: str | list = "auto", model: Any = None,
-          topk: int = TOPK, max_samples: int | None = None, use_loss_mask: bool = False,
-          progress: Callable[[int, int], None] | None = None) -> ProbeResult:
-    """Rank candidate wirings of ``draft`` by step-0 agreement on capture ``data``.
+@dataclass
+class _Scores:
+    """Running (top-1, top-k, n) counts per candidate wiring, and where embeddings and targets came from."""
 
-    Args:
-        draft: draft folder (speculators ``layers.0.*`` or EAGLE/SGLang/SpecForge ``midlayer.*``) or a Draft.
-        data: capture file, folder, Capture or list of them (slots named by r via ``capture.json`` /
-            ``data_config.json``).
-        candidates: ``"auto"`` (declared, trainer's view, shifts, windows, permutations; at most
-            ``MAX_CANDIDATES``), or wirings as ``"0,3,16;3,16,28"`` / ``[[0, 3, 16], [3, 16, 28]]``.
-        model: None, ``"default"`` (packaged SmolLM2), a model path, or a loaded model. With a model the
-            target is the verifier's prediction; without, the actual next token.
-        topk: k of the top-k agreement. max_samples: use at most this many files.
-        use_loss_mask: score only positions whose (shifted) loss mask is set.
-        progress: called as ``progress(done, total)`` after each (file, wiring) pair is scored.
-    """
-    import torch
+    counts: dict[tuple, list[int]]
+    embed_source: str | None = None
+    target_source: str | None = None
+    target_kind: str = TARGET_NEXT
+    used: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
 
+
+def _check_options(topk: Any, max_samples: Any) -> None:
     if isinstance(topk, bool) or not isinstance(topk, int) or topk < 1:
         raise ForensicsError(f"topk must be a whole number >= 1, got {topk!r}")
     if max_samples is not None and (isinstance(max_samples, bool) or not isinstance(max_samples, int)
                                     or max_samples < 1):
         raise ForensicsError(f"max_samples (--samples) must be a whole number >= 1, got {max_samples!r}")
-    d = draft if isinstance(draft, Draft) else load_draft(draft)
-    caps = _captures(data)[:max_samples] if max_samples else _captures(data)
-    m = _model_and_L(model, caps)
+
+
+def _target_context(m: Any, caps: list[Capture]) -> tuple[int | None, str | None]:
+    """The verifier's layer count L and its architecture family (for the engines' id rules)."""
     facts = None
     if m is not None:
         from forensics.models.target import model_facts
@@ -291,6 +287,12 @@ def probe(draft: str | os.PathLike | Draft, data: Any, candidates: str | list = 
     from forensics.models.conventions import arch_family
 
     arch = arch_family([facts["architecture"]], facts["model_type"]) if facts else None
+    return L, arch
+
+
+def _candidate_wirings(d: Draft, caps: list[Capture], candidates: str | list, L: int | None
+                       ) -> tuple[list[tuple[tuple, list[str]]], list | None, list[str]]:
+    """The wirings to score, the declared wiring (or None) and the notes about both."""
     refs = _slot_refs(caps[0])
     k = d.num_aux
     declared, declared_how = _declared_r(d, L)
@@ -309,97 +311,111 @@ def probe(draft: str | os.PathLike | Draft, data: Any, candidates: str | list = 
     if declared and tuple(declared) not in dict(cands):
         notes.append(f"declared wiring {wiring_label(declared)} is not available in the data (slots "
                      f"{wiring_label(refs)})")
+    return cands, declared, notes
 
-    counts: dict[tuple, list[int]] = {w: [0, 0, 0] for w, _ in cands}  # top1, topk, n
+
+def _skip_reason(cap: Capture, d: Draft, E: Any, cands: list) -> str | None:
+    """Why a capture file cannot be scored (it is skipped with a note), or None."""
+    name = os.path.basename(cap.path)
+    ids = cap.input_ids
+    if ids is None or cap.num_tokens < 3:
+        return f"{name}: no input_ids or < 3 tokens"
+    ids = ids.reshape(-1).long()
+    vocab = int(E.shape[0]) if E is not None else d.target_vocab_size
+    if vocab and bool(((ids < 0) | (ids >= vocab)).any()):
+        bad = ids[(ids < 0) | (ids >= vocab)]
+        return (f"{name}: {int(bad.numel())} input_ids outside the vocabulary [0, {vocab}) (e.g. {int(bad[0])}: "
+                "padding such as -100?)")
+    crefs = _slot_refs(cap)
+    if any(w_r not in crefs for w, _ in cands for w_r in w):
+        return f"{name}: slots {wiring_label(crefs)} differ from the first file"
+    if cap.hidden_size != d.hidden_size:
+        raise ForensicsError(f"capture hidden size {cap.hidden_size} != draft hidden size {d.hidden_size}",
+                             path=cap.path)
+    return None
+
+
+def _targets(m: Any, L: int | None, states: dict, ids: Any) -> tuple[Any, Any, str, str]:
+    """Per fused position t: the token the draft should predict, which positions count, and their source.
+
+    With a model: the verifier's own prediction (argmax of lm_head(norm(r = L)) when r = L was captured, else a
+    forward pass); without: the actual token two ahead (the draft at t predicts t + 2 in EAGLE's step 0).
+    """
+    import torch
+
+    T = int(ids.numel())
+    if m is None:
+        target = torch.cat([ids[2:], ids.new_zeros(1)])
+        valid = torch.ones(T - 1, dtype=torch.bool)
+        valid[-1] = False
+        return target, valid, "input_ids shifted by two (no model given)", TARGET_NEXT
+    if L in states and L != 0:
+        last = states[L].float()
+        from forensics.models.target import final_norm, lm_head_weight
+
+        g, eps = final_norm(m)
+        logits_v = (g * last * torch.rsqrt(last.pow(2).mean(-1, keepdim=True) + eps)) @ lm_head_weight(m).T
+        src = f"lm_head(norm(captured r={L})) of the model"
+    else:
+        logits_v = m(input_ids=ids.reshape(1, -1), use_cache=False).logits[0].float()
+        src = "model run on the capture's input_ids"
+    target = logits_v.argmax(-1)[1:]  # position t+1's prediction, paired with fused state t
+    return target, torch.ones(T - 1, dtype=torch.bool), src, TARGET_VERIFIER
+
+
+def _score_file(cap: Capture, d: Draft, E: Any, m: Any, L: int | None, cands: list, sc: _Scores, topk: int,
+                use_loss_mask: bool, tick: Callable[[int], None]) -> None:
+    """Add one capture file's agreement counts for every candidate wiring to ``sc``."""
+    import torch
+
+    assert cap.input_ids is not None  # _skip_reason() skipped files without ids
+    ids = cap.input_ids.reshape(-1).long()
+    states = {r: cap.slots[i].tensor() for i, r in enumerate(_slot_refs(cap))}
+    if E is not None:
+        emb = E[ids[1:]]
+    elif 0 in states:
+        emb, sc.embed_source = states[0][1:].float(), "the capture's r=0 slot"
+    else:
+        raise ForensicsError("the draft ships no embed_tokens and the data has no r=0 slot: pass --model",
+                             path=d.path)
     tids = d.target_ids()
-    E = d.embed
-    embed_source = "draft checkpoint" if E is not None else None
-    if E is None and m is not None:
-        E, embed_source = m.get_input_embeddings().weight.detach().float(), "model"
-    target_source = None
-    used, skipped = [], []
-    for n_cap, cap in enumerate(caps):
-        if progress is not None:
-            progress(n_cap * len(cands), len(caps) * len(cands))
-        crefs = _slot_refs(cap)
-        ids = cap.input_ids
-        if ids is None or cap.num_tokens < 3:
-            skipped.append(f"{os.path.basename(cap.path)}: no input_ids or < 3 tokens")
-            continue
-        ids = ids.reshape(-1).long()
-        T = int(ids.numel())
-        vocab = int(E.shape[0]) if E is not None else d.target_vocab_size
-        if vocab and bool(((ids < 0) | (ids >= vocab)).any()):
-            bad = ids[(ids < 0) | (ids >= vocab)]
-            skipped.append(f"{os.path.basename(cap.path)}: {int(bad.numel())} input_ids outside the vocabulary "
-                           f"[0, {vocab}) (e.g. {int(bad[0])}: padding such as -100?)")
-            continue
-        if any(w_r not in crefs for w, _ in cands for w_r in w):
-            skipped.append(f"{os.path.basename(cap.path)}: slots {wiring_label(crefs)} differ from the first file")
-            continue
-        if cap.hidden_size != d.hidden_size:
-            raise ForensicsError(f"capture hidden size {cap.hidden_size} != draft hidden size {d.hidden_size}",
-                                 path=cap.path)
-        states = {r: cap.slots[i].tensor() for i, r in enumerate(crefs)}
-        if E is not None:
-            emb = E[ids[1:]]
-        elif 0 in states:
-            emb, embed_source = states[0][1:].float(), "the capture's r=0 slot"
-        else:
-            raise ForensicsError("the draft ships no embed_tokens and the data has no r=0 slot: pass --model",
-                                 path=d.path)
-        with torch.no_grad():
-            if m is not None:
-                if L in states and L != 0:
-                    last = states[L].float()
-                    from forensics.models.target import final_norm, lm_head_weight
+    with torch.no_grad():
+        target, valid, src, sc.target_kind = _targets(m, L, states, ids)
+        if use_loss_mask and cap.loss_mask is not None:
+            valid &= cap.loss_mask.reshape(-1)[1:].bool()
+        for r in {r for w, _ in cands for r in w}:  # a position with a non-finite state scores nothing
+            valid &= torch.isfinite(states[r][:-1].float()).all(-1)
+        sc.target_source = sc.target_source or src
+        for j, (w, _) in enumerate(cands):
+            fused = torch.cat([states[r][:-1].float() for r in w], dim=-1)
+            logits = d.forward(fused, emb)
+            top = tids[logits.topk(min(topk, logits.shape[-1]), dim=-1).indices]
+            ok = valid & torch.isfinite(logits).all(-1)  # overflowing states give NaN logits: not scored
+            c = sc.counts[w]
+            c[0] += int(((top[:, 0] == target) & ok).sum())
+            c[1] += int(((top == target[:, None]).any(-1) & ok).sum())
+            c[2] += int(ok.sum())
+            tick(j + 1)
 
-                    g, eps = final_norm(m)
-                    logits_v = (g * last * torch.rsqrt(last.pow(2).mean(-1, keepdim=True) + eps)) @ lm_head_weight(m).T
-                    src = f"lm_head(norm(captured r={L})) of the model"
-                else:
-                    logits_v = m(input_ids=ids.reshape(1, -1), use_cache=False).logits[0].float()
-                    src = "model run on the capture's input_ids"
-                target = logits_v.argmax(-1)[1:]  # position t+1's prediction, paired with fused state t
-                valid = torch.ones(T - 1, dtype=torch.bool)
-                tkind = TARGET_VERIFIER
-            else:
-                target = torch.cat([ids[2:], ids.new_zeros(1)])
-                valid = torch.ones(T - 1, dtype=torch.bool)
-                valid[-1] = False
-                src, tkind = "input_ids shifted by two (no model given)", TARGET_NEXT
-            if use_loss_mask and cap.loss_mask is not None:
-                valid &= cap.loss_mask.reshape(-1)[1:].bool()
-            for r in {r for w, _ in cands for r in w}:  # a position with a non-finite state scores nothing
-                valid &= torch.isfinite(states[r][:-1].float()).all(-1)
-            target_source = target_source or src
-            for j, (w, _) in enumerate(cands):
-                fused = torch.cat([states[r][:-1].float() for r in w], dim=-1)
-                logits = d.forward(fused, emb)
-                top = tids[logits.topk(min(topk, logits.shape[-1]), dim=-1).indices]
-                ok = valid & torch.isfinite(logits).all(-1)  # overflowing states give NaN logits: not scored
-                c = counts[w]
-                c[0] += int(((top[:, 0] == target) & ok).sum())
-                c[1] += int(((top == target[:, None]).any(-1) & ok).sum())
-                c[2] += int(ok.sum())
-                if progress is not None:
-                    progress(n_cap * len(cands) + j + 1, len(caps) * len(cands))
-        used.append(cap.path)
-    if not used:
-        raise ForensicsError("no usable capture file: " + "; ".join(skipped[:5]))
-    if not any(c[2] for c in counts.values()):
-        raise ForensicsError("cannot tell: no position could be scored (every state or draft output is NaN/Inf, "
-                             f"or masked); files {', '.join(os.path.basename(u) for u in used[:3])}")
 
+def _tick(progress: Callable[[int, int], None] | None, done: int, total: int, j: int) -> None:
+    if progress is not None:
+        progress(done + j, total)
+
+
+def _ranked_rows(cands: list, counts: dict[tuple, list[int]]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for w, tags in cands:
         c1, ck, n = counts[w]
         rows.append({"wiring": list(w), "label": wiring_label(list(w)), "tags": tags, "top1": c1 / n if n else 0.0,
                      "top1_ci": list(wilson(c1, n)), "topk": ck / n if n else 0.0, "n": n, "correct": c1})
     rows.sort(key=lambda r: (-r["top1"], -r["topk"]))
+    return rows
+
+
+def _ranking_warnings(rows: list[dict], declared: list | None, counts: dict) -> list[str]:
+    """What limits the ranking: overlapping intervals, too few positions, a declared wiring that lost."""
     warnings = []
-    res_ids, w_ids = _ids_per_engine(rows[0]["wiring"], L, arch)
-    warnings += w_ids
     if len(rows) > 1 and rows[0]["top1_ci"][0] <= rows[1]["top1_ci"][1]:
         warnings.append(f"no wiring is clearly best: {rows[0]['label']} {100 * rows[0]['top1']:.1f}% "
                         f"[{100 * rows[0]['top1_ci'][0]:.1f}, {100 * rows[0]['top1_ci'][1]:.1f}] and "
@@ -412,9 +428,61 @@ def probe(draft: str | os.PathLike | Draft, data: Any, candidates: str | list = 
         warnings.append(f"the declared wiring {drow['label']} scores {100 * drow['top1']:.1f}%, below "
                         f"{rows[0]['label']} {100 * rows[0]['top1']:.1f}%: the draft was likely trained on "
                         f"{rows[0]['label']}")
-    notes += [f"skipped {s}" for s in skipped]
-    if E is not None and embed_source == "model" and d.target_vocab_size and E.shape[0] != d.target_vocab_size:
+    return warnings
+
+
+def probe(draft: str | os.PathLike | Draft, data: Any, candidates: str | list = "auto", model: Any = None,
+          topk: int = TOPK, max_samples: int | None = None, use_loss_mask: bool = False,
+          progress: Callable[[int, int], None] | None = None) -> ProbeResult:
+    """Rank candidate wirings of ``draft`` by step-0 agreement on capture ``data``.
+
+    Args:
+        draft: draft folder (speculators ``layers.0.*`` or EAGLE/SGLang/SpecForge ``midlayer.*``) or a Draft.
+        data: capture file, folder, Capture or list of them (slots named by r via ``capture.json`` /
+            ``data_config.json``).
+        candidates: ``"auto"`` (declared, trainer's view, shifts, windows, permutations; at most
+            ``MAX_CANDIDATES``), or wirings as ``"0,3,16;3,16,28"`` / ``[[0, 3, 16], [3, 16, 28]]``.
+        model: None, ``"default"`` (packaged SmolLM2), a model path, or a loaded model. With a model the
+            target is the verifier's prediction; without, the actual next token.
+        topk: k of the top-k agreement. max_samples: use at most this many files.
+        use_loss_mask: score only positions whose (shifted) loss mask is set.
+        progress: called as ``progress(done, total)`` after each (file, wiring) pair is scored.
+    """
+    _check_options(topk, max_samples)
+    d = draft if isinstance(draft, Draft) else load_draft(draft)
+    caps = _captures(data)[:max_samples] if max_samples else _captures(data)
+    m = _model_and_L(model, caps)
+    L, arch = _target_context(m, caps)
+    cands, declared, notes = _candidate_wirings(d, caps, candidates, L)
+
+    sc = _Scores(counts={w: [0, 0, 0] for w, _ in cands})  # top1, topk, n
+    E = d.embed
+    sc.embed_source = "draft checkpoint" if E is not None else None
+    if E is None and m is not None:
+        E, sc.embed_source = m.get_input_embeddings().weight.detach().float(), "model"
+    total = len(caps) * len(cands)
+    for n_cap, cap in enumerate(caps):
+        if progress is not None:
+            progress(n_cap * len(cands), total)
+        why = _skip_reason(cap, d, E, cands)
+        if why is not None:
+            sc.skipped.append(why)
+            continue
+        tick = partial(_tick, progress, n_cap * len(cands), total)
+        _score_file(cap, d, E, m, L, cands, sc, topk, use_loss_mask, tick)
+        sc.used.append(cap.path)
+    if not sc.used:
+        raise ForensicsError("no usable capture file: " + "; ".join(sc.skipped[:5]))
+    if not any(c[2] for c in sc.counts.values()):
+        raise ForensicsError("cannot tell: no position could be scored (every state or draft output is NaN/Inf, "
+                             f"or masked); files {', '.join(os.path.basename(u) for u in sc.used[:3])}")
+
+    rows = _ranked_rows(cands, sc.counts)
+    res_ids, warnings = _ids_per_engine(rows[0]["wiring"], L, arch)
+    warnings += _ranking_warnings(rows, declared, sc.counts)
+    notes += [f"skipped {s}" for s in sc.skipped]
+    if E is not None and sc.embed_source == "model" and d.target_vocab_size and E.shape[0] != d.target_vocab_size:
         warnings.append(f"model vocab {E.shape[0]} != draft target vocab {d.target_vocab_size}")
-    return ProbeResult(draft=d.to_dict(), rows=rows, target=tkind, target_source=target_source or "",
-                       embed_source=embed_source or "?", files=used, positions=rows[0]["n"], num_layers=L,
+    return ProbeResult(draft=d.to_dict(), rows=rows, target=sc.target_kind, target_source=sc.target_source or "",
+                       embed_source=sc.embed_source or "?", files=sc.used, positions=rows[0]["n"], num_layers=L,
                        topk=topk, ids_per_engine=res_ids, warnings=warnings, notes=notes)

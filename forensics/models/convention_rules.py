@@ -2,7 +2,8 @@
 key holds the layer ids, what an id means in r, what happens without ids, and the public source of each rule.
 
 ``forensics.models.conventions`` computes with these rules (``to_r``, ``from_r``, ``engine_capture``);
-``hsf conventions --markdown`` prints them as the README table. One coordinate, r (see ``forensics.layers``):
+``hsf conventions --markdown`` prints them as the table in docs/conventions.md. One coordinate, r (see
+``forensics.layers``):
 r = 0 embedding output, r = k output of block k (HF ``hidden_states[k]``), r = L last block before the final
 norm, ``final_post`` after it.
 

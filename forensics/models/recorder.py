@@ -362,34 +362,8 @@ def capture(texts: list[str], layers: str | list | None = None, fmt: str = "spec
         ['data_0.pt']
     """
     t0 = time.time()
-    if fmt not in FORMATS:
-        raise ForensicsError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
-    if dtype not in DTYPES:
-        raise ForensicsError(f"unknown dtype {dtype!r} (choose bf16 or fp32)")
-    if not texts:
-        raise ForensicsError("no text files given (use --text FILE, repeatable)")
-    if max_tokens < 1:
-        raise ForensicsError(f"--max-tokens must be >= 1, got {max_tokens}")
-    if os.path.exists(out) and not os.path.isdir(out):
-        raise ForensicsError("output path exists and is not a directory", path=out)
-    if os.path.exists(os.path.join(out, "capture.json")):  # never mix two captures' files in one folder
-        raise ForensicsError("output folder already holds a capture (capture.json); choose another --out or "
-                             "delete it first", path=out)
-    rs = parse_layer_list(layers, "--layers")
-    for t in texts:
-        read_text(t)  # missing / empty / undecodable text: fail before loading the model
-    from transformers.utils import logging as hf_logging
-
-    from forensics.models.target import load_model
-
-    bar = hf_logging.is_progress_bar_enabled()
-    if not progress:  # --no-progress also silences transformers' "Loading weights" bar
-        hf_logging.disable_progress_bar()
-    try:
-        net, tok = load_model(model)
-    finally:
-        if bar:
-            hf_logging.enable_progress_bar()
+    rs = _check_request(texts, layers, fmt, out, max_tokens, dtype)
+    net, tok = _load_quietly(model, progress)
     L, H = int(net.config.num_hidden_layers), int(net.config.hidden_size)
     rs = rs if rs is not None else default_layers(fmt, L)
     notes = check_layers(rs, fmt, L)
@@ -401,28 +375,11 @@ def capture(texts: list[str], layers: str | list | None = None, fmt: str = "spec
     run = CaptureRun(out=out, format=fmt, r=rs, layer_ids=ids, notes=notes)
 
     # everything is valid: write
-    import torch
-    from tqdm import tqdm
-
     from forensics import __version__
-    from forensics.io.stamps import record_for_states
 
     os.makedirs(out, exist_ok=True)
-    entries = []
     name = _model_name(model)
-    stamps: dict[str, dict] = {}
-    for i, s in enumerate(tqdm(samples, desc="hsf capture", unit="sample", disable=not progress)):
-        rel = sample_path(fmt, i)
-        states = slot_states(net, s.input_ids, rs, dtype)
-        rec = record_for_states(states, rs, torch.tensor(s.input_ids, dtype=torch.long), fmt=fmt,
-                                producer=f"hsf capture {__version__}", convention=CONVENTIONS[fmt], layer_ids=ids,
-                                model=name, num_layers=L, tool_version=__version__)
-        write_sample(fmt, os.path.join(out, rel), s, states, rs, rec)
-        if fmt in ("speculators-v1", "specforge"):  # torch files: the stamp goes into capture.json
-            stamps[rel] = rec
-        run.files.append(rel)
-        entries.append({"file": rel, "text_file": os.path.relpath(s.text_file, out), "text_sha256": s.sha256,
-                        "chat": s.chat, "num_tokens": len(s.input_ids)})
+    entries, stamps = _write_samples(run, net, samples, dtype, name, L, progress)
     if fmt == "speculators-v1" and ids is not None:  # layer_ids() gives v1 ids for every r
         _write_json(os.path.join(out, "data_config.json"),
                     data_config(ids, H, dtype, name, [os.path.relpath(t, out) for t in texts], max_tokens,
@@ -446,3 +403,66 @@ def capture(texts: list[str], layers: str | list | None = None, fmt: str = "spec
     _write_json(os.path.join(out, "capture.json"), run.meta)
     run.seconds = time.time() - t0
     return run
+
+
+def _check_request(texts: list[str], layers: Any, fmt: str, out: str, max_tokens: int, dtype: str) -> list | None:
+    """Every argument checked before the model is loaded; the parsed layer list (None: the format's default)."""
+    if fmt not in FORMATS:
+        raise ForensicsError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
+    if dtype not in DTYPES:
+        raise ForensicsError(f"unknown dtype {dtype!r} (choose bf16 or fp32)")
+    if not texts:
+        raise ForensicsError("no text files given (use --text FILE, repeatable)")
+    if max_tokens < 1:
+        raise ForensicsError(f"--max-tokens must be >= 1, got {max_tokens}")
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise ForensicsError("output path exists and is not a directory", path=out)
+    if os.path.exists(os.path.join(out, "capture.json")):  # never mix two captures' files in one folder
+        raise ForensicsError("output folder already holds a capture (capture.json); choose another --out or "
+                             "delete it first", path=out)
+    rs = parse_layer_list(layers, "--layers")
+    for t in texts:
+        read_text(t)  # missing / empty / undecodable text: fail before loading the model
+    return rs
+
+
+def _load_quietly(model: str | None, progress: bool):
+    """The model and tokenizer; without progress, transformers' "Loading weights" bar is silenced too."""
+    from transformers.utils import logging as hf_logging
+
+    from forensics.models.target import load_model
+
+    bar = hf_logging.is_progress_bar_enabled()
+    if not progress:
+        hf_logging.disable_progress_bar()
+    try:
+        return load_model(model)
+    finally:
+        if bar:
+            hf_logging.enable_progress_bar()
+
+
+def _write_samples(run: CaptureRun, net: Any, samples: list, dtype: str, name: str, L: int,
+                   progress: bool) -> tuple[list[dict], dict[str, dict]]:
+    """Run the model on each sample and write its file, stamped; the capture.json entries and torch-file stamps."""
+    import torch
+    from tqdm import tqdm
+
+    from forensics import __version__
+    from forensics.io.stamps import record_for_states
+
+    fmt, rs, ids = run.format, run.r, run.layer_ids
+    entries, stamps = [], {}
+    for i, s in enumerate(tqdm(samples, desc="hsf capture", unit="sample", disable=not progress)):
+        rel = sample_path(fmt, i)
+        states = slot_states(net, s.input_ids, rs, dtype)
+        rec = record_for_states(states, rs, torch.tensor(s.input_ids, dtype=torch.long), fmt=fmt,
+                                producer=f"hsf capture {__version__}", convention=CONVENTIONS[fmt], layer_ids=ids,
+                                model=name, num_layers=L, tool_version=__version__)
+        write_sample(fmt, os.path.join(run.out, rel), s, states, rs, rec)
+        if fmt in ("speculators-v1", "specforge"):  # torch files: the stamp goes into capture.json
+            stamps[rel] = rec
+        run.files.append(rel)
+        entries.append({"file": rel, "text_file": os.path.relpath(s.text_file, run.out), "text_sha256": s.sha256,
+                        "chat": s.chat, "num_tokens": len(s.input_ids)})
+    return entries, stamps

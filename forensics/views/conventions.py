@@ -1,4 +1,4 @@
-"""The conventions registry as a table: ``hsf conventions`` (text) and ``--markdown`` (the README section)."""
+"""The conventions registry as a table: ``hsf conventions`` (text) and ``--markdown`` (docs/conventions.md)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ HEAD = ["system", "families", "versions", "ids read from", "what an id means", "
 
 
 def markdown(rules) -> str:
-    """The registry as a Markdown table between the README's generated-section markers."""
+    """The registry as a Markdown table between the generated-section markers of docs/conventions.md."""
     lines = [MARKDOWN_BEGIN, "", "| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
     lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in _rows(rules)]
     return "\n".join(lines + ["", MARKDOWN_END])

@@ -21,6 +21,7 @@ import numpy as np
 from forensics.analysis.claims import Claim, Claims, capture_claims, user_claims
 from forensics.analysis.fingerprint.rules import (  # noqa: F401 - re-exported: the named thresholds of the fingerprint
     BANDS,
+    DIRECTION_CONFLICT_CONFIDENCE,
     DUP_GROUP_FRACTION,
     DUP_ROW_FRACTION,
     DUPLICATE_SLOT_DISTANCE,
@@ -305,6 +306,11 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
         if end is not None or any(is_post[i] for i in weak):
             co = chain_order(D, [i for i in chain if not is_post[i]], st.slots, meds)
         chain, order_ev, order_conf = co.path + anchor, co.evidence, co.confidence
+        placed = [i for i in weak if is_post[i]]
+        if placed:  # a candidate ranked last without a decided role: the order around it is a guess too
+            order_conf = min(order_conf, DIRECTION_CONFLICT_CONFIDENCE)
+            order_ev.append(Evidence("candidate", f"slot {placed[0]}", f"confidence ≤ {DIRECTION_CONFLICT_CONFIDENCE}",
+                                     "a post-norm candidate ranked last, its role undecided"))
         if anchor:
             order_ev.append(Evidence("anchor", f"slot {anchor[0]}", "another slot = RMSNorm(it)",
                                      "the final pre-norm state: deepest layer slot"))

@@ -193,8 +193,8 @@ def _fill(row: dict, path: str, use_fingerprint: bool, layers: Any = None) -> No
             "norm_rank": rank[s.index],
             "confidence": json_safe(getattr(f, "confidence", None)),
             "r_exact": getattr(f, "r_exact", None),
-            "claim": None if getattr(f, "claim", None) is None else f.claim.label,
-            "verdict": None if getattr(f, "verdict", None) is None else f.verdict.value,
+            "claim": None if f is None or f.claim is None else f.claim.label,
+            "verdict": None if f is None or f.verdict is None else f.verdict.value,
         })
         hist = LogHistogram()
         hist.add(s.norms)

@@ -113,7 +113,7 @@ def _slot_verdict(fs, ss, findings: list, order: list | None = None) -> dict:
     elif mine and mine[0].severity is Severity.WARN:
         verdict, decided = "warn", f"{mine[0].kind}: {mine[0].message}"
     elif v is Verdict.PASS:
-        verdict, decided = "pass", fs.verdict_why or None
+        verdict = "pass"  # the deciding evidence line below carries its raw value and threshold
     if decided is None:
         decided = _deciding_evidence(evidence, getattr(fs, "decided_by", None), order)
     if decided is None:
