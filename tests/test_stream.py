@@ -157,7 +157,15 @@ def test_open_target_resolves_default_and_paths(tmp_path):
 @pytest.fixture(scope="module")
 def smollm2_sharded(smollm2, tmp_path_factory):
     folder = tmp_path_factory.mktemp("smollm2-sharded")
-    smollm2[0].save_pretrained(folder, max_shard_size="20MB")  # fp32: ~27 shards
+    model = smollm2[0]
+    # A first load from the GGUF (no fp32 copy cached yet, as on a fresh machine) keeps transformers' gguf
+    # quantizer, which refuses save_pretrained although the weights are already dequantized to fp32.
+    quantizer = getattr(model, "hf_quantizer", None)
+    model.hf_quantizer = None
+    try:
+        model.save_pretrained(folder, max_shard_size="20MB")  # fp32: ~27 shards
+    finally:
+        model.hf_quantizer = quantizer
     return folder
 
 
