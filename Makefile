@@ -65,9 +65,10 @@ install: $(TEST_STAMP)
 
 # The seed's bug class on real SmolLM2 captures: a draft trained on [embed, L3, L16] whose ids sit in the
 # top-level key, served by SGLang (which reads only the nested key and silently falls back to {2, 15, 27}).
+# The report's exit code is 1 here by design (the audit finds the mismatch); 2 (unreadable input) still fails.
 demo: $(DEMO_STAMP)
 	$(BIN)/hsf report sample_data --draft sample_data/draft_eagle3 --engine sglang --trainer speculators-v1 \
-		-o $(OUT)/report.html
+		-o $(OUT)/report.html || [ $$? -eq 1 ]
 	@echo
 	@echo "Report written: $(abspath $(OUT))/report.html"
 
