@@ -1,7 +1,7 @@
 """Fingerprint from the data alone: proofs on the real SmolLM2 captures, plus unit checks of each signal.
 
 Ground truth comes from ``sample_data/*/capture.json`` (the r every slot was captured at), never from a
-previous run of the fingerprint. Accuracy floors are set from measurement (see README / report).
+previous run of the fingerprint. Accuracy floors are set from measurement (see benchmarks/README.md).
 """
 
 from __future__ import annotations

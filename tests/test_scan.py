@@ -439,7 +439,7 @@ def test_parquet_scan_killed_with_sigkill_resumes_to_the_uninterrupted_result(mi
 
 
 def test_cli_parquet_query_slot_two_token0_above_1000(sample_data, tmp_path):
-    """The README's query: which files have slot 2 with a token-0 norm above 1000 (pandas on the parts)."""
+    """The query in docs/commands.md: which files have slot 2 with a token-0 norm above 1000 (pandas on the parts)."""
     import pandas as pd
 
     from forensics.cli import main

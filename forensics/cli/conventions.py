@@ -1,5 +1,5 @@
 """``hsf conventions [--markdown]``: the registry of what each engine's and trainer's layer ids mean, per drafter
-family and version, with the public source of every rule (``--markdown`` prints the README table)."""
+family and version, with the public source of every rule (``--markdown`` prints the table in docs/conventions.md)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from forensics.cli._common import print_json
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--markdown", action="store_true", help="print the Markdown table the README carries")
+    p.add_argument("--markdown", action="store_true", help="print the Markdown table of docs/conventions.md")
 
 
 def run(args) -> int:
