@@ -77,27 +77,17 @@ def is_embedding(fp: Fingerprint, i: int) -> bool:
 
 
 def not_embedding(fp: Fingerprint, i: int) -> bool:
-    """The data excludes an embedding output: exact r ≠ 0, a sink, or repeated ids whose rows differ in a slot
-    whose norms are layer-scale.
-
-    Repeated ids with different rows exclude a table lookup, but an absolute-position model's embedding output
-    (GPT-2, OPT: ``wte[id] + wpe[pos]``) differs per position too; its norms stay tiny beside the layers
-    (``EMBED_NORM_RATIO``, no sink), so such a slot is not excluded: the verdict is CANNOT TELL, never a FAIL.
-    """
-    from .rules import DUP_GROUP_FRACTION, EMBED_NORM_RATIO, has_sink
+    """The data excludes an embedding output: exact r ≠ 0, or repeated ids whose rows differ, or a sink."""
+    from .rules import DUP_GROUP_FRACTION, has_sink
 
     sf = fp.slots[i]
     if sf.r_exact is not None:
         return sf.r_exact != 0
     if sf.role == "embedding":
         return False
-    if has_sink(fp.stats.slots[i]):
-        return True
     dup = _evidence(fp, i, "dup_rows")
     context = dup is not None and isinstance(dup.value, (int, float)) and dup.value < DUP_GROUP_FRACTION
-    level = _evidence(fp, i, "norm_level")
-    tiny = level is not None and isinstance(level.value, (int, float)) and level.value <= EMBED_NORM_RATIO
-    return context and not tiny
+    return context or has_sink(fp.stats.slots[i])
 
 
 def is_postnorm(fp: Fingerprint, i: int) -> bool:
