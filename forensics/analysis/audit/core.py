@@ -284,8 +284,8 @@ def _assumption_findings(info, engine: str, version: str | None, L: int, arch: s
 
 
 KNOWN_TRAINED = ("exact", "measured", "declared", "layout", "config")  # trained r a verdict may rest on
-SETTLE = ("run with --model default (or the target model: exact r per slot), or compare a served capture on the "
-          "same prompts (--served)")
+SETTLE = ("run with --model HF_FOLDER (the target model: exact r per slot; --max-memory 1GB streams a target larger "
+          "than memory block by block), or compare a served capture on the same prompts (--served)")
 
 
 def _shift_finding(fc: list, status: list, sr: list) -> Finding | None:

@@ -33,7 +33,8 @@ if TYPE_CHECKING:  # pragma: no cover
 ORDER_DECIDES = 0.75  # order confidence (0.5 + 5 × relative margin of the best chain) at/above which a claimed
 #                       order the measured chain contradicts is FAIL; below it the chain is a near-tie: CANNOT TELL
 POSTNORM_DECIDES = 0.8  # post-norm score at/above this (RMSNorm identity 0.99, norm collapse 0.8) decides the role
-SETTLE_EXACT = "--model (exact r per slot against the reference forward), or a ladder capture of the same text"
+SETTLE_EXACT = ("--model HF_FOLDER (exact r per slot against the reference forward; add --max-memory 1GB to stream "
+                "a target larger than memory block by block), or a ladder capture of the same text")
 
 
 @dataclass
