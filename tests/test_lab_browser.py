@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -19,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from browser_tools import chromium
 
 pytestmark = pytest.mark.browser
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,12 +36,6 @@ def _unavailable(reason: str):
     pytest.skip(reason)
 
 
-def _chromium() -> str | None:
-    for cand in (os.environ.get("HSF_CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium"),
-                 shutil.which("chromium-browser")):
-        if cand and os.path.isfile(cand) and os.access(cand, os.X_OK):
-            return cand
-    return None
 
 
 def _free_port() -> int:
@@ -97,7 +91,7 @@ def page(lab):
         from playwright.sync_api import sync_playwright
     except ImportError:
         _unavailable("playwright (the dev extra)")
-    exe = _chromium()
+    exe = chromium()
     if exe is None:
         _unavailable("Chromium at /usr/bin/chromium or on PATH (apt-get install chromium)")
     with sync_playwright() as p:

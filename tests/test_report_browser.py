@@ -13,6 +13,7 @@ import pathlib
 import shutil
 
 import pytest
+from browser_tools import chromium
 from test_report import ROOT, SAMPLE, XSS, make_synthetic, sample_report
 
 from forensics.views.report.core import report
@@ -23,12 +24,6 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-sync", "--no-first-run"]
 
 
-def _chromium() -> str | None:
-    for cand in (os.environ.get("HSF_CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium"),
-                 shutil.which("chromium-browser")):
-        if cand and os.path.isfile(cand) and os.access(cand, os.X_OK):
-            return cand
-    return None
 
 
 def _unavailable(reason: str):
@@ -43,7 +38,7 @@ def browser():
         from playwright.sync_api import sync_playwright
     except ImportError:
         _unavailable("playwright is not installed (pip install playwright; no `playwright install` needed)")
-    exe = _chromium()
+    exe = chromium()
     if exe is None:
         _unavailable("no Chromium found at /usr/bin/chromium or on PATH (apt-get install chromium)")
     with sync_playwright() as p:
