@@ -68,6 +68,20 @@ def test_every_command_fits_100_columns(run, sample_data, tmp_path):
     assert rc == 2 and out == "" and err.startswith("hsf fingerprint: error: ") and len(err.splitlines()) == 1
 
 
+@pytest.mark.parametrize("command", ["inspect", "fingerprint", "audit", "probe", "report", "scan", "capture", "stamp",
+                                     "verify", "conventions"])
+def test_every_help_fits_100_columns(monkeypatch, capsys, command):
+    """argparse folds help text but not a ``{a,b,c}`` choices metavar: long choice lists go into the help text."""
+    monkeypatch.setenv("COLUMNS", str(WIDTH))
+    try:
+        main([command, "--help"])
+    except SystemExit:
+        pass
+    out = capsys.readouterr().out
+    wide = [line for line in out.splitlines() if len(line) > WIDTH]
+    assert out.startswith("usage: hsf ") and not wide, wide
+
+
 def test_colour_on_a_terminal_only_and_never_with_no_color_or_json(run, sample_data, monkeypatch):
     argv = ["audit", "--data", sample_data / "speculators_v1" / "data_0.pt", "--draft",
             sample_data / "draft_eagle3", "--engine", "sglang"]

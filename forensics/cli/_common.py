@@ -102,14 +102,15 @@ def add_trainer_argument(p, help_: str = "the trainer that consumed the data") -
     """``--trainer``, with the one vocabulary every command shares (``forensics.analysis.claims.TRAINERS``)."""
     from forensics.analysis.claims import TRAINERS
 
-    p.add_argument("--trainer", choices=TRAINERS, metavar="{" + ",".join(TRAINERS) + "}", help=help_)
+    # the choices go into the help text, which argparse folds to the terminal (a {a,b,...} metavar cannot fold)
+    p.add_argument("--trainer", choices=TRAINERS, metavar="NAME", help=f"{help_}: {', '.join(TRAINERS)}")
 
 
 def add_engine_arguments(p, help_: str = "the serving engine") -> None:
     """``--engine`` (``forensics.analysis.claims.ENGINES``) and ``--engine-version``, the same in every command."""
     from forensics.analysis.claims import ENGINES
 
-    p.add_argument("--engine", choices=ENGINES, metavar="{" + ",".join(ENGINES) + "}", help=help_)
+    p.add_argument("--engine", choices=ENGINES, metavar="NAME", help=f"{help_}: {', '.join(ENGINES)}")
     p.add_argument("--engine-version", metavar="V",
                    help="sglang: pre-25454 | post-25454 (default); vllm: pre-36063 | post-36063 | post-40727 | "
                         "post-46973 (default); llama.cpp: pre-25794 | post-25794 (default) | post-27040; tokenspeed: "

@@ -17,8 +17,8 @@ def add_arguments(p) -> None:
 
     p.add_argument("dataset", metavar="DATASET", help="a capture file or a folder (searched recursively)")
     p.add_argument("--layers", metavar="R,R,...", help="r of every slot in stored order, e.g. embed,L3,L16,L28")
-    p.add_argument("--convention", choices=list(SYSTEMS),
-                   help="the numbering of --layer-ids (the system that captured the data)")
+    p.add_argument("--convention", choices=list(SYSTEMS), metavar="NAME",
+                   help=f"the numbering of --layer-ids (the system that captured the data): {', '.join(SYSTEMS)}")
     p.add_argument("--layer-ids", metavar="I,I,...", help="the ids the data was captured with, in --convention")
     p.add_argument("--producer", metavar="TEXT",
                    help="engine or trainer and its version that wrote the data, e.g. 'vllm 0.19 extract_hidden_states'")
