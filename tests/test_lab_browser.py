@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from browser_tools import chromium
+from browser_tools import headless_chromium, unavailable
 
 pytestmark = pytest.mark.browser
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,12 +28,6 @@ LADDER, SMALL = "ladder/capture_0.safetensors", "speculators_v1/data_0.pt"
 CELL = "from forensics.views.widgets import SampleBrowser\nbrowser = SampleBrowser('sample_data')\nbrowser"
 ERRORS: list[str] = []  # console errors and uncaught exceptions in the page, in order
 PANEL_OF = "[...document.querySelectorAll('.hsf-panel')].some(e => e.textContent.startsWith({!r}))"
-
-
-def _unavailable(reason: str):
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"the JupyterLab browser test needs {reason} under CI=true")
-    pytest.skip(reason)
 
 
 
@@ -49,7 +43,7 @@ def lab(tmp_path_factory):
     """A JupyterLab server on a free loopback port, its root a temp folder holding the notebook and sample_data."""
     jupyter = Path(sys.executable).with_name("jupyter")
     if not jupyter.exists():
-        _unavailable("jupyter (the notebooks extra)")
+        unavailable("jupyter (the notebooks extra)")
     root = tmp_path_factory.mktemp("lab")
     os.symlink(SAMPLE, root / "sample_data")
     nb = {"cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": CELL}],
@@ -87,15 +81,7 @@ def lab(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def page(lab):
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _unavailable("playwright (the dev extra)")
-    exe = chromium()
-    if exe is None:
-        _unavailable("Chromium at /usr/bin/chromium or on PATH (apt-get install chromium)")
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=exe, headless=True, args=["--no-sandbox", "--disable-gpu"])
+    with headless_chromium() as browser:
         pg = browser.new_page(viewport={"width": 1400, "height": 1100})
         pg.on("console", lambda m: m.type == "error" and ERRORS.append(m.text))
         pg.on("pageerror", lambda e: ERRORS.append(f"pageerror: {e}"))
@@ -108,7 +94,6 @@ def page(lab):
         yield pg
         ARTIFACTS.mkdir(exist_ok=True)
         pg.screenshot(path=str(ARTIFACTS / "jupyterlab_sample_browser.png"))
-        browser.close()
 
 
 def _choose_sample(page, name: str) -> None:

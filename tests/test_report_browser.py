@@ -8,43 +8,23 @@ Skips with the reason when Chromium or Playwright is missing, except under ``CI=
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import shutil
 
 import pytest
-from browser_tools import chromium
+from browser_tools import headless_chromium
 from test_report import ROOT, SAMPLE, XSS, make_synthetic, sample_report
 
 from forensics.views.report.core import report
 
 pytestmark = pytest.mark.browser
 ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
-
-
-
-
-def _unavailable(reason: str):
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"browser tests need Chromium under CI=true: {reason} (.ci/run installs Debian's chromium)")
-    pytest.skip(reason)
 
 
 @pytest.fixture(scope="module")
 def browser():
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _unavailable("playwright is not installed (pip install playwright; no `playwright install` needed)")
-    exe = chromium()
-    if exe is None:
-        _unavailable("no Chromium found at /usr/bin/chromium or on PATH (apt-get install chromium)")
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=exe, headless=True, args=CHROMIUM_ARGS)
+    with headless_chromium() as b:
         yield b
-        b.close()
 
 
 def open_page(browser, path: str):
