@@ -44,7 +44,11 @@ def test_plain_llama_is_transformers_bit_for_bit(tmp_path, tie):
         ref = [m(input_ids=s[None], use_cache=False).logits[0] for s in seqs]
     for s, r in zip(seqs, ref, strict=True):
         assert torch.equal(v.logits(s), r)
-    # packed: every sequence in one forward, and split over several packs, gives each one's argmax
+    # packed rows are each sequence's own bits: one forward over 7 + 33 + 20 tokens, lm_head over all rows
+    llama = v.logits.__self__
+    packed = torch.nn.functional.linear(llama.hidden(seqs[1:]), v.lm_head)
+    assert torch.equal(packed, torch.cat(ref[1:]))
+    # predictions: every sequence in one forward, and split over several packs, gives each one's argmax
     assert all(torch.equal(p, r.argmax(-1)) for p, r in zip(v.predictions(seqs), ref, strict=True))
     vf.PACK_TOKENS, old = 30, vf.PACK_TOKENS
     try:
@@ -54,6 +58,13 @@ def test_plain_llama_is_transformers_bit_for_bit(tmp_path, tie):
     assert v.plain and v.facts == model_facts(m)
     assert torch.equal(v.embed, m.get_input_embeddings().weight) and torch.equal(v.lm_head, m.lm_head.weight)
     assert torch.equal(v.norm_weight, m.model.norm.weight) and v.norm_eps == m.model.norm.variance_epsilon
+
+
+def test_packs_and_row_blocks_never_make_a_one_row_product():
+    assert vf._packs([7, 33, 20, 1, 5, 30], 40) == [[0, 1], [2], [3], [4, 5]]
+    assert vf._packs([1, 1, 2], 100) == [[0], [1], [2]]
+    assert vf.row_blocks(7, 3) == [slice(0, 3), slice(3, 7)] and vf.row_blocks(8, 3)[-1] == slice(6, 8)
+    assert vf.row_blocks(1, 3) == [slice(0, 1)]
 
 
 @pytest.mark.parametrize("change", [{"attention_bias": True}, {"hidden_act": "gelu"}, {"model_type": "qwen2"},

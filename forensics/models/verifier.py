@@ -178,6 +178,19 @@ def load_plain(folder: str) -> Verifier:
     return _PLAIN[folder]
 
 
+def _packs(lens: list[int], budget: int) -> list[list[int]]:
+    """Consecutive sequence indices grouped to at most ``budget`` rows each; 1-token sequences alone."""
+    out: list[list[int]] = []
+    rows = 0
+    for n, k in enumerate(lens):
+        if not out or k == 1 or lens[out[-1][-1]] == 1 or rows + k > budget:
+            out.append([])
+            rows = 0
+        out[-1].append(n)
+        rows += k
+    return out
+
+
 def row_blocks(rows: int, size: int) -> list[slice]:
     """Slices of at most ``size`` rows (``size + 1`` for the last) covering ``rows``, never a 1-row block
     when ``rows`` > 1: a 1-row product takes another kernel (sgemv) than the rows of a larger one."""
@@ -226,30 +239,29 @@ class _PlainLlama:
         from torch.nn import functional as F
 
         with torch.inference_mode():
-            h = self.hidden([ids])[0]
+            h = self.hidden([ids])
             return F.linear(h, self._mats(int(h.shape[0]))["lm_head.weight"])
 
     def predictions(self, seqs: list[torch.Tensor]) -> list[torch.Tensor]:
         """The argmax token ``[T]`` at every position of each 1-D id sequence. Sequences are packed into
-        forwards of at most ``PACK_TOKENS`` rows; ``lm_head`` runs on ``HEAD_ROWS`` rows at a time."""
+        forwards of at most ``PACK_TOKENS`` rows (a 1-token sequence runs alone, as transformers runs it:
+        a 1-row product is another kernel); ``lm_head`` runs over the packed rows, ``HEAD_ROWS`` at a time,
+        so its weight is read once per block rather than once per sequence."""
         import torch
         from torch.nn import functional as F
 
-        out: list[torch.Tensor] = []
-        group: list[torch.Tensor] = []
         flat = [s.reshape(-1) for s in seqs]
-        for n, ids in enumerate(flat):
-            group.append(ids)
-            if n + 1 == len(flat) or sum(int(g.numel()) for g in group) + int(flat[n + 1].numel()) > PACK_TOKENS:
-                for h in self.hidden(group):
-                    with torch.inference_mode():
-                        out.append(torch.cat([F.linear(h[b], self._mats(b.stop - b.start)["lm_head.weight"])
-                                              .argmax(-1) for b in row_blocks(int(h.shape[0]), HEAD_ROWS)]))
-                group = []
+        out: list[torch.Tensor] = []
+        for pack in _packs([int(s.numel()) for s in flat], PACK_TOKENS):
+            h = self.hidden([flat[n] for n in pack])
+            with torch.inference_mode():
+                top = torch.cat([F.linear(h[b], self._mats(b.stop - b.start)["lm_head.weight"]).argmax(-1)
+                                 for b in row_blocks(int(h.shape[0]), HEAD_ROWS)])
+            out += list(top.split([int(flat[n].numel()) for n in pack]))
         return out
 
-    def hidden(self, seqs: list[torch.Tensor]) -> list[torch.Tensor]:
-        """The final-norm output ``[T, H]`` (``lm_head``'s input) of each sequence, run as one packed batch.
+    def hidden(self, seqs: list[torch.Tensor]) -> torch.Tensor:
+        """The final-norm output ``[ΣT, H]`` (``lm_head``'s input) of the sequences, run as one packed batch.
 
         Every op but attention acts row by row, so the rows of several sequences are stacked into one
         ``[1, ΣT, H]`` batch (one matmul per weight instead of one per sequence) and attention runs per
@@ -298,4 +310,4 @@ class _PlainLlama:
                 h = self._rms(x, p + "post_attention_layernorm.weight")
                 g = F.silu(F.linear(h, w[p + "mlp.gate_proj.weight"]))
                 x = residual + F.linear(g * F.linear(h, w[p + "mlp.up_proj.weight"]), w[p + "mlp.down_proj.weight"])
-            return list(self._rms(x, P + "norm.weight")[0].split(lens))
+            return self._rms(x, P + "norm.weight")[0]
