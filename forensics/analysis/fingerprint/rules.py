@@ -61,6 +61,9 @@ DUPLICATE_SLOT_DISTANCE = 1e-4  # masked angular distance below this (and equal 
 W_NORM, W_LATE, W_FADED = 2.0, 1.5, 1.0
 NORM_TIE = 0.05  # two slots whose median norms differ by at most this fraction cast no norm vote: SmolLM2's norm
 #                  grows ≈ 3–5 % per layer mid-depth, and on a 30-token text L11 out-normed L12 at confidence 1.0
+NEAR_TIE_PATH = 0.005  # paths costing within this relative margin of the best are a tie for the distances; the
+#   norms pick among them. Tuning half (1,136 files): 168 files had such a tie; the choice fixed 7 of the 12 wrong
+#   depth orders and broke none (0.0075: fixed 8, broke 1; 0.02: fixed 8, broke 4)
 ORDER_MARGIN_GAIN = 5.0  # chain confidence = 0.5 + this × relative margin over the next-best path; tuning half:
 #                          every wrong path had margin ≤ 0.007 (confidence ≤ 0.54), right paths median 0.048
 DIRECTION_CONFLICT_CONFIDENCE = 0.5  # cap when the norm votes and the late/faded votes disagree, or the norms cast
@@ -276,6 +279,17 @@ def postnorm_signals(st_slots: Sequence[SlotStats], tensors: list, embed_score: 
     return post_score, prenorm_of, why
 
 
+def maybe_normalised(chain: Sequence[int], slots: Sequence[SlotStats], tensors: list, meds: list[float]) -> list[int]:
+    """The chain slots whose norm may have been divided away: sinkless, token 0 concentrated in one dim (a sink's
+    direction kept, its size gone) and a median norm ≤ ``POSTNORM_NORM_DROP_WEAK`` × the chain's largest.
+    Tuning half: the post-norm final has token-0 concentration 0.59–0.78 and no sink on all 37 texts, but
+    SmolLM2's L1/L2/L9/L10 can match too, so ``chain_order`` silences one only at a post-norm final's place.
+    """
+    top = max((meds[i] for i in chain if math.isfinite(meds[i])), default=0.0)
+    return [i for i in chain if not has_sink(slots[i]) and math.isfinite(meds[i]) and top > 0
+            and meds[i] <= POSTNORM_NORM_DROP_WEAK * top and token0_concentration(tensors[i]) >= TOKEN0_CONCENTRATION]
+
+
 def token0_concentration(h: Any) -> float:
     """``max|x_0| / ‖x_0‖``: how much of token 0 sits in one dim (sink rows: ≈ 0.95–0.99; lookups ≈ 0.2–0.3)."""
     x = h[0].float()
@@ -338,7 +352,8 @@ def _norm_vote(a: float, b: float) -> float:
     return 0.0 if abs(b - a) <= NORM_TIE * max(a, b) else float(np.sign(b - a))
 
 
-def chain_order(D: np.ndarray, chain: list[int], slots: Sequence[SlotStats], meds: list[float]) -> ChainOrder:
+def chain_order(D: np.ndarray, chain: list[int], slots: Sequence[SlotStats], meds: list[float],
+                quiet: Sequence[int] = ()) -> ChainOrder:
     """Seriate the layer slots by masked angular distance, then vote the direction (shallow → deep).
 
     Direction votes: every pair of the path whose median norm rises along it (+1) or falls (−1), plus the late
@@ -348,8 +363,18 @@ def chain_order(D: np.ndarray, chain: list[int], slots: Sequence[SlotStats], med
     votes and the signature votes point opposite ways: SmolLM2's sinkless, tight mid layers (r ≈ 10) look
     "late" and Kimi's last layer (norm 111 after 174 at L31) looks "shallow" by norm, and the data alone cannot
     say which story holds.
+
+    When other paths cost within ``NEAR_TIE_PATH`` of the best, the distances cannot order the slots (SmolLM2's
+    early layers: L2 → L6 → L21 and L6 → L2 → L21 differ by 0.3 %), and the path whose norms rise most
+    consistently is taken among them. A slot of ``quiet`` (sinkless, token 0 in one dim at a collapsed norm: maybe
+    post-norm) that the path puts at an end beside the largest-norm slot, where a post-norm final sits, casts no
+    norm vote: the final norm divides the scale away, so its norm says nothing of depth.
     """
-    from forensics.analysis.fingerprint.depth import seriate
+    from forensics.analysis.fingerprint.depth import near_best_paths, seriate
+
+    def norm_votes(p: Sequence[int]) -> float:
+        v = [i for i in p if i not in quiet]
+        return float(sum(_norm_vote(meds[v[a]], meds[v[b]]) for a in range(len(v)) for b in range(a + 1, len(v))))
 
     if not chain:
         return ChainOrder([], [], 1.0)
@@ -359,8 +384,12 @@ def chain_order(D: np.ndarray, chain: list[int], slots: Sequence[SlotStats], med
     path, cost, runner = seriate(D, chain)
     margin = (runner - cost) / cost if cost > 0 and math.isfinite(runner) else (math.inf if cost > 0 else 0.0)
     n = len(path)
-    pairs = [(a, b) for a in range(n) for b in range(a + 1, n)]
-    norm = float(sum(_norm_vote(meds[path[a]], meds[path[b]]) for a, b in pairs))
+    top = max(path, key=lambda i: meds[i] if math.isfinite(meds[i]) else -math.inf)
+    quiet = [e for e, nb in ((path[0], path[1]), (path[-1], path[-2])) if e in quiet and nb == top and n >= 3]
+    near = near_best_paths(D, chain, NEAR_TIE_PATH) if n >= 3 and margin <= NEAR_TIE_PATH else []
+    if len(near) > 1:  # a near-tie of paths: the one whose norms rise (or fall) most consistently
+        path = max(near, key=lambda c: (abs(norm_votes(c[1])), -c[0]))[1]
+    norm = norm_votes(path)
     half = (n - 1) / 2
     late = float(sum(np.sign(p - half) for p, i in enumerate(path) if late_signature(slots[i])))
     faded = float(sum(np.sign(p - half) for p, i in enumerate(path)

@@ -1,0 +1,58 @@
+"""The data-only depth order's two tie rules (forensics.analysis.fingerprint.rules.chain_order), on hand-made
+distances and norms shaped like the SmolLM2 cases that motivated them (real values from the tuning half)."""
+
+from types import SimpleNamespace
+
+import numpy as np
+
+from forensics.analysis.fingerprint.rules import NEAR_TIE_PATH, chain_order
+
+
+def _slot(median: float, spread: float = 0.12, sink: bool = True) -> SimpleNamespace:
+    """What chain_order reads of a SlotStats: the token-norm summary (spread) and the sink signals."""
+    norms = SimpleNamespace(median=median, mad=spread * median / 1.4826)
+    return SimpleNamespace(norm_excl_first=norms, massive_tokens=[0] if sink else [], sinks=[0] if sink else [],
+                           first_ratio=8.0 if sink else 1.0)
+
+
+def _D(edges: dict, n: int) -> np.ndarray:
+    D = np.zeros((n, n))
+    for (a, b), d in edges.items():
+        D[a, b] = D[b, a] = d
+    return D
+
+
+def test_a_near_tie_of_paths_is_broken_by_the_norms():
+    # L2, L6, L21 (median norms 67, 96, 185): the path L6 → L2 → L21 is 0.18 % cheaper than the true one
+    D = _D({(0, 1): 0.19, (1, 2): 0.30, (0, 2): 0.2991}, 3)
+    best, true = 0.19 + 0.2991, 0.19 + 0.30
+    assert (true - best) / best < NEAR_TIE_PATH  # the distances alone prefer the wrong path
+    meds = [67.0, 96.0, 185.0]
+    order = chain_order(D, [0, 1, 2], [_slot(m) for m in meds], meds)
+    assert order.path == [0, 1, 2]
+    assert order.confidence < 0.75  # a near-tie is never a decided order
+
+
+def test_a_clear_path_is_kept_against_the_norms():
+    # the distances decide by 20 %: the norms (which fall at the end, like a real last layer's) do not overrule
+    D = _D({(0, 1): 0.1, (1, 2): 0.1, (0, 2): 0.3}, 3)
+    meds = [50.0, 150.0, 120.0]
+    assert chain_order(D, [0, 1, 2], [_slot(m) for m in meds], meds).path == [0, 1, 2]
+
+
+def test_a_maybe_post_norm_end_beside_the_deepest_slot_casts_no_norm_vote():
+    # L4, L8, L12 and a post-norm final (norm 48, sinkless) that the chain puts beside L12 (norm 147): counting
+    # its collapsed norm, the votes cancel and the norm order would rank it shallowest
+    D = _D({(0, 1): 0.21, (1, 2): 0.20, (0, 2): 0.26, (2, 3): 0.46, (0, 3): 0.47, (1, 3): 0.46}, 4)
+    meds = [92.0, 121.0, 147.0, 48.0]
+    slots = [_slot(92.0), _slot(121.0), _slot(147.0), _slot(48.0, spread=0.109, sink=False)]
+    assert chain_order(D, [0, 1, 2, 3], slots, meds).path[0] == 3  # without the rule: shallowest
+    assert chain_order(D, [0, 1, 2, 3], slots, meds, quiet=[3]).path == [0, 1, 2, 3]
+
+
+def test_a_maybe_post_norm_slot_inside_the_chain_still_votes():
+    # the same slot at the shallow end beside a small-norm layer is a layer (SmolLM2 L1/L2 look like this)
+    D = _D({(0, 1): 0.13, (1, 2): 0.2, (0, 2): 0.3}, 3)
+    meds = [44.0, 77.0, 185.0]
+    slots = [_slot(44.0, sink=False), _slot(77.0), _slot(185.0)]
+    assert chain_order(D, [0, 1, 2], slots, meds, quiet=[0]).path == [0, 1, 2]
