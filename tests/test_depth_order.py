@@ -56,3 +56,21 @@ def test_a_maybe_post_norm_slot_inside_the_chain_still_votes():
     meds = [44.0, 77.0, 185.0]
     slots = [_slot(44.0, sink=False), _slot(77.0), _slot(185.0)]
     assert chain_order(D, [0, 1, 2], slots, meds, quiet=[0]).path == [0, 1, 2]
+
+
+def test_betweenness_tells_a_post_norm_final_from_a_shallow_layer():
+    from forensics.analysis.fingerprint.rules import OFF_LINE_BETWEENNESS, off_line
+
+    # layers L13, L14, L17 (slots 0-2) and a sinkless low-norm slot 3; distances like the tuning ladders' means
+    layers = {(0, 1): 0.086, (1, 2): 0.134, (0, 2): 0.152}
+    meds = [159.0, 167.0, 193.0, 45.0]
+    slots = [_slot(m) for m in meds[:3]] + [_slot(45.0, sink=False)]
+    post = _D({**layers, (0, 3): 0.446, (1, 3): 0.445, (2, 3): 0.447}, 4)  # γ: equally far from every layer
+    shallow = _D({**layers, (0, 3): 0.29, (1, 3): 0.30, (2, 3): 0.33}, 4)  # L1: farther from the deeper layers
+    beta_post = (0.447 - 0.446) / 0.152
+    beta_shallow = (0.33 - 0.29) / 0.152
+    assert beta_post < OFF_LINE_BETWEENNESS <= beta_shallow
+    ev = [[] for _ in range(4)]
+    assert off_line(post, [0, 1, 2, 3], [3], slots, meds, ev) == {3: True}
+    assert off_line(shallow, [0, 1, 2, 3], [3], slots, meds, ev) == {3: False}
+    assert [e.value for e in ev[3]] == [beta_post, beta_shallow]
