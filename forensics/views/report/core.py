@@ -273,6 +273,7 @@ def report(paths, layers=None, model=None, draft=None, engine=None, engine_versi
             errors.append({"where": f.rel or f.path, "message": f.error})
     verdicts = build_verdicts(files, audit_res, probe_res)
     focus = _focus(training if (audit_res is not None or probe_res is not None) else [], verdicts, ok)
+    figures: dict = {}  # one drawing per (figure, result object): see panels.figure
     audit_fig = figure("audit_slices", audit_res) if audit_res is not None else None
     probe_fig = figure("probe_wirings", probe_res) if probe_res is not None else None
     context = {
@@ -286,9 +287,10 @@ def report(paths, layers=None, model=None, draft=None, engine=None, engine_versi
         "provenance": build_provenance(files, layers=layers, model=model, facts=facts, draft=draft, engine=engine,
                                        engine_version=engine_version, trainer=trainer, served=served),
         "focus": focus,
-        "key_numbers": build_key_numbers(ok, focus),
+        "key_numbers": build_key_numbers(ok, focus, figures),
         "cards": build_cards(ok, focus),
-        "cross": build_cross(ok, progress=lambda done, total: tick("figures", done, total), focus=focus),
+        "cross": build_cross(ok, progress=lambda done, total: tick("figures", done, total), focus=focus,
+                             figures=figures),
         "checks": build_checks(ok, audit_res, scan_res),
         "browser": build_browser(ok),
         "audit_html": fragment(audit_res),

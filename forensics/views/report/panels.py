@@ -131,7 +131,7 @@ def _slot_name(f: FileResult, ss) -> str:
     return (fs.label if fs is not None and fs.label else None) or _label(ss.declared_r) or ss.name
 
 
-def build_key_numbers(files: list[FileResult], focus: str | None) -> list[dict]:
+def build_key_numbers(files: list[FileResult], focus: str | None, figures: dict | None = None) -> list[dict]:
     """Per format, one row per slot of one file (the audited one, else the format's first): label, ‖x‖ mean ±
     std, median, token-0 norm and whether token 0 is a sink; the audited file also gets its norm-distribution
     figure."""
@@ -150,7 +150,7 @@ def build_key_numbers(files: list[FileResult], focus: str | None) -> list[dict]:
             rows.append({"index": ss.index, "label": _slot_name(f, ss), "mean_std": f"{fmt(n.mean)} ± {fmt(n.std)}",
                          "median": fmt(n.median), "tok0": fmt(ss.first), "ratio": fmt(ss.first_ratio),
                          "sink": flag, "is_sink": 0 in sinks})
-        fig = dict(figure("norm_distributions", f.fp if f.fp is not None else f.stats),
+        fig = dict(figure("norm_distributions", f.fp if f.fp is not None else f.stats, cache=figures),
                    title=f"Per-token ‖x‖ of {f.rel} (log axis)") if f.rel == focus else None
         out.append({"format": fmt_name, "file": f.rel, "nfiles": len(fs), "rows": rows, "fig": fig,
                     "anchor": _anchor(f.rel), "focus": f.rel == focus})
@@ -158,8 +158,24 @@ def build_key_numbers(files: list[FileResult], focus: str | None) -> list[dict]:
 
 
 # ---------------------------------------------------------------- figures (forensics.views.plots) and cross-slot
-def figure(name: str, *args, **kw) -> dict:
-    """Call ``forensics.views.plots.<name>`` and inline the Figure as a base64 PNG; the error text when it fails."""
+def figure(name: str, *args, cache: dict | None = None, **kw) -> dict:
+    """Call ``forensics.views.plots.<name>`` and inline the Figure as a base64 PNG; the error text when it fails.
+
+    With ``cache`` (one dict per report), a figure of the same result object is drawn once: the key-numbers
+    panel and the cross-slot panel both show the audited file's norm distributions.
+    """
+    if kw:
+        cache = None  # keyword options: drawn as asked, never shared
+    key = (name, *(id(a) for a in args))
+    if cache is not None and key in cache:
+        return dict(cache[key][1])
+    out = _figure(name, *args, **kw)
+    if cache is not None:
+        cache[key] = (args, out)  # args kept alive with the entry: their ids cannot be reused meanwhile
+    return dict(out)
+
+
+def _figure(name: str, *args, **kw) -> dict:
     try:
         from forensics.views import plots
     except ImportError as e:
@@ -194,14 +210,14 @@ def _figure_files(files: list[FileResult]) -> list[FileResult]:
     return [f for f in files if f in chosen[:MAX_FIGURE_FILES]]
 
 
-def build_cross(files: list[FileResult], progress=None, focus: str | None = None) -> dict:
+def build_cross(files: list[FileResult], progress=None, focus: str | None = None, figures: dict | None = None) -> dict:
     out: list[dict] = []
     chosen = sorted(_figure_files(files), key=lambda f: f.rel != focus)
     for k, f in enumerate(chosen):
         if progress is not None:
             progress(k, len(chosen))
         src = f.fp if f.fp is not None else f.stats
-        figs = [dict(figure(name, src), title=title) for name, title, needs_fp in CROSS_FIGURES
+        figs = [dict(figure(name, src, cache=figures), title=title) for name, title, needs_fp in CROSS_FIGURES
                 if f.fp is not None or not needs_fp]
         sim = getattr(f.fp, "similarity", None) if f.fp is not None else None
         flagged = f.fp is not None and bool(getattr(f.fp, "findings", None))
