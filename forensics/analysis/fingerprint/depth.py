@@ -385,6 +385,24 @@ def seriate(D: np.ndarray, nodes: Sequence[int]) -> tuple[list[int], float, floa
     return path, cost, runner
 
 
+def near_best_paths(D: np.ndarray, nodes: Sequence[int], rel: float) -> list[tuple[float, list[int]]]:
+    """Every path through ``nodes`` (one of each path and its reverse) costing at most ``(1 + rel)`` × the best,
+    cheapest first: ``[(cost, path), ...]``. Exact up to ``EXACT_PATH_MAX_SLOTS`` nodes; above, only the best.
+
+    Example:
+        >>> D = np.array([[0, 1, 2], [1, 0, 1.01], [2, 1.01, 0]])
+        >>> [p for _, p in near_best_paths(D, [0, 1, 2], 0.01)]
+        [[0, 1, 2]]
+    """
+    nodes = list(nodes)
+    if len(nodes) <= 2 or len(nodes) > EXACT_PATH_MAX_SLOTS:
+        path, cost, _ = seriate(D, nodes)
+        return [(cost, path)]
+    costs = sorted(((_path_cost(D, p), list(p)) for p in itertools.permutations(nodes) if p[0] < p[-1]),
+                   key=lambda c: c[0])
+    return [c for c in costs if c[0] <= costs[0][0] * (1 + rel)]
+
+
 def _two_opt(D: np.ndarray, path: list[int]) -> list[int]:
     """Reverse sub-paths while that shortens the open path (O(1) gain per candidate)."""
     n = len(path)

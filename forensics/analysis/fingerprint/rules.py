@@ -40,6 +40,13 @@ POSTNORM_CLAIM_RATIO = 1.0  # …and only when its median norm is at most the la
 #                             hidden_state holding r = L pre-norm on a 13-token text lost its sink, not its norm)
 POSTNORM_DECIDED = 0.8  # post-norm score at/above this: the role is decided (identity, format claim, chain end)
 POSTNORM_NORM_DROP_WEAK = 0.6  # …or ≤ this when token 0 keeps a one-dim (sink) direction: a candidate too
+POSTNORM_TOKEN0_MAX = 1.5  # …and token 0's norm at most this × the median: the final norm divides a sink's size
+#   away. Tuning half ladders: post-norm final 0.60–1.23 on all 37 texts; SmolLM2's sinkless L2 and L9 keep 1.7–9
+#   and were taken for post-norm candidates without this gate (1,480 random 4-slot sets of the tuning ladders)
+OFF_LINE_BETWEENNESS = 0.05  # off_line: a maybe-normalised slot with betweenness below this is off the depth line
+#   (a post-norm final: γ makes it about equally far from every layer), at or above it a layer at the shallow end.
+#   Tuning-half ladders, 1,419 such slots in random sets of 3 other layers: post-norm final −0.76 … 0.003 (1,110),
+#   sinkless SmolLM2 L1/L10 shallower than the others 0.099 … 0.74 (309); the split sits in the gap
 POSTNORM_CANDIDATE = 0.6  # post-norm score of a per-slot candidate (tight, sinkless, collapsed norm): ranked last
 #                           only when the depth chain is too short to place it (fewer than POSTNORM_CHAIN_MIN)
 POSTNORM_CLAIM_SPREAD = 0.2  # a sinkless slot the format calls the post-norm final (SpecForge hidden_state), or
@@ -61,6 +68,10 @@ DUPLICATE_SLOT_DISTANCE = 1e-4  # masked angular distance below this (and equal 
 W_NORM, W_LATE, W_FADED = 2.0, 1.5, 1.0
 NORM_TIE = 0.05  # two slots whose median norms differ by at most this fraction cast no norm vote: SmolLM2's norm
 #                  grows ≈ 3–5 % per layer mid-depth, and on a 30-token text L11 out-normed L12 at confidence 1.0
+NEAR_TIE_PATH = 0.01  # paths costing within this relative margin of the best are a tie for the distances; the
+#   norms pick among them. Tuning half (1,136 files), 4-slot depth order wrong: 10 without the rule; 7 at 0.005;
+#   4 from 0.0075 to 0.015 (the middle of that plateau is taken); 5 at 0.02–0.03, where a post-norm final is ranked
+#   shallowest again. No verdict changes anywhere on the range
 ORDER_MARGIN_GAIN = 5.0  # chain confidence = 0.5 + this × relative margin over the next-best path; tuning half:
 #                          every wrong path had margin ≤ 0.007 (confidence ≤ 0.54), right paths median 0.048
 DIRECTION_CONFLICT_CONFIDENCE = 0.5  # cap when the norm votes and the late/faded votes disagree, or the norms cast
@@ -261,7 +272,7 @@ def postnorm_signals(st_slots: Sequence[SlotStats], tensors: list, embed_score: 
                 "post-norm final ⇒ post-final-norm"
         elif claim_post:
             verdict = "the format stores the post-norm final here, but its norm exceeds every layer slot's: pre-norm?"
-        elif dropped or (conc and (ratio is None or ratio <= POSTNORM_NORM_DROP_WEAK)):
+        elif dropped or (conc and (ratio is None or ratio <= POSTNORM_NORM_DROP_WEAK) and ordinary_token0(s)):
             # a candidate only: SmolLM2's sinkless mid layers (r ≈ 10) are as tight and ≤ 0.2 × r = L; the depth
             # chain decides (collapsed_end)
             post_score[i], why[i] = POSTNORM_CANDIDATE, "norm_drop" if dropped else "sink_direction"
@@ -274,6 +285,53 @@ def postnorm_signals(st_slots: Sequence[SlotStats], tensors: list, embed_score: 
         ev[i].append(Evidence("norm_drop", ratio, f"≤ {POSTNORM_NORM_DROP} (≤ {POSTNORM_NORM_DROP_WEAK} with a "
                               "one-dim token 0) ⇒ normalised", verdict))
     return post_score, prenorm_of, why
+
+
+def maybe_normalised(chain: Sequence[int], slots: Sequence[SlotStats], tensors: list, meds: list[float]) -> list[int]:
+    """The chain slots whose norm may have been divided away: sinkless, token 0 concentrated in one dim (a sink's
+    direction kept, its size gone: :func:`ordinary_token0`) and a median norm ≤ ``POSTNORM_NORM_DROP_WEAK`` × the
+    chain's largest.
+    Tuning half: the post-norm final has token-0 concentration 0.59–0.78 and no sink on all 37 texts, but
+    SmolLM2's L1/L2/L9/L10 can match too, so ``chain_order`` silences one only at a post-norm final's place.
+    """
+    top = max((meds[i] for i in chain if math.isfinite(meds[i])), default=0.0)
+    return [i for i in chain if not has_sink(slots[i]) and math.isfinite(meds[i]) and top > 0
+            and meds[i] <= POSTNORM_NORM_DROP_WEAK * top and ordinary_token0(slots[i])
+            and token0_concentration(tensors[i]) >= TOKEN0_CONCENTRATION]
+
+
+def off_line(D: np.ndarray, chain: list[int], quiet: Sequence[int], slots: Sequence[SlotStats], meds: list[float],
+             ev: list[list[Evidence]]) -> dict[int, bool]:
+    """``{slot: off the depth line?}`` for each maybe-normalised chain slot (chains of ``POSTNORM_CHAIN_MIN``+).
+
+    The residual stream is a line: a layer shallower than the others is nearer the shallowest of them than the
+    deepest, by a good part of the distance between those two. Betweenness ``β = (D(e, deepest) − D(e,
+    shallowest)) / D(shallowest, deepest)``, the others ordered by their own chain: ≈ +1 for a layer at the
+    shallow end, ≤ 0 for a post-norm final, which γ keeps about equally far from every layer and nearest the
+    deepest (``OFF_LINE_BETWEENNESS``). The others are the chain's other slots that are not maybe-normalised too,
+    when there are two.
+    """
+    out: dict[int, bool] = {}
+    if len(chain) < POSTNORM_CHAIN_MIN:
+        return out
+    layers = [i for i in chain if i not in quiet]  # measured against the slots that are surely layers
+    for e in quiet:
+        rest = chain_order(D, layers if len(layers) >= 2 else [i for i in chain if i != e], slots, meds).path
+        a, b = rest[0], rest[-1]
+        if not D[a, b] > 0:
+            continue
+        beta = float((D[e, b] - D[e, a]) / D[a, b])
+        out[e] = beta < OFF_LINE_BETWEENNESS
+        ev[e].append(Evidence("betweenness", beta, f"< {OFF_LINE_BETWEENNESS} off the depth line",
+                              f"{'off the line of the layers (as near slot ' + str(b) + ' as slot ' + str(a) + ')'}: "
+                              "a post-norm candidate, ranked last" if out[e] else
+                              f"on the line, nearer slot {a} than slot {b}: a layer shallower than them"))
+    return out
+
+
+def ordinary_token0(s: SlotStats) -> bool:
+    """Token 0's norm is an ordinary token's (≤ ``POSTNORM_TOKEN0_MAX`` × the median), as after a final norm."""
+    return math.isfinite(s.first_ratio) and s.first_ratio <= POSTNORM_TOKEN0_MAX
 
 
 def token0_concentration(h: Any) -> float:
@@ -338,7 +396,8 @@ def _norm_vote(a: float, b: float) -> float:
     return 0.0 if abs(b - a) <= NORM_TIE * max(a, b) else float(np.sign(b - a))
 
 
-def chain_order(D: np.ndarray, chain: list[int], slots: Sequence[SlotStats], meds: list[float]) -> ChainOrder:
+def chain_order(D: np.ndarray, chain: list[int], slots: Sequence[SlotStats], meds: list[float],
+                quiet: Sequence[int] = ()) -> ChainOrder:
     """Seriate the layer slots by masked angular distance, then vote the direction (shallow → deep).
 
     Direction votes: every pair of the path whose median norm rises along it (+1) or falls (−1), plus the late
@@ -348,8 +407,18 @@ def chain_order(D: np.ndarray, chain: list[int], slots: Sequence[SlotStats], med
     votes and the signature votes point opposite ways: SmolLM2's sinkless, tight mid layers (r ≈ 10) look
     "late" and Kimi's last layer (norm 111 after 174 at L31) looks "shallow" by norm, and the data alone cannot
     say which story holds.
+
+    When other paths cost within ``NEAR_TIE_PATH`` of the best, the distances cannot order the slots (SmolLM2's
+    early layers: L2 → L6 → L21 and L6 → L2 → L21 differ by 0.3 %), and the path whose norms rise most
+    consistently is taken among them. A slot of ``quiet`` (sinkless, token 0 in one dim at a collapsed norm: maybe
+    post-norm) that the path puts at an end beside the largest-norm slot, where a post-norm final sits, casts no
+    norm vote: the final norm divides the scale away, so its norm says nothing of depth.
     """
-    from forensics.analysis.fingerprint.depth import seriate
+    from forensics.analysis.fingerprint.depth import near_best_paths, seriate
+
+    def norm_votes(p: Sequence[int]) -> float:
+        v = [i for i in p if i not in quiet]
+        return float(sum(_norm_vote(meds[v[a]], meds[v[b]]) for a in range(len(v)) for b in range(a + 1, len(v))))
 
     if not chain:
         return ChainOrder([], [], 1.0)
@@ -359,8 +428,12 @@ def chain_order(D: np.ndarray, chain: list[int], slots: Sequence[SlotStats], med
     path, cost, runner = seriate(D, chain)
     margin = (runner - cost) / cost if cost > 0 and math.isfinite(runner) else (math.inf if cost > 0 else 0.0)
     n = len(path)
-    pairs = [(a, b) for a in range(n) for b in range(a + 1, n)]
-    norm = float(sum(_norm_vote(meds[path[a]], meds[path[b]]) for a, b in pairs))
+    top = max(path, key=lambda i: meds[i] if math.isfinite(meds[i]) else -math.inf)
+    quiet = [e for e, nb in ((path[0], path[1]), (path[-1], path[-2])) if e in quiet and nb == top and n >= 3]
+    near = near_best_paths(D, chain, NEAR_TIE_PATH) if n >= 3 and margin <= NEAR_TIE_PATH else []
+    if len(near) > 1:  # a near-tie of paths: the one whose norms rise (or fall) most consistently
+        path = max(near, key=lambda c: (abs(norm_votes(c[1])), -c[0]))[1]
+    norm = norm_votes(path)
     half = (n - 1) / 2
     late = float(sum(np.sign(p - half) for p, i in enumerate(path) if late_signature(slots[i])))
     faded = float(sum(np.sign(p - half) for p, i in enumerate(path)
