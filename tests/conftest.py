@@ -71,3 +71,13 @@ def _model_loads_are_marked(request, monkeypatch):
         return real(path, *args, **kwargs)
 
     monkeypatch.setattr(target, "load_model", guarded)
+    import forensics.models.verifier as verifier
+
+    real_plain = verifier.load_plain
+
+    def guarded_plain(folder, *args, **kwargs):  # the probe's plain-torch SmolLM2 (fp32 cache folder)
+        if "smollm2" in str(folder).lower():
+            raise AssertionError(f"{request.node.nodeid} loads SmolLM2: mark it @pytest.mark.model")
+        return real_plain(folder, *args, **kwargs)
+
+    monkeypatch.setattr(verifier, "load_plain", guarded_plain)

@@ -99,6 +99,59 @@ def test_next_token_mode_counts_match_an_independent_loop(draft_dir, sample_data
     assert row["n"] == len(ids) - 2 and row["correct"] == correct
 
 
+def _reference_counts(d, cap, wiring, target, valid, topk=5):
+    """(top-1 hits, top-k hits, n) of one wiring, the draft run alone in float64 (no batching, no row blocks)."""
+    slots = {r: s.tensor().double() for r, s in zip([0, 3, 16, 28], cap.slots, strict=True)}
+    fused = torch.cat([slots[r][:-1] for r in wiring], dim=-1)
+    logits = d.forward(fused, slots[0][1:], dtype=torch.float64)
+    top = d.target_ids()[logits.topk(topk, dim=-1).indices]
+    return (int(((top[:, 0] == target) & valid).sum()), int(((top == target[:, None]).any(-1) & valid).sum()),
+            int(valid.sum()))
+
+
+def test_batched_blocked_counts_match_one_float64_forward_per_wiring(draft_dir, sample_data, monkeypatch):
+    """All 24 wirings in one batched forward (and, squeezed, in chunks of 5 with lm_head over 7-row blocks)
+    score exactly what each wiring scores run alone in float64."""
+    import forensics.analysis.probe as P
+
+    path = sample_data / "speculators_v1" / "data_1.pt"
+    cap = forensics.load(path)
+    d = forensics.models.draft.load_draft(draft_dir)
+    ids = cap.input_ids.reshape(-1).long()
+    target = torch.cat([ids[2:], ids.new_zeros(1)])
+    valid = torch.arange(len(ids) - 1) < len(ids) - 2
+    whole = probe(d, path)
+    per = P.BATCH_FLOATS // (len(ids) * (d.num_aux + 8) * d.hidden_size + d.num_heads * len(ids) ** 2) // 5
+    monkeypatch.setattr(P, "BATCH_FLOATS", per * 5 + 1)
+    monkeypatch.setattr(P, "HEAD_ROWS", 7)
+    squeezed = probe(d, path)
+    assert len(whole.rows) == 24 and P._batch_size(d, len(ids) - 1) < 24
+    for a, b in zip(whole.rows, squeezed.rows, strict=True):
+        ref = _reference_counts(d, cap, a["wiring"], target, valid)
+        assert (a["correct"], round(a["topk"] * a["n"]), a["n"]) == ref, a["label"]
+        assert (a["wiring"], a["correct"], a["topk"], a["n"]) == (b["wiring"], b["correct"], b["topk"], b["n"])
+
+
+def test_plain_verifier_probe_equals_transformers_and_float64(proof, draft_dir, sample_data, smollm2):
+    """``model="default"`` runs the plain-torch SmolLM2: the same ranking and counts as the transformers model
+    (``proof``), and the trained wiring's count equals a float64 draft forward against transformers' argmax."""
+    plain = probe(draft_dir, sample_data / "speculators_v1", model="default")
+    assert [(r["wiring"], r["correct"], r["topk"], r["n"]) for r in plain.rows] == \
+        [(r["wiring"], r["correct"], r["topk"], r["n"]) for r in proof.rows]
+    d = forensics.models.draft.load_draft(draft_dir)
+    E = smollm2[0].get_input_embeddings().weight.detach().double()
+    hits = 0
+    for p in sorted((sample_data / "speculators_v1").glob("data_*.pt")):
+        cap = forensics.load(p)
+        ids = cap.input_ids.reshape(-1).long()
+        with torch.no_grad():
+            target = smollm2[0](input_ids=ids[None]).logits[0].argmax(-1)[1:]
+        slots = {r: s.tensor().double() for r, s in zip([0, 3, 16, 28], cap.slots, strict=True)}
+        logits = d.forward(torch.cat([slots[r][:-1] for r in TRAINED], dim=-1), E[ids[1:]], dtype=torch.float64)
+        hits += int((d.target_ids()[logits.argmax(-1)] == target).sum())
+    assert plain.rows[0]["wiring"] == TRAINED and plain.rows[0]["correct"] == hits
+
+
 def test_midlayer_copy_probes_identically(draft_dir, sample_data, tmp_path):
     from safetensors.torch import load_file, save_file
 

@@ -22,12 +22,15 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forensics.errors import ForensicsError
 from forensics.io.capture import Capture
 from forensics.layers import FINAL_POST, parse_r, r_label
 from forensics.models.draft import Draft, load_draft
+
+if TYPE_CHECKING:  # pragma: no cover
+    from forensics.models.verifier import Verifier
 
 TOPK = 5  # top-k agreement: the verifier's token among the draft's k best guesses
 MAX_CANDIDATES = 24  # bound on the "auto" candidate set
@@ -37,6 +40,8 @@ ENGINE_PLANS = (("vllm", None), ("sglang", "pre-25454"), ("sglang", "post-25454"
                 ("specforge", None))
 TARGET_VERIFIER = "verifier"
 TARGET_NEXT = "next_token"
+BATCH_FLOATS = 2**26  # fp32 activations of one batched draft forward (256 MiB): all 24 sample candidates fit
+HEAD_ROWS = 4096  # rows per lm_head block: 4096 × a 128k vocab = 2 GiB of logits at most, 32 MiB at Vd = 2048
 _TRAINERS = {"speculators-v1": "speculators-v1", "speculators": "speculators", "specforge": "specforge"}
 
 
@@ -227,14 +232,12 @@ def _parse_candidates(spec, refs: list) -> list[tuple[tuple, list[str]]]:
     return out
 
 
-def _model_and_L(model, caps):
+def _verifier(model: Any) -> Verifier | None:
     if model is None:
         return None
-    from forensics.models.target import Target, load_target
+    from forensics.models.verifier import open_verifier
 
-    if isinstance(model, (str, Target)):
-        return load_target(model)[0]
-    return model[0] if isinstance(model, tuple) else model
+    return open_verifier(model)
 
 
 def _ids_per_engine(best: list, L: int | None, arch: str | None) -> tuple[dict | None, list[str]]:
@@ -276,13 +279,9 @@ def _check_options(topk: Any, max_samples: Any) -> None:
         raise ForensicsError(f"max_samples (--samples) must be a whole number >= 1, got {max_samples!r}")
 
 
-def _target_context(m: Any, caps: list[Capture]) -> tuple[int | None, str | None]:
+def _target_context(v: Verifier | None, caps: list[Capture]) -> tuple[int | None, str | None]:
     """The verifier's layer count L and its architecture family (for the engines' id rules)."""
-    facts = None
-    if m is not None:
-        from forensics.models.target import model_facts
-
-        facts = model_facts(m)
+    facts = v.facts if v is not None else None
     L = facts["num_layers"] if facts else next((c.num_layers for c in caps if c.num_layers), None)
     from forensics.models.conventions import arch_family
 
@@ -335,38 +334,79 @@ def _skip_reason(cap: Capture, d: Draft, E: Any, cands: list) -> str | None:
     return None
 
 
-def _targets(m: Any, L: int | None, states: dict, ids: Any) -> tuple[Any, Any, str, str]:
+def _runs_verifier(cap: Capture, L: int | None) -> bool:
+    """Whether the verifier's prediction on ``cap`` needs a forward pass (r = L was not captured)."""
+    return L is None or L == 0 or L not in _slot_refs(cap)
+
+
+def _targets(v: Verifier | None, L: int | None, states: dict, ids: Any, pred: Any) -> tuple[Any, Any, str, str]:
     """Per fused position t: the token the draft should predict, which positions count, and their source.
 
-    With a model: the verifier's own prediction (argmax of lm_head(norm(r = L)) when r = L was captured, else a
-    forward pass); without: the actual token two ahead (the draft at t predicts t + 2 in EAGLE's step 0).
+    With a model: the verifier's own prediction (argmax of lm_head(norm(r = L)) when r = L was captured, else
+    ``pred``, the argmax of a forward pass); without: the actual token two ahead (the draft at t predicts
+    t + 2 in EAGLE's step 0).
     """
     import torch
 
     T = int(ids.numel())
-    if m is None:
+    if v is None:
         target = torch.cat([ids[2:], ids.new_zeros(1)])
         valid = torch.ones(T - 1, dtype=torch.bool)
         valid[-1] = False
         return target, valid, "input_ids shifted by two (no model given)", TARGET_NEXT
     if L in states and L != 0:
         last = states[L].float()
-        from forensics.models.target import final_norm, lm_head_weight
-
-        g, eps = final_norm(m)
-        logits_v = (g * last * torch.rsqrt(last.pow(2).mean(-1, keepdim=True) + eps)) @ lm_head_weight(m).T
+        g, eps = v.norm_weight, v.norm_eps
+        pred = ((g * last * torch.rsqrt(last.pow(2).mean(-1, keepdim=True) + eps)) @ v.lm_head.T).argmax(-1)
         src = f"lm_head(norm(captured r={L})) of the model"
     else:
-        logits_v = m(input_ids=ids.reshape(1, -1), use_cache=False).logits[0].float()
         src = "model run on the capture's input_ids"
-    target = logits_v.argmax(-1)[1:]  # position t+1's prediction, paired with fused state t
+    target = pred[1:]  # position t+1's prediction, paired with fused state t
     return target, torch.ones(T - 1, dtype=torch.bool), src, TARGET_VERIFIER
 
 
-def _score_file(cap: Capture, d: Draft, E: Any, m: Any, L: int | None, cands: list, sc: _Scores, topk: int,
-                use_loss_mask: bool, tick: Callable[[int], None]) -> None:
-    """Add one capture file's agreement counts for every candidate wiring to ``sc``."""
+def _batch_size(d: Draft, T: int) -> int:
+    """Candidates per batched draft forward: activations of one candidate ~ T·(k·H + 8·H) floats plus the
+    attention scores heads·T², kept under ``BATCH_FLOATS`` (the logits are taken in ``HEAD_ROWS`` row blocks)."""
+    per = T * (d.num_aux + 8) * d.hidden_size + d.num_heads * T * T
+    return max(1, BATCH_FLOATS // max(per, 1))
+
+
+def _agreement(d: Draft, hidden: Any, target: Any, valid: Any, tids: Any, topk: int) -> Any:
+    """``[c, 3]`` counts (top-1 hits, top-k hits, scored positions) of ``hidden`` ``[c, T, H]`` against
+    ``target`` ``[T]``; ``lm_head`` runs over ``HEAD_ROWS`` rows at a time."""
     import torch
+
+    from forensics.models.verifier import row_blocks
+
+    head = d.weights["lm_head.weight"].T
+    k = min(topk, int(head.shape[-1]))
+    c, T = int(hidden.shape[0]), int(hidden.shape[1])
+    flat, tgt = hidden.reshape(c * T, -1), target.repeat(c)
+    ok_all, top_all = torch.empty(c * T, dtype=torch.bool), torch.empty(c * T, k, dtype=torch.long)
+    for b in row_blocks(c * T, HEAD_ROWS):
+        logits = flat[b] @ head
+        top_all[b] = logits.topk(k, dim=-1).indices
+        ok_all[b] = torch.isfinite(logits).all(-1)  # overflowing states give NaN logits: not scored
+    top = tids[top_all]
+    ok = ok_all & valid.repeat(c)
+    hit1 = (top[:, 0] == tgt) & ok
+    hitk = (top == tgt[:, None]).any(-1) & ok
+    return torch.stack([hit1, hitk, ok]).reshape(3, c, T).sum(-1).T
+
+
+def _score_file(cap: Capture, d: Draft, E: Any, v: Verifier | None, L: int | None, pred: Any, cands: list,
+                sc: _Scores, topk: int, use_loss_mask: bool, tick: Callable[[int], None]) -> None:
+    """Add one capture file's agreement counts for every candidate wiring to ``sc`` (``pred``: the verifier's
+    predictions on the file when it needs a forward pass, else None).
+
+    All candidates of a file run as one batched draft forward (chunks of ``_batch_size``): the same matmul rows
+    as one forward per candidate, so the same logits, with one set of kernel launches instead of one per
+    candidate (on 2 busy cores the per-candidate loop cost 5× the CPU of the batch, measured).
+    """
+    import torch
+
+    from forensics.models.draft import draft_hidden
 
     assert cap.input_ids is not None  # _skip_reason() skipped files without ids
     ids = cap.input_ids.reshape(-1).long()
@@ -379,23 +419,24 @@ def _score_file(cap: Capture, d: Draft, E: Any, m: Any, L: int | None, cands: li
         raise ForensicsError("the draft ships no embed_tokens and the data has no r=0 slot: pass --model",
                              path=d.path)
     tids = d.target_ids()
-    with torch.no_grad():
-        target, valid, src, sc.target_kind = _targets(m, L, states, ids)
+    with torch.inference_mode():
+        target, valid, src, sc.target_kind = _targets(v, L, states, ids, pred)
         if use_loss_mask and cap.loss_mask is not None:
             valid &= cap.loss_mask.reshape(-1)[1:].bool()
-        for r in {r for w, _ in cands for r in w}:  # a position with a non-finite state scores nothing
-            valid &= torch.isfinite(states[r][:-1].float()).all(-1)
+        prev = {r: states[r][:-1].float() for r in {r for w, _ in cands for r in w}}
+        for x in prev.values():  # a position with a non-finite state scores nothing
+            valid &= torch.isfinite(x).all(-1)
         sc.target_source = sc.target_source or src
-        for j, (w, _) in enumerate(cands):
-            fused = torch.cat([states[r][:-1].float() for r in w], dim=-1)
-            logits = d.forward(fused, emb)
-            top = tids[logits.topk(min(topk, logits.shape[-1]), dim=-1).indices]
-            ok = valid & torch.isfinite(logits).all(-1)  # overflowing states give NaN logits: not scored
-            c = sc.counts[w]
-            c[0] += int(((top[:, 0] == target) & ok).sum())
-            c[1] += int(((top == target[:, None]).any(-1) & ok).sum())
-            c[2] += int(ok.sum())
-            tick(j + 1)
+        step = _batch_size(d, int(emb.shape[0]))
+        for a in range(0, len(cands), step):
+            chunk = cands[a:a + step]
+            fused = torch.stack([torch.cat([prev[r] for r in w], dim=-1) for w, _ in chunk])
+            hidden = draft_hidden(d, fused, emb.expand(len(chunk), -1, -1))
+            for (w, _), row in zip(chunk, _agreement(d, hidden, target, valid, tids, topk).tolist(), strict=True):
+                c = sc.counts[w]
+                for n in range(3):
+                    c[n] += int(row[n])
+            tick(a + len(chunk))
 
 
 def _tick(progress: Callable[[int, int], None] | None, done: int, total: int, j: int) -> None:
@@ -451,25 +492,28 @@ def probe(draft: str | os.PathLike | Draft, data: Any, candidates: str | list = 
     _check_options(topk, max_samples)
     d = draft if isinstance(draft, Draft) else load_draft(draft)
     caps = _captures(data)[:max_samples] if max_samples else _captures(data)
-    m = _model_and_L(model, caps)
-    L, arch = _target_context(m, caps)
+    v = _verifier(model)
+    L, arch = _target_context(v, caps)
     cands, declared, notes = _candidate_wirings(d, caps, candidates, L)
 
     sc = _Scores(counts={w: [0, 0, 0] for w, _ in cands})  # top1, topk, n
     E = d.embed
     sc.embed_source = "draft checkpoint" if E is not None else None
-    if E is None and m is not None:
-        E, sc.embed_source = m.get_input_embeddings().weight.detach().float(), "model"
+    if E is None and v is not None:
+        E, sc.embed_source = v.embed, "model"
     total = len(caps) * len(cands)
+    whys = [_skip_reason(cap, d, E, cands) for cap in caps]
+    sc.skipped = [why for why in whys if why is not None]
+    seqs = {n: cap.input_ids.reshape(-1).long() for n, cap in enumerate(caps)  # one packed verifier run
+            if whys[n] is None and cap.input_ids is not None and v is not None and _runs_verifier(cap, L)}
+    preds = dict(zip(seqs, v.predictions(list(seqs.values())), strict=True)) if v is not None and seqs else {}
     for n_cap, cap in enumerate(caps):
         if progress is not None:
             progress(n_cap * len(cands), total)
-        why = _skip_reason(cap, d, E, cands)
-        if why is not None:
-            sc.skipped.append(why)
+        if whys[n_cap] is not None:
             continue
         tick = partial(_tick, progress, n_cap * len(cands), total)
-        _score_file(cap, d, E, m, L, cands, sc, topk, use_loss_mask, tick)
+        _score_file(cap, d, E, v, L, preds.get(n_cap), cands, sc, topk, use_loss_mask, tick)
         sc.used.append(cap.path)
     if not sc.used:
         raise ForensicsError("no usable capture file: " + "; ".join(sc.skipped[:5]))

@@ -326,6 +326,19 @@ def draft_forward(d: Draft, fused: torch.Tensor, embeds: torch.Tensor, positions
     """
     import torch
 
+    head = d.weights["lm_head.weight"].to(dtype or torch.float32)
+    return draft_hidden(d, fused, embeds, positions, dtype) @ head.T
+
+
+def draft_hidden(d: Draft, fused: torch.Tensor, embeds: torch.Tensor, positions: torch.Tensor | None = None,
+                 dtype: Any = None) -> torch.Tensor:
+    """The normed last hidden state ``[..., T, H]`` that ``lm_head`` turns into :func:`draft_forward`'s logits.
+
+    A caller that only needs each row's top-k applies ``lm_head`` in row blocks (matmul rows are independent:
+    the logits are the same bits) and never holds the whole ``[..., T, Vd]`` tensor.
+    """
+    import torch
+
     dt = dtype or torch.float32
     w, eps, H = d.weights, d.rms_norm_eps, d.hidden_size
     fused, embeds = fused.to(dt), embeds.to(dt)
@@ -356,4 +369,4 @@ def draft_forward(d: Draft, fused: torch.Tensor, embeds: torch.Tensor, positions
             residual, x = h, _rms(h, w[p + "input_layernorm.weight"].to(dt), eps)
         h = residual + _attention(d, p + "self_attn.", x, cos, sin, dt)
         h = h + _mlp(d, p + "mlp.", _rms(h, w[p + "post_attention_layernorm.weight"].to(dt), eps), dt)
-    return _rms(h, w["norm.weight"].to(dt), eps) @ w["lm_head.weight"].to(dt).T
+    return _rms(h, w["norm.weight"].to(dt), eps)

@@ -46,6 +46,7 @@ from forensics.analysis.fingerprint.rules import (  # noqa: F401 - re-exported: 
     identical_groups,
     isolated_end,
     late_signature,
+    massive_sink,
     maybe_normalised,
     off_line,
     order_chain,
@@ -291,7 +292,8 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
         chain = [i for i in range(k) if not is_embed[i] and not is_post[i] and i not in anchor]
         D = settle_chain(sample, tensors, drop, mask, chain).D  # all rows where the sample is a near-tie
         quiet = maybe_normalised(chain, st.slots, tensors, meds)
-        co = chain_order(D, chain, st.slots, meds, quiet)
+        anchors = [i for i in range(k) if massive_sink(st.slots[i], tensors[i])]
+        co = chain_order(D, chain, st.slots, meds, quiet, anchors)
         weak = [i for i in chain if 0 < post_score[i] < POSTNORM_DECIDED]
         # one final norm: once a slot is post-norm by identity or format, the chain's ends are layers
         end = None if any(is_post) else collapsed_end(co.chain, st.slots, meds, ev)
@@ -315,7 +317,7 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
                 ev[i].append(Evidence("norm_collapse", "inside the depth chain", "an end, beside the deepest slot",
                                       "the chain places it among the layers: pre-norm"))
         if end is not None or any(is_post[i] for i in weak):
-            co = chain_order(D, [i for i in chain if not is_post[i]], st.slots, meds, quiet)
+            co = chain_order(D, [i for i in chain if not is_post[i]], st.slots, meds, quiet, anchors)
         chain, order_ev, order_conf = co.path + anchor, co.evidence, co.confidence
         placed = [i for i in weak if is_post[i]]
         if placed:  # a candidate ranked last without a decided role: the order around it is a guess too

@@ -78,7 +78,8 @@ def is_embedding(fp: Fingerprint, i: int) -> bool:
 
 
 def not_embedding(fp: Fingerprint, i: int) -> bool:
-    """The data excludes an embedding output: exact r ≠ 0, or repeated ids whose rows differ, or a sink."""
+    """The data excludes an embedding output: exact r ≠ 0, or a sink, or repeated ids whose rows differ where
+    the data shows a pre-norm decoder (:func:`decoder_signature`)."""
     from .rules import DUP_GROUP_FRACTION, has_sink
 
     sf = fp.slots[i]
@@ -88,7 +89,21 @@ def not_embedding(fp: Fingerprint, i: int) -> bool:
         return False
     dup = _evidence(fp, i, "dup_rows")
     context = dup is not None and isinstance(dup.value, (int, float)) and dup.value < DUP_GROUP_FRACTION
-    return context or has_sink(fp.stats.slots[i])
+    return (context and decoder_signature(fp)) or has_sink(fp.stats.slots[i])
+
+
+def decoder_signature(fp: Fingerprint) -> bool:
+    """Some slot carries a massive-activation sink at token 0, as a pre-norm decoder's residual stream does.
+
+    Only there is an embedding output known to be a pure table lookup (rotary positions enter inside
+    attention), so that repeated ids with different rows exclude it. An encoder that adds absolute position
+    embeddings and LayerNorms them (BERT) gives repeated ids different rows in its embedding output too:
+    on all-MiniLM-L6-v2 a correct ``embed`` claim was FAILed on 59 of 62 captures without this check.
+    GPT-2-style decoders (learned absolute positions) do carry massive activations and are not told apart.
+    """
+    from .rules import massive_sink
+
+    return any(massive_sink(s, fp.capture.slots[s.index].tensor()) for s in fp.stats.slots)
 
 
 def is_postnorm(fp: Fingerprint, i: int) -> bool:

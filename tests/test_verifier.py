@@ -1,0 +1,115 @@
+"""The probe's verifier: the plain-torch Llama gives transformers' ``LlamaForCausalLM`` logits bit for bit
+(random tiny Llamas here, the packaged SmolLM2 in the model test), packed or one sequence at a time, and
+anything it does not replay goes to transformers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from forensics.errors import ForensicsError
+from forensics.models import verifier as vf
+from forensics.models.target import Target, model_facts
+from forensics.models.verifier import Verifier, load_plain, open_verifier, plain_folder
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+VOCAB = 101
+
+
+def _tiny_llama(folder, tie: bool = True, **over):
+    """A random 2-layer Llama with grouped-query attention, saved as an HF safetensors folder."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=tie, rms_norm_eps=1e-5,
+                      **over)
+    m = LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():  # scale the init up so the logits spread (HF's 0.02 init gives near-uniform rows)
+        for p in m.parameters():
+            p.mul_(20.0 if p.dim() > 1 else 1.0)
+    m.save_pretrained(folder)
+    return m
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_plain_llama_is_transformers_bit_for_bit(tmp_path, tie):
+    m = _tiny_llama(tmp_path, tie=tie)
+    assert plain_folder(str(tmp_path)) == str(tmp_path)
+    v = load_plain(str(tmp_path))
+    seqs = [torch.randint(0, VOCAB, (n,), generator=torch.Generator().manual_seed(n)) for n in (1, 7, 33, 20)]
+    with torch.no_grad():
+        ref = [m(input_ids=s[None], use_cache=False).logits[0] for s in seqs]
+    for s, r in zip(seqs, ref, strict=True):
+        assert torch.equal(v.logits(s), r)
+    # packed rows are each sequence's own bits: one forward over 7 + 33 + 20 tokens, lm_head over all rows
+    llama = v.logits.__self__
+    packed = torch.nn.functional.linear(llama.hidden(seqs[1:]), v.lm_head)
+    assert torch.equal(packed, torch.cat(ref[1:]))
+    # predictions: every sequence in one forward, and split over several packs, gives each one's argmax
+    assert all(torch.equal(p, r.argmax(-1)) for p, r in zip(v.predictions(seqs), ref, strict=True))
+    vf.PACK_TOKENS, old = 30, vf.PACK_TOKENS
+    try:
+        assert all(torch.equal(p, r.argmax(-1)) for p, r in zip(v.predictions(seqs), ref, strict=True))
+    finally:
+        vf.PACK_TOKENS = old
+    assert v.plain and v.facts == model_facts(m)
+    assert torch.equal(v.embed, m.get_input_embeddings().weight) and torch.equal(v.lm_head, m.lm_head.weight)
+    assert torch.equal(v.norm_weight, m.model.norm.weight) and v.norm_eps == m.model.norm.variance_epsilon
+
+
+def test_packs_and_row_blocks_never_make_a_one_row_product():
+    assert vf._packs([7, 33, 20, 1, 5, 30], 40) == [[0, 1], [2], [3], [4, 5]]
+    assert vf._packs([1, 1, 2], 100) == [[0], [1], [2]]
+    assert vf.row_blocks(7, 3) == [slice(0, 3), slice(3, 7)] and vf.row_blocks(8, 3)[-1] == slice(6, 8)
+    assert vf.row_blocks(1, 3) == [slice(0, 1)]
+
+
+@pytest.mark.parametrize("change", [{"attention_bias": True}, {"hidden_act": "gelu"}, {"model_type": "qwen2"},
+                                    {"rope_parameters": {"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0}},
+                                    {"architectures": ["LlamaForSequenceClassification"]}])
+def test_configs_the_replay_does_not_cover_go_to_transformers(tmp_path, change):
+    _tiny_llama(tmp_path)
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    cfg.update(change)
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert plain_folder(str(tmp_path)) is None
+
+
+def test_missing_tensor_and_budget_are_one_line_errors(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    _tiny_llama(tmp_path)
+    over = Target(path=str(tmp_path), max_memory=1)  # a budget nothing fits: refused, never loaded
+    with pytest.raises(ForensicsError, match="max-memory"):
+        open_verifier(over)
+    w = load_file(str(tmp_path / "model.safetensors"))
+    w.pop("model.layers.1.mlp.up_proj.weight")
+    save_file(w, str(tmp_path / "model.safetensors"))
+    with pytest.raises(ForensicsError, match="up_proj"):
+        load_plain(str(tmp_path))
+
+
+def test_a_loaded_model_is_wrapped_not_replayed(tmp_path):
+    m = _tiny_llama(tmp_path)
+    v = open_verifier(m)
+    assert isinstance(v, Verifier) and not v.plain and open_verifier((m, None)).facts == v.facts
+    s = torch.arange(9)
+    with torch.no_grad():
+        assert torch.equal(v.predictions([s])[0], m(input_ids=s[None]).logits[0].argmax(-1))
+
+
+@pytest.mark.model
+def test_default_model_replays_smollm2_bit_for_bit(smollm2, sample_data):
+    import forensics
+
+    v = open_verifier("default")
+    assert v.plain and v.facts == model_facts(smollm2[0])
+    seqs = [forensics.load(p).input_ids.reshape(-1).long()
+            for p in sorted((sample_data / "speculators_v1").glob("data_*.pt"))]
+    with torch.no_grad():
+        ref = [smollm2[0](input_ids=s[None], use_cache=False).logits[0] for s in seqs]
+    assert torch.equal(v.logits(seqs[0]), ref[0])
+    assert all(torch.equal(p, r.argmax(-1)) for p, r in zip(v.predictions(seqs), ref, strict=True))
