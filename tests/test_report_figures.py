@@ -70,3 +70,27 @@ def test_a_dead_worker_leaves_its_figures_to_this_process(fps, monkeypatch):
     forked, got = _batch(fps, 2)
     forked.draw()
     assert [g["src"] for g in got] == [w["src"] for w in want]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")
+def test_a_hung_worker_is_killed_and_its_figures_drawn_here(fps, monkeypatch):
+    import time
+
+    monkeypatch.setattr(F, "_spare_cpus", lambda: 2)
+    monkeypatch.setattr(F, "FORKED_BATCH_SECONDS", 3.0)
+    monkeypatch.setattr(F, "FORKED_FIGURE_SECONDS", 0.0)
+    serial, want = _batch(fps, 1)
+    serial.draw()
+    real, parent = F.draw, os.getpid()
+
+    def hangs_in_a_worker(name, *args):
+        if name == "depth_ladder" and os.getpid() != parent:
+            time.sleep(600)
+        return real(name, *args)
+
+    monkeypatch.setattr(F, "draw", hangs_in_a_worker)
+    forked, got = _batch(fps, 2)
+    t0 = time.monotonic()
+    forked.draw()
+    assert time.monotonic() - t0 < 60
+    assert [g["src"] for g in got] == [w["src"] for w in want]

@@ -23,6 +23,9 @@ MAX_FIGURE_WORKERS = 2  # drawing processes at most (bounded by the CPUs this pr
 # Fewer figures than this are drawn here: starting a forked worker costs ~20–60 ms (copying the page tables of
 # a process holding torch and the captures), about one small figure.
 MIN_PARALLEL_FIGURES = 4
+# Forked workers that have not returned every figure within this bound (a worker stuck on a lock it inherited
+# from the fork) are killed and the rest is drawn here; a figure takes 0.05–0.4 s CPU on sample_data/.
+FORKED_BATCH_SECONDS, FORKED_FIGURE_SECONDS = 60.0, 5.0
 
 _BATCH: list[tuple[str, tuple]] = []  # the batch being drawn: read by forked workers, never pickled
 
@@ -140,16 +143,21 @@ def _draw_forked(jobs: list[tuple[str, tuple]], n: int, tick) -> list[dict | Non
     gc.freeze()  # the workers' collections then skip the inherited objects (no copy-on-write of the whole heap)
     out: list[dict | None] = [None] * len(jobs)
     _BATCH = jobs
+    ex = None
     try:
         with warnings.catch_warnings():  # Python ≥ 3.12 warns about fork in a process with threads (torch's
             warnings.simplefilter("ignore", DeprecationWarning)  # pool); the workers only run matplotlib
-            with ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("fork")) as ex:
-                for i, res in enumerate(ex.map(_draw_nth, range(len(jobs)))):
-                    out[i] = res
-                    tick(i + 1, len(jobs))
-    except (BrokenProcessPool, OSError):  # a worker died or none could start: the rest is drawn here
-        pass
+            ex = ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("fork"))
+            done = ex.map(_draw_nth, range(len(jobs)), timeout=FORKED_BATCH_SECONDS + FORKED_FIGURE_SECONDS * len(jobs))
+            for i, res in enumerate(done):
+                out[i] = res
+                tick(i + 1, len(jobs))
+    except (BrokenProcessPool, OSError, TimeoutError):  # a worker died, hung or could not start: the rest is
+        for proc in list((getattr(ex, "_processes", None) or {}).values()):  # drawn here
+            proc.kill()
     finally:
+        if ex is not None:
+            ex.shutdown(wait=True, cancel_futures=True)
         _BATCH = []
         gc.unfreeze()
     return out
