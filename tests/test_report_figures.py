@@ -94,3 +94,10 @@ def test_a_hung_worker_is_killed_and_its_figures_drawn_here(fps, monkeypatch):
     forked.draw()
     assert time.monotonic() - t0 < 60
     assert [g["src"] for g in got] == [w["src"] for w in want]
+
+
+@pytest.mark.parametrize(("load", "spare"), [(0.3, 2), (1.2, 1), (6.0, 1)])
+def test_workers_only_on_cores_the_machine_leaves_idle(monkeypatch, load, spare):
+    monkeypatch.setattr(F.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(F.os, "getloadavg", lambda: (load, load, load))
+    assert F._spare_cpus() == spare

@@ -61,7 +61,8 @@ def _spare_cpus() -> int:
         busy = os.getloadavg()[0]
     except OSError:
         busy = 0.0
-    return max(1, cpus - max(0, round(busy) - 1))  # this process is part of the load: one CPU is ours
+    # The 1-minute average lags: a report's own few seconds barely show in it, so what it counts is others' work.
+    return max(1, cpus - round(busy))
 
 
 def _weight(args: tuple) -> int:
