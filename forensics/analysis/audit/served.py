@@ -162,37 +162,12 @@ def compare_served(data: Any, trained: dict, served: Any, use_fingerprint: bool 
         fp_r = s_fp[j] if j < len(s_fp) else None
         ev: dict = {"distance": W1_NAME, "value": None if want is None else float(dist[j, want]),
                     "threshold": W1_THRESHOLD}
-        same: bool | None
         if cos is not None and rel is not None:  # joined on tokens: the tensors decide
-            match = [i for i in range(n_train) if cos[j, i] >= SAME_TENSOR_COS and rel[j, i] <= SAME_TENSOR_REL]
-            best = int(np.argmin(rel[j]))
-            same = want is not None and want in match
-            rj = slots_r[want] if same and want is not None else (slots_r[best] if best in match else fp_r)
-            off = None
-            if best in match and want is not None and isinstance(slots_r[best], int) and \
-                    isinstance(slots_r[want], int):
-                off = slots_r[best] - slots_r[want]
-            ev.update({"same_tokens": True, "joined_tokens": P, "joined_file": joined.path,
-                       "mean_cosine": None if want is None else float(cos[j, want]),
-                       "median_rel": None if want is None else float(rel[j, want]),
-                       "cosine_threshold": SAME_TENSOR_COS, "rel_threshold": SAME_TENSOR_REL,
-                       "best_training_slot": best, "best_r": slots_r[best], "best_offset_slots":
-                       None if want is None else best - want, "best_offset_r": off,
-                       "nearest_r": slots_r[best] if best in match else None})
+            same, rj, more = _same_text_slot(cos[j], rel[j], want, slots_r, fp_r)
+            more.update({"joined_tokens": P, "joined_file": joined.path})
         else:  # different text: a mismatch when W1 excludes the trained slot; a match is never decided here
-            order = [int(i) for i in np.argsort(dist[j]) if np.isfinite(dist[j, i])]
-            nearest = order[0] if order else None
-            runner = order[1] if len(order) > 1 else None
-            d_near = float(dist[j, nearest]) if nearest is not None else None
-            d_run = float(dist[j, runner]) if runner is not None else None
-            decided = d_near is not None and (d_run is None or d_near <= W1_MARGIN * d_run)
-            d_want = float(dist[j, want]) if want is not None and np.isfinite(dist[j, want]) else None
-            same = False if d_want is not None and d_want >= W1_THRESHOLD else None
-            rj = slots_r[nearest] if decided and nearest is not None else fp_r
-            ev.update({"nearest_training_slot": nearest, "nearest_value": d_near,
-                       "nearest_r": None if nearest is None else slots_r[nearest], "runner_up_slot": runner,
-                       "runner_up_value": d_run, "margin": W1_MARGIN,
-                       "ratio": None if d_near is None or not d_run else d_near / d_run})
+            same, rj, more = _other_text_slot(dist[j], want, slots_r, fp_r)
+        ev.update(more)
         if same and want is not None and fp_r is not None and slots_r[want] is not None and fp_r != slots_r[want]:
             same = False  # the fingerprints name different layers
         s_role = s_fps[j].get("role") if j < len(s_fps) else None
@@ -203,39 +178,9 @@ def compare_served(data: Any, trained: dict, served: Any, use_fingerprint: bool 
         r_out.append(rj)
         ok.append(same)
         rows.append(ev)
-        trained_lab = r_label(slots_r[want]) if want is not None else "none"
-        if same is False:
-            if cos is not None and rel is not None and want is not None:
-                val = (f"on {P} shared tokens: mean cosine {cos[j, want]:.4f}, median relative error "
-                       f"{rel[j, want]:.3g} (same tensor: ≥ {SAME_TENSOR_COS}, ≤ {SAME_TENSOR_REL})")
-                near = ev["best_training_slot"]
-                what = (f"training slot {near} ({r_label(slots_r[near])}, offset "
-                        f"{ev['best_offset_slots']:+d} slot(s))" if ev.get("nearest_r") is not None
-                        else "no training slot")
-            else:
-                val = (f"{W1_NAME} to it {ev['value']:.3f} (≥ {W1_THRESHOLD}: not that layer, even on other text)"
-                       if ev["value"] is not None else "no training slice")
-                near = ev.get("nearest_training_slot")
-                what = ("nearest to " if ev.get("ratio") is not None and ev["ratio"] <= W1_MARGIN else
-                        "no training slot by a margin; the nearest is ") + \
-                    (f"training slot {near} ({r_label(slots_r[near])})" if near is not None else "?")
-            if s_role and t_role and s_role != t_role:
-                val += f"; roles differ: served {s_role}, trained {t_role}"
-            findings.append(Finding("served_data", Severity.FAIL, [j],
-                                    f"served slot {j} is not what fc slice {j} was trained on ({trained_lab}): "
-                                    f"{val}; it {'equals' if cos is not None else 'is'} {what}", ev))
-        elif same is None:
-            d_w = ev["value"]
-            near = ev.get("nearest_training_slot")
-            named = (f"nearest training slot {near} by a margin (≤ {W1_MARGIN}× the runner-up)"
-                     if ev.get("ratio") is not None and ev["ratio"] <= W1_MARGIN else
-                     f"no training slot nearest by a margin (nearest {near}, runner-up {ev.get('runner_up_slot')})")
-            findings.append(Finding("served_undecided", Severity.WARN, [j],
-                                    f"served slot {j} vs fc slice {j} ({trained_lab}), other text: {W1_NAME} "
-                                    + (f"{d_w:.3f} < {W1_THRESHOLD}, " if d_w is not None else "")
-                                    + f"{named}; norm distributions on other text cannot tell a layer from its "
-                                    "neighbours — cannot tell; a served capture on the same prompts (shared "
-                                    "token_ids with a training file) settles it", ev))
+        f = _slot_finding(j, want, same, ev, slots_r, cos is not None)
+        if f is not None:
+            findings.append(f)
     if n_served != len(fc_r):
         findings.append(Finding("served_data", Severity.FAIL, [], f"the served capture has {n_served} states, "
                                 "training fed "
@@ -250,3 +195,83 @@ def compare_served(data: Any, trained: dict, served: Any, use_fingerprint: bool 
            "cosine": None if cos is None else np.round(cos, 5).tolist(),
            "rel": None if rel is None else np.round(rel, 5).tolist()}
     return out, findings
+
+
+def _same_text_slot(cos: np.ndarray, rel: np.ndarray, want: int | None, slots_r: list,
+                    fp_r: Any) -> tuple[bool | None, Any, dict]:
+    """One served slot against every training slot on shared tokens: ``(same, its r, evidence)``. Same tensor:
+    mean per-token cosine ≥ ``SAME_TENSOR_COS`` and median relative error ≤ ``SAME_TENSOR_REL``."""
+    match = [i for i in range(len(cos)) if cos[i] >= SAME_TENSOR_COS and rel[i] <= SAME_TENSOR_REL]
+    best = int(np.argmin(rel))
+    same = want is not None and want in match
+    rj = slots_r[want] if same and want is not None else (slots_r[best] if best in match else fp_r)
+    off = None
+    if best in match and want is not None and isinstance(slots_r[best], int) and isinstance(slots_r[want], int):
+        off = slots_r[best] - slots_r[want]
+    return same, rj, {"same_tokens": True,
+                      "mean_cosine": None if want is None else float(cos[want]),
+                      "median_rel": None if want is None else float(rel[want]),
+                      "cosine_threshold": SAME_TENSOR_COS, "rel_threshold": SAME_TENSOR_REL,
+                      "best_training_slot": best, "best_r": slots_r[best],
+                      "best_offset_slots": None if want is None else best - want, "best_offset_r": off,
+                      "nearest_r": slots_r[best] if best in match else None}
+
+
+def _other_text_slot(dist: np.ndarray, want: int | None, slots_r: list, fp_r: Any) -> tuple[bool | None, Any, dict]:
+    """One served slot against every training slot on other text, by W1: ``(same, its r, evidence)``. False
+    when W1 to the trained slot is ≥ ``W1_THRESHOLD``, else None; the nearest slot is named with a margin."""
+    order = [int(i) for i in np.argsort(dist) if np.isfinite(dist[i])]
+    nearest = order[0] if order else None
+    runner = order[1] if len(order) > 1 else None
+    d_near = float(dist[nearest]) if nearest is not None else None
+    d_run = float(dist[runner]) if runner is not None else None
+    decided = d_near is not None and (d_run is None or d_near <= W1_MARGIN * d_run)
+    d_want = float(dist[want]) if want is not None and np.isfinite(dist[want]) else None
+    same = False if d_want is not None and d_want >= W1_THRESHOLD else None
+    rj = slots_r[nearest] if decided and nearest is not None else fp_r
+    return same, rj, {"nearest_training_slot": nearest, "nearest_value": d_near,
+                      "nearest_r": None if nearest is None else slots_r[nearest], "runner_up_slot": runner,
+                      "runner_up_value": d_run, "margin": W1_MARGIN,
+                      "ratio": None if d_near is None or not d_run else d_near / d_run}
+
+
+def _slot_finding(j: int, want: int | None, same: bool | None, ev: dict, slots_r: list,
+                  same_text: bool) -> Any:
+    """The finding for served slot ``j``: ``served_data`` (FAIL) when it is not what fc slice ``j`` was trained
+    on, ``served_undecided`` (WARN) when the data cannot tell, None when it matches."""
+    from forensics.findings import Finding, Severity
+
+    trained_lab = r_label(slots_r[want]) if want is not None else "none"
+    s_role, t_role = ev.get("served_role"), ev.get("trained_role")
+    if same is False:
+        if same_text and want is not None:
+            val = (f"on {ev['joined_tokens']} shared tokens: mean cosine {ev['mean_cosine']:.4f}, median relative "
+                   f"error {ev['median_rel']:.3g} (same tensor: ≥ {SAME_TENSOR_COS}, ≤ {SAME_TENSOR_REL})")
+            near = ev["best_training_slot"]
+            what = (f"training slot {near} ({r_label(slots_r[near])}, offset "
+                    f"{ev['best_offset_slots']:+d} slot(s))" if ev.get("nearest_r") is not None
+                    else "no training slot")
+        else:
+            val = (f"{W1_NAME} to it {ev['value']:.3f} (≥ {W1_THRESHOLD}: not that layer, even on other text)"
+                   if ev["value"] is not None else "no training slice")
+            near = ev.get("nearest_training_slot")
+            what = ("nearest to " if ev.get("ratio") is not None and ev["ratio"] <= W1_MARGIN else
+                    "no training slot by a margin; the nearest is ") + \
+                (f"training slot {near} ({r_label(slots_r[near])})" if near is not None else "?")
+        if s_role and t_role and s_role != t_role:
+            val += f"; roles differ: served {s_role}, trained {t_role}"
+        return Finding("served_data", Severity.FAIL, [j], f"served slot {j} is not what fc slice {j} was trained "
+                       f"on ({trained_lab}): {val}; it {'equals' if same_text else 'is'} {what}", ev)
+    if same is None:
+        d_w = ev["value"]
+        near = ev.get("nearest_training_slot")
+        named = (f"nearest training slot {near} by a margin (≤ {W1_MARGIN}× the runner-up)"
+                 if ev.get("ratio") is not None and ev["ratio"] <= W1_MARGIN else
+                 f"no training slot nearest by a margin (nearest {near}, runner-up {ev.get('runner_up_slot')})")
+        return Finding("served_undecided", Severity.WARN, [j],
+                       f"served slot {j} vs fc slice {j} ({trained_lab}), other text: {W1_NAME} "
+                       + (f"{d_w:.3f} < {W1_THRESHOLD}, " if d_w is not None else "")
+                       + f"{named}; norm distributions on other text cannot tell a layer from its neighbours — "
+                       "cannot tell; a served capture on the same prompts (shared token_ids with a training "
+                       "file) settles it", ev)
+    return None
