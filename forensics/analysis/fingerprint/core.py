@@ -46,6 +46,7 @@ from forensics.analysis.fingerprint.rules import (  # noqa: F401 - re-exported: 
     identical_groups,
     isolated_end,
     late_signature,
+    massive_sink,
     maybe_normalised,
     off_line,
     order_chain,
@@ -207,21 +208,79 @@ def fingerprint(capture: Capture | str | os.PathLike, layers: Any = None, model:
         torch.set_num_threads(threads)
 
 
+@dataclass
+class _Signals:
+    """The per-slot data-only signals one fingerprint computes and its steps refine (index = slot)."""
+
+    st: CaptureStats
+    tensors: list
+    ev: list[list[Evidence]]
+    meds: list[float]
+    embed_score: list[float]
+    is_embed: list[bool]
+    post_score: list[float]
+    is_post: list[bool]
+    post_why: list[str]
+    prenorm_of: dict[int, int]
+    drop: list[int]
+    mask: list[int]
+
+
 def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | None,
                  expected_source: str | None, claims: Claims | None) -> Fingerprint:
-    from forensics.analysis.fingerprint.depth import DistanceSample, angular_distance_sample, settle_chain
+    from forensics.analysis.fingerprint.depth import DistanceSample, angular_distance_sample
     from forensics.analysis.fingerprint.verdicts import judge
 
     st = summarize(capture)
     k = len(capture.slots)
     tensors = [s.tensor() for s in capture.slots]
-    ids = capture.input_ids.reshape(-1) if capture.input_ids is not None else None
     if claims is None and layers is not None:
         claims = user_claims(layers, expected_source or "layers=")
-    findings: list[Finding] = []
-    ev: list[list[Evidence]] = [[] for _ in range(k)]
+    findings, bad_rows = _anomalies(capture, st)
+    drop = sorted({0} | {p for s in st.slots for p in s.sinks} | bad_rows)
+    mask = sorted({d for s in st.slots for d in s.massive_dims})
+    sample = angular_distance_sample(tensors, drop, mask) if k > 1 else \
+        DistanceSample(np.zeros((1, 1)), np.zeros((1, 1)), 0, 0)
+    sig = _signals(capture, st, tensors, drop, mask)
 
-    # non-finite rows: reported, and left out of every cross-slot signal
+    exact = None
+    if model is not None:
+        exact = _exact(capture, tensors, model, sig, findings)
+        num_layers = num_layers or exact.get("num_layers")
+    L = num_layers or capture.num_layers
+    if claims is None:
+        claims = capture_claims(capture, L)
+    r_exact: list[R | None] = [x["r_exact"] for x in exact["slots"]] if exact else [None] * k
+
+    D = sample.D
+    if exact and all(r is not None for r in r_exact):
+        order = sorted(range(k), key=lambda i: (_depth_key(r_exact[i] or 0), i))
+        order_ev = [Evidence("order", "r_exact of every slot", None, "exact (reference ladder)")]
+        chain = [i for i in order if r_exact[i] not in (0, FINAL_POST)]
+        order_conf = 1.0
+    else:
+        D, order, chain, order_ev, order_conf = _data_only_order(sample, sig)
+    groups = identical_groups(tensors, D)
+    for g in groups:  # one state captured twice: its copies sit together in the depth order
+        rest = [i for i in order if i not in g[1:]]
+        at = rest.index(g[0]) + 1
+        order = rest[:at] + list(g[1:]) + rest[at:]
+
+    sfs = _slot_fingerprints(sig, r_exact, L, order, chain, order_conf)
+    fp = Fingerprint(capture=capture, stats=st, slots=sfs, findings=findings, similarity=D, depth_order=order,
+                     num_layers=L, expected=None if claims is None else claims.rs,
+                     expected_source=None if claims is None else f"{claims.source.value}: {claims.detail}",
+                     order_evidence=order_ev, exact=exact, order_confidence=order_conf, claims=claims)
+    find_duplicates(fp, tensors)
+    fp.findings += judge(fp, claims)
+    share_identical_labels(fp, groups)
+    return fp
+
+
+def _anomalies(capture: Capture, st: CaptureStats) -> tuple[list[Finding], set[int]]:
+    """Broken-data findings (NaN/Inf, float32 overflow, all zeros, too few tokens) and the non-finite rows,
+    which every cross-slot signal leaves out."""
+    findings: list[Finding] = []
     bad_rows: set[int] = set()
     for s in st.slots:
         if s.nan or s.inf:
@@ -238,123 +297,130 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
             findings.append(Finding("all_zero", Severity.FAIL, [s.index], f"slot {s.index} ({s.name}) is all "
                                     "zeros: nothing was captured there (padding, or a hook that never fired)"))
     if capture.num_tokens < MIN_TOKENS:
-        findings.append(Finding("few_tokens", Severity.WARN, list(range(k)), f"only {capture.num_tokens} tokens "
-                                f"(< {MIN_TOKENS}): the data-only signals are weak; use --model for exact checks"))
-    drop = sorted({0} | {p for s in st.slots for p in s.sinks} | bad_rows)
-    mask = sorted({d for s in st.slots for d in s.massive_dims})
-    sample = angular_distance_sample(tensors, drop, mask) if k > 1 else \
-        DistanceSample(np.zeros((1, 1)), np.zeros((1, 1)), 0, 0)
-    D = sample.D
+        findings.append(Finding("few_tokens", Severity.WARN, list(range(len(capture.slots))), f"only "
+                                f"{capture.num_tokens} tokens (< {MIN_TOKENS}): the data-only signals are weak; use "
+                                "--model for exact checks"))
+    return findings, bad_rows
 
-    # --- per-slot data-only signals
+
+def _signals(capture: Capture, st: CaptureStats, tensors: list, drop: list[int], mask: list[int]) -> _Signals:
+    """Per-slot data-only signals: the embedding (a table lookup, or a tiny norm) and the post-norm final
+    (B = RMSNorm(A) identity, the format's claim, or a tight sinkless slot whose norm collapsed)."""
+    k = len(tensors)
+    ev: list[list[Evidence]] = [[] for _ in range(k)]
+    ids = capture.input_ids.reshape(-1) if capture.input_ids is not None else None
     meds = [s.norm_excl_sinks.median for s in st.slots]
     embed_score = embedding_signals(st.slots, tensors, ids, meds, ev)
-    is_embed = [embed_score[i] >= EMBED_MIN_SCORE for i in range(k)]
-
-    # --- post-norm: B = RMSNorm(A) identity, or a tight sinkless slot whose norm collapsed
     post_score, prenorm_of, post_why = postnorm_signals(st.slots, tensors, embed_score, meds, drop, ev,
                                                         [s.claimed for s in capture.slots])
     is_post = [post_score[i] >= POSTNORM_DECIDED for i in range(k)]
-    is_embed = [is_embed[i] and not is_post[i] for i in range(k)]
+    is_embed = [embed_score[i] >= EMBED_MIN_SCORE and not is_post[i] for i in range(k)]
+    return _Signals(st, tensors, ev, meds, embed_score, is_embed, post_score, is_post, post_why, prenorm_of,
+                    drop, mask)
 
-    # --- exact mode
-    exact = None
-    if model is not None:
-        from forensics.analysis.fingerprint.exact import exact_checks
 
-        exact = exact_checks(capture, tensors, model)
-        num_layers = num_layers or exact.get("num_layers")
-        for i, x in enumerate(exact["slots"]):
-            exact_evidence(ev[i], x)
-        unmatched = [i for i, x in enumerate(exact["slots"]) if x["ladder"] is not None and x["r_exact"] is None]
-        if unmatched:
-            findings.append(Finding("no_reference_match", Severity.WARN, unmatched, f"slots {unmatched} equal "
-                                    "no state of the reference on these input_ids (another model, other weights or "
-                                    "dtype, or other tokens); their depth comes from the data-only signals"))
-    L = num_layers or capture.num_layers
-    if claims is None:
-        claims = capture_claims(capture, L)
-    r_exact: list[R | None] = [x["r_exact"] for x in exact["slots"]] if exact else [None] * k
+def _exact(capture: Capture, tensors: list, model: Any, sig: _Signals, findings: list[Finding]) -> dict:
+    """Exact mode: every slot matched against the reference forward (``--model``) or a ladder capture."""
+    from forensics.analysis.fingerprint.exact import exact_checks
 
-    # --- depth order
-    order_ev: list[Evidence] = []
-    if exact and all(r is not None for r in r_exact):
-        order = sorted(range(k), key=lambda i: (_depth_key(r_exact[i] or 0), i))
-        order_ev.append(Evidence("order", "r_exact of every slot", None, "exact (reference ladder)"))
-        chain = [i for i in order if r_exact[i] not in (0, FINAL_POST)]
-        order_conf = 1.0
-    else:
-        # a slot that another slot is RMSNorm of is the final pre-norm state r = L: the deepest layer slot,
-        # placed last rather than seriated (the last block moves the residual far: SmolLM2 L30 is as far
-        # from L3 as from L8, and the chain then put L8 before L3)
-        anchor = sorted({j for j in prenorm_of.values() if not is_embed[j] and not is_post[j]})
-        chain = [i for i in range(k) if not is_embed[i] and not is_post[i] and i not in anchor]
-        D = settle_chain(sample, tensors, drop, mask, chain).D  # all rows where the sample is a near-tie
-        quiet = maybe_normalised(chain, st.slots, tensors, meds)
-        co = chain_order(D, chain, st.slots, meds, quiet)
-        weak = [i for i in chain if 0 < post_score[i] < POSTNORM_DECIDED]
-        # one final norm: once a slot is post-norm by identity or format, the chain's ends are layers
-        end = None if any(is_post) else collapsed_end(co.chain, st.slots, meds, ev)
-        off = {} if end is not None or any(is_post) else off_line(D, chain, quiet, st.slots, meds, ev)
-        weak = [i for i in weak if off.get(i, True)]  # a slot on the line of the layers is no candidate
-        offs = sorted((e for e, v in off.items() if v), key=lambda e: meds[e])
-        if end is not None:  # the chain puts it beside the deepest slot: a post-norm final, out of the chain
-            is_post[end], post_score[end], post_why[end] = True, POSTNORM_DECIDED, "norm_collapse"
-        elif offs:  # off the line of the layers: ranked last with a candidate score, the role not decided by this
-            e = offs[0]
-            is_post[e], post_score[e], post_why[e] = True, max(post_score[e], POSTNORM_CANDIDATE), "off_line"
-            weak = sorted(set(weak) | {e})
-        elif not any(is_post) and (hang := isolated_end(co.chain, D, weak, ev)) is not None:
-            is_post[hang] = True  # ranked last with its candidate score: the role is not decided by this
-        elif len(co.chain) < POSTNORM_CHAIN_MIN and not any(is_post):  # too short a chain to place a candidate
-            for i in weak:
-                is_post[i] = True
+    exact = exact_checks(capture, tensors, model)
+    for i, x in enumerate(exact["slots"]):
+        exact_evidence(sig.ev[i], x)
+    unmatched = [i for i, x in enumerate(exact["slots"]) if x["ladder"] is not None and x["r_exact"] is None]
+    if unmatched:
+        findings.append(Finding("no_reference_match", Severity.WARN, unmatched, f"slots {unmatched} equal "
+                                "no state of the reference on these input_ids (another model, other weights or "
+                                "dtype, or other tokens); their depth comes from the data-only signals"))
+    return exact
+
+
+def _data_only_order(sample: Any, sig: _Signals) -> tuple[np.ndarray, list[int], list[int], list[Evidence], float]:
+    """The depth order from data alone: ``(D, order, layer chain, evidence, confidence)``.
+
+    Embedding slots first, then the layer chain (seriated by distance, direction voted), the final pre-norm
+    state (a slot another slot is RMSNorm of) after it, post-norm slots last. A post-norm candidate is placed
+    here too (norm collapse at the chain's deep end, betweenness off the layers' line, or an isolated end);
+    ``sig`` keeps the role decisions.
+    """
+    from forensics.analysis.fingerprint.depth import settle_chain
+
+    st, tensors, ev, meds = sig.st, sig.tensors, sig.ev, sig.meds
+    is_embed, is_post, post_score, post_why = sig.is_embed, sig.is_post, sig.post_score, sig.post_why
+    k = len(tensors)
+    # a slot that another slot is RMSNorm of is the final pre-norm state r = L: the deepest layer slot,
+    # placed last rather than seriated (the last block moves the residual far: SmolLM2 L30 is as far
+    # from L3 as from L8, and the chain then put L8 before L3)
+    anchor = sorted({j for j in sig.prenorm_of.values() if not is_embed[j] and not is_post[j]})
+    chain = [i for i in range(k) if not is_embed[i] and not is_post[i] and i not in anchor]
+    D = settle_chain(sample, tensors, sig.drop, sig.mask, chain).D  # all rows where the sample is a near-tie
+    quiet = maybe_normalised(chain, st.slots, tensors, meds)
+    anchors = [i for i in range(k) if massive_sink(st.slots[i], tensors[i])]
+    co = chain_order(D, chain, st.slots, meds, quiet, anchors)
+    weak = [i for i in chain if 0 < post_score[i] < POSTNORM_DECIDED]
+    # one final norm: once a slot is post-norm by identity or format, the chain's ends are layers
+    end = None if any(is_post) else collapsed_end(co.chain, st.slots, meds, ev)
+    off = {} if end is not None or any(is_post) else off_line(D, chain, quiet, st.slots, meds, ev)
+    weak = [i for i in weak if off.get(i, True)]  # a slot on the line of the layers is no candidate
+    offs = sorted((e for e, v in off.items() if v), key=lambda e: meds[e])
+    if end is not None:  # the chain puts it beside the deepest slot: a post-norm final, out of the chain
+        is_post[end], post_score[end], post_why[end] = True, POSTNORM_DECIDED, "norm_collapse"
+    elif offs:  # off the line of the layers: ranked last with a candidate score, the role not decided by this
+        e = offs[0]
+        is_post[e], post_score[e], post_why[e] = True, max(post_score[e], POSTNORM_CANDIDATE), "off_line"
+        weak = sorted(set(weak) | {e})
+    elif not any(is_post) and (hang := isolated_end(co.chain, D, weak, ev)) is not None:
+        is_post[hang] = True  # ranked last with its candidate score: the role is not decided by this
+    elif len(co.chain) < POSTNORM_CHAIN_MIN and not any(is_post):  # too short a chain to place a candidate
         for i in weak:
-            if not is_post[i]:
-                post_score[i] = 0.0
-                ev[i].append(Evidence("norm_collapse", "inside the depth chain", "an end, beside the deepest slot",
-                                      "the chain places it among the layers: pre-norm"))
-        if end is not None or any(is_post[i] for i in weak):
-            co = chain_order(D, [i for i in chain if not is_post[i]], st.slots, meds, quiet)
-        chain, order_ev, order_conf = co.path + anchor, co.evidence, co.confidence
-        placed = [i for i in weak if is_post[i]]
-        if placed:  # a candidate ranked last without a decided role: the order around it is a guess too
-            order_conf = min(order_conf, DIRECTION_CONFLICT_CONFIDENCE)
-            order_ev.append(Evidence("candidate", f"slot {placed[0]}", f"confidence ≤ {DIRECTION_CONFLICT_CONFIDENCE}",
-                                     "a post-norm candidate ranked last, its role undecided"))
-        if anchor:
-            order_ev.append(Evidence("anchor", f"slot {anchor[0]}", "another slot = RMSNorm(it)",
-                                     "the final pre-norm state: deepest layer slot"))
-        order = [i for i in range(k) if is_embed[i]] + chain + [i for i in range(k) if is_post[i]]
-    groups = identical_groups(tensors, D)
-    for g in groups:  # one state captured twice: its copies sit together in the depth order
-        rest = [i for i in order if i not in g[1:]]
-        at = rest.index(g[0]) + 1
-        order = rest[:at] + list(g[1:]) + rest[at:]
+            is_post[i] = True
+    for i in weak:
+        if not is_post[i]:
+            post_score[i] = 0.0
+            ev[i].append(Evidence("norm_collapse", "inside the depth chain", "an end, beside the deepest slot",
+                                  "the chain places it among the layers: pre-norm"))
+    if end is not None or any(is_post[i] for i in weak):
+        co = chain_order(D, [i for i in chain if not is_post[i]], st.slots, meds, quiet, anchors)
+    chain, order_ev, order_conf = co.path + anchor, co.evidence, co.confidence
+    placed = [i for i in weak if is_post[i]]
+    if placed:  # a candidate ranked last without a decided role: the order around it is a guess too
+        order_conf = min(order_conf, DIRECTION_CONFLICT_CONFIDENCE)
+        order_ev.append(Evidence("candidate", f"slot {placed[0]}", f"confidence ≤ {DIRECTION_CONFLICT_CONFIDENCE}",
+                                 "a post-norm candidate ranked last, its role undecided"))
+    if anchor:
+        order_ev.append(Evidence("anchor", f"slot {anchor[0]}", "another slot = RMSNorm(it)",
+                                 "the final pre-norm state: deepest layer slot"))
+    order = [i for i in range(k) if is_embed[i]] + chain + [i for i in range(k) if is_post[i]]
+    return D, order, chain, order_ev, order_conf
 
-    # --- roles, confidence, coarse r
-    sfs = []
-    pre_final = {j for j in prenorm_of.values() if r_exact[j] is None} | {
+
+def _slot_fingerprints(sig: _Signals, r_exact: list[R | None], L: int | None, order: list[int],
+                       chain: list[int], order_conf: float) -> list[SlotFingerprint]:
+    """Each slot's role, confidence and coarse r: exact evidence first, then the data-only signals and the
+    slot's rank among the layer slots (EAGLE-3 picks low / mid / high layers)."""
+    k = len(sig.tensors)
+    pre_final = {j for j in sig.prenorm_of.values() if r_exact[j] is None} | {
         i for i in range(k) if L and r_exact[i] == L}
     ranked = [i for i in chain if i not in pre_final]
     n = max(1, len(ranked))
-    for i, s in enumerate(st.slots):
+    sfs = []
+    for i, s in enumerate(sig.st.slots):
         ex = r_exact[i]  # exact evidence, when there is some, decides the role over the data-only signals
-        emb_i = ex == 0 if ex is not None else is_embed[i]
-        post_i = ex == FINAL_POST if ex is not None else is_post[i]
+        emb_i = ex == 0 if ex is not None else sig.is_embed[i]
+        post_i = ex == FINAL_POST if ex is not None else sig.is_post[i]
+        frac: float | None
         if emb_i:
-            role, conf, frac = "embedding", max(embed_score[i], 0.99 if ex == 0 else 0), 0.0
-            why = "exact" if ex == 0 else "dup_rows" if embed_score[i] >= 0.9 else "norm_level"
+            role, conf, frac = "embedding", max(sig.embed_score[i], 0.99 if ex == 0 else 0), 0.0
+            why = "exact" if ex == 0 else "dup_rows" if sig.embed_score[i] >= 0.9 else "norm_level"
         elif post_i:
-            role, conf, frac = "final_postnorm", max(post_score[i], 0.99 if ex == FINAL_POST else 0), None
-            why = "exact" if ex == FINAL_POST else post_why[i]
+            role, conf, frac = "final_postnorm", max(sig.post_score[i], 0.99 if ex == FINAL_POST else 0), None
+            why = "exact" if ex == FINAL_POST else sig.post_why[i]
         elif i in pre_final:
             role, frac = "final_prenorm", 1.0
             conf, why = (0.99, "exact") if ex is not None else (0.95, "normalizes")
         elif isinstance(ex, int) and L:
             frac = ex / L
             role, conf, why = next(b for t, b in BANDS if frac < t), 0.99, "exact"
-        else:  # coarse: rank among the layer slots (EAGLE-3 picks low / mid / high layers)
+        else:  # coarse: rank among the layer slots
             pos = ranked.index(i) if i in ranked else 0
             frac = (pos + 0.5) / n
             role = next(b for t, b in BANDS if frac < t)
@@ -376,13 +442,5 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
             r_est = int(round(frac * L)) if L else round(frac, 3)
         sfs.append(SlotFingerprint(index=s.index, name=s.name, role=role, confidence=round(float(conf), 3),
                                    depth_rank=order.index(i), r_estimate=r_est, depth_fraction=frac,
-                                   r_exact=r_exact[i], decided_by=why, evidence=ev[i]))
-
-    fp = Fingerprint(capture=capture, stats=st, slots=sfs, findings=findings, similarity=D, depth_order=order,
-                     num_layers=L, expected=None if claims is None else claims.rs,
-                     expected_source=None if claims is None else f"{claims.source.value}: {claims.detail}",
-                     order_evidence=order_ev, exact=exact, order_confidence=order_conf, claims=claims)
-    find_duplicates(fp, tensors)
-    fp.findings += judge(fp, claims)
-    share_identical_labels(fp, groups)
-    return fp
+                                   r_exact=r_exact[i], decided_by=why, evidence=sig.ev[i]))
+    return sfs

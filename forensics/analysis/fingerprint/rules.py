@@ -53,6 +53,9 @@ POSTNORM_CLAIM_SPREAD = 0.2  # a sinkless slot the format calls the post-norm fi
 #                               one the depth chain puts next to the deepest slot with a collapsed norm, is post-norm
 #                               up to this robust spread. Tuning half: post-norm finals 0.043–0.154 (9 of 37 texts
 #                               above TIGHT_SPREAD), while a token-0 sink excludes SmolLM2's r = L (100 % of texts)
+MASSIVE_TOKEN0_CONCENTRATION = 0.9  # a massive-activation sink: token 0 ≥ SINK_RATIO × the median norm with at least
+#   this share of it in one dim (Sun et al. 2024). SmolLM2 r = 3…28: 0.95–0.99 on every tuning ladder; the
+#   post-LN encoder all-MiniLM-L6-v2 has none (its one outlier token, at L6 of one text: ratio 2.97, 0.81)
 TOKEN0_CONCENTRATION = 0.5  # max|x_0|/‖x_0‖ ≥ this ⇒ token 0 holds the sink direction (SmolLM2 post-norm 0.68)
 POSTNORM_ISOLATION = 1.5  # isolated_end: end edge ≥ this × the chain's longest other edge. Tuning half: the 9
 #   post-norm finals it placed had ≥ 1.64; one pre-norm candidate (a 13-token text) had 2.27 and was ranked
@@ -329,6 +332,13 @@ def off_line(D: np.ndarray, chain: list[int], quiet: Sequence[int], slots: Seque
     return out
 
 
+def massive_sink(s: SlotStats, h: Any) -> bool:
+    """Token 0 of this slot is a massive-activation sink (``MASSIVE_TOKEN0_CONCENTRATION``): the signature of a
+    pre-norm decoder's residual stream (Sun et al. 2024, "Massive Activations in Large Language Models")."""
+    return math.isfinite(s.first_ratio) and s.first_ratio >= SINK_RATIO and \
+        token0_concentration(h) >= MASSIVE_TOKEN0_CONCENTRATION
+
+
 def ordinary_token0(s: SlotStats) -> bool:
     """Token 0's norm is an ordinary token's (≤ ``POSTNORM_TOKEN0_MAX`` × the median), as after a final norm."""
     return math.isfinite(s.first_ratio) and s.first_ratio <= POSTNORM_TOKEN0_MAX
@@ -397,7 +407,7 @@ def _norm_vote(a: float, b: float) -> float:
 
 
 def chain_order(D: np.ndarray, chain: list[int], slots: Sequence[SlotStats], meds: list[float],
-                quiet: Sequence[int] = ()) -> ChainOrder:
+                quiet: Sequence[int] = (), anchors: Sequence[int] | None = None) -> ChainOrder:
     """Seriate the layer slots by masked angular distance, then vote the direction (shallow → deep).
 
     Direction votes: every pair of the path whose median norm rises along it (+1) or falls (−1), plus the late
@@ -412,7 +422,9 @@ def chain_order(D: np.ndarray, chain: list[int], slots: Sequence[SlotStats], med
     early layers: L2 → L6 → L21 and L6 → L2 → L21 differ by 0.3 %), and the path whose norms rise most
     consistently is taken among them. A slot of ``quiet`` (sinkless, token 0 in one dim at a collapsed norm: maybe
     post-norm) that the path puts at an end beside the largest-norm slot, where a post-norm final sits, casts no
-    norm vote: the final norm divides the scale away, so its norm says nothing of depth.
+    norm vote: the final norm divides the scale away, so its norm says nothing of depth. ``anchors``: the slots
+    with a massive-activation sink (:func:`massive_sink`; default: any sink), without which the direction is a
+    coin flip.
     """
     from forensics.analysis.fingerprint.depth import near_best_paths, seriate
 
@@ -447,7 +459,7 @@ def chain_order(D: np.ndarray, chain: list[int], slots: Sequence[SlotStats], med
     conflict = norm * signature < 0
     if score == 0:  # no direction signal: the chain's listed direction is a coin flip (often a near-tie of
         path = sorted(path, key=lambda i: meds[i])  # two paths, margin ~0), so take the norm order the text names
-    unanchored = not any(has_sink(slots[i]) for i in path)
+    unanchored = not any((i in anchors) if anchors is not None else has_sink(slots[i]) for i in path)
     if score == 0 or conflict or unanchored or norm == 0:  # norm == 0: only a late/faded vote, or norm ties
         conf = min(conf, DIRECTION_CONFLICT_CONFIDENCE)
     ev = [Evidence("chain", f"path cost {cost:.4f}, next-best {_fmt(runner)} (margin {_fmt(margin)})",

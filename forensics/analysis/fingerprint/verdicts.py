@@ -31,8 +31,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from .core import Fingerprint
 
 ORDER_DECIDES = 0.75  # order confidence (0.5 + 5 × relative margin of the best chain) at/above which a claimed
-#                       order the measured chain contradicts is FAIL; below it the chain is a near-tie: CANNOT TELL
-POSTNORM_DECIDES = 0.8  # post-norm score at/above this (RMSNorm identity 0.99, norm collapse 0.8) decides the role
+#   order the measured chain contradicts is FAIL; below it the chain is a near-tie: CANNOT TELL. Tuning half
+#   (1,136 files): every wrong depth order had confidence ≤ 0.5 (2 files; ≤ 0.57 before the tie rules), 425 of
+#   the 1,134 right ones ≥ 0.75. On all-MiniLM-L6-v2 (a post-LN encoder) no order reaches it (124 files)
+POSTNORM_DECIDES = 0.8  # post-norm score at/above this (RMSNorm identity 0.99, norm collapse 0.8) decides the role.
+#   Tuning half: 500 of the 514 post-norm finals reach it, no other slot does (a candidate ranked last has 0.6)
 SETTLE_EXACT = ("--model HF_FOLDER (exact r per slot against the reference forward; add --max-memory 1GB to stream "
                 "a target larger than memory block by block), or a ladder capture of the same text")
 
@@ -78,7 +81,8 @@ def is_embedding(fp: Fingerprint, i: int) -> bool:
 
 
 def not_embedding(fp: Fingerprint, i: int) -> bool:
-    """The data excludes an embedding output: exact r ≠ 0, or repeated ids whose rows differ, or a sink."""
+    """The data excludes an embedding output: exact r ≠ 0, or a sink, or repeated ids whose rows differ where
+    the data shows a pre-norm decoder (:func:`decoder_signature`)."""
     from .rules import DUP_GROUP_FRACTION, has_sink
 
     sf = fp.slots[i]
@@ -88,7 +92,21 @@ def not_embedding(fp: Fingerprint, i: int) -> bool:
         return False
     dup = _evidence(fp, i, "dup_rows")
     context = dup is not None and isinstance(dup.value, (int, float)) and dup.value < DUP_GROUP_FRACTION
-    return context or has_sink(fp.stats.slots[i])
+    return (context and decoder_signature(fp)) or has_sink(fp.stats.slots[i])
+
+
+def decoder_signature(fp: Fingerprint) -> bool:
+    """Some slot carries a massive-activation sink at token 0, as a pre-norm decoder's residual stream does.
+
+    Only there is an embedding output known to be a pure table lookup (rotary positions enter inside
+    attention), so that repeated ids with different rows exclude it. An encoder that adds absolute position
+    embeddings and LayerNorms them (BERT) gives repeated ids different rows in its embedding output too:
+    on all-MiniLM-L6-v2 a correct ``embed`` claim was FAILed on 59 of 62 captures without this check.
+    GPT-2-style decoders (learned absolute positions) do carry massive activations and are not told apart.
+    """
+    from .rules import massive_sink
+
+    return any(massive_sink(s, fp.capture.slots[s.index].tensor()) for s in fp.stats.slots)
 
 
 def is_postnorm(fp: Fingerprint, i: int) -> bool:

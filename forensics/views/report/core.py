@@ -29,6 +29,7 @@ from forensics.analysis.probe import probe
 from forensics.analysis.scan.core import scan as run_scan
 from forensics.errors import ForensicsError
 from forensics.models.draft import has_weights
+from forensics.views.report.figures import Figures
 from forensics.views.report.panels import (
     build_browser,
     build_cards,
@@ -36,7 +37,6 @@ from forensics.views.report.panels import (
     build_cross,
     build_key_numbers,
     error_text,
-    figure,
     fragment,
 )
 from forensics.views.report.verdicts import FileResult, build_provenance, build_verdicts, load_tokens, worst
@@ -273,9 +273,9 @@ def report(paths, layers=None, model=None, draft=None, engine=None, engine_versi
             errors.append({"where": f.rel or f.path, "message": f.error})
     verdicts = build_verdicts(files, audit_res, probe_res)
     focus = _focus(training if (audit_res is not None or probe_res is not None) else [], verdicts, ok)
-    figures: dict = {}  # one drawing per (figure, result object): see panels.figure
-    audit_fig = figure("audit_slices", audit_res) if audit_res is not None else None
-    probe_fig = figure("probe_wirings", probe_res) if probe_res is not None else None
+    figures = Figures()  # requested by the panels below, drawn together before the report is returned
+    audit_fig = figures.request("audit_slices", audit_res) if audit_res is not None else None
+    probe_fig = figures.request("probe_wirings", probe_res) if probe_res is not None else None
     context = {
         "title": title or "Hidden-state forensics report",
         "version": __version__,
@@ -289,8 +289,7 @@ def report(paths, layers=None, model=None, draft=None, engine=None, engine_versi
         "focus": focus,
         "key_numbers": build_key_numbers(ok, focus, figures),
         "cards": build_cards(ok, focus),
-        "cross": build_cross(ok, progress=lambda done, total: tick("figures", done, total), focus=focus,
-                             figures=figures),
+        "cross": build_cross(ok, focus=focus, figures=figures),
         "checks": build_checks(ok, audit_res, scan_res),
         "browser": build_browser(ok),
         "audit_html": fragment(audit_res),
@@ -305,6 +304,7 @@ def report(paths, layers=None, model=None, draft=None, engine=None, engine_versi
         "skipped": skipped,
         "max_analysed": MAX_ANALYSED_FILES,
     }
+    figures.draw(progress=lambda done, total: tick("figures", done, total))
     argv = _argv(paths, layers, model_arg, draft, engine, engine_version, trainer, target_config, served, title, scan)
     return Report(context=context, argv=argv)
 

@@ -5,7 +5,6 @@ Nothing here recomputes statistics.
 
 from __future__ import annotations
 
-import base64
 import math
 import os
 import re
@@ -13,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from forensics.errors import ForensicsError
+from forensics.views.report.figures import Figures, draw
 from forensics.views.report.verdicts import (
     OUTCOMES,
     RANK,
@@ -33,7 +32,6 @@ MAX_BROWSER_TOKENS = 192  # tokens shown per sample in the browser's token strip
 MAX_OUTLIER_ROWS = 12  # sink / massive-activation rows per slot card
 MAX_CHECK_ROWS = 1500
 HIST_BINS = 28
-FIG_DPI = 80  # modest: the report's size budget is 5 MB (SIZE_BUDGET_BYTES)
 
 
 # ---------------------------------------------------------------- per-slot cards
@@ -131,10 +129,11 @@ def _slot_name(f: FileResult, ss) -> str:
     return (fs.label if fs is not None and fs.label else None) or _label(ss.declared_r) or ss.name
 
 
-def build_key_numbers(files: list[FileResult], focus: str | None, figures: dict | None = None) -> list[dict]:
+def build_key_numbers(files: list[FileResult], focus: str | None, figures: Figures | None = None) -> list[dict]:
     """Per format, one row per slot of one file (the audited one, else the format's first): label, ‖x‖ mean ±
     std, median, token-0 norm and whether token 0 is a sink; the audited file also gets its norm-distribution
-    figure."""
+    figure (requested from ``figures``, drawn by the caller; drawn here without one)."""
+    batch = figures if figures is not None else Figures()
     groups: dict[str, list[FileResult]] = {}
     for f in files:
         groups.setdefault(f.capture.format, []).append(f)
@@ -150,44 +149,19 @@ def build_key_numbers(files: list[FileResult], focus: str | None, figures: dict 
             rows.append({"index": ss.index, "label": _slot_name(f, ss), "mean_std": f"{fmt(n.mean)} ± {fmt(n.std)}",
                          "median": fmt(n.median), "tok0": fmt(ss.first), "ratio": fmt(ss.first_ratio),
                          "sink": flag, "is_sink": 0 in sinks})
-        fig = dict(figure("norm_distributions", f.fp if f.fp is not None else f.stats, cache=figures),
-                   title=f"Per-token ‖x‖ of {f.rel} (log axis)") if f.rel == focus else None
+        fig = batch.request("norm_distributions", f.fp if f.fp is not None else f.stats,
+                            title=f"Per-token ‖x‖ of {f.rel} (log axis)") if f.rel == focus else None
         out.append({"format": fmt_name, "file": f.rel, "nfiles": len(fs), "rows": rows, "fig": fig,
                     "anchor": _anchor(f.rel), "focus": f.rel == focus})
+    if figures is None:
+        batch.draw()
     return out
 
 
 # ---------------------------------------------------------------- figures (forensics.views.plots) and cross-slot
-def figure(name: str, *args, cache: dict | None = None, **kw) -> dict:
-    """Call ``forensics.views.plots.<name>`` and inline the Figure as a base64 PNG; the error text when it fails.
-
-    With ``cache`` (one dict per report), a figure of the same result object is drawn once: the key-numbers
-    panel and the cross-slot panel both show the audited file's norm distributions.
-    """
-    if kw:
-        cache = None  # keyword options: drawn as asked, never shared
-    key = (name, *(id(a) for a in args))
-    if cache is not None and key in cache:
-        return dict(cache[key][1])
-    out = _figure(name, *args, **kw)
-    if cache is not None:
-        cache[key] = (args, out)  # args kept alive with the entry: their ids cannot be reused meanwhile
-    return dict(out)
-
-
-def _figure(name: str, *args, **kw) -> dict:
-    try:
-        from forensics.views import plots
-    except ImportError as e:
-        return {"name": name, "src": None, "error": f"forensics.views.plots unavailable ({e})"}
-    fn = getattr(plots, name, None)
-    if fn is None:
-        return {"name": name, "src": None, "error": f"forensics.views.plots has no {name}()"}
-    try:
-        png = plots.figure_to_png_bytes(fn(*args, **kw), dpi=FIG_DPI)
-    except (ForensicsError, ValueError) as e:  # degenerate data (no finite norm, one token): listed
-        return {"name": name, "src": None, "error": f"{type(e).__name__}: {e}"}
-    return {"name": name, "src": "data:image/png;base64," + base64.b64encode(png).decode(), "error": None}
+def figure(name: str, *args, **kw) -> dict:
+    """Call ``forensics.views.plots.<name>`` and inline the Figure as a base64 PNG; the error text when it fails."""
+    return draw(name, *args, **kw)
 
 
 CROSS_FIGURES = [("norm_distributions", "Per-token norm distributions (log axis)", False),
@@ -210,19 +184,23 @@ def _figure_files(files: list[FileResult]) -> list[FileResult]:
     return [f for f in files if f in chosen[:MAX_FIGURE_FILES]]
 
 
-def build_cross(files: list[FileResult], progress=None, focus: str | None = None, figures: dict | None = None) -> dict:
+def build_cross(files: list[FileResult], progress=None, focus: str | None = None,
+                figures: Figures | None = None) -> dict:
+    """Cross-slot figures of the chosen files (requested from ``figures`` and drawn by the caller; without
+    ``figures``, drawn here with ``progress(done, total)``)."""
     out: list[dict] = []
+    batch = figures if figures is not None else Figures()
     chosen = sorted(_figure_files(files), key=lambda f: f.rel != focus)
-    for k, f in enumerate(chosen):
-        if progress is not None:
-            progress(k, len(chosen))
+    for f in chosen:
         src = f.fp if f.fp is not None else f.stats
-        figs = [dict(figure(name, src, cache=figures), title=title) for name, title, needs_fp in CROSS_FIGURES
+        figs = [batch.request(name, src, title=title) for name, title, needs_fp in CROSS_FIGURES
                 if f.fp is not None or not needs_fp]
         sim = getattr(f.fp, "similarity", None) if f.fp is not None else None
         flagged = f.fp is not None and bool(getattr(f.fp, "findings", None))
         out.append({"file": f.rel, "figures": figs, "similarity": _sim_table(f, sim),
                     "open": f.rel == focus or flagged or (focus is None and not out)})
+    if figures is None:
+        batch.draw(progress)
     return {"files": out, "omitted": len(files) - len(chosen)}
 
 
