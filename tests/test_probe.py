@@ -134,9 +134,15 @@ def test_batched_blocked_counts_match_one_float64_forward_per_wiring(draft_dir, 
 
 
 def test_plain_verifier_probe_equals_transformers_and_float64(proof, draft_dir, sample_data, smollm2):
-    """``model="default"`` runs the plain-torch SmolLM2: the same ranking and counts as the transformers model
-    (``proof``), and the trained wiring's count equals a float64 draft forward against transformers' argmax."""
-    plain = probe(draft_dir, sample_data / "speculators_v1", model="default")
+    """The plain-torch SmolLM2 (what ``model="default"`` runs in a fresh process) gives the same ranking and
+    counts as the transformers model (``proof``), and the trained wiring's count equals a float64 draft forward
+    against transformers' argmax."""
+    from forensics.models.target import default_model_path
+    from forensics.models.verifier import load_plain, plain_folder
+
+    verifier = load_plain(plain_folder(default_model_path()))  # "default" would reuse the fixture's loaded model
+    plain = probe(draft_dir, sample_data / "speculators_v1", model=verifier)
+    assert verifier.plain and plain.target_source == "model run on the capture's input_ids"
     assert [(r["wiring"], r["correct"], r["topk"], r["n"]) for r in plain.rows] == \
         [(r["wiring"], r["correct"], r["topk"], r["n"]) for r in proof.rows]
     d = forensics.models.draft.load_draft(draft_dir)

@@ -94,9 +94,14 @@ def test_missing_tensor_and_budget_are_one_line_errors(tmp_path):
 
 
 def test_a_loaded_model_is_wrapped_not_replayed(tmp_path):
+    from forensics.models.target import load_model
+
     m = _tiny_llama(tmp_path)
     v = open_verifier(m)
     assert isinstance(v, Verifier) and not v.plain and open_verifier((m, None)).facts == v.facts
+    assert open_verifier(str(tmp_path)).plain  # not loaded yet: the plain replay
+    load_model(str(tmp_path))  # loaded through transformers in this process: reused, not loaded twice
+    assert not open_verifier(str(tmp_path)).plain
     s = torch.arange(9)
     with torch.no_grad():
         assert torch.equal(v.predictions([s])[0], m(input_ids=s[None]).logits[0].argmax(-1))
@@ -105,8 +110,9 @@ def test_a_loaded_model_is_wrapped_not_replayed(tmp_path):
 @pytest.mark.model
 def test_default_model_replays_smollm2_bit_for_bit(smollm2, sample_data):
     import forensics
+    from forensics.models.target import default_model_path
 
-    v = open_verifier("default")
+    v = load_plain(plain_folder(default_model_path()))  # open_verifier would reuse the fixture's loaded model
     assert v.plain and v.facts == model_facts(smollm2[0])
     seqs = [forensics.load(p).input_ids.reshape(-1).long()
             for p in sorted((sample_data / "speculators_v1").glob("data_*.pt"))]

@@ -82,9 +82,13 @@ def open_verifier(spec: Any) -> Verifier:
         return Verifier.from_model(spec[0])
     if not isinstance(spec, (str, os.PathLike, Target)):
         return Verifier.from_model(spec)
-    from forensics.models.target import fits_in_memory
+    from forensics.models.target import _LOADED, fits_in_memory
 
     path = resolve_model(spec.path if isinstance(spec, Target) else spec)
+    loaded = next((m for (p, _), (m, _) in _LOADED.items() if isinstance(path, str) and p == os.path.abspath(path)),
+                  None)
+    if loaded is not None:  # already in memory through transformers (the same bits): no second copy
+        return Verifier.from_model(loaded)
     folder = plain_folder(path) if isinstance(path, str) else None
     if folder is not None and not (isinstance(spec, Target) and not fits_in_memory(folder, spec.max_memory)):
         return load_plain(folder)
