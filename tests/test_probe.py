@@ -5,6 +5,7 @@ committed draft (trained on ``[embed, L3, L16]``) must rank that wiring first, f
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import pytest
@@ -198,3 +199,15 @@ def test_flat_verb_survives_submodule_import(draft_dir, sample_data):
 
     res = forensics.probe(draft_dir, sample_data / "speculators_v1" / "data_4.pt", candidates="0,3,16")
     assert res.best["wiring"] == TRAINED
+
+
+@pytest.mark.parametrize("user", [None, "ACTIVE"])
+def test_cli_waits_passively_unless_the_user_chose(draft_dir, sample_data, monkeypatch, user):
+    """libgomp's wait policy is set for the process (before torch loads it in a fresh `hsf`); a user's value wins."""
+    if user is None:
+        monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    else:
+        monkeypatch.setenv("OMP_WAIT_POLICY", user)
+    data = str(sample_data / "speculators_v1" / "data_4.pt")
+    assert main(["probe", "--draft", str(draft_dir), "--data", data, "--candidates", "0,3,16", "--json", "-q"]) == 0
+    assert os.environ["OMP_WAIT_POLICY"] == (user or "PASSIVE")

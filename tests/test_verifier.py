@@ -18,7 +18,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 VOCAB = 101
 
 
-def _tiny_llama(folder, tie: bool = True, **over):
+def _tiny_llama(folder, tie: bool = True, shard: bool = False, **over):
     """A random 2-layer Llama with grouped-query attention, saved as an HF safetensors folder."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -30,14 +30,15 @@ def _tiny_llama(folder, tie: bool = True, **over):
     with torch.no_grad():  # scale the init up so the logits spread (HF's 0.02 init gives near-uniform rows)
         for p in m.parameters():
             p.mul_(20.0 if p.dim() > 1 else 1.0)
-    m.save_pretrained(folder)
+    m.save_pretrained(folder, **({"max_shard_size": "100KB"} if shard else {}))
     return m
 
 
-@pytest.mark.parametrize("tie", [True, False])
-def test_plain_llama_is_transformers_bit_for_bit(tmp_path, tie):
-    m = _tiny_llama(tmp_path, tie=tie)
+@pytest.mark.parametrize(("tie", "shard"), [(True, False), (False, True)])
+def test_plain_llama_is_transformers_bit_for_bit(tmp_path, tie, shard):
+    m = _tiny_llama(tmp_path, tie=tie, shard=shard)
     assert plain_folder(str(tmp_path)) == str(tmp_path)
+    assert (tmp_path / "model.safetensors.index.json").is_file() == shard
     v = load_plain(str(tmp_path))
     seqs = [torch.randint(0, VOCAB, (n,), generator=torch.Generator().manual_seed(n)) for n in (1, 7, 33, 20)]
     with torch.no_grad():

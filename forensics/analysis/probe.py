@@ -41,7 +41,7 @@ ENGINE_PLANS = (("vllm", None), ("sglang", "pre-25454"), ("sglang", "post-25454"
 TARGET_VERIFIER = "verifier"
 TARGET_NEXT = "next_token"
 BATCH_FLOATS = 2**26  # fp32 activations of one batched draft forward (256 MiB): all 24 sample candidates fit
-HEAD_ROWS = 4096  # rows per lm_head block: 4096 × a 128k vocab = 2 GiB of logits at most, 32 MiB at Vd = 2048
+HEAD_ROWS = 1024  # rows per lm_head block: 1024 × a 128k vocab = 0.5 GiB of logits at most, 8 MiB at Vd = 2048
 _TRAINERS = {"speculators-v1": "speculators-v1", "speculators": "speculators", "specforge": "specforge"}
 
 
@@ -483,8 +483,10 @@ def probe(draft: str | os.PathLike | Draft, data: Any, candidates: str | list = 
             ``data_config.json``).
         candidates: ``"auto"`` (declared, trainer's view, shifts, windows, permutations; at most
             ``MAX_CANDIDATES``), or wirings as ``"0,3,16;3,16,28"`` / ``[[0, 3, 16], [3, 16, 28]]``.
-        model: None, ``"default"`` (packaged SmolLM2), a model path, or a loaded model. With a model the
-            target is the verifier's prediction; without, the actual next token.
+        model: None, ``"default"`` (packaged SmolLM2), a model path, a loaded model or a
+            :class:`~forensics.models.verifier.Verifier`. With a model the target is the verifier's prediction
+            (a Llama safetensors checkpoint runs as plain torch, bit-identical to transformers); without, the
+            actual next token.
         topk: k of the top-k agreement. max_samples: use at most this many files.
         use_loss_mask: score only positions whose (shifted) loss mask is set.
         progress: called as ``progress(done, total)`` after each (file, wiring) pair is scored.

@@ -21,7 +21,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -83,18 +82,13 @@ def open_verifier(spec: Any) -> Verifier:
         return Verifier.from_model(spec[0])
     if not isinstance(spec, (str, os.PathLike, Target)):
         return Verifier.from_model(spec)
+    from forensics.models.target import fits_in_memory
+
     path = resolve_model(spec.path if isinstance(spec, Target) else spec)
     folder = plain_folder(path) if isinstance(path, str) else None
-    if folder is not None and not (isinstance(spec, Target) and not _fits(folder, spec.max_memory)):
+    if folder is not None and not (isinstance(spec, Target) and not fits_in_memory(folder, spec.max_memory)):
         return load_plain(folder)
-    return Verifier.from_model(load_target(spec)[0])
-
-
-def _fits(folder: str, budget: int) -> bool:
-    from forensics.models.shards import current_rss
-
-    need = sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder) if f.endswith(".safetensors"))
-    return current_rss() + need <= budget  # fp32 on disk: the same bytes in memory (bf16: half, still bounded)
+    return Verifier.from_model(load_target(spec)[0])  # refuses a model over budget in one line
 
 
 def plain_folder(path: str) -> str | None:
@@ -111,15 +105,33 @@ def plain_folder(path: str) -> str | None:
     else:
         return None
     try:
-        with open(os.path.join(folder, "config.json")) as f:
-            cfg = json.load(f)
-    except (OSError, ValueError):
+        cfg = _config(folder)
+        shards = _shards(folder)
+    except ForensicsError:  # transformers gives its own one-line error on such a folder
         return None
-    if not isinstance(cfg, dict) or _unsupported(cfg) is not None:
-        return None
-    if not any(f.endswith(".safetensors") for f in os.listdir(folder)):
-        return None
-    return folder
+    return folder if shards and _unsupported(cfg) is None else None
+
+
+def _config(folder: str) -> dict:
+    from forensics.models.draft_config import load_json_object
+
+    return load_json_object(os.path.join(folder, "config.json"), "model config")
+
+
+def _shards(folder: str) -> list[str]:
+    """The weight files as transformers picks them: those of ``model.safetensors.index.json``, else every
+    ``*.safetensors`` of the folder."""
+    from forensics.io.formats._io import load_json
+
+    idx = os.path.join(folder, "model.safetensors.index.json")
+    if os.path.isfile(idx):
+        wm = load_json(idx, "shard index")
+        files = sorted(set(wm["weight_map"].values())) if isinstance(wm, dict) and isinstance(
+            wm.get("weight_map"), dict) else []
+    else:
+        files = sorted(n for n in os.listdir(folder) if n.endswith(".safetensors"))
+    paths = [os.path.join(folder, str(n)) for n in files]
+    return paths if all(os.path.isfile(p) for p in paths) else []
 
 
 def _unsupported(cfg: dict) -> str | None:
@@ -145,11 +157,9 @@ def load_plain(folder: str) -> Verifier:
         return _PLAIN[folder]
     from safetensors.torch import load_file
 
-    with open(os.path.join(folder, "config.json")) as f:
-        cfg = json.load(f)
+    cfg = _config(folder)
     w: dict[str, torch.Tensor] = {}
-    for name in sorted(n for n in os.listdir(folder) if n.endswith(".safetensors")):
-        p = os.path.join(folder, name)
+    for p in _shards(folder):
         try:
             w.update(load_file(p))
         except Exception as e:  # noqa: BLE001 - a corrupt weights file: any library error
