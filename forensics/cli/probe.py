@@ -9,16 +9,7 @@ clearly beaten by another (its 95 % CI lies below the best's); 2 on unreadable i
 
 from __future__ import annotations
 
-import os
-
 from forensics.cli._common import add_model_arguments, positive_int, print_json, target_of
-
-# libgomp (torch's OpenMP) waits actively by default: a thread at a barrier spins while its partner is
-# descheduled, so on cores shared with other work each of the probe's ~1000 parallel regions can cost a
-# time slice. Waiting passively measured 9.1 → 5.1 s CPU and 14.3 → 8.4 s wall for
-# `hsf probe --model default` on 2 cores at load 3.5 (same answers). libgomp reads it once, when torch loads
-# it, so it is set before torch is imported; a value the user set wins.
-OMP_WAIT_POLICY = "PASSIVE"
 
 
 def add_arguments(p) -> None:
@@ -36,7 +27,6 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    os.environ.setdefault("OMP_WAIT_POLICY", OMP_WAIT_POLICY)
     from forensics.analysis.probe import TOPK, probe
 
     with args.console.progress("wirings × files") as step:
