@@ -443,8 +443,10 @@ def chain_order(D: np.ndarray, chain: list[int], slots: Sequence[SlotStats], med
     top = max(path, key=lambda i: meds[i] if math.isfinite(meds[i]) else -math.inf)
     quiet = [e for e, nb in ((path[0], path[1]), (path[-1], path[-2])) if e in quiet and nb == top and n >= 3]
     near = near_best_paths(D, chain, NEAR_TIE_PATH) if n >= 3 and margin <= NEAR_TIE_PATH else []
+    seriated = list(path)
     if len(near) > 1:  # a near-tie of paths: the one whose norms rise (or fall) most consistently
         path = max(near, key=lambda c: (abs(norm_votes(c[1])), -c[0]))[1]
+    retied = list(path) not in (seriated, seriated[::-1])
     norm = norm_votes(path)
     half = (n - 1) / 2
     late = float(sum(np.sign(p - half) for p, i in enumerate(path) if late_signature(slots[i])))
@@ -464,7 +466,9 @@ def chain_order(D: np.ndarray, chain: list[int], slots: Sequence[SlotStats], med
         conf = min(conf, DIRECTION_CONFLICT_CONFIDENCE)
     ev = [Evidence("chain", f"path cost {cost:.4f}, next-best {_fmt(runner)} (margin {_fmt(margin)})",
                    f"confidence 0.5 + {ORDER_MARGIN_GAIN} × margin",
-                   "masked angular-distance chain " + " → ".join(str(i) for i in chain_path)),
+                   "masked angular-distance chain " + " → ".join(str(i) for i in seriated)
+                   + (f"; a near-tie (paths within {NEAR_TIE_PATH:.0%}), ordered by the norms as "
+                      + " → ".join(str(i) for i in chain_path) if retied else "")),
           Evidence("direction", f"norm pairs {norm:+.0f}·{W_NORM} + late sig {late:+.0f}·{W_LATE} + faded sink "
                    f"{faded:+.0f}·{W_FADED} = {score:+.2f}", "sign",
                    ("no direction signal: norm order kept" if score == 0 else "shallow → deep as listed")
