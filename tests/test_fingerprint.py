@@ -507,8 +507,15 @@ def test_duplicate_rows_match_bytewise_reference_on_adversarial_rows():
 
 
 def test_normalizes_screen_agrees_with_the_float64_fit():
-    """The one-pass float32 screen gives the float64 residual to ~1e-3 on an exact pair and on an unrelated one."""
-    from forensics.analysis.fingerprint.depth import NORMALIZES_SCREEN_ROWS, normalizes
+    """The one-pass float32 screen gives the float64 residual to ~1e-3 on an exact pair and on an unrelated one,
+    and its sign test lets the exact pair through and stops the unrelated one."""
+    from forensics.analysis.fingerprint.depth import (
+        NORMALIZES_SCREEN_ROWS,
+        _normalizes_screen,
+        normalizes,
+        sample_rows,
+        sign_agreement,
+    )
 
     g = torch.Generator().manual_seed(5)
     pre = (torch.randn(300, 256, generator=g) * 20).to(torch.bfloat16)
@@ -516,11 +523,15 @@ def test_normalizes_screen_agrees_with_the_float64_fit():
     p32 = pre.float()
     post = (gamma * p32 * torch.rsqrt(p32.pow(2).mean(-1, keepdim=True))).to(torch.bfloat16)
     other = torch.randn(300, 256, generator=g).to(torch.bfloat16)
+    rows = torch.from_numpy(sample_rows(300, [0], NORMALIZES_SCREEN_ROWS))
     for b in (post, other):
-        screen = normalizes(pre, b, [0], NORMALIZES_SCREEN_ROWS)["residual"]
+        fit = _normalizes_screen(pre, b, rows, 1 << 10)["residual"]  # the float32 one-pass fit itself
+        screen = normalizes(pre, b, [0], NORMALIZES_SCREEN_ROWS)["residual"]  # sign test, then that fit
         full = normalizes(pre, b, [0], 10_000)["residual"]
         exact64 = normalizes(pre, b, [0], NORMALIZES_SCREEN_ROWS + 1)["residual"]  # same kind of fit, f64
-        assert abs(screen - exact64) < 2e-3 and (full < 0.01) == (b is post) == (screen < 0.01)
+        assert abs(fit - exact64) < 2e-3 and (full < 0.01) == (b is post) == (screen < 0.01)
+        assert screen == (fit if b is post else float("inf"))  # the unrelated pair stops at the sign test
+    assert sign_agreement(pre, post, rows[:16]) == 1.0 and sign_agreement(pre, other, rows[:16]) < 0.01
 
 
 @pytest.mark.model

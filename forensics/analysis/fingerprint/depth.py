@@ -53,6 +53,10 @@ NORMALIZES_MIN_ROWS = 8  # fewer rows: no RMSNorm identity test. One γ per dim 
 NORMALIZES_SCREEN_ROWS = 64  # quick first fit on this many rows; the full fit only when it passes
 NORMALIZES_SAMPLE_ROWS = 512  # the confirming fit: an evenly strided sample of this many rows (an exact
 # RMSNorm pair fits at bf16 rounding, ~0.004, on any rows; other pairs stay above 0.3 on the SmolLM2 captures)
+NORMALIZES_SIGN_ROWS = 16  # the screen's first test: on this many sampled rows, sign(post) = sign(γ)·sign(pre) ⇒ per
+#   dim the sign product is constant. SmolLM2 ladder: RMSNorm(L30) vs L30 1.0 of dims constant, any other pair
+#   ≤ 0.04; chance alone gives 2^-15 per dim
+NORMALIZES_SIGN_MIN = 0.5  # fewer dims with a constant sign product: not RMSNorm(pre), no fit needed
 NORMALIZES_MAX_RESIDUAL = 0.02  # ‖B − γ̂ ⊙ A/rms(A)‖ / ‖B‖ at or below this ⇒ B = RMSNorm(A) (bf16 rounding ≈ 0.004)
 
 
@@ -439,6 +443,9 @@ def normalizes(pre: torch.Tensor, post: torch.Tensor, drop_tokens: Sequence[int]
     H = int(post.shape[1])
     B = max(1, DISTANCE_BLOCK_ELEMENTS // max(1, 2 * H))
     if max_rows is not None and max_rows <= NORMALIZES_SCREEN_ROWS:
+        few = rows_t[torch.linspace(0, rows.size - 1, min(rows.size, NORMALIZES_SIGN_ROWS)).round().long()]
+        if sign_agreement(pre, post, few) < NORMALIZES_SIGN_MIN:
+            return {"residual": float("inf"), "gamma_rms": float("nan")}
         return _normalizes_screen(pre, post, rows_t, B)
 
     def f64(x: torch.Tensor) -> torch.Tensor:  # 16-bit floats via float32: exact, and ~3× faster in torch
@@ -463,6 +470,24 @@ def normalizes(pre: torch.Tensor, post: torch.Tensor, drop_tokens: Sequence[int]
     if not math.isfinite(resid):
         resid = float("inf")
     return {"residual": resid, "gamma_rms": float(gamma.pow(2).mean().sqrt())}
+
+
+def sign_agreement(pre: torch.Tensor, post: torch.Tensor, rows: torch.Tensor) -> float:
+    """Fraction of dims whose ``sign(pre)·sign(post)`` is the same on every given row (zeros ignored): 1.0 when
+    ``post = γ ⊙ pre / rms(pre)`` (a positive rms keeps each sign, γ_d flips a whole dim), ~2^(1-rows) by chance.
+
+    Example:
+        >>> import torch
+        >>> a = torch.tensor([[1.0, -2.0, 3.0], [-1.0, 2.0, 1.0]])
+        >>> sign_agreement(a, a * torch.tensor([2.0, -1.0, 0.5]), torch.tensor([0, 1]))
+        1.0
+    """
+    import torch
+
+    prod = torch.sign(pre.index_select(0, rows).to(torch.float32)) * torch.sign(post.index_select(0, rows).to(
+        torch.float32))
+    pos, neg = (prod > 0).sum(0), (prod < 0).sum(0)
+    return float(((pos == 0) | (neg == 0)).to(torch.float32).mean())
 
 
 def _normalizes_screen(pre: torch.Tensor, post: torch.Tensor, rows: torch.Tensor, B: int) -> dict:
