@@ -42,10 +42,30 @@ def default_model_path() -> str:
     return path
 
 
+CACHE_KEY_BYTES = 1 << 22  # the cache key hashes this much of the GGUF's start and of its end, and its size
+
+
 def _cache_folder(gguf: str) -> str:
-    st = os.stat(gguf)
-    key = hashlib.sha1(f"{os.path.abspath(gguf)}|{st.st_size}|{int(st.st_mtime)}".encode()).hexdigest()[:12]
-    return os.path.join(CACHE_DIR, f"{os.path.basename(gguf)}-{key}-fp32")
+    """The fp32 cache of ``gguf``, keyed by its content (size, first and last 4 MiB: the header with every
+    tensor's metadata, and the last tensor's data), not its path: every checkout and virtualenv holding the
+    same GGUF shares one ~540 MB copy."""
+    h = hashlib.sha1()
+    with open(gguf, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        h.update(f"{size}|".encode())
+        h.update(f.read(CACHE_KEY_BYTES))
+        f.seek(max(0, size - CACHE_KEY_BYTES))
+        h.update(f.read(CACHE_KEY_BYTES))
+    return os.path.join(CACHE_DIR, f"{os.path.basename(gguf)}-{h.hexdigest()[:12]}-fp32")
+
+
+def _prune_stale(folder: str) -> None:
+    """Remove caches of other versions of the same GGUF file name (older keys; best effort)."""
+    base, name = os.path.split(folder)
+    stem = name[:-len("-fp32")].rsplit("-", 1)[0]
+    for other in os.listdir(base):
+        if other != name and other.startswith(stem + "-") and other.endswith("-fp32"):
+            shutil.rmtree(os.path.join(base, other), ignore_errors=True)
 
 
 def _write_cache(model, tok, folder: str) -> None:
@@ -71,6 +91,7 @@ def _write_cache(model, tok, folder: str) -> None:
             os.rename(tmp, folder)
         except OSError:  # another process won the race
             shutil.rmtree(tmp, ignore_errors=True)
+        _prune_stale(folder)
     except Exception:  # noqa: BLE001 - the cache is an optimisation only
         shutil.rmtree(tmp, ignore_errors=True)
 
