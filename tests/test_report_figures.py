@@ -186,3 +186,10 @@ def test_degenerate_inputs_still_draw(fps):
     one = dataclasses.replace(fp.stats, slots=[dataclasses.replace(fp.stats.slots[0],
                                                                    norms=np.full(4, math.nan, np.float32))])
     ET.fromstring(svg.norm_distributions(one))  # no finite norm: empty axes, still well formed
+
+
+@pytest.mark.parametrize(("lo", "hi"), [(101.0, 103.0), (3.0, 40.0), (0.5, 2e4), (1e-3, 2e-3)])
+def test_log_axis_ticks_lie_inside_the_span_and_every_span_gets_one(lo, hi):
+    ticks, labels = svg.log_ticks(lo, hi)
+    assert ticks and len(ticks) == len(labels) and all(lo <= t <= hi for t in ticks)
+    assert ticks == sorted(ticks) and len(set(labels)) == len(labels)

@@ -220,6 +220,9 @@ def log_ticks(lo: float, hi: float) -> tuple[list[float], list[str]]:
     if len(dec) >= 2:
         return dec, [_decade(v) for v in dec]
     vals = sorted(m * 10.0 ** k for k in range(a, b + 1) for m in (1, 2, 5) if lo <= m * 10.0 ** k <= hi)
+    if not vals:  # a span narrower than one 1-2-5 step: its middle, with 4 digits
+        vals = [math.sqrt(lo * hi)]
+        return vals, [_fmt(vals[0])]
     return vals, [_tick_text(v) for v in vals]
 
 
