@@ -331,7 +331,8 @@ def norm_distributions(result: Any, slots: Sequence[int] | None = None, title: s
     c.text(12, (ax.t + ax.b) / 2, "per-token ‖x‖₂ (log)", 10, "middle", rotate=-90)
     if sink_drawn:
         tri = f'<path d="{_triangle(0, 0, _marker_r(28))}" fill="{BAD_COLOR}" stroke="#000000" stroke-width="0.6"/>'
-        ax.legend([(tri, f"sink (≥{SINK_RATIO:g}× median)")], "upper right", 8)
+        top = [float(np.nanmax(v.norms[v.strip])) if v.strip.size else 0.0 for v in (drawn[0], drawn[-1])]
+        ax.legend([(tri, f"sink (≥{SINK_RATIO:g}× median)")], "upper left" if top[0] < top[1] else "upper right", 8)
     return c.render(title)
 
 
