@@ -77,7 +77,7 @@ def test_key_numbers_and_audited_file_first(reports, sample_data):
     html, ctx = reports["audit_only"], reports["audit_ctx"]
     kn = ctx["key_numbers"]
     assert [k["format"] for k in kn] == ["speculators-v1", "generic"]  # the audited file's format first
-    assert kn[0]["focus"] and kn[0]["fig"]["src"].startswith("data:image/png;base64,") and kn[1]["fig"] is None
+    assert kn[0]["focus"] and kn[0]["fig"]["src"].startswith("data:image/svg+xml;base64,") and kn[1]["fig"] is None
     # token-0 norm and ‖x‖ of every slot against a float64 reference from the raw file
     hs = torch.load(sample_data / "speculators_v1" / "data_0.pt", weights_only=True)["hidden_states"]
     for row, h in zip(kn[0]["rows"], hs, strict=True):

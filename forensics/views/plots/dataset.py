@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from forensics.errors import escape
@@ -24,6 +25,32 @@ def _slice_field(s: Any, key: str) -> Any:
     return s.get(key) if isinstance(s, dict) else getattr(s, key, None)
 
 
+AUDIT_TITLE = "EAGLE-3 fc input slices: trained vs served"
+
+
+@dataclass(frozen=True)
+class SliceRow:
+    """One fc input slice as :func:`audit_slices` draws it: trained and served r labels ("?" unknown), the
+    colour (same r, mismatch, cannot tell) and the caption under the arrow."""
+
+    trained: str
+    served: str
+    color: str
+    caption: str
+
+
+def audit_slice_rows(audit: Any) -> list[SliceRow]:
+    """The slices of ``AuditResult.slices`` as drawn."""
+    out = []
+    for s in list(getattr(audit, "slices", []) or []):
+        tr, sv, ok = _slice_field(s, "trained_r"), _slice_field(s, "served_r"), _slice_field(s, "ok")
+        color = UNKNOWN_COLOR if ok is None else (OK_COLOR if ok else BAD_COLOR)
+        mark = "✓" if ok else ("✗" if ok is not None else "?")
+        out.append(SliceRow(r_label(tr) if tr is not None else "?", r_label(sv) if sv is not None else "?", color,
+                            f"{mark} {_slice_field(s, 'slice')}"))
+    return out
+
+
 def audit_slices(audit: Any, title: str | None = None) -> Figure:
     """The audit's fc slice diagram: per input slice of the draft's fc, trained r (top) vs served r (bottom).
 
@@ -36,7 +63,7 @@ def audit_slices(audit: Any, title: str | None = None) -> Figure:
     ax = fig.add_subplot()
     ax.set_axis_off()
     verdict = getattr(audit, "verdict", "?")
-    ax.set_title(f"{title or 'EAGLE-3 fc input slices: trained vs served'} — verdict: {verdict}", fontsize=10)
+    ax.set_title(f"{title or AUDIT_TITLE} — verdict: {verdict}", fontsize=10)
     if not slices:
         ax.text(0.5, 0.5, "no slice information (the audit could not map fc slices)", ha="center", va="center",
                 transform=ax.transAxes, color="#555555")
@@ -46,18 +73,16 @@ def audit_slices(audit: Any, title: str | None = None) -> Figure:
     ax.set_ylim(-0.2, 2.3)
     ax.text(-1.5, 1.75, "trained", fontsize=9, va="center", weight="bold")
     ax.text(-1.5, 0.35, "served", fontsize=9, va="center", weight="bold")
-    for j, s in enumerate(slices):
-        tr, sv, ok = _slice_field(s, "trained_r"), _slice_field(s, "served_r"), _slice_field(s, "ok")
-        color = UNKNOWN_COLOR if ok is None else (OK_COLOR if ok else BAD_COLOR)
-        for y, r in ((1.5, tr), (0.1, sv)):
+    for j, sl in enumerate(audit_slice_rows(audit)):
+        color = sl.color
+        for y, text in ((1.5, sl.trained), (0.1, sl.served)):
             ax.add_patch(FancyBboxPatch((j + 0.1, y), 0.8, 0.5, boxstyle="round,pad=0.02", facecolor=color,
                                         alpha=0.25, edgecolor=color, lw=1.5, gid=f"slice-{j}-{'t' if y > 1 else 's'}"))
-            ax.text(j + 0.5, y + 0.25, r_label(r) if r is not None else "?", ha="center", va="center", fontsize=10,
+            ax.text(j + 0.5, y + 0.25, text, ha="center", va="center", fontsize=10,
                     weight="bold")
         ax.add_patch(FancyArrowPatch((j + 0.5, 1.48), (j + 0.5, 0.64), arrowstyle="-|>", mutation_scale=10,
                                      color=color, lw=1.2))
-        name = _slice_field(s, "slice")
-        ax.text(j + 0.55, 1.06, ("✓" if ok else ("✗" if ok is not None else "?")) + f" {name}", ha="left",
+        ax.text(j + 0.55, 1.06, sl.caption, ha="left",
                 va="center", fontsize=7, color="#333333")
     return fig
 
@@ -157,27 +182,51 @@ def probe_wirings(probe: Any, top: int = MAX_PROBE_ROWS, title: str | None = Non
     Reads ``ProbeResult.rows`` (best first: ``label``, ``top1``, ``top1_ci``, ``n``, ``tags``); the best
     wiring is green, the one the data/config declares is outlined.
     """
-    rows = list(getattr(probe, "rows", []) or [])[:top]
-    fig = _figure(height=max(2.4, 0.32 * len(rows) + 1.2))
+    bars = probe_bars(probe, top)
+    fig = _figure(height=max(2.4, 0.32 * len(bars.labels) + 1.2))
     ax = fig.add_subplot()
-    if not rows:
+    if not bars.labels:
         ax.text(0.5, 0.5, "no wiring was scored", ha="center", va="center", transform=ax.transAxes)
         ax.set_axis_off()
         return fig
-    y = list(range(len(rows)))
-    top1 = [100 * r["top1"] for r in rows]
-    lo = [100 * (r["top1"] - r["top1_ci"][0]) if r.get("top1_ci") else 0 for r in rows]
-    hi = [100 * (r["top1_ci"][1] - r["top1"]) if r.get("top1_ci") else 0 for r in rows]
-    colors = [OK_COLOR if k == 0 else UNKNOWN_COLOR for k in range(len(rows))]
-    widths = [1.5 if "declared" in (r.get("tags") or []) else 0.0 for r in rows]
-    ax.barh(y, top1, xerr=[lo, hi], color=colors, edgecolor="black", linewidth=widths, alpha=0.8, capsize=2,
-            gid="probe-top1")
-    ax.set_yticks(y, [r["label"] + ("  (declared)" if "declared" in (r.get("tags") or []) else "") for r in rows],
-                  fontsize=8)
+    y = list(range(len(bars.labels)))
+    colors = [OK_COLOR if k == 0 else UNKNOWN_COLOR for k in y]
+    widths = [1.5 if d else 0.0 for d in bars.declared]
+    ax.barh(y, bars.top1, xerr=[bars.err_lo, bars.err_hi], color=colors, edgecolor="black", linewidth=widths,
+            alpha=0.8, capsize=2, gid="probe-top1")
+    ax.set_yticks(y, bars.labels, fontsize=8)
     ax.invert_yaxis()
-    target = getattr(probe, "target", None)
-    ax.set_xlabel(f"step-0 top-1 agreement with the {'verifier' if target == 'verifier' else 'next token'} (%), "
-                  f"95 % Wilson CI; n = {rows[0].get('n')}")
+    ax.set_xlabel(bars.xlabel)
     ax.grid(axis="x", alpha=0.3)
-    ax.set_title(title or "Draft probe: which wiring does the draft work with?", fontsize=10)
+    ax.set_title(title or PROBE_TITLE, fontsize=10)
     return fig
+
+
+PROBE_TITLE = "Draft probe: which wiring does the draft work with?"
+
+
+@dataclass(frozen=True)
+class ProbeBars:
+    """What :func:`probe_wirings` draws (best first): top-1 agreement in %, the 95 % interval as distances below
+    and above it, row labels, whether each row is the declared wiring, and the axis label."""
+
+    top1: list[float]
+    err_lo: list[float]
+    err_hi: list[float]
+    labels: list[str]
+    declared: list[bool]
+    xlabel: str
+
+
+def probe_bars(probe: Any, top: int = MAX_PROBE_ROWS) -> ProbeBars:
+    """The bars of :func:`probe_wirings` from ``ProbeResult.rows`` (the first ``top``)."""
+    rows = list(getattr(probe, "rows", []) or [])[:top]
+    declared = ["declared" in (r.get("tags") or []) for r in rows]
+    target = getattr(probe, "target", None)
+    xlabel = (f"step-0 top-1 agreement with the {'verifier' if target == 'verifier' else 'next token'} (%), "
+              f"95 % Wilson CI; n = {rows[0].get('n')}") if rows else ""
+    return ProbeBars(top1=[100 * r["top1"] for r in rows],
+                     err_lo=[100 * (r["top1"] - r["top1_ci"][0]) if r.get("top1_ci") else 0 for r in rows],
+                     err_hi=[100 * (r["top1_ci"][1] - r["top1"]) if r.get("top1_ci") else 0 for r in rows],
+                     labels=[r["label"] + ("  (declared)" if d else "") for r, d in zip(rows, declared, strict=True)],
+                     declared=declared, xlabel=xlabel)

@@ -20,6 +20,7 @@ import base64
 import io
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -198,8 +199,9 @@ def figure_to_html(fig: Figure, alt: str = "", dpi: int = DEFAULT_DPI) -> str:
 
 
 # ----------------------------------------------------------------------------------------- norm figures
-def _kde_log10(values: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """Gaussian KDE of log10(values) on a grid clipped to the data range (Silverman bandwidth)."""
+def kde_log10(values: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """Gaussian KDE of log10(values) on a grid clipped to the data range (Silverman bandwidth): (grid, density
+    scaled to a maximum of 1), None when fewer than 2 distinct values. The violins of every renderer."""
     x = np.log10(values)
     if x.size < 2 or np.ptp(x) == 0:
         return None
@@ -218,11 +220,49 @@ def _lean_log_axis(axis: Any, lo: float, hi: float) -> None:
         axis.set_minor_locator(NullLocator())
 
 
-def _strip_index(n: int, keep: Sequence[int]) -> np.ndarray:
+def strip_index(n: int, keep: Sequence[int]) -> np.ndarray:
+    """Token positions of a slot's strip: all of them up to ``MAX_STRIP_POINTS``, else strided (``keep`` kept)."""
     if n <= MAX_STRIP_POINTS:
         return np.arange(n)
     idx = np.arange(0, n, math.ceil(n / MAX_STRIP_POINTS))
     return np.union1d(idx, np.asarray([k for k in keep if k < n], dtype=int))
+
+
+@dataclass(frozen=True)
+class Violin:
+    """What :func:`norm_distributions` draws for one slot (computed once by :func:`violins`, drawn by the
+    matplotlib figure and the report's SVG alike).
+
+    ``kde``: (log10 grid, density ≤ 1) or None; ``strip``: token positions drawn, ``jitter``: their x offsets
+    (uniform ±0.12, seeded); ``sinks``: sink positions with a finite positive norm; ``median``: the slot's.
+    """
+
+    slot: int
+    norms: np.ndarray  # float64 [T]
+    kde: tuple[np.ndarray, np.ndarray] | None
+    strip: np.ndarray
+    jitter: np.ndarray
+    median: float
+    sinks: list[int]
+
+
+def violins(stats: CaptureStats, sel: Sequence[int]) -> tuple[list[Violin], tuple[float, float]]:
+    """The violin, strip, median and sinks of each selected slot, and the (smallest, largest) finite positive
+    norm among them (inf, -inf when none)."""
+    rng = np.random.default_rng(0)
+    out, span = [], [math.inf, -math.inf]
+    for i in sel:
+        s: SlotStats = stats.slots[i]
+        norms = np.asarray(s.norms, dtype=np.float64)
+        ok = np.isfinite(norms) & (norms > 0)
+        if ok.any():
+            span = [min(span[0], float(norms[ok].min())), max(span[1], float(norms[ok].max()))]
+        idx = strip_index(norms.size, s.sinks)
+        idx = idx[ok[idx]]
+        jitter = rng.uniform(-0.12, 0.12, idx.size)
+        sinks = [p for p in s.sinks if p < norms.size and ok[p]] if s.sinks else []
+        out.append(Violin(i, norms, kde_log10(norms[ok]), idx, jitter, float(s.norm.median), sinks))
+    return out, (span[0], span[1])
 
 
 def norm_distributions(result: Any, slots: Sequence[int] | None = None, title: str | None = None) -> Figure:
@@ -243,32 +283,23 @@ def norm_distributions(result: Any, slots: Sequence[int] | None = None, title: s
     if not sel:
         _empty(ax, "no slot selected")
         return fig
-    rng = np.random.default_rng(0)
     sink_drawn = False
-    span = [math.inf, -math.inf]  # smallest and largest finite positive norm drawn
-    for x, i in enumerate(sel):
-        s: SlotStats = stats.slots[i]
-        norms = np.asarray(s.norms, dtype=np.float64)
-        ok = np.isfinite(norms) & (norms > 0)
-        if ok.any():
-            span = [min(span[0], float(norms[ok].min())), max(span[1], float(norms[ok].max()))]
-        kde = _kde_log10(norms[ok])
-        if kde is not None:
-            grid, dens = kde
+    drawn, span = violins(stats, sel)
+    for x, v in enumerate(drawn):
+        i, norms = v.slot, v.norms
+        if v.kde is not None:
+            grid, dens = v.kde
             ax.fill_betweenx(10 ** grid, x - 0.4 * dens, x + 0.4 * dens, color=colors[i], alpha=0.35, lw=0,
                              gid=f"violin-{i}")
-        idx = _strip_index(norms.size, s.sinks)
-        idx = idx[ok[idx]]
-        ax.scatter(x + rng.uniform(-0.12, 0.12, idx.size), norms[idx], s=3, color=colors[i], alpha=0.5,
-                   lw=0, gid=f"tokens-{i}")
-        med = s.norm.median
+        ax.scatter(x + v.jitter, norms[v.strip], s=3, color=colors[i], alpha=0.5, lw=0, gid=f"tokens-{i}")
+        med = v.median
         if math.isfinite(med) and med > 0:
             ax.hlines(med, x - 0.3, x + 0.3, color="white", lw=2.5, zorder=3)
             ax.hlines(med, x - 0.3, x + 0.3, color="black", lw=1, zorder=4, gid=f"median-{i}")
             if len(sel) <= MAX_ANNOTATED_ROWS:
                 ax.annotate(f"med {_fmt(med)}", (x + 0.32, med), fontsize=7, va="center", color="#333333")
-        if s.sinks:
-            sk = [p for p in s.sinks if p < norms.size and ok[p]]
+        if stats.slots[i].sinks:
+            sk = v.sinks
             ax.scatter([x] * len(sk), norms[sk], marker="v", s=28, color=BAD_COLOR, edgecolor="black", lw=0.5,
                        zorder=5, gid=f"sinks-{i}", label=None if sink_drawn else f"sink (≥{SINK_RATIO:g}× median)")
             sink_drawn = sink_drawn or bool(sk)
@@ -336,6 +367,15 @@ def norm_by_position(result: Any, slots: Sequence[int] | None = None,
     return fig
 
 
+def massive_dim_counts(slot: SlotStats) -> dict[int, int]:
+    """Hidden dim → number of the slot's massive tokens whose top dims include it."""
+    counts: dict[int, int] = {}
+    for t in slot.massive_tokens:
+        for d in t["dims"]:
+            counts[d] = counts.get(d, 0) + 1
+    return counts
+
+
 def massive_dims(result: Any, slots: Sequence[int] | None = None, title: str | None = None) -> Figure:
     """Which hidden dims carry massive activations, per slot (x = hidden dim, marker size = tokens hitting it).
 
@@ -352,11 +392,7 @@ def massive_dims(result: Any, slots: Sequence[int] | None = None, title: str | N
     hidden = max((s.shape[1] for s in stats.slots), default=1)
     any_massive = False
     for row, i in enumerate(sel):
-        s = stats.slots[i]
-        counts: dict[int, int] = {}
-        for t in s.massive_tokens:
-            for d in t["dims"]:
-                counts[d] = counts.get(d, 0) + 1
+        counts = massive_dim_counts(stats.slots[i])
         if not counts:
             continue
         any_massive = True
@@ -428,17 +464,30 @@ def _r_x(r: Any, L: float) -> float | None:
         return None
 
 
-def depth_ladder(fingerprint: Any, title: str | None = None) -> Figure:
-    """Each slot placed on the r axis at its estimated depth (marker size/opacity = confidence).
+@dataclass(frozen=True)
+class Ladder:
+    """Where :func:`depth_ladder` places each slot (computed once by :func:`ladder`, drawn by the matplotlib
+    figure and the report's SVG alike). Per slot (stored order): ``x`` = r_exact, else r_estimate, on the axis
+    (None: not placed), ``declared_x`` = the declared r (None: none or relative axis), ``confidence``, and the
+    annotation text; ``order`` = rows top to bottom; the axis: ticks, their labels, limits, label and where the
+    grey "after the last block" band starts."""
 
-    Rows follow ``Fingerprint.depth_order`` (shallowest at the top). Filled dot = ``r_exact`` when known,
-    else ``r_estimate``; hollow square = the r the file declares, when it declares one. When the model's
-    L is unknown (no ``num_layers`` anywhere), the axis is the relative depth 0–1 (``depth_fraction``).
-    """
+    order: list[int]
+    x: list[float | None]
+    declared_x: list[float | None]
+    confidence: list[float]
+    notes: list[str]
+    ticks: list[float]
+    tick_labels: list[str]
+    xlim: tuple[float, float]
+    xlabel: str
+    band_from: float
+
+
+def ladder(fingerprint: Any) -> Ladder:
+    """The depth ladder's positions and axis for a ``Fingerprint`` (see :func:`depth_ladder`)."""
     slots = list(fingerprint.slots)
-    labels = slot_labels(fingerprint)
     stats = fingerprint.stats
-    colors = slot_colors(len(slots))
     order = list(getattr(fingerprint, "depth_order", None) or range(len(slots)))
     L: float | None = _num_layers(fingerprint)
     declared = [s.declared_r for s in stats.slots]
@@ -452,43 +501,63 @@ def depth_ladder(fingerprint: Any, title: str | None = None) -> Figure:
         rs = [r if r == FINAL_POST else (getattr(sf, "depth_fraction", None) if getattr(sf, "depth_fraction", None)
                                          is not None else r) for r, sf in zip(rs, slots, strict=True)]
         declared = [None] * len(slots)
-    fig = _figure(height=max(2.4, 0.5 * len(slots) + 1.3))
+    assert L is not None
+    conf = [float(getattr(sf, "confidence", 0.5) or 0.0) for sf in slots]
+    notes = [f"{getattr(sf, 'role', '?')} · conf {c:.2f}" + (" exact" if getattr(sf, "r_exact", None) is not None
+                                                              else "") for sf, c in zip(slots, conf, strict=True)]
+    px = _post_x(L)
+    if relative:
+        ticks: list[float] = [0, 0.25, 0.5, 0.75, 1.0, px]
+        tick_labels = ["embed", "¼", "½", "¾", "last", "post"]
+        xlim = (-0.08, px + 0.1)
+        xlabel = "relative depth (0 = embedding output, 1 = last block; L unknown: pass num_layers)"
+    else:
+        whole = sorted({0, int(L) // 4, int(L) // 2, (3 * int(L)) // 4, int(L)})
+        ticks, tick_labels = [*whole, px], [r_label(t) for t in whole] + ["post"]
+        xlim = (-0.06 * px - 0.5, px * 1.08 + 0.5)
+        xlabel = f"r (0 = embedding output, k = output of block k, L = {int(L)}; post = after final norm)"
+    return Ladder(order, [_r_x(r, L) for r in rs], [_r_x(d, L) for d in declared], conf, notes, ticks, tick_labels,
+                  xlim, xlabel, (L + px) / 2)
+
+
+def depth_ladder(fingerprint: Any, title: str | None = None) -> Figure:
+    """Each slot placed on the r axis at its estimated depth (marker size/opacity = confidence).
+
+    Rows follow ``Fingerprint.depth_order`` (shallowest at the top). Filled dot = ``r_exact`` when known,
+    else ``r_estimate``; hollow square = the r the file declares, when it declares one. When the model's
+    L is unknown (no ``num_layers`` anywhere), the axis is the relative depth 0–1 (``depth_fraction``).
+    """
+    lad = ladder(fingerprint)
+    labels = slot_labels(fingerprint)
+    colors = slot_colors(len(fingerprint.slots))
+    order = lad.order
+    fig = _figure(height=max(2.4, 0.5 * len(fingerprint.slots) + 1.3))
     ax = fig.add_subplot()
     declared_drawn = False
     for row, i in enumerate(order):
-        sf = slots[i]
-        conf = float(getattr(sf, "confidence", 0.5) or 0.0)
-        x = _r_x(rs[i], L)
+        conf, x = lad.confidence[i], lad.x[i]
         if x is not None:
             ax.scatter([x], [row], s=40 + 200 * conf, color=colors[i], alpha=0.35 + 0.65 * conf,
                        edgecolor="black", lw=0.6, zorder=4, gid=f"ladder-{i}")
-            exact = " exact" if getattr(sf, "r_exact", None) is not None else ""
             if len(order) <= MAX_ANNOTATED_ROWS:
-                ax.annotate(f"{getattr(sf, 'role', '?')} · conf {conf:.2f}{exact}", (x, row), xytext=(0, 9),
+                ax.annotate(lad.notes[i], (x, row), xytext=(0, 9),
                             textcoords="offset points", fontsize=7, ha="center", va="bottom")
-        dx = _r_x(declared[i], L)
+        dx = lad.declared_x[i]
         if dx is not None:
             ax.scatter([dx], [row], marker="s", s=50, facecolor="none", edgecolor="black", lw=1, zorder=5,
                        gid=f"declared-{i}", label=None if declared_drawn else "declared r")
             declared_drawn = True
     ax.set_yticks(range(len(order)), [labels[i] for i in order], fontsize=8 if len(order) <= 16 else 6)
     ax.set_ylim(len(order) - 0.4, -0.9)
-    px = _post_x(L)
-    if relative:
-        ax.set_xticks([0, 0.25, 0.5, 0.75, 1.0, px], ["embed", "¼", "½", "¾", "last", "post"], fontsize=8)
-        ax.set_xlim(-0.08, px + 0.1)
-        ax.set_xlabel("relative depth (0 = embedding output, 1 = last block; L unknown: pass num_layers)")
-    else:
-        ticks = sorted({0, int(L) // 4, int(L) // 2, (3 * int(L)) // 4, int(L)})
-        ax.set_xticks(ticks + [px], [r_label(t) for t in ticks] + ["post"], fontsize=8)
-        ax.set_xlim(-0.06 * px - 0.5, px * 1.08 + 0.5)
-        ax.set_xlabel(f"r (0 = embedding output, k = output of block k, L = {int(L)}; post = after final norm)")
-    ax.axvspan((L + px) / 2, ax.get_xlim()[1], color="#dddddd", alpha=0.5, lw=0)
+    ax.set_xticks(lad.ticks, lad.tick_labels, fontsize=8)
+    ax.set_xlim(*lad.xlim)
+    ax.set_xlabel(lad.xlabel)
+    ax.axvspan(lad.band_from, ax.get_xlim()[1], color="#dddddd", alpha=0.5, lw=0)
     ax.grid(axis="x", alpha=0.3)
     handles, _ = ax.get_legend_handles_labels()
     if handles:
         ax.legend(fontsize=7, loc="upper right")
-    ax.set_title(title or f"Depth ladder — {_name(stats)} (rows shallow → deep)", fontsize=10)
+    ax.set_title(title or f"Depth ladder — {_name(fingerprint.stats)} (rows shallow → deep)", fontsize=10)
     return fig
 
 

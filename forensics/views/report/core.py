@@ -4,9 +4,9 @@ Layout puts verdicts before evidence (the order deepchecks' reports use):
 verdict block → provenance → per-slot cards → cross-slot figures → checks table → static sample browser.
 Every result object contributes its own ``_repr_html_`` fragment verbatim (the notebook's view, escaped by
 its producer); everything else goes through Jinja2 autoescaping, so a ``<script>`` in a file name, token
-text or config value renders as text. Images are inline (base64 PNG or SVG built from numbers only); the
-file makes no network request and stays under ``SIZE_BUDGET_BYTES`` on ``sample_data/`` by capping the
-per-file panels (``MAX_CARD_FILES``, ``MAX_BROWSER_SAMPLES``) and summarising the rest.
+text or config value renders as text. Images are inline (SVG built from numbers only, as elements or base64
+data URIs); the file makes no network request and stays under ``SIZE_BUDGET_BYTES`` on ``sample_data/`` by
+capping the per-file panels (``MAX_CARD_FILES``, ``MAX_BROWSER_SAMPLES``) and summarising the rest.
 
 Example:
     >>> import forensics

@@ -1,5 +1,5 @@
 """View models for the HTML report's evidence panels: per-slot cards, cross-slot figures, the checks table and
-the static sample browser. Numbers only go into SVG coordinates; PNG figures come from ``forensics.plots``.
+the static sample browser. Numbers only go into SVG coordinates; figures are drawn by ``figures.py`` (SVG).
 Nothing here recomputes statistics.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from forensics.views.report.figures import Figures, draw
+from forensics.views.report.figures import Figures
 from forensics.views.report.verdicts import (
     OUTCOMES,
     RANK,
@@ -158,12 +158,7 @@ def build_key_numbers(files: list[FileResult], focus: str | None, figures: Figur
     return out
 
 
-# ---------------------------------------------------------------- figures (forensics.views.plots) and cross-slot
-def figure(name: str, *args, **kw) -> dict:
-    """Call ``forensics.views.plots.<name>`` and inline the Figure as a base64 PNG; the error text when it fails."""
-    return draw(name, *args, **kw)
-
-
+# ---------------------------------------------------------------- cross-slot figures (figures.py, SVG)
 CROSS_FIGURES = [("norm_distributions", "Per-token norm distributions (log axis)", False),
                  ("similarity_heatmap", "Pairwise angular distance between slots (massive dims masked)", True),
                  ("depth_ladder", "Depth ladder: slots placed on r with confidence", True),
@@ -172,7 +167,8 @@ CROSS_FIGURES = [("norm_distributions", "Per-token norm distributions (log axis)
 
 def _figure_files(files: list[FileResult]) -> list[FileResult]:
     """Files that get figures: every file with a finding, then the first file of each folder (samples of one
-    folder look alike; each costs ~1 s per figure), at most ``MAX_FIGURE_FILES``."""
+    folder look alike; a file's four figures are 40–450 kB of base64 SVG on sample_data/), at most
+    ``MAX_FIGURE_FILES``."""
     flagged = [f for f in files if f.fp is not None and getattr(f.fp, "findings", None)]
     seen, firsts = set(), []
     for f in files:

@@ -2,7 +2,7 @@
 the template escapes, built from the result objects.
 
 Nothing here recomputes statistics: it reads ``CaptureStats`` / ``Fingerprint`` / ``AuditResult`` fields
-and turns them into rows, SVG coordinates (numbers only) and inline PNG figures from ``forensics.plots``.
+and turns them into rows, SVG coordinates (numbers only) and the inline SVG figures of ``figures.py``.
 """
 
 from __future__ import annotations
