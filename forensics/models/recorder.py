@@ -335,17 +335,30 @@ def _model_name(path: str | None) -> str:
 
 
 def save_tokenizer(tokenizer, folder: str) -> None:
-    """``tokenizer.save_pretrained(folder)`` unless an identical ``tokenizer.json`` is already there."""
+    """``tokenizer.save_pretrained(folder)``, atomically per file: written into a temporary folder beside it,
+    then each file renamed into place (a reader never sees a half-written ``tokenizer.json``); nothing is
+    rewritten when an identical ``tokenizer.json`` is already there."""
+    import shutil
     import tempfile
 
-    tj = os.path.join(folder, "tokenizer.json")
-    if os.path.isfile(tj):
-        with tempfile.TemporaryDirectory() as tmp:
-            tokenizer.save_pretrained(tmp)
+    folder = os.path.abspath(folder)
+    parent = os.path.dirname(folder)
+    os.makedirs(parent, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".tokenizer-", dir=parent) as tmp:
+        tokenizer.save_pretrained(tmp)
+        tj = os.path.join(folder, "tokenizer.json")
+        if os.path.isfile(tj):
             with open(tj, "rb") as a, open(os.path.join(tmp, "tokenizer.json"), "rb") as b:
                 if a.read() == b.read():
                     return
-    tokenizer.save_pretrained(folder)
+        os.makedirs(folder, exist_ok=True)
+        for name in sorted(os.listdir(tmp)):
+            src, dst = os.path.join(tmp, name), os.path.join(folder, name)
+            if os.path.isdir(src):
+                shutil.rmtree(dst, ignore_errors=True)
+                shutil.move(src, dst)
+            else:
+                os.replace(src, dst)
 
 
 # --- the verb -----------------------------------------------------------------------------------------
