@@ -329,7 +329,8 @@ def off_line(D: np.ndarray, chain: list[int], quiet: Sequence[int], slots: Seque
         ev[e].append(Evidence("betweenness", beta, f"< {OFF_LINE_BETWEENNESS} off the depth line",
                               f"{'off the line of the layers (as near slot ' + str(b) + ' as slot ' + str(a) + ')'}: "
                               "a post-norm candidate, ranked last" if out[e] else
-                              f"on the line, nearer slot {a} than slot {b}: a layer shallower than them"))
+                              f"on the line of the layers (nearer slot {a} than slot {b}): a layer, not a "
+                              "post-norm final"))
     return out
 
 
