@@ -261,6 +261,18 @@ def one_sample(sample_data: pathlib.Path, folder: pathlib.Path) -> pathlib.Path:
     return folder
 
 
+def swapped_sample(sample_data: pathlib.Path, folder: pathlib.Path) -> pathlib.Path:
+    """The real speculators_v1 data_0.pt with slots 1 and 2 (L3 and L16) swapped, and its sidecars."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for side in ("data_config.json", "capture.json"):
+        shutil.copy(sample_data / "speculators_v1" / side, folder / side)
+    doc = torch.load(sample_data / "speculators_v1" / "data_0.pt", weights_only=True)
+    hs = doc["hidden_states"]
+    doc["hidden_states"] = [hs[0], hs[2], hs[1], hs[3]]
+    torch.save(doc, folder / "data_0.pt")
+    return folder
+
+
 def _verdict_rows(html: str) -> list[list[str]]:
     m = re.search(r'<section id="verdicts">.*?</section>', html, re.S)
     return [r for r in parse(m.group(0)).rows if len(r) == 9 and r[0].isdigit()]
@@ -268,15 +280,7 @@ def _verdict_rows(html: str) -> list[list[str]]:
 
 def test_shuffled_real_capture_fails_with_the_right_labels(sample_data, tmp_path):
     """The seed's check on real data: slots L3 and L16 swapped in the file ⇒ both fail, labelled by depth."""
-    d = tmp_path / "shuffled"
-    d.mkdir()
-    for side in ("data_config.json", "capture.json"):
-        shutil.copy(sample_data / "speculators_v1" / side, d / side)
-    doc = torch.load(sample_data / "speculators_v1" / "data_0.pt", weights_only=True)
-    hs = doc["hidden_states"]
-    doc["hidden_states"] = [hs[0], hs[2], hs[1], hs[3]]
-    torch.save(doc, d / "data_0.pt")
-    rep = report(str(d))
+    rep = report(str(swapped_sample(sample_data, tmp_path / "shuffled")))
     rows = _verdict_rows(rep.html)
     got = {int(r[0]): (r[2], r[3], r[7].lower()) for r in rows}
     assert got[0] == ("embed", "embed", "pass") and got[3] == ("L28", "L28", "cannot tell")  # data-only L28

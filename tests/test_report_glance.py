@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 import torch
-from test_report import one_sample
+from test_report import one_sample, swapped_sample
 
 from forensics.cli import main
 from forensics.layers import r_label
@@ -37,15 +37,7 @@ def _has_fail(html: str) -> bool:
 def reports(sample_data, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("glance")
     clean = report(str(one_sample(sample_data, tmp / "clean")))
-    shuffled = tmp / "shuffled"
-    shuffled.mkdir()
-    for side in ("data_config.json", "capture.json"):
-        shutil.copy(sample_data / "speculators_v1" / side, shuffled / side)
-    doc = torch.load(sample_data / "speculators_v1" / "data_0.pt", weights_only=True)
-    hs = doc["hidden_states"]
-    doc["hidden_states"] = [hs[0], hs[2], hs[1], hs[3]]  # L3 and L16 swapped
-    torch.save(doc, shuffled / "data_0.pt")
-    bad_slots = report(str(shuffled))
+    bad_slots = report(str(swapped_sample(sample_data, tmp / "shuffled")))  # L3 and L16 swapped
     # the seed's wiring bug, every slot passing: only the audit fails (config-only draft: audited, not probed)
     draft = tmp / "draft"
     draft.mkdir()

@@ -115,6 +115,7 @@ class Fingerprint:
     order_confidence: float = 0.5  # 1.0 exact or unambiguous; 0.5 + 5 × (relative margin of the best chain)
     exact: dict | None = field(default=None, repr=False)
     claims: Claims | None = None  # the claim list checked (user, draft config, or the capture's own)
+    massive_sinks: list[int] = field(default_factory=list)  # slots whose token 0 is a massive-activation sink
 
     @property
     def path(self) -> str:
@@ -224,6 +225,7 @@ class _Signals:
     prenorm_of: dict[int, int]
     drop: list[int]
     mask: list[int]
+    massive: list[bool]  # token 0 is a massive-activation sink (rules.massive_sink): a pre-norm decoder's signature
 
 
 def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | None,
@@ -270,7 +272,8 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
     fp = Fingerprint(capture=capture, stats=st, slots=sfs, findings=findings, similarity=D, depth_order=order,
                      num_layers=L, expected=None if claims is None else claims.rs,
                      expected_source=None if claims is None else f"{claims.source.value}: {claims.detail}",
-                     order_evidence=order_ev, exact=exact, order_confidence=order_conf, claims=claims)
+                     order_evidence=order_ev, exact=exact, order_confidence=order_conf, claims=claims,
+                     massive_sinks=[i for i in range(k) if sig.massive[i]])
     find_duplicates(fp, tensors)
     fp.findings += judge(fp, claims)
     share_identical_labels(fp, groups)
@@ -315,8 +318,9 @@ def _signals(capture: Capture, st: CaptureStats, tensors: list, drop: list[int],
                                                         [s.claimed for s in capture.slots])
     is_post = [post_score[i] >= POSTNORM_DECIDED for i in range(k)]
     is_embed = [embed_score[i] >= EMBED_MIN_SCORE and not is_post[i] for i in range(k)]
+    massive = [massive_sink(s, t) for s, t in zip(st.slots, tensors, strict=True)]
     return _Signals(st, tensors, ev, meds, embed_score, is_embed, post_score, is_post, post_why, prenorm_of,
-                    drop, mask)
+                    drop, mask, massive)
 
 
 def _exact(capture: Capture, tensors: list, model: Any, sig: _Signals, findings: list[Finding]) -> dict:
@@ -354,7 +358,7 @@ def _data_only_order(sample: Any, sig: _Signals) -> tuple[np.ndarray, list[int],
     chain = [i for i in range(k) if not is_embed[i] and not is_post[i] and i not in anchor]
     D = settle_chain(sample, tensors, sig.drop, sig.mask, chain).D  # all rows where the sample is a near-tie
     quiet = maybe_normalised(chain, st.slots, tensors, meds)
-    anchors = [i for i in range(k) if massive_sink(st.slots[i], tensors[i])]
+    anchors = [i for i in range(k) if sig.massive[i]]
     co = chain_order(D, chain, st.slots, meds, quiet, anchors)
     weak = [i for i in chain if 0 < post_score[i] < POSTNORM_DECIDED]
     # one final norm: once a slot is post-norm by identity or format, the chain's ends are layers

@@ -361,16 +361,30 @@ def seriate(D: np.ndarray, nodes: Sequence[int]) -> tuple[list[int], float, floa
     A path and its reverse are the same here; direction is decided by the caller. ``runner_up_cost``
     is the cheapest path that is not this one or its reverse (inf when there is none).
     """
+    path, cost, runner, _ = seriate_ties(D, nodes, 0.0)
+    return path, cost, runner
+
+
+def seriate_ties(D: np.ndarray, nodes: Sequence[int], rel: float,
+                 ) -> tuple[list[int], float, float, list[tuple[float, list[int]]]]:
+    """:func:`seriate` and, from the same enumeration, every path (one of each path and its reverse) costing at
+    most ``(1 + rel)`` × the best, cheapest first: ``(path, cost, runner_up_cost, [(cost, path), ...])``. Above
+    ``EXACT_PATH_MAX_SLOTS`` nodes the list holds the heuristic's best path only.
+
+    Example:
+        >>> D = np.array([[0, 1, 2], [1, 0, 1.01], [2, 1.01, 0]])
+        >>> [p for _, p in seriate_ties(D, [0, 1, 2], 0.01)[3]]
+        [[0, 1, 2]]
+    """
     nodes = list(nodes)
     if len(nodes) <= 2:
-        return nodes, _path_cost(D, nodes), math.inf
+        cost = _path_cost(D, nodes)
+        return nodes, cost, math.inf, [(cost, nodes)]
     if len(nodes) <= EXACT_PATH_MAX_SLOTS:
-        costs = []
-        for p in itertools.permutations(nodes):
-            if p[0] < p[-1]:
-                costs.append((_path_cost(D, p), list(p)))
-        costs.sort(key=lambda c: c[0])
-        return costs[0][1], costs[0][0], (costs[1][0] if len(costs) > 1 else math.inf)
+        costs = sorted(((_path_cost(D, p), list(p)) for p in itertools.permutations(nodes) if p[0] < p[-1]),
+                       key=lambda c: c[0])
+        ties = [c for c in costs if c[0] <= costs[0][0] * (1 + rel)]
+        return costs[0][1], costs[0][0], (costs[1][0] if len(costs) > 1 else math.inf), ties
     best: tuple[float, list[int]] | None = None
     for start in nodes:
         path, rest = [start], set(nodes) - {start}
@@ -386,25 +400,7 @@ def seriate(D: np.ndarray, nodes: Sequence[int]) -> tuple[list[int], float, floa
     cost, path = best
     runner = min((_path_cost(D, path[:i] + path[i:i + 2][::-1] + path[i + 2:]) for i in range(len(path) - 1)),
                  default=math.inf)
-    return path, cost, runner
-
-
-def near_best_paths(D: np.ndarray, nodes: Sequence[int], rel: float) -> list[tuple[float, list[int]]]:
-    """Every path through ``nodes`` (one of each path and its reverse) costing at most ``(1 + rel)`` × the best,
-    cheapest first: ``[(cost, path), ...]``. Exact up to ``EXACT_PATH_MAX_SLOTS`` nodes; above, only the best.
-
-    Example:
-        >>> D = np.array([[0, 1, 2], [1, 0, 1.01], [2, 1.01, 0]])
-        >>> [p for _, p in near_best_paths(D, [0, 1, 2], 0.01)]
-        [[0, 1, 2]]
-    """
-    nodes = list(nodes)
-    if len(nodes) <= 2 or len(nodes) > EXACT_PATH_MAX_SLOTS:
-        path, cost, _ = seriate(D, nodes)
-        return [(cost, path)]
-    costs = sorted(((_path_cost(D, p), list(p)) for p in itertools.permutations(nodes) if p[0] < p[-1]),
-                   key=lambda c: c[0])
-    return [c for c in costs if c[0] <= costs[0][0] * (1 + rel)]
+    return path, cost, runner, [(cost, path)]
 
 
 def _two_opt(D: np.ndarray, path: list[int]) -> list[int]:

@@ -428,7 +428,7 @@ def chain_order(D: np.ndarray, chain: list[int], slots: Sequence[SlotStats], med
     with a massive-activation sink (:func:`massive_sink`; default: any sink), without which the direction is a
     coin flip.
     """
-    from forensics.analysis.fingerprint.depth import near_best_paths, seriate
+    from forensics.analysis.fingerprint.depth import seriate_ties
 
     def norm_votes(p: Sequence[int]) -> float:
         v = [i for i in p if i not in quiet]
@@ -439,15 +439,14 @@ def chain_order(D: np.ndarray, chain: list[int], slots: Sequence[SlotStats], med
     if len(chain) == 1:
         return ChainOrder(list(chain), [Evidence("order", "one layer slot", None, "nothing to order")], 1.0,
                           list(chain))
-    path, cost, runner = seriate(D, chain)
+    path, cost, runner, ties = seriate_ties(D, chain, NEAR_TIE_PATH)
     margin = (runner - cost) / cost if cost > 0 and math.isfinite(runner) else (math.inf if cost > 0 else 0.0)
     n = len(path)
     top = max(path, key=lambda i: meds[i] if math.isfinite(meds[i]) else -math.inf)
     quiet = [e for e, nb in ((path[0], path[1]), (path[-1], path[-2])) if e in quiet and nb == top and n >= 3]
-    near = near_best_paths(D, chain, NEAR_TIE_PATH) if n >= 3 and margin <= NEAR_TIE_PATH else []
     seriated = list(path)
-    if len(near) > 1:  # a near-tie of paths: the one whose norms rise (or fall) most consistently
-        path = max(near, key=lambda c: (abs(norm_votes(c[1])), -c[0]))[1]
+    if n >= 3 and len(ties) > 1:  # a near-tie of paths: the one whose norms rise (or fall) most consistently
+        path = max(ties, key=lambda c: (abs(norm_votes(c[1])), -c[0]))[1]
     retied = list(path) not in (seriated, seriated[::-1])
     norm = norm_votes(path)
     half = (n - 1) / 2

@@ -96,7 +96,8 @@ def not_embedding(fp: Fingerprint, i: int) -> bool:
 
 
 def decoder_signature(fp: Fingerprint) -> bool:
-    """Some slot carries a massive-activation sink at token 0, as a pre-norm decoder's residual stream does.
+    """Some slot carries a massive-activation sink at token 0 (``Fingerprint.massive_sinks``, found once by
+    :func:`~forensics.analysis.fingerprint.rules.massive_sink`), as a pre-norm decoder's residual stream does.
 
     Only there is an embedding output known to be a pure table lookup (rotary positions enter inside
     attention), so that repeated ids with different rows exclude it. An encoder that adds absolute position
@@ -104,9 +105,7 @@ def decoder_signature(fp: Fingerprint) -> bool:
     on all-MiniLM-L6-v2 a correct ``embed`` claim was FAILed on 59 of 62 captures without this check.
     GPT-2-style decoders (learned absolute positions) do carry massive activations and are not told apart.
     """
-    from .rules import massive_sink
-
-    return any(massive_sink(s, fp.capture.slots[s.index].tensor()) for s in fp.stats.slots)
+    return bool(fp.massive_sinks)
 
 
 def is_postnorm(fp: Fingerprint, i: int) -> bool:

@@ -376,13 +376,33 @@ def massive_dim_counts(slot: SlotStats) -> dict[int, int]:
     return counts
 
 
+def massive_rows(stats: CaptureStats, sel: Sequence[int],
+                 ) -> list[tuple[int, int, list[int], dict[int, int], list[int]]]:
+    """The massive-dims figure's data, one entry per selected slot with massive tokens: ``(row, slot, dims
+    (sorted), {dim: tokens}, the dims to annotate (most hit first: 4, or 1 past MAX_ANNOTATED_ROWS rows))``."""
+    out = []
+    for row, i in enumerate(sel):
+        counts = massive_dim_counts(stats.slots[i])
+        if counts:
+            dims = sorted(counts)
+            top = sorted(dims, key=lambda d: -counts[d])[:4 if len(sel) <= MAX_ANNOTATED_ROWS else 1]
+            out.append((row, i, dims, counts, top))
+    return out
+
+
+def massive_title(stats: CaptureStats) -> str:
+    """The massive-dims figure's default title: the threshold and the file."""
+    from forensics.analysis.stats import MASSIVE_ABS_THRESHOLD, MASSIVE_REL_THRESHOLD
+
+    return f"Massive-activation dims, |x| > max({MASSIVE_ABS_THRESHOLD:g}, {MASSIVE_REL_THRESHOLD:g}× median |x|) " \
+        f"— {_name(stats)}"
+
+
 def massive_dims(result: Any, slots: Sequence[int] | None = None, title: str | None = None) -> Figure:
     """Which hidden dims carry massive activations, per slot (x = hidden dim, marker size = tokens hitting it).
 
     Reads ``SlotStats.massive_tokens`` (top dims per massive token) and ``massive_threshold``.
     """
-    from forensics.analysis.stats import MASSIVE_ABS_THRESHOLD, MASSIVE_REL_THRESHOLD
-
     stats, _ = _unpack(result)
     sel = _selected(stats, slots)
     labels = slot_labels(result)
@@ -390,25 +410,19 @@ def massive_dims(result: Any, slots: Sequence[int] | None = None, title: str | N
     fig = _figure(height=max(2.2, 0.45 * len(sel) + 1.2))
     ax = fig.add_subplot()
     hidden = max((s.shape[1] for s in stats.slots), default=1)
-    any_massive = False
-    for row, i in enumerate(sel):
-        counts = massive_dim_counts(stats.slots[i])
-        if not counts:
-            continue
-        any_massive = True
-        dims = sorted(counts)
+    rows = massive_rows(stats, sel)
+    for row, i, dims, counts, top in rows:
         ax.scatter(dims, [row] * len(dims), s=[20 + 25 * counts[d] for d in dims], color=colors[i],
                    edgecolor="black", lw=0.5, gid=f"massive-dims-{i}", zorder=3)
-        for d in sorted(dims, key=lambda d: -counts[d])[:4 if len(sel) <= MAX_ANNOTATED_ROWS else 1]:
+        for d in top:
             ax.annotate(f"{d} ({counts[d]} tok)", (d, row), xytext=(4, 6), textcoords="offset points", fontsize=7)
     ax.set_yticks(range(len(sel)), [labels[i] for i in sel], fontsize=8 if len(sel) <= 16 else 6)
     ax.set_ylim(-0.7, len(sel) - 0.3)
     ax.set_xlim(-0.02 * hidden, hidden * 1.02)
     ax.set_xlabel(f"hidden dimension (0–{hidden - 1})")
     ax.grid(axis="x", alpha=0.3)
-    thr = f"|x| > max({MASSIVE_ABS_THRESHOLD:g}, {MASSIVE_REL_THRESHOLD:g}× median |x|)"
-    ax.set_title(title or f"Massive-activation dims, {thr} — {_name(stats)}", fontsize=9)
-    if not any_massive:
+    ax.set_title(title or massive_title(stats), fontsize=9)
+    if not rows:
         ax.text(0.5, 0.5, "no massive activations in the selected slots", ha="center", va="center",
                 transform=ax.transAxes, color="#555555")
     return fig

@@ -1,7 +1,7 @@
 """The report's figures as inline SVG, written directly (no matplotlib on the report path).
 
 Each function draws the same numbers as its namesake in :mod:`forensics.views.plots` (the data come from the
-same functions: ``violins``, ``ladder``, ``massive_dim_counts``, ``probe_bars``, ``audit_slice_rows``): same
+same functions: ``violins``, ``ladder``, ``massive_rows``, ``probe_bars``, ``audit_slice_rows``): same
 series, axes, log scales, slot colours, labels, titles and legends, as plain SVG shapes and ``<text>``. Drawing
 the 18 figures of the ``make demo`` report as
 matplotlib PNGs took ~5 s CPU (constrained layout, Agg, text extents; cProfile 2026-12-01); these take tens of
@@ -34,7 +34,8 @@ from forensics.views.plots.slots import (
     _selected,
     _unpack,
     ladder,
-    massive_dim_counts,
+    massive_rows,
+    massive_title,
     slot_labels,
     violins,
 )
@@ -339,14 +340,11 @@ def norm_distributions(result: Any, slots: Sequence[int] | None = None, title: s
 def massive_dims(result: Any, slots: Sequence[int] | None = None, title: str | None = None) -> str:
     """SVG of :func:`forensics.views.plots.massive_dims`: per slot row, the hidden dims its massive tokens hit
     (marker area = tokens), the most hit annotated."""
-    from forensics.analysis.stats import MASSIVE_ABS_THRESHOLD, MASSIVE_REL_THRESHOLD
-
     stats, _ = _unpack(result)
     sel = _selected(stats, slots)
     labels = slot_labels(result)
     colors = _colors_for(stats, sel)
-    thr = f"|x| > max({MASSIVE_ABS_THRESHOLD:g}, {MASSIVE_REL_THRESHOLD:g}× median |x|)"
-    title = title or f"Massive-activation dims, {thr} — {_name(stats)}"
+    title = title or massive_title(stats)
     c = Canvas(FIG_WIDTH * PX_PER_INCH, min(MAX_HEIGHT, max(2.2, 0.45 * len(sel) + 1.2)) * PX_PER_INCH)
     _title(c, title, 11)
     hidden = max((s.shape[1] for s in stats.slots), default=1)
@@ -357,22 +355,17 @@ def massive_dims(result: Any, slots: Sequence[int] | None = None, title: str | N
     xt = nice_ticks(0, hidden)
     ax.xticks(xt, [_tick_text(v) for v in xt], grid=True)
     ax.yticks(list(range(len(sel))), names, ysize)
-    any_massive = False
-    for row, i in enumerate(sel):
-        counts = massive_dim_counts(stats.slots[i])
-        if not counts:
-            continue
-        any_massive = True
-        dims = sorted(counts)
+    rows = massive_rows(stats, sel)
+    for row, i, dims, counts, top in rows:
         y = ax.Y(row)
         c.parts.append(f'<g class="massive-dims-{i}" fill="{colors[i]}" stroke="#000000" stroke-width="{_n(0.5 * PT)}">'
                        + "".join(f'<circle cx="{_n(ax.X(d))}" cy="{_n(y)}" r="{_n(_marker_r(20 + 25 * counts[d]))}"/>'
                                  for d in dims) + "</g>")
-        for d in sorted(dims, key=lambda d: -counts[d])[:4 if len(sel) <= MAX_ANNOTATED_ROWS else 1]:
+        for d in top:
             c.text(ax.X(d) + 4 * PT, y - 6 * PT, f"{d} ({counts[d]} tok)", 8)
     ax.frame()
     c.text((ax.l + ax.r) / 2, c.h - 10, f"hidden dimension (0–{hidden - 1})", 10, "middle")
-    if not any_massive:
+    if not rows:
         c.text((ax.l + ax.r) / 2, (ax.t + ax.b) / 2, "no massive activations in the selected slots", 10, "middle",
                MUTED)
     return c.render(title)
