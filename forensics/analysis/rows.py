@@ -185,7 +185,7 @@ def _zero_and_nonfinite(ts: list, rep: RowReport) -> None:
         every = len(hit) == len(ts) and all((m[i] == m[hit[0]]).all() for i in hit)
         for i in hit:
             _add_bad(rep, i, runs(m[i]))
-        rs = runs(m[hit[0]]) if every else runs(m[hit].any(axis=0))
+        rs = runs(m[hit[0]]) if every else runs(np.asarray(m[hit].any(axis=0)))
         share = float(m[hit].any(axis=0).mean())
         where = "every slot" if every else f"slot{'s' if len(hit) > 1 else ''} {hit}"
         ev: dict[str, Any] = {"rows": [list(r) for r in rs[:MAX_LISTED_RUNS]], "runs": len(rs),
