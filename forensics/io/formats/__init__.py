@@ -59,7 +59,7 @@ def detect_format(path: str) -> str:
     return load(path).format
 
 
-def _split_record(path: str) -> tuple[str, int | None]:
+def split_record(path: str) -> tuple[str, int | None]:
     """``file.pt#3`` → ``("file.pt", 3)`` when ``file.pt#3`` itself does not exist."""
     if os.path.exists(path) or RECORD_SEP not in path:
         return path, None
@@ -81,7 +81,7 @@ def load(path: str | os.PathLike, input_ids=None, record: int | None = None) -> 
         >>> [s.name for s in cap.slots]                             # doctest: +SKIP
         ['hidden_states[0]', 'hidden_states[1]', 'hidden_states[2]', 'hidden_states[3]']
     """
-    path, rec = _split_record(os.fspath(path))
+    path, rec = split_record(os.fspath(path))
     record = rec if record is None else record
     if os.path.isdir(path):
         raise ForensicsError("is a directory; pass a file, or use iter_files()/scan for a dataset", path=path)
@@ -287,7 +287,7 @@ def is_capture_name(name: str) -> bool:
 def iter_files(path: str | os.PathLike) -> Iterator[str]:
     """Capture files under a path (a file yields itself), sorted naturally (data_2 before data_10)."""
     path = os.fspath(path)
-    if os.path.isfile(path):
+    if os.path.isfile(path) or split_record(path)[1] is not None:
         yield path
         return
     if not os.path.isdir(path):
@@ -297,3 +297,55 @@ def iter_files(path: str | os.PathLike) -> Iterator[str]:
         dirs[:] = sorted(d for d in dirs if d not in SIDE_DIRS)
         found.extend(os.path.join(root, f) for f in files if is_capture_name(f))
     yield from sorted(found, key=generic.natural_key)
+
+
+MAX_IDS_TEXT_BYTES = 64 * 1024 * 1024
+
+
+def read_ids(path: str | os.PathLike):
+    """Token ids from a file: a ``.pt`` tensor/list (or a dict with ``input_ids``), a ``.npy`` array, or text of
+    integers separated by spaces, commas or newlines (a JSON list too). Returns a 1-D int64 tensor.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "ids.txt"; _ = p.write_text("1, 2, 3")
+        >>> read_ids(p).tolist()
+        [1, 2, 3]
+    """
+    import re
+
+    import torch
+
+    from forensics.io.layout import ID_KEYS
+
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise ForensicsError("no such ids file", path=path)
+    kind = sniff(path)
+    if kind == "zip" and is_npz(path):
+        kind = "npz"
+    obj: object
+    if kind in ("zip", "gzip", "pickle"):
+        obj = torch_load(path, kind)
+    elif kind in ("npy", "npz"):
+        obj = numpy_load(path, kind)
+    else:
+        if os.path.getsize(path) > MAX_IDS_TEXT_BYTES:
+            raise ForensicsError(f"ids file larger than {MAX_IDS_TEXT_BYTES} bytes", path=path)
+        with open(path, "rb") as f:
+            raw = f.read().decode("utf-8", "replace")
+        words = [w for w in re.split(r"[\s,\[\]]+", raw) if w]
+        if not words or not all(re.fullmatch(r"-?\d+", w) for w in words):
+            raise ForensicsError("not an ids file: expected a .pt/.npy tensor or integers separated by spaces, "
+                                 "commas or newlines", path=path)
+        obj = [int(w) for w in words]
+    if isinstance(obj, dict):
+        obj = next((obj[k] for k in ID_KEYS if k in obj), None)
+        if obj is None:
+            raise ForensicsError(f"no token ids in the file (looked for {', '.join(ID_KEYS)})", path=path)
+    ids = _outside_ids(obj, path)
+    if int(ids.numel()) == 0:
+        raise ForensicsError("the ids file holds no ids", path=path)
+    if bool((ids < 0).any()):
+        raise ForensicsError("token ids must be >= 0", path=path)
+    return ids.to(torch.int64)
