@@ -145,8 +145,9 @@ def split_stack(t: Any, name: str, path: str, n_ids: int | None) -> tuple[list[t
         if shape[0] == 1:
             parts, layout = split_stack(t[0], name, path, n_ids)
             return parts, "[1, " + layout[1:]
-        raise ForensicsError(f"4-D tensor {name} {shape} holds a batch of {shape[0]} sequences; one sample per "
-                             f"file is read (accepted layouts: {', '.join(ACCEPTED)}); {RECIPE}", path=path)
+        raise ForensicsError(f"{name} {shape} holds more than one sequence (a batch axis of {shape[1]} or "
+                             f"{shape[0]}); one sample per file is read (accepted layouts: {', '.join(ACCEPTED)}); "
+                             f"{RECIPE}", path=path)
     if t.dim() != 3:
         raise ForensicsError(f"tensor {name} has shape {shape}; accepted layouts: {', '.join(ACCEPTED)}", path=path)
     a, b = shape[0], shape[1]

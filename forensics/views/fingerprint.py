@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from forensics.findings import Verdict, sort_findings
 from forensics.layers import r_label
-from forensics.views.format import Raw, badge, columns, esc, fit, headline_word, html_table
+from forensics.views.format import Raw, Shown, badge, columns, esc, fit, headline_word, html_table
 
 if TYPE_CHECKING:  # pragma: no cover
     from forensics.analysis.fingerprint.core import Fingerprint
@@ -146,7 +146,7 @@ def explain(fp: Fingerprint, width: int | None = None) -> str:
     for sf in fp.slots:
         lines.append(f"    [{sf.index}] {sf.name} → {sf.role} ({sf.confidence:.2f})")
         lines += [f"      {e.line()}" for e in sf.evidence]
-    return fit("\n".join(lines), width) if width else "\n".join(lines)
+    return Shown(fit("\n".join(lines), width) if width else "\n".join(lines))
 
 
 def html(fp: Fingerprint) -> str:
