@@ -194,7 +194,7 @@ _MEANINGS: dict[FindingKind, str] = {
     FindingKind.ALL_ZERO: "a slot is all zeros: nothing was captured into it",
     FindingKind.FEW_TOKENS: "too few tokens for the statistics to decide a slot's role",
     FindingKind.NO_REFERENCE_MATCH: "with --model, some slots equal no state of the reference forward",
-    FindingKind.NO_TOKEN_IDS: "with --model, exact mode cannot run: the capture has no token ids (give --ids or --text)",
+    FindingKind.NO_TOKEN_IDS: "with --model, exact mode cannot run: the capture has no token ids (--ids, --text)",
     FindingKind.DUPLICATE: "the same layer is captured (or fed to the fc) twice",
     FindingKind.ZERO_ROWS: "some token rows of a slot are all zeros (a partly written or padded capture)",
     FindingKind.ROW_COUNT: "slots or token ids disagree on how many rows (tokens) the capture holds",

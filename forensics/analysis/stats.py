@@ -11,7 +11,6 @@ The row-block kernels live in :mod:`forensics.stats_blocks` and are re-exported 
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, field, replace
 from typing import Any
 

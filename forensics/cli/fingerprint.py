@@ -74,9 +74,8 @@ def _claims(args, capture):
 
 def run(args) -> int:
     from forensics.analysis.fingerprint.core import fingerprint
-    from forensics.io.formats import load, split_record
-
     from forensics.errors import ForensicsError
+    from forensics.io.formats import load, split_record
 
     model = target_of(args)  # resolved once; streamed per file when it does not fit --max-memory
     ids = ids_of(args)

@@ -12,7 +12,6 @@ r per slot. Every threshold is a named constant, shown next to the raw value.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Any
 

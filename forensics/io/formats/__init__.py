@@ -8,8 +8,10 @@ Model-Optimizer; exactly ``{input_ids, hidden_states: list, loss_mask}`` → spe
 → EAGLE-1/2; a ``[seq, k, H]``/``[k, seq, H]`` ``hidden_states`` stack in safetensors (optionally with a
 leading batch dim of 1) → speculators current inside a speculators dataset, else the vLLM connector, except a
 single ``[1, seq, H]`` sequence; JSON with ``meta_info.hidden_states`` → SGLang; anything else with float tensors
-→ generic, through the layout resolver ``forensics.io.layout``). File names never decide (a checkpoint named ``.safetensors`` is still read
-as a checkpoint). Side files add declared layers: ``capture.json`` (written by ``hsf capture``; ``"r"`` per
+→ generic, through the layout resolver ``forensics.io.layout``). File names never decide the container (a
+checkpoint named ``.safetensors`` is still read as a checkpoint); only speculators' dataset layout
+(``hidden_states/hs_{i}.safetensors``, or its Arrow dataset beside the folder) tells its stack files from a bare
+vLLM connector file, which holds the same tensors. Side files add declared layers: ``capture.json`` (written by ``hsf capture``; ``"r"`` per
 slot) and, for speculators v1 only, ``data_config.json`` (``hidden_states.layer_ids``, r = id + 1).
 Anything a reader did not foresee still becomes a :class:`ForensicsError` naming the file.
 """

@@ -8,7 +8,6 @@ from typing import Any
 
 from forensics.errors import ForensicsError
 from forensics.io.capture import Capture, Provenance, Slot, constant_getter
-
 from forensics.io.layout import check_storage, ids_1d  # noqa: F401 - re-exported for the readers
 
 from ._io import upcast_fp8
