@@ -12,7 +12,8 @@ single ``[1, seq, H]`` sequence; JSON with ``meta_info.hidden_states`` → SGLan
 checkpoint named ``.safetensors`` is still read as a checkpoint); only speculators' dataset layout
 (``hidden_states/hs_{i}.safetensors``, or its Arrow dataset beside the folder) tells its stack files from a bare
 vLLM connector file, which holds the same tensors. Side files add declared layers: ``capture.json`` (written by
-``hsf capture``; ``"r"`` per slot) and, for speculators v1 only, ``data_config.json`` (``hidden_states.layer_ids``, r = id + 1).
+``hsf capture``; ``"r"`` per slot) and, for speculators v1 only, ``data_config.json``
+(``hidden_states.layer_ids``, r = id + 1).
 Anything a reader did not foresee still becomes a :class:`ForensicsError` naming the file.
 """
 
