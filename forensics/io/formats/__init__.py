@@ -186,8 +186,8 @@ def as_capture(obj, input_ids=None, name: str = "<in memory>") -> Capture:
     from forensics.io.formats._common import as_2d, build, tensor_slot
     from forensics.io.layout import resolve
 
-    hs = getattr(obj, "hidden_states", None)  # a transformers ModelOutput: its hidden_states tuple
-    if hs is not None and not isinstance(obj, (dict, list, tuple)):
+    hs = getattr(obj, "hidden_states", None)  # a transformers ModelOutput (a dict subclass): its hidden_states
+    if isinstance(hs, (list, tuple)) and type(obj) is not dict:
         obj = hs
     if not (isinstance(obj, (dict, list, tuple)) or hasattr(obj, "shape")):
         raise ForensicsError(f"expected a file path, a Capture, or hidden states in memory (a tensor, a list or "
