@@ -129,10 +129,10 @@ def test_row_findings_become_bands_on_the_slots_they_name(sample_data):
     sinks = {(b.slot, b.first) for b in st.bands if b.kind == "sink"}
     assert sinks == {(s.index, p) for s in fp.stats.slots for p in s.sinks}
     assert st.verdicts == [None if s.verdict is None else s.verdict.value for s in fp.slots]
-    assert finding_bands([Finding("x", Severity.INFO, [], "", {"rows": "not a list"})], 4, 10) == []
+    assert finding_bands([Finding("shifted", Severity.INFO, [], "", {"rows": "not a list"})], 4, 10) == []
 
 
-def test_zero_row_block_of_a_real_capture_is_drawn_where_the_finding_says(sample_data, tmp_path):
+def test_zero_row_block_of_a_real_capture_is_drawn_where_the_finding_says(sample_data):
     import forensics
 
     cap = forensics.load(sample_data / "speculators_v1" / "data_1.pt")
@@ -140,9 +140,10 @@ def test_zero_row_block_of_a_real_capture_is_drawn_where_the_finding_says(sample
     hs[1][20:30] = 0
     st = explore_state(hs, tokenizer=None)
     assert (st.norms[1, 20:30] == 0).all() and (st.norms[1, :20] > 0).all()
-    fp_like = Finding("zero_rows", Severity.FAIL, [1], "", {"rows": [[20, 29]]})
-    (band,) = finding_bands([fp_like], 4, st.num_tokens)
-    assert (band.slot, band.first, band.last) == (1, 20, 29)
+    zero = [(b.slot, b.first, b.last, b.severity) for b in st.bands if b.kind == "zero_rows"]
+    assert zero == [(1, 20, 29, "fail")]  # forensics.analysis.rows found it; the band is on its rows only
+    meta = wire.meta(st)
+    assert {"slot": 1, "first": 20, "last": 29, "kind": "zero_rows"}.items() <= meta["bands"][0].items()
 
 
 def test_wire_payload_round_trips_and_the_report_embed_is_inert(sample_data):

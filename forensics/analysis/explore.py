@@ -83,6 +83,7 @@ class ExploreState:
     fingerprinted: bool = False
     tokenizer_note: str | None = None  # why there is no token text, when there is none
     bands_omitted: int = 0
+    row_findings: list[Finding] = field(default_factory=list, repr=False)  # forensics.analysis.rows.check_rows
 
     @property
     def binned(self) -> bool:
@@ -312,6 +313,7 @@ def explore_state(x: Any, fingerprint: Any = None, tokenizer: Any = "auto", stat
         tokenizer: ``"auto"`` (the capture's own local tokenizer), a folder, a tokenizer object, or None.
         stats: the capture's ``CaptureStats`` when already computed (else :func:`forensics.summarize`).
     """
+    from forensics.analysis.rows import check_rows
     from forensics.analysis.stats import summarize
 
     cap = as_capture(x)
@@ -335,13 +337,21 @@ def explore_state(x: Any, fingerprint: Any = None, tokenizer: Any = "auto", stat
                          cos_prev=bin_min(cos_prev, starts), cos_same=bin_min(cos_same, starts), starts=starts,
                          tokens=tokens, ids=col_ids, tokenizer_note=note, verdicts=[None] * len(names),
                          verdict_why=[""] * len(names))
-    _set_bands(state, stat_bands(stats))
+    state.row_findings = check_rows(cap).findings  # zero blocks, NaN rows, …: bands before any fingerprint
+    _set_bands(state, finding_bands(state.row_findings, len(names), T) + stat_bands(stats))
     return with_fingerprint(state, fingerprint) if fingerprint is not None else state
 
 
 def _set_bands(state: ExploreState, bands: list[Band]) -> None:
-    state.bands = bands[:MAX_BANDS]
-    state.bands_omitted = max(0, len(bands) - MAX_BANDS)
+    seen: set[tuple] = set()
+    unique = []
+    for b in bands:  # a row finding the fingerprint also makes is drawn once
+        key = (b.slot, b.first, b.last, b.kind)
+        if key not in seen:
+            seen.add(key)
+            unique.append(b)
+    state.bands = unique[:MAX_BANDS]
+    state.bands_omitted = max(0, len(unique) - MAX_BANDS)
 
 
 def with_fingerprint(state: ExploreState, fp: Any) -> ExploreState:
@@ -353,8 +363,9 @@ def with_fingerprint(state: ExploreState, fp: Any) -> ExploreState:
         state.verdicts[sf.index] = None if sf.verdict is None else sf.verdict.value
         state.verdict_why[sf.index] = sf.verdict_why or ""
     state.file_verdict = None if fp.verdict is None else fp.verdict.value
-    state.findings = [f.to_dict() for f in fp.findings]
-    _set_bands(state, finding_bands(fp.findings, k, state.num_tokens) + stat_bands(fp.stats))
+    state.findings = [f.to_dict() for f in list(fp.findings) + state.row_findings]
+    _set_bands(state, finding_bands(list(fp.findings) + state.row_findings, k, state.num_tokens)
+               + stat_bands(fp.stats))
     state.fingerprinted = True
     return state
 
