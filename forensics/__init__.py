@@ -18,7 +18,8 @@ Tensors in memory work as well as files: ``fingerprint``, ``summarize`` and ``as
     print(fp)                                   # IDENTIFIED [embed, L1, ..., final_post] (exact)
     print(fp.explain())                         # the evidence behind it
 
-Verbs: load, as_capture, read_ids, iter_files, summarize, fingerprint, audit, probe, scan, report, capture.
+Verbs: load, as_capture, read_ids, iter_files, summarize, fingerprint, audit, probe, scan, report, capture,
+explore.
 Every bad input raises one ``ForensicsError`` naming the file (or ``<in memory>``).
 """
 
@@ -28,7 +29,7 @@ from forensics.errors import ForensicsError
 
 __version__ = "0.1.0"
 __all__ = ["ForensicsError", "load", "as_capture", "read_ids", "iter_files", "summarize", "fingerprint", "audit",
-           "report", "scan", "probe", "capture", "__version__"]
+           "report", "scan", "probe", "capture", "explore", "__version__"]
 
 _LAZY = {
     "load": ("forensics.io.formats", "load"),
@@ -42,6 +43,7 @@ _LAZY = {
     "scan": ("forensics.analysis.scan.core", "scan"),
     "probe": ("forensics.analysis.probe", "probe"),
     "capture": ("forensics.models.recorder", "capture"),
+    "explore": ("forensics.views.explore", "explore"),
 }
 
 

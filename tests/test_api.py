@@ -84,5 +84,6 @@ def test_the_whole_transformers_output(out, smollm2):
     fp = forensics.fingerprint(o, input_ids=ids, model=smollm2)  # a ModelOutput: its hidden_states tuple
     L = smollm2[0].config.num_hidden_layers
     assert [s.r_exact for s in fp.slots] == [*range(L), FINAL_POST]  # transformers' last entry is post-norm
-    fp2 = forensics.fingerprint(o.hidden_states, input_ids=ids[0].tolist(), model=smollm2, layers=[*range(L), "final_post"])
+    fp2 = forensics.fingerprint(o.hidden_states, input_ids=ids[0].tolist(), model=smollm2,
+                                layers=[*range(L), "final_post"])
     assert fp2.verdict.value == "pass"
