@@ -201,7 +201,7 @@ def resolve(obj: Any, path: str, input_ids: Any = None) -> Resolved:
     for key, v in items:
         if isinstance(v, (list, tuple)):
             if not v:
-                raise ForensicsError(f"{key or 'the list'} is empty (no layers were captured)", path=path)
+                raise ForensicsError(f"'{key or 'the list'}' is an empty list (no layers were captured)", path=path)
             for i, t in enumerate(v):
                 t = to_torch(t)
                 nm = f"{key}[{i}]" if key else f"[{i}]"
