@@ -119,15 +119,22 @@ class LensRow:
 
 
 # ------------------------------------------------------------------------------------------------- inputs
-def as_capture(x: Any) -> Capture:
-    """A :class:`Capture` from a capture path, a ``Capture``, or in-memory tensors: a list of ``[tokens, hidden]``
-    tensors (one per slot) or one ``[slots, tokens, hidden]`` tensor."""
+def as_capture(x: Any, input_ids: Any = None) -> Capture:
+    """A :class:`Capture` from a capture path, a ``Capture``, or hidden states in memory (with their token ids).
+
+    The reading is ``forensics.io.formats.as_capture`` where this build has it (every in-memory layout:
+    transformers' ``output.hidden_states``, stacks, dicts); else a list of ``[tokens, hidden]`` tensors (one
+    per slot) or one ``[slots, tokens, hidden]`` tensor.
+    """
+    from forensics.io import formats
+
+    shared = getattr(formats, "as_capture", None)  # the layout resolver of forensics.io (bring-your-own captures)
+    if shared is not None:
+        return shared(x, input_ids=input_ids)
     if isinstance(x, Capture):
         return x
     if isinstance(x, (str, os.PathLike)):
-        from forensics.io.formats import load
-
-        return load(x)
+        return formats.load(x)
     import torch
 
     if isinstance(x, np.ndarray):
@@ -145,10 +152,13 @@ def as_capture(x: Any) -> Capture:
         raise ForensicsError(f"slot {bad[0]} is not a 2-D [tokens, hidden] tensor", path=IN_MEMORY)
     if len({int(t.shape[0]) for t in ts}) != 1:
         raise ForensicsError(f"slots have different token counts: {[int(t.shape[0]) for t in ts]}", path=IN_MEMORY)
+    ids = None if input_ids is None else torch.as_tensor(input_ids).reshape(-1)
+    if ids is not None and int(ids.numel()) != int(ts[0].shape[0]):
+        raise ForensicsError(f"{int(ids.numel())} token ids for {int(ts[0].shape[0])} tokens", path=IN_MEMORY)
     slots = [CaptureSlot(index=i, name=f"slot[{i}]", key="tensor", shape=(int(t.shape[0]), int(t.shape[1])),
                          dtype=t.dtype, getter=constant_getter(t)) for i, t in enumerate(ts)]
     prov = Provenance(path=IN_MEMORY, format=IN_MEMORY, size_bytes=sum(t.numel() * t.element_size() for t in ts))
-    return Capture(slots=slots, input_ids=None, loss_mask=None, provenance=prov)
+    return Capture(slots=slots, input_ids=ids, loss_mask=None, provenance=prov)
 
 
 # --------------------------------------------------------------------------------------------- the state
@@ -304,7 +314,7 @@ def _tokens(capture: Capture, tokenizer: Any, starts: np.ndarray) -> tuple[list 
 
 
 def explore_state(x: Any, fingerprint: Any = None, tokenizer: Any = "auto", stats: Any = None,
-                  max_columns: int = MAX_COLUMNS) -> ExploreState:
+                  max_columns: int = MAX_COLUMNS, input_ids: Any = None) -> ExploreState:
     """The explorer's state of one capture (a path, a ``Capture`` or tensors, as :func:`as_capture` reads them).
 
     Args:
@@ -312,11 +322,12 @@ def explore_state(x: Any, fingerprint: Any = None, tokenizer: Any = "auto", stat
             with :func:`with_fingerprint`).
         tokenizer: ``"auto"`` (the capture's own local tokenizer), a folder, a tokenizer object, or None.
         stats: the capture's ``CaptureStats`` when already computed (else :func:`forensics.summarize`).
+        input_ids: the token ids of hidden states given in memory (token text, the same-id cosine).
     """
     from forensics.analysis.rows import check_rows
     from forensics.analysis.stats import summarize
 
-    cap = as_capture(x)
+    cap = as_capture(x, input_ids)
     if not cap.slots:
         raise ForensicsError("no hidden-state slots to explore", path=cap.path)
     stats = fingerprint.stats if fingerprint is not None else (stats or summarize(cap))
