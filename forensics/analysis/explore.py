@@ -32,7 +32,7 @@ import numpy as np
 
 from forensics.errors import ForensicsError
 from forensics.findings import Finding, Severity
-from forensics.io.capture import Capture, Provenance, constant_getter
+from forensics.io.capture import Capture
 from forensics.io.capture import Slot as CaptureSlot
 from forensics.layers import FINAL_POST, r_label
 
@@ -40,7 +40,6 @@ MAX_COLUMNS = 4096  # heatmap columns; more tokens are binned (the widget's payl
 COS_BLOCK_ROWS = 256  # rows per block of the cosine passes (float32 working set ≤ 2 × 256 × H)
 LENS_TOP_K = 5
 MAX_BANDS = 400  # row bands drawn; more are counted, not drawn
-IN_MEMORY = "in-memory"
 
 
 @dataclass
@@ -120,45 +119,11 @@ class LensRow:
 
 # ------------------------------------------------------------------------------------------------- inputs
 def as_capture(x: Any, input_ids: Any = None) -> Capture:
-    """A :class:`Capture` from a capture path, a ``Capture``, or hidden states in memory (with their token ids).
+    """A :class:`Capture` from a capture path, a ``Capture``, or hidden states in memory in any layout (with their
+    token ids): :func:`forensics.io.formats.as_capture`."""
+    from forensics.io.formats import as_capture as read
 
-    The reading is ``forensics.io.formats.as_capture`` where this build has it (every in-memory layout:
-    transformers' ``output.hidden_states``, stacks, dicts); else a list of ``[tokens, hidden]`` tensors (one
-    per slot) or one ``[slots, tokens, hidden]`` tensor.
-    """
-    from forensics.io import formats
-
-    shared = getattr(formats, "as_capture", None)  # the layout resolver of forensics.io (bring-your-own captures)
-    if shared is not None:
-        return shared(x, input_ids=input_ids)
-    if isinstance(x, Capture):
-        return x
-    if isinstance(x, (str, os.PathLike)):
-        return formats.load(x)
-    import torch
-
-    if isinstance(x, np.ndarray):
-        x = torch.from_numpy(x)
-    if isinstance(x, torch.Tensor) and x.dim() == 3:
-        x = list(x.unbind(0))
-    if isinstance(x, torch.Tensor) and x.dim() == 2:
-        x = [x]
-    if not isinstance(x, (list, tuple)) or not x:
-        raise ForensicsError(f"cannot explore a {type(x).__name__}: give a capture path, a folder, a Capture or "
-                             "[tokens, hidden] tensors", path=IN_MEMORY)
-    ts = [torch.from_numpy(t) if isinstance(t, np.ndarray) else t for t in x]
-    bad = [i for i, t in enumerate(ts) if not isinstance(t, torch.Tensor) or t.dim() != 2]
-    if bad:
-        raise ForensicsError(f"slot {bad[0]} is not a 2-D [tokens, hidden] tensor", path=IN_MEMORY)
-    if len({int(t.shape[0]) for t in ts}) != 1:
-        raise ForensicsError(f"slots have different token counts: {[int(t.shape[0]) for t in ts]}", path=IN_MEMORY)
-    ids = None if input_ids is None else torch.as_tensor(input_ids).reshape(-1)
-    if ids is not None and int(ids.numel()) != int(ts[0].shape[0]):
-        raise ForensicsError(f"{int(ids.numel())} token ids for {int(ts[0].shape[0])} tokens", path=IN_MEMORY)
-    slots = [CaptureSlot(index=i, name=f"slot[{i}]", key="tensor", shape=(int(t.shape[0]), int(t.shape[1])),
-                         dtype=t.dtype, getter=constant_getter(t)) for i, t in enumerate(ts)]
-    prov = Provenance(path=IN_MEMORY, format=IN_MEMORY, size_bytes=sum(t.numel() * t.element_size() for t in ts))
-    return Capture(slots=slots, input_ids=ids, loss_mask=None, provenance=prov)
+    return read(x, input_ids=input_ids)
 
 
 # --------------------------------------------------------------------------------------------- the state
