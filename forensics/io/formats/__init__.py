@@ -179,8 +179,6 @@ def write_capture(cap: Capture, folder: str | None = None) -> str:
     capture's content, so the same tensors are written once. The file reads back as ``generic``."""
     import tempfile
 
-    from forensics.io.output import atomic_output
-
     folder = folder or os.path.join(tempfile.gettempdir(), f"hsf-capture-{cap.provenance.sha256()[:16]}")
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, "capture.safetensors")
@@ -191,8 +189,10 @@ def write_capture(cap: Capture, folder: str | None = None) -> str:
     tensors = {f"slot_{s.index}": s.tensor().contiguous() for s in cap.slots}
     if cap.input_ids is not None:
         tensors["input_ids"] = cap.input_ids.contiguous()
-    with atomic_output(path, "wb") as f:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as f:  # whole or not at all: renamed into place once written
         f.write(save(tensors, metadata={"tool": "forensics.report (a capture given in memory)"}))
+    os.replace(tmp, path)
     return path
 
 
