@@ -183,6 +183,7 @@ class TensorInfo:
     nbytes: int
     offset: int = 0
     file_size: int = -1
+    file_id: tuple[int, int] = (-1, -1)  # (st_dev, st_ino) when the header was read
 
     @property
     def row_bytes(self) -> int:
@@ -197,13 +198,19 @@ def read_bytes(info: TensorInfo, start: int = 0, stop: int | None = None) -> mem
         raise ForensicsError(f"byte range {start}:{stop} outside a {info.nbytes}-byte tensor", path=info.file)
     fd = open_regular(info.file)
     try:
-        size = os.fstat(fd).st_size
-        if info.file_size >= 0 and size != info.file_size:
-            raise ForensicsError(f"changed size while being read (was {info.file_size} bytes, now {size}); "
+        st = os.fstat(fd)
+        if info.file_id != (-1, -1) and (st.st_dev, st.st_ino) != info.file_id:
+            raise FileReplaced("was replaced by another file since its header was read", path=info.file)
+        if info.file_size >= 0 and st.st_size != info.file_size:
+            raise ForensicsError(f"changed size while being read (was {info.file_size} bytes, now {st.st_size}); "
                                  "not read", path=info.file)
-        return _read_at(fd, info.offset + start, stop - start, info.file, size)
+        return _read_at(fd, info.offset + start, stop - start, info.file, st.st_size)
     finally:
         os.close(fd)
+
+
+class FileReplaced(ForensicsError):
+    """The path now names another file (an atomic rewrite, e.g. ``hsf stamp``) than the one whose header was read."""
 
 
 def _as_tensor(view: memoryview, dtype: str, shape: tuple[int, ...], path: str) -> Any:
@@ -265,17 +272,34 @@ class SafetensorsFile:
 
     def get(self, key: str) -> Any:
         """Tensor ``key`` (fp8 up-cast to bf16, as every reader of states does)."""
-        return upcast_fp8(read_tensor(self.infos[key]))
+        return upcast_fp8(self._again(lambda: read_tensor(self.infos[key]), key))
 
     def rows(self, key: str, start: int, stop: int) -> Any:
-        return upcast_fp8(read_rows(self.infos[key], start, stop))
+        return upcast_fp8(self._again(lambda: read_rows(self.infos[key], start, stop), key))
+
+    def _again(self, read: Any, key: str) -> Any:
+        """``read()``; when the path was atomically replaced since the header was read, the new file's header is
+        read and the tensor taken from it by name, if it is still there with the same dtype and shape."""
+        try:
+            return read()
+        except FileReplaced:
+            old = self.infos[key]
+            header = read_header(self.path)
+            infos = infos_from_header(self.path, header)
+            new = infos.get(key)
+            if new is None or (new.dtype, new.shape) != (old.dtype, old.shape):
+                raise ForensicsError(f"was replaced while open, and tensor {escape(repr(key))[:80]} changed",
+                                     path=self.path) from None
+            self.header, self.infos = header, infos
+            self.metadata = header.get("__metadata__") or {}
+            return read()
 
 
 def infos_from_header(path: str, header: dict) -> dict[str, TensorInfo]:
     """:class:`TensorInfo` of every tensor of an already validated ``header`` of ``path``."""
     fd = open_regular(path)
     try:
-        size = os.fstat(fd).st_size
+        st = os.fstat(fd)
         (n,) = struct.unpack("<Q", os.pread(fd, 8, 0))
     finally:
         os.close(fd)
@@ -284,7 +308,8 @@ def infos_from_header(path: str, header: dict) -> dict[str, TensorInfo]:
         if name == "__metadata__":
             continue
         a, b = d["data_offsets"]
-        out[name] = TensorInfo(path, str(d["dtype"]), tuple(d["shape"]), b - a, 8 + n + a, size)
+        out[name] = TensorInfo(path, str(d["dtype"]), tuple(d["shape"]), b - a, 8 + n + a, st.st_size,
+                               (st.st_dev, st.st_ino))
     return out
 
 

@@ -110,7 +110,7 @@ class quiet:
             hf_logging.enable_progress_bar()
 
 
-def check_ids(ids: Any, vocab_size: int, model: str | None = None) -> None:
+def check_ids(ids: Any, vocab_size: int, path: str | None = None, model: str | None = None) -> None:
     """A one-line error when a token id lies outside ``0 <= id < vocab_size``, checked before any embedding
     lookup (a negative id would otherwise index from the end of the table, a large one raise IndexError).
 
@@ -127,11 +127,12 @@ def check_ids(ids: Any, vocab_size: int, model: str | None = None) -> None:
     if t.numel() == 0:
         return
     if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
-        raise ForensicsError(f"input_ids are {str(t.dtype).replace('torch.', '')}, not integers", path=model)
+        raise ForensicsError(f"input_ids are {str(t.dtype).replace('torch.', '')}, not integers", path=path)
     bad = (t < 0) | (t >= int(vocab_size))
     n = int(bad.sum())
     if n:
         i = int(bad.nonzero()[0, 0])
+        of = f" of {model}" if model else ""
         raise ForensicsError(f"input_ids hold {n} id{'s' if n > 1 else ''} outside the model's vocabulary "
-                             f"0..{int(vocab_size) - 1} (first: {int(t[i])} at position {i}); exact mode needs the "
-                             "model the ids were tokenized for", path=model)
+                             f"0..{int(vocab_size) - 1}{of} (first: {int(t[i])} at position {i}); exact mode needs "
+                             "the model the ids were tokenized for", path=path)

@@ -171,6 +171,9 @@ class LayerStream:
         block = max((self.block_bytes(k) for k in range(self.num_layers)), default=0)
         raw = max((i.nbytes for n, i in self.index.items() if n.startswith(self.prefix + "layers.")), default=0)
         states = 4 * tokens * self.hidden_size * 8  # a block's activations, generously
+        head = min(LM_HEAD_BLOCK_BYTES, self.index[self.head_name].nbytes // DTYPE_BYTES.get(
+            self.index[self.head_name].dtype, 2) * self._itemsize())  # the logit lens' lm_head rows at once
+        block = max(block, head)
         need = current_rss() + block + raw + states
         if self.max_memory is not None and need > self.max_memory:
             raise ForensicsError(f"streaming {self.model_type} needs about {need / 1e9:.2f} GB (this process "

@@ -274,9 +274,11 @@ _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g"
 DEFAULT_NAMES = ("default", "smollm2")
 MIN_MEMORY = 1000**2  # a --max-memory below 1 MB is a typo (0.5 → int 0 once meant "no budget"), refused
 # A whole load peaks above its float32 weights: the checkpoint's own bytes are read while transformers builds and
-# fills the float32 model, and the ladder's states come on top (measured on SmolLM2 and a 63 M-parameter Llama:
-# peak RSS growth / float32 weights = see WHOLE_LOAD_MEASURED in benchmarks/README.md).
-WHOLE_LOAD_FACTOR = 2.0
+# fills the float32 model, and the ladder's states come on top. Measured (2026-12-01, a 56 M-parameter bf16 Llama
+# loaded in float32 and run on 128 tokens, transformers already imported): peak RSS growth = 1.98 × the float32
+# weights; importing transformers' loader adds ~124 MB more when it is not yet imported.
+WHOLE_LOAD_FACTOR = 2.1
+LOADER_IMPORT_BYTES = 160 * 1000**2
 
 
 @dataclass(frozen=True)
@@ -456,11 +458,19 @@ def fits_in_memory(path: str, budget: int, strict: bool = False) -> bool:
     ``WHOLE_LOAD_FACTOR`` × the float32 weights. A model that cannot be sized fits only when not ``strict``
     (``strict``: the user gave the budget, which is then an upper bound)."""
     need = compute_bytes(path)
-    from forensics.models.shards import current_rss
-
     if need is None:
         return not strict
-    return current_rss() + WHOLE_LOAD_FACTOR * need <= budget
+    return whole_load_bytes(need) <= budget
+
+
+def whole_load_bytes(weights: int) -> int:
+    """Estimated peak RSS of a whole load of ``weights`` float32 bytes from this process's state now."""
+    import sys
+
+    from forensics.models.shards import current_rss
+
+    extra = 0 if "transformers.modeling_utils" in sys.modules else LOADER_IMPORT_BYTES
+    return int(current_rss() + WHOLE_LOAD_FACTOR * weights + extra)
 
 
 def config_facts(path: str) -> dict | None:
@@ -501,12 +511,10 @@ def check_whole_load(path: str, budget: int, strict: bool) -> None:
         raise ForensicsError(f"cannot tell the memory this model needs before loading it (no safetensors headers "
                              f"or GGUF tensor table to size it), so --max-memory {budget / 1e9:.3f} GB cannot be "
                              "kept; convert it to safetensors, or run without --max-memory", path=path)
-    from forensics.models.shards import current_rss
-
-    raise ForensicsError(f"loading the whole model needs about {(current_rss() + WHOLE_LOAD_FACTOR * need) / 1e9:.2f} "
-                         f"GB (this process {current_rss() / 1e9:.2f} GB + {WHOLE_LOAD_FACTOR:g} × "
-                         f"{need / 1e9:.2f} GB of float32 weights), above --max-memory {budget / 1e9:.2f} GB (only "
-                         "the fingerprint's exact mode streams a safetensors model block by block)", path=path)
+    raise ForensicsError(f"loading the whole model needs about {whole_load_bytes(need) / 1e9:.2f} GB (this process, "
+                         f"transformers' loader and {WHOLE_LOAD_FACTOR:g} × {need / 1e9:.2f} GB of float32 weights), "
+                         f"above --max-memory {budget / 1e9:.2f} GB (only the fingerprint's exact mode streams a "
+                         "safetensors model block by block)", path=path)
 
 
 def target_facts(spec: Any) -> dict:

@@ -57,6 +57,14 @@ class Reference:
             return None  # a ladder capture's r=0 slot is compared by the ladder match itself
         return None
 
+    def vocab_size(self) -> int | None:
+        """Rows of the model's embedding (ids must lie in ``0..rows - 1``), when a model is behind this."""
+        if self.stream is not None:
+            return int(self.stream.vocab_size)
+        if self.net is not None:
+            return int(self.net.get_input_embeddings().weight.shape[0])
+        return None
+
     def ladder(self, ids: torch.Tensor) -> dict | None:
         if self._ladder is not None:
             return self._ladder
@@ -249,6 +257,10 @@ def exact_checks(capture: Capture, tensors: list, model: Any) -> dict:
     T = ref.tokens or (DEFAULT_TOKENS if ref.stream is not None else None)
     if T is not None and (ref.net is not None or ref.stream is not None) and ids is not None:
         ids, tensors = ids[:T], [h[:T] for h in tensors]  # causal: the first T states need only these T ids
+    if ids is not None and ref.vocab_size() is not None:
+        from forensics.models.folder import check_ids
+
+        check_ids(ids, int(ref.vocab_size() or 0), capture.path, ref.source)  # before any embedding lookup
     streamed = None
     if ref.stream is not None and ids is not None:
         from forensics.analysis.fingerprint.streamed import streamed_ladder
