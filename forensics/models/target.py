@@ -550,8 +550,12 @@ def tokenize(spec: Any, text: str) -> Any:
         if os.path.isdir(path):
             from transformers import AutoTokenizer
 
+            from forensics.models.folder import LOCAL_ONLY, check_tokenizer_files, refuse_custom_code
+
+            refuse_custom_code(path)  # no auto_map: before transformers sees the folder
+            check_tokenizer_files(path)
             try:
-                tok = AutoTokenizer.from_pretrained(path, trust_remote_code=False, local_files_only=True)
+                tok = AutoTokenizer.from_pretrained(path, **LOCAL_ONLY)
             except Exception as e:  # noqa: BLE001 - a folder without a usable tokenizer
                 raise ForensicsError(f"the model folder has no usable tokenizer: {type(e).__name__}: "
                                      f"{str(e).splitlines()[0][:200] if str(e) else ''}", path=path) from None
