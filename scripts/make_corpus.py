@@ -4,6 +4,7 @@
     python scripts/make_corpus.py --verify 2      # also assert derived files == direct captures on 2 texts
     python scripts/make_corpus.py --texts benchmarks/holdout_texts.txt --split-all eval --out .cache/holdout
                                                   # a second held-out set: every text in the evaluation split
+    python scripts/make_corpus.py --rows zero_block,shift_p1   # only these row corruptions (--rows none: no rows)
 
 Steps (everything is regenerated from ``benchmarks/corpus_texts.txt``, written for this project):
 
@@ -20,6 +21,14 @@ Steps (everything is regenerated from ``benchmarks/corpus_texts.txt``, written f
    recorder's own ``write_sample`` from slices of the ladder, which is bit-identical to a direct capture
    of that subset (``--verify`` asserts it). No sidecar is written next to a case: the claim lives in the
    manifest only, so nothing in the folder tells the fingerprint the truth.
+4. Row cases (issue 22), for every text of at least ``ROW_MIN_TOKENS`` tokens and every format, from the same
+   ladders: the clean file and each corruption of :data:`ROW_VARIANTS` (a zero block in every slot at three
+   sizes and positions, 70 % zero rows + 3 NaN, a missing tail, rows only for a suffix, token shifts of +1,
+   +2 and -1, one slot shifted either way, another text's rows at the same layers). The layers include the
+   embedding in two thirds of the files; the claim is the truth, so the rows are the only thing wrong. The
+   ground truth (``expected``: kind, rows, offset, slots, tokens, share) is in ``manifest.json``
+   ``row_cases``; the files are under ``<split>/<format>/rows/``. ``--rows`` subsets the variants
+   (``--rows none``: the layer cases only).
 """
 
 from __future__ import annotations
