@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from forensics.findings import Finding, Severity
+from forensics.findings import Finding, FindingKind, Severity
 from forensics.io.capture import Capture
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -178,7 +178,7 @@ def _zero_and_nonfinite(ts: list, rep: RowReport) -> None:
         amax = torch.cat([h[s:s + 4096].abs().amax(dim=-1).float() for s in range(0, n, 4096)]).numpy()
         zero[i] = amax == 0
         bad[i] = ~np.isfinite(amax)
-    for kind, m, why in (("zero_rows", zero, "all zero"), ("nonfinite", bad, "NaN or Inf")):
+    for kind, m, why in ((FindingKind.ZERO_ROWS, zero, "all zero"), (FindingKind.NONFINITE, bad, "NaN or Inf")):
         hit = [i for i in range(len(ts)) if m[i].any() and (kind == "nonfinite" or not m[i].all())]
         if not hit:
             continue
