@@ -75,9 +75,9 @@ def test_svg_band_and_broken_lines(corrupted):
     frame = re.search(r'<rect x="([\d.]+)" y="[\d.]+" width="([\d.]+)" height="[\d.]+" fill="none" '
                       r'stroke="#333333"', text)
     assert rect and frame
-    l, w = float(frame[1]), float(frame[2])
+    left, w = float(frame[1]), float(frame[2])
     x0, x1 = -0.5, 92.5  # the axis spans the token range ± half a row
-    assert float(rect[1]) == pytest.approx(l + (ZERO[0] - 0.5 - x0) / (x1 - x0) * w, abs=0.02)
+    assert float(rect[1]) == pytest.approx(left + (ZERO[0] - 0.5 - x0) / (x1 - x0) * w, abs=0.02)
     assert float(rect[2]) == pytest.approx((ZERO[1] - ZERO[0] + 1) / (x1 - x0) * w, abs=0.03)
     for i in range(4):  # the zero rows cannot sit on a log axis: each line is broken there, in two pieces
         d = re.search(rf'<path d="([^"]+)" fill="none" stroke="[^"]+" stroke-width="[\d.]+" class="norms-{i}"', text)
