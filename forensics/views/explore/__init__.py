@@ -18,7 +18,8 @@ from __future__ import annotations
 from typing import Any
 
 
-def explore(x: Any, model: Any = None, layers: Any = None, tokenizer: Any = "auto", background: bool = True) -> Any:
+def explore(x: Any, model: Any = None, layers: Any = None, tokenizer: Any = "auto", background: bool = True,
+            input_ids: Any = None) -> Any:
     """One explorer widget for a capture path, a dataset folder, a ``Capture``, or ``[tokens, hidden]`` tensors.
 
     Args:
@@ -28,13 +29,14 @@ def explore(x: Any, model: Any = None, layers: Any = None, tokenizer: Any = "aut
         tokenizer: ``"auto"`` (the capture's own local tokenizer), a folder, a tokenizer object, or None.
         background: fingerprint (verdicts, row findings) and load the model in a background thread, so the
             heatmap shows at once; ``Explorer.wait()`` waits for them.
+        input_ids: the token ids of hidden states given in memory (their text needs ``tokenizer=``).
 
     Returns:
         :class:`forensics.views.explore.widget.Explorer` (an ``anywidget.AnyWidget``).
     """
     from forensics.views.explore.widget import Explorer
 
-    return Explorer(x, model=model, layers=layers, tokenizer=tokenizer, background=background)
+    return Explorer(x, model=model, layers=layers, tokenizer=tokenizer, background=background, input_ids=input_ids)
 
 
 __all__ = ["explore"]

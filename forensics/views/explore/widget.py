@@ -69,14 +69,16 @@ class Explorer(anywidget.AnyWidget):
     status = traitlets.Unicode("").tag(sync=True)
 
     def __init__(self, x: Any, model: Any = None, layers: Any = None, tokenizer: Any = "auto",
-                 background: bool = True):
+                 background: bool = True, input_ids: Any = None):
         super().__init__()
+        self._input_ids = input_ids
         self.items = _sources(x)
         self.layers = layers
         self._tokenizer = tokenizer
         self._model_spec = model
         self._verifier: Any = None
         self._lock = threading.RLock()
+        self._model_lock = threading.Lock()  # one model load, whether the thread or a click asks first
         self._captures: dict[int, Any] = {}
         self._states: dict[int, Any] = {}
         self._fps: dict[int, Any] = {}  # k -> Fingerprint or error text
@@ -104,7 +106,8 @@ class Explorer(anywidget.AnyWidget):
         k = self.file if k is None else k
         with self._lock:
             if k not in self._captures:
-                self._captures[k] = as_capture(self.items[k][1])
+                ids = self._input_ids if len(self.items) == 1 else None  # ids of one sample, never of a folder
+                self._captures[k] = as_capture(self.items[k][1], ids)
             return self._captures[k]
 
     def state(self, k: int | None = None) -> Any:
@@ -188,27 +191,28 @@ class Explorer(anywidget.AnyWidget):
             if k in self._states:
                 (failed_fingerprint if isinstance(fp, str) else with_fingerprint)(self._states[k], fp)
         if self.files:
-            files = [dict(f) for f in self.files]
-            files[k]["verdict"] = verdict or "no claim"
-            self.files = files
+            with self._lock:
+                files = [dict(f) for f in self.files]
+                files[k]["verdict"] = verdict or "no claim"
+                self.files = files
         if k == self.file:
             self._show(k)
 
     def _load_verifier(self) -> None:
-        if self._verifier is not None or self._model_spec is None:
+        if self._model_spec is None:
             return
-        self.status = "loading the model for the logit lens…"
-        try:
-            from forensics.models.verifier import open_verifier
+        with self._model_lock:
+            if self._verifier is not None:
+                return
+            self.status = "loading the model for the logit lens…"
+            try:
+                from forensics.models.verifier import open_verifier
 
-            v = open_verifier(self._model_spec)
-            with self._lock:
-                self._verifier = v
-            self.status = ""
-        except ForensicsError as e:
-            with self._lock:
+                self._verifier = open_verifier(self._model_spec)
+                self.status = ""
+            except ForensicsError as e:
                 self._verifier = e
-            self.status = f"no logit lens: {e}"
+                self.status = f"no logit lens: {e}"
 
     def wait(self, timeout: float | None = None) -> Explorer:
         """Wait until the background fingerprints (and the model) are done; returns the explorer."""

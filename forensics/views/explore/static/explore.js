@@ -111,7 +111,8 @@ function render({ model, el }) {
   const status = h("span", "hsf-x-status");
   const scaleSel = h("select", "hsf-x-scale");
   scaleSel.setAttribute("aria-label", "colour scale");
-  [["row", "colour: log ‖x‖, 2–98th pct per slot"], ["global", "colour: log ‖x‖, one scale"]].forEach(([v, t]) => {
+  scaleSel.title = "colour: log10 norm, 2nd–98th percentile per slot, or one scale for all slots";
+  [["row", "log ‖x‖ per slot"], ["global", "log ‖x‖ shared"]].forEach(([v, t]) => {
     const o = h("option", null, t); o.value = v; scaleSel.appendChild(o);
   });
   const svgBtn = h("button", "hsf-x-export", "SVG");
