@@ -313,7 +313,10 @@ def explore_state(x: Any, fingerprint: Any = None, tokenizer: Any = "auto", stat
                          cos_prev=bin_min(cos_prev, starts), cos_same=bin_min(cos_same, starts), starts=starts,
                          tokens=tokens, ids=col_ids, tokenizer_note=note, verdicts=[None] * len(names),
                          verdict_why=[""] * len(names))
-    state.row_findings = check_rows(cap).findings  # zero blocks, NaN rows, …: bands before any fingerprint
+    # zero blocks and NaN/Inf rows as bands before any fingerprint: check_rows reads every slot again, so only when
+    # the norms already show such a row (a norm is 0 or non-finite exactly then); the fingerprint brings the rest
+    if any(bool((n == 0).any()) or not bool(np.isfinite(n).all()) for n in full):
+        state.row_findings = check_rows(cap).findings
     _set_bands(state, finding_bands(state.row_findings, len(names), T) + stat_bands(stats))
     return with_fingerprint(state, fingerprint) if fingerprint is not None else state
 

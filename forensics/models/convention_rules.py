@@ -176,6 +176,35 @@ RULES: tuple[Rule, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class ConfigRule:
+    """A rule about a draft config's id list as a whole (not one id's numbering), with its public source."""
+
+    name: str
+    engines: tuple[str, ...]
+    rule: str
+    fix: str
+    source: str
+
+
+CONFIG_RULES: dict[str, ConfigRule] = {r.name: r for r in (
+    ConfigRule("duplicate", ("vllm", "sglang"),
+               "the capture loop tests each block index for membership in the aux-id set (vLLM "
+               "`if idx in self.aux_hidden_state_layers`, SGLang `layers_to_capture`): a repeated id is captured "
+               "once, so the engine concatenates fewer states than the fc takes (a shape error, or the fc reads "
+               "the wrong width when padded)",
+               "list one distinct id per fc slice: the layers the fc was trained on",
+               "https://github.com/NVIDIA-NeMo/Automodel/pull/2256"),
+    ConfigRule("last_layer_aux", ("vllm",),
+               "speculators generates data with the final layer L appended to the ids (launch_vllm.py "
+               "--include-last-layer: the training target) and trains the fc on the ids without it; a draft config "
+               "whose aux ids still end with L makes vLLM (EagleModelMixin, vllm#36063) capture the final pre-norm "
+               "boundary as one more fc input",
+               "drop L from the aux ids: write the ids the fc was trained on",
+               "https://github.com/vllm-project/speculators/pull/839"),
+)}
+
+
 def rules_for(system: str | None = None, family: str | None = None, version: str | None = None) -> list[Rule]:
     """The rules matching a system, family and canonical version (None: any)."""
     return [r for r in RULES if (system is None or r.system == system) and (family is None or r.family == family)
