@@ -354,7 +354,7 @@ def position_lines(result: Any, sel: Sequence[int], token_range: tuple[int, int]
     ranges; default: the result's own row report, :func:`bad_rows_of`).
 
     >>> from types import SimpleNamespace as NS
-    >>> st = NS(slots=[NS(norms=np.array([1.0, 2, 0, 0, 3]), sinks=[], massive_tokens=[])])
+    >>> st = NS(capture=None, slots=[NS(norms=np.array([1.0, 2, 0, 0, 3]), sinks=[], massive_tokens=[])])
     >>> pl = position_lines(st, [0], bad_rows={0: [(2, 3)]})
     >>> pl.bands, pl.span
     ([(2, 3, [0])], (1.0, 3.0))
