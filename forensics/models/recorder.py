@@ -234,7 +234,7 @@ def sample_path(fmt: str, i: int) -> str:
 
 def write_sample(fmt: str, path: str, sample: TextSample, states: list, rs: list, stamp: dict | None = None) -> None:
     """Write one sample file exactly as ``fmt``'s own generator writes it; a safetensors file also carries
-    ``stamp`` in its header metadata (torch files get theirs in capture.json)."""
+    ``stamp`` in its header metadata (torch files get theirs in stamps.jsonl)."""
     import torch
     from safetensors.torch import save
 
@@ -411,9 +411,12 @@ def capture(texts: list[str], layers: str | list | None = None, fmt: str = "spec
         "r": rs, "labels": [r_label(r) for r in rs], "format": fmt, "convention": CONVENTIONS[fmt],
         "layer_ids": ids, "dtype": "bfloat16" if dtype == "bf16" else "float32", "compute_dtype": "float32",
         "tokenizer": tok_rel, "samples": entries, "command": command, "notes": notes,
-        **({"stamps": stamps} if stamps else {}),
     }
     _write_json(os.path.join(out, "capture.json"), run.meta)
+    if stamps:  # torch files' stamps: their own line-oriented sidecar (never capture.json: it must stay small)
+        from forensics.io.stamp_store import append_stamps
+
+        append_stamps(out, stamps)
     run.seconds = time.time() - t0
     return run
 
@@ -471,9 +474,9 @@ def _write_samples(run: CaptureRun, net: Any, samples: list, dtype: str, name: s
         states = slot_states(net, s.input_ids, rs, dtype)
         rec = record_for_states(states, rs, torch.tensor(s.input_ids, dtype=torch.long), fmt=fmt,
                                 producer=f"hsf capture {__version__}", convention=CONVENTIONS[fmt], layer_ids=ids,
-                                model=name, num_layers=L, tool_version=__version__)
+                                model=name, num_layers=L, tool_version=__version__, file=rel)
         write_sample(fmt, os.path.join(run.out, rel), s, states, rs, rec)
-        if fmt in ("speculators-v1", "specforge"):  # torch files: the stamp goes into capture.json
+        if fmt in ("speculators-v1", "specforge"):  # torch files: the stamp goes into stamps.jsonl
             stamps[rel] = rec
         run.files.append(rel)
         entries.append({"file": rel, "text_file": os.path.relpath(s.text_file, run.out), "text_sha256": s.sha256,

@@ -31,7 +31,7 @@ from forensics.analysis.scan.sinks import ParquetSink
 from forensics.analysis.scan.summary import Aggregator
 from forensics.analysis.scan.workers import batches, run_dask, run_inline, run_pool
 from forensics.errors import ForensicsError
-from forensics.io.output import check_output, lock_output
+from forensics.io.output import append_line, check_output, lock_output
 from forensics.jsonable import json_safe
 
 SAMPLE_SEED = 0  # --sample K draws the same K files every time
@@ -211,11 +211,11 @@ def _scan(path: Any, items: list[Item], bad: list[dict], out: str | None, sink: 
     try:
         for row in bad:
             if number[row["path"]] not in done:
-                _write(sink, row)
+                _write(sink, row, out)
                 fold(number[row["path"]], row)
         for rows in runner:
             for row in rows:
-                _write(sink, row)
+                _write(sink, row, out)
                 fold(number[row["path"]], row)
                 new_bytes += row.get("size") or 0
                 if bar is not None:
@@ -295,7 +295,7 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, old)
 
 
-def _write(sink, row: dict) -> None:
+def _write(sink, row: dict, out: str | None = None) -> None:
     if isinstance(sink, ParquetSink):
         sink.write(json_safe(row))
     elif sink is not None:
@@ -303,8 +303,7 @@ def _write(sink, row: dict) -> None:
             line = json.dumps(row, allow_nan=False, separators=(",", ":"))
         except (TypeError, ValueError):  # a numpy scalar or a NaN from some field: make it plain JSON
             line = json.dumps(json_safe(row), allow_nan=False, separators=(",", ":"))
-        sink.write(line + "\n")
-        sink.flush()
+        append_line(sink, out or "-o", line)
 
 
 
