@@ -202,9 +202,9 @@ def check_output(path: str | os.PathLike, inputs: Iterable[str | os.PathLike] = 
                 raise ForensicsError(f"output would be read as a capture of the input folder {src}; "
                                      "refusing to write a capture-named file there", path=out)
     if exists and os.path.isfile(out):
-        kind = _sniff(target)
-        if kind in CAPTURE_CONTAINERS and kind != allow:
-            raise ForensicsError(f"output exists and looks like a capture ({kind} container); refusing to "
+        container = _sniff(target)
+        if container in CAPTURE_CONTAINERS and container != allow:
+            raise ForensicsError(f"output exists and looks like a capture ({container} container); refusing to "
                                  "overwrite it", path=out)
     return out
 

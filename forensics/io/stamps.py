@@ -10,7 +10,8 @@ of a slot, read as signed bytes ``b[0..n)``, is mixed into 8 int32 sums ``m[c] =
 pseudo-random weights ``1 ≤ |w| ≤ 63`` per byte position (splitmix64 of the position); the digest is SHA-256 of
 the shape and every row's 8 sums, in row order. The sums are exact integers (``|m| ≤ 128·63·n < 2^31`` for
 rows up to 260 KB; a wider row is mixed in segments of that size), so any kernel gives the same digest: an int8
-matrix product (``torch._int_mm``: VNNI/AMX at memory speed) or, where it is missing, float64 BLAS. What it catches, whatever the data:
+matrix product (``torch._int_mm``: VNNI/AMX at memory speed) or, where it is missing, float64 BLAS.
+What it catches, whatever the data:
 
 - any single changed byte (every weight is nonzero);
 - two bytes swapped, or changed together (a word or lane swap, a ±1-ulp pair, a pair of sign flips): missed
