@@ -115,7 +115,7 @@ def compare_served(data: Any, trained: dict, served: Any, use_fingerprint: bool 
     """Slot-by-slot comparison of a served capture with the training ``data`` (path or Capture);
     returns (served side, findings)."""
     from forensics.analysis.audit.training import STRONG_ROLES, fingerprint_slots
-    from forensics.findings import Finding, Severity
+    from forensics.findings import Finding, FindingKind, Severity
 
     if data is None or isinstance(data, (list, tuple)):
         raise ForensicsError("the config-free check (--served) needs the training data as capture files (--data)")
@@ -182,7 +182,8 @@ def compare_served(data: Any, trained: dict, served: Any, use_fingerprint: bool 
         if f is not None:
             findings.append(f)
     if n_served != len(fc_r):
-        findings.append(Finding("served_data", Severity.FAIL, [], f"the served capture has {n_served} states, "
+        findings.append(Finding(FindingKind.SERVED_DATA, Severity.FAIL, [],
+                                f"the served capture has {n_served} states, "
                                 "training fed "
                                 f"the fc {len(fc_r)}", {"served": n_served, "trained": len(fc_r)}))
     how = (f"rows joined on {P} shared tokens (cosine ≥ {SAME_TENSOR_COS}, rel ≤ {SAME_TENSOR_REL})" if same_text
@@ -239,7 +240,7 @@ def _slot_finding(j: int, want: int | None, same: bool | None, ev: dict, slots_r
                   same_text: bool) -> Any:
     """The finding for served slot ``j``: ``served_data`` (FAIL) when it is not what fc slice ``j`` was trained
     on, ``served_undecided`` (WARN) when the data cannot tell, None when it matches."""
-    from forensics.findings import Finding, Severity
+    from forensics.findings import Finding, FindingKind, Severity
 
     trained_lab = r_label(slots_r[want]) if want is not None else "none"
     s_role, t_role = ev.get("served_role"), ev.get("trained_role")
@@ -260,7 +261,8 @@ def _slot_finding(j: int, want: int | None, same: bool | None, ev: dict, slots_r
                 (f"training slot {near} ({r_label(slots_r[near])})" if near is not None else "?")
         if s_role and t_role and s_role != t_role:
             val += f"; roles differ: served {s_role}, trained {t_role}"
-        return Finding("served_data", Severity.FAIL, [j], f"served slot {j} is not what fc slice {j} was trained "
+        return Finding(FindingKind.SERVED_DATA, Severity.FAIL, [j],
+                       f"served slot {j} is not what fc slice {j} was trained "
                        f"on ({trained_lab}): {val}; it {'equals' if same_text else 'is'} {what}", ev)
     if same is None:
         d_w = ev["value"]
@@ -268,7 +270,7 @@ def _slot_finding(j: int, want: int | None, same: bool | None, ev: dict, slots_r
         named = (f"nearest training slot {near} by a margin (≤ {W1_MARGIN}× the runner-up)"
                  if ev.get("ratio") is not None and ev["ratio"] <= W1_MARGIN else
                  f"no training slot nearest by a margin (nearest {near}, runner-up {ev.get('runner_up_slot')})")
-        return Finding("served_undecided", Severity.WARN, [j],
+        return Finding(FindingKind.SERVED_UNDECIDED, Severity.WARN, [j],
                        f"served slot {j} vs fc slice {j} ({trained_lab}), other text: {W1_NAME} "
                        + (f"{d_w:.3f} < {W1_THRESHOLD}, " if d_w is not None else "")
                        + f"{named}; norm distributions on other text cannot tell a layer from its neighbours — "

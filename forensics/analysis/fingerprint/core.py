@@ -55,7 +55,7 @@ from forensics.analysis.fingerprint.rules import (  # noqa: F401 - re-exported: 
 )
 from forensics.analysis.stats import CaptureStats, summarize
 from forensics.errors import ForensicsError
-from forensics.findings import Finding, Severity, Verdict, worst_verdict
+from forensics.findings import Finding, FindingKind, Severity, Verdict, worst_verdict
 from forensics.io.capture import Capture
 from forensics.jsonable import json_safe
 from forensics.layers import FINAL_POST, R
@@ -289,18 +289,19 @@ def _anomalies(capture: Capture, st: CaptureStats) -> tuple[list[Finding], set[i
         if s.nan or s.inf:
             bad_rows |= set(s.nan_positions) | set(s.inf_positions)
             rows = s.nan_positions[:5] or s.inf_positions[:5]
-            findings.append(Finding("nonfinite", Severity.FAIL, [s.index], f"slot {s.index} ({s.name}) has "
+            findings.append(Finding(FindingKind.NONFINITE, Severity.FAIL, [s.index], f"slot {s.index} ({s.name}) has "
                                     f"{s.nan} NaN and {s.inf} Inf values (first rows {rows})"))
         if s.norm.n and s.norm.max >= FLOAT32_SQUARE_LIMIT:
-            findings.append(Finding("overflow", Severity.FAIL, [s.index], f"slot {s.index} ({s.name}) has token "
+            findings.append(Finding(FindingKind.OVERFLOW, Severity.FAIL, [s.index],
+                                    f"slot {s.index} ({s.name}) has token "
                                     f"norms up to {s.norm.max:.3g}: squares of its values overflow float32 (above "
                                     f"{FLOAT32_SQUARE_LIMIT:.2g}), so no real hidden state looks like this and "
                                     "its angles and fits are not reliable"))
         if s.norm.n and s.norm.max == 0:
-            findings.append(Finding("all_zero", Severity.FAIL, [s.index], f"slot {s.index} ({s.name}) is all "
+            findings.append(Finding(FindingKind.ALL_ZERO, Severity.FAIL, [s.index], f"slot {s.index} ({s.name}) is all "
                                     "zeros: nothing was captured there (padding, or a hook that never fired)"))
     if capture.num_tokens < MIN_TOKENS:
-        findings.append(Finding("few_tokens", Severity.WARN, list(range(len(capture.slots))), f"only "
+        findings.append(Finding(FindingKind.FEW_TOKENS, Severity.WARN, list(range(len(capture.slots))), f"only "
                                 f"{capture.num_tokens} tokens (< {MIN_TOKENS}): the data-only signals are weak; use "
                                 "--model for exact checks"))
     return findings, bad_rows
@@ -332,7 +333,7 @@ def _exact(capture: Capture, tensors: list, model: Any, sig: _Signals, findings:
         exact_evidence(sig.ev[i], x)
     unmatched = [i for i, x in enumerate(exact["slots"]) if x["ladder"] is not None and x["r_exact"] is None]
     if unmatched:
-        findings.append(Finding("no_reference_match", Severity.WARN, unmatched, f"slots {unmatched} equal "
+        findings.append(Finding(FindingKind.NO_REFERENCE_MATCH, Severity.WARN, unmatched, f"slots {unmatched} equal "
                                 "no state of the reference on these input_ids (another model, other weights or "
                                 "dtype, or other tokens); their depth comes from the data-only signals"))
     return exact
