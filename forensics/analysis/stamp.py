@@ -174,9 +174,14 @@ def stamp(dataset: str | os.PathLike, layers: str | list | None = None, conventi
     """Stamp every capture file under ``dataset`` (a file or a folder). Safetensors files get the stamp in their
     header (tensors byte-identical); torch files get a line in the ``stamps.jsonl`` beside them. Each file is
     stamped whole or not at all; ``StampResult.failed`` lists the files left unchanged and why."""
+    from forensics.io import validate
     from forensics.io.formats import iter_files
+    from forensics.io.limits import MAX_NUM_LAYERS
 
-    root = os.fspath(dataset)
+    validate.count(num_layers, "num_layers", hi=MAX_NUM_LAYERS, none=True)
+    if layers is not None:
+        validate.layers(layers)
+    root = _dataset_arg(dataset)
     files = list(iter_files(root))
     if not files:
         raise ForensicsError("no capture files found", path=root)
@@ -244,6 +249,12 @@ def _moved(path: str, file: str | None) -> bool:
     want = [p for p in file.split("/") if p not in ("", ".")]
     have = os.path.abspath(path).split(os.sep)
     return not want or have[-len(want):] != want
+
+
+def _dataset_arg(dataset: Any) -> str:
+    if not isinstance(dataset, (str, os.PathLike)):
+        raise ForensicsError(f"dataset must be a path to a capture file or folder, got {type(dataset).__name__}")
+    return os.fspath(dataset)
 
 
 def _close(a: list | None, b: list | None) -> bool:
@@ -329,7 +340,7 @@ def verify(dataset: str | os.PathLike) -> VerifyResult:
     from forensics.io.formats import iter_files
 
     t0 = time.perf_counter()
-    files = list(iter_files(os.fspath(dataset)))
+    files = list(iter_files(_dataset_arg(dataset)))
     if not files:
         raise ForensicsError("no capture files found", path=os.fspath(dataset))
     checks = [check_file(p) for p in files]

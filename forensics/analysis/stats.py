@@ -304,6 +304,9 @@ def summarize(capture: Capture | str | os.PathLike) -> CaptureStats:
         >>> st.slots[1].first_ratio > 5                              # doctest: +SKIP
         True
     """
+    from forensics.io.validate import capture_arg
+
+    capture = capture_arg(capture)  # a Capture of hidden states, or a path: one-line errors at the boundary
     if not isinstance(capture, Capture):
         from forensics.io.formats import load
 

@@ -113,19 +113,13 @@ def output_target(path: str | os.PathLike) -> tuple[str, str]:
 def _through(out: str, mode: str) -> Iterator[IO]:
     """``out`` (``-``, a device, a FIFO, a pipe) opened for appending; a FIFO without a reader is refused."""
     text = "b" not in mode
-    if out == STDOUT:
-        stream: IO = sys.stdout if text else sys.stdout.buffer
-        yield stream
-        try:
-            stream.flush()
-        except BrokenPipeError:
-            raise
-        except OSError as e:
-            raise write_error(out, e) from None
-        return
     try:
-        fd = os.open(out, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-        os.set_blocking(fd, True)
+        if out == STDOUT:  # a file object of our own on a copy of fd 1: closing it never closes sys.stdout
+            sys.stdout.flush()
+            fd = os.dup(sys.stdout.fileno())
+        else:
+            fd = os.open(out, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+            os.set_blocking(fd, True)
         f = os.fdopen(fd, "a" if text else "ab", encoding="utf-8" if text else None,
                       errors=TEXT_ERRORS if text else None)
     except OSError as e:
@@ -133,7 +127,8 @@ def _through(out: str, mode: str) -> Iterator[IO]:
     try:
         try:
             yield f
-            f.flush()
+            if not f.closed:
+                f.flush()
         except BrokenPipeError:
             raise
         except OSError as e:

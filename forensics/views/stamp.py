@@ -63,5 +63,8 @@ def verify_text(res) -> str:
         tag = "ok  " if f.status == "ok" else "----" if f.status == "unstamped" else "FAIL"
         line = f"  {tag} {_rel(f.path)}"
         s = summary(f.stamp) if f.stamp else None
-        out.append(line + (f"  {s}" if s else "") + ("" if f.status == "ok" else f": {f.message}"))
+        old = f.status == "ok" and f.stamp is not None and f.stamp.get("version", 1) == 1
+        out.append(line + (f"  {s}" if s else "") + ("" if f.status == "ok" else f": {f.message}")
+                   + ("  (a version-1 stamp: its checksum misses swapped words and paired edits; re-stamp)"
+                      if old else ""))
     return "\n".join(out)

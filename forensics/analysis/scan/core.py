@@ -31,7 +31,7 @@ from forensics.analysis.scan.sinks import ParquetSink
 from forensics.analysis.scan.summary import Aggregator
 from forensics.analysis.scan.workers import batches, run_dask, run_inline, run_pool
 from forensics.errors import ForensicsError
-from forensics.io.output import append_line, check_output, lock_output
+from forensics.io.output import append_line, check_output, lock_output, output_target
 from forensics.jsonable import json_safe
 
 SAMPLE_SEED = 0  # --sample K draws the same K files every time
@@ -135,7 +135,14 @@ def scan(path: str | os.PathLike | list, workers: int = 2, out: str | os.PathLik
         layers: the claimed r per slot (``"3,16,28,30"``) checked in every fingerprinted file, as ``hsf
             fingerprint --layers`` does; default: each file's own claims (sidecar, format).
     """
+    from forensics.io import validate
+
     t_start = time.perf_counter()
+    validate.count(sample, "sample", none=True)
+    validate.count(workers, "workers", lo=0, hi=1024)
+    if file_seconds is not None and (isinstance(file_seconds, bool) or not isinstance(file_seconds, (int, float))
+                                     or not file_seconds > 0):
+        raise ForensicsError(f"file_seconds must be a number of seconds > 0, got {file_seconds!r}")
     fingerprint = parse_fingerprint_option(fingerprint)
     if layers is not None:
         from forensics.layers import parse_layer_list
@@ -170,7 +177,8 @@ def _scan(path: Any, items: list[Item], bad: list[dict], out: str | None, sink: 
           on_row: Callable[[dict], None] | None, t_start: float) -> ScanResult:
     number = {it[0]: i for i, it in enumerate(items)}
     agg = Aggregator([it[0] for it in items])
-    held: dict[int, dict] | None = {} if out is None else None
+    # rows are read back from a regular -o at the end; written through a pipe or a device, they are kept here
+    held: dict[int, dict] | None = {} if out is None or output_target(out)[0] == "through" else None
     done: set[int] = set()
 
     def fold(no: int, row: dict) -> None:
