@@ -178,7 +178,8 @@ def _scan(path: Any, items: list[Item], bad: list[dict], out: str | None, sink: 
     number = {it[0]: i for i, it in enumerate(items)}
     agg = Aggregator([it[0] for it in items])
     # rows are read back from a regular -o at the end; written through a pipe or a device, they are kept here
-    held: dict[int, dict] | None = {} if out is None or output_target(out)[0] == "through" else None
+    held: dict[int, dict] | None = {} if out is None or (fmt == "jsonl" and output_target(out)[0] == "through") \
+        else None
     done: set[int] = set()
 
     def fold(no: int, row: dict) -> None:
