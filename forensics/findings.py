@@ -81,6 +81,7 @@ class FindingKind(StrEnum):
     ALL_ZERO = "all_zero"
     FEW_TOKENS = "few_tokens"
     NO_REFERENCE_MATCH = "no_reference_match"
+    NO_TOKEN_IDS = "no_token_ids"
     DUPLICATE = "duplicate"
     # ---- one capture: rows (row forensics) ----
     ZERO_ROWS = "zero_rows"
@@ -147,6 +148,7 @@ class FindingKind(StrEnum):
     DATA_ALL_ZERO = "data_all_zero"
     DATA_FEW_TOKENS = "data_few_tokens"
     DATA_NO_REFERENCE_MATCH = "data_no_reference_match"
+    DATA_NO_TOKEN_IDS = "data_no_token_ids"
     DATA_DUPLICATE = "data_duplicate"
     DATA_ZERO_ROWS = "data_zero_rows"
     DATA_ROW_COUNT = "data_row_count"
@@ -192,6 +194,7 @@ _MEANINGS: dict[FindingKind, str] = {
     FindingKind.ALL_ZERO: "a slot is all zeros: nothing was captured into it",
     FindingKind.FEW_TOKENS: "too few tokens for the statistics to decide a slot's role",
     FindingKind.NO_REFERENCE_MATCH: "with --model, some slots equal no state of the reference forward",
+    FindingKind.NO_TOKEN_IDS: "with --model, exact mode cannot run: the capture has no token ids (--ids, --text)",
     FindingKind.DUPLICATE: "the same layer is captured (or fed to the fc) twice",
     FindingKind.ZERO_ROWS: "some token rows of a slot are all zeros (a partly written or padded capture)",
     FindingKind.ROW_COUNT: "slots or token ids disagree on how many rows (tokens) the capture holds",

@@ -243,12 +243,17 @@ def audit(data: Any = None, draft: Any = None, engine: str | None = None, engine
 
         data_served, cf = compare_served(data, trained, served, use_fingerprint, model)
         findings += cf
-        if served_side.get("r") is not None and data_served["r"] != served_side["r"]:
-            findings.append(Finding(FindingKind.CONFIG_VS_SERVED, Severity.FAIL, [],
-                                    f"the config predicts served r = {served_side['r']} but the served capture shows "
-                                    f"{[r_label(r) for r in data_served['r']]}", {}))
+        predicted = served_side.get("r")
+        if predicted is not None:
+            differ = _known_differences(predicted, data_served["r"])
+            if differ:
+                findings.append(Finding(FindingKind.CONFIG_VS_SERVED, Severity.FAIL, [],
+                                        f"the config predicts served r = {[r_label(r) for r in predicted]} but the "
+                                        f"served capture shows {[r_label(r) for r in data_served['r']]}",
+                                        {"predicted": list(predicted), "served": list(data_served["r"]),
+                                         "slices": differ}))
         served_side = {**data_served, "config_prediction": served_side.get("r")}
-    verdict, reason, slices = _verdict(trained, served_side, findings, info, engine, L)
+    verdict, reason, slices = _verdict(trained, served_side, findings, info, engine, L, model is not None)
     fix = None
     fc_status = trained.get("fc_status") or ["declared"] * len(trained.get("fc_r") or [])
     known = all(st in KNOWN_TRAINED for st in fc_status)
@@ -262,8 +267,28 @@ def audit(data: Any = None, draft: Any = None, engine: str | None = None, engine
         if info is not None and fix.get("ids") is not None:  # the right ids are there; only the caveat blocks
             fix["already_set"] = list((info.ids_nested if fix["where"] == "nested" else info.ids_top) or []) \
                 == list(fix["ids"])
-    settle = None if fix is not None or verdict == "match" or known else SETTLE
+    settle = None if fix is not None or verdict == "match" or known else _settle(model is not None)
     return AuditResult(verdict, reason, slices, findings, fix, trained, served_side, context, settle)
+
+
+def _known_differences(predicted: list, shown: list) -> list[int]:
+    """Slices where the config's prediction and the served capture name different layers, both known; a
+    different count is a difference at every slice past the shorter list. An unknown served r ("?") contradicts
+    nothing.
+
+    >>> _known_differences([0, 3, 16], [0, None, None]), _known_differences([0, 3, 16], [0, 4, None])
+    ([], [1])
+    >>> _known_differences([2, 24], [2, 24, 24])
+    [2]
+    """
+    n = max(len(predicted), len(shown))
+    out = []
+    for k in range(n):
+        if k >= len(predicted) or k >= len(shown):
+            out.append(k)
+        elif predicted[k] is not None and shown[k] is not None and predicted[k] != shown[k]:
+            out.append(k)
+    return out
 
 
 def _assumption_findings(info, engine: str, version: str | None, L: int, arch: str, arch_given: bool,
@@ -294,6 +319,15 @@ SETTLE = ("run with --model HF_FOLDER (the target model: exact r per slot; --max
           "than memory block by block), or compare a served capture on the same prompts (--served)")
 
 
+SETTLE_WITH_MODEL = ("the reference model (--model) named no layer for these slices: check that it is the target "
+                     "the data was captured from, or compare a served capture on the same prompts (--served)")
+
+
+def _settle(model_given: bool) -> str:
+    """What settles an unknown slice; never asks for --model when it was given."""
+    return SETTLE_WITH_MODEL if model_given else SETTLE
+
+
 def _shift_finding(fc: list, status: list, sr: list) -> Finding | None:
     """The whole list shifted by one slot: training fed the embedding first where serving feeds a layer (the seed's
     Kimi-K2.5 bug), or the reverse. ``corrected`` is the list serving should feed (unknown slices as None)."""
@@ -319,7 +353,7 @@ def _shift_finding(fc: list, status: list, sr: list) -> Finding | None:
                    {"trained": fc, "served": sr, "corrected": corrected, "trained_status": list(status)})
 
 
-def _verdict(trained: dict, served: dict, findings: list[Finding], info, engine, L):
+def _verdict(trained: dict, served: dict, findings: list[Finding], info, engine, L, model_given: bool = False):
     fc, sr = trained.get("fc_r"), served.get("r")
     if fc is None:
         return "cannot-tell", "nothing says which layers the draft was trained on (pass --data, or a draft " \
@@ -380,7 +414,7 @@ def _verdict(trained: dict, served: dict, findings: list[Finding], info, engine,
         why = (f"the trained r of fc slice(s) {claimed} is only declared ({[r_label(fc[k]) for k in claimed]}), "
                "not proven by the data" if claimed else
                f"fc slice(s) {open_} cannot be named from the data or the served capture")
-        return "cannot-tell", f"{why}: {SETTLE}", slices
+        return "cannot-tell", f"{why}: {_settle(model_given)}", slices
     return "match", f"every fc slice is served the layer it was trained on: {[r_label(r) for r in fc]}", slices
 
 

@@ -159,8 +159,11 @@ def training_side(data: Any, trainer: str | None, draft_info, L: int | None, use
                                 f"the data alone cannot name the r of fc slice(s) {open_} "
                                 + (f"(the draft config says {[r_label(r) for r in guess]} under {view.trainer}'s "
                                    "numbering, but that is the claim being checked, not evidence) " if guess else "")
-                                + "— run with --model default (or the target model), or compare a served capture "
-                                "on the same prompts (--served)", {"slices": open_, "config_r": guess}))
+                                + ("— run with --model default (or the target model), or compare a served "
+                                   "capture on the same prompts (--served)" if model is None else
+                                   "— the reference model matched no state for them: check that --model is the "
+                                   "target the data was captured from, or compare a served capture on the same "
+                                   "prompts (--served)"), {"slices": open_, "config_r": guess}))
     if any(r is None for r in fc) and draft_info is not None and L is not None and not use_fingerprint:
         assumed = _ids_as_trained(view.trainer, draft_info, L)
         if assumed is not None and len(assumed) == len(fc):
@@ -185,15 +188,34 @@ def training_side(data: Any, trainer: str | None, draft_info, L: int | None, use
                                 f"training fed the fc r = {[r_label(r) for r in fc]}, not in ascending order; "
                                 "SGLang and vLLM always concatenate in ascending layer order",
                                 {"fc_r": fc}))
-    if len(set(map(str, fc))) != len(fc):
+    repeated = _repeated(fc)
+    if repeated:  # only named r repeat: two unknown slices are not the same layer
         findings.append(Finding(FindingKind.DUPLICATE, Severity.WARN, [],
-                                f"the fc inputs repeat a layer: {fc}", {"fc_r": fc}))
+                                f"the fc inputs repeat {', '.join(r_label(r) for r in repeated)}: "
+                                f"{[r_label(r) for r in fc]}", {"fc_r": fc, "repeated": repeated}))
     if FINAL_POST in fc:
         findings.append(Finding(FindingKind.POSTNORM_AUX, Severity.FAIL, [],
                                 "a post-norm final state is fed to the fc; "
                                 "engines capture pre-norm states only", {"fc_r": fc}))
     findings += _target_findings(view, target, L, status[view.target_slot] if view.target_slot is not None else None)
     return out, findings
+
+
+def _repeated(rs: list) -> list:
+    """The r that occur more than once in ``rs``, in first-seen order; None (unknown) never repeats.
+
+    >>> _repeated([0, None, None]), _repeated([2, 24, 24])
+    ([], [24])
+    """
+    seen: set = set()
+    out: list = []
+    for r in rs:
+        if r is None:
+            continue
+        if r in seen and r not in out:
+            out.append(r)
+        seen.add(r)
+    return out
 
 
 def _ids_as_trained(trainer: str, info, L: int) -> list | None:
