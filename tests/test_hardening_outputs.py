@@ -656,6 +656,19 @@ def test_a_resumed_parquet_scan_leaves_one_record_set_per_file(tmp_path, capsys)
     assert (t[t.path.str.endswith("data_2.pt")].num_tokens == 9).all()
 
 
+def test_a_resumed_jsonl_scan_leaves_one_row_per_file(tmp_path, capsys):
+    ds = small_v1(tmp_path / "ds", n=3)
+    good = (ds / "data_1.pt").read_bytes()
+    (ds / "data_1.pt").write_bytes(good[:100])
+    out = tmp_path / "scan.jsonl"
+    run_cli(["scan", ds, "-o", out, "-j", "0", "--no-progress"], capsys)
+    (ds / "data_1.pt").write_bytes(good)
+    run_cli(["scan", ds, "-o", out, "-j", "0", "--no-progress", "--resume"], capsys)
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert sorted(pathlib.Path(r["path"]).name for r in rows) == ["data_0.pt", "data_1.pt", "data_2.pt"]
+    assert all(r["error"] is None for r in rows)
+
+
 # ------------------------------------------------------------------------- N6 token text, capture prefix
 def test_report_token_text_is_cut(monkeypatch):
     from forensics.views.report import verdicts

@@ -16,7 +16,6 @@ Example:
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from forensics.errors import ForensicsError
@@ -62,18 +61,6 @@ def layers(value: Any, what: str = "layers") -> list | None:
         if isinstance(r, int) and not 0 <= r <= MAX_R:
             raise ForensicsError(f"{what}: r = {r} is not a layer (expected 0 to {MAX_R})")
     return rs
-
-
-def capture_arg(value: Any, what: str = "capture") -> Any:
-    """A path (returned as is, for the readers to check) or a ``Capture`` whose slots and ids are checked."""
-    from forensics.io.capture import Capture
-
-    if isinstance(value, (str, os.PathLike)):
-        return value
-    if not isinstance(value, Capture):
-        raise ForensicsError(f"{what} must be a Capture or a path to a capture file, got {_shown(value)}")
-    check_capture(value)
-    return value
 
 
 def check_capture(cap: Any) -> None:

@@ -27,7 +27,7 @@ from typing import Any
 
 from forensics.analysis.scan.result import ScanResult
 from forensics.analysis.scan.rows import FILE_TIME_BUDGET_S, empty_row, read_rows
-from forensics.analysis.scan.sinks import ParquetSink
+from forensics.analysis.scan.sinks import ParquetSink, drop_superseded_lines
 from forensics.analysis.scan.summary import Aggregator
 from forensics.analysis.scan.workers import batches, run_dask, run_inline, run_pool
 from forensics.errors import ForensicsError
@@ -235,6 +235,9 @@ def _scan(path: Any, items: list[Item], bad: list[dict], out: str | None, sink: 
                     bar.update(1)
                 if on_row is not None:
                     on_row(_public(row))
+        if resume and fmt == "jsonl" and held is None and sink is not None:  # still under the lock
+            sink.flush()
+            drop_superseded_lines(out)
     finally:
         runner.close()  # shuts the pool / cluster down at once, however the loop ended
         if sink is not None:

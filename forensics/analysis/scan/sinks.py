@@ -16,7 +16,8 @@ The folder is hsf's only if it carries the marker file ``.hsf-scan`` (written wh
 adopts the folder); a non-empty folder without it (a Spark or Hive table, anything else) is refused, and only
 hsf's own ``part-NNNNNN.parquet`` files (six digits) are ever removed. A resumed scan leaves one record set per
 file: the records of a file scanned again (an error row retried, a file that changed) are dropped from the
-older parts, each part rewritten atomically. Text columns hold file names as the text outputs show them (an
+older parts, each part rewritten atomically (a resumed JSON Lines file likewise keeps the last row of each
+file: :func:`drop_superseded_lines`). Text columns hold file names as the text outputs show them (an
 undecodable byte as ``\\xNN``); ``row_json`` keeps the exact name. A part that cannot be written (no room, the
 file-size limit) is one line, ``cannot write OUT/part-…: …``; the parts before it stay.
 
@@ -258,6 +259,52 @@ def drop_superseded(out: str, paths: set[str], before: int) -> None:
         tmp = os.path.join(out, f".{os.path.basename(part)}.tmp")
         pq.write_table(keep, tmp, row_group_size=max(1, keep.num_rows))
         os.replace(tmp, part)
+
+
+def drop_superseded_lines(out: str) -> int:
+    """Keep one row per file in a resumed scan's JSON Lines file: the last row of each path (a file scanned
+    again after an error or a change), rewritten atomically only when some row is superseded; torn lines are
+    dropped too. Two passes, one path index in memory. Returns the rows dropped.
+
+    Example:
+        >>> import tempfile, os, json
+        >>> p = os.path.join(tempfile.mkdtemp(), "s.jsonl")
+        >>> _ = open(p, "w").write('{"path": "a", "error": "x"}\\n{"path": "b"}\\n{"path": "a"}\\n{"pa')
+        >>> drop_superseded_lines(p), [json.loads(x) for x in open(p)]
+        (2, [{'path': 'b'}, {'path': 'a'}])
+    """
+    from forensics.io.output import atomic_output
+
+    last: dict[str, int] = {}
+    lines = 0
+    with open(out, "rb") as f:
+        for no, line in enumerate(f):
+            lines += 1
+            path = _row_path(line)
+            if path is not None:
+                last[path] = no
+    keep = set(last.values())
+    if len(keep) == lines:
+        return 0
+    try:
+        with open(out, "rb") as src, atomic_output(out, "wb") as dst:
+            for no, line in enumerate(src):
+                if no in keep:
+                    dst.write(line if line.endswith(b"\n") else line + b"\n")
+    except OSError as e:
+        raise ForensicsError(f"cannot write {out}: {e.strerror}; the superseded rows stay (readers take the "
+                             "last row of each file)") from None
+    return lines - len(keep)
+
+
+def _row_path(line: bytes) -> str | None:
+    if not line.endswith(b"\n"):
+        return None  # a torn last line
+    try:
+        row = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    return row.get("path") if isinstance(row, dict) and isinstance(row.get("path"), str) else None
 
 
 def _string_array(values: set[str]):
