@@ -134,6 +134,7 @@ class FindingKind(StrEnum):
     IDS_OUT_OF_RANGE = "ids_out_of_range"
     IDS_DUPLICATE = "ids_duplicate"
     IDS_ORDER = "ids_order"
+    IDS_INCLUDE_LAST = "ids_include_last"
     FC_VS_IDS = "fc_vs_ids"
     TRAINER_IDS_MISSING = "trainer_ids_missing"
     TRAINER_IDS_VS_CONFIG = "trainer_ids_vs_config"
@@ -241,6 +242,7 @@ _MEANINGS: dict[FindingKind, str] = {
     FindingKind.IDS_OUT_OF_RANGE: "layer ids lie outside the target's blocks",
     FindingKind.IDS_DUPLICATE: "the layer ids repeat a layer",
     FindingKind.IDS_ORDER: "the layer ids are not ascending",
+    FindingKind.IDS_INCLUDE_LAST: "the draft config's aux ids end with the final layer, the training target",
     FindingKind.FC_VS_IDS: "the fc weight takes another number of states than the config lists ids",
     FindingKind.TRAINER_IDS_MISSING: "the trainer was invoked without layer ids: it used its default",
     FindingKind.TRAINER_IDS_VS_CONFIG: "the trainer was invoked with other ids than the draft config records",

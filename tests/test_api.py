@@ -87,3 +87,18 @@ def test_the_whole_transformers_output(out, smollm2):
     fp2 = forensics.fingerprint(o.hidden_states, input_ids=ids[0].tolist(), model=smollm2,
                                 layers=[*range(L), "final_post"])
     assert fp2.verdict.value == "pass"
+
+
+def test_readme_three_lines_save_a_capture_hsf_identifies(smollm2, repo_root, tmp_path, monkeypatch, capsys):
+    import re
+
+    text = (repo_root / "README.md").read_text(encoding="utf-8")
+    section = text.split("\n## Bring your own captures", 1)[1].split("\n## ", 1)[0]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    shown = re.search(r"```console\n\$ hsf (.*?)\n(.*?)\n```", section, re.S)
+    model, tok = smollm2
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "README.md", "exec"), {"torch": torch, "model": model, "tok": tok})
+    args = shown.group(1).replace("smollm2-hf", "default").split()
+    assert main(args) == 0
+    assert capsys.readouterr().out.splitlines()[0] == shown.group(2)

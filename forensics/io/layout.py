@@ -112,6 +112,18 @@ def to_torch(x: Any) -> Any:
     return x
 
 
+def _detached(obj: Any) -> Any:
+    """Tensors of ``obj`` (a tensor, list, tuple or dict) cut from autograd: states taken from a forward run
+    without ``torch.no_grad()`` read like any others (views, no copy)."""
+    if _is_tensor(obj):
+        return obj.detach()
+    if isinstance(obj, (list, tuple)):
+        return [_detached(x) for x in obj]
+    if isinstance(obj, dict):
+        return {k: _detached(v) for k, v in obj.items()}
+    return obj
+
+
 def _is_tensor(x: Any) -> bool:
     import torch
 
@@ -176,7 +188,7 @@ def resolve(obj: Any, path: str, input_ids: Any = None) -> Resolved:
 
     ``input_ids`` (ids given from outside the file) decide ambiguous axes when the object carries none.
     """
-    obj = to_torch(obj)
+    obj = _detached(to_torch(obj))
     notes: list[str] = []
     file_ids = mask = None
     if isinstance(obj, dict):

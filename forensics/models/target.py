@@ -420,3 +420,30 @@ def tokenize(spec: Any, text: str) -> Any:
     if tok is None:
         raise ForensicsError("the model has no tokenizer to turn --text into token ids; give --ids instead")
     return torch.tensor(tok(text)["input_ids"], dtype=torch.int64).reshape(-1)
+
+
+def export_model(spec: Any, out: str | os.PathLike) -> str:
+    """Write ``spec`` (``default`` = the packaged SmolLM2, a ``.gguf`` or an HF folder) as a plain HF folder at
+    ``out``: ``config.json``, ``model.safetensors`` (float32) and the tokenizer. ``out`` must not exist; the folder
+    is written beside it and renamed into place, so a failed export leaves nothing behind. Returns ``out``."""
+    out = os.fspath(out)
+    if os.path.exists(out):
+        raise ForensicsError("already exists; pass a new folder (nothing is overwritten)", path=out)
+    parent = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(parent):
+        raise ForensicsError("its parent folder does not exist", path=out)
+    path = resolve_model(spec)
+    model, tok = load_model(os.fspath(path))
+    tmp = tempfile.mkdtemp(prefix=".hsf-export-", dir=parent)
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        if tok is not None:
+            tok.save_pretrained(tmp)
+        os.rename(tmp, out)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise ForensicsError(f"cannot write the model folder: {e.strerror or e}", path=out) from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out

@@ -81,7 +81,7 @@ class Shown(str):
     """Text that reads as text wherever it is shown: ``print``-like in a REPL (not a quoted string with ``\\n``),
     a ``<pre>`` block in a notebook, and a plain ``str`` to code.
 
-    >>> Shown("a\nb")
+    >>> Shown("a\\nb")
     a
     b
     """

@@ -7,7 +7,7 @@
 Hover a cell: the token's text, position, id and every slot's norm (in the browser, no kernel round trip).
 Click it: the token across every slot (norm, cosine to the previous slot and to the same id elsewhere) and,
 with ``model=``, the logit lens top-5 of each slot. A folder lists its files with their verdicts;
-←/→ move between tokens, ↑/↓ between files. "SVG"/"PNG" export the view.
+←/→ move between tokens, ↑/↓ between files, +/− zoom. "SVG"/"PNG" export the view.
 
 The state comes from :mod:`forensics.analysis.explore`; :mod:`.wire` packs it for the widget and for the
 report (:func:`.wire.report_embed`); ``static/explore.js`` draws it in both.
