@@ -237,7 +237,7 @@ def _scan(path: Any, items: list[Item], bad: list[dict], out: str | None, sink: 
                     bar.update(1)
                 if on_row is not None:
                     on_row(_public(row))
-        if resume and fmt == "jsonl" and held is None and sink is not None:  # still under the lock
+        if resume and fmt == "jsonl" and out is not None and held is None and sink is not None:  # under the lock
             sink.flush()
             drop_superseded_lines(out)
     finally:
