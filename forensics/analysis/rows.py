@@ -65,6 +65,7 @@ EMBED_NORM_LEVEL = 0.2  # a slot whose median row norm is ≤ this × every othe
 #                         most like the layers one row *earlier* (the next-token prediction) and is left out
 CROSS_MARGIN = 0.05  # best offset's mean centered cosine must beat the runner-up offset's by this
 ROW_MATCH_REL = 0.05  # exact mode: a row equals the reference state when ‖x − y‖/‖y‖ ≤ this (bf16 ≈ 0.003)
+SCREEN_ROWS = 48  # exact mode: rows sampled to pick each slot's (r, offset) before all its rows are compared
 ROW_MATCH_MIN_SHARE = 0.5  # exact mode: a slot is placed (r, offset) when at least this share of its rows match
 
 Runs = list[tuple[int, int]]
@@ -186,11 +187,14 @@ def check_rows(capture: Capture, tensors: Sequence[Any] | None = None, *,
     rep = RowReport(num_rows=n, num_tokens=None if ids is None else int(ids.size))
     if not ts or n == 0:
         return rep
-    broken = _zero_and_nonfinite(ts, rep)
-    if reference is not None and ids is not None and reference:
-        _with_reference(ts, ids, reference, broken, rep)
-    else:
-        _data_only(ts, ids, broken, rep)
+    from forensics.analysis.kernels import intra_op_threads
+
+    with intra_op_threads(1):  # small row-sample ops: one thread (2 threads were 6-8x slower on a busy CPU)
+        broken = _zero_and_nonfinite(ts, rep)
+        if reference is not None and ids is not None and reference:
+            _with_reference(ts, ids, reference, broken, rep)
+        else:
+            _data_only(ts, ids, broken, rep)
     return rep
 
 
@@ -494,11 +498,11 @@ def _report_offsets(rep: RowReport, k: int, ids: np.ndarray | None, offset: int 
             ev["token_range"] = [offset, offset + n - 1]
             part = (f"they fit tokens {offset}–{offset + n - 1}" + (" (a missing tail)" if offset == 0 and n < m else
                     " (the uncached suffix of a prefix-cached prompt)" if offset + n == m and offset > 0 else ""))
-        rep.findings.append(Finding("row_count", Severity.FAIL, [], f"the slots hold {n} rows for {m} token ids: "
-                                    f"{part}", ev))
+        rep.findings.append(Finding("row_count", Severity.FAIL, list(range(k)),
+                                    f"the slots hold {n} rows for {m} token ids: {part}", ev))
     elif offset not in (0, None):
-        rep.findings.append(Finding("token_shift", Severity.FAIL, [], f"every slot's row t holds the state of token "
-                                    f"t{offset:+d} (found with {by}): the rows sit {abs(offset)} token"
+        rep.findings.append(Finding("token_shift", Severity.FAIL, list(range(k)), "every slot's row t holds the state "
+                                    f"of token t{offset:+d} (found with {by}): the rows sit {abs(offset)} token"
                                     f"{'s' if abs(offset) > 1 else ''} {'late' if offset > 0 else 'early'}",
                                     {"offset": offset, "by": by}))
     for i, o in sorted(slot_off.items()):
@@ -524,26 +528,38 @@ def _with_reference(ts: list, ids: np.ndarray, reference: Mapping[Any, Any], bro
     cands = _candidates(int(ids.size) - n, whole=False)
     place: dict[int, tuple[Any, int, np.ndarray, np.ndarray]] = {}
     for i, h in enumerate(ts):
-        best = None
+        screen = None  # (hits, r, offset) on a row sample; then the whole slot at the best one
         for o in cands:
-            rows = np.arange(n)
-            tok = rows + o
-            sel = (tok >= 0) & (tok < T) & ~broken[i]
-            if sel.sum() < 2:
+            rows = np.flatnonzero(~broken[i] & (np.arange(n) + o >= 0) & (np.arange(n) + o < T))
+            if rows.size < 2:
                 continue
-            x = h[torch.from_numpy(rows[sel])].to(torch.float32)
-            ti = torch.from_numpy(tok[sel])
+            pick = np.linspace(0, rows.size - 1, min(rows.size, SCREEN_ROWS)).round().astype(np.int64)
+            rows = np.unique(rows[pick])
+            x = h[torch.from_numpy(rows)].to(torch.float32)
+            ti = torch.from_numpy(rows + o)
             for r, y in lad.items():
                 yy = y[ti]
-                rel = ((x - yy).norm(dim=-1) / yy.norm(dim=-1).clamp_min(1e-30)).numpy()
-                hit = int((rel <= ROW_MATCH_REL).sum())
-                if best is None or hit > best[0]:
-                    best = (hit, r, o, rows[sel], rel)
-        if best is not None and best[0] >= ROW_MATCH_MIN_SHARE * best[3].size:
-            place[i] = (best[1], best[2], best[3], best[4])
+                rel_s = (x - yy).norm(dim=-1) / yy.norm(dim=-1).clamp_min(1e-30)
+                hit = int((rel_s <= ROW_MATCH_REL).sum())
+                if screen is None or hit > screen[0]:
+                    screen = (hit, r, o)
+        if screen is None or screen[0] == 0:
+            continue
+        _, r, o = screen
+        rows = np.flatnonzero(~broken[i] & (np.arange(n) + o >= 0) & (np.arange(n) + o < T))
+        x = h[torch.from_numpy(rows)].to(torch.float32)
+        yy = lad[r][torch.from_numpy(rows + o)]
+        rel = ((x - yy).norm(dim=-1) / yy.norm(dim=-1).clamp_min(1e-30)).numpy()
+        if int((rel <= ROW_MATCH_REL).sum()) >= ROW_MATCH_MIN_SHARE * rows.size:
+            place[i] = (r, o, rows, rel)
+    data = RowReport(num_rows=n, num_tokens=rep.num_tokens,
+                     bad_rows={i: list(v) for i, v in rep.bad_rows.items()})
+    _data_only(ts, ids, broken, data)
     if not place:
-        rep.undecided["reference"] = "no slot equals a reference state on most of its rows"
-        _data_only(ts, ids, broken, rep)
+        rep.undecided["reference"] = "no slot equals a reference state on most of its rows: data-only row checks"
+        rep.findings += data.findings
+        rep.bad_rows, rep.offset, rep.slot_offsets = data.bad_rows, data.offset, data.slot_offsets
+        rep.undecided.update(data.undecided)
         return
     offs = [o for _, o, _, _ in place.values()]
     u, c = np.unique(offs, return_counts=True)
@@ -553,10 +569,14 @@ def _with_reference(ts: list, ids: np.ndarray, reference: Mapping[Any, Any], bro
     slot_off = {i: o - common for i, (_, o, _, _) in place.items() if o != common}
     _report_offsets(rep, k, ids, common, slot_off, "the reference forward")
     foreign: dict[int, Runs] = {}
+    checked = min(n, T - min(0, common))  # rows past the reference's T: the data-only runs there
+    beyond = [f for f in data.findings if f.kind == "foreign_rows"]
     for i, (_, _, rows, rel) in place.items():
         miss = np.zeros(n, dtype=bool)
         miss[rows[rel > ROW_MATCH_REL]] = True
-        fr = [r for r in runs(miss)]
+        for f in beyond:
+            miss |= mask_of([(max(a, checked), b) for a, b in f.evidence["rows"] if b >= checked], n)
+        fr = runs(miss)
         if fr:
             foreign[i] = fr
             _add_bad(rep, i, fr)
@@ -570,5 +590,5 @@ def _with_reference(ts: list, ids: np.ndarray, reference: Mapping[Any, Any], bro
             {"rows": [list(r) for r in union[:MAX_LISTED_RUNS]], "runs": len(union), "count": cnt,
              "share": cnt / max(1, n), "slots": sorted(foreign),
              "per_slot": {str(i): [list(r) for r in v[:MAX_LISTED_RUNS]] for i, v in foreign.items()},
-             "checked_rows": int(min(n, T)), "by": "reference"}))
+             "checked_rows": int(checked), "by": "reference"}))
     rep.placed = {i: (r, o) for i, (r, o, _, _) in place.items()}
