@@ -17,7 +17,7 @@ from forensics.errors import ForensicsError
 
 __version__ = "0.1.0"
 __all__ = ["ForensicsError", "load", "summarize", "fingerprint", "audit", "report", "scan", "probe", "capture",
-           "__version__"]
+           "explore", "__version__"]
 
 _LAZY = {
     "load": ("forensics.io.formats", "load"),
@@ -29,6 +29,7 @@ _LAZY = {
     "scan": ("forensics.analysis.scan.core", "scan"),
     "probe": ("forensics.analysis.probe", "probe"),
     "capture": ("forensics.models.recorder", "capture"),
+    "explore": ("forensics.views.explore", "explore"),
 }
 
 

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from forensics.findings import Finding, Severity
+from forensics.findings import Finding, FindingKind, Severity
 from forensics.io.capture import Capture
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -220,7 +220,7 @@ def _zero_and_nonfinite(ts: list, rep: RowReport) -> np.ndarray:
         amax = torch.cat([h[s:s + 4096].abs().amax(dim=-1).float() for s in range(0, n, 4096)]).numpy()
         zero[i] = amax == 0
         bad[i] = ~np.isfinite(amax)
-    for kind, m, why in (("zero_rows", zero, "all zero"), ("nonfinite", bad, "NaN or Inf")):
+    for kind, m, why in ((FindingKind.ZERO_ROWS, zero, "all zero"), (FindingKind.NONFINITE, bad, "NaN or Inf")):
         hit = [i for i in range(len(ts)) if m[i].any() and (kind == "nonfinite" or not m[i].all())]
         if not hit:
             continue
@@ -473,7 +473,7 @@ def _data_only(ts: list, ids: np.ndarray | None, broken: np.ndarray, rep: RowRep
                 _add_bad(rep, i, fr)
             cnt = int(sum(b - a + 1 for a, b in fr))
             rep.findings.append(Finding(
-                "foreign_rows", Severity.FAIL, list(range(k)),
+                FindingKind.FOREIGN_ROWS, Severity.FAIL, list(range(k)),
                 f"rows {_fmt_runs(fr)} are not the states of their token ids: in the embedding slot {emb} they "
                 f"equal other tokens' embeddings ({int((label == -1).sum())} rows contradict their id) — rows "
                 "from another sequence (the other slots' rows there are taken as foreign too)",
@@ -498,16 +498,18 @@ def _report_offsets(rep: RowReport, k: int, ids: np.ndarray | None, offset: int 
             ev["token_range"] = [offset, offset + n - 1]
             part = (f"they fit tokens {offset}–{offset + n - 1}" + (" (a missing tail)" if offset == 0 and n < m else
                     " (the uncached suffix of a prefix-cached prompt)" if offset + n == m and offset > 0 else ""))
-        rep.findings.append(Finding("row_count", Severity.FAIL, list(range(k)),
+        rep.findings.append(Finding(FindingKind.ROW_COUNT, Severity.FAIL, list(range(k)),
                                     f"the slots hold {n} rows for {m} token ids: {part}", ev))
     elif offset not in (0, None):
-        rep.findings.append(Finding("token_shift", Severity.FAIL, list(range(k)), "every slot's row t holds the state "
-                                    f"of token t{offset:+d} (found with {by}): the rows sit {abs(offset)} token"
+        rep.findings.append(Finding(FindingKind.TOKEN_SHIFT, Severity.FAIL, list(range(k)),
+                                    f"every slot's row t holds the state of token t{offset:+d} (found with {by}): "
+                                    f"the rows sit {abs(offset)} token"
                                     f"{'s' if abs(offset) > 1 else ''} {'late' if offset > 0 else 'early'}",
                                     {"offset": offset, "by": by}))
     for i, o in sorted(slot_off.items()):
-        rep.findings.append(Finding("slot_misaligned", Severity.FAIL, [i], f"slot {i}'s row t holds the state the "
-                                    f"other slots hold at row t{o:+d}: it sits {abs(o)} token"
+        rep.findings.append(Finding(FindingKind.SLOT_MISALIGNED, Severity.FAIL, [i],
+                                    f"slot {i}'s row t holds the state the other slots hold at row t{o:+d}: "
+                                    f"it sits {abs(o)} token"
                                     f"{'s' if abs(o) > 1 else ''} {'late' if o > 0 else 'early'} against them",
                                     {"slot": i, "offset": o, "slots": [i], "by": by}))
     if offset is not None and m is not None:
@@ -584,7 +586,7 @@ def _with_reference(ts: list, ids: np.ndarray, reference: Mapping[Any, Any], bro
         union = runs(np.logical_or.reduce([mask_of(v, n) for v in foreign.values()]))
         cnt = int(sum(b - a + 1 for a, b in union))
         rep.findings.append(Finding(
-            "foreign_rows", Severity.FAIL, sorted(foreign),
+            FindingKind.FOREIGN_ROWS, Severity.FAIL, sorted(foreign),
             f"rows {_fmt_runs(union)} are not the states of their token ids in this sequence: they match no "
             f"reference state where the slot's other rows do (slots {sorted(foreign)})",
             {"rows": [list(r) for r in union[:MAX_LISTED_RUNS]], "runs": len(union), "count": cnt,

@@ -55,7 +55,7 @@ from forensics.analysis.fingerprint.rules import (  # noqa: F401 - re-exported: 
 )
 from forensics.analysis.stats import CaptureStats, summarize
 from forensics.errors import ForensicsError
-from forensics.findings import Finding, Severity, Verdict, worst_verdict
+from forensics.findings import Finding, FindingKind, Severity, Verdict, worst_verdict
 from forensics.io.capture import Capture
 from forensics.jsonable import json_safe
 from forensics.layers import FINAL_POST, R
@@ -245,11 +245,15 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
         if reference[1] is not None:  # every row placed against the reference forward
             rows = check_rows(capture, full, reference=reference[1])
     view = good_rows_view(capture, full, rows)  # statistics and order from the rows that are their tokens'
-    st = summarize(view)
+    st_all = summarize(capture)  # what the file holds (NaN counts, norms of every row): shown and scanned
+    st = st_all if view is capture else summarize(view)
     tensors = [s.tensor() for s in view.slots]
     if claims is None and layers is not None:
         claims = user_claims(layers, expected_source or "layers=")
     findings, bad_rows = _anomalies(view, st)
+    if view is not capture:  # a slot all zero or overflowing in the file, not only in its good rows
+        findings = [f for f in findings if f.kind not in (FindingKind.ALL_ZERO, FindingKind.OVERFLOW)] + [
+            f for f in _anomalies(capture, st_all)[0] if f.kind in (FindingKind.ALL_ZERO, FindingKind.OVERFLOW)]
     findings += rows.findings
     drop = sorted({0} | {p for s in st.slots for p in s.sinks} | bad_rows)
     mask = sorted({d for s in st.slots for d in s.massive_dims})
@@ -281,7 +285,7 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
         order = rest[:at] + list(g[1:]) + rest[at:]
 
     sfs = _slot_fingerprints(sig, r_exact, L, order, chain, order_conf)
-    fp = Fingerprint(capture=capture, stats=st, slots=sfs, findings=findings, similarity=D, depth_order=order,
+    fp = Fingerprint(capture=capture, stats=st_all, slots=sfs, findings=findings, similarity=D, depth_order=order,
                      num_layers=L, expected=None if claims is None else claims.rs,
                      expected_source=None if claims is None else f"{claims.source.value}: {claims.detail}",
                      order_evidence=order_ev, exact=exact, order_confidence=order_conf, claims=claims,
@@ -301,15 +305,16 @@ def _anomalies(capture: Capture, st: CaptureStats) -> tuple[list[Finding], set[i
         if s.nan or s.inf:  # the finding itself, with the rows and slots, is analysis.rows' ``nonfinite``
             bad_rows |= set(s.nan_positions) | set(s.inf_positions)
         if s.norm.n and s.norm.max >= FLOAT32_SQUARE_LIMIT:
-            findings.append(Finding("overflow", Severity.FAIL, [s.index], f"slot {s.index} ({s.name}) has token "
+            findings.append(Finding(FindingKind.OVERFLOW, Severity.FAIL, [s.index],
+                                    f"slot {s.index} ({s.name}) has token "
                                     f"norms up to {s.norm.max:.3g}: squares of its values overflow float32 (above "
                                     f"{FLOAT32_SQUARE_LIMIT:.2g}), so no real hidden state looks like this and "
                                     "its angles and fits are not reliable"))
         if s.norm.n and s.norm.max == 0:
-            findings.append(Finding("all_zero", Severity.FAIL, [s.index], f"slot {s.index} ({s.name}) is all "
+            findings.append(Finding(FindingKind.ALL_ZERO, Severity.FAIL, [s.index], f"slot {s.index} ({s.name}) is all "
                                     "zeros: nothing was captured there (padding, or a hook that never fired)"))
     if capture.num_tokens < MIN_TOKENS:
-        findings.append(Finding("few_tokens", Severity.WARN, list(range(len(capture.slots))), f"only "
+        findings.append(Finding(FindingKind.FEW_TOKENS, Severity.WARN, list(range(len(capture.slots))), f"only "
                                 f"{capture.num_tokens} tokens (< {MIN_TOKENS}): the data-only signals are weak; use "
                                 "--model for exact checks"))
     return findings, bad_rows
@@ -377,7 +382,7 @@ def _exact(capture: Capture, tensors: list, model: Any, sig: _Signals, findings:
         exact_evidence(sig.ev[i], x)
     unmatched = [i for i, x in enumerate(exact["slots"]) if x["ladder"] is not None and x["r_exact"] is None]
     if unmatched:
-        findings.append(Finding("no_reference_match", Severity.WARN, unmatched, f"slots {unmatched} equal "
+        findings.append(Finding(FindingKind.NO_REFERENCE_MATCH, Severity.WARN, unmatched, f"slots {unmatched} equal "
                                 "no state of the reference on these input_ids (another model, other weights or "
                                 "dtype, or other tokens); their depth comes from the data-only signals"))
     return exact
