@@ -459,8 +459,11 @@ def _data_only(ts: list, ids: np.ndarray | None, broken: np.ndarray, rep: RowRep
         rep.undecided["token_shift"] = ("no token ids" if ids is None else
                                         "no embedding slot with repeated ids: a whole-file shift needs --model")
     layer = [i for i in range(k) if i != emb and i not in _embedding_like(ts, broken)]
-    d, margin = cross_offsets([ts[i] for i in layer], ok_all)
-    slot_off, why_cross = _slot_offsets(d, margin, layer)
+    slot_off: dict[int, int] = {}
+    why_cross = None
+    if len(layer) >= 2:
+        d, margin = cross_offsets([ts[i] for i in layer], ok_all)
+        slot_off, why_cross = _slot_offsets(d, margin, layer)
     if why_cross:
         rep.undecided["slot_misaligned"] = why_cross
     _report_offsets(rep, k, ids, offset, slot_off, "the embedding slot's repeated rows")
