@@ -237,7 +237,9 @@ def test_nan_inf_are_findings_not_errors(tmp_path, capsys):
     before = sha256(str(path))
     code = hsf_main(["inspect", "--json", str(path)])
     entry = json.loads(capsys.readouterr().out)["files"][0]
-    assert code == 0 and entry["error"] is None
+    assert code == 1 and entry["error"] is None  # a FAIL finding (exit 1), not unreadable input (exit 2)
+    nf = next(f for f in entry["findings"] if f["kind"] == "nonfinite")
+    assert nf["slots"] == [1] and nf["evidence"]["rows"] == [[2, 2], [4, 4]]
     s = entry["slots"][1]
     assert s["nonfinite"] == {"nan": 1, "inf": 2, "nan_positions": [2], "inf_positions": [4]}
     assert entry["slots"][0]["nonfinite"]["nan"] == 0

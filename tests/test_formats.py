@@ -170,7 +170,8 @@ def test_speculators_current_token_count_mismatch_is_read_with_the_longer_axis_a
     cap = forensics.load(tmp_path / "hs_0.safetensors")
     assert len(cap.slots) == 3 and cap.num_tokens == T and not cap.ids_match_rows
     assert torch.equal(cap.slots[1].tensor(), hs[:, 1])
-    save_file({"hidden_states": hs.transpose(0, 1).contiguous(), "token_ids": ids(T - 2)}, tmp_path / "hs_1.safetensors")
+    save_file({"hidden_states": hs.transpose(0, 1).contiguous(), "token_ids": ids(T - 2)},
+              tmp_path / "hs_1.safetensors")
     cap = forensics.load(tmp_path / "hs_1.safetensors")
     assert len(cap.slots) == 3 and cap.num_tokens == T and torch.equal(cap.slots[2].tensor(), hs[:, 2])
 
