@@ -81,6 +81,7 @@ class FindingKind(StrEnum):
     ALL_ZERO = "all_zero"
     FEW_TOKENS = "few_tokens"
     NO_REFERENCE_MATCH = "no_reference_match"
+    NO_TOKEN_IDS = "no_token_ids"
     DUPLICATE = "duplicate"
     # ---- one capture: rows (row forensics) ----
     ZERO_ROWS = "zero_rows"
@@ -133,6 +134,7 @@ class FindingKind(StrEnum):
     IDS_OUT_OF_RANGE = "ids_out_of_range"
     IDS_DUPLICATE = "ids_duplicate"
     IDS_ORDER = "ids_order"
+    IDS_INCLUDE_LAST = "ids_include_last"
     FC_VS_IDS = "fc_vs_ids"
     TRAINER_IDS_MISSING = "trainer_ids_missing"
     TRAINER_IDS_VS_CONFIG = "trainer_ids_vs_config"
@@ -147,6 +149,7 @@ class FindingKind(StrEnum):
     DATA_ALL_ZERO = "data_all_zero"
     DATA_FEW_TOKENS = "data_few_tokens"
     DATA_NO_REFERENCE_MATCH = "data_no_reference_match"
+    DATA_NO_TOKEN_IDS = "data_no_token_ids"
     DATA_DUPLICATE = "data_duplicate"
     DATA_ZERO_ROWS = "data_zero_rows"
     DATA_ROW_COUNT = "data_row_count"
@@ -192,6 +195,7 @@ _MEANINGS: dict[FindingKind, str] = {
     FindingKind.ALL_ZERO: "a slot is all zeros: nothing was captured into it",
     FindingKind.FEW_TOKENS: "too few tokens for the statistics to decide a slot's role",
     FindingKind.NO_REFERENCE_MATCH: "with --model, some slots equal no state of the reference forward",
+    FindingKind.NO_TOKEN_IDS: "with --model, exact mode cannot run: the capture has no token ids (--ids, --text)",
     FindingKind.DUPLICATE: "the same layer is captured (or fed to the fc) twice",
     FindingKind.ZERO_ROWS: "some rows of a slot (or of every slot) are all zeros while its other rows are not",
     FindingKind.ROW_COUNT: "the slots hold another number of rows than there are token ids (a cut tail, a suffix)",
@@ -238,6 +242,7 @@ _MEANINGS: dict[FindingKind, str] = {
     FindingKind.IDS_OUT_OF_RANGE: "layer ids lie outside the target's blocks",
     FindingKind.IDS_DUPLICATE: "the layer ids repeat a layer",
     FindingKind.IDS_ORDER: "the layer ids are not ascending",
+    FindingKind.IDS_INCLUDE_LAST: "the draft config's aux ids end with the final layer, the training target",
     FindingKind.FC_VS_IDS: "the fc weight takes another number of states than the config lists ids",
     FindingKind.TRAINER_IDS_MISSING: "the trainer was invoked without layer ids: it used its default",
     FindingKind.TRAINER_IDS_VS_CONFIG: "the trainer was invoked with other ids than the draft config records",

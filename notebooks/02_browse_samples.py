@@ -25,7 +25,8 @@
 #   browser, no kernel round trip);
 # * **click** it: that token across every slot — its norm, the cosine to the previous slot and to the same
 #   token id elsewhere in the sequence (1.0 in an embedding: a lookup), and with `model=` the logit lens;
-# * a folder adds a **file list** with each file's verdict; **←/→** move between tokens, **↑/↓** between files;
+# * a folder adds a **file list** with each file's verdict; **←/→** move between tokens, **↑/↓** between files,
+#   **+/−** zoom around the selected token;
 # * **bands** mark the rows a finding names: all-zero or NaN row blocks, sinks (token 0 at ≥ 5× the median),
 #   massive activations; **SVG**/**PNG** export the view.
 #

@@ -101,16 +101,25 @@ def test_column_starts_cover_every_token_once():
         assert s[0] == 0 and s[-1] == T and len(s) - 1 == min(T, MAX_COLUMNS) and (np.diff(s) >= 1).all()
 
 
-def test_in_memory_tensors_and_bad_input():
-    t = torch.randn(2, 5, 6, dtype=torch.bfloat16)
-    cap = as_capture(t)
-    assert [s.shape for s in cap.slots] == [(5, 6), (5, 6)]
-    st = explore_state(np.ones((3, 4), np.float32), tokenizer=None)
-    assert st.norms.tolist() == [[2.0, 2.0, 2.0]] and st.tokens is None and st.tokenizer_note
+def test_in_memory_tensors_with_ids_and_bad_input(sample_data):
+    import forensics
+
+    real = forensics.load(sample_data / "speculators_v1" / "data_0.pt")
+    hs = [s.tensor() for s in real.slots]
+    ids = real.input_ids.flatten()
+    cap = as_capture(torch.stack(hs), input_ids=ids)  # [k, T, H]: the ids' length says which axis is T
+    assert [s.shape for s in cap.slots] == [s.shape for s in real.slots]
+    st = explore_state(hs, input_ids=ids, tokenizer=sample_data / "tokenizer")
+    ref = explore_state(real)
+    assert st.tokens == ref.tokens and st.ids == ref.ids
+    np.testing.assert_array_equal(st.norms, ref.norms)
+    np.testing.assert_array_equal(st.cos_same, ref.cos_same)
+    plain = explore_state(np.ones((3, 4), np.float32), tokenizer=None)
+    assert plain.norms.tolist() == [[2.0, 2.0, 2.0]] and plain.tokens is None and plain.tokenizer_note
     for bad in ([torch.ones(3, 4), torch.ones(2, 4)], [torch.ones(3)], "not a file.pt", 42, []):
         with pytest.raises(ForensicsError) as e:
             explore_state(bad)
-        assert "\n" not in str(e.value)
+        assert "\n" not in str(e.value).strip()
 
 
 def test_row_findings_become_bands_on_the_slots_they_name(sample_data):
@@ -204,3 +213,24 @@ def test_logit_lens_of_the_last_block_and_final_post_is_the_models_prediction(sa
             np.testing.assert_allclose(rows[slot].probs, top.values.numpy(), rtol=0.03, atol=1e-3)
         assert rows[31].normed is False and rows[30].normed is True
         assert rows[0].ids != top.indices.tolist()  # the embedding does not predict the next token
+
+
+def test_bad_input_is_one_line_naming_the_file(sample_data, tmp_path):
+    import shutil
+
+    import forensics
+
+    bad = tmp_path / "data_9.pt"
+    bad.write_bytes(b"not a torch file")
+    with pytest.raises(ForensicsError) as e:
+        forensics.explore(bad, background=False)
+    assert "data_9.pt" in str(e.value) and "\n" not in str(e.value).strip()
+    shutil.copy(sample_data / "speculators_v1" / "data_0.pt", tmp_path / "data_0.pt")
+    before = bad.read_bytes()
+    ex = forensics.explore(tmp_path, background=False)  # a folder: the bad file is listed as fail, shown as its error
+    assert [(f["name"], f["verdict"]) for f in ex.files][1] == ("data_9.pt", "fail")
+    ex.file = 1
+    assert "data_9.pt" in ex.status and ex.meta["error"] and ex.norms == b""
+    ex.file = 0
+    assert ex.meta["labels"] and not ex.status
+    assert bad.read_bytes() == before

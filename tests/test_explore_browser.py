@@ -192,6 +192,16 @@ def test_report_static_explorer(tmp_path):
                                ".startsWith(n)", arg=names[k], timeout=10_000)
         texts, norms = _truth(ROOT / names[k])
         _hover_and_click(page, root, texts, norms, 5)
+        # zoom in around the selection (token 6 after →) to the narrowest window: 16 tokens, token 6 in it
+        for _ in range(12):
+            page.keyboard.press("+")
+        a, b = map(int, re.search(r"showing tokens (\d+)–(\d+)", root.locator(".hsf-x-title").inner_text()).groups())
+        assert b - a + 1 == 16 and a <= 6 <= b
+        box = root.locator(".hsf-x-heat").bounding_box()
+        page.mouse.move(box["x"] + box["width"] * 1.5 / 16, box["y"] + 3)
+        assert f"“{_visible(texts[a + 1])}” token {a + 1}" in root.locator(".hsf-x-tiphead").inner_text()
+        page.keyboard.press("-")
+        assert "showing tokens" in root.locator(".hsf-x-title").inner_text()  # 32 of the file's tokens
         with page.expect_download() as dl:
             root.locator(".hsf-x-export[data-format=png]").click()
         assert pathlib.Path(dl.value.path()).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

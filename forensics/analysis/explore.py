@@ -32,7 +32,7 @@ import numpy as np
 
 from forensics.errors import ForensicsError
 from forensics.findings import Finding, Severity
-from forensics.io.capture import Capture, Provenance, constant_getter
+from forensics.io.capture import Capture
 from forensics.io.capture import Slot as CaptureSlot
 from forensics.layers import FINAL_POST, r_label
 
@@ -40,7 +40,6 @@ MAX_COLUMNS = 4096  # heatmap columns; more tokens are binned (the widget's payl
 COS_BLOCK_ROWS = 256  # rows per block of the cosine passes (float32 working set ≤ 2 × 256 × H)
 LENS_TOP_K = 5
 MAX_BANDS = 400  # row bands drawn; more are counted, not drawn
-IN_MEMORY = "in-memory"
 
 
 @dataclass
@@ -119,36 +118,12 @@ class LensRow:
 
 
 # ------------------------------------------------------------------------------------------------- inputs
-def as_capture(x: Any) -> Capture:
-    """A :class:`Capture` from a capture path, a ``Capture``, or in-memory tensors: a list of ``[tokens, hidden]``
-    tensors (one per slot) or one ``[slots, tokens, hidden]`` tensor."""
-    if isinstance(x, Capture):
-        return x
-    if isinstance(x, (str, os.PathLike)):
-        from forensics.io.formats import load
+def as_capture(x: Any, input_ids: Any = None) -> Capture:
+    """A :class:`Capture` from a capture path, a ``Capture``, or hidden states in memory in any layout (with their
+    token ids): :func:`forensics.io.formats.as_capture`."""
+    from forensics.io.formats import as_capture as read
 
-        return load(x)
-    import torch
-
-    if isinstance(x, np.ndarray):
-        x = torch.from_numpy(x)
-    if isinstance(x, torch.Tensor) and x.dim() == 3:
-        x = list(x.unbind(0))
-    if isinstance(x, torch.Tensor) and x.dim() == 2:
-        x = [x]
-    if not isinstance(x, (list, tuple)) or not x:
-        raise ForensicsError(f"cannot explore a {type(x).__name__}: give a capture path, a folder, a Capture or "
-                             "[tokens, hidden] tensors", path=IN_MEMORY)
-    ts = [torch.from_numpy(t) if isinstance(t, np.ndarray) else t for t in x]
-    bad = [i for i, t in enumerate(ts) if not isinstance(t, torch.Tensor) or t.dim() != 2]
-    if bad:
-        raise ForensicsError(f"slot {bad[0]} is not a 2-D [tokens, hidden] tensor", path=IN_MEMORY)
-    if len({int(t.shape[0]) for t in ts}) != 1:
-        raise ForensicsError(f"slots have different token counts: {[int(t.shape[0]) for t in ts]}", path=IN_MEMORY)
-    slots = [CaptureSlot(index=i, name=f"slot[{i}]", key="tensor", shape=(int(t.shape[0]), int(t.shape[1])),
-                         dtype=t.dtype, getter=constant_getter(t)) for i, t in enumerate(ts)]
-    prov = Provenance(path=IN_MEMORY, format=IN_MEMORY, size_bytes=sum(t.numel() * t.element_size() for t in ts))
-    return Capture(slots=slots, input_ids=None, loss_mask=None, provenance=prov)
+    return read(x, input_ids=input_ids)
 
 
 # --------------------------------------------------------------------------------------------- the state
@@ -304,7 +279,7 @@ def _tokens(capture: Capture, tokenizer: Any, starts: np.ndarray) -> tuple[list 
 
 
 def explore_state(x: Any, fingerprint: Any = None, tokenizer: Any = "auto", stats: Any = None,
-                  max_columns: int = MAX_COLUMNS) -> ExploreState:
+                  max_columns: int = MAX_COLUMNS, input_ids: Any = None) -> ExploreState:
     """The explorer's state of one capture (a path, a ``Capture`` or tensors, as :func:`as_capture` reads them).
 
     Args:
@@ -312,11 +287,12 @@ def explore_state(x: Any, fingerprint: Any = None, tokenizer: Any = "auto", stat
             with :func:`with_fingerprint`).
         tokenizer: ``"auto"`` (the capture's own local tokenizer), a folder, a tokenizer object, or None.
         stats: the capture's ``CaptureStats`` when already computed (else :func:`forensics.summarize`).
+        input_ids: the token ids of hidden states given in memory (token text, the same-id cosine).
     """
     from forensics.analysis.rows import check_rows
     from forensics.analysis.stats import summarize
 
-    cap = as_capture(x)
+    cap = as_capture(x, input_ids)
     if not cap.slots:
         raise ForensicsError("no hidden-state slots to explore", path=cap.path)
     stats = fingerprint.stats if fingerprint is not None else (stats or summarize(cap))
@@ -337,7 +313,10 @@ def explore_state(x: Any, fingerprint: Any = None, tokenizer: Any = "auto", stat
                          cos_prev=bin_min(cos_prev, starts), cos_same=bin_min(cos_same, starts), starts=starts,
                          tokens=tokens, ids=col_ids, tokenizer_note=note, verdicts=[None] * len(names),
                          verdict_why=[""] * len(names))
-    state.row_findings = check_rows(cap).findings  # zero blocks, NaN rows, …: bands before any fingerprint
+    # zero blocks and NaN/Inf rows as bands before any fingerprint: check_rows reads every slot again, so only when
+    # the norms already show such a row (a norm is 0 or non-finite exactly then); the fingerprint brings the rest
+    if any(bool((n == 0).any()) or not bool(np.isfinite(n).all()) for n in full):
+        state.row_findings = check_rows(cap).findings
     _set_bands(state, finding_bands(state.row_findings, len(names), T) + stat_bands(stats))
     return with_fingerprint(state, fingerprint) if fingerprint is not None else state
 

@@ -73,9 +73,14 @@ def run(args) -> int:
     files = rep.context["files"]
     unreadable = sum(1 for f in files if f.error)
     v = rep.context["verdicts"]
-    doc = {"output": out, "bytes": size, "files": len(files), "unreadable": unreadable,
+    doc = {"verdict": rep.verdict(args.fail_on), "output": out, "bytes": size, "files": len(files),
+           "unreadable": unreadable,
            "verdicts": rep.counts, "overall": rep.context["overall"], "sentence": v.get("sentence"),
            "audit": rep.context.get("audit_verdict"), "command": rep.command()}
+    audit_res = rep.context.get("audit")
+    if audit_res is not None:  # the audit's own decision and fix, as `hsf audit --json` gives them
+        doc["audit_fix"] = audit_res.fix
+        doc["audit_exit_code"] = audit_res.exit_code()
     if args.json:
         print_json(doc)
     else:

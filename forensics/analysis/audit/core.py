@@ -23,16 +23,20 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from forensics.analysis.audit.training import _repeated
 from forensics.errors import ForensicsError
 from forensics.findings import Finding, FindingKind, Severity, Verdict, exit_code
 from forensics.io import limits
 from forensics.jsonable import json_safe
 from forensics.layers import r_label
 from forensics.models import conventions as cv
+from forensics.models.convention_rules import CONFIG_RULES
 from forensics.models.draft_config import load_json_object, sub_dict
 
-WIRING_KINDS = {"slices", "ids_ignored_key", "ids_missing", "engine_cannot_capture", "fc_width", "order",
-                "aux_disabled", "served_data", "hidden_size", "config_vs_served"}
+WIRING_KINDS = {FindingKind.SLICES, FindingKind.IDS_IGNORED_KEY, FindingKind.IDS_MISSING,
+                FindingKind.ENGINE_CANNOT_CAPTURE, FindingKind.FC_WIDTH, FindingKind.ORDER, FindingKind.AUX_DISABLED,
+                FindingKind.SERVED_DATA, FindingKind.HIDDEN_SIZE, FindingKind.CONFIG_VS_SERVED, FindingKind.DUPLICATE,
+                FindingKind.IDS_INCLUDE_LAST}
 
 
 @dataclass
@@ -123,6 +127,7 @@ def serving_side(info, engine: str, version: str | None, L: int, H: int | None, 
     """What ``engine`` captures for this draft, and every config/checkpoint problem on the way."""
     findings: list[Finding] = []
     ec = cv.engine_capture(engine, info.config, L, version, arch)
+    findings += _id_list_findings(ec, engine, L, trained_fc)
     other = cv.TOP_KEY if engine == "sglang" else cv.NESTED_KEY
     other_ids = info.ids_top if engine == "sglang" else info.ids_nested
     other_ids = other_ids if isinstance(other_ids, list) else None
@@ -186,6 +191,37 @@ def serving_side(info, engine: str, version: str | None, L: int, H: int | None, 
               "engine": engine, "version": ec.version, "arch": arch, "key": ec.key, "ids": ec.ids,
               "id_source": ec.source, "notes": ec.notes}
     return served, findings
+
+
+def _id_list_findings(ec, engine: str, L: int, trained_fc: list | None) -> list[Finding]:
+    """The id list as a whole, by the registry's ``CONFIG_RULES``: a repeated id (captured once), and the final
+    layer L left among the aux ids where the trainer's fc never took it (``ec``: ``engine_capture``'s answer)."""
+    from forensics.analysis.audit.training import _repeated
+    from forensics.models.convention_rules import CONFIG_RULES
+
+    out: list[Finding] = []
+    ids = list(ec.ids or []) if ec.source == "config" else []
+    rep = _repeated(ids)
+    if rep and engine in CONFIG_RULES["duplicate"].engines:
+        rule = CONFIG_RULES["duplicate"]
+        named = ", ".join(f"id {i} (r = {r_label(r)})" for i, r in zip(rep, cv.to_r(engine, rep, L), strict=True))
+        out.append(Finding(FindingKind.DUPLICATE, Severity.FAIL, [],
+                           f"`{ec.key}` = {ids} repeats {named}: {engine} captures each layer once, so it feeds "
+                           f"{len(ec.r)} states {[r_label(r) for r in ec.r]} to an fc built for {len(ids)}. Fix: "
+                           f"{rule.fix} ({rule.source})",
+                           {"ids": ids, "repeated_ids": rep, "captured_r": list(ec.r), "rule": rule.rule,
+                            "source": rule.source}))
+    last = CONFIG_RULES["last_layer_aux"]
+    if ids and ids[-1] == L and L in ec.r and engine in last.engines and trained_fc is not None and \
+            L not in trained_fc and len(trained_fc) == len(ids) - 1:
+        out.append(Finding(FindingKind.IDS_INCLUDE_LAST, Severity.FAIL, [],
+                           f"`{ec.key}` = {ids} ends with {L}, the final layer: {engine} {ec.version} serves it "
+                           f"(r = {L}, pre-norm) as fc input {len(ids) - 1}, but the fc was trained on "
+                           f"{[r_label(r) for r in trained_fc]} (the trainer's target is r = {L}, not an fc input). "
+                           f"Fix: {last.fix} ({last.source})",
+                           {"ids": ids, "served_r": list(ec.r), "trained_r": list(trained_fc), "rule": last.rule,
+                            "source": last.source}))
+    return out
 
 
 # ---- verdict ---------------------------------------------------------------------------------------------
@@ -264,6 +300,11 @@ def audit(data: Any = None, draft: Any = None, engine: str | None = None, engine
         if info is not None and info.ids_top is not None and info.ids_nested is not None:
             other = cv.NESTED_KEY if fix["where"] == "top-level" else cv.TOP_KEY
             fix["also"] = f"make `{other}` agree (or remove it) so the other engine reads the same layers"
+        rep = _repeated(trained["fc_r"])
+        if rep and engine in CONFIG_RULES["duplicate"].engines:  # no id list serves one layer twice
+            fix.update(ids=None, snippet=None, caveat=f"the fc was trained on {[r_label(r) for r in trained['fc_r']]}, "
+                       f"which repeats {', '.join(r_label(r) for r in rep)}; {engine} captures each layer once "
+                       f"({CONFIG_RULES['duplicate'].source}): retrain on distinct layers")
         if info is not None and fix.get("ids") is not None:  # the right ids are there; only the caveat blocks
             fix["already_set"] = list((info.ids_nested if fix["where"] == "nested" else info.ids_top) or []) \
                 == list(fix["ids"])
@@ -373,6 +414,8 @@ def _verdict(trained: dict, served: dict, findings: list[Finding], info, engine,
         ok: bool | None
         if oks is not None and k < len(oks):
             ok = None if oks[k] is None else bool(oks[k])  # the served tensors themselves decide
+        elif k >= len(fc) or k >= len(sr):
+            ok = False  # one side has no slice k: the counts are known on both sides and differ
         elif t is None or s is None:
             ok = False if (t is None) != (s is None) and st in KNOWN_TRAINED else None
         elif st in KNOWN_TRAINED:

@@ -199,7 +199,9 @@ def preflight(draft: Any, engine: str, engine_version: str | None = None, traine
         findings.append(Finding(FindingKind.TRAINER_VS_LAYOUT, Severity.FAIL, [], f"the trainer's ids give r = "
                                 f"{[r_label(r) for r in trained_fc]} but the trained layout feeds the fc "
                                 f"{[r_label(r) for r in fc]}", {"trainer_r": trained_fc, "layout_r": fc}))
-    res.findings[:0] = findings
+    dup_ids = [f.evidence.get("ids") for f in res.findings if f.kind is FindingKind.DUPLICATE]
+    findings = [f for f in findings if not (f.kind is FindingKind.IDS_DUPLICATE and f.evidence.get("ids") in dup_ids)]
+    res.findings[:0] = findings  # (the audit's `duplicate` already says what a repeated config id does)
     if data is not None and (trained_layout is None or view != trainer):  # the appended L was ours, not the user's
         res.findings = [f for f in res.findings if f.kind not in ("target_not_final", "target_postnorm")]
         res.trained.update(target_r=None, trainer=trainer, source="trainer invocation" if trained_layout is None
@@ -274,6 +276,19 @@ def _apply_readings(res: AuditResult, info, engine: str, version: str | None, L:
                            + "; ".join(f"{k} → r = {[r_label(x) for x in r]}" for k, r in alts.items()),
                            readings={k: list(r) for k, r in alts.items()}, match=matches))
     ok = [k for k, m in matches.items() if m]
+    config_ids = (res.served or {}).get("ids")
+    plans = set()
+    for v in ([version] if version is not None else cv.versions(engine)):
+        ids = cv.from_r(engine, fc, L, None if v == "any" else v, arch or "generic", family).ids
+        plans.add(None if ids is None else tuple(ids))
+    fix_ids = (res.fix or {}).get("ids")
+    if ok and len(ok) < len(matches) and res.verdict == "mismatch" and fix_ids is not None and len(plans) == 1 \
+            and None not in plans and config_ids is not None and tuple(fix_ids) != tuple(config_ids):
+        # every version is fixed by the same ids, and the config holds others: wrong whatever the version
+        # (the versions that serve the trained layers do so only because they drop an id they cannot capture)
+        res.reason += (f"; {ok} happen to serve the trained layers, but the same ids {list(fix_ids)} are "
+                       f"right for every {engine} version")
+        return
     if len(ok) == len(matches):
         res.verdict, res.reason = "match", f"every reading serves the trained r = {[r_label(r) for r in fc]}"
     elif ok:  # the slice comparison above was one reading's: it is not evidence against the wiring

@@ -109,7 +109,7 @@ def scan(path: str | os.PathLike | list, workers: int = 2, out: str | os.PathLik
          fingerprint: bool | int | str | None = FINGERPRINT_FILES,
          tune_malloc: bool = True, prefetch: bool = False, progress: bool | None = None,
          on_row: Callable[[dict], None] | None = None, out_format: str | None = None,
-         file_seconds: float | None = FILE_TIME_BUDGET_S, layers: Any = None) -> ScanResult:
+         file_seconds: float | None = FILE_TIME_BUDGET_S, layers: Any = None, rows: bool = True) -> ScanResult:
     """Scan every capture file under ``path``; return rows, dataset summary and anomalies.
 
     Args:
@@ -134,6 +134,8 @@ def scan(path: str | os.PathLike | list, workers: int = 2, out: str | os.PathLik
             an error row (None: no budget). Not applied on Dask workers (signals reach only main threads).
         layers: the claimed r per slot (``"3,16,28,30"``) checked in every fingerprinted file, as ``hsf
             fingerprint --layers`` does; default: each file's own claims (sidecar, format).
+        rows: run the row checks (:func:`forensics.analysis.rows.check_rows`: zero rows, rows ≠ ids, token
+            shifts, foreign rows) on every file (default); False only to measure what they cost.
     """
     t_start = time.perf_counter()
     fingerprint = parse_fingerprint_option(fingerprint)
@@ -161,7 +163,7 @@ def scan(path: str | os.PathLike | list, workers: int = 2, out: str | os.PathLik
         stack.enter_context(_sigterm_as_interrupt())
         return _scan(path, items, bad, out, sink, resume, workers, dask, fingerprint, fmt,
                      {"tune_malloc": tune_malloc, "prefetch": prefetch, "file_seconds": file_seconds,
-                      "layers": layers},
+                      "layers": layers, "rows": rows},
                      progress, on_row, t_start)
 
 

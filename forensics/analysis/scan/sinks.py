@@ -73,6 +73,13 @@ PARQUET_COLUMNS: list[tuple[str, str, str]] = [
     ("inf", "int64", "Inf values in the slot"),
     ("anomaly_kinds", "list<string>", "kinds of the file's findings that involve this slot (known per file; "
                                       "dataset-level anomalies are in the scan result)"),
+    ("num_rows", "int64", "rows per slot (differs from num_tokens when the rows do not match the ids: row_count)"),
+    ("row_offset", "int32", "row t holds token t + row_offset's state (0 aligned; null: the data cannot say)"),
+    ("row_kinds", "list<string>", "row-forensics finding kinds that involve this slot (zero_rows, nonfinite, "
+                                  "row_count, token_shift, slot_misaligned, foreign_rows)"),
+    ("bad_rows", "list<list<int32>>", "this slot's bad row ranges, inclusive [first, last] (zero, non-finite, "
+                                      "foreign, or outside the ids)"),
+    ("bad_row_count", "int64", "rows in this slot's bad row ranges"),
     (ROW_JSON, "string", "the file's whole scan row as JSON, on its first record only (resume, rows)"),
 ]
 
@@ -81,7 +88,8 @@ def _arrow_schema():
     import pyarrow as pa
 
     types = {"string": pa.string(), "int64": pa.int64(), "int32": pa.int32(), "float64": pa.float64(),
-             "list<int32>": pa.list_(pa.int32()), "list<string>": pa.list_(pa.string())}
+             "list<int32>": pa.list_(pa.int32()), "list<string>": pa.list_(pa.string()),
+             "list<list<int32>>": pa.list_(pa.list_(pa.int32()))}
     return pa.schema([pa.field(name, types[t], metadata={"description": d}) for name, t, d in PARQUET_COLUMNS])
 
 
@@ -94,10 +102,12 @@ def records(row: dict) -> list[dict]:
     if not slots:
         return [{**base, ROW_JSON: whole}]
     findings = row.get("findings") or []
+    rows = row.get("rows") or {}
     out = []
     for j, s in enumerate(slots):
         norm = s.get("norm") or {}
         kinds = sorted({f["kind"] for f in findings if not f.get("slots") or s["index"] in f["slots"]})
+        bad = (rows.get("bad_rows") or {}).get(str(s["index"])) or []
         out.append({
             **base, "slot": s["index"], "slot_name": s.get("name"), "dtype": s.get("dtype"),
             "claimed": s.get("claimed"), "r_claimed": s.get("declared"), "role": s.get("role"),
@@ -109,7 +119,11 @@ def records(row: dict) -> list[dict]:
             "median_excl_first": s.get("median_excl_first"), "token0_norm": s.get("first"),
             "token0_ratio": s.get("first_ratio"), "num_sinks": s.get("num_sinks"), "sinks": s.get("sinks"),
             "massive_dims": s.get("massive_dims"), "nan": s.get("nan"), "inf": s.get("inf"),
-            "anomaly_kinds": kinds, ROW_JSON: whole if j == 0 else None,
+            "anomaly_kinds": kinds, "num_rows": rows.get("num_rows"), "row_offset": rows.get("offset"),
+            "row_kinds": [k for k in kinds if k in set(rows.get("kinds") or [])] if rows else None,
+            "bad_rows": [list(r) for r in bad] if rows else None,
+            "bad_row_count": sum(b - a + 1 for a, b in bad) if rows else None,
+            ROW_JSON: whole if j == 0 else None,
         })
     return out
 

@@ -69,8 +69,9 @@ class Explorer(anywidget.AnyWidget):
     status = traitlets.Unicode("").tag(sync=True)
 
     def __init__(self, x: Any, model: Any = None, layers: Any = None, tokenizer: Any = "auto",
-                 background: bool = True):
+                 background: bool = True, input_ids: Any = None):
         super().__init__()
+        self._input_ids = input_ids
         self.items = _sources(x)
         self.layers = layers
         self._tokenizer = tokenizer
@@ -87,6 +88,8 @@ class Explorer(anywidget.AnyWidget):
         self._thread: threading.Thread | None = None
         self.files = [{"name": n, "verdict": None} for n, _ in self.items] if len(self.items) > 1 else []
         self.has_model = model is not None
+        if len(self.items) == 1:
+            self.state(0)  # one unreadable input: its ForensicsError, one line naming it (a folder shows it instead)
         self._show(0)
         todo = list(range(min(len(self.items), MAX_VERDICT_FILES)))
         self._queue.extend(todo)
@@ -105,7 +108,8 @@ class Explorer(anywidget.AnyWidget):
         k = self.file if k is None else k
         with self._lock:
             if k not in self._captures:
-                self._captures[k] = as_capture(self.items[k][1])
+                ids = self._input_ids if len(self.items) == 1 else None  # ids of one sample, never of a folder
+                self._captures[k] = as_capture(self.items[k][1], ids)
             return self._captures[k]
 
     def state(self, k: int | None = None) -> Any:

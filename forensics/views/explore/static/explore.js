@@ -12,6 +12,7 @@ const FILES_W = 190;   // file list, px
 const AXIS_H = 64;     // x-axis token labels, px
 const HEAT_MAX_H = 300;  // the heatmap's height cap, px
 const CONTEXT_TOKENS = 12;  // tokens either side of the selection in the context strip
+const MIN_WINDOW = 16;  // the narrowest zoom, in columns
 
 function floats(v) {
   if (v == null) return new Float32Array(0);
@@ -121,8 +122,14 @@ function render({ model, el }) {
   const pngBtn = h("button", "hsf-x-export", "PNG");
   pngBtn.title = "export the view as PNG";
   pngBtn.dataset.format = "png";
-  const keys = h("span", "hsf-x-keys", "←/→ token · ↑/↓ file");
-  bar.append(fileSel, title, verdict, status, scaleSel, svgBtn, pngBtn, keys);
+  const zoomIn = h("button", "hsf-x-zoom", "+");
+  zoomIn.title = "zoom in on the selected token (key +)";
+  zoomIn.dataset.zoom = "in";
+  const zoomOut = h("button", "hsf-x-zoom", "−");
+  zoomOut.title = "zoom out (key −)";
+  zoomOut.dataset.zoom = "out";
+  const keys = h("span", "hsf-x-keys", "←/→ token · ↑/↓ file · +/− zoom");
+  bar.append(fileSel, title, verdict, status, zoomOut, zoomIn, scaleSel, svgBtn, pngBtn, keys);
 
   const body = h("div", "hsf-x-body");
   const files = h("div", "hsf-x-files");
@@ -146,6 +153,7 @@ function render({ model, el }) {
 
   let st = decode(model);
   let rowH = 20, colW = 1, plotW = 600, disp = [];  // disp[d] = [first column, last column + 1]
+  let v0 = 0, v1 = null, shown = null;  // the zoomed window of columns (v1 null: all); the file it belongs to
 
   function layout() {
     const W = root.clientWidth || el.clientWidth || 1000;
@@ -154,16 +162,49 @@ function render({ model, el }) {
     fileSel.hidden = nfiles < 2;
     plotW = Math.max(200, W - LABEL_W - (nfiles < 2 ? 0 : FILES_W + 8) - 24);
     rowH = Math.max(8, Math.min(28, Math.floor(HEAT_MAX_H / Math.max(1, st.S))));
-    const D = Math.max(1, Math.min(st.C, Math.floor(plotW)));
+    if (!st.C || !st.S) { disp = []; colW = 1; return; }  // an unreadable file: its error, no heatmap
+    const [a, b] = windowCols();
+    const N = b - a, D = Math.max(1, Math.min(N, Math.floor(plotW)));
     colW = plotW / D;
     disp = [];
-    for (let d = 0; d < D; d++) disp.push([Math.floor(d * st.C / D), Math.max(Math.floor(d * st.C / D) + 1,
-      Math.floor((d + 1) * st.C / D))]);
+    for (let d = 0; d < D; d++) {
+      const lo = a + Math.floor(d * N / D);
+      disp.push([lo, Math.max(lo + 1, a + Math.floor((d + 1) * N / D))]);
+    }
   }
 
-  function dispOf(col) {
+  function windowCols() {  // the columns in view: all, or the zoomed window [v0, v1)
+    if (v1 == null || v1 - v0 >= st.C) return [0, Math.max(1, st.C)];
+    const n = v1 - v0, a = Math.max(0, Math.min(v0, st.C - n));
+    return [a, a + n];
+  }
+
+  function dispOf(col) {  // the display column showing data column col; -1 outside the window
+    if (!disp.length || col < disp[0][0] || col >= disp[disp.length - 1][1]) return -1;
     for (let d = 0; d < disp.length; d++) if (col < disp[d][1]) return d;
-    return disp.length - 1;
+    return -1;
+  }
+
+  function zoom(factor) {  // around the selection (else the window's middle); MIN_WINDOW columns at least
+    const [a, b] = windowCols();
+    const n = Math.max(Math.min(st.C, MIN_WINDOW), Math.min(st.C, Math.round((b - a) * factor)));
+    const pos = model.get("selected");
+    const mid = pos != null && pos >= 0 ? columnOf(st, pos) : (a + b) / 2;
+    if (n >= st.C) { v0 = 0; v1 = null; } else {
+      v0 = Math.max(0, Math.min(st.C - n, Math.round(mid - n / 2)));
+      v1 = v0 + n;
+    }
+    draw();
+  }
+
+  function follow(col) {  // pan the zoomed window to keep column col in view
+    if (v1 == null) return false;
+    const [a, b] = windowCols();
+    if (col >= a && col < b) return false;
+    const n = b - a;
+    v0 = Math.max(0, Math.min(st.C - n, col < a ? col : col - n + 1));
+    v1 = v0 + n;
+    return true;
   }
 
   function cellMax(r, d) {  // the largest norm of row r over display column d (NaN wins)
@@ -222,7 +263,8 @@ function render({ model, el }) {
     const dpr = window.devicePixelRatio || 1;
     const meta = st.meta;
     title.textContent = `${meta.name || meta.path || ""} — ${meta.format || ""}, ${meta.num_tokens || 0} tokens` +
-      (meta.binned ? ` in ${st.C} columns (max per column)` : "") + `, ${st.S} slots`;
+      (meta.binned ? ` in ${st.C} columns (max per column)` : "") + `, ${st.S} slots` + zoomNote();
+    if (meta.error) title.textContent = `${meta.name || ""}: unreadable`;
     const fv = meta.file_verdict;
     verdict.textContent = fv ? fv.toUpperCase() : (meta.fingerprinted ? "NO CLAIM" : "…");
     verdict.className = "hsf-x-badge " + (VERDICT_CLASS[fv] ? "v-" + VERDICT_CLASS[fv] : "v-none");
@@ -258,11 +300,20 @@ function render({ model, el }) {
     drawSelection();
   }
 
+  function zoomNote() {
+    if (v1 == null) return "";
+    const [a, b] = windowCols();
+    return ` · showing tokens ${st.starts[a]}–${st.starts[b] - 1}`;
+  }
+
   function drawBands() {
     bands.replaceChildren();
     for (const b of (st.meta.bands || [])) {
       if (b.slot >= st.S) continue;
-      const d0 = dispOf(columnOf(st, b.first)), d1 = dispOf(columnOf(st, b.last));
+      const [a, z] = windowCols();
+      const c0 = Math.max(a, columnOf(st, b.first)), c1 = Math.min(z - 1, columnOf(st, b.last));
+      if (c0 > c1) continue;  // outside the zoomed window
+      const d0 = dispOf(c0), d1 = dispOf(c1);
       const e = h("div", "hsf-x-band sev-" + (b.severity || "info") + " kind-" + String(b.kind).replace(/\W+/g, "-"));
       e.style.left = d0 * colW + "px";
       e.style.width = Math.max(2, (d1 - d0 + 1) * colW) + "px";
@@ -312,7 +363,7 @@ function render({ model, el }) {
     }
     const c = columnOf(st, pos);
     const d = dispOf(c);
-    cursor.hidden = false;
+    cursor.hidden = d < 0;
     cursor.style.left = d * colW + "px"; cursor.style.width = Math.max(2, colW) + "px";
     cursor.style.height = st.S * rowH + "px";
     // the context strip: the tokens around the selection, each clickable
@@ -364,9 +415,10 @@ function render({ model, el }) {
     const T = st.meta.num_tokens || 0;
     if (!T) return;
     pos = Math.max(0, Math.min(T - 1, pos));
+    const panned = follow(columnOf(st, pos));
     model.set("selected", pos);
     model.save_changes();
-    drawSelection();
+    if (panned) draw(); else drawSelection();
   }
 
   function setFile(k) {
@@ -383,7 +435,7 @@ function render({ model, el }) {
   function cellAt(ev) {
     const box = heat.getBoundingClientRect();
     const x = ev.clientX - box.left, y = ev.clientY - box.top;
-    if (x < 0 || y < 0 || x >= box.width || y >= box.height) return null;
+    if (!disp.length || x < 0 || y < 0 || x >= box.width || y >= box.height) return null;
     const d = Math.min(disp.length - 1, Math.floor(x / colW)), r = Math.min(st.S - 1, Math.floor(y / rowH));
     return { d, r, x: ev.clientX, y: ev.clientY };
   }
@@ -434,11 +486,15 @@ function render({ model, el }) {
     else if (ev.key === "End") select(st.starts[st.C - 1]);
     else if (ev.key === "ArrowDown") setFile((model.get("file") || 0) + 1);
     else if (ev.key === "ArrowUp") setFile((model.get("file") || 0) - 1);
+    else if (ev.key === "+" || ev.key === "=") zoom(0.5);
+    else if (ev.key === "-") zoom(2);
     else handled = false;
     if (handled) { ev.preventDefault(); ev.stopPropagation(); }
   });
   fileSel.addEventListener("change", () => setFile(Number(fileSel.value)));
   scaleSel.addEventListener("change", draw);
+  zoomIn.addEventListener("click", () => zoom(0.5));
+  zoomOut.addEventListener("click", () => zoom(2));
   svgBtn.addEventListener("click", () => exportView("svg"));
   pngBtn.addEventListener("click", () => exportView("png"));
 
@@ -501,7 +557,13 @@ function render({ model, el }) {
   function redraw() {
     if (pending) return;
     pending = true;
-    requestAnimationFrame(() => { pending = false; st = decode(model); draw(); });
+    requestAnimationFrame(() => {
+      pending = false;
+      st = decode(model);
+      const key = `${st.meta.path}|${st.meta.name}|${st.C}`;
+      if (key !== shown) { shown = key; v0 = 0; v1 = null; }  // another file: the whole sequence again
+      draw();
+    });
   }
   const onState = () => redraw();
   const onSel = () => drawSelection();
@@ -519,6 +581,7 @@ function render({ model, el }) {
     ro = new ResizeObserver(() => { const w = root.clientWidth; if (w && w !== lastW) { lastW = w; redraw(); } });
     ro.observe(root);
   }
+  shown = `${st.meta.path}|${st.meta.name}|${st.C}`;
   draw();
   return () => {
     for (const k of ["meta", "norms", "starts", "tokens"]) model.off("change:" + k, onState);
