@@ -56,8 +56,13 @@ def _label(r: Any) -> str | None:
 
 
 # ---------------------------------------------------------------- tokens
+TOKEN_TEXT_CHARS = 64  # a token's text is shown cut to this many characters + "…" (a hostile tokenizer's
+# 2,000,000-character token at 1,000 positions made a 384 MB report; hardening round 3, N6 S15)
+
+
 def load_tokens(cap, errors: list[dict]) -> list[str] | None:
-    """Token text per position (the capture's own local tokenizer, never remote code), or None when unknown."""
+    """Token text per position (the capture's own local tokenizer, never remote code), or None when unknown;
+    each distinct id decoded once, its text cut to ``TOKEN_TEXT_CHARS`` characters + "…"."""
     from forensics.io.tokenizer import decode_tokens, find_tokenizer, load_tokenizer
 
     if cap.input_ids is None:
@@ -68,7 +73,12 @@ def load_tokens(cap, errors: list[dict]) -> list[str] | None:
         if why and not any(e.get("message") == why for e in errors):
             errors.append({"where": f"tokenizer {folder}", "message": why})
         return None
-    return decode_tokens(tok, [int(i) for i in cap.input_ids.tolist()])
+    ids = [int(i) for i in cap.input_ids.tolist()]
+    text = {}
+    for i in dict.fromkeys(ids):
+        t = decode_tokens(tok, [i])[0]
+        text[i] = t if len(t) <= TOKEN_TEXT_CHARS else t[:TOKEN_TEXT_CHARS] + "…"
+    return [text[i] for i in ids]
 
 
 def show_token(t: str | None) -> str:
