@@ -111,7 +111,8 @@ def units(per_file: Sequence[Sequence[int]]) -> tuple[list[list[int]], str]:
     for p in per_file:
         blocks = [list(p[i:i + BLOCK_ROWS]) for i in range(0, len(p), BLOCK_ROWS)]
         if len(blocks) > 1 and len(blocks[-1]) < BLOCK_ROWS // 2:
-            blocks[-2] += blocks.pop()
+            last = blocks.pop()
+            blocks[-1] = blocks[-1] + last
         out += [b for b in blocks if b]
     return out, f"block of {BLOCK_ROWS} positions"
 
