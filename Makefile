@@ -90,6 +90,7 @@ bench: $(DEMO_STAMP)
 	$(BIN)/python benchmarks/bench_stats.py | tee -a $(OUT)/bench.log
 	$(BIN)/python benchmarks/bench_fingerprint.py | tee -a $(OUT)/bench.log
 	$(BIN)/python benchmarks/bench_cli.py | tee -a $(OUT)/bench.log
+	$(BIN)/python benchmarks/bench_explore.py | tee -a $(OUT)/bench.log
 	$(BIN)/python benchmarks/bench_scan.py | tee -a $(OUT)/bench.log
 	@echo; echo "== goals (1-minute load beside each) =="; grep -E '^(GOAL|COLD)' $(OUT)/bench.log
 

@@ -9,6 +9,18 @@ A flat verb API (heavy imports are lazy)::
     fp = forensics.fingerprint(cap)            # roles, depth order, labels, evidence
     au = forensics.audit(...)                  # training vs serving wiring verdict
     forensics.report(["data_0.pt"]).save("report.html")
+
+Tensors in memory work as well as files: ``fingerprint``, ``summarize`` and ``as_capture`` take transformers'
+``output.hidden_states`` tuple, a list of ``[T, H]`` tensors, a ``[k, T, H]`` stack or a dict of named tensors::
+
+    out = model(ids, output_hidden_states=True)
+    fp = forensics.fingerprint(out.hidden_states, input_ids=ids, model="default")
+    print(fp)                                   # IDENTIFIED [embed, L1, ..., final_post] (exact)
+    print(fp.explain())                         # the evidence behind it
+
+Verbs: load, as_capture, read_ids, iter_files, summarize, fingerprint, audit, probe, scan, report, capture,
+explore.
+Every bad input raises one ``ForensicsError`` naming the file (or ``<in memory>``).
 """
 
 from __future__ import annotations
@@ -16,12 +28,14 @@ from __future__ import annotations
 from forensics.errors import ForensicsError
 
 __version__ = "0.1.0"
-__all__ = ["ForensicsError", "load", "summarize", "fingerprint", "audit", "report", "scan", "probe", "capture",
-           "__version__"]
+__all__ = ["ForensicsError", "load", "as_capture", "read_ids", "iter_files", "summarize", "fingerprint", "audit",
+           "report", "scan", "probe", "capture", "explore", "__version__"]
 
 _LAZY = {
     "load": ("forensics.io.formats", "load"),
     "iter_files": ("forensics.io.formats", "iter_files"),
+    "as_capture": ("forensics.io.formats", "as_capture"),
+    "read_ids": ("forensics.io.formats", "read_ids"),
     "summarize": ("forensics.analysis.stats", "summarize"),
     "fingerprint": ("forensics.analysis.fingerprint.core", "fingerprint"),
     "audit": ("forensics.analysis.audit.core", "audit"),
@@ -29,6 +43,7 @@ _LAZY = {
     "scan": ("forensics.analysis.scan.core", "scan"),
     "probe": ("forensics.analysis.probe", "probe"),
     "capture": ("forensics.models.recorder", "capture"),
+    "explore": ("forensics.views.explore", "explore"),
 }
 
 
@@ -41,3 +56,8 @@ def __getattr__(name: str):
         globals()[name] = value
         return value
     raise AttributeError(f"module 'forensics' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """Tab completion lists the lazy verbs too (they are imported on first use)."""
+    return sorted(set(__all__) | set(_LAZY))

@@ -68,6 +68,192 @@ class Verdict(StrEnum):
 
 _VERDICT_RANK = {Verdict.PASS: 0, Verdict.CANNOT_TELL: 1, Verdict.FAIL: 2}
 
+class FindingKind(StrEnum):
+    """What a finding is about: one member per kind any command makes, each with a one-line meaning
+    (:attr:`meaning`; ``docs/commands.md`` lists them, generated from this enum).
+
+    ``data_<kind>`` is a capture finding (``<kind>``) made on the *training data* inside ``hsf audit``.
+    """
+
+    # ---- one capture: the data itself (fingerprint, scan) ----
+    NONFINITE = "nonfinite"
+    OVERFLOW = "overflow"
+    ALL_ZERO = "all_zero"
+    FEW_TOKENS = "few_tokens"
+    NO_REFERENCE_MATCH = "no_reference_match"
+    NO_TOKEN_IDS = "no_token_ids"
+    DUPLICATE = "duplicate"
+    # ---- one capture: rows (row forensics) ----
+    ZERO_ROWS = "zero_rows"
+    ROW_COUNT = "row_count"
+    TOKEN_SHIFT = "token_shift"
+    SLOT_MISALIGNED = "slot_misaligned"
+    FOREIGN_ROWS = "foreign_rows"
+    # ---- one capture: a claimed layer list against the evidence ----
+    COUNT_MISMATCH = "count_mismatch"
+    SHIFTED = "shifted"
+    REORDERED = "reordered"
+    OFF_BY_ONE = "off_by_one"
+    OFFSET = "offset"
+    WRONG_LAYER = "wrong_layer"
+    MISSING_EMBEDDING = "missing_embedding"
+    UNEXPECTED_EMBEDDING = "unexpected_embedding"
+    PRENORM = "prenorm"
+    POSTNORM = "postnorm"
+    # ---- audit: the training side ----
+    DECLARED_VS_DATA = "declared_vs_data"
+    UNKNOWN_SLICES = "unknown_slices"
+    ASSUMED_FROM_CONFIG = "assumed_from_config"
+    TRAINER_VS_FORMAT = "trainer_vs_format"
+    ORDER = "order"
+    POSTNORM_AUX = "postnorm_aux"
+    TARGET_POSTNORM = "target_postnorm"
+    TARGET_NOT_FINAL = "target_not_final"
+    TARGET_PRENORM = "target_prenorm"
+    LAYERS_BEYOND_L = "layers_beyond_L"
+    HIDDEN_SIZE = "hidden_size"
+    # ---- audit: the serving side (draft config, checkpoint, engine) ----
+    IDS_MISSING = "ids_missing"
+    IDS_IGNORED_KEY = "ids_ignored_key"
+    IDS_DISAGREE = "ids_disagree"
+    AUX_DISABLED = "aux_disabled"
+    ENGINE_CANNOT_CAPTURE = "engine_cannot_capture"
+    FC_WIDTH = "fc_width"
+    FC_VS_DATA = "fc_vs_data"
+    FC_SKIP = "fc_skip"
+    VOCAB_MAPS = "vocab_maps"
+    WEIGHT_NAMES = "weight_names"
+    ASSUMPTION = "assumption"
+    # ---- audit: training against serving ----
+    SLICES = "slices"
+    CONFIG_VS_SERVED = "config_vs_served"
+    SERVED_DATA = "served_data"
+    SERVED_UNDECIDED = "served_undecided"
+    # ---- audit without data (doctor / pre-flight) ----
+    ID_IS_COUNT = "id_is_count"
+    IDS_OUT_OF_RANGE = "ids_out_of_range"
+    IDS_DUPLICATE = "ids_duplicate"
+    IDS_ORDER = "ids_order"
+    IDS_INCLUDE_LAST = "ids_include_last"
+    FC_VS_IDS = "fc_vs_ids"
+    TRAINER_IDS_MISSING = "trainer_ids_missing"
+    TRAINER_IDS_VS_CONFIG = "trainer_ids_vs_config"
+    TRAINER_IDS_INCLUDE_LAST = "trainer_ids_include_last"
+    TRAINER_IDS_INVALID = "trainer_ids_invalid"
+    TRAINER_VS_LAYOUT = "trainer_vs_layout"
+    NO_RULE = "no_rule"
+    READINGS = "readings"
+    # ---- a capture finding made on the training data inside the audit (``data_`` + the capture kind) ----
+    DATA_NONFINITE = "data_nonfinite"
+    DATA_OVERFLOW = "data_overflow"
+    DATA_ALL_ZERO = "data_all_zero"
+    DATA_FEW_TOKENS = "data_few_tokens"
+    DATA_NO_REFERENCE_MATCH = "data_no_reference_match"
+    DATA_NO_TOKEN_IDS = "data_no_token_ids"
+    DATA_DUPLICATE = "data_duplicate"
+    DATA_ZERO_ROWS = "data_zero_rows"
+    DATA_ROW_COUNT = "data_row_count"
+    DATA_TOKEN_SHIFT = "data_token_shift"
+    DATA_SLOT_MISALIGNED = "data_slot_misaligned"
+    DATA_FOREIGN_ROWS = "data_foreign_rows"
+    DATA_COUNT_MISMATCH = "data_count_mismatch"
+    DATA_SHIFTED = "data_shifted"
+    DATA_REORDERED = "data_reordered"
+    DATA_OFF_BY_ONE = "data_off_by_one"
+    DATA_WRONG_LAYER = "data_wrong_layer"
+    DATA_MISSING_EMBEDDING = "data_missing_embedding"
+    DATA_UNEXPECTED_EMBEDDING = "data_unexpected_embedding"
+    DATA_PRENORM = "data_prenorm"
+    DATA_POSTNORM = "data_postnorm"
+
+    @property
+    def meaning(self) -> str:
+        """One line: what this kind of finding says."""
+        if self.value.startswith("data_"):
+            return "in the training data: " + FindingKind(self.value[len("data_"):]).meaning
+        return _MEANINGS[self]
+
+    def on_training_data(self) -> FindingKind:
+        """This capture kind as found on the training data inside ``hsf audit`` (``shifted`` → ``data_shifted``)."""
+        return FindingKind("data_" + self.value)
+
+
+def finding_kind(value: FindingKind | str) -> FindingKind:
+    """A ``FindingKind`` from itself or its name; an unknown name is a ``ValueError`` listing the known kinds."""
+    if isinstance(value, FindingKind):
+        return value
+    try:
+        return FindingKind(str(value))
+    except ValueError:
+        raise ValueError(f"unknown finding kind {value!r}; known kinds: "
+                         f"{', '.join(k.value for k in FindingKind)}") from None
+
+
+_MEANINGS: dict[FindingKind, str] = {
+    FindingKind.NONFINITE: "a slot holds NaN or Inf values",
+    FindingKind.OVERFLOW: "a slot's values sit at the dtype's limit (fp16 overflow clamped)",
+    FindingKind.ALL_ZERO: "a slot is all zeros: nothing was captured into it",
+    FindingKind.FEW_TOKENS: "too few tokens for the statistics to decide a slot's role",
+    FindingKind.NO_REFERENCE_MATCH: "with --model, some slots equal no state of the reference forward",
+    FindingKind.NO_TOKEN_IDS: "with --model, exact mode cannot run: the capture has no token ids (--ids, --text)",
+    FindingKind.DUPLICATE: "the same layer is captured (or fed to the fc) twice",
+    FindingKind.ZERO_ROWS: "some token rows of a slot are all zeros (a partly written or padded capture)",
+    FindingKind.ROW_COUNT: "slots or token ids disagree on how many rows (tokens) the capture holds",
+    FindingKind.TOKEN_SHIFT: "a slot's rows are shifted by whole tokens against the token ids",
+    FindingKind.SLOT_MISALIGNED: "a slot's rows belong to other positions than the other slots' rows",
+    FindingKind.FOREIGN_ROWS: "rows come from another text or another model than the rest of the capture",
+    FindingKind.COUNT_MISMATCH: "the claimed layer list has another length than the capture has slots",
+    FindingKind.SHIFTED: "the whole claimed list is shifted by one slot (the embedding is or is not the first slot)",
+    FindingKind.REORDERED: "the claimed layers are all there but stored in another order than claimed",
+    FindingKind.OFF_BY_ONE: "a slot (or every fc slice) is one block away from the claimed layer",
+    FindingKind.OFFSET: "every fc slice is served the same number (>1) of blocks away from the trained layer",
+    FindingKind.WRONG_LAYER: "a slot is another layer than claimed (exact r from the reference forward)",
+    FindingKind.MISSING_EMBEDDING: "a slot claimed to be the embedding output is not one",
+    FindingKind.UNEXPECTED_EMBEDDING: "a slot claimed to be a block's output is the embedding output",
+    FindingKind.PRENORM: "a slot claimed post-final-norm is a pre-norm state",
+    FindingKind.POSTNORM: "a slot claimed to be a block's pre-norm output is post-final-norm",
+    FindingKind.DECLARED_VS_DATA: "the training data's declared layer for a slot is excluded by the data",
+    FindingKind.UNKNOWN_SLICES: "the data alone cannot name the layer of some fc slices (--model or --served settles)",
+    FindingKind.ASSUMED_FROM_CONFIG: "the data declares no layers: the fc inputs were assumed from the draft config",
+    FindingKind.TRAINER_VS_FORMAT: "--trainer names another trainer than the one that reads the data's format",
+    FindingKind.ORDER: "training fed the fc layers out of ascending order; engines concatenate in layer order",
+    FindingKind.POSTNORM_AUX: "a post-norm final state is fed to the fc; engines capture pre-norm states only",
+    FindingKind.TARGET_POSTNORM: "the training target is post-norm but the trainer applies the final norm itself",
+    FindingKind.TARGET_NOT_FINAL: "the training target is not the last block's pre-norm output",
+    FindingKind.TARGET_PRENORM: "the training target is pre-norm but the trainer needs the post-norm final state",
+    FindingKind.LAYERS_BEYOND_L: "the training data holds layers deeper than the target has blocks",
+    FindingKind.HIDDEN_SIZE: "hidden sizes of draft, data and target disagree: they belong to different models",
+    FindingKind.IDS_MISSING: "the draft config has no layer ids: the engine silently uses its default",
+    FindingKind.IDS_IGNORED_KEY: "the layer ids sit in a key the engine does not read: it uses its default",
+    FindingKind.IDS_DISAGREE: "the top-level and nested layer ids of the draft config disagree",
+    FindingKind.AUX_DISABLED: "the draft config disables aux hidden states: the engine feeds the draft none",
+    FindingKind.ENGINE_CANNOT_CAPTURE: "the engine cannot capture the layers the config asks for",
+    FindingKind.FC_WIDTH: "the fc weight's input width is not the number of states the engine concatenates",
+    FindingKind.FC_VS_DATA: "the fc weight's input width is not the number of states the training data fed",
+    FindingKind.FC_SKIP: "the fc input width equals the hidden size: some engines skip the fc silently",
+    FindingKind.VOCAB_MAPS: "the draft's vocabulary maps (d2t/t2d) are inconsistent",
+    FindingKind.WEIGHT_NAMES: "the checkpoint's weight names are ones the engine may silently skip",
+    FindingKind.ASSUMPTION: "the served layers rest on an assumption (engine version, architecture) not given",
+    FindingKind.SLICES: "some fc slices are served another layer than they were trained on",
+    FindingKind.CONFIG_VS_SERVED: "the served capture shows other layers than the draft config predicts",
+    FindingKind.SERVED_DATA: "a served state is not what its fc slice was trained on (or the counts differ)",
+    FindingKind.SERVED_UNDECIDED: "a served state cannot be matched to its fc slice on other text",
+    FindingKind.ID_IS_COUNT: "the last layer id is the layer count, not an index",
+    FindingKind.IDS_OUT_OF_RANGE: "layer ids lie outside the target's blocks",
+    FindingKind.IDS_DUPLICATE: "the layer ids repeat a layer",
+    FindingKind.IDS_ORDER: "the layer ids are not ascending",
+    FindingKind.IDS_INCLUDE_LAST: "the draft config's aux ids end with the final layer, the training target",
+    FindingKind.FC_VS_IDS: "the fc weight takes another number of states than the config lists ids",
+    FindingKind.TRAINER_IDS_MISSING: "the trainer was invoked without layer ids: it used its default",
+    FindingKind.TRAINER_IDS_VS_CONFIG: "the trainer was invoked with other ids than the draft config records",
+    FindingKind.TRAINER_IDS_INCLUDE_LAST: "the training ids include the final layer, which is the target, not an aux",
+    FindingKind.TRAINER_IDS_INVALID: "the trainer's ids are ones the trainer would refuse",
+    FindingKind.TRAINER_VS_LAYOUT: "the trainer's ids and the trained layout give different fc layers",
+    FindingKind.NO_RULE: "no known rule says how this engine numbers this draft family's layers",
+    FindingKind.READINGS: "the served layers depend on something not given or not settled by the sources",
+}
+
+
 EXIT_OK = 0  # no fail, nothing undecided
 EXIT_FAIL = 1  # a fail: the evidence excludes a claim, or the data is broken
 EXIT_BAD_INPUT = 2  # unreadable input or bad arguments
@@ -105,13 +291,14 @@ class Finding:
     ``evidence`` holds numbers as numbers (JSON-safe values), never formatted text.
     """
 
-    kind: str
+    kind: FindingKind
     severity: Severity
     slots: list[int] = field(default_factory=list)
     message: str = ""
     evidence: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        self.kind = finding_kind(self.kind)
         self.severity = severity(self.severity)
         self.slots = [int(i) for i in (self.slots or [])]
 
@@ -120,14 +307,14 @@ class Finding:
         return self.severity is Severity.FAIL
 
     def to_dict(self) -> dict:
-        return {"kind": self.kind, "severity": self.severity.value, "slots": list(self.slots),
+        return {"kind": self.kind.value, "severity": self.severity.value, "slots": list(self.slots),
                 "message": self.message, "evidence": dict(self.evidence)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Finding:
         """The inverse of :meth:`to_dict` (scan rows and JSON documents carry findings as dicts)."""
-        return cls(str(d["kind"]), severity(d["severity"]), list(d.get("slots") or []), str(d.get("message", "")),
-                   dict(d.get("evidence") or {}))
+        return cls(finding_kind(d["kind"]), severity(d["severity"]), list(d.get("slots") or []),
+                   str(d.get("message", "")), dict(d.get("evidence") or {}))
 
 
 def _sev_of(f: Finding | Mapping[str, Any]) -> Severity:
@@ -177,5 +364,6 @@ def exit_code(findings: Iterable[Finding | Mapping[str, Any]] = (), verdicts: It
     return EXIT_OK
 
 
-__all__ = ["Finding", "Severity", "Verdict", "severity", "verdict", "worst_severity", "worst_verdict",
-           "sort_findings", "exit_code", "EXIT_OK", "EXIT_FAIL", "EXIT_BAD_INPUT", "EXIT_CANNOT_TELL", "EXIT_CODES"]
+__all__ = ["Finding", "FindingKind", "finding_kind", "Severity", "Verdict", "severity", "verdict", "worst_severity",
+           "worst_verdict", "sort_findings", "exit_code", "EXIT_OK",
+           "EXIT_FAIL", "EXIT_BAD_INPUT", "EXIT_CANNOT_TELL", "EXIT_CODES"]

@@ -15,29 +15,30 @@
 # ---
 
 # %% [markdown]
-# # 02 · Browse the samples
+# # 02 · Explore the samples
 #
-# `SampleBrowser` walks every capture under a folder (any supported format): pick a **sample**, one or
-# more **slots** and a **token range**; the panel shows the fingerprint verdict, the slot statistics,
-# the norm plots and the token text (the sample data ships SmolLM2's tokenizer, found through
-# `capture.json`'s `"tokenizer"` entry).
+# `forensics.explore(x)` shows one capture — or a folder of them — as a **slots × tokens heatmap of log
+# norms**: one row per captured slot (labelled `embed`, `L3`, …, coloured by the verdict of what the data
+# claims it is: green PASS, red FAIL, purple CANNOT TELL), one column per token (its text on the axis).
 #
-# The token range applies to the norm-by-position plot and the token table (the panel says so); the verdict,
-# the slot statistics and the norm distributions always use every token. The slot list shows every slot of the
-# sample (all 32 of the ladder), so its default selection is in view.
+# * **hover** a cell: the token's text, position and id, and every slot's norm there (answered in the
+#   browser, no kernel round trip);
+# * **click** it: that token across every slot — its norm, the cosine to the previous slot and to the same
+#   token id elsewhere in the sequence (1.0 in an embedding: a lookup), and with `model=` the logit lens;
+# * a folder adds a **file list** with each file's verdict; **←/→** move between tokens, **↑/↓** between files,
+#   **+/−** zoom around the selected token;
+# * **bands** mark the rows a finding names: all-zero or NaN row blocks, sinks (token 0 at ≥ 5× the median),
+#   massive activations; **SVG**/**PNG** export the view.
 #
-# The controls only re-render when you let go of the slider (`continuous_update=False`). The panel is
-# produced by a pure function, `forensics.views.widgets.render_panel`, so what you see here is also what the
-# tests check and what the HTML report shows.
+# Verdicts come from `forensics.fingerprint`, computed in the background: the heatmap shows first.
 
 # %%
 import os
 from pathlib import Path
 
-from IPython.display import HTML, FileLink
+from IPython.display import FileLink
 
 import forensics
-from forensics.views.widgets import SampleBrowser
 
 ROOT = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "sample_data").is_dir())
 SAMPLE = ROOT / "sample_data"
@@ -46,43 +47,70 @@ OUT = Path(os.environ.get("HSF_NOTEBOOK_OUT") or Path.cwd() / "out")
 OUT.mkdir(parents=True, exist_ok=True)
 
 # %%
-browser = SampleBrowser(SAMPLE)
-print(len(browser.items), "samples:", [name for name, _ in browser.items])
-browser
+ex = forensics.explore(SAMPLE / "speculators_v1")
+ex
 
 # %% [markdown]
-# ## Driving the browser from code
+# ## The same state from code
 #
-# The controls are ordinary widgets: setting their values re-renders the panel, exactly as clicking
-# would. Here: the first speculators-v1 sample, slots `L3` and `L16`, tokens 0–24.
+# The widget shows a typed result, `ExploreState` (`forensics.analysis.explore`): the norms are float32
+# per-token norms, `[slots, columns]` (one column per token up to 4096; longer captures are binned, each
+# column keeping its largest norm so a sink or a NaN row never averages away).
 
 # %%
-browser.sample.value = [name for name, _ in browser.items].index("speculators_v1/data_0.pt")
-browser.slots.value = (1, 2)
-browser.tokens.value = (0, 24)
-print(browser)
-print("slots shown:", [browser.slots.options[i][0] for i in browser.slots.value])
+ex.wait(120)  # the background fingerprints: the verdicts in the file list and on the y axis
+print(ex)
+print("files:", [(f["name"], f["verdict"]) for f in ex.files])
+st = ex.state()
+print("labels:", st.labels, "| verdicts:", st.verdicts)
+print("token 3:", repr(st.tokens[3]), "| norms:", [round(float(n), 2) for n in st.norms[:, 3]])
+print("cosine to the same id elsewhere, slot embed, token 2:", float(st.cos_same[0, 2]))
 
 # %% [markdown]
-# A static copy of the current panel (live widgets need a running kernel; this HTML does not):
+# Setting `selected` is what a click does; `file` what the file list does.
 
 # %%
-HTML(browser.render())
+ex.selected = 3
+ex.file = 1
+print(ex)
 
 # %% [markdown]
-# The 32-slot ladder capture (every r from 0 to 30, plus `final_post`) is a good place to see the
-# depth profile: the sink appears at token 0 after the first blocks, and the post-norm slot drops back to
-# small, tight norms.
+# ## A zero-row block
+#
+# In-memory tensors work too (`[tokens, hidden]` per slot). Here slot 2 of a real capture loses eight rows,
+# as a buggy capture hook would write them: the row check names rows 40–47 and the band sits there.
 
 # %%
-browser.sample.value = [name for name, _ in browser.items].index("ladder/capture_0.safetensors")
-browser.slots.value = (0, 3, 16, 28, 30, 31)
-HTML(browser.render())
+cap = forensics.load(SAMPLE / "speculators_v1" / "data_1.pt")
+broken = [s.tensor().clone() for s in cap.slots]
+broken[2][40:48] = 0
+zero = forensics.explore(broken)
+print([(b.kind, b.slot, b.first, b.last) for b in zero.state().bands if b.kind == "zero_rows"])
+zero
+
+# %% [markdown]
+# ## The logit lens
+#
+# With a model, a click also shows what each slot's hidden state predicts as the next token:
+# `lm_head(final_norm(h))`, top 5 (the logit lens). On the 32-slot ladder (every r of SmolLM2, plus
+# `final_post`) the prediction forms in the last blocks; `L30` and `final_post` give the model's own output.
+
+# %%
+lens = forensics.explore(SAMPLE / "ladder" / "capture_0.safetensors", model="default")
+lens.selected = 5
+lens
+
+# %%
+rows = lens.lens["rows"]
+labels = lens.state().labels
+for i in (0, 16, 28, 30, 31):
+    print(f"{labels[i]:>10}: " + "  ".join(f"{t!r} {p:.2f}" for t, p in zip(rows[i]["texts"], rows[i]["probs"])))
 
 # %% [markdown]
 # ## The report
 #
-# The HTML report carries a static version of this browser (precomputed panels, a little vanilla JS).
+# The HTML report carries the same explorer, static (the same JavaScript fed the state as embedded JSON:
+# hover, click, files and export work without a kernel).
 
 # %%
 report_path = forensics.report([str(SAMPLE / "speculators_v1")], layers=[0, 3, 16, 28]).save(

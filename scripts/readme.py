@@ -1,10 +1,11 @@
-"""Regenerate the README's generated blocks from real runs on ``sample_data/`` (run from the repository root).
+"""Regenerate the docs' generated blocks: the README's from real runs on ``sample_data/``, the finding-kind list
+in ``docs/commands.md`` from ``forensics.findings.FindingKind`` (run from the repository root).
 
-    .venv/bin/python scripts/readme.py          # rewrite README.md in place
-    .venv/bin/python scripts/readme.py --check  # exit 1 if README.md differs from what the commands print now
+    .venv/bin/python scripts/readme.py          # rewrite README.md and docs/commands.md in place
+    .venv/bin/python scripts/readme.py --check  # exit 1 if either differs from what the code says now
 
 A block sits between ``<!-- generated: NAME -->`` and ``<!-- end: NAME -->``; ``tests/test_readme.py`` runs the
-check, so the README's output is what the code prints, not what someone typed.
+check, so the docs say what the code prints, not what someone typed.
 """
 
 from __future__ import annotations
@@ -38,29 +39,45 @@ def blocks() -> dict[str, str]:
     return {"hsf-audit": audit}
 
 
-def render(text: str, bodies: dict[str, str]) -> str:
+def finding_kinds() -> str:
+    """The ``finding-kinds`` block of ``docs/commands.md``: every ``FindingKind`` with its one-line meaning."""
+    sys.path.insert(0, str(ROOT))
+    from forensics.findings import FindingKind
+
+    rows = [f"| `{k.value}` | {k.meaning} |" for k in FindingKind]
+    return "\n".join(["| kind | meaning |", "|---|---|", *rows])
+
+
+def doc_blocks() -> dict[str, str]:
+    """``docs/commands.md``'s generated blocks, by name (no command runs: cheap)."""
+    return {"finding-kinds": finding_kinds()}
+
+
+def render(text: str, bodies: dict[str, str], where: str = "README.md") -> str:
     """``text`` with every generated block replaced by its new body."""
     for name, body in bodies.items():
         begin, end = f"<!-- generated: {name} -->", f"<!-- end: {name} -->"
         pattern = re.compile(re.escape(begin) + r"\n.*?" + re.escape(end), re.S)
         if not pattern.search(text):
-            raise SystemExit(f"README.md: no block {begin} ... {end}")
+            raise SystemExit(f"{where}: no block {begin} ... {end}")
         new = f"{begin}\n{body}\n{end}"
         text = pattern.sub(lambda _, new=new: new, text)
     return text
 
 
 def main() -> int:
-    readme = ROOT / "README.md"
-    old = readme.read_text(encoding="utf-8")
-    new = render(old, blocks())
-    if "--check" in sys.argv[1:]:
-        if new != old:
-            print("README.md is out of date: run python scripts/readme.py", file=sys.stderr)
-            return 1
-        return 0
-    readme.write_text(new, encoding="utf-8")
-    return 0
+    stale = 0
+    for name, make in (("README.md", blocks), ("docs/commands.md", doc_blocks)):
+        path = ROOT / name
+        old = path.read_text(encoding="utf-8")
+        new = render(old, make(), name)
+        if "--check" in sys.argv[1:]:
+            if new != old:
+                print(f"{name} is out of date: run python scripts/readme.py", file=sys.stderr)
+                stale = 1
+            continue
+        path.write_text(new, encoding="utf-8")
+    return stale
 
 
 if __name__ == "__main__":

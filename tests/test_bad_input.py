@@ -102,9 +102,10 @@ def build_cases(tmp_path) -> dict[str, tuple[str, str]]:
     batch = good_v1()
     batch["hidden_states"] = [torch.randn(2, T, H) for _ in range(3)]
     cases["batch3d_v1"] = (torch_bytes(batch), "b_0.pt", "batch of 2 sequences")
-    cases["batch3d_generic"] = (torch_bytes(torch.randn(4, T, H)), "b_1.pt", "batch of 4 sequences")
+    # a bare 3-D stack without token ids: [k, T, H] or [T, k, H] (or a batch); nothing decides, so one error
+    cases["batch3d_generic"] = (torch_bytes(torch.randn(4, T, H)), "b_1.pt", "cannot tell which axis")
     cases["batch3d_safetensors"] = (safetensors_bytes({"x": torch.randn(2, T, H)}, tmp_path), "b_2.safetensors",
-                                    "batch of 2 sequences")
+                                    "cannot tell which axis")
     cases["not_a_capture"] = (torch_bytes({"step": 3, "lr": 0.1}), "s_0.pt", "no reader recognises")
     out = {}
     for name, (data, fname, pattern) in cases.items():

@@ -179,11 +179,26 @@ def test_dflash_default_spreads_one_id_per_draft_layer_over_blocks_1_to_L_minus_
 
 def test_unsettled_numbering_refuses_to_pick_and_readings_lists_both():
     with pytest.raises(ForensicsError, match="not settled"):
-        cv.to_r("trtllm", [1, 21, 40], 43)
-    assert cv.readings("trtllm", [1, 21, 40], 43) == {"trtllm if r = id": [1, 21, 40],
-                                                       "trtllm if r = id + 1": [2, 22, 41]}
-    plan = cv.from_r("trtllm", [2, 22, 41], 43)
+        cv.to_r("llama.cpp", [1, 21, 40], 43, family="dflash")  # llama.cpp DFlash: still not settled
+    got = cv.readings("llama.cpp", [1, 21, 40], 43, family="dflash")
+    assert got["llama.cpp post-25794 if r = id"] == [1, 21, 40]
+    assert got["llama.cpp post-25794 if r = id + 1"] == [2, 22, 41]
+    plan = cv.from_r("llama.cpp", [2, 22, 41], 43, family="dflash")
     assert plan.ids is None and "[1, 21, 40]" in plan.caveat and "[2, 22, 41]" in plan.caveat
+
+
+def test_trtllm_is_settled_capture_after_block_id_and_minus_one_is_final_post():
+    # eagle3.py captures at the end of decoder layer id (r = id + 1), default (1, N//2-1, N-4); SaveHiddenStates:
+    # "-1 to indicate the final post-norm hidden state"
+    assert cv.to_r("tensorrt-llm", [1, 21, 39, -1], 43) == [2, 22, 40, "final_post"]
+    assert cv.to_r("trtllm", None, 43) == [2, 21, 40]
+    assert cv.from_r("trtllm", [2, 22, 41], 43).ids == [1, 21, 40]
+
+
+def test_modelopt_is_split_by_dumper():
+    # the same --aux-layers give tensors one layer apart: HF dumper r = id + 1, vLLM dumper r = id
+    assert cv.to_r("modelopt-hf", [1, 15, 26], 30) == [2, 16, 27]
+    assert cv.to_r("modelopt-vllm", [1, 15, 26], 30) == [1, 15, 26]
 
 
 @pytest.mark.parametrize("config, family", [

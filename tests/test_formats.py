@@ -74,7 +74,7 @@ def test_speculators_v1_data_config_declares_r_id_plus_1(tmp_path):
 
 
 def test_data_config_with_wrong_count_is_a_note_not_a_guess(tmp_path):
-    torch.save({"input_ids": ids(), "hidden_states": states(4)}, tmp_path / "data_0.pt")
+    torch.save({"input_ids": ids(), "hidden_states": states(4), "loss_mask": mask()}, tmp_path / "data_0.pt")
     (tmp_path / "data_config.json").write_text(json.dumps({"hidden_states": {"layer_ids": [2, 15, 27]}}))
     cap = forensics.load(tmp_path / "data_0.pt")
     assert cap.declared_r is None
@@ -101,7 +101,7 @@ def test_leading_batch_dim_of_one_is_squeezed(tmp_path):
 
 def test_legacy_non_zip_torch_save(tmp_path):
     hs = states(3)
-    torch.save({"input_ids": ids(), "hidden_states": hs}, tmp_path / "data_0.pt",
+    torch.save({"input_ids": ids(), "hidden_states": hs, "loss_mask": mask()}, tmp_path / "data_0.pt",
                _use_new_zipfile_serialization=False)
     cap = forensics.load(tmp_path / "data_0.pt")
     assert cap.format == "speculators-v1"
@@ -140,15 +140,18 @@ def test_speculators_current_k_seq_h_is_detected_from_token_axis(tmp_path):
     hs = states(4)  # vLLM ExampleHiddenStatesConnector @806715ec: torch.stack(hidden_states, dim=0)
     save_file({"hidden_states": torch.stack(hs, dim=0), "token_ids": ids()}, tmp_path / "hs_0.safetensors")
     cap = forensics.load(tmp_path / "hs_0.safetensors")
-    assert cap.format == "speculators"
+    assert cap.format == "vllm-connector"  # outside a speculators dataset: the connector's own file, no target claim
+    assert all(s.claimed is None for s in cap.slots)
     assert cap.provenance.layout.startswith("[k, seq, H]")
     assert_slots(cap, hs)
 
 
 def test_speculators_current_with_batch_dim(tmp_path):
     hs = states(3)
-    save_file({"hidden_states": torch.stack(hs, dim=1)[None], "token_ids": ids()}, tmp_path / "hs_0.safetensors")
-    cap = forensics.load(tmp_path / "hs_0.safetensors")
+    d = tmp_path / "hidden_states"
+    d.mkdir()
+    save_file({"hidden_states": torch.stack(hs, dim=1)[None], "token_ids": ids()}, d / "hs_0.safetensors")
+    cap = forensics.load(d / "hs_0.safetensors")
     assert cap.format == "speculators"
     assert_slots(cap, hs)
 
@@ -264,7 +267,7 @@ def test_detection_by_content_not_name(tmp_path):
     torch.save(specforge_obj(aux, final), tmp_path / "misnamed.safetensors")
     assert forensics.load(tmp_path / "misnamed.safetensors").format == "specforge"
     save_file({"hidden_states": torch.stack(aux, dim=1), "token_ids": ids()}, tmp_path / "misnamed.pt")
-    assert forensics.load(tmp_path / "misnamed.pt").format == "speculators"
+    assert forensics.load(tmp_path / "misnamed.pt").format == "vllm-connector"
 
 
 def test_slots_are_lazy_views_not_copies(tmp_path):

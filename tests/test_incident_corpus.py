@@ -109,7 +109,7 @@ CASES = [
          [0, 16, 30], [16], "mismatch", {"engine_cannot_capture"}, None, "none-possible"),
     Case("automodel-2256", "https://github.com/NVIDIA-NeMo/Automodel/pull/2256",
          "a shallow target's default [2, L//2, L-3] repeats a layer; the fc expects 3 states", 4,
-         {**EAGLE, TOP: [2, 2, 1]}, "vllm", None, [1, 2, 3], [1, 2], "mismatch", {"ids_duplicate", "fc_width"},
+         {**EAGLE, TOP: [2, 2, 1]}, "vllm", None, [1, 2, 3], [1, 2], "mismatch", {"duplicate", "fc_width"},
          {"key": TOP, "ids": [1, 2, 3]}, fc_states=3, illustrative="4-block target; trained layout illustrative"),
     Case("modelopt-1509", "https://github.com/NVIDIA/Model-Optimizer/pull/1509",
          "the capture order is not enforced: ids listed out of order", 36, {**EAGLE, TOP: [33, 2, 18]}, "vllm",

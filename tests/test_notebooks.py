@@ -98,7 +98,8 @@ EXPECT = {
         "FAIL shifted: corrected [0, 3, 16, 28]",  # the seed's claim [L3, L16, L28, L30] on real data
         "SYNTHETIC — verdict: FAIL — corrected: [0, 3, 31, 59]",
     ],
-    "02_browse_samples.ipynb": ["slots shown: ['1: L3', '2: L16']", "hidden_states[1]", "hsf-panel"],
+    "02_browse_samples.ipynb": ["labels: ['embed', 'L3', 'L16', 'L28']", "files: [('data_0.pt', '",
+                                "Explorer(data_1.pt: 4 slots", "[('zero_rows', 2, 40, 47)]", "final_post: '"],
     "03_wiring_audit.ipynb": [
         "verdict: mismatch",
         "fix: nested eagle_config.eagle_aux_hidden_state_layer_ids = [-1, 2, 30]",
@@ -143,10 +144,11 @@ def test_executes_top_to_bottom(name, tmp_path, monkeypatch):
     if name == "01_fingerprint.ipynb":  # the seed's point: depth is not norm order (L59 median < L31 median)
         med = {int(m[0]): float(m[1]) for m in re.findall(r"SYNTHETIC — slot (\d): median ‖x‖ ([\d.]+)", text)}
         assert med[3] < med[2]
-    if name == "02_browse_samples.ipynb":  # the live browser's Output widget state holds a rendered panel
+    if name == "02_browse_samples.ipynb":  # the explorers' widget state holds their labels and verdicts
         state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
-        panels = [o["data"]["text/html"] for m in state.values() if m["model_name"] == "OutputModel"
-                  for o in m["state"].get("outputs", [])]
-        assert panels and "hsf-panel" in panels[0]
+        explorers = [m["state"] for m in state.values()
+                     if m["state"].get("_anywidget_id") == "forensics.views.explore.widget.Explorer"]
+        assert len(explorers) == 3 and explorers[0]["meta"]["labels"] == ["embed", "L3", "L16", "L28"]
+        assert explorers[2]["lens"]["rows"][31]["texts"] == explorers[2]["lens"]["rows"][30]["texts"]
     if os.environ.get("HSF_STRICT_NOTEBOOK_TIME"):
         assert elapsed < NOTEBOOK_BUDGET_S

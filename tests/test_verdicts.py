@@ -23,7 +23,7 @@ TRUTH = [0, 3, 16, 28]  # sample_data/speculators_v1/capture.json "r"
 
 
 def test_exit_code_table():
-    fail, warn = Finding("x", Severity.FAIL), Finding("y", Severity.WARN)
+    fail, warn = Finding("shifted", Severity.FAIL), Finding("few_tokens", Severity.WARN)
     assert exit_code([]) == EXIT_OK == 0
     assert exit_code([warn]) == 0 and exit_code([warn], fail_on="warn") == EXIT_FAIL == 1
     assert exit_code([fail, warn], verdicts=["cannot tell"]) == 1
@@ -31,7 +31,7 @@ def test_exit_code_table():
     assert exit_code([fail], unreadable=True) == EXIT_BAD_INPUT == 2
     assert exit_code([{"severity": "fail"}]) == 1  # dicts (JSON rows) read the same way
     with pytest.raises(ValueError):
-        Finding("z", "error")  # the old audit word is not a severity
+        Finding("shifted", "error")  # the old audit word is not a severity
 
 
 def _shifted(findings: list[dict]) -> dict:
@@ -256,3 +256,19 @@ def test_served_capture_joined_on_tokens_names_the_offset(sample_data, tmp_path)
     assert res.verdict == "mismatch" and res.served["joined_tokens"] == train.num_tokens
     assert [r["best_offset_slots"] for r in rows] == [1, 1, 1] and [r["best_offset_r"] for r in rows] == [3, 13, 12]
     assert all(r["median_rel"] > 0.05 for r in rows)  # not the trained slot; the next one matches exactly
+
+
+def test_finding_kinds_are_one_enum():
+    """A finding's kind is a FindingKind; an unknown name is an error naming the known kinds; JSON round-trips."""
+    from forensics.findings import FindingKind
+
+    f = Finding("shifted", Severity.FAIL, [0, 1], "m", {"corrected": [0, 3]})
+    assert f.kind is FindingKind.SHIFTED and f.kind.meaning
+    with pytest.raises(ValueError, match="known kinds: .*shifted"):
+        Finding("shifted_list", Severity.FAIL)
+    d = json.loads(json.dumps(f.to_dict()))
+    assert d["kind"] == "shifted" and Finding.from_dict(d) == f
+    assert FindingKind.SHIFTED.on_training_data() is FindingKind.DATA_SHIFTED
+    assert FindingKind.DATA_SHIFTED.meaning.endswith(FindingKind.SHIFTED.meaning)
+    for k in ("zero_rows", "row_count", "token_shift", "slot_misaligned", "foreign_rows"):  # row forensics
+        assert FindingKind(k).on_training_data().meaning

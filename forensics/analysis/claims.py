@@ -208,6 +208,12 @@ def draft_ids_r(trainer: str, info: Any, num_layers: int) -> DraftIds | None:
     elif t in ("speculators-v1", "speculators"):
         rs = list(cv.to_r("vllm", ids, L))
         rule = f"{t} records vLLM ids, r = id (speculators#379)"
+        fc = getattr(info, "fc_aux_count", None)
+        if len(ids) >= 2 and ids[-1] == L and (fc is None or fc == len(ids) - 1):
+            # the data's ids with --include-last-layer's L (the training target); training got them without it
+            rs = rs[:-1]
+            rule += (f"; the last id {L} is the final layer, the training target that --include-last-layer "
+                     "appends, not an fc input (speculators#839)")
     else:
         rs = list(cv.to_r(t, ids, L))
         rule = f"{t}'s numbering ({cv.rule_for(t).source})"

@@ -11,7 +11,6 @@ The row-block kernels live in :mod:`forensics.stats_blocks` and are re-exported 
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -296,18 +295,19 @@ class CaptureStats:
         return html(self)
 
 
-def summarize(capture: Capture | str | os.PathLike) -> CaptureStats:
-    """Statistics of every slot of a capture (or of the file at a path).
+def summarize(capture: Any, input_ids: Any = None) -> CaptureStats:
+    """Statistics of every slot of a capture, of the file at a path, or of hidden states in memory (any layout
+    ``forensics.io.layout`` accepts; ``input_ids`` decide a stack's axes).
 
     Example:
         >>> st = summarize("sample_data/speculators_v1/data_0.pt")   # doctest: +SKIP
         >>> st.slots[1].first_ratio > 5                              # doctest: +SKIP
         True
     """
-    if not isinstance(capture, Capture):
-        from forensics.io.formats import load
+    if not isinstance(capture, Capture) or input_ids is not None:
+        from forensics.io.formats import as_capture
 
-        capture = load(capture)
+        capture = as_capture(capture, input_ids=input_ids)
     slots = []
     for s in capture.slots:
         try:

@@ -37,6 +37,7 @@ COMMANDS = {
     "stamp": "write each file's layer identity and value fingerprint into the data (safetensors header / capture.json)",
     "verify": "check every file's values against its stamp; name each drifted slot",
     "conventions": "what each engine's and trainer's layer ids mean, per drafter family and version, with sources",
+    "export-model": "write the packaged SmolLM2 (or any --model) as a plain HF folder to capture with transformers",
 }
 
 
@@ -73,9 +74,9 @@ def build_parser(with_commands: list[str] | None = None) -> argparse.ArgumentPar
 
 def _module(name: str):
     try:
-        return importlib.import_module(f"forensics.cli.{name}")
+        return importlib.import_module(f"forensics.cli.{name.replace('-', '_')}")
     except ModuleNotFoundError as e:
-        if e.name == f"forensics.cli.{name}":
+        if e.name == f"forensics.cli.{name.replace('-', '_')}":
             return None
         raise
 

@@ -18,7 +18,7 @@ def print_json(doc: Any) -> None:
 
 
 
-def for_each_file(paths: Iterable[str], fn: Callable[[str], dict], out: Any = None,
+def for_each_file(paths: Iterable[str], fn: Callable[[str], Any], out: Any = None,
                   what: str = "reading") -> tuple[list[dict], int]:
     """Run ``fn`` on every capture file under ``paths``; an unreadable file becomes an error entry.
 
@@ -50,7 +50,8 @@ def for_each_file(paths: Iterable[str], fn: Callable[[str], dict], out: Any = No
     try:
         for f in todo:
             try:
-                entries.append(fn(f))
+                got = fn(f)  # one entry, or one per record of a many-sample file
+                entries.extend(got if isinstance(got, list) else [got])
             except ForensicsError as e:
                 entries.append(error_entry(f, e))
                 code = 2
@@ -147,3 +148,35 @@ def target_of(args) -> Any:
     return open_target(args.model, max_memory=args.max_memory, tokens=args.tokens,
                        progress=not getattr(args, "json", False) and sys.stderr.isatty())
 
+
+
+def add_ids_arguments(p) -> None:
+    """``--ids FILE`` / ``--text FILE``: the token ids of a capture saved without them (exact mode needs them)."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--ids", metavar="FILE", help="token ids of a capture saved without them: a .pt/.npy tensor "
+                                                  "or list, or a text file of integers")
+    g.add_argument("--text", metavar="FILE", help="the text the capture was made from, tokenised by --model's "
+                                                   "tokenizer (exactly as the capture tokenised it)")
+
+
+def ids_of(args) -> Any:
+    """The ``--ids``/``--text`` token ids as a 1-D int64 tensor, or None."""
+    from forensics.errors import ForensicsError
+
+    if getattr(args, "ids", None):
+        from forensics.io.formats import read_ids
+
+        return read_ids(args.ids)
+    text_file = getattr(args, "text", None)
+    if not text_file:
+        return None
+    if getattr(args, "model", None) is None:
+        raise ForensicsError("--text needs --model (its tokenizer turns the text into token ids)", path=text_file)
+    try:
+        with open(text_file, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ForensicsError(f"cannot read the text: {e}", path=text_file) from None
+    from forensics.models.target import tokenize
+
+    return tokenize(args.model, text)

@@ -9,14 +9,17 @@ Exit codes (``forensics.findings``): 0 no fail, 1 a fail, 2 unreadable file or b
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 
 from forensics.cli._common import (
     add_engine_arguments,
+    add_ids_arguments,
     add_model_arguments,
     add_trainer_argument,
     exit_code_of,
     for_each_file,
+    ids_of,
     layer_count,
     print_json,
     target_of,
@@ -36,6 +39,7 @@ def add_arguments(p) -> None:
     add_model_arguments(p, "exact mode: HF folder, safetensors checkpoint, .gguf, or a ladder capture with the "
                            "same input_ids ('default' = packaged SmolLM2)")
     p.add_argument("--num-layers", type=layer_count, help="L of the model (for the coarse r estimate)")
+    add_ids_arguments(p)
 
 
 def _claims(args, capture):
@@ -70,16 +74,30 @@ def _claims(args, capture):
 
 def run(args) -> int:
     from forensics.analysis.fingerprint.core import fingerprint
-    from forensics.io.formats import load
+    from forensics.errors import ForensicsError
+    from forensics.io.formats import load, split_record
 
     model = target_of(args)  # resolved once; streamed per file when it does not fit --max-memory
+    ids = ids_of(args)
+    if ids is not None and (len(args.paths) != 1 or os.path.isdir(args.paths[0])):
+        raise ForensicsError("--ids/--text give the tokens of one capture file; pass exactly one file",
+                             path=args.paths[0])
     results = {}
 
-    def one(path: str) -> dict:
-        cap = load(path)
+    def fp_of(cap) -> dict:
         fp = fingerprint(cap, model=model, num_layers=args.num_layers, claims=_claims(args, cap))
-        results[fp.path] = fp
-        return fp.to_dict()
+        key = fp.path if cap.provenance.record is None else f"{fp.path}#{cap.provenance.record}"
+        results[key] = fp
+        d = fp.to_dict()
+        d["path"] = key
+        return d
+
+    def one(path: str) -> dict | list[dict]:
+        cap = load(path, input_ids=ids)
+        n = int(cap.meta.get("records", 1))
+        if n == 1 or cap.provenance.record is None or split_record(path)[1] is not None:
+            return fp_of(cap)  # one sample, or the one record asked for (FILE#i)
+        return [fp_of(cap)] + [fp_of(load(path, input_ids=ids, record=i)) for i in range(1, n)]
 
     entries, code = for_each_file(args.paths, one, out=args.console, what="fingerprint")
     code = exit_code_of(entries, unreadable=code == 2)
@@ -89,18 +107,17 @@ def run(args) -> int:
     if args.json:
         print_json({"files": entries})
         return code
-    from forensics.views.fingerprint import explain, text
-    from forensics.views.format import headline_word
+    from forensics.views.fingerprint import explain, text, verdict_word
 
     out = args.console
     fps = [results[e["path"]] for e in entries if not e.get("error")]
-    order = ["FAIL", "CANNOT TELL", "PASS", "NO CLAIM"]  # worst first
+    order = ["FAIL", "CANNOT TELL", "PASS", "IDENTIFIED", "NO CLAIM"]  # worst first
     if len(entries) > 1:
-        counts = Counter(headline_word(fp.verdict) for fp in fps)
+        counts = Counter(verdict_word(fp) for fp in fps)
         bad = len(entries) - len(fps)
         out.text(f"{len(entries)} files: " + ", ".join(f"{counts[w]} {w}" for w in order if counts[w])
                  + (f", {bad} unreadable (stderr)" if bad else ""))
-    for k, fp in enumerate(sorted(fps, key=lambda fp: order.index(headline_word(fp.verdict)))):
+    for k, fp in enumerate(sorted(fps, key=lambda fp: order.index(verdict_word(fp)))):
         if k or len(entries) > 1:
             out.text("")
         out.text(text(fp, width=out.width))

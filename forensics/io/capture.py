@@ -52,6 +52,7 @@ class Provenance:
     size_bytes: int
     layout: str | None = None  # e.g. "[seq, k, H]" or "[k, seq, H] (transposed on read)"
     notes: list[str] = field(default_factory=list)
+    record: int | None = None  # which record of a many-sample file (TensorRT-LLM, SGLang JSON); None: one sample
     _sha256: str | None = field(default=None, repr=False)
 
     def sha256(self) -> str:
@@ -66,6 +67,8 @@ class Provenance:
     def to_dict(self, with_sha256: bool = False) -> dict:
         d = {"path": self.path, "format": self.format, "size_bytes": self.size_bytes,
              "layout": self.layout, "notes": list(self.notes)}
+        if self.record is not None:
+            d["record"] = self.record
         if with_sha256:
             d["sha256"] = self.sha256()
         return d

@@ -59,6 +59,10 @@ def _rule_to_r(rule: rules.Rule, ids, L: int, arch: str | None, num_draft_layers
         # HF offset-1 (Automodel#3083): id -1 is HF hidden_states[0] (embedding), id L-1 HF's last entry,
         # which HF takes after the final norm.
         return [0 if i == -1 else FINAL_POST if i == L - 1 else i + 1 if 0 <= i < L - 1 else None for i in ids]
+    if rule.system == "trtllm":
+        # SaveHiddenStatesDecodingConfig: "Use -1 to indicate the final post-norm hidden state"
+        lo, hi = _reach(rule, L)
+        return [FINAL_POST if i == -1 else i + 1 if lo <= i + 1 <= hi else None for i in ids]
     plus = (1 if ids and ids[0] == 1 else 0) if rule.offset == FIRST_ID else int(rule.offset)
     lo, hi = _reach(rule, L)
     return [i + plus if lo <= i + plus <= hi else None for i in ids]

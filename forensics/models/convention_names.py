@@ -16,9 +16,10 @@ from forensics.models.convention_rules import DSPARK_KEY, FAMILIES
 
 ENGINES = ("sglang", "vllm", "llama.cpp", "tokenspeed", "trtllm", "atlas")
 TRAINERS = ("speculators-v1", "speculators", "specforge")  # trainers whose stored data layout is known
-ID_TRAINERS = ("speculators", "speculators-legacy", "specforge", "modelopt", "nemo-automodel", "eagle")
+ID_TRAINERS = ("speculators", "speculators-legacy", "specforge", "modelopt", "modelopt-vllm", "nemo-automodel",
+               "eagle")
 SYSTEMS = ("speculators-legacy", "speculators", "sglang", "vllm", "specforge", "eagle", "llama.cpp",
-           "tokenspeed", "trtllm", "atlas", "modelopt", "nemo-automodel")
+           "tokenspeed", "trtllm", "atlas", "modelopt", "modelopt-vllm", "nemo-automodel")
 ALIASES = {
     "speculators-v1": "speculators-legacy", "speculators-legacy": "speculators-legacy",
     "legacy": "speculators-legacy", "speculators-current": "speculators", "speculators-v2": "speculators",
@@ -26,7 +27,9 @@ ALIASES = {
     "speculators-hybrid": "speculators", "sglang": "sglang", "vllm": "vllm", "specforge": "specforge",
     "eagle": "eagle", "eagle3": "eagle", "safeailab": "eagle", "llama.cpp": "llama.cpp", "llamacpp": "llama.cpp",
     "llama-cpp": "llama.cpp", "tokenspeed": "tokenspeed", "trtllm": "trtllm", "tensorrt-llm": "trtllm",
-    "tensorrt_llm": "trtllm", "modelopt": "modelopt", "model-optimizer": "modelopt", "nemo-automodel": "nemo-automodel",
+    "tensorrt_llm": "trtllm", "modelopt": "modelopt", "model-optimizer": "modelopt", "modelopt-hf": "modelopt",
+    "modelopt-trtllm": "modelopt", "modelopt-vllm": "modelopt-vllm", "model-optimizer-vllm": "modelopt-vllm",
+    "nemo-automodel": "nemo-automodel",
     "automodel": "nemo-automodel", "nemo": "nemo-automodel", "atlas": "atlas",
 }
 

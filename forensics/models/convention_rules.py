@@ -125,11 +125,13 @@ RULES: tuple[Rule, ...] = (
            "https://github.com/lightseekorg/tokenspeed/pull/526", "derived", ("post-526",),
            "nested or top-level ids; both drafts in the PR's table ([1,17,32] unchanged, [24,30,36] with the "
            "final block's output) fit the first-id rule; an empty list must not fall back") for f in E),
-    # ---- TensorRT-LLM serving a Model-Optimizer export -------------------------------------------------------
-    *(Rule("trtllm", "engine", f, (TOP_KEY,), None, DEFAULT_CANONICAL, "?",
-           "https://github.com/NVIDIA/Model-Optimizer/pull/2410", "unknown", None,
-           "the export's numbering is not pinned in the sources read (Model-Optimizer trains output-of ids, its HF "
-           "dump uses HF indices)") for f in E),
+    # ---- TensorRT-LLM ------------------------------------------------------------------------------------------
+    *(Rule("trtllm", "engine", f, (TOP_KEY,), 1, DEFAULT_CANONICAL, "1..L (-1: final_post)",
+           "https://github.com/NVIDIA/TensorRT-LLM/blob/001e67005b4f64b69b0045456870be48ab7b2cf0/tensorrt_llm/_torch/"
+           "speculative/eagle3.py", "code", None,
+           "captures after block id (maybe_capture_hidden_states at the end of the decoder layer): r = id + 1; "
+           "eagle3_layers_to_capture defaults to (1, N//2-1, N-4) = r {2, L//2, L-3}; -1 is the final post-norm "
+           "state (SaveHiddenStatesDecodingConfig)") for f in E),
     # ---- atlas (Avarok-Cybersecurity/atlas) -----------------------------------------------------------------
     Rule("atlas", "engine", "dflash", (DFLASH_KEY,), 0, DEFAULT_DFLASH, "1..L",
          "https://github.com/Avarok-Cybersecurity/atlas/pull/394", "PR", ("pre-394",),
@@ -162,9 +164,15 @@ RULES: tuple[Rule, ...] = (
     Rule("specforge", "trainer", "dspark", (DSPARK_KEY,), 1, DEFAULT_NONE, "1..L",
          "https://github.com/NVIDIA-NeMo/Automodel/pull/3083", "derived", None, "as DFlash"),
     *(Rule("modelopt", "trainer", f, (TOP_KEY,), 1, "[1, L//2-1, L-4] (+1)", "1..L",
-           "https://github.com/NVIDIA/Model-Optimizer/pull/1509", "PR", None,
-           "0-based output-of-block ids; capture order [aux..., final] not enforced; its offline HF dump "
-           "(Model-Optimizer#300) indexes HF hidden_states directly (r = id)") for f in E),
+           "https://github.com/NVIDIA/Model-Optimizer/blob/a2fbac7bad8ab446d3f8783dadb0c3366eb0ad73/examples/"
+           "speculative_decoding/collect_hidden_states/compute_hidden_states_hf.py", "code", None,
+           "HF and TensorRT-LLM dumpers: 0-based output-of-block ids (HF hidden_states[id + 1]), post-norm final; "
+           "capture order [aux..., final] not enforced (Model-Optimizer#1509)") for f in E),
+    *(Rule("modelopt-vllm", "trainer", f, (TOP_KEY,), 0, DEFAULT_NONE, "0..L",
+           "https://github.com/NVIDIA/Model-Optimizer/blob/a2fbac7bad8ab446d3f8783dadb0c3366eb0ad73/examples/"
+           "speculative_decoding/collect_hidden_states/compute_hidden_states_vllm.py", "code", None,
+           "the vLLM dumper passes the same ids to vLLM extract_hidden_states (r = id) and stores the pre-norm "
+           "final r = L: one layer apart from the HF dumper for the same --aux-layers") for f in E),
     *(Rule("nemo-automodel", "trainer", f, (TOP_KEY,), 0, DEFAULT_CANONICAL, "0..L",
            "https://docs.nvidia.com/nemo/automodel/nemo-automodel/nemo_automodel/components/speculative/eagle/"
            "vllm_runner", "derived", None, "EAGLE-3 capture through vLLM extract_hidden_states") for f in E),
@@ -174,6 +182,35 @@ RULES: tuple[Rule, ...] = (
     Rule("eagle", "trainer", "eagle3", (), IGNORED, DEFAULT_CANONICAL, "1..L-1",
          "https://github.com/SafeAILab/EAGLE/issues/239", "code", None, "SafeAILab/EAGLE hard-codes its capture"),
 )
+
+
+@dataclass(frozen=True)
+class ConfigRule:
+    """A rule about a draft config's id list as a whole (not one id's numbering), with its public source."""
+
+    name: str
+    engines: tuple[str, ...]
+    rule: str
+    fix: str
+    source: str
+
+
+CONFIG_RULES: dict[str, ConfigRule] = {r.name: r for r in (
+    ConfigRule("duplicate", ("vllm", "sglang"),
+               "the capture loop tests each block index for membership in the aux-id set (vLLM "
+               "`if idx in self.aux_hidden_state_layers`, SGLang `layers_to_capture`): a repeated id is captured "
+               "once, so the engine concatenates fewer states than the fc takes (a shape error, or the fc reads "
+               "the wrong width when padded)",
+               "list one distinct id per fc slice: the layers the fc was trained on",
+               "https://github.com/NVIDIA-NeMo/Automodel/pull/2256"),
+    ConfigRule("last_layer_aux", ("vllm",),
+               "speculators generates data with the final layer L appended to the ids (launch_vllm.py "
+               "--include-last-layer: the training target) and trains the fc on the ids without it; a draft config "
+               "whose aux ids still end with L makes vLLM (EagleModelMixin, vllm#36063) capture the final pre-norm "
+               "boundary as one more fc input",
+               "drop L from the aux ids: write the ids the fc was trained on",
+               "https://github.com/vllm-project/speculators/pull/839"),
+)}
 
 
 def rules_for(system: str | None = None, family: str | None = None, version: str | None = None) -> list[Rule]:

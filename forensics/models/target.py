@@ -389,3 +389,61 @@ def target_facts(spec: Any) -> dict:
         return model_facts(load_model(path)[0])
     return model_facts(path[0] if isinstance(path, tuple) else path)
 
+
+
+def tokenize(spec: Any, text: str) -> Any:
+    """``text`` as the 1-D int64 token ids the model's own tokenizer gives (``tokenizer(text).input_ids``, special
+    tokens as the tokenizer adds them by default, as a plain ``tokenizer(text)`` capture did).
+
+    ``spec`` is what ``--model`` takes: ``default``, an HF folder, a ``.gguf``, or a loaded ``(model, tokenizer)``.
+    """
+    import torch
+
+    if isinstance(spec, tuple) and len(spec) == 2:
+        tok = spec[1]
+    else:
+        spec = resolve_model(spec)
+        path = spec.path if isinstance(spec, Target) else spec
+        if not isinstance(path, (str, os.PathLike)):
+            raise ForensicsError("--text needs a model path or (model, tokenizer) to tokenise with")
+        path = os.fspath(path)
+        if os.path.isdir(path):
+            from transformers import AutoTokenizer
+
+            try:
+                tok = AutoTokenizer.from_pretrained(path, trust_remote_code=False, local_files_only=True)
+            except Exception as e:  # noqa: BLE001 - a folder without a usable tokenizer
+                raise ForensicsError(f"the model folder has no usable tokenizer: {type(e).__name__}: "
+                                     f"{str(e).splitlines()[0][:200] if str(e) else ''}", path=path) from None
+        else:
+            tok = load_model(path)[1]
+    if tok is None:
+        raise ForensicsError("the model has no tokenizer to turn --text into token ids; give --ids instead")
+    return torch.tensor(tok(text)["input_ids"], dtype=torch.int64).reshape(-1)
+
+
+def export_model(spec: Any, out: str | os.PathLike) -> str:
+    """Write ``spec`` (``default`` = the packaged SmolLM2, a ``.gguf`` or an HF folder) as a plain HF folder at
+    ``out``: ``config.json``, ``model.safetensors`` (float32) and the tokenizer. ``out`` must not exist; the folder
+    is written beside it and renamed into place, so a failed export leaves nothing behind. Returns ``out``."""
+    out = os.fspath(out)
+    if os.path.exists(out):
+        raise ForensicsError("already exists; pass a new folder (nothing is overwritten)", path=out)
+    parent = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(parent):
+        raise ForensicsError("its parent folder does not exist", path=out)
+    path = resolve_model(spec)
+    model, tok = load_model(os.fspath(path))
+    tmp = tempfile.mkdtemp(prefix=".hsf-export-", dir=parent)
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        if tok is not None:
+            tok.save_pretrained(tmp)
+        os.rename(tmp, out)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise ForensicsError(f"cannot write the model folder: {e.strerror or e}", path=out) from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out

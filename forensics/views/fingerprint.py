@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from forensics.findings import Verdict, sort_findings
 from forensics.layers import r_label
-from forensics.views.format import Raw, badge, columns, esc, fit, headline_word, html_table
+from forensics.views.format import Raw, Shown, badge, columns, esc, fit, headline_word, html_table
 
 if TYPE_CHECKING:  # pragma: no cover
     from forensics.analysis.fingerprint.core import Fingerprint
@@ -34,7 +34,11 @@ def _head(fp: Fingerprint) -> str:
     exp = ""
     if fp.expected is not None:
         exp = f"; claimed [{', '.join('?' if r is None else r_label(r) for r in fp.expected)}] ({fp.expected_source})"
-    ex = f"; exact mode vs {os.path.basename(str(fp.exact['source']))}" if fp.exact else ""
+    ex = ""
+    if fp.exact and fp.exact.get("ran", True):
+        ex = f"; exact mode vs {os.path.basename(str(fp.exact['source']))}"
+    elif fp.exact:
+        ex = "; exact mode could not run (no token ids: give --ids FILE or --text FILE)"
     return (f"{os.path.basename(c.path)}: {c.format}, {c.num_tokens} tokens, hidden {c.hidden_size}, "
             f"{len(fp.slots)} slots{L}{exp}{ex}")
 
@@ -49,9 +53,26 @@ def stream_line(s: dict) -> str:
             + (f", {spb:.2f} s/block" if spb is not None else "") + f", {s['seconds']:.1f} s")
 
 
+def identified(fp: Fingerprint) -> list[str] | None:
+    """Every slot's label when nothing is claimed, nothing fails and exact mode named every slot, else None."""
+    if fp.verdict is not None or not fp.exact or not fp.exact.get("ran", True):
+        return None
+    rs = [sf.r_exact for sf in fp.slots]
+    return None if any(r is None for r in rs) else [r_label(r) for r in rs]
+
+
+def verdict_word(fp: Fingerprint) -> str:
+    """The headline's first word: ``IDENTIFIED`` when exact mode named every unclaimed slot, else the verdict's."""
+    return "IDENTIFIED" if identified(fp) is not None else headline_word(fp.verdict)
+
+
 def headline(fp: Fingerprint) -> str:
-    """The worst verdict first, then why: the first failing finding, the undecided claims, or that all hold."""
+    """The worst verdict first, then why: the first failing finding, the undecided claims, or that all hold;
+    ``IDENTIFIED [embed, L3, L16, L28] (exact)`` when nothing is claimed and exact mode named every slot."""
     v = fp.verdict
+    names = identified(fp)
+    if names is not None:
+        return f"IDENTIFIED [{', '.join(names)}] (exact: every slot matched the reference forward)"
     fails = [f for f in sort_findings(fp.findings) if f.severity.value == "fail"]
     if fails:
         why = f"{fails[0].kind}: {fails[0].message}"
@@ -125,7 +146,7 @@ def explain(fp: Fingerprint, width: int | None = None) -> str:
     for sf in fp.slots:
         lines.append(f"    [{sf.index}] {sf.name} → {sf.role} ({sf.confidence:.2f})")
         lines += [f"      {e.line()}" for e in sf.evidence]
-    return fit("\n".join(lines), width) if width else "\n".join(lines)
+    return Shown(fit("\n".join(lines), width) if width else "\n".join(lines))
 
 
 def html(fp: Fingerprint) -> str:

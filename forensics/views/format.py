@@ -77,6 +77,22 @@ def badge(verdict: Any) -> Raw:
                f"{esc(word)}</span>")
 
 
+class Shown(str):
+    """Text that reads as text wherever it is shown: ``print``-like in a REPL (not a quoted string with ``\\n``),
+    a ``<pre>`` block in a notebook, and a plain ``str`` to code.
+
+    >>> Shown("a\\nb")
+    a
+    b
+    """
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def _repr_html_(self) -> str:
+        return f"<pre>{esc(str(self))}</pre>"
+
+
 def headline_word(verdict: Any) -> str:
     """The first word of every view's headline: ``FAIL``, ``CANNOT TELL``, ``PASS`` or ``NO CLAIM``."""
     return "NO CLAIM" if verdict is None else str(getattr(verdict, "value", verdict)).upper()

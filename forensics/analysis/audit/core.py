@@ -23,16 +23,20 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from forensics.analysis.audit.training import _repeated
 from forensics.errors import ForensicsError
-from forensics.findings import Finding, Severity, Verdict, exit_code
+from forensics.findings import Finding, FindingKind, Severity, Verdict, exit_code
 from forensics.io import limits
 from forensics.jsonable import json_safe
 from forensics.layers import r_label
 from forensics.models import conventions as cv
+from forensics.models.convention_rules import CONFIG_RULES
 from forensics.models.draft_config import load_json_object, sub_dict
 
-WIRING_KINDS = {"slices", "ids_ignored_key", "ids_missing", "engine_cannot_capture", "fc_width", "order",
-                "aux_disabled", "served_data", "hidden_size", "config_vs_served"}
+WIRING_KINDS = {FindingKind.SLICES, FindingKind.IDS_IGNORED_KEY, FindingKind.IDS_MISSING,
+                FindingKind.ENGINE_CANNOT_CAPTURE, FindingKind.FC_WIDTH, FindingKind.ORDER, FindingKind.AUX_DISABLED,
+                FindingKind.SERVED_DATA, FindingKind.HIDDEN_SIZE, FindingKind.CONFIG_VS_SERVED, FindingKind.DUPLICATE,
+                FindingKind.IDS_INCLUDE_LAST}
 
 
 @dataclass
@@ -123,6 +127,7 @@ def serving_side(info, engine: str, version: str | None, L: int, H: int | None, 
     """What ``engine`` captures for this draft, and every config/checkpoint problem on the way."""
     findings: list[Finding] = []
     ec = cv.engine_capture(engine, info.config, L, version, arch)
+    findings += _id_list_findings(ec, engine, L, trained_fc)
     other = cv.TOP_KEY if engine == "sglang" else cv.NESTED_KEY
     other_ids = info.ids_top if engine == "sglang" else info.ids_nested
     other_ids = other_ids if isinstance(other_ids, list) else None
@@ -130,49 +135,54 @@ def serving_side(info, engine: str, version: str | None, L: int, H: int | None, 
           "default_r": cv.default_r(L)}
     if ec.source == "default" and other_ids:
         lucky = trained_fc is not None and list(trained_fc) == ec.r  # the default happens to be right
-        findings.append(Finding("ids_ignored_key", Severity.WARN if lucky else Severity.FAIL, [],
+        findings.append(Finding(FindingKind.IDS_IGNORED_KEY, Severity.WARN if lucky else Severity.FAIL, [],
                                 f"{engine} reads only `{ec.key}`; the ids {list(other_ids)} sit in `{other}`, which "
                                 f"{engine} ignores, so it silently falls back to r = {ec.r}", ev))
     elif ec.source == "default":
-        findings.append(Finding("ids_missing", Severity.WARN, [],
+        findings.append(Finding(FindingKind.IDS_MISSING, Severity.WARN, [],
                                 f"the draft config has no ids: {engine} silently uses its default r = {ec.r} "
                                 "(vllm#50170)", ev))
     if info.ids_top is not None and info.ids_nested is not None and info.ids_top != info.ids_nested:
-        findings.append(Finding("ids_disagree", Severity.WARN, [],
+        findings.append(Finding(FindingKind.IDS_DISAGREE, Severity.WARN, [],
                                 f"top-level ids {info.ids_top} and nested ids {info.ids_nested} disagree; {engine} "
                                 f"reads `{ec.key}`, the other engine would read the other list", ev))
     if info.use_aux_hidden_state is False and engine == "sglang":
-        findings.append(Finding("aux_disabled", Severity.FAIL, [], "eagle_config.use_aux_hidden_state is false: SGLang "
+        findings.append(Finding(FindingKind.AUX_DISABLED, Severity.FAIL, [],
+                                "eagle_config.use_aux_hidden_state is false: SGLang "
                                 "does not feed aux states to the draft", {}))
     for p in ec.problems:
-        findings.append(Finding("engine_cannot_capture", Severity.FAIL, [], p, {"ids": ec.ids, "captured_r": ec.r}))
+        findings.append(Finding(FindingKind.ENGINE_CANNOT_CAPTURE, Severity.FAIL, [],
+                                p, {"ids": ec.ids, "captured_r": ec.r}))
     h = info.target_hidden_size or H
     if H and info.target_hidden_size and info.target_hidden_size != H:
-        findings.append(Finding("hidden_size", Severity.FAIL, [], f"the draft expects target hidden size "
+        findings.append(Finding(FindingKind.HIDDEN_SIZE, Severity.FAIL, [], f"the draft expects target hidden size "
                                 f"{info.target_hidden_size} but the target has {H}: it was built for another model",
                                 {"draft_target_hidden_size": info.target_hidden_size, "target_hidden_size": H}))
     if info.fc_shape and len(info.fc_shape) == 2 and h:
         width = info.fc_shape[1]
         fev = {"fc_shape": list(info.fc_shape), "hidden": h, "served_states": len(ec.r)}
         if width != len(ec.r) * h:
-            findings.append(Finding("fc_width", Severity.FAIL, [],
+            findings.append(Finding(FindingKind.FC_WIDTH, Severity.FAIL, [],
                                     f"fc.weight is {list(info.fc_shape)}: it takes {width} = {width / h:g}·{h} "
                                     f"inputs, but {engine} concatenates {len(ec.r)} states ({len(ec.r) * h})", fev))
         if trained_fc is not None and width != len(trained_fc) * h:
-            findings.append(Finding("fc_vs_data", Severity.FAIL, [], f"fc.weight takes {width / h:g} states "
+            findings.append(Finding(FindingKind.FC_VS_DATA, Severity.FAIL, [], f"fc.weight takes {width / h:g} states "
                                     "but the training "
                                     f"data fed {len(trained_fc)}", fev))
         if width == h:
-            findings.append(Finding("fc_skip", Severity.WARN, [], "fc input width equals the hidden size: "
+            findings.append(Finding(FindingKind.FC_SKIP, Severity.WARN, [], "fc input width equals the hidden size: "
                                     "SGLang and EAGLE "
                                     "skip the fc silently (sglang#21272)", fev))
     if info.vocab and info.vocab.problems:
-        findings.append(Finding("vocab_maps", Severity.FAIL, [], "; ".join(info.vocab.problems), info.vocab.__dict__))
+        findings.append(Finding(FindingKind.VOCAB_MAPS, Severity.FAIL, [],
+                                "; ".join(info.vocab.problems), info.vocab.__dict__))
     if info.name_scheme == "mixed":
-        findings.append(Finding("weight_names", Severity.FAIL, [], "weights mix `layers.0.*` and `midlayer.*` "
+        findings.append(Finding(FindingKind.WEIGHT_NAMES, Severity.FAIL, [],
+                                "weights mix `layers.0.*` and `midlayer.*` "
                                 "names", {}))
     elif engine == "sglang" and info.name_scheme == "layers.0" and arch != "deepseek":
-        findings.append(Finding("weight_names", Severity.WARN, [], "speculators-style `layers.0.*` names: SGLang's "
+        findings.append(Finding(FindingKind.WEIGHT_NAMES, Severity.WARN, [],
+                                "speculators-style `layers.0.*` names: SGLang's "
                                 "llama_eagle3.py (d737979c) skips unmatched names without error; only "
                                 "kimi_k25_eagle3.py remaps them to `midlayer.*`. Rename or check the load log",
                                 {"scheme": info.name_scheme}))
@@ -181,6 +191,37 @@ def serving_side(info, engine: str, version: str | None, L: int, H: int | None, 
               "engine": engine, "version": ec.version, "arch": arch, "key": ec.key, "ids": ec.ids,
               "id_source": ec.source, "notes": ec.notes}
     return served, findings
+
+
+def _id_list_findings(ec, engine: str, L: int, trained_fc: list | None) -> list[Finding]:
+    """The id list as a whole, by the registry's ``CONFIG_RULES``: a repeated id (captured once), and the final
+    layer L left among the aux ids where the trainer's fc never took it (``ec``: ``engine_capture``'s answer)."""
+    from forensics.analysis.audit.training import _repeated
+    from forensics.models.convention_rules import CONFIG_RULES
+
+    out: list[Finding] = []
+    ids = list(ec.ids or []) if ec.source == "config" else []
+    rep = _repeated(ids)
+    if rep and engine in CONFIG_RULES["duplicate"].engines:
+        rule = CONFIG_RULES["duplicate"]
+        named = ", ".join(f"id {i} (r = {r_label(r)})" for i, r in zip(rep, cv.to_r(engine, rep, L), strict=True))
+        out.append(Finding(FindingKind.DUPLICATE, Severity.FAIL, [],
+                           f"`{ec.key}` = {ids} repeats {named}: {engine} captures each layer once, so it feeds "
+                           f"{len(ec.r)} states {[r_label(r) for r in ec.r]} to an fc built for {len(ids)}. Fix: "
+                           f"{rule.fix} ({rule.source})",
+                           {"ids": ids, "repeated_ids": rep, "captured_r": list(ec.r), "rule": rule.rule,
+                            "source": rule.source}))
+    last = CONFIG_RULES["last_layer_aux"]
+    if ids and ids[-1] == L and L in ec.r and engine in last.engines and trained_fc is not None and \
+            L not in trained_fc and len(trained_fc) == len(ids) - 1:
+        out.append(Finding(FindingKind.IDS_INCLUDE_LAST, Severity.FAIL, [],
+                           f"`{ec.key}` = {ids} ends with {L}, the final layer: {engine} {ec.version} serves it "
+                           f"(r = {L}, pre-norm) as fc input {len(ids) - 1}, but the fc was trained on "
+                           f"{[r_label(r) for r in trained_fc]} (the trainer's target is r = {L}, not an fc input). "
+                           f"Fix: {last.fix} ({last.source})",
+                           {"ids": ids, "served_r": list(ec.r), "trained_r": list(trained_fc), "rule": last.rule,
+                            "source": last.source}))
+    return out
 
 
 # ---- verdict ---------------------------------------------------------------------------------------------
@@ -213,14 +254,15 @@ def audit(data: Any = None, draft: Any = None, engine: str | None = None, engine
     cap = trained.pop("capture", None)
     deep = [r for r in [*(trained.get("fc_r") or []), trained.get("target_r")] if isinstance(r, int) and L and r > L]
     if deep:
-        findings.append(Finding("layers_beyond_L", Severity.FAIL, [], f"the training data holds r = {deep} but "
+        findings.append(Finding(FindingKind.LAYERS_BEYOND_L, Severity.FAIL, [],
+                                f"the training data holds r = {deep} but "
                                 "the target has "
                                 f"L = {L} blocks: the data comes from a deeper model, or L is wrong (check "
                                 "--num-layers / --target-config)", {"r": deep, "num_layers": L}))
     if H is None:
         H = (info.target_hidden_size if info else None) or (cap.hidden_size if cap else None)
     if cap is not None and H and cap.hidden_size != H:
-        findings.append(Finding("hidden_size", Severity.FAIL, [], f"the training data has hidden size "
+        findings.append(Finding(FindingKind.HIDDEN_SIZE, Severity.FAIL, [], f"the training data has hidden size "
                                 f"{cap.hidden_size} but "
                                 f"the target has {H}: data and target are different models",
                                 {"data_hidden_size": cap.hidden_size, "target_hidden_size": H}))
@@ -237,12 +279,17 @@ def audit(data: Any = None, draft: Any = None, engine: str | None = None, engine
 
         data_served, cf = compare_served(data, trained, served, use_fingerprint, model)
         findings += cf
-        if served_side.get("r") is not None and data_served["r"] != served_side["r"]:
-            findings.append(Finding("config_vs_served", Severity.FAIL, [],
-                                    f"the config predicts served r = {served_side['r']} but the served capture shows "
-                                    f"{[r_label(r) for r in data_served['r']]}", {}))
+        predicted = served_side.get("r")
+        if predicted is not None:
+            differ = _known_differences(predicted, data_served["r"])
+            if differ:
+                findings.append(Finding(FindingKind.CONFIG_VS_SERVED, Severity.FAIL, [],
+                                        f"the config predicts served r = {[r_label(r) for r in predicted]} but the "
+                                        f"served capture shows {[r_label(r) for r in data_served['r']]}",
+                                        {"predicted": list(predicted), "served": list(data_served["r"]),
+                                         "slices": differ}))
         served_side = {**data_served, "config_prediction": served_side.get("r")}
-    verdict, reason, slices = _verdict(trained, served_side, findings, info, engine, L)
+    verdict, reason, slices = _verdict(trained, served_side, findings, info, engine, L, model is not None)
     fix = None
     fc_status = trained.get("fc_status") or ["declared"] * len(trained.get("fc_r") or [])
     known = all(st in KNOWN_TRAINED for st in fc_status)
@@ -253,11 +300,36 @@ def audit(data: Any = None, draft: Any = None, engine: str | None = None, engine
         if info is not None and info.ids_top is not None and info.ids_nested is not None:
             other = cv.NESTED_KEY if fix["where"] == "top-level" else cv.TOP_KEY
             fix["also"] = f"make `{other}` agree (or remove it) so the other engine reads the same layers"
+        rep = _repeated(trained["fc_r"])
+        if rep and engine in CONFIG_RULES["duplicate"].engines:  # no id list serves one layer twice
+            fix.update(ids=None, snippet=None, caveat=f"the fc was trained on {[r_label(r) for r in trained['fc_r']]}, "
+                       f"which repeats {', '.join(r_label(r) for r in rep)}; {engine} captures each layer once "
+                       f"({CONFIG_RULES['duplicate'].source}): retrain on distinct layers")
         if info is not None and fix.get("ids") is not None:  # the right ids are there; only the caveat blocks
             fix["already_set"] = list((info.ids_nested if fix["where"] == "nested" else info.ids_top) or []) \
                 == list(fix["ids"])
-    settle = None if fix is not None or verdict == "match" or known else SETTLE
+    settle = None if fix is not None or verdict == "match" or known else _settle(model is not None)
     return AuditResult(verdict, reason, slices, findings, fix, trained, served_side, context, settle)
+
+
+def _known_differences(predicted: list, shown: list) -> list[int]:
+    """Slices where the config's prediction and the served capture name different layers, both known; a
+    different count is a difference at every slice past the shorter list. An unknown served r ("?") contradicts
+    nothing.
+
+    >>> _known_differences([0, 3, 16], [0, None, None]), _known_differences([0, 3, 16], [0, 4, None])
+    ([], [1])
+    >>> _known_differences([2, 24], [2, 24, 24])
+    [2]
+    """
+    n = max(len(predicted), len(shown))
+    out = []
+    for k in range(n):
+        if k >= len(predicted) or k >= len(shown):
+            out.append(k)
+        elif predicted[k] is not None and shown[k] is not None and predicted[k] != shown[k]:
+            out.append(k)
+    return out
 
 
 def _assumption_findings(info, engine: str, version: str | None, L: int, arch: str, arch_given: bool,
@@ -278,7 +350,7 @@ def _assumption_findings(info, engine: str, version: str | None, L: int, arch: s
         return []
     assumed = ", ".join(x for x, given in (("version " + cv.parse_version(engine, version), version is None),
                                            (f"{arch} model path", not arch_given)) if given)
-    return [Finding("assumption", Severity.WARN, [], f"assumed {assumed}; the served layers depend on it: "
+    return [Finding(FindingKind.ASSUMPTION, Severity.WARN, [], f"assumed {assumed}; the served layers depend on it: "
                     + "; ".join(f"{k} would serve r = {v}" for k, v in alts.items())
                     + " (pass --engine-version / --target-config)", {"alternatives": alts})]
 
@@ -286,6 +358,15 @@ def _assumption_findings(info, engine: str, version: str | None, L: int, arch: s
 KNOWN_TRAINED = ("exact", "measured", "declared", "layout", "config")  # trained r a verdict may rest on
 SETTLE = ("run with --model HF_FOLDER (the target model: exact r per slot; --max-memory 1GB streams a target larger "
           "than memory block by block), or compare a served capture on the same prompts (--served)")
+
+
+SETTLE_WITH_MODEL = ("the reference model (--model) named no layer for these slices: check that it is the target "
+                     "the data was captured from, or compare a served capture on the same prompts (--served)")
+
+
+def _settle(model_given: bool) -> str:
+    """What settles an unknown slice; never asks for --model when it was given."""
+    return SETTLE_WITH_MODEL if model_given else SETTLE
 
 
 def _shift_finding(fc: list, status: list, sr: list) -> Finding | None:
@@ -307,12 +388,13 @@ def _shift_finding(fc: list, status: list, sr: list) -> Finding | None:
     corrected = list(fc)
     shown = ", ".join("?" if r is None else r_label(r) + ("" if st in KNOWN_TRAINED else "?")
                       for r, st in zip(fc, status, strict=False))
-    return Finding("shifted", Severity.FAIL, [], f"the served list {[r_label(r) for r in sr]} is shifted by one "
+    return Finding(FindingKind.SHIFTED, Severity.FAIL, [],
+                   f"the served list {[r_label(r) for r in sr]} is shifted by one "
                    f"slice against training: {story}. Serve instead: [{shown}] (? = declared, not proven by the data)",
                    {"trained": fc, "served": sr, "corrected": corrected, "trained_status": list(status)})
 
 
-def _verdict(trained: dict, served: dict, findings: list[Finding], info, engine, L):
+def _verdict(trained: dict, served: dict, findings: list[Finding], info, engine, L, model_given: bool = False):
     fc, sr = trained.get("fc_r"), served.get("r")
     if fc is None:
         return "cannot-tell", "nothing says which layers the draft was trained on (pass --data, or a draft " \
@@ -332,6 +414,8 @@ def _verdict(trained: dict, served: dict, findings: list[Finding], info, engine,
         ok: bool | None
         if oks is not None and k < len(oks):
             ok = None if oks[k] is None else bool(oks[k])  # the served tensors themselves decide
+        elif k >= len(fc) or k >= len(sr):
+            ok = False  # one side has no slice k: the counts are known on both sides and differ
         elif t is None or s is None:
             ok = False if (t is None) != (s is None) and st in KNOWN_TRAINED else None
         elif st in KNOWN_TRAINED:
@@ -352,10 +436,10 @@ def _verdict(trained: dict, served: dict, findings: list[Finding], info, engine,
             cause = ("the engine ignored or missed the ids and used its default, whose numbering differs from "
                      "the trainer's (see ids_missing / ids_ignored_key)" if served.get("id_source") == "default"
                      else "the trainer and the engine number layers differently (vllm#43671, sglang#25454)")
-            findings.insert(0, Finding("off_by_one" if abs(d) == 1 else "offset", Severity.FAIL, [],
+            findings.insert(0, Finding(FindingKind.OFF_BY_ONE if abs(d) == 1 else FindingKind.OFFSET, Severity.FAIL, [],
                                        f"every slice is served {abs(d)} block(s) {'deeper' if d > 0 else 'shallower'} "
                                        f"than trained: {cause}", {"shift": d}))
-        findings.insert(0, Finding("slices", Severity.FAIL, [],
+        findings.insert(0, Finding(FindingKind.SLICES, Severity.FAIL, [],
                                    f"{len(bad)} of {n} fc slices are served a different layer than trained: "
                                    + ", ".join(f"slice {s['slice']} trained {r_label(s['trained_r'])} served "
                                                f"{r_label(s['served_r'])}" for s in bad), {"slices": bad}))
@@ -373,7 +457,7 @@ def _verdict(trained: dict, served: dict, findings: list[Finding], info, engine,
         why = (f"the trained r of fc slice(s) {claimed} is only declared ({[r_label(fc[k]) for k in claimed]}), "
                "not proven by the data" if claimed else
                f"fc slice(s) {open_} cannot be named from the data or the served capture")
-        return "cannot-tell", f"{why}: {SETTLE}", slices
+        return "cannot-tell", f"{why}: {_settle(model_given)}", slices
     return "match", f"every fc slice is served the layer it was trained on: {[r_label(r) for r in fc]}", slices
 
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from forensics.analysis.audit.core import AuditResult, audit, target_facts
 from forensics.errors import ForensicsError
-from forensics.findings import Finding, Severity
+from forensics.findings import Finding, FindingKind, Severity
 from forensics.layers import FINAL_POST, r_label
 from forensics.models import conventions as cv
 
@@ -50,7 +50,7 @@ ISSUES = {  # the public case each doctor finding comes from
 }
 
 
-def _f(kind: str, severity: Severity, message: str, **evidence: Any) -> Finding:
+def _f(kind: FindingKind, severity: Severity, message: str, **evidence: Any) -> Finding:
     return Finding(kind, severity, [], f"{message} ({ISSUES[kind]})" if kind in ISSUES else message,
                    {**evidence, "source": ISSUES.get(kind)})
 
@@ -69,17 +69,21 @@ def id_findings(system: str, family: str, ids: list[int] | None, L: int, where: 
     plus = 1 if rule.offset == cv.FIRST_ID and ids and ids[0] == 1 else 0 if rule.offset == cv.FIRST_ID \
         else int(rule.offset)
     if plus == 1 and ids and max(ids) == L:
-        out.append(_f("id_is_count", Severity.FAIL, f"{where}: id {L} is the layer count, not an index: in {system}'s "
+        out.append(_f(FindingKind.ID_IS_COUNT, Severity.FAIL,
+                      f"{where}: id {L} is the layer count, not an index: in {system}'s "
                       f"numbering ({rule.meaning()}) the last block's output is id {L - 1}", ids=ids, num_layers=L))
     bad = [i for i in ids if not 0 <= i + plus <= L and not (plus == 1 and i == L)]
     if bad:
-        out.append(_f("ids_out_of_range", Severity.FAIL, f"{where}: ids {bad} are outside the target's {L} blocks in "
+        out.append(_f(FindingKind.IDS_OUT_OF_RANGE, Severity.FAIL,
+                      f"{where}: ids {bad} are outside the target's {L} blocks in "
                       f"{system}'s numbering ({rule.meaning()})", ids=ids, num_layers=L))
     if len(set(ids)) != len(ids):
-        out.append(_f("ids_duplicate", Severity.FAIL, f"{where}: ids {ids} repeat a layer; engines that deduplicate "
+        out.append(_f(FindingKind.IDS_DUPLICATE, Severity.FAIL,
+                      f"{where}: ids {ids} repeat a layer; engines that deduplicate "
                       "capture fewer states than the fc takes", ids=ids))
     if list(ids) != sorted(ids):
-        out.append(_f("ids_order", Severity.FAIL, f"{where}: ids {ids} are not ascending; engines concatenate in layer "
+        out.append(_f(FindingKind.IDS_ORDER, Severity.FAIL,
+                      f"{where}: ids {ids} are not ascending; engines concatenate in layer "
                       "order, so the fc slices meet other layers than listed", ids=ids))
     return out
 
@@ -93,13 +97,15 @@ def trainer_fc_r(trainer: str, family: str, ids: list[int] | None, L: int, inclu
         default = cv.to_r(system, None, L, family=family)
         if system == "speculators" and len(default) == 4:
             default = default[:-1]  # the appended L is the training target, not an fc input
-        found.append(_f("trainer_ids_missing", Severity.WARN, f"{trainer} was invoked without --target-layer-ids: it "
+        found.append(_f(FindingKind.TRAINER_IDS_MISSING, Severity.WARN,
+                        f"{trainer} was invoked without --target-layer-ids: it "
                         f"falls back to its default r = {[r_label(r) for r in default]} (and warns only in its "
                         "own log); if the data was generated with other ids, training and data disagree",
                         default_r=default))
         return default, found
     if system == "speculators" and ids and max(ids) == L:
-        found.append(_f("trainer_ids_include_last", Severity.FAIL, f"the training ids {ids} include {L}, the final "
+        found.append(_f(FindingKind.TRAINER_IDS_INCLUDE_LAST, Severity.FAIL,
+                        f"the training ids {ids} include {L}, the final "
                         "layer; launch_vllm.py --include-last-layer appends it for the data, but training must get "
                         "the ids excluding the final layer, else the target is fed to the fc as an aux state",
                         ids=ids, num_layers=L))
@@ -107,7 +113,7 @@ def trainer_fc_r(trainer: str, family: str, ids: list[int] | None, L: int, inclu
     try:
         rs = cv.to_r(system, ids, L, family=family)
     except ForensicsError as e:
-        found.append(Finding("trainer_ids_invalid", Severity.FAIL, [], e.message, {"ids": ids}))
+        found.append(Finding(FindingKind.TRAINER_IDS_INVALID, Severity.FAIL, [], e.message, {"ids": ids}))
         return None, found
     if include_last_layer and system == "speculators" and rs and rs[-1] == L:
         rs = rs[:-1]
@@ -122,20 +128,22 @@ def config_findings(info, engine: str, family: str, L: int, version: str | None 
     try:
         rule = cv.rule_for(engine, family, cv.parse_version(engine, version))
     except ForensicsError as e:
-        return [Finding("no_rule", Severity.WARN, [], e.message, {})]
+        return [Finding(FindingKind.NO_RULE, Severity.WARN, [], e.message, {})]
     for key, ids in (info.family_ids or {}).items():
         if not (isinstance(ids, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in ids)):
             continue
         if key in rule.keys:
             out += id_findings(engine, family, ids, L, f"`{key}` in the draft config")
         elif family not in cv.EAGLE_FAMILIES and not any(cv.get_key(info.config, k) is not None for k in rule.keys):
-            out.append(_f("ids_ignored_key", Severity.FAIL, f"the ids {ids} sit in `{key}`, which {engine} does "
+            out.append(_f(FindingKind.IDS_IGNORED_KEY, Severity.FAIL,
+                          f"the ids {ids} sit in `{key}`, which {engine} does "
                           f"not read for {family} (it reads {' or '.join(rule.keys) or 'no key'}): it uses its default",
                           key=key, ids=ids, engine_keys=list(rule.keys)))
     h = info.target_hidden_size or info.hidden_size
     ids = next((v for v in (info.family_ids or {}).values() if isinstance(v, list)), None)
     if info.fc_aux_count is not None and ids is not None and info.fc_aux_count != len(ids):
-        out.append(_f("fc_vs_ids", Severity.FAIL, f"fc.weight takes {info.fc_aux_count} states of width {h} but the "
+        out.append(_f(FindingKind.FC_VS_IDS, Severity.FAIL,
+                      f"fc.weight takes {info.fc_aux_count} states of width {h} but the "
                       f"config lists {len(ids)} ids {ids}", fc_shape=list(info.fc_shape or []), ids=ids))
     return out
 
@@ -161,7 +169,7 @@ def preflight(draft: Any, engine: str, engine_version: str | None = None, traine
         findings += tf
         cfg_ids = _config_ids_for(info, trainer, fam)
         if target_layer_ids is not None and cfg_ids is not None and list(cfg_ids) != list(target_layer_ids):
-            findings.append(_f("trainer_ids_vs_config", Severity.WARN, f"{trainer} was invoked with ids "
+            findings.append(_f(FindingKind.TRAINER_IDS_VS_CONFIG, Severity.WARN, f"{trainer} was invoked with ids "
                                f"{list(target_layer_ids)} but the draft config records {list(cfg_ids)}",
                                trainer_ids=list(target_layer_ids), config_ids=list(cfg_ids)))
     findings += config_findings(info, engine, fam, L, engine_version, arch)
@@ -188,10 +196,12 @@ def preflight(draft: Any, engine: str, engine_version: str | None = None, traine
                                     "trainer": trainer, "hidden_size": hidden_size, "arch": arch or "generic"})
     fc = (res.trained or {}).get("fc_r")
     if trained_layout is not None and trained_fc is not None and fc is not None and list(fc) != list(trained_fc):
-        findings.append(Finding("trainer_vs_layout", Severity.FAIL, [], f"the trainer's ids give r = "
+        findings.append(Finding(FindingKind.TRAINER_VS_LAYOUT, Severity.FAIL, [], f"the trainer's ids give r = "
                                 f"{[r_label(r) for r in trained_fc]} but the trained layout feeds the fc "
                                 f"{[r_label(r) for r in fc]}", {"trainer_r": trained_fc, "layout_r": fc}))
-    res.findings[:0] = findings
+    dup_ids = [f.evidence.get("ids") for f in res.findings if f.kind is FindingKind.DUPLICATE]
+    findings = [f for f in findings if not (f.kind is FindingKind.IDS_DUPLICATE and f.evidence.get("ids") in dup_ids)]
+    res.findings[:0] = findings  # (the audit's `duplicate` already says what a repeated config id does)
     if data is not None and (trained_layout is None or view != trainer):  # the appended L was ours, not the user's
         res.findings = [f for f in res.findings if f.kind not in ("target_not_final", "target_postnorm")]
         res.trained.update(target_r=None, trainer=trainer, source="trainer invocation" if trained_layout is None
@@ -261,10 +271,24 @@ def _apply_readings(res: AuditResult, info, engine: str, version: str | None, L:
     if len({tuple(map(str, r)) for r in alts.values()}) <= 1:
         return
     matches = {k: sorted(map(str, r)) == sorted(map(str, fc)) for k, r in alts.items()}
-    res.findings.append(_f("readings", Severity.WARN, "the served layers depend on what is not given or not settled: "
+    res.findings.append(_f(FindingKind.READINGS, Severity.WARN,
+                           "the served layers depend on what is not given or not settled: "
                            + "; ".join(f"{k} → r = {[r_label(x) for x in r]}" for k, r in alts.items()),
                            readings={k: list(r) for k, r in alts.items()}, match=matches))
     ok = [k for k, m in matches.items() if m]
+    config_ids = (res.served or {}).get("ids")
+    plans = set()
+    for v in ([version] if version is not None else cv.versions(engine)):
+        ids = cv.from_r(engine, fc, L, None if v == "any" else v, arch or "generic", family).ids
+        plans.add(None if ids is None else tuple(ids))
+    fix_ids = (res.fix or {}).get("ids")
+    if ok and len(ok) < len(matches) and res.verdict == "mismatch" and fix_ids is not None and len(plans) == 1 \
+            and None not in plans and config_ids is not None and tuple(fix_ids) != tuple(config_ids):
+        # every version is fixed by the same ids, and the config holds others: wrong whatever the version
+        # (the versions that serve the trained layers do so only because they drop an id they cannot capture)
+        res.reason += (f"; {ok} happen to serve the trained layers, but the same ids {list(fix_ids)} are "
+                       f"right for every {engine} version")
+        return
     if len(ok) == len(matches):
         res.verdict, res.reason = "match", f"every reading serves the trained r = {[r_label(r) for r in fc]}"
     elif ok:  # the slice comparison above was one reading's: it is not evidence against the wiring

@@ -114,8 +114,8 @@ def compare_served(data: Any, trained: dict, served: Any, use_fingerprint: bool 
                    model: Any = None) -> tuple[dict, list]:
     """Slot-by-slot comparison of a served capture with the training ``data`` (path or Capture);
     returns (served side, findings)."""
-    from forensics.analysis.audit.training import STRONG_ROLES, fingerprint_slots
-    from forensics.findings import Finding, Severity
+    from forensics.analysis.audit.training import KNOWN, STRONG_ROLES, fingerprint_slots
+    from forensics.findings import Finding, FindingKind, Severity
 
     if data is None or isinstance(data, (list, tuple)):
         raise ForensicsError("the config-free check (--served) needs the training data as capture files (--data)")
@@ -143,6 +143,7 @@ def compare_served(data: Any, trained: dict, served: Any, use_fingerprint: bool 
         cos = np.array([[c for c, _ in row] for row in pairs])
         rel = np.array([[r for _, r in row] for row in pairs])
     s_fps = (fingerprint_slots(s0, model)[0] if use_fingerprint else None) or [{} for _ in s0.slots]
+    t_status = list(trained.get("slots_status") or [])
     t_roles = trained.get("roles") or [None] * n_train
     s_fp = [f.get("r_exact") if f.get("r_exact") is not None else s.declared_r
             for f, s in zip(s_fps, s0.slots, strict=True)]
@@ -175,6 +176,20 @@ def compare_served(data: Any, trained: dict, served: Any, use_fingerprint: bool 
         if s_role and t_role and (s_role in STRONG_ROLES or t_role in STRONG_ROLES) and s_role != t_role:
             same = False  # e.g. an embedding served where a layer output was trained, or vice versa
         ev.update({"served_fingerprint_r": fp_r, "served_role": s_role, "trained_role": t_role})
+        s_exact = s_fps[j].get("r_exact") if j < len(s_fps) else None
+        t_known = want is not None and slots_r[want] is not None and want < len(t_status) and \
+            t_status[want] in KNOWN
+        if s_exact is not None and t_known and want is not None and (cos is None or same is None):
+            # --model: the served capture has token ids, so its slots get an exact r like any training file;
+            # on other text that decides where norm distributions cannot (known against known only)
+            same, rj = s_exact == slots_r[want], s_exact
+            ev.update({"decided_by": "exact r", "served_exact_r": s_exact, "trained_r": slots_r[want]})
+        elif s_exact is not None and rj is None:
+            rj = s_exact
+        elif same is None and s_role and s_role == t_role and s_role in STRONG_ROLES and t_known and want is not None:
+            # a role the data alone names (embedding, post-norm final) on both sides: the same r, known on both
+            same, rj = True, slots_r[want]
+            ev.update({"decided_by": "role", "trained_r": slots_r[want]})
         r_out.append(rj)
         ok.append(same)
         rows.append(ev)
@@ -182,11 +197,14 @@ def compare_served(data: Any, trained: dict, served: Any, use_fingerprint: bool 
         if f is not None:
             findings.append(f)
     if n_served != len(fc_r):
-        findings.append(Finding("served_data", Severity.FAIL, [], f"the served capture has {n_served} states, "
+        findings.append(Finding(FindingKind.SERVED_DATA, Severity.FAIL, [],
+                                f"the served capture has {n_served} states, "
                                 "training fed "
                                 f"the fc {len(fc_r)}", {"served": n_served, "trained": len(fc_r)}))
     how = (f"rows joined on {P} shared tokens (cosine ≥ {SAME_TENSOR_COS}, rel ≤ {SAME_TENSOR_REL})" if same_text
            else f"{W1_NAME}: ≥ {W1_THRESHOLD} excludes the trained layer, nothing on other text confirms it")
+    if any(ev.get("decided_by") == "exact r" for ev in rows):
+        how = "the exact r of each served slot against the reference forward (--model)"
     out = {"r": r_out, "ok": ok, "source": f"served capture {s0.path} ({len(scaps)} file(s), "
                                           f"{'same' if same_text else 'different'} tokens as training; r named by "
                                           f"{how})",
@@ -239,12 +257,16 @@ def _slot_finding(j: int, want: int | None, same: bool | None, ev: dict, slots_r
                   same_text: bool) -> Any:
     """The finding for served slot ``j``: ``served_data`` (FAIL) when it is not what fc slice ``j`` was trained
     on, ``served_undecided`` (WARN) when the data cannot tell, None when it matches."""
-    from forensics.findings import Finding, Severity
+    from forensics.findings import Finding, FindingKind, Severity
 
     trained_lab = r_label(slots_r[want]) if want is not None else "none"
     s_role, t_role = ev.get("served_role"), ev.get("trained_role")
     if same is False:
-        if same_text and want is not None:
+        if ev.get("decided_by") == "exact r":
+            val = (f"the reference forward (--model) names served slot {j} {r_label(ev['served_exact_r'])}, "
+                   f"the training slot {r_label(ev['trained_r'])}")
+            what = r_label(ev["served_exact_r"])
+        elif same_text and want is not None:
             val = (f"on {ev['joined_tokens']} shared tokens: mean cosine {ev['mean_cosine']:.4f}, median relative "
                    f"error {ev['median_rel']:.3g} (same tensor: ≥ {SAME_TENSOR_COS}, ≤ {SAME_TENSOR_REL})")
             near = ev["best_training_slot"]
@@ -260,7 +282,8 @@ def _slot_finding(j: int, want: int | None, same: bool | None, ev: dict, slots_r
                 (f"training slot {near} ({r_label(slots_r[near])})" if near is not None else "?")
         if s_role and t_role and s_role != t_role:
             val += f"; roles differ: served {s_role}, trained {t_role}"
-        return Finding("served_data", Severity.FAIL, [j], f"served slot {j} is not what fc slice {j} was trained "
+        return Finding(FindingKind.SERVED_DATA, Severity.FAIL, [j],
+                       f"served slot {j} is not what fc slice {j} was trained "
                        f"on ({trained_lab}): {val}; it {'equals' if same_text else 'is'} {what}", ev)
     if same is None:
         d_w = ev["value"]
@@ -268,7 +291,7 @@ def _slot_finding(j: int, want: int | None, same: bool | None, ev: dict, slots_r
         named = (f"nearest training slot {near} by a margin (≤ {W1_MARGIN}× the runner-up)"
                  if ev.get("ratio") is not None and ev["ratio"] <= W1_MARGIN else
                  f"no training slot nearest by a margin (nearest {near}, runner-up {ev.get('runner_up_slot')})")
-        return Finding("served_undecided", Severity.WARN, [j],
+        return Finding(FindingKind.SERVED_UNDECIDED, Severity.WARN, [j],
                        f"served slot {j} vs fc slice {j} ({trained_lab}), other text: {W1_NAME} "
                        + (f"{d_w:.3f} < {W1_THRESHOLD}, " if d_w is not None else "")
                        + f"{named}; norm distributions on other text cannot tell a layer from its neighbours — "

@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 from forensics.errors import ForensicsError
-from forensics.findings import Finding, Severity, Verdict
+from forensics.findings import Finding, FindingKind, Severity, Verdict
 from forensics.io.capture import Capture
 from forensics.layers import FINAL_POST, parse_r, r_label
 from forensics.models import conventions as cv
@@ -52,7 +52,7 @@ def fingerprint_slots(cap: Capture, model: Any = None) -> tuple[list[dict] | Non
               "decided_by": s.decided_by, "verdict": None if s.verdict is None else s.verdict.value,
               "verdict_why": s.verdict_why, "certain_post": is_postnorm(fp, s.index), "whole_list": whole}
              for s in fp.slots]
-    found = [Finding(f"data_{f.kind}", f.severity, f.slots, f"training data: {f.message}",
+    found = [Finding(f.kind.on_training_data(), f.severity, f.slots, f"training data: {f.message}",
                      {**f.evidence, "source": "fingerprint"}) for f in fp.findings]
     _FP_CACHE[:] = [(cap, model, (slots, found))]  # one entry: captures are large and short-lived
     return slots, found
@@ -102,7 +102,7 @@ def slot_rs(cap: Capture, use_fingerprint: bool = True, model: Any = None
         else:
             r, how, st = None, "unknown (the data alone cannot name this slot)", "unknown"
         if d is not None and f.get("verdict") == Verdict.FAIL.value:
-            findings.append(Finding("declared_vs_data", Severity.FAIL, [i],
+            findings.append(Finding(FindingKind.DECLARED_VS_DATA, Severity.FAIL, [i],
                                     f"slot {i} is declared {r_label(d)} but the data says "
                                     f"{r_label(r) if r is not None else 'otherwise'}: {f.get('verdict_why')}",
                                     {"slot": i, "declared": d, "measured": r, "role": f.get("role"),
@@ -142,7 +142,8 @@ def training_side(data: Any, trainer: str | None, draft_info, L: int | None, use
         source = f"{cap.format} capture {cap.path}"
         native = FORMAT_TRAINER.get(cap.format)
         if trainer and native and cv.canonical_system(trainer) != cv.canonical_system(native):
-            findings.append(Finding("trainer_vs_format", Severity.WARN, [], f"--trainer {trainer} but the data is in "
+            findings.append(Finding(FindingKind.TRAINER_VS_FORMAT, Severity.WARN, [],
+                                    f"--trainer {trainer} but the data is in "
                                     f"{cap.format} format, which {native} reads; check which trainer consumed it",
                                     {"trainer": trainer, "format": cap.format}))
         trainer = trainer or native
@@ -154,16 +155,19 @@ def training_side(data: Any, trainer: str | None, draft_info, L: int | None, use
     open_ = [k for k, i in enumerate(view.fc_slots) if status[i] not in KNOWN]
     if open_ and cap is not None and use_fingerprint:
         guess = _ids_as_trained(view.trainer, draft_info, L) if draft_info is not None and L is not None else None
-        findings.append(Finding("unknown_slices", Severity.INFO, [view.fc_slots[k] for k in open_],
+        findings.append(Finding(FindingKind.UNKNOWN_SLICES, Severity.INFO, [view.fc_slots[k] for k in open_],
                                 f"the data alone cannot name the r of fc slice(s) {open_} "
                                 + (f"(the draft config says {[r_label(r) for r in guess]} under {view.trainer}'s "
                                    "numbering, but that is the claim being checked, not evidence) " if guess else "")
-                                + "— run with --model default (or the target model), or compare a served capture "
-                                "on the same prompts (--served)", {"slices": open_, "config_r": guess}))
+                                + ("— run with --model default (or the target model), or compare a served "
+                                   "capture on the same prompts (--served)" if model is None else
+                                   "— the reference model matched no state for them: check that --model is the "
+                                   "target the data was captured from, or compare a served capture on the same "
+                                   "prompts (--served)"), {"slices": open_, "config_r": guess}))
     if any(r is None for r in fc) and draft_info is not None and L is not None and not use_fingerprint:
         assumed = _ids_as_trained(view.trainer, draft_info, L)
         if assumed is not None and len(assumed) == len(fc):
-            findings.append(Finding("assumed_from_config", Severity.WARN, [],
+            findings.append(Finding(FindingKind.ASSUMED_FROM_CONFIG, Severity.WARN, [],
                                     f"the data declares no layers for fc slot(s) "
                                     f"{[i for i, r in enumerate(fc) if r is None]}; assumed r = {assumed} from the "
                                     f"draft config under {view.trainer}'s numbering. "
@@ -180,17 +184,38 @@ def training_side(data: Any, trainer: str | None, draft_info, L: int | None, use
            "roles": roles if cap is not None else None}
     ints = [r for r in fc if isinstance(r, int)]
     if len(ints) == len(fc) and ints != sorted(ints):
-        findings.append(Finding("order", Severity.FAIL, [],
+        findings.append(Finding(FindingKind.ORDER, Severity.FAIL, [],
                                 f"training fed the fc r = {[r_label(r) for r in fc]}, not in ascending order; "
                                 "SGLang and vLLM always concatenate in ascending layer order",
                                 {"fc_r": fc}))
-    if len(set(map(str, fc))) != len(fc):
-        findings.append(Finding("duplicate", Severity.WARN, [], f"the fc inputs repeat a layer: {fc}", {"fc_r": fc}))
+    repeated = _repeated(fc)
+    if repeated:  # only named r repeat: two unknown slices are not the same layer
+        findings.append(Finding(FindingKind.DUPLICATE, Severity.WARN, [],
+                                f"the fc inputs repeat {', '.join(r_label(r) for r in repeated)}: "
+                                f"{[r_label(r) for r in fc]}", {"fc_r": fc, "repeated": repeated}))
     if FINAL_POST in fc:
-        findings.append(Finding("postnorm_aux", Severity.FAIL, [], "a post-norm final state is fed to the fc; "
+        findings.append(Finding(FindingKind.POSTNORM_AUX, Severity.FAIL, [],
+                                "a post-norm final state is fed to the fc; "
                                 "engines capture pre-norm states only", {"fc_r": fc}))
     findings += _target_findings(view, target, L, status[view.target_slot] if view.target_slot is not None else None)
     return out, findings
+
+
+def _repeated(rs: list) -> list:
+    """The r that occur more than once in ``rs``, in first-seen order; None (unknown) never repeats.
+
+    >>> _repeated([0, None, None]), _repeated([2, 24, 24])
+    ([], [24])
+    """
+    seen: set = set()
+    out: list = []
+    for r in rs:
+        if r is None:
+            continue
+        if r in seen and r not in out:
+            out.append(r)
+        seen.add(r)
+    return out
 
 
 def _ids_as_trained(trainer: str, info, L: int) -> list | None:
@@ -212,10 +237,10 @@ def _target_findings(view, target, L: int | None, status: str | None = None) -> 
           "status": status}
     if view.target_norm == "pre":  # speculators applies verifier_norm itself (speculators#313)
         if target == FINAL_POST:
-            return [Finding("target_postnorm", Severity.FAIL, [], "the training target is post-norm but "
+            return [Finding(FindingKind.TARGET_POSTNORM, Severity.FAIL, [], "the training target is post-norm but "
                             f"{view.trainer} applies the final norm itself (speculators#313): normed twice", ev)]
         if L is not None and isinstance(target, int) and target < L:  # r > L: audit's layers_beyond_L says why
-            return [Finding("target_not_final", Severity.FAIL, [],
+            return [Finding(FindingKind.TARGET_NOT_FINAL, Severity.FAIL, [],
                             f"the training target was r = {target} ({r_label(target)}), not r = {L} (last block, "
                             f"pre-norm): lm_head(norm(·)) of it is a logit lens {L - target} block(s) early, not "
                             f"the model's next-token distribution; regenerate the last slot at r = {L}"
@@ -223,6 +248,7 @@ def _target_findings(view, target, L: int | None, status: str | None = None) -> 
                                else ""), ev)]
     elif view.target_norm == "post":  # SpecForge target head is lm_head only
         if target != FINAL_POST:
-            return [Finding("target_prenorm", Severity.FAIL, [], f"the training target is {r_label(target)} but "
+            return [Finding(FindingKind.TARGET_PRENORM, Severity.FAIL, [],
+                            f"the training target is {r_label(target)} but "
                             "SpecForge applies lm_head only and needs the post-norm final state", ev)]
     return []

@@ -12,7 +12,6 @@ r per slot. Every threshold is a named constant, shown next to the raw value.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,7 +54,7 @@ from forensics.analysis.fingerprint.rules import (  # noqa: F401 - re-exported: 
 )
 from forensics.analysis.stats import CaptureStats, summarize
 from forensics.errors import ForensicsError
-from forensics.findings import Finding, Severity, Verdict, worst_verdict
+from forensics.findings import Finding, FindingKind, Severity, Verdict, worst_verdict
 from forensics.io.capture import Capture
 from forensics.jsonable import json_safe
 from forensics.layers import FINAL_POST, R
@@ -166,13 +165,15 @@ class Fingerprint:
 
 # ----------------------------------------------------------------------------------------- expected list
 # ---------------------------------------------------------------------------------------------- signals
-def fingerprint(capture: Capture | str | os.PathLike, layers: Any = None, model: Any = None,
+def fingerprint(capture: Any, layers: Any = None, model: Any = None,
                 num_layers: int | None = None, expected_source: str | None = None,
-                claims: Claims | None = None) -> Fingerprint:
+                claims: Claims | None = None, input_ids: Any = None) -> Fingerprint:
     """Role, depth order, coarse r, label (given an expected list) and evidence for every slot.
 
     Args:
-        capture: a ``Capture`` or a path to any supported capture file.
+        capture: a ``Capture``, a path to any supported capture file, or hidden states in memory in any layout
+            ``forensics.io.layout`` accepts (transformers' ``output.hidden_states`` tuple, a list of ``[T, H]``
+            tensors, a ``[k, T, H]`` stack, a dict of named tensors, numpy arrays).
         layers: the expected r list in file order (``[0, 3, 16, 28]``, ``"embed,L3,L16,L28"``); default:
             the r the capture declares (``capture.json`` / ``data_config.json``).
         model: exact mode — an HF folder, safetensors checkpoint, ``.gguf``, a loaded model, or a ladder
@@ -182,16 +183,18 @@ def fingerprint(capture: Capture | str | os.PathLike, layers: Any = None, model:
             passes ``--layers`` / ``--expect``).
         claims: a ready claim list (``forensics.analysis.claims``: a draft config's ids, a served capture);
             wins over ``layers``. Each slot's claim gets a verdict (``SlotFingerprint.verdict``).
+        input_ids: the token ids of a capture saved without them (exact mode needs them; they also decide a
+            stack's axes).
 
     Example:
         >>> fp = fingerprint("sample_data/speculators_v1/data_0.pt")   # doctest: +SKIP
         >>> [s.label for s in fp.slots]                               # doctest: +SKIP
         ['embed', 'L3', 'L16', 'L28']
     """
-    if not isinstance(capture, Capture):
-        from forensics.io.formats import load
+    if not isinstance(capture, Capture) or input_ids is not None:
+        from forensics.io.formats import as_capture
 
-        capture = load(capture)
+        capture = as_capture(capture, input_ids=input_ids)
     if not capture.slots:
         raise ForensicsError("capture has no slots to fingerprint", path=capture.path)
     import torch
@@ -289,18 +292,19 @@ def _anomalies(capture: Capture, st: CaptureStats) -> tuple[list[Finding], set[i
         if s.nan or s.inf:
             bad_rows |= set(s.nan_positions) | set(s.inf_positions)
             rows = s.nan_positions[:5] or s.inf_positions[:5]
-            findings.append(Finding("nonfinite", Severity.FAIL, [s.index], f"slot {s.index} ({s.name}) has "
+            findings.append(Finding(FindingKind.NONFINITE, Severity.FAIL, [s.index], f"slot {s.index} ({s.name}) has "
                                     f"{s.nan} NaN and {s.inf} Inf values (first rows {rows})"))
         if s.norm.n and s.norm.max >= FLOAT32_SQUARE_LIMIT:
-            findings.append(Finding("overflow", Severity.FAIL, [s.index], f"slot {s.index} ({s.name}) has token "
+            findings.append(Finding(FindingKind.OVERFLOW, Severity.FAIL, [s.index],
+                                    f"slot {s.index} ({s.name}) has token "
                                     f"norms up to {s.norm.max:.3g}: squares of its values overflow float32 (above "
                                     f"{FLOAT32_SQUARE_LIMIT:.2g}), so no real hidden state looks like this and "
                                     "its angles and fits are not reliable"))
         if s.norm.n and s.norm.max == 0:
-            findings.append(Finding("all_zero", Severity.FAIL, [s.index], f"slot {s.index} ({s.name}) is all "
+            findings.append(Finding(FindingKind.ALL_ZERO, Severity.FAIL, [s.index], f"slot {s.index} ({s.name}) is all "
                                     "zeros: nothing was captured there (padding, or a hook that never fired)"))
     if capture.num_tokens < MIN_TOKENS:
-        findings.append(Finding("few_tokens", Severity.WARN, list(range(len(capture.slots))), f"only "
+        findings.append(Finding(FindingKind.FEW_TOKENS, Severity.WARN, list(range(len(capture.slots))), f"only "
                                 f"{capture.num_tokens} tokens (< {MIN_TOKENS}): the data-only signals are weak; use "
                                 "--model for exact checks"))
     return findings, bad_rows
@@ -328,11 +332,17 @@ def _exact(capture: Capture, tensors: list, model: Any, sig: _Signals, findings:
     from forensics.analysis.fingerprint.exact import exact_checks
 
     exact = exact_checks(capture, tensors, model)
+    exact["ran"] = capture.input_ids is not None
+    if not exact["ran"]:  # the reference cannot run without the tokens: say so, name no slot from it
+        findings.append(Finding(FindingKind.NO_TOKEN_IDS, Severity.WARN, list(range(len(tensors))),
+                                "exact mode cannot run: the capture has no token ids, so the model cannot be run "
+                                "on its tokens (only the final-norm γ test ran); give them with --ids FILE or "
+                                "--text FILE (tokenised by --model), or input_ids= in Python"))
     for i, x in enumerate(exact["slots"]):
         exact_evidence(sig.ev[i], x)
     unmatched = [i for i, x in enumerate(exact["slots"]) if x["ladder"] is not None and x["r_exact"] is None]
     if unmatched:
-        findings.append(Finding("no_reference_match", Severity.WARN, unmatched, f"slots {unmatched} equal "
+        findings.append(Finding(FindingKind.NO_REFERENCE_MATCH, Severity.WARN, unmatched, f"slots {unmatched} equal "
                                 "no state of the reference on these input_ids (another model, other weights or "
                                 "dtype, or other tokens); their depth comes from the data-only signals"))
     return exact

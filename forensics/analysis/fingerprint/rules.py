@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from forensics.analysis.stats import SINK_RATIO, SlotStats
-from forensics.findings import Finding, Severity
+from forensics.findings import Finding, FindingKind, Severity
 from forensics.jsonable import json_safe
 from forensics.layers import FINAL_POST, R, r_label
 
@@ -570,7 +570,7 @@ def find_duplicates(fp: Fingerprint, tensors: list) -> None:
         for j in range(i + 1, k):
             if fp.similarity[i, j] < DUPLICATE_SLOT_DISTANCE and tensors[i].shape == tensors[j].shape:
                 same = bool((tensors[i] == tensors[j]).all())
-                fp.findings.append(Finding("duplicate", Severity.FAIL, [i, j], f"slots {i} and {j} are "
+                fp.findings.append(Finding(FindingKind.DUPLICATE, Severity.FAIL, [i, j], f"slots {i} and {j} are "
                                            f"{'bit-identical' if same else 'the same state (distance < 1e-4)'}: "
                                            "the same layer captured twice"))
 

@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ...findings import Finding, Severity, Verdict
+from ...findings import Finding, FindingKind, Severity, Verdict
 from ...layers import FINAL_POST, R, r_label
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -125,38 +125,38 @@ def not_postnorm(fp: Fingerprint, i: int) -> bool:
     return sf.role in ("embedding", "final_prenorm") or has_sink(fp.stats.slots[i])
 
 
-def _judge_slot(fp: Fingerprint, i: int, c: Claim, L: int | None) -> tuple[Verdict, str, str | None]:
+def _judge_slot(fp: Fingerprint, i: int, c: Claim, L: int | None) -> tuple[Verdict, str, FindingKind | None]:
     """(verdict, why, finding kind when FAIL)."""
     sf = fp.slots[i]
     if sf.r_exact is not None:
         if sf.r_exact == c.r:
             return Verdict.PASS, f"equals {r_label(sf.r_exact)} of the reference forward", None
-        kind = ("off_by_one" if isinstance(c.r, int) and isinstance(sf.r_exact, int) and abs(c.r - sf.r_exact) == 1
-                else "wrong_layer")
+        one = isinstance(c.r, int) and isinstance(sf.r_exact, int) and abs(c.r - sf.r_exact) == 1
+        kind = FindingKind.OFF_BY_ONE if one else FindingKind.WRONG_LAYER
         return Verdict.FAIL, f"equals {r_label(sf.r_exact)} of the reference forward, not {c.label}", kind
     if c.r == 0:
         if is_embedding(fp, i):
             return Verdict.PASS, f"embedding output ({sf.decided_by})", None
         if not_embedding(fp, i):
-            return Verdict.FAIL, f"not an embedding output: {sf.role} ({sf.decided_by})", "missing_embedding"
+            return Verdict.FAIL, f"not an embedding output: {sf.role} ({sf.decided_by})", FindingKind.MISSING_EMBEDDING
         return Verdict.CANNOT_TELL, f"no repeated token id to test for a table lookup; role {sf.role}", None
     if c.r == FINAL_POST:
         if is_postnorm(fp, i):
             return Verdict.PASS, f"post-final-norm ({sf.decided_by})", None
         if not_postnorm(fp, i):
-            return Verdict.FAIL, f"pre-norm: {sf.role} ({sf.decided_by})", "prenorm"
+            return Verdict.FAIL, f"pre-norm: {sf.role} ({sf.decided_by})", FindingKind.PRENORM
         return Verdict.CANNOT_TELL, f"role {sf.role} ({sf.decided_by}): neither post-norm nor a sink", None
     # an integer layer r >= 1
     if is_embedding(fp, i):
         return Verdict.FAIL, f"an embedding output ({sf.decided_by}), not the output of block {c.r}", \
-            "unexpected_embedding"
+            FindingKind.UNEXPECTED_EMBEDDING
     if is_postnorm(fp, i):
-        return Verdict.FAIL, f"post-final-norm ({sf.decided_by}), not a block's pre-norm output", "postnorm"
+        return Verdict.FAIL, f"post-final-norm ({sf.decided_by}), not a block's pre-norm output", FindingKind.POSTNORM
     if sf.role == "final_prenorm" and sf.decided_by == "normalizes" and L:
         if c.r == L:
             return Verdict.PASS, f"the final pre-norm state r = L = {L}: another slot is RMSNorm of it", None
         return Verdict.FAIL, f"the final pre-norm state r = L = {L} (another slot is RMSNorm of it), not " \
-                             f"{c.label}", "wrong_layer"
+                             f"{c.label}", FindingKind.WRONG_LAYER
     return Verdict.CANNOT_TELL, f"a layer output ({sf.role}, {sf.decided_by}); its exact r needs the reference", None
 
 
@@ -171,13 +171,13 @@ def judge(fp: Fingerprint, claims: Claims | None) -> list[Finding]:
         return findings
     cl = list(claims.slots)
     if len(cl) != k:
-        findings.append(Finding("count_mismatch", Severity.FAIL, list(range(k)),
+        findings.append(Finding(FindingKind.COUNT_MISMATCH, Severity.FAIL, list(range(k)),
                                 f"{len(cl)} layers are claimed {_labels(claims.rs)} ({claims.source.value}: "
                                 f"{claims.detail}) but the capture has {k} slots: no slot can be checked",
                                 {"claimed": len(cl), "slots": k}))
         return findings
     verdicts: list[SlotVerdict] = []
-    kinds: dict[str, list[int]] = {}
+    kinds: dict[FindingKind, list[int]] = {}
     for i, c in enumerate(cl):
         if c is None:
             verdicts.append(SlotVerdict(i, None, None, "nothing claimed"))
@@ -214,7 +214,7 @@ def judge(fp: Fingerprint, claims: Claims | None) -> list[Finding]:
 
 
 def _reordered(fp: Fingerprint, cl: list[Claim | None], verdicts: list[SlotVerdict],
-               kinds: dict[str, list[int]]) -> Finding | None:
+               kinds: dict[FindingKind, list[int]]) -> Finding | None:
     """The claimed set is right but stored in another order: the measured depth order places each claim.
 
     Decided (FAIL) when a slot with a certain identity (exact r, embedding, post-norm) is involved or the
@@ -249,7 +249,7 @@ def _reordered(fp: Fingerprint, cl: list[Claim | None], verdicts: list[SlotVerdi
             if not kinds[kind]:
                 del kinds[kind]
     src = next(c for c in cl if c is not None)
-    return Finding("reordered", Severity.FAIL if decided else Severity.WARN, moved,
+    return Finding(FindingKind.REORDERED, Severity.FAIL if decided else Severity.WARN, moved,
                    f"file order ≠ depth order: stored slots are [{', '.join(r_label(r) for r in assigned)}], claimed "
                    f"{_labels(rs)} ({src.source.value}: {src.detail})"
                    + ("" if decided else f"; the depth chain is a near-tie (order confidence "
@@ -328,7 +328,7 @@ def _shift(fp: Fingerprint, cl: list[Claim | None]) -> Finding | None:
         story = ("the claimed list starts with the embedding output but no slot is one: the data starts at a layer, "
                  "so every slot is the layer claimed for the slot after it (the reverse of the seed's "
                  "Kimi-K2.5 bug, where [embed, L3, L31, L59] was served as [L3, L31, L59])")
-    return Finding("shifted", Severity.FAIL, list(range(k)),
+    return Finding(FindingKind.SHIFTED, Severity.FAIL, list(range(k)),
                    f"claimed {_labels(rs)} ({src.source.value}: {src.detail}) is shifted by one slot: {story}. "
                    f"Corrected list: {_labels(corrected)} ({how})",
                    {"claimed": rs, "corrected": corrected, "direction": direction, "exact": known})

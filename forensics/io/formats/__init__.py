@@ -1,13 +1,19 @@
 """Format readers, auto-detected from content: every reader produces one `Capture`.
 
 Detection order: the container is sniffed from the first bytes (zip/legacy torch pickle, gzip,
-safetensors), then the keys decide the reader (``hidden_states`` list → speculators v1;
+safetensors, numpy ``.npy``/``.npz``, JSON), then the keys decide the reader (a list of records with
+``input_ids`` + ``hidden_state`` → TensorRT-LLM SaveState; ``aux_hidden_states`` + a ``hidden_states`` tensor →
+Model-Optimizer; exactly ``{input_ids, hidden_states: list, loss_mask}`` → speculators v1;
 ``aux_hidden_state`` → SpecForge; ``hidden_state`` + ``target`` → speculators v0; ``hidden_state`` alone
 → EAGLE-1/2; a ``[seq, k, H]``/``[k, seq, H]`` ``hidden_states`` stack in safetensors (optionally with a
-leading batch dim of 1) → speculators current, except a single ``[1, seq, H]`` sequence; anything else
-with float tensors → generic). File names never decide (a checkpoint named ``.safetensors`` is still read
-as a checkpoint). Side files add declared layers: ``capture.json`` (written by ``hsf capture``; ``"r"`` per
-slot) and, for speculators v1 only, ``data_config.json`` (``hidden_states.layer_ids``, r = id + 1).
+leading batch dim of 1) → speculators current inside a speculators dataset, else the vLLM connector, except a
+single ``[1, seq, H]`` sequence; JSON with ``meta_info.hidden_states`` → SGLang; anything else with float tensors
+→ generic, through the layout resolver ``forensics.io.layout``). File names never decide the container (a
+checkpoint named ``.safetensors`` is still read as a checkpoint); only speculators' dataset layout
+(``hidden_states/hs_{i}.safetensors``, or its Arrow dataset beside the folder) tells its stack files from a bare
+vLLM connector file, which holds the same tensors. Side files add declared layers: ``capture.json`` (written by
+``hsf capture``; ``"r"`` per slot) and, for speculators v1 only, ``data_config.json``
+(``hidden_states.layer_ids``, r = id + 1).
 Anything a reader did not foresee still becomes a :class:`ForensicsError` naming the file.
 """
 
@@ -18,17 +24,37 @@ from collections.abc import Iterator
 
 from forensics.errors import ForensicsError
 from forensics.io.capture import Capture
-from forensics.io.formats import eagle, generic, specforge, speculators, speculators_v0, speculators_v1
-from forensics.io.formats._io import SafetensorsFile, read_json, sniff, torch_load
+from forensics.io.formats import (
+    eagle,
+    generic,
+    modelopt,
+    sglang,
+    specforge,
+    speculators,
+    speculators_v0,
+    speculators_v1,
+    trtllm,
+    vllm_connector,
+)
+from forensics.io.formats._io import (
+    SafetensorsFile,
+    is_npz,
+    load_json_rows,
+    numpy_load,
+    read_json,
+    sniff,
+    torch_load,
+)
 from forensics.layers import FINAL_POST
 
-TORCH_READERS = (speculators_v1, specforge, speculators_v0, eagle, generic)  # order matters
-CAPTURE_SUFFIXES = (".pt", ".pth", ".ckpt", ".ckpt.gz", ".pt.gz", ".safetensors", ".bin")
+TORCH_READERS = (trtllm, modelopt, speculators_v1, specforge, speculators_v0, eagle, generic)  # order matters
+CAPTURE_SUFFIXES = (".pt", ".pth", ".ckpt", ".ckpt.gz", ".pt.gz", ".safetensors", ".bin", ".npy", ".npz")
 SIDE_FILES = {"token_freq.pt", "model.safetensors", "training_args.bin", "optimizer.pt", "scheduler.pt"}
 SIDE_DIRS = {"tokenizer", ".git", "__pycache__", ".ipynb_checkpoints"}
+RECORD_SEP = "#"  # ``data_20.pt#3``: record 3 of a many-sample file
 
-__all__ = ["load", "iter_files", "detect_format", "FORMATS"]
-FORMATS = [m.NAME for m in TORCH_READERS] + [speculators.NAME]
+__all__ = ["load", "iter_files", "detect_format", "FORMATS", "as_capture"]
+FORMATS = [m.NAME for m in TORCH_READERS] + [speculators.NAME, vllm_connector.NAME, sglang.NAME]
 
 
 def detect_format(path: str) -> str:
@@ -36,24 +62,52 @@ def detect_format(path: str) -> str:
     return load(path).format
 
 
-def load(path: str | os.PathLike) -> Capture:
+def split_record(path: str) -> tuple[str, int | None]:
+    """``file.pt#3`` → ``("file.pt", 3)`` when ``file.pt#3`` itself does not exist."""
+    if os.path.exists(path) or RECORD_SEP not in path:
+        return path, None
+    base, _, tail = path.rpartition(RECORD_SEP)
+    return (base, int(tail)) if tail.isdigit() and os.path.exists(base) else (path, None)
+
+
+def load(path: str | os.PathLike, input_ids=None, record: int | None = None) -> Capture:
     """Read one capture file, whatever its format.
+
+    Args:
+        path: the file (``FILE#i`` picks record ``i`` of a many-sample file: TensorRT-LLM, SGLang JSON).
+        input_ids: token ids from outside the file (a tensor, array or list) for a capture saved without them;
+            they decide a stack's axes and let exact mode run. Ids stored in the file must agree.
+        record: the record of a many-sample file (default 0).
 
     Example:
         >>> cap = load("sample_data/speculators_v1/data_0.pt")      # doctest: +SKIP
         >>> [s.name for s in cap.slots]                             # doctest: +SKIP
         ['hidden_states[0]', 'hidden_states[1]', 'hidden_states[2]', 'hidden_states[3]']
     """
-    path = os.fspath(path)
+    path, rec = split_record(os.fspath(path))
+    record = rec if record is None else record
     if os.path.isdir(path):
         raise ForensicsError("is a directory; pass a file, or use iter_files()/scan for a dataset", path=path)
     if not os.path.exists(path):
         raise ForensicsError("no such file", path=path)
+    ids = _outside_ids(input_ids, path)
     kind = sniff(path)
+    if kind == "zip" and is_npz(path):
+        kind = "npz"
     if kind == "safetensors":
         sf = SafetensorsFile(path)
-        reader = speculators if speculators.match_safetensors(sf) else generic
-        cap = _guarded(reader.NAME, path, reader.read_safetensors, sf, path)
+        st_reader = speculators if speculators.match_safetensors(sf) else generic
+        if st_reader is speculators and vllm_connector.match_safetensors(sf):
+            st_reader = vllm_connector
+        cap = _guarded(st_reader.NAME, path, st_reader.read_safetensors, sf, path, ids)
+    elif kind in ("npy", "npz"):
+        cap = _guarded(generic.NAME, path, generic.read, numpy_load(path, kind), path, ids)
+    elif kind == "json":
+        doc = load_json_rows(path)
+        if not sglang.match(doc):
+            raise ForensicsError("a JSON file without hidden-state rows (expected SGLang responses with "
+                                 "meta_info.hidden_states)", path=path)
+        cap = _guarded(sglang.NAME, path, sglang.read, doc, path, record or 0, ids)
     elif kind in ("zip", "gzip", "pickle"):
         obj = torch_load(path, kind)
         torch_reader = next((r for r in TORCH_READERS if r.match(obj)), None)
@@ -61,12 +115,92 @@ def load(path: str | os.PathLike) -> Capture:
             what = f"dict with keys {sorted(map(str, obj))[:12]}" if isinstance(obj, dict) else type(obj).__name__
             raise ForensicsError(f"no reader recognises this content ({what}); expected one of the formats "
                                  f"{', '.join(FORMATS)}", path=path)
-        cap = _guarded(torch_reader.NAME, path, torch_reader.read, obj, path)
+        if torch_reader is trtllm:
+            cap = _guarded(trtllm.NAME, path, trtllm.read, obj, path, record or 0)
+        elif torch_reader is generic:
+            cap = _guarded(generic.NAME, path, generic.read, obj, path, ids)
+        else:
+            cap = _guarded(torch_reader.NAME, path, torch_reader.read, obj, path)
     else:
         raise ForensicsError(
-            "not a torch checkpoint, safetensors file or gzip stream (the first bytes match no supported "
+            "not a torch checkpoint, safetensors, numpy or JSON file (the first bytes match no supported "
             "container; a text file?)", path=path)
+    if record and cap.provenance.record is None:
+        raise ForensicsError(f"record {record} asked for, but a {cap.format} file holds one sample", path=path)
+    _apply_outside_ids(cap, ids)
     _apply_sidecars(cap)
+    return cap
+
+
+def _outside_ids(ids, path: str):
+    """Ids given from outside the file as a 1-D int64 tensor (None stays None)."""
+    if ids is None:
+        return None
+    import torch
+
+    from forensics.io.layout import ids_1d, to_torch
+
+    t = ids_1d(to_torch(ids), path, "input_ids")
+    if t.is_floating_point() or t.dtype == torch.bool:
+        raise ForensicsError(f"token ids must be integers, found {t.dtype}", path=path)
+    return t.long()
+
+
+def _apply_outside_ids(cap: Capture, ids) -> None:
+    """Ids given from outside: taken when the file has none (length checked), compared when it has some."""
+    if ids is None:
+        return
+    if cap.input_ids is None:
+        if int(ids.numel()) != cap.num_tokens:
+            raise ForensicsError(f"length mismatch: the token ids given have {int(ids.numel())} tokens but the "
+                                 f"hidden states have {cap.num_tokens}", path=cap.path)
+        cap.input_ids = ids
+        cap.provenance.notes.append("token ids given from outside the file")
+    elif int(cap.input_ids.numel()) != int(ids.numel()) or not bool((cap.input_ids.long() == ids).all()):
+        raise ForensicsError("the token ids given differ from the input_ids stored in the file", path=cap.path)
+
+
+def records(path: str | os.PathLike) -> int:
+    """How many samples a file holds (TensorRT-LLM record lists, SGLang JSON lists; 1 for every other format)."""
+    cap = load(path)
+    return int(cap.meta.get("records", 1))
+
+
+def as_capture(obj, input_ids=None, name: str = "<in memory>") -> Capture:
+    """A ``Capture`` of what a notebook has: a path, a ``Capture``, or tensors in memory in any layout
+    (``forensics.io.layout``: transformers' ``output.hidden_states`` tuple, a stack, a list, a dict).
+
+    Example:
+        >>> import torch
+        >>> cap = as_capture([torch.randn(6, 8), torch.randn(6, 8)], input_ids=torch.arange(6))
+        >>> cap.format, len(cap.slots), cap.num_tokens
+        ('in-memory', 2, 6)
+    """
+    if isinstance(obj, Capture):
+        if input_ids is not None:
+            _apply_outside_ids(obj, _outside_ids(input_ids, obj.path))
+        return obj
+    if isinstance(obj, (str, os.PathLike)):
+        return load(obj, input_ids=input_ids)
+    from forensics.io.capture import Provenance
+    from forensics.io.formats._common import as_2d, build, tensor_slot
+    from forensics.io.layout import resolve
+
+    hs = getattr(obj, "hidden_states", None)  # a transformers ModelOutput (a dict subclass): its hidden_states
+    if isinstance(hs, (list, tuple)) and type(obj) is not dict:
+        obj = hs
+    if not (isinstance(obj, (dict, list, tuple)) or hasattr(obj, "shape")):
+        raise ForensicsError(f"expected a file path, a Capture, or hidden states in memory (a tensor, a list or "
+                             f"tuple of tensors, a dict of tensors, a numpy array), got {type(obj).__name__}",
+                             path=name)
+    ids = _outside_ids(input_ids, name)
+    res = resolve(obj, name, ids)
+    slots = [tensor_slot(i, p.name, p.key, as_2d(p.tensor, name, p.name), p.claimed)
+             for i, p in enumerate(res.parts)]
+    prov = Provenance(path=name, format="in-memory", size_bytes=0, layout=res.layout, notes=list(res.notes))
+    cap = build(slots, res.input_ids, res.loss_mask, prov)
+    if res.key_layers:
+        cap.meta["key_layers"] = dict(res.key_layers)
     return cap
 
 
@@ -156,7 +290,7 @@ def is_capture_name(name: str) -> bool:
 def iter_files(path: str | os.PathLike) -> Iterator[str]:
     """Capture files under a path (a file yields itself), sorted naturally (data_2 before data_10)."""
     path = os.fspath(path)
-    if os.path.isfile(path):
+    if os.path.isfile(path) or split_record(path)[1] is not None:
         yield path
         return
     if not os.path.isdir(path):
@@ -166,3 +300,55 @@ def iter_files(path: str | os.PathLike) -> Iterator[str]:
         dirs[:] = sorted(d for d in dirs if d not in SIDE_DIRS)
         found.extend(os.path.join(root, f) for f in files if is_capture_name(f))
     yield from sorted(found, key=generic.natural_key)
+
+
+MAX_IDS_TEXT_BYTES = 64 * 1024 * 1024
+
+
+def read_ids(path: str | os.PathLike):
+    """Token ids from a file: a ``.pt`` tensor/list (or a dict with ``input_ids``), a ``.npy`` array, or text of
+    integers separated by spaces, commas or newlines (a JSON list too). Returns a 1-D int64 tensor.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "ids.txt"; _ = p.write_text("1, 2, 3")
+        >>> read_ids(p).tolist()
+        [1, 2, 3]
+    """
+    import re
+
+    import torch
+
+    from forensics.io.layout import ID_KEYS
+
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise ForensicsError("no such ids file", path=path)
+    kind = sniff(path)
+    if kind == "zip" and is_npz(path):
+        kind = "npz"
+    obj: object
+    if kind in ("zip", "gzip", "pickle"):
+        obj = torch_load(path, kind)
+    elif kind in ("npy", "npz"):
+        obj = numpy_load(path, kind)
+    else:
+        if os.path.getsize(path) > MAX_IDS_TEXT_BYTES:
+            raise ForensicsError(f"ids file larger than {MAX_IDS_TEXT_BYTES} bytes", path=path)
+        with open(path, "rb") as f:
+            raw = f.read().decode("utf-8", "replace")
+        words = [w for w in re.split(r"[\s,\[\]]+", raw) if w]
+        if not words or not all(re.fullmatch(r"-?\d+", w) for w in words):
+            raise ForensicsError("not an ids file: expected a .pt/.npy tensor or integers separated by spaces, "
+                                 "commas or newlines", path=path)
+        obj = [int(w) for w in words]
+    if isinstance(obj, dict):
+        obj = next((obj[k] for k in ID_KEYS if k in obj), None)
+        if obj is None:
+            raise ForensicsError(f"no token ids in the file (looked for {', '.join(ID_KEYS)})", path=path)
+    ids = _outside_ids(obj, path)
+    if int(ids.numel()) == 0:
+        raise ForensicsError("the ids file holds no ids", path=path)
+    if bool((ids < 0).any()):
+        raise ForensicsError("token ids must be >= 0", path=path)
+    return ids.to(torch.int64)

@@ -8,6 +8,7 @@ from typing import Any
 
 from forensics.errors import ForensicsError
 from forensics.io.capture import Capture, Provenance, Slot, constant_getter
+from forensics.io.layout import check_storage, ids_1d  # noqa: F401 - re-exported for the readers
 
 from ._io import upcast_fp8
 
@@ -39,41 +40,6 @@ def as_2d(t: Any, path: str, name: str):
     if t.shape[1] == 0:
         raise ForensicsError(f"zero hidden size: shape {list(t.shape)}", path=path, slot=name)
     return upcast_fp8(t)
-
-
-def check_storage(t: Any, path: str, name: str) -> None:
-    """Refuse a view that claims more elements than its storage holds (``expand``: stride 0, or an
-    overlapping ``as_strided``): ``torch.save`` keeps views, so 4 stored bytes can claim 8·10^11 elements,
-    and every pass over them would take minutes."""
-    import torch
-
-    if not isinstance(t, torch.Tensor) or t.numel() == 0:
-        return
-    stored = t.untyped_storage().nbytes()
-    if t.numel() * t.element_size() > stored:
-        raise ForensicsError(
-            f"expanded/strided tensor claims {t.numel()} elements (shape {list(t.shape)}, strides "
-            f"{list(t.stride())}) but its storage holds {stored} bytes; store the data itself "
-            "(.contiguous()) to read it", path=path, slot=name)
-
-
-def ids_1d(t: Any, path: str, name: str):
-    """Token ids / loss mask as a 1-D tensor (leading batch dim of 1 squeezed), or None."""
-    import torch
-
-    if t is None:
-        return None
-    if not isinstance(t, torch.Tensor):
-        try:
-            t = torch.as_tensor(t)
-        except (TypeError, ValueError, RuntimeError, OverflowError):
-            raise ForensicsError(f"{name} is not a tensor or list of ints ({type(t).__name__})", path=path) from None
-    check_storage(t, path, name)
-    if t.dim() == 2 and t.shape[0] == 1:
-        t = t[0]
-    if t.dim() != 1:
-        raise ForensicsError(f"{name} must be 1-D, found shape {list(t.shape)}", path=path)
-    return t
 
 
 def tensor_slot(index: int, name: str, key: str, t, claimed: str | None = None) -> Slot:

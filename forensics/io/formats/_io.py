@@ -17,6 +17,7 @@ from forensics.errors import ForensicsError, escape
 
 ZIP_MAGIC = b"PK\x03\x04"
 GZIP_MAGIC = b"\x1f\x8b"
+NPY_MAGIC = b"\x93NUMPY"
 # Legacy (pre-1.6) torch.save files start with a pickled magic number: protocol 2 opcode.
 PICKLE_PROTO = b"\x80"
 MAX_SAFETENSORS_HEADER = 100 * 1024 * 1024  # the safetensors library's own header limit (N_MAX in lib.rs)
@@ -52,6 +53,10 @@ def sniff(path: str) -> str:
             return "safetensors"
     if head.startswith(PICKLE_PROTO):
         return "pickle"
+    if head.startswith(NPY_MAGIC):
+        return "npy"
+    if head.lstrip()[:1] in (b"{", b"["):
+        return "json"
     return "unknown"
 
 
@@ -309,3 +314,53 @@ def read_json(path: str) -> dict | None:
     except ForensicsError:
         return None
     return d if isinstance(d, dict) else None
+
+
+MAX_JSON_ROWS_BYTES = 64 * 1024 * 1024  # SGLang JSON rows: ~10 bytes a number; 64 MB ≈ 6M values, ~0.5 GB parsed
+
+
+def is_npz(path: str) -> bool:
+    """A zip whose members are all ``.npy`` arrays (``numpy.savez``), not a torch checkpoint (``*/data.pkl``)."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(os_path(path)) as z:
+            names = z.namelist()
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return False
+    return bool(names) and all(n.endswith(".npy") for n in names)
+
+
+def numpy_load(path: str, kind: str) -> Any:
+    """A ``.npy`` array (memory-mapped) or a ``.npz`` archive as a dict of arrays, never unpickling anything
+    (``allow_pickle=False``); a compressed member past ``GZIP_MAX_RATIO`` is refused as a bomb."""
+    import zipfile
+
+    import numpy as np
+
+    try:
+        if kind == "npy":
+            return np.load(os_path(path), allow_pickle=False, mmap_mode="r")
+        limit = max(GZIP_MIN_LIMIT_BYTES, GZIP_MAX_RATIO * os.path.getsize(path))
+        with zipfile.ZipFile(os_path(path)) as z:
+            total = sum(i.file_size for i in z.infolist())
+        if total > limit:
+            raise ForensicsError(f"the .npz archive expands to {total} bytes, past {limit} ({GZIP_MAX_RATIO}× its "
+                                 "size): refused as a decompression bomb", path=path)
+        with np.load(os_path(path), allow_pickle=False) as z:
+            return {k[:-4] if k.endswith(".npy") else k: z[k] for k in z.files}
+    except ForensicsError:
+        raise
+    except Exception as e:  # noqa: BLE001 - numpy raises ValueError/OSError/zipfile errors on a corrupt file
+        what = "pickled objects (refused: allow_pickle=False)" if "pickle" in str(e).lower() else \
+            f"{type(e).__name__}: {str(e)[:200]}"
+        raise ForensicsError(f"cannot read as a numpy file: {what}", path=path) from None
+
+
+def load_json_rows(path: str) -> Any:
+    """A JSON document of hidden-state rows (SGLang), at most ``MAX_JSON_ROWS_BYTES``."""
+    if os.path.getsize(path) > MAX_JSON_ROWS_BYTES:
+        raise ForensicsError(f"JSON file larger than {MAX_JSON_ROWS_BYTES} bytes; save large captures as .pt or "
+                             ".safetensors", path=path)
+    with open(path, "rb") as f:
+        return parse_json(f.read(), path, "JSON file")

@@ -1,5 +1,6 @@
-"""Generic captures: a ``.pt`` holding a tensor, a list of tensors or a dict of 2-D/3-D float tensors,
-or a safetensors file of such tensors. Token ids are taken from ``input_ids``/``token_ids``/``ids``."""
+"""Generic captures: whatever a user saved with ``torch.save``, ``safetensors`` or numpy — a tensor, a stack, a list
+or a dict of named tensors, in every layout ``forensics.io.layout`` accepts. Token ids are taken from
+``input_ids``/``token_ids``/``ids`` or given from outside the file (``--ids``)."""
 
 from __future__ import annotations
 
@@ -8,72 +9,60 @@ import re
 from forensics.errors import ForensicsError
 from forensics.io.formats._common import as_2d, build, lazy_slot, provenance, tensor_slot
 from forensics.io.formats._io import FLOAT_DTYPES, SAFETENSORS_DTYPES, SafetensorsFile
+from forensics.io.layout import ID_KEYS, MASK_KEYS
 
 NAME = "generic"
-ID_KEYS = ("input_ids", "token_ids", "ids")
-MASK_KEYS = ("loss_mask", "attention_mask_loss")
 
 
 def natural_key(s: str):
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", s)]
 
 
-def _float_tensor(x) -> bool:
-    import torch
-
-    return isinstance(x, torch.Tensor) and x.is_floating_point()
-
-
 def match(obj) -> bool:
     import torch
 
+    from forensics.io.layout import to_torch
+
+    obj = to_torch(obj)
     if isinstance(obj, torch.Tensor):
         return True
     if isinstance(obj, (list, tuple)):
-        return len(obj) > 0 and all(isinstance(x, torch.Tensor) for x in obj)
-    return isinstance(obj, dict) and any(isinstance(v, torch.Tensor) for v in obj.values())
+        return len(obj) > 0 and all(isinstance(to_torch(x), torch.Tensor) for x in obj)
+    return isinstance(obj, dict) and any(isinstance(to_torch(v), torch.Tensor) or
+                                         (isinstance(v, (list, tuple)) and v) for v in obj.values())
 
 
-def read(obj, path: str):
-    import torch
+def read(obj, path: str, input_ids=None):
+    """Any accepted layout (``forensics.io.layout``): a tensor, a stack, a list, a dict of named tensors."""
+    from forensics.io.layout import resolve
 
-    ids = mask = None
-    if isinstance(obj, torch.Tensor):
-        items = [("tensor", obj)]
-    elif isinstance(obj, (list, tuple)):
-        items = [(f"[{i}]", t) for i, t in enumerate(obj)]
-    else:
-        ids = next((obj[k] for k in ID_KEYS if k in obj), None)
-        mask = next((obj[k] for k in MASK_KEYS if k in obj), None)
-        items = [(k, v) for k, v in obj.items() if k not in ID_KEYS + MASK_KEYS and isinstance(v, torch.Tensor)]
-    notes = []
-    if isinstance(obj, dict):  # side tensors of a dict (1-D scores, scalars) are not states: skip, say so
-        side = [k for k, v in items if v.dim() < 2]
-        items = [(k, v) for k, v in items if v.dim() >= 2]
-        if side:
-            notes.append(f"skipped tensors with fewer than 2 dims: {side[:8]}")
-    states = [(k, v) for k, v in items if _float_tensor(v)]
-    if not states:
-        raise ForensicsError(
-            f"no floating-point hidden-state tensors found ({_describe(items)}); hidden states must be float "
-            "[tokens, hidden] or [1, tokens, hidden] tensors", path=path)
-    skipped = [k for k, v in items if not _float_tensor(v)]
-    if skipped:
-        notes.append(f"skipped non-float tensors: {skipped[:8]}")
-    slots = [tensor_slot(i, k, k, as_2d(v, path, k)) for i, (k, v) in enumerate(states)]
-    return build(slots, ids, mask, provenance(path, NAME, notes=notes))
+    res = resolve(obj, path, input_ids)
+    slots = [tensor_slot(i, p.name, p.key, as_2d(p.tensor, path, p.name), p.claimed) for i, p in enumerate(res.parts)]
+    cap = build(slots, res.input_ids, res.loss_mask, provenance(path, NAME, layout=res.layout, notes=res.notes))
+    if res.key_layers:
+        cap.meta["key_layers"] = dict(res.key_layers)
+    return cap
 
 
-def _describe(items) -> str:
-    return ", ".join(f"{k}: {str(getattr(v, 'dtype', type(v).__name__)).replace('torch.', '')} "
-                     f"{list(getattr(v, 'shape', []))}" for k, v in items[:8]) or "no tensors"
+def _needs_resolver(sf: SafetensorsFile, keys: list[str]) -> bool:
+    """A stack (3-D with k > 1, or 4-D) among the float tensors: read eagerly through the layout resolver."""
+    for k in keys:
+        shape = sf.shape(k)
+        dt = SAFETENSORS_DTYPES.get(sf.dtype_name(k), "")
+        if dt in FLOAT_DTYPES and (len(shape) == 4 or (len(shape) == 3 and shape[0] != 1)):
+            return True
+    return False
 
 
-def read_safetensors(sf: SafetensorsFile, path: str):
+def read_safetensors(sf: SafetensorsFile, path: str, input_ids=None):
     import torch
 
     keys = sorted(sf.keys(), key=natural_key)
+    if _needs_resolver(sf, keys):
+        return read({k: sf.get(k) for k in keys}, path, input_ids)
     ids = next((sf.get(k) for k in ID_KEYS if k in keys), None)
+    if ids is None:
+        ids = input_ids
     mask = next((sf.get(k) for k in MASK_KEYS if k in keys), None)
     slots: list = []
     skipped: list = []

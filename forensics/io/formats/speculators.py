@@ -34,6 +34,8 @@ def match_safetensors(sf: SafetensorsFile) -> bool:
     """A 3-D ``hidden_states`` stack; ``[1, seq, H]`` (one sequence with a batch dim) is left to generic."""
     if "hidden_states" not in sf.keys():
         return False
+    if "token_ids" not in sf.keys() and any(k in sf.keys() for k in ("input_ids", "ids")):
+        return False  # a user's own {input_ids, hidden_states} file: the generic layout resolver reads it
     shape = _stack_shape(sf)
     if len(shape) != 3:
         return False
@@ -41,13 +43,15 @@ def match_safetensors(sf: SafetensorsFile) -> bool:
     return not (shape[0] == 1 and (n_ids is None or shape[1] == n_ids) and len(sf.shape("hidden_states")) == 3)
 
 
-def read_safetensors(sf: SafetensorsFile, path: str):
+def read_safetensors(sf: SafetensorsFile, path: str, input_ids=None):
     import torch
 
     shape = _stack_shape(sf)
     batched = len(sf.shape("hidden_states")) == 4
     ids = sf.get("token_ids") if "token_ids" in sf.keys() else None
     n_ids = _n_ids(sf)
+    if ids is None and input_ids is not None:  # ids given from outside the file (--ids) decide the token axis
+        ids, n_ids = input_ids, int(input_ids.numel())
     a, b, h = shape
     notes = []
     if n_ids is not None and a == n_ids and b != n_ids:

@@ -13,8 +13,13 @@ from forensics.io.formats._common import as_2d, build, provenance, tensor_slot
 NAME = "speculators-v1"
 
 
+KEYS = {"input_ids", "hidden_states", "loss_mask"}
+
+
 def match(obj) -> bool:
-    return isinstance(obj, dict) and isinstance(obj.get("hidden_states"), (list, tuple))
+    """Exactly the generator's three keys: a user's own ``{input_ids, hidden_states: [...]}`` dict is generic, so
+    this format's claim (the last slot is the target at r = L) never applies to it."""
+    return isinstance(obj, dict) and set(map(str, obj)) == KEYS and isinstance(obj["hidden_states"], (list, tuple))
 
 
 def read(obj: dict, path: str):

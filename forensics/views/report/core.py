@@ -29,6 +29,7 @@ from forensics.analysis.probe import probe
 from forensics.analysis.scan.core import scan as run_scan
 from forensics.errors import ForensicsError
 from forensics.models.draft import has_weights
+from forensics.views.explore.wire import report_files
 from forensics.views.report.figures import Figures
 from forensics.views.report.panels import (
     build_browser,
@@ -117,6 +118,8 @@ def render(context: dict, command: str) -> str:
         css = f.read()
     with open(os.path.join(here, "report.js"), encoding="utf-8") as f:
         js = f.read()
+    explorer = context.get("explorer") or {}
+    css, js = css + explorer.get("css", ""), js + explorer.get("js", "")
     return env.get_template(TEMPLATE).render(**context, command=command, css=css, js=js)
 
 
@@ -292,6 +295,7 @@ def report(paths, layers=None, model=None, draft=None, engine=None, engine_versi
         "cross": build_cross(ok, focus=focus, figures=figures),
         "checks": build_checks(ok, audit_res, scan_res),
         "browser": build_browser(ok),
+        "explorer": report_files(ok),  # the notebook's explorer, static (forensics.views.explore)
         "audit_html": fragment(audit_res),
         "audit": audit_res,  # the result objects, for Python callers and tests
         "probe": probe_res,

@@ -1,0 +1,84 @@
+"""SGLang ``return_hidden_states`` rows saved as JSON: a response object (or a list of them, one per prompt) whose
+``meta_info["hidden_states"]`` holds the prompt's rows ``[T_prompt][H]`` followed by one row per generated token
+(SGLang PR #3364; ``examples/runtime/engine/hidden_states.py``). Every object is a sample.
+
+What the format claims: the rows are the last layer's output after the final norm, the state fed to the LM head
+(SGLang's logits processor receives the normed state; intermediate layers are not exposed, issue #8069), so the
+one slot is claimed ``final_post``. Token ids are read from ``input_ids`` / ``prompt_token_ids`` (+
+``output_ids``) when the saved object has them, else from ``--ids``.
+"""
+
+from __future__ import annotations
+
+from forensics.errors import ForensicsError
+from forensics.io.formats._common import build, provenance, tensor_slot
+from forensics.layers import FINAL_POST
+
+NAME = "sglang"
+ID_KEYS = ("input_ids", "prompt_token_ids", "prompt_ids")
+
+
+def _rows_of(x) -> list | None:
+    if isinstance(x, dict):
+        meta = x.get("meta_info")
+        hs = meta.get("hidden_states") if isinstance(meta, dict) else x.get("hidden_states")
+        return hs if isinstance(hs, list) else None
+    return None
+
+
+def samples(doc) -> list:
+    """The response objects of a JSON document that carry hidden-state rows."""
+    items = doc if isinstance(doc, list) else [doc]
+    return [x for x in items if _rows_of(x) is not None]
+
+
+def match(doc) -> bool:
+    return bool(samples(doc))
+
+
+def _flatten(rows: list, path: str) -> list[list[float]]:
+    """Prompt block ``[T][H]`` and per-token ``[H]`` / ``[1][H]`` rows as one ``[T][H]`` list."""
+    out: list = []
+    for i, r in enumerate(rows):
+        if isinstance(r, list) and r and isinstance(r[0], list):
+            out.extend(r)
+        elif isinstance(r, list) and r and isinstance(r[0], (int, float)):
+            out.append(r)
+        else:
+            raise ForensicsError(f"meta_info.hidden_states[{i}] is not a row of numbers or a block of rows",
+                                 path=path)
+    return out
+
+
+def read(doc, path: str, record: int = 0, input_ids=None):
+    import torch
+
+    items = samples(doc)
+    n = len(items)
+    if not 0 <= record < n:
+        raise ForensicsError(f"record {record} does not exist: the file holds {n} samples (0..{n - 1})", path=path)
+    x = items[record]
+    rows = _flatten(_rows_of(x) or [], path)
+    if not rows:
+        raise ForensicsError("meta_info.hidden_states is empty", path=path)
+    widths = {len(r) for r in rows}
+    if len(widths) != 1:
+        raise ForensicsError(f"hidden-state rows of different widths {sorted(widths)[:4]}", path=path)
+    try:
+        t = torch.tensor(rows, dtype=torch.float32)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise ForensicsError(f"hidden-state rows are not numbers: {e}", path=path) from None
+    ids = next((x[k] for k in ID_KEYS if isinstance(x.get(k), list)), None)
+    if ids is not None and isinstance(x.get("output_ids"), list) and len(ids) < t.shape[0]:
+        ids = ids + x["output_ids"]
+    if ids is None:
+        ids = input_ids
+    elif ids is not None and isinstance(ids, list) and len(ids) > t.shape[0]:
+        ids = ids[:t.shape[0]]  # the last generated token has no state yet
+    notes = [f"sample {record} of {n}"] if n > 1 else []
+    slot = tensor_slot(0, "meta_info.hidden_states", "hidden_states", t, claimed=FINAL_POST)
+    prov = provenance(path, NAME, layout="JSON rows [T][H]", notes=notes)
+    prov.record = record
+    cap = build([slot], ids, None, prov)
+    cap.meta.update(records=n, record=record)
+    return cap

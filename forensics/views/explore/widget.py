@@ -1,0 +1,262 @@
+"""``Explorer``: the anywidget behind :func:`forensics.explore` (the kernel side of ``static/explore.js``).
+
+The heatmap's state (:func:`forensics.analysis.explore.explore_state`: norms, cosines, token text) is computed
+when the widget is made or a file is picked; the fingerprint (slot verdicts, row findings) of each file and the
+model for the logit lens are computed in one background thread, so the heatmap shows at once and the verdicts
+arrive after. Hover and click are answered in the browser; only a click with a model (the lens) and a file
+switch reach the kernel.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import deque
+from typing import Any
+
+import anywidget
+import traitlets
+
+from forensics.errors import ForensicsError
+from forensics.views.explore import wire
+
+MAX_FILES = 1000  # files listed for a folder
+MAX_VERDICT_FILES = 64  # files fingerprinted for the list's verdicts (the rest show "…"; `hsf scan` covers them)
+
+
+def _sources(x: Any) -> list[tuple[str, Any]]:
+    """``(name, path-or-capture-or-tensors)`` per file: a folder lists its capture files."""
+    from forensics.io.capture import Capture
+
+    if isinstance(x, (str, os.PathLike)) and os.path.isdir(x):
+        from forensics.io.formats import iter_files
+
+        root = os.fspath(x)
+        files = []
+        for f in iter_files(root):
+            files.append((os.path.relpath(f, root), f))
+            if len(files) >= MAX_FILES:
+                break
+        if not files:
+            raise ForensicsError("no capture files found", path=root)
+        return files
+    if isinstance(x, (str, os.PathLike)):
+        return [(os.path.basename(os.fspath(x)), os.fspath(x))]
+    if isinstance(x, Capture):
+        return [(os.path.basename(x.path), x)]
+    if isinstance(x, (list, tuple)) and x and all(isinstance(i, (str, os.PathLike, Capture)) for i in x):
+        return [(os.path.basename(i.path if isinstance(i, Capture) else os.fspath(i)), i) for i in x]
+    return [("tensors", x)]
+
+
+class Explorer(anywidget.AnyWidget):
+    """A slots × tokens explorer of one capture or a folder of them (see :func:`forensics.explore`)."""
+
+    _esm = wire.asset("explore.js")
+    _css = wire.asset("explore.css")
+    meta = traitlets.Dict().tag(sync=True)
+    tokens = traitlets.List().tag(sync=True)
+    ids = traitlets.List().tag(sync=True)
+    starts = traitlets.Bytes(b"").tag(sync=True)
+    norms = traitlets.Bytes(b"").tag(sync=True)
+    cos_prev = traitlets.Bytes(b"").tag(sync=True)
+    cos_same = traitlets.Bytes(b"").tag(sync=True)
+    files = traitlets.List().tag(sync=True)  # [{"name", "verdict"}]
+    file = traitlets.Int(0).tag(sync=True)
+    selected = traitlets.Int(-1).tag(sync=True)  # the clicked token (-1: none)
+    lens = traitlets.Dict().tag(sync=True)  # {"file", "pos", "rows": [LensRow.to_dict()]} or {"error"}
+    has_model = traitlets.Bool(False).tag(sync=True)
+    status = traitlets.Unicode("").tag(sync=True)
+
+    def __init__(self, x: Any, model: Any = None, layers: Any = None, tokenizer: Any = "auto",
+                 background: bool = True, input_ids: Any = None):
+        super().__init__()
+        self._input_ids = input_ids
+        self.items = _sources(x)
+        self.layers = layers
+        self._tokenizer = tokenizer
+        self._model_spec = model
+        self._verifier: Any = None
+        self._lock = threading.RLock()
+        self._model_lock = threading.Lock()  # one model load, whether the thread or a click asks first
+        self._captures: dict[int, Any] = {}
+        self._states: dict[int, Any] = {}
+        self._fps: dict[int, Any] = {}  # k -> Fingerprint or error text
+        self._queue: deque[int] = deque()
+        self._idle = threading.Event()
+        self._idle.set()
+        self._thread: threading.Thread | None = None
+        self.files = [{"name": n, "verdict": None} for n, _ in self.items] if len(self.items) > 1 else []
+        self.has_model = model is not None
+        self._show(0)
+        todo = list(range(min(len(self.items), MAX_VERDICT_FILES)))
+        self._queue.extend(todo)
+        if background:
+            self._start()
+        else:
+            self._work()
+        self.observe(self._on_file, names="file")
+        self.observe(self._on_selected, names="selected")
+
+    # ----------------------------------------------------------------------------------------- one file
+    def capture(self, k: int | None = None) -> Any:
+        """The ``Capture`` of file ``k`` (default: the one shown)."""
+        from forensics.analysis.explore import as_capture
+
+        k = self.file if k is None else k
+        with self._lock:
+            if k not in self._captures:
+                ids = self._input_ids if len(self.items) == 1 else None  # ids of one sample, never of a folder
+                self._captures[k] = as_capture(self.items[k][1], ids)
+            return self._captures[k]
+
+    def state(self, k: int | None = None) -> Any:
+        """The :class:`~forensics.analysis.explore.ExploreState` of file ``k`` (default: the one shown)."""
+        from forensics.analysis.explore import explore_state, failed_fingerprint, with_fingerprint
+
+        k = self.file if k is None else k
+        with self._lock:
+            if k not in self._states:
+                self._states[k] = explore_state(self.capture(k), tokenizer=self._tokenizer)
+                fp = self._fps.get(k)
+                if isinstance(fp, str):
+                    failed_fingerprint(self._states[k], fp)
+                elif fp is not None:
+                    with_fingerprint(self._states[k], fp)
+            return self._states[k]
+
+    def _show(self, k: int) -> None:
+        with self._lock:  # the background thread and a file switch both push state
+            self._push(k)
+
+    def _push(self, k: int) -> None:
+        try:
+            st = self.state(k)
+        except ForensicsError as e:
+            with self.hold_sync():
+                self.meta = {"name": self.items[k][0], "error": str(e), "names": [], "fingerprinted": True,
+                             "file_verdict": "fail"}
+                self.starts = self.norms = self.cos_prev = self.cos_same = b""
+                self.tokens, self.ids, self.status = [], [], str(e)
+            return
+        p = wire.payload(st, self.items[k][0])
+        with self.hold_sync():
+            for key in ("tokens", "ids", *wire.BINARY):
+                setattr(self, key, p[key])
+            self.meta = p["meta"]
+            self.status = "" if st.fingerprinted else "fingerprinting…"
+            if self.selected >= st.num_tokens:
+                self.selected = st.num_tokens - 1
+
+    # ------------------------------------------------------------------------------- background work
+    def _start(self) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._idle.clear()
+                self._thread = threading.Thread(target=self._work, name="hsf-explore", daemon=True)
+                self._thread.start()
+
+    def _work(self) -> None:
+        """Fingerprint the shown file first, then load the model (if any), then the other listed files."""
+        try:
+            model_done = self._model_spec is None
+            while True:
+                with self._lock:
+                    k = self._queue.popleft() if self._queue else None
+                if k is None and model_done:
+                    break
+                if k is None or (k != self.file and not model_done):
+                    if k is not None:
+                        with self._lock:
+                            self._queue.appendleft(k)
+                    self._load_verifier()
+                    model_done = True
+                    continue
+                if k not in self._fps:
+                    self._fingerprint(k)
+        finally:
+            self._idle.set()
+
+    def _fingerprint(self, k: int) -> None:
+        import forensics
+        from forensics.analysis.explore import failed_fingerprint, with_fingerprint
+
+        try:
+            fp: Any = forensics.fingerprint(self.capture(k), layers=self.layers)
+            verdict = None if fp.verdict is None else fp.verdict.value
+        except ForensicsError as e:
+            fp, verdict = str(e), "fail"
+        with self._lock:
+            self._fps[k] = fp
+            if k in self._states:
+                (failed_fingerprint if isinstance(fp, str) else with_fingerprint)(self._states[k], fp)
+        if self.files:
+            with self._lock:
+                files = [dict(f) for f in self.files]
+                files[k]["verdict"] = verdict or "no claim"
+                self.files = files
+        if k == self.file:
+            self._show(k)
+
+    def _load_verifier(self) -> None:
+        if self._model_spec is None:
+            return
+        with self._model_lock:
+            if self._verifier is not None:
+                return
+            self.status = "loading the model for the logit lens…"
+            try:
+                from forensics.models.verifier import open_verifier
+
+                self._verifier = open_verifier(self._model_spec)
+                self.status = ""
+            except ForensicsError as e:
+                self._verifier = e
+                self.status = f"no logit lens: {e}"
+
+    def wait(self, timeout: float | None = None) -> Explorer:
+        """Wait until the background fingerprints (and the model) are done; returns the explorer."""
+        self._idle.wait(timeout)
+        return self
+
+    # ------------------------------------------------------------------------------------- events
+    def _on_file(self, change: dict) -> None:
+        k = int(change["new"])
+        if not 0 <= k < len(self.items):
+            return
+        self._show(k)
+        if k not in self._fps:
+            with self._lock:
+                if k in self._queue:
+                    self._queue.remove(k)
+                self._queue.appendleft(k)
+            self._start()
+        self._on_selected({"new": self.selected})
+
+    def _on_selected(self, change: dict) -> None:
+        pos = int(change["new"])
+        if self._model_spec is None or pos < 0:
+            return
+        self.lens = self.logit_lens(pos)
+
+    def logit_lens(self, pos: int) -> dict:
+        """The logit lens of token ``pos`` of the shown file, as the widget shows it (``{"file", "pos", "rows"}``)."""
+        from forensics.analysis.explore import capture_tokenizer, logit_lens
+
+        if self._verifier is None:
+            self._load_verifier()
+        v = self._verifier
+        if isinstance(v, Exception) or v is None:
+            return {"file": self.file, "pos": pos, "error": f"no model: {v}"}
+        cap = self.capture()
+        try:
+            rows = logit_lens(cap, pos, v, capture_tokenizer(cap), labels=self.state().labels)
+        except ForensicsError as e:
+            return {"file": self.file, "pos": pos, "error": str(e)}
+        return {"file": self.file, "pos": pos, "rows": [r.to_dict() for r in rows]}
+
+    def __repr__(self) -> str:
+        st = self._states.get(self.file)
+        what = f"{len(st.names)} slots × {st.num_tokens} tokens" if st is not None else "not loaded"
+        return (f"Explorer({self.items[self.file][0]}: {what}; file {self.file + 1}/{len(self.items)}"
+                f"{'; logit lens' if self.has_model else ''})")
