@@ -257,7 +257,9 @@ def test_cli_waits_passively_unless_the_user_chose(draft_dir, sample_data, monke
     else:
         monkeypatch.setenv("OMP_WAIT_POLICY", user)
     data = str(sample_data / "speculators_v1" / "data_4.pt")
-    assert main(["probe", "--draft", str(draft_dir), "--data", data, "--candidates", "0,3,16", "--json", "-q"]) == 0
+    # one file, one candidate: no runner-up, a few blocks — pass or cannot tell, never a failure
+    rc = main(["probe", "--draft", str(draft_dir), "--data", data, "--candidates", "0,3,16", "--json", "-q"])
+    assert rc in (0, 3)
     assert os.environ["OMP_WAIT_POLICY"] == (user or "PASSIVE")
 
 
@@ -265,7 +267,7 @@ def test_cli_waits_passively_unless_the_user_chose(draft_dir, sample_data, monke
 
 def test_acceptance_statistics_match_hand_computations():
     assert accepted_counts([[1, 1, 0], [0, 1, 1], [1, 1, 1], [True, False, True]]) == [2, 0, 3, 1]
-    assert (t975(1), t975(4), t975(30)) == (12.706, 2.776, 2.042) and 1.96 < t975(10**6) < 1.961
+    assert (t975(1), t975(4), t975(30)) == (12.706, 2.776, 2.042) and 1.959 < t975(10**6) < 1.961
     s, n = [3.0, 1.0, 2.0, 6.0], [4.0, 2.0, 4.0, 6.0]  # R = 12 / 16
     R = 12 / 16
     se = (sum((a - R * b) ** 2 for a, b in zip(s, n, strict=True)) / (4 * 3)) ** 0.5 / 4
@@ -331,7 +333,8 @@ def _served_chain(model, fused, emb_rows, E, t, k, tids):
 
 def test_chain_equals_speculators_layers_on_the_served_sequence(draft_dir, sample_data, smollm2, speculators_layers):
     """draft_chain (batched rows, step-0 KV + per-row chain keys, positions + j, pre-norm feedback) gives the
-    logits of speculators' layers run on the extended causal sequence an engine holds, in float64."""
+    logits of speculators' layers run on the extended causal sequence an engine holds, in float64 (RoPE angles
+    in float32 there)."""
     from forensics.models.draft import draft_chain, load_draft
 
     d = load_draft(draft_dir)
@@ -349,7 +352,9 @@ def test_chain_equals_speculators_layers_on_the_served_sequence(draft_dir, sampl
     for t in (0, 1, 9, 33, 64, len(ids) - 2):
         ref = _served_chain(speculators_layers, fused, emb, E, t, 3, tids)
         for j in range(3):
-            torch.testing.assert_close(hid[j, t] @ head.T, ref[j], rtol=1e-9, atol=1e-9)
+            # transformers computes the RoPE angles in float32 whatever the dtype: ~6e-7 apart, not 1e-12; a wrong
+            # key set, position or fed-back state moves logits by > 1e-2
+            torch.testing.assert_close(hid[j, t] @ head.T, ref[j], rtol=1e-4, atol=1e-5)
 
 
 def test_acceptance_counts_equal_an_independent_float64_chain(draft_dir, sample_data, smollm2, speculators_layers):

@@ -47,7 +47,7 @@ from forensics.analysis.probe_wirings import (
     wiring_label,
 )
 from forensics.errors import ForensicsError
-from forensics.findings import Finding, Severity, Verdict
+from forensics.findings import Finding, FindingKind, Severity, Verdict
 from forensics.io.capture import Capture
 from forensics.layers import FINAL_POST
 from forensics.models.draft import Draft, load_draft
@@ -62,15 +62,14 @@ MIN_POSITIONS = 200  # fewer scored positions than this: warn that the ranking i
 ENGINE_PLANS = (("vllm", None), ("sglang", "pre-25454"), ("sglang", "post-25454"), ("speculators", None),
                 ("specforge", None))
 _TRAINERS = {"speculators-v1": "speculators-v1", "speculators": "speculators", "specforge": "specforge"}
-# finding kinds the probe makes (plain strings until forensics.findings.FindingKind lands)
-KIND_DECLARED_BEATEN = "probe_declared_beaten"
-KIND_SERVED_BEATEN = "probe_served_beaten"
-KIND_NEAR_CONTROLS = "probe_near_controls"
-KIND_TIE = "probe_tie"
-KIND_FEW_POSITIONS = "probe_few_positions"
-KIND_NO_INTERVAL = "probe_no_interval"
-KIND_VOCAB = "probe_vocab_mismatch"
-KIND_NO_ENGINE_IDS = "probe_no_engine_ids"
+KIND_DECLARED_BEATEN = FindingKind.PROBE_DECLARED_BEATEN
+KIND_SERVED_BEATEN = FindingKind.PROBE_SERVED_BEATEN
+KIND_NEAR_CONTROLS = FindingKind.PROBE_NEAR_CONTROLS
+KIND_TIE = FindingKind.PROBE_TIE
+KIND_FEW_POSITIONS = FindingKind.PROBE_FEW_POSITIONS
+KIND_NO_INTERVAL = FindingKind.PROBE_NO_INTERVAL
+KIND_VOCAB = FindingKind.PROBE_VOCAB_MISMATCH
+KIND_NO_ENGINE_IDS = FindingKind.PROBE_NO_ENGINE_IDS
 
 
 def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
