@@ -448,9 +448,9 @@ def _decide(rows: list[ProbeRow], by_label: dict[str, Wiring], u: _Units, served
     if u.count < 2:
         found.append(Finding(KIND_NO_INTERVAL, Severity.WARN, message=(
             f"only {u.count} unit(s) of {u.kind}: no interval for the acceptance length; add samples")))
+    served_label = Wiring(tuple(served)).label if served is not None else None  # as engines feed: [emb, h], t+1
     for who, row in (("declared", next((r for r in cands if "declared" in r.tags), None)),
-                     ("served", next((r for r in cands if served is not None and r.wiring == list(served)
-                                      and r.order == best.order and r.pairing == best.pairing), None))):
+                     ("served", next((r for r in cands if r.label == served_label), None))):
         if row is None or row is best:
             continue
         d, ci = _diff(u, wb, by_label[row.label])
@@ -496,8 +496,7 @@ def _decide(rows: list[ProbeRow], by_label: dict[str, Wiring], u: _Units, served
 def _served_cost(rows: list[ProbeRow], served: list | None, why: str, engine: str, version: str | None,
                  steps: int, cost: float) -> ServedCost:
     best = next(r for r in rows if r.control is None)
-    row = next((r for r in rows if r.control is None and served is not None and r.wiring == list(served)
-                and r.order == best.order and r.pairing == best.pairing), None)
+    row = next((r for r in rows if served is not None and r.label == Wiring(tuple(served)).label), None)
     sb = speedup(best.acceptance_length, steps, cost)
     if row is None:
         return ServedCost(engine, version, served, wiring_label(served) if served else None, None, best.label,

@@ -101,7 +101,7 @@ def _file_states(cap: Capture, v: Verifier | None, L: int | None, need_post: boo
 def _fused(w: Wiring, states: dict, perm: Any) -> Any:
     import torch
 
-    rows = [states[r][1:] if w.pairing == PAIR_SAME else states[r][:-1] for r in w.refs]
+    rows = [states[r][:-1] for r in w.refs]
     x = torch.cat([r.float() for r in rows], dim=-1)
     return x[perm] if w.control == CONTROL_RANDOM else x
 
@@ -123,9 +123,10 @@ def score_file(cap: Capture, d: Draft, E: Any, v: Verifier | None, L: int | None
     states = _file_states(cap, v, L, any(FINAL_POST in w.refs for w, _ in cands))
     Tm = int(ids.numel()) - 1  # starting positions: fused state t with the embedding of token t + 1
     if E is not None:
-        emb = E[ids[1:]]
+        emb, emb_same = E[ids[1:]], E[ids[:-1]]
     elif 0 in states:
         emb, tl.embed_source = states[0][1:].float(), "the capture's r=0 slot"
+        emb_same = states[0][:-1].float()
     else:
         raise ForensicsError("the draft ships no embed_tokens and the data has no r=0 slot: pass --model",
                              path=d.path)
@@ -145,13 +146,16 @@ def score_file(cap: Capture, d: Draft, E: Any, v: Verifier | None, L: int | None
             start &= cap.loss_mask.reshape(-1)[1:].bool()
         groups: dict[tuple, list[Wiring]] = {}
         for w, _ in cands:
-            groups.setdefault((w.order, w.control == CONTROL_SHIFT), []).append(w)
+            groups.setdefault((w.order, w.control == CONTROL_SHIFT, w.pairing), []).append(w)
         done = 0
-        for (order, shifted), ws in groups.items():
+        for (order, shifted, pairing), ws in groups.items():
             o = 1 if shifted else 0
             tgt = [seq_p[o + j:o + j + Tm] for j in range(steps)]
             have = [have_p[o + j:o + j + Tm] for j in range(steps)]
             feed = [emb_p[o + j - 1:o + j - 1 + Tm] for j in range(1, steps)]
+            first = emb
+            if pairing == PAIR_SAME:  # the token stream one behind: row t gets token t's embedding, step j the
+                first, feed = emb_same, [emb, *feed][:steps - 1]  # token step j - 1 would have used
             step = _batch_size(d, Tm, steps)
             for a in range(0, len(ws), step):
                 chunk = ws[a:a + step]
@@ -172,7 +176,7 @@ def score_file(cap: Capture, d: Draft, E: Any, v: Verifier | None, L: int | None
                     acc[b, t] += hit.long()
                     return hit
 
-                draft_chain(d, fused, emb.expand(c, -1, -1), [f.expand(c, -1, -1) for f in feed], order=order,
+                draft_chain(d, fused, first.expand(c, -1, -1), [f.expand(c, -1, -1) for f in feed], order=order,
                             keep=keep)
                 for i, w in enumerate(chunk):
                     tl.acc.setdefault(w, []).append(acc[i])

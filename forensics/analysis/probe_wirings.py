@@ -6,8 +6,10 @@ reference notes; public threads cited inline) were also about *how* the states r
 - the norm stage of the last slot: the last block's pre-norm output ``L{L}`` or the post-final-norm state
   (``final_post``) — LightLLM#1402, llama.cpp#24025, vllm-mlx#660 flipped it in both directions;
 - the first layer's concat order ``[emb, h]`` (EAGLE-3) or ``[h, emb]`` (mlx-lm#1469 swapped it in an MTP head);
-- the row pairing: the previous token's hidden state with the current token's embedding (EAGLE's
-  ``shift_batch``) or the same token's (ik_llama.cpp#1979 fed same-token rows where the previous was expected).
+- the row pairing: the hidden state of token t with the embedding of token t + 1 (EAGLE's ``shift_batch``), or
+  with the embedding of the same token t — the token stream one step behind (ik_llama.cpp#1979 fed same-token
+  rows where the previous token's hidden state was expected). Pairing a state with a *later* one instead would
+  feed a hidden state no engine has at drafting time (the target has not run on the newest token yet).
 
 Two controls are scored like candidates but never ranked: ``shift`` (the anchor wiring scored against
 targets one token later, tenstorrent/vllm#442's controlled shift) and ``random`` (the anchor wiring's states
@@ -31,7 +33,7 @@ from forensics.models.draft import ORDER_EMB_H, ORDER_H_EMB
 
 MAX_CANDIDATES = 24  # bound on the "auto" layer-list candidates (variants and controls come on top)
 PAIR_PREVIOUS = "previous-token"  # fused state at t with the embedding of token t+1 (EAGLE shift_batch)
-PAIR_SAME = "same-token"  # fused state at t+1 with the embedding of token t+1
+PAIR_SAME = "same-token"  # fused state at t with the embedding of token t (the token stream one step behind)
 CONTROL_SHIFT = "shift"
 CONTROL_RANDOM = "random"
 CONTROLS = (CONTROL_SHIFT, CONTROL_RANDOM)
