@@ -13,6 +13,9 @@ capture as the reference, which is what ``--model`` computes) and reports:
   of 4-slot files (the fingerprint's depth order never puts a deeper slot before a shallower one), a
   post-norm final never ranked shallowest, post-norm role found, and bit-identical slots sharing one label.
 
+Then the row-forensics table (``benchmarks/accuracy_rows.py``): per corruption kind, detection and location
+data-only and with the model, and false alarms on clean files (``--what rows`` runs only that part).
+
 Thresholds are tuned on the tuning half only; the default report is the evaluation half.
 """
 
@@ -27,6 +30,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # accuracy_rows beside this file
 DEFAULT_CORPUS = os.path.join(ROOT, ".cache", "corpus")
 FP = "final_post"
 PASS, FAIL, CANNOT_TELL = "PASS", "FAIL", "CANNOT TELL"
@@ -261,16 +265,36 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, help="only the first N cases (a quick look)")
     ap.add_argument("--json", help="also write the summary and every case result to this file")
     ap.add_argument("--failures", action="store_true", help="list every case that missed")
+    ap.add_argument("--what", choices=("layers", "rows", "both"), default="both",
+                    help="the layer verdicts, the row-forensics table, or both (default)")
+    ap.add_argument("--clean-layer-cases", action="store_true",
+                    help="also count every layer-case file as a clean file for row false alarms")
     a = ap.parse_args(argv)
     modes = ("data", "exact") if a.mode == "both" else (a.mode,)
-    res = evaluate(a.corpus, a.split, modes, a.limit, progress=True)
-    s = summarize(res)
-    print(render(s, a.split))
-    if a.failures:
-        print("\n".join(["", "misses:"] + failures(res)))
+    doc: dict = {}
+    if a.what in ("layers", "both"):
+        res = evaluate(a.corpus, a.split, modes, a.limit, progress=True)
+        s = summarize(res)
+        print(render(s, a.split))
+        if a.failures:
+            print("\n".join(["", "misses:"] + failures(res)))
+        doc.update(summary=s, results=[r.__dict__ for r in res])
+    if a.what in ("rows", "both"):
+        import torch
+        from accuracy_rows import evaluate_rows, render_rows, row_misses, summarize_rows
+
+        torch.set_num_threads(1)
+        rmodes = tuple("model" if m == "exact" else m for m in modes)
+        rres = evaluate_rows(a.corpus, load_manifest(a.corpus), a.split, rmodes, a.limit, a.clean_layer_cases,
+                             progress=True)
+        rs = summarize_rows(rres)
+        print(("\n" if doc else "") + render_rows(rs, a.split))
+        if a.failures:
+            print("\n".join(["", "row misses:"] + row_misses(rres)))
+        doc.update(rows_summary=rs, rows_results=[r.__dict__ for r in rres])
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"summary": s, "results": [r.__dict__ for r in res]}, f, indent=1, default=str)
+            json.dump(doc, f, indent=1, default=str)
     return 0
 
 

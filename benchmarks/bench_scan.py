@@ -9,7 +9,8 @@ the same files and in one run:
   (default malloc, torch's default threads);
 - ``forensics.scan(..., workers=2)``: first call (includes starting the fork server and workers) and a
   second call in the same process (warm; the ratios use it), with the default fingerprint choice
-  (``FINGERPRINT_FILES`` files), with none, with all, and with ``out_format="parquet"``;
+  (``FINGERPRINT_FILES`` files), with none, with all, and with ``out_format="parquet"``; and the default scan
+  without the row checks (``rows=False``), for the row checks' cost (goal: the default scan ≤ 1.3× that);
 - cold cache: ``cat`` and ``dd bs=1M`` of the distinct files and a default scan, each right after the files
   were dropped from the page cache with ``posix_fadvise(POSIX_FADV_DONTNEED)``.
 
@@ -160,7 +161,9 @@ def child(mode: str, list_file: str, out_dir: str) -> dict:
         from forensics.analysis.scan.core import FINGERPRINT_FILES
 
         fp = {"scan": FINGERPRINT_FILES, "scan-cold": FINGERPRINT_FILES, "scan-none": False, "scan-all": True,
-              "scan-untuned": FINGERPRINT_FILES, "scan-parquet": FINGERPRINT_FILES}[mode]
+              "scan-untuned": FINGERPRINT_FILES, "scan-parquet": FINGERPRINT_FILES,
+              "scan-norows": FINGERPRINT_FILES}[mode]
+        rows = mode != "scan-norows"
         tune = "untuned" not in mode
         fmt = "parquet" if mode == "scan-parquet" else "jsonl"
         runs = []
@@ -172,7 +175,7 @@ def child(mode: str, list_file: str, out_dir: str) -> dict:
                     evict(files)
                 c0, t0 = cpu(mem), time.perf_counter()
                 r = scan(files, workers=2, out=out, fingerprint=fp, tune_malloc=tune, progress=False,
-                         out_format=fmt)
+                         out_format=fmt, rows=rows)
                 runs.append(time.perf_counter() - t0)
                 time.sleep(0.2)
                 res["cpu_s"] = cpu(mem) - c0  # the second call's: parent + fork server + its 2 workers
@@ -183,7 +186,7 @@ def child(mode: str, list_file: str, out_dir: str) -> dict:
     return res
 
 
-CPU_KERNELS = ("naive", "chunked-norms", "summarize", "scan-row", "fingerprint-row")
+CPU_KERNELS = ("naive", "chunked-norms", "summarize", "scan-row", "scan-row-norows", "fingerprint-row")
 
 
 def cpu_per_file(kernel: str, files: list[str]) -> float:
@@ -211,7 +214,8 @@ def cpu_per_file(kernel: str, files: list[str]) -> float:
             summarize(forensics.load(p))
         else:
             st = os.stat(p)
-            file_row(p, st.st_size, st.st_mtime_ns, use_fingerprint=kernel == "fingerprint-row")
+            file_row(p, st.st_size, st.st_mtime_ns, use_fingerprint=kernel == "fingerprint-row",
+                     row_checks=kernel != "scan-row-norows")
 
     for p in files[:2]:
         one(p)
@@ -333,6 +337,29 @@ GOAL_X_CAT = 0.6  # ... and ≥ 0.6 × cat (warm page cache, 128 files)
 GOAL_ALL_X_NAIVE = 2.0  # --fingerprint all ≥ 2 × the naive loop
 GOAL_RSS = 1e9  # peak RSS summed over all processes ≤ 1 GB ...
 GOAL_RSS_FLAT = 1.15  # ... and flat: the 128-file peak ≤ this × the 32-file peak
+GOAL_ROWS_X = 1.3  # the default scan with the row checks ≤ 1.3 × its time without them (issue 22)
+
+
+def rows_goal(results: list[dict], cpu_rows: list[dict] | None = None) -> list[str]:
+    """The row checks' cost: the default scan's wall time with them over without, per file count, side by side
+    in this run, and the CPU per file of one scan row with and without them (steadier on a shared machine)."""
+    by = {(r["mode"], r["files"]): r for r in results}
+    out = []
+    for n in sorted({r["files"] for r in results if r["mode"] == "scan-norows"}):
+        a, b = by.get(("scan", n)), by.get(("scan-norows", n))
+        if a and b:
+            x = a["seconds"] / b["seconds"]
+            out.append(f"GOAL hsf scan (default) with row checks ≤ {GOAL_ROWS_X:g}× without ({n} files, wall): "
+                       f"{x:.2f}× ({a['seconds']:.2f} s vs {b['seconds']:.2f} s; CPU {a['cpu_s']:.1f} vs "
+                       f"{b['cpu_s']:.1f} s) — {'met' if x <= GOAL_ROWS_X else 'MISSED'}; load (1 min) "
+                       f"{a['load1']:.2f}/{b['load1']:.2f}")
+    cpu = {r["kernel"]: r["cpu_ms"] for r in cpu_rows or []}
+    if "scan-row" in cpu and "scan-row-norows" in cpu:
+        x = cpu["scan-row"] / cpu["scan-row-norows"]
+        out.append(f"GOAL one scan row with row checks ≤ {GOAL_ROWS_X:g}× without (CPU ms/file, one process): "
+                   f"{x:.2f}× ({cpu['scan-row']:.1f} vs {cpu['scan-row-norows']:.1f} ms) — "
+                   f"{'met' if x <= GOAL_ROWS_X else 'MISSED'}")
+    return out
 
 
 def goals(results: list[dict]) -> list[str]:
@@ -386,7 +413,7 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=32, help="distinct generated files (default 32, ~2.4 GB)")
     ap.add_argument("--links", type=int, default=128, help="also run on this many files via hard links (0: no)")
     ap.add_argument("--keep", help="folder to generate into and keep (default: a temp folder, removed)")
-    ap.add_argument("--modes", default="naive,scan,scan-none,scan-all,scan-parquet")
+    ap.add_argument("--modes", default="naive,scan,scan-norows,scan-none,scan-all,scan-parquet")
     ap.add_argument("--no-cold", action="store_true", help="skip the cold-cache runs")
     ap.add_argument("--no-cpu", action="store_true", help="skip the per-kernel CPU table")
     args = ap.parse_args()
@@ -441,7 +468,7 @@ def main() -> None:
                 print(f"| {r['kernel']} | {r['cpu_ms']:.1f} | {size / r['cpu_ms'] / 1e6:.2f} | "
                       f"{naive / r['cpu_ms']:.2f}× |")
         print()
-        print("\n".join(goals(results)))
+        print("\n".join(goals(results) + rows_goal(results, cpu_rows)))
         print(json.dumps(results), file=sys.stderr)
     finally:
         if not args.keep:

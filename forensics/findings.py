@@ -353,6 +353,21 @@ def worst_verdict(verdicts: Iterable[Verdict | str | None]) -> Verdict | None:
     return max(vs, key=lambda v: v.rank) if vs else None
 
 
+OUTCOME_RANK = {"pass": 0, "info": 0, "warn": 1, "cannot tell": 2, "fail": 3}
+"""The one ranking of outcome words that mix severities and verdicts (a report row, a check): worst is fail, then
+cannot tell, then warn; pass and info rank lowest. Agrees with ``Severity.rank`` and ``Verdict.rank``."""
+
+
+def worst_outcome(words: Iterable[str | None]) -> str:
+    """The worst of pass / info / warn / cannot tell / fail by :data:`OUTCOME_RANK` (``info`` when none).
+
+    >>> worst_outcome(["pass", "warn", "cannot tell"]), worst_outcome([None])
+    ('cannot tell', 'info')
+    """
+    vs = [str(v) for v in words if v]
+    return max(vs, key=lambda v: OUTCOME_RANK.get(v, 0)) if vs else "info"
+
+
 def sort_findings(findings: Iterable[Finding]) -> list[Finding]:
     """Worst first (fail, warn, info), otherwise in the order they were made."""
     return sorted(findings, key=lambda f: -f.severity.rank)
@@ -385,5 +400,5 @@ def exit_code(findings: Iterable[Finding | Mapping[str, Any]] = (), verdicts: It
 
 
 __all__ = ["Finding", "FindingKind", "finding_kind", "Severity", "Verdict", "severity", "verdict", "worst_severity",
-           "worst_verdict", "sort_findings", "exit_code", "EXIT_OK",
+           "worst_verdict", "worst_outcome", "OUTCOME_RANK", "sort_findings", "exit_code", "EXIT_OK",
            "EXIT_FAIL", "EXIT_BAD_INPUT", "EXIT_CANNOT_TELL", "EXIT_CODES"]

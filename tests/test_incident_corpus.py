@@ -270,3 +270,4 @@ def test_hsf_audit_on_the_command_line_flags_every_incident(case, tmp_path, caps
     assert code == (case.exit if case.exit is not None else {"mismatch": 1, "cannot-tell": 3}[case.verdict]), \
         (case.source, out)
     assert {"mismatch": "MISMATCH", "cannot-tell": "CANNOT TELL", "match": "MATCH"}[case.verdict] in out
+

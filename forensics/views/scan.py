@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from forensics.findings import OUTCOME_RANK
 from forensics.views.format import TEXT_WIDTH, esc, fit, html_table, num, short_list
 
 MAX_LISTED_ANOMALIES = 200  # anomalies shown in repr/HTML (all are in .anomalies and to_dict())
@@ -34,10 +35,26 @@ def headline(res) -> str:
         f"unreadable; anomalies: {counts}{wide}{speed}")
 
 
+def row_line(summary: dict) -> str | None:
+    """``rows: zero_rows in 3 files (192 rows), …`` from the summary's row-forensics counts (None when clean).
+
+    >>> row_line({"rows": {"zero_rows": {"files": 3, "rows": 192}, "row_count": {"files": 1, "rows": 20}}})
+    'row forensics: zero_rows in 3 files (192 rows), row_count in 1 file (20 rows)'
+    """
+    rows = summary.get("rows") or {}
+    if not rows:
+        return None
+    return "row forensics: " + ", ".join(
+        f"{k} in {c['files']} file{'s' if c['files'] != 1 else ''} ({c['rows']} row{'s' if c['rows'] != 1 else ''})"
+        for k, c in rows.items())
+
+
 def text(res, width: int = TEXT_WIDTH) -> str:
     """What ``repr`` and ``hsf scan`` print: the verdict line, then per format its majority order and slots, then
     every anomaly (one line each)."""
     lines = [headline(res)]
+    if row_line(res.summary):
+        lines.append("  " + str(row_line(res.summary)))
     for fmt, g in res.summary["groups"].items():
         what, order = _order(g)
         lines.append(f"  {fmt}: {g['files']} files, {g['num_slots']} slots, hidden {g['hidden']}, tokens "
@@ -46,7 +63,7 @@ def text(res, width: int = TEXT_WIDTH) -> str:
         labels = g["majority"]["labels"]["value"]
         if labels and any(labels):
             lines.append(f"    majority labels {short_list(labels, 8)}")
-        for kind, f in sorted(g["findings"].items(), key=lambda kv: -{"fail": 2, "warn": 1}.get(
+        for kind, f in sorted(g["findings"].items(), key=lambda kv: -OUTCOME_RANK.get(
                 kv[1].get("severity", "warn"), 0)):
             if f["dataset_wide"]:
                 lines.append(f"    ! {f.get('severity', 'warn').upper()} {kind} in {f['files']}/{g['files']} files "
@@ -67,6 +84,8 @@ def text(res, width: int = TEXT_WIDTH) -> str:
 
 def html(res) -> str:
     parts = [f"<div class='hsf-caption'><b>{esc(headline(res))}</b></div>"]
+    if row_line(res.summary):
+        parts.append(f"<div class='hsf-caption hsf-scan-rows'>{esc(row_line(res.summary))}</div>")
     for fmt, g in res.summary["groups"].items():
         what, order = _order(g)
         parts.append(

@@ -55,6 +55,7 @@ from forensics.analysis.fingerprint.rules import (  # noqa: F401 - re-exported: 
 from forensics.analysis.stats import CaptureStats, summarize
 from forensics.errors import ForensicsError
 from forensics.findings import Finding, FindingKind, Severity, Verdict, worst_verdict
+from forensics.io import limits
 from forensics.io.capture import Capture
 from forensics.jsonable import json_safe
 from forensics.layers import FINAL_POST, R
@@ -197,6 +198,7 @@ def fingerprint(capture: Any, layers: Any = None, model: Any = None,
         capture = as_capture(capture, input_ids=input_ids)
     if not capture.slots:
         raise ForensicsError("capture has no slots to fingerprint", path=capture.path)
+    limits.slots_per_file(len(capture.slots), capture.path)  # pairwise work: a bounded number of slots
     import torch
 
     small = sum(s.shape[0] * s.shape[1] for s in capture.slots) <= SMALL_CAPTURE_ELEMENTS

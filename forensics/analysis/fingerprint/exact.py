@@ -57,6 +57,14 @@ class Reference:
             return None  # a ladder capture's r=0 slot is compared by the ladder match itself
         return None
 
+    def vocab_size(self) -> int | None:
+        """Rows of the model's embedding (ids must lie in ``0..rows - 1``), when a model is behind this."""
+        if self.stream is not None:
+            return int(self.stream.vocab_size)
+        if self.net is not None:
+            return int(self.net.get_input_embeddings().weight.shape[0])
+        return None
+
     def ladder(self, ids: torch.Tensor) -> dict | None:
         if self._ladder is not None:
             return self._ladder
@@ -69,42 +77,53 @@ class Reference:
 
 
 def _safetensors_files(path: str) -> list[str]:
+    """A checkpoint file, or a folder's shards (index-aware, confined to the folder: ``io.safetensors``)."""
+    from forensics.io.safetensors import shard_files
+
     if os.path.isfile(path) and path.endswith(".safetensors"):
         return [path]
-    if os.path.isdir(path):
-        return sorted(glob.glob(os.path.join(path, "*.safetensors")))
+    if os.path.isdir(path) and (glob.glob(os.path.join(path, "*.safetensors"))
+                                or os.path.isfile(os.path.join(path, "model.safetensors.index.json"))):
+        return shard_files(path)
     return []
 
 
-def _lazy_rows(files: list[str], suffix: str):
-    """A function ids → rows of the tensor named ``*suffix`` read with ``get_slice`` (only those rows)."""
-    from safetensors import safe_open
+def _find(files: list[str], suffix: str) -> Any:
+    """The :class:`~forensics.io.safetensors.TensorInfo` of the first tensor named ``*suffix``, or None."""
+    from forensics.io.safetensors import infos_from_header, read_header
 
     for f in files:
-        with safe_open(f, framework="pt") as g:
-            for k in g.keys():
-                if k.endswith(suffix):
-                    def rows(ids, f=f, k=k):
-                        import torch
-
-                        uniq, inv = torch.unique(ids, return_inverse=True)
-                        with safe_open(f, framework="pt") as h:
-                            sl = h.get_slice(k)
-                            got = torch.stack([sl[int(i):int(i) + 1][0] for i in uniq.tolist()])
-                        return got[inv]
-                    return rows
+        for k, info in infos_from_header(f, read_header(f)).items():
+            if k.endswith(suffix):
+                return info
     return None
+
+
+def _lazy_rows(files: list[str], suffix: str):
+    """A function ids → rows of the tensor named ``*suffix``, reading only those rows."""
+    from forensics.io.safetensors import read_rows
+
+    info = _find(files, suffix)
+    if info is None:
+        return None
+
+    def rows(ids):
+        import torch
+
+        from forensics.models.folder import check_ids
+
+        check_ids(ids, info.shape[0], os.path.dirname(info.file))
+        uniq, inv = torch.unique(ids, return_inverse=True)
+        got = torch.stack([read_rows(info, int(i), int(i) + 1)[0] for i in uniq.tolist()])
+        return got[inv]
+    return rows
 
 
 def _lazy_tensor(files: list[str], suffix: str):
-    from safetensors import safe_open
+    from forensics.io.safetensors import read_tensor
 
-    for f in files:
-        with safe_open(f, framework="pt") as g:
-            for k in g.keys():
-                if k.endswith(suffix):
-                    return g.get_tensor(k)
-    return None
+    info = _find(files, suffix)
+    return None if info is None else read_tensor(info)
 
 
 def reference_for(model: Any, capture: Capture) -> Reference:
@@ -152,9 +171,9 @@ def reference_for(model: Any, capture: Capture) -> Reference:
         L = int(net.config.num_hidden_layers) if net is not None else stream.num_layers if stream else None
         return Reference(source=path, net=net, embed_rows=rows, gamma=gamma, num_layers=L, stream=stream,
                          tokens=target.tokens if target is not None else None)
-    from forensics.models.target import embed_weight, final_norm, load_model
+    from forensics.models.target import embed_weight, final_norm, load_target
 
-    net = load_model(path)[0]
+    net = load_target(target if target is not None else path)[0]  # a Target's budget is checked first
     E = embed_weight(net)
     return Reference(source=path, net=net, embed_rows=lambda ids: E[ids], gamma=final_norm(net)[0],
                      num_layers=int(net.config.num_hidden_layers),
@@ -178,13 +197,7 @@ def _fitting_stream(path: str, budget: int, target: Any) -> Any:
 
 
 def _has_suffix(files: list[str], suffix: str) -> bool:
-    from safetensors import safe_open
-
-    for f in files:
-        with safe_open(f, framework="pt") as g:
-            if any(k.endswith(suffix) for k in g.keys()):
-                return True
-    return False
+    return _find(files, suffix) is not None
 
 
 def _ladder_reference(ref: Capture, capture: Capture) -> Reference:
@@ -244,6 +257,10 @@ def exact_checks(capture: Capture, tensors: list, model: Any) -> dict:
     T = ref.tokens or (DEFAULT_TOKENS if ref.stream is not None else None)
     if T is not None and (ref.net is not None or ref.stream is not None) and ids is not None:
         ids, tensors = ids[:T], [h[:T] for h in tensors]  # causal: the first T states need only these T ids
+    if ids is not None and ref.vocab_size() is not None:
+        from forensics.models.folder import check_ids
+
+        check_ids(ids, int(ref.vocab_size() or 0), capture.path, ref.source)  # before any embedding lookup
     streamed = None
     if ref.stream is not None and ids is not None:
         from forensics.analysis.fingerprint.streamed import streamed_ladder

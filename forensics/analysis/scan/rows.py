@@ -3,9 +3,10 @@
 A row holds what a dataset scan needs to know about one file: its format and shape, per-slot norm
 summaries, role/label/depth rank from :func:`forensics.fingerprint` (for the files chosen to be
 fingerprinted), the rank of each slot's median token norm (always: a cheap order signature), findings,
-and a mergeable sketch of every slot's per-token norms (:mod:`forensics.sketch`), so the parent process
-never holds per-token arrays. An unreadable file
-becomes a row with ``error`` set; nothing a file contains can crash the scan.
+the row checks of :func:`forensics.analysis.rows.check_rows` on every file (``rows``: the offset, each slot's
+bad row ranges, the row kinds; their findings with their evidence), and a mergeable sketch of every slot's
+per-token norms (:mod:`forensics.sketch`), so the parent process never holds per-token arrays. An unreadable
+file becomes a row with ``error`` set; nothing a file contains can crash the scan.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from forensics.analysis.rows import ROW_KINDS
 from forensics.analysis.scan.sketch import LogHistogram, Moments
 from forensics.jsonable import json_safe
 
@@ -103,14 +105,15 @@ def scan_batch(items: list[tuple[str, int, int, bool]], opts: dict) -> list[dict
         if die_on and path.endswith(die_on):
             os._exit(3)
         rows.append(file_row(path, size, mtime_ns, use_fingerprint=use_fp, budget=budget,
-                             _sleep=bool(sleep_on and path.endswith(sleep_on)), layers=opts.get("layers")))
+                             _sleep=bool(sleep_on and path.endswith(sleep_on)), layers=opts.get("layers"),
+                             row_checks=opts.get("rows", True)))
     return rows
 
 
 def empty_row(path: str, size: int | None, mtime_ns: int | None, *_: object) -> dict:
     return {"path": path, "size": size, "mtime_ns": mtime_ns, "format": None, "num_tokens": None,
             "hidden": None, "num_slots": 0, "basis": None, "slots": [], "findings": [], "error": None,
-            "error_kind": None, "elapsed": 0.0, "sketch": []}
+            "error_kind": None, "rows": None, "elapsed": 0.0, "sketch": []}
 
 
 def error_kind(message: str) -> str:
@@ -120,7 +123,8 @@ def error_kind(message: str) -> str:
 
 
 def file_row(path: str, size: int, mtime_ns: int, use_fingerprint: bool = True,
-             budget: float | None = FILE_TIME_BUDGET_S, _sleep: bool = False, layers: Any = None) -> dict:
+             budget: float | None = FILE_TIME_BUDGET_S, _sleep: bool = False, layers: Any = None,
+             row_checks: bool = True) -> dict:
     """The scan row of one file within ``budget`` seconds; every failure becomes ``error`` (never an
     exception)."""
     from forensics.errors import ForensicsError, escape, one_line
@@ -131,7 +135,7 @@ def file_row(path: str, size: int, mtime_ns: int, use_fingerprint: bool = True,
         with time_budget(budget):
             if _sleep:
                 time.sleep(10 * (budget or 1))
-            _fill(row, path, use_fingerprint, layers)
+            _fill(row, path, use_fingerprint, layers, row_checks)
     except ForensicsError as e:
         row.update(error=str(e), error_kind=error_kind(str(e)), slots=[], sketch=[], findings=[])
     except FileTimeout:
@@ -161,7 +165,7 @@ def _fingerprint_fn():
     return fingerprint
 
 
-def _fill(row: dict, path: str, use_fingerprint: bool, layers: Any = None) -> None:
+def _fill(row: dict, path: str, use_fingerprint: bool, layers: Any = None, row_checks: bool = True) -> None:
     from forensics.analysis.stats import summarize
     from forensics.io.formats import load
     from forensics.layers import r_label
@@ -200,13 +204,36 @@ def _fill(row: dict, path: str, use_fingerprint: bool, layers: Any = None) -> No
         hist.add(s.norms)
         n, s1, s2 = Moments.file_sums(s.norms)
         row["sketch"].append({"n": n, "s1": s1, "s2": s2, "hist": hist.to_dict()})
+    rep = _row_report(cap, st, fp) if row_checks else None
     if fp is not None:
         row["verdict"] = None if fp.verdict is None else fp.verdict.value
         for x in fp.findings:
+            if rep is not None and x.kind in ROW_KINDS:
+                continue  # the row report's own findings (below) carry the same ones with their evidence
             row["findings"].append({"kind": x.kind, "severity": x.severity.value, "slots": list(x.slots or []),
                                     "message": x.message})
+    if rep is not None:
+        row["rows"] = {"num_rows": rep.num_rows, "num_tokens": rep.num_tokens, "offset": rep.offset,
+                       "kinds": rep.kinds(), "bad_rows": {str(k): [list(r) for r in v]
+                                                          for k, v in sorted(rep.bad_rows.items())}}
+        for x in rep.findings:
+            if x.kind == "nonfinite" and any(f["kind"] == "nonfinite" for f in row["findings"]):
+                continue  # reported by the fingerprint already (the NaN/Inf counts are in the slots)
+            row["findings"].append({"kind": x.kind, "severity": x.severity.value, "slots": list(x.slots or []),
+                                    "message": x.message, "evidence": x.evidence})
     if not any(x["kind"] == "duplicate" for x in row["findings"]):
         row["findings"].extend(_duplicates(st.slots))
+
+
+def _row_report(cap: Any, st: Any, fp: Any) -> Any:
+    """The file's :class:`~forensics.analysis.rows.RowReport`: the fingerprint's when it made one, else
+    :func:`~forensics.analysis.rows.check_rows` on the capture."""
+    rep = getattr(fp, "rows", None)
+    if rep is not None and hasattr(rep, "bad_rows"):
+        return rep
+    from forensics.analysis.rows import check_rows
+
+    return check_rows(cap)
 
 
 def _sort_key(v: float) -> float:

@@ -18,7 +18,9 @@ from typing import Any
 
 import numpy as np
 
+from forensics.analysis.rows import ROW_KINDS
 from forensics.analysis.scan.sketch import SKETCH_REL_ERROR, LogHistogram, Moments
+from forensics.findings import OUTCOME_RANK
 from forensics.jsonable import json_safe
 
 OUTLIER_Z = 6.0  # |robust z| of a file's log median token norm vs the dataset (per slot) above which it is flagged
@@ -26,7 +28,9 @@ OUTLIER_MIN_LOG_SCALE = 0.05  # floor of the robust log-scale (≈ 5 % in norm) 
 OUTLIER_MIN_FILES = 8  # fewer files than this in a group: no outlier test (a median of few files is no reference)
 MAD_TO_SIGMA = 1.4826  # MAD × this = σ for a normal distribution
 MINORITY_FINDING_SHARE = 0.5  # a fingerprint finding in fewer files than this share is an anomaly per file
-ALWAYS_ANOMALY = {"duplicate"}  # findings that are anomalies even when most files have them
+# findings that are anomalies even when most files have them: each names what is wrong in that file (the slot
+# stored twice, its bad rows), so every file is listed
+ALWAYS_ANOMALY = {"duplicate", *ROW_KINDS}
 HIST_BINS_PER_DECADE = 20  # resolution of the per-slot histogram in the summary (for plots)
 QUANTILES = {"p01": 0.01, "p05": 0.05, "p25": 0.25, "median": 0.5, "p75": 0.75, "p95": 0.95, "p99": 0.99}
 
@@ -63,6 +67,7 @@ class _Group:
         self.fingerprinted: set[int] = set()
         self.shape: dict[int, tuple] = {}
         self.findings: dict[str, dict[int, dict]] = defaultdict(dict)
+        self.row_kinds: dict[str, Counter[str]] = defaultdict(Counter)  # kind -> {files, rows}
 
 
 class Aggregator:
@@ -116,6 +121,10 @@ class Aggregator:
             g.sig["roles"][no] = tuple(s.get("role") for s in row["slots"])
             g.sig["labels"][no] = tuple(s.get("label") for s in row["slots"])
         for f in row.get("findings") or []:
+            if f["kind"] in ROW_KINDS:
+                c = g.row_kinds[f["kind"]]
+                c["files"] += 1
+                c["rows"] += affected_rows(f, row)
             if f["kind"] == "nonfinite":  # reported from the NaN/Inf counts above
                 continue
             g.findings[f["kind"]][no] = f
@@ -137,6 +146,10 @@ class Aggregator:
             "files": self.rows, "bytes": self.bytes, "errors": self.errors,
             "groups": groups,
             "anomaly_counts": dict(sorted(Counter(a["kind"] for a in anomalies).items())),
+            # row forensics over every group: files with each row finding and the rows it concerns
+            "rows": {k: {"files": sum(g["rows"].get(k, {}).get("files", 0) for g in groups.values()),
+                         "rows": sum(g["rows"].get(k, {}).get("rows", 0) for g in groups.values())}
+                     for k in ROW_KINDS if any(k in g["rows"] for g in groups.values())},
             # fingerprint findings shared by most files of a format: the whole dataset is mis-wired that way
             "dataset_findings": [{"format": fmt, "kind": kind, "severity": f["severity"], "files": f["files"],
                                   "of": g["files"], "example": f["example"]}
@@ -181,7 +194,7 @@ class Aggregator:
             findings[kind] = {"files": len(per_file), "share": round(share, 4),
                               "dataset_wide": share >= MINORITY_FINDING_SHARE,
                               "severity": max((f.get("severity") or "warn" for f in per_file.values()),
-                                              key=lambda v: {"info": 0, "warn": 1, "fail": 2}.get(v, 1)),
+                                              key=lambda v: OUTCOME_RANK.get(v, 1)),
                               "example": {"file": self.paths[first], "message": per_file[first]["message"]}}
             if kind in ALWAYS_ANOMALY or share < MINORITY_FINDING_SHARE:
                 for no, f in sorted(per_file.items()):
@@ -194,6 +207,7 @@ class Aggregator:
             "tokens": {"total": sum(k * v for k, v in g.tokens.items()), "min": toks[0] if toks else None,
                        "max": toks[-1] if toks else None},
             "majority": majority, "findings": findings, "slots": slots,
+            "rows": {k: dict(c) for k, c in sorted(g.row_kinds.items())},
         }
 
     def _finish_slot(self, index: int, a: _SlotAgg) -> dict:
@@ -221,6 +235,29 @@ class Aggregator:
                                   f"{zi:+.1f} (log scale, |z| > OUTLIER_Z={OUTLIER_Z:g})",
                                   value=round(zi, 3), threshold=OUTLIER_Z)
         return d
+
+
+def affected_rows(finding: dict, row: dict) -> int:
+    """Rows a row finding concerns: its ``count`` (or the length of its ``rows`` runs); for ``row_count`` the
+    ids without a row (or rows without an id); for a shift every row of the file.
+
+    >>> affected_rows({"kind": "zero_rows", "evidence": {"rows": [[96, 159]]}}, {})
+    64
+    >>> affected_rows({"kind": "row_count", "evidence": {"rows": 180, "tokens": 200}}, {})
+    20
+    """
+    ev = finding.get("evidence") or {}
+    kind = finding.get("kind")
+    try:
+        if kind == "row_count":
+            return abs(int(ev["tokens"]) - int(ev["rows"]))
+        if kind in ("token_shift", "slot_misaligned"):
+            return int((row.get("rows") or {}).get("num_rows") or row.get("num_tokens") or 0)
+        if ev.get("count") is not None:
+            return int(ev["count"])
+        return sum(int(b) - int(a) + 1 for a, b in ev.get("rows") or [])
+    except (KeyError, TypeError, ValueError):  # a finding without the evidence (an older scan row)
+        return 0
 
 
 def _coarse(h: LogHistogram) -> dict:

@@ -288,18 +288,34 @@ def is_capture_name(name: str) -> bool:
 
 
 def iter_files(path: str | os.PathLike) -> Iterator[str]:
-    """Capture files under a path (a file yields itself), sorted naturally (data_2 before data_10)."""
+    """Capture files under a path (a file yields itself), sorted naturally (data_2 before data_10).
+
+    A FIFO, a device or a socket is never listed (opening one could block forever) and is refused when given
+    by name; a name that cannot be stat-ed (a dangling link) is listed, so its reader names the problem.
+    """
     path = os.fspath(path)
     if os.path.isfile(path) or split_record(path)[1] is not None:
         yield path
         return
     if not os.path.isdir(path):
+        if os.path.exists(path):
+            raise ForensicsError("not a regular file (a FIFO, a device or a socket); refusing to read it", path=path)
         raise ForensicsError("no such file or directory", path=path)
     found: list[str] = []
     for root, dirs, files in os.walk(path):
         dirs[:] = sorted(d for d in dirs if d not in SIDE_DIRS)
-        found.extend(os.path.join(root, f) for f in files if is_capture_name(f))
+        found.extend(os.path.join(root, f) for f in files if is_capture_name(f) and _regular_or_broken(root, f))
     yield from sorted(found, key=generic.natural_key)
+
+
+def _regular_or_broken(root: str, name: str) -> bool:
+    """False for a FIFO, a device, a socket or a folder (followed through links): never opened."""
+    import stat
+
+    try:
+        return stat.S_ISREG(os.stat(os.path.join(root, name)).st_mode)
+    except OSError:
+        return True
 
 
 MAX_IDS_TEXT_BYTES = 64 * 1024 * 1024

@@ -317,12 +317,92 @@ def norm_distributions(result: Any, slots: Sequence[int] | None = None, title: s
     return fig
 
 
+@dataclass(frozen=True)
+class PositionLines:
+    """What :func:`norm_by_position` draws (computed once by :func:`position_lines`, drawn by the matplotlib
+    figure and the report's SVG alike).
+
+    ``lo``/``hi``: the inclusive token range; ``lines``: per slot ``(slot, positions, norms)`` (the norms
+    exactly ``SlotStats.norms[positions]``); ``sinks``/``massive``: per slot the marked positions (finite,
+    positive norms); ``bands``: the bad row ranges inside ``[lo, hi]``, ``(first, last, slots)`` inclusive,
+    one per distinct range with the selected slots it covers; ``span``: the smallest and largest finite
+    positive norm drawn (inf, -inf when none).
+    """
+
+    lo: int
+    hi: int
+    lines: list[tuple[int, np.ndarray, np.ndarray]]
+    sinks: dict[int, list[int]]
+    massive: dict[int, list[int]]
+    bands: list[tuple[int, int, list[int]]]
+    span: tuple[float, float]
+
+
+def bad_rows_of(result: Any) -> dict[int, list[tuple[int, int]]]:
+    """The bad row ranges per slot of a result that carries a row report (``result.rows.bad_rows``, as
+    :func:`forensics.analysis.rows.check_rows` gives them), else none."""
+    rep = getattr(result, "rows", None)
+    bad = getattr(rep, "bad_rows", None)
+    if not isinstance(bad, dict):
+        return {}
+    return {int(k): [(int(a), int(b)) for a, b in v] for k, v in bad.items()}
+
+
+def position_lines(result: Any, sel: Sequence[int], token_range: tuple[int, int] | None = None,
+                   bad_rows: dict[int, Sequence[tuple[int, int]]] | None = None) -> PositionLines:
+    """The lines, marks and bad-row bands of :func:`norm_by_position` (``bad_rows``: slot → inclusive row
+    ranges; default: the result's own row report, :func:`bad_rows_of`).
+
+    >>> from types import SimpleNamespace as NS
+    >>> st = NS(capture=None, slots=[NS(norms=np.array([1.0, 2, 0, 0, 3]), sinks=[], massive_tokens=[])])
+    >>> pl = position_lines(st, [0], bad_rows={0: [(2, 3)]})
+    >>> pl.bands, pl.span
+    ([(2, 3, [0])], (1.0, 3.0))
+    """
+    stats, _ = _unpack(result)
+    bad = bad_rows_of(result) if bad_rows is None else {int(k): list(v) for k, v in bad_rows.items()}
+    T = max((len(stats.slots[i].norms) for i in sel), default=0)
+    lo, hi = (0, T - 1) if token_range is None else (max(0, int(token_range[0])), min(T - 1, int(token_range[1])))
+    lines, sinks, massive = [], {}, {}
+    span = [math.inf, -math.inf]
+    for i in sel:
+        s = stats.slots[i]
+        n = np.asarray(s.norms, dtype=np.float64)
+        pos = np.arange(lo, min(hi, n.size - 1) + 1)
+        lines.append((i, pos, n[pos]))
+        ok = n[pos][np.isfinite(n[pos]) & (n[pos] > 0)]
+        if ok.size:
+            span = [min(span[0], float(ok.min())), max(span[1], float(ok.max()))]
+        sinks[i] = [p for p in s.sinks if lo <= p <= hi and p < n.size and np.isfinite(n[p]) and n[p] > 0]
+        massive[i] = [t["pos"] for t in s.massive_tokens if lo <= t["pos"] <= hi and t["pos"] < n.size
+                      and n[t["pos"]] > 0]
+    ranges: dict[tuple[int, int], list[int]] = {}
+    for i in sel:
+        for a, b in bad.get(i, []):
+            a, b = max(int(a), lo), min(int(b), hi)
+            if a <= b:
+                ranges.setdefault((a, b), []).append(i)
+    bands = [(a, b, slots) for (a, b), slots in sorted(ranges.items())]
+    return PositionLines(lo, hi, lines, sinks, massive, bands, (span[0], span[1]))
+
+
+def band_label(bands: Sequence[tuple[int, int, list[int]]], k: int) -> str:
+    """The legend text of the bad-row bands: which slots they cover (``"bad rows (every slot)"`` when all
+    ``k`` selected slots)."""
+    slots = sorted({i for _, _, ss in bands for i in ss})
+    return "bad rows (every slot)" if len(slots) == k else f"bad rows (slot{'s' if len(slots) > 1 else ''} " \
+        f"{', '.join(map(str, slots))})"
+
+
 def norm_by_position(result: Any, slots: Sequence[int] | None = None,
-                     token_range: tuple[int, int] | None = None, title: str | None = None) -> Figure:
-    """Per-token L2 norm against token position, one line per slot (log axis), sinks and massive tokens marked.
+                     token_range: tuple[int, int] | None = None, title: str | None = None,
+                     bad_rows: dict[int, Sequence[tuple[int, int]]] | None = None) -> Figure:
+    """Per-token L2 norm against token position, one line per slot (log axis), sinks and massive tokens marked,
+    bad rows (zero, non-finite, foreign, outside the ids: the row report's ``bad_rows``) shaded.
 
     ``token_range`` is inclusive ``(first, last)`` as an ``IntRangeSlider`` gives it. Line y-data are
-    exactly ``SlotStats.norms[first:last + 1]``.
+    exactly ``SlotStats.norms[first:last + 1]``; ``bad_rows`` (slot → inclusive row ranges) defaults to the
+    result's row report (a fingerprint's ``rows``).
     """
     from forensics.analysis.stats import SINK_RATIO
 
@@ -336,23 +416,24 @@ def norm_by_position(result: Any, slots: Sequence[int] | None = None,
     if not sel:
         _empty(ax, "no slot selected")
         return fig
-    T = max(len(stats.slots[i].norms) for i in sel)
-    lo, hi = (0, T - 1) if token_range is None else (max(0, int(token_range[0])), min(T - 1, int(token_range[1])))
+    pl = position_lines(result, sel, token_range, bad_rows)
+    lo, hi = pl.lo, pl.hi
+    for j, (a, b, _ss) in enumerate(pl.bands):
+        ax.axvspan(a - 0.5, b + 0.5, color=BAD_COLOR, alpha=0.15, lw=0, zorder=0, gid=f"bad-rows-{a}-{b}",
+                   label=band_label(pl.bands, len(sel)) if j == 0 else None)
     marks = {"sink": False, "massive": False}
-    for i in sel:
-        s = stats.slots[i]
-        n = np.asarray(s.norms, dtype=np.float64)
-        pos = np.arange(lo, min(hi, n.size - 1) + 1)
-        ax.plot(pos, n[pos], color=colors[i], lw=1, label=labels[i], gid=f"norms-{i}",
+    for i, pos, n in pl.lines:
+        ax.plot(pos, n, color=colors[i], lw=1, label=labels[i], gid=f"norms-{i}",
                 marker="." if pos.size <= 64 else None, ms=3)
-        sk = [p for p in s.sinks if lo <= p <= hi and p < n.size and np.isfinite(n[p]) and n[p] > 0]
+        norms = np.asarray(stats.slots[i].norms, dtype=np.float64)
+        sk = pl.sinks[i]
         if sk:
-            ax.scatter(sk, n[sk], marker="v", s=30, color=BAD_COLOR, edgecolor="black", lw=0.5, zorder=5,
+            ax.scatter(sk, norms[sk], marker="v", s=30, color=BAD_COLOR, edgecolor="black", lw=0.5, zorder=5,
                        gid=f"sinks-{i}", label=None if marks["sink"] else f"sink (≥{SINK_RATIO:g}× median)")
             marks["sink"] = True
-        mp = [t["pos"] for t in s.massive_tokens if lo <= t["pos"] <= hi and t["pos"] < n.size and n[t["pos"]] > 0]
+        mp = pl.massive[i]
         if mp:
-            ax.scatter(mp, n[mp], marker="x", s=36, color="black", lw=1.2, zorder=6, gid=f"massive-{i}",
+            ax.scatter(mp, norms[mp], marker="x", s=36, color="black", lw=1.2, zorder=6, gid=f"massive-{i}",
                        label=None if marks["massive"] else "massive activation")
             marks["massive"] = True
     ax.set_yscale("log")

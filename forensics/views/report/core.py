@@ -63,7 +63,7 @@ class Report:
     def counts(self) -> dict:
         return dict(self.context["verdicts"]["counts"])
 
-    def exit_code(self, fail_on: str = "fail") -> int:
+    def exit_code(self, fail_on: str = "fail", decided_only: bool = False) -> int:
         """The exit code of ``hsf report`` (``forensics.findings.exit_code``): every file's findings and slot
         verdicts, the audit's findings and verdict; 2 when an input or a section could not be read."""
         from forensics.findings import exit_code
@@ -78,7 +78,11 @@ class Report:
             findings += audit.findings
             verdicts.append(audit.outcome)
         bad = any(f.error for f in self.context["files"]) or bool(self.context.get("errors"))
-        return exit_code(findings, verdicts, unreadable=bad, fail_on=fail_on)
+        return exit_code(findings, verdicts, unreadable=bad and not decided_only, fail_on=fail_on)
+
+    def verdict(self, fail_on: str = "fail") -> str:
+        """``pass`` / ``fail`` / ``cannot tell`` over what was read (the exit code without the unreadable rule)."""
+        return {1: "fail", 3: "cannot tell"}.get(self.exit_code(fail_on, decided_only=True), "pass")
 
     @property
     def html(self) -> str:
@@ -246,7 +250,7 @@ def report(paths, layers=None, model=None, draft=None, engine=None, engine_versi
         try:
             audit_res = audit(data=training[0].capture if training else (paths[0] if paths else None),
                               draft=draft, engine=engine, engine_version=engine_version, trainer=trainer,
-                              target_config=target_config, served=served)
+                              target_config=target_config, served=served, model=model)  # every piece of evidence
         except ForensicsError as e:
             errors.append({"where": "audit", "message": error_text(e)})
     if draft is not None and paths and has_weights(draft):

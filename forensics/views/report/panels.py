@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from forensics.views.plots.slots import bad_rows_of
 from forensics.views.report.figures import Figures
 from forensics.views.report.verdicts import (
     OUTCOMES,
@@ -191,6 +192,8 @@ def build_cross(files: list[FileResult], progress=None, focus: str | None = None
         src = f.fp if f.fp is not None else f.stats
         figs = [batch.request(name, src, title=title) for name, title, needs_fp in CROSS_FIGURES
                 if f.fp is not None or not needs_fp]
+        if bad_rows_of(src):  # row findings: the bad row ranges shaded on the per-token norms
+            figs.insert(1, batch.request("norm_by_position", src, title="Per-token norm by position (bad rows shaded)"))
         sim = getattr(f.fp, "similarity", None) if f.fp is not None else None
         flagged = f.fp is not None and bool(getattr(f.fp, "findings", None))
         out.append({"file": f.rel, "figures": figs, "similarity": _sim_table(f, sim),

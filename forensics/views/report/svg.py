@@ -33,9 +33,11 @@ from forensics.views.plots.slots import (
     _name,
     _selected,
     _unpack,
+    band_label,
     ladder,
     massive_rows,
     massive_title,
+    position_lines,
     slot_labels,
     violins,
 )
@@ -337,6 +339,75 @@ def norm_distributions(result: Any, slots: Sequence[int] | None = None, title: s
     return c.render(title)
 
 
+def norm_by_position(result: Any, slots: Sequence[int] | None = None, token_range: tuple[int, int] | None = None,
+                     title: str | None = None, bad_rows: dict | None = None) -> str:
+    """SVG of :func:`forensics.views.plots.norm_by_position`: one line per slot on a log y axis against token
+    position, sinks and massive tokens marked, the bad row ranges shaded (same data: ``position_lines``)."""
+    from forensics.analysis.stats import SINK_RATIO
+
+    stats, _ = _unpack(result)
+    sel = _selected(stats, slots)
+    labels = slot_labels(result)
+    colors = _colors_for(stats, sel)
+    c = Canvas(FIG_WIDTH * PX_PER_INCH, 3.0 * PX_PER_INCH)
+    if not sel:
+        title = title or f"Norm by token position — {_name(stats)}"
+        _title(c, title)
+        c.text(c.w / 2, c.h / 2, "no slot selected", 11, "middle", MUTED)
+        return c.render(title)
+    pl = position_lines(result, sel, token_range, bad_rows)
+    title = title or f"Norm by token position — {_name(stats)} (tokens {pl.lo}–{pl.hi})"
+    _title(c, title)
+    ylim = _log_limits(*pl.span)
+    ticks, tlabels = log_ticks(*ylim)
+    entries: list[tuple[str, str]] = [(f'<line x1="-8" y1="0" x2="8" y2="0" stroke="{colors[i]}" stroke-width="1.4"/>',
+                                       labels[i]) for i in sel]
+    if pl.bands:
+        entries.insert(0, (f'<rect x="-8" y="-5" width="16" height="10" fill="{BAD_COLOR}" fill-opacity="0.15"/>',
+                           band_label(pl.bands, len(sel))))
+    if any(pl.sinks.values()):
+        entries.append((f'<path d="{_triangle(0, 0, _marker_r(30))}" fill="{BAD_COLOR}" stroke="#000000" '
+                        f'stroke-width="0.6"/>', f"sink (≥{SINK_RATIO:g}× median)"))
+    if any(pl.massive.values()):
+        entries.append(('<path d="M-4 -4L4 4M-4 4L4 -4" stroke="#000000" stroke-width="1.6"/>', "massive activation"))
+    shown = entries[:MAX_ANNOTATED_ROWS + 2]
+    legend_w = 30 + max(_text_px(lab, 8) for _, lab in shown)
+    x0, x1 = pl.lo - 0.5, max(pl.hi, pl.lo + 1) + 0.5
+    ax = Axes(c, (_box_left(tlabels, 9, 18), 30, c.w - legend_w - 8, c.h - 40), _lin_limits(x0, x1, 0.0), ylim,
+              ylog=True)
+    for a, b, _ in pl.bands:  # under everything else, as matplotlib's axvspan at zorder 0
+        c.add("rect", x=float(ax.X(a - 0.5)), y=float(ax.t), width=float(ax.X(b + 0.5) - ax.X(a - 0.5)),
+              height=float(ax.b - ax.t), fill=BAD_COLOR, fill_opacity=0.15, class_=f"bad-rows-{a}-{b}")
+    ax.yticks(ticks, tlabels, grid=True)
+    xt = [v for v in nice_ticks(pl.lo, pl.hi) if pl.lo <= v <= pl.hi]
+    ax.xticks(xt, [_tick_text(v) for v in xt], grid=True)
+    for i, pos, n in pl.lines:
+        ok = np.isfinite(n) & (n > 0)  # a zero or non-finite row breaks the line (the log axis cannot hold it)
+        d, pen = [], False
+        for p, v, good in zip(pos.tolist(), n.tolist(), ok.tolist(), strict=True):
+            if good:
+                d.append(f"{'L' if pen else 'M'}{_n(ax.X(p))} {_n(ax.Y(v))}")
+            pen = good
+        if d:
+            c.add("path", d="".join(d), fill="none", stroke=colors[i], stroke_width=1.0 * PT, class_=f"norms-{i}")
+        norms = np.asarray(stats.slots[i].norms, dtype=np.float64)
+        if pl.sinks[i]:
+            c.add("path", d="".join(_triangle(ax.X(p), ax.Y(norms[p]), _marker_r(30)) for p in pl.sinks[i]),
+                  fill=BAD_COLOR, stroke="#000000", stroke_width=0.5 * PT, class_=f"sinks-{i}")
+        if pl.massive[i]:
+            c.add("path", d="".join(f"M{_n(ax.X(p) - 4)} {_n(ax.Y(norms[p]) - 4)}l8 8m0 -8l-8 8"
+                                    for p in pl.massive[i]), stroke="#000000", stroke_width=1.2 * PT,
+                  class_=f"massive-{i}")
+    ax.frame()
+    c.text((ax.l + ax.r) / 2, c.h - 10, "token position", 9, "middle")
+    c.text(12, (ax.t + ax.b) / 2, "per-token ‖x‖₂ (log)", 10, "middle", rotate=-90)
+    for j, (marker, lab) in enumerate(shown):  # outside the axes, on the right, as the matplotlib legend
+        cy = ax.t + 6 + 13 * j
+        c.parts.append(f'<g transform="translate({_n(ax.r + 18)} {_n(cy)})">{marker}</g>')
+        c.text(ax.r + 30, cy, lab, 8)
+    return c.render(title)
+
+
 def massive_dims(result: Any, slots: Sequence[int] | None = None, title: str | None = None) -> str:
     """SVG of :func:`forensics.views.plots.massive_dims`: per slot row, the hidden dims its massive tokens hit
     (marker area = tokens), the most hit annotated."""
@@ -522,5 +593,6 @@ def probe_wirings(probe: Any, title: str | None = None) -> str:
 
 
 FIGURES: dict[str, Callable[..., str]] = {
-    "norm_distributions": norm_distributions, "massive_dims": massive_dims, "similarity_heatmap": similarity_heatmap,
+    "norm_distributions": norm_distributions, "norm_by_position": norm_by_position, "massive_dims": massive_dims,
+    "similarity_heatmap": similarity_heatmap,
     "depth_ladder": depth_ladder, "audit_slices": audit_slices, "probe_wirings": probe_wirings}
