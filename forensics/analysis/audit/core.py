@@ -62,9 +62,16 @@ class AuditResult:
         """``forensics.findings.exit_code`` of this audit: a fail finding is exit 1 even when the wiring matches."""
         return exit_code(self.findings, [self.outcome])
 
+    @property
+    def decision(self) -> Verdict:
+        """The one verdict every view states and the exit code reads: FAIL on a mismatch or a fail finding,
+        CANNOT TELL when the wiring is undecided and nothing fails, else PASS (``outcome`` is the wiring alone)."""
+        return {1: Verdict.FAIL, 3: Verdict.CANNOT_TELL}.get(self.exit_code(), Verdict.PASS)
+
     def to_dict(self) -> dict:
         """JSON-safe (NaN/inf → None, numpy → Python): the ``hsf audit --json`` document."""
-        return json_safe({"verdict": self.verdict, "reason": self.reason, "slices": self.slices,
+        return json_safe({"verdict": self.verdict, "outcome": self.decision.value, "reason": self.reason,
+                          "slices": self.slices,
                           "findings": [f.to_dict() for f in self.findings], "fix": self.fix,
                           "trained": self.trained, "served": self.served, "context": self.context,
                           "settle": self.settle})
@@ -204,7 +211,8 @@ def _id_list_findings(ec, engine: str, L: int, trained_fc: list | None) -> list[
     rep = _repeated(ids)
     if rep and engine in CONFIG_RULES["duplicate"].engines:
         rule = CONFIG_RULES["duplicate"]
-        named = ", ".join(f"id {i} (r = {r_label(r)})" for i, r in zip(rep, cv.to_r(engine, rep, L), strict=True))
+        per_id = dict(zip(ids, cv.to_r(engine, ids, L, ec.version, ec.arch), strict=True))  # the list's own rule
+        named = ", ".join(f"id {i} (r = {r_label(per_id[i])})" for i in rep)
         out.append(Finding(FindingKind.DUPLICATE, Severity.FAIL, [],
                            f"`{ec.key}` = {ids} repeats {named}: {engine} captures each layer once, so it feeds "
                            f"{len(ec.r)} states {[r_label(r) for r in ec.r]} to an fc built for {len(ids)}. Fix: "

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from forensics.findings import Severity, Verdict, sort_findings
+from forensics.findings import OUTCOME_RANK, Severity, Verdict, sort_findings, worst_outcome
 from forensics.layers import r_label
 from forensics.views.format import num
 
@@ -19,7 +19,7 @@ MAX_VERDICT_FILES = 40  # verdict rows: every non-passing file, then passing one
 MAX_INLINE_SLOTS = 8  # a passing file with more slots (a ladder) shows its slot rows folded
 # fingerprint ``decided_by`` names → the evidence signals that carry its number, best first
 DECIDED_ALIASES = {"exact": ("ladder_match", "exact_embedding", "exact_gamma")}
-RANK = {"pass": 0, "info": 0, "warn": 1, "cannot tell": 2, "fail": 3}  # worst first: fail, cannot tell, warn
+RANK = OUTCOME_RANK  # the one ranking (forensics.findings): fail, cannot tell, warn, then pass/info
 OUTCOMES = ("fail", "cannot tell", "warn", "pass", "info")  # the words of the report's counts, worst first
 
 
@@ -36,9 +36,7 @@ class FileResult:
     tokens: list[str] | None = field(default=None, repr=False)
 
 
-def worst(verdicts) -> str:
-    vs = [v for v in verdicts if v]
-    return max(vs, key=lambda v: RANK.get(v, 0)) if vs else "info"
+worst = worst_outcome
 
 
 fmt = num  # the one number style of every view (forensics.views.format.num)
@@ -162,25 +160,22 @@ def _deciding_evidence(evidence: list, decided_by: str | None, order: list | Non
 
 
 def _probe_summary(probe_res) -> dict | None:
-    """The draft probe's best wiring with its top-1 agreement, CI and whether it clearly beats the runner-up."""
-    best = getattr(probe_res, "best", None) if probe_res is not None else None
-    if not best:
+    """The draft probe's verdict (``ProbeResult.verdict``, read, never recomputed), its best wiring's acceptance
+    length and top-1 agreement with their intervals, the runner-up and the served-vs-best line."""
+    best = probe_res.best if probe_res is not None else None
+    if best is None:
         return None
-    ci = best.get("top1_ci") or [None, None]
-    rows = getattr(probe_res, "rows", []) or []
-    second = rows[1] if len(rows) > 1 else None
-    declared = next((r for r in rows if "declared" in (r.get("tags") or [])), None)
-    beaten = declared is not None and declared is not best and declared["top1_ci"][1] < ci[0]
-    clear = bool(getattr(probe_res, "clear_winner", False))
-    says = (f"the draft probe scores its declared wiring {declared['label']} clearly below {best.get('label')}"
-            if beaten else "the draft probe finds no clear best wiring" if not clear else "")
-    return {"verdict": "fail" if beaten else ("pass" if clear else "warn"), "says": says,
-            "label": best.get("label"), "r": fmt([_label(r) for r in best.get("wiring") or []]),
-            "top1": f"{100 * best['top1']:.1f}%" if best.get("top1") is not None else "—",
-            "ci": f"[{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]%" if None not in ci else "—", "n": best.get("n"),
-            "clear_winner": bool(getattr(probe_res, "clear_winner", False)),
-            "second": (f"{second.get('label')} {100 * second['top1']:.1f}%"
-                       if second and second.get("top1") is not None else None)}
+    from forensics.views.probe import reason, served_line
+
+    ci, al = best.top1_ci, best.acceptance_length_ci
+    second = probe_res.candidates[1] if len(probe_res.candidates) > 1 else None
+    verdict = probe_res.verdict.value
+    return {"verdict": verdict, "says": "" if verdict == "pass" else f"draft probe: {reason(probe_res)}",
+            "label": best.label, "r": fmt([_label(r) for r in best.wiring]), "steps": probe_res.steps,
+            "length": f"{best.acceptance_length:.2f}", "length_ci": f"[{al[0]:.2f}, {al[1]:.2f}]" if al else "—",
+            "top1": f"{100 * best.top1:.1f}%", "ci": f"[{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]%", "n": best.n,
+            "clear_winner": probe_res.clear_winner, "why": reason(probe_res), "served": served_line(probe_res),
+            "second": f"{second.label} {second.acceptance_length:.2f}" if second else None}
 
 
 def build_verdicts(files: list[FileResult], audit_res, probe_res=None) -> dict:
