@@ -399,6 +399,19 @@ def exit_code(findings: Iterable[Finding | Mapping[str, Any]] = (), verdicts: It
     return EXIT_OK
 
 
-__all__ = ["Finding", "FindingKind", "finding_kind", "Severity", "Verdict", "severity", "verdict", "worst_severity",
+def decide(findings: Iterable[Finding | Mapping[str, Any]] = (), verdicts: Iterable[Verdict | str | None] = (),
+           fail_on: Severity | str = Severity.FAIL) -> Verdict:
+    """The one verdict of a command over what it read: FAIL when :func:`exit_code` would be 1, CANNOT TELL when 3,
+    else PASS (an unreadable input is exit 2 and is not a verdict: it is reported as an error beside it).
+
+    >>> decide([], [Verdict.PASS, None]), decide([{"severity": "warn"}], ["cannot tell"])
+    (<Verdict.PASS: 'pass'>, <Verdict.CANNOT_TELL: 'cannot tell'>)
+    """
+    return {EXIT_FAIL: Verdict.FAIL, EXIT_CANNOT_TELL: Verdict.CANNOT_TELL}.get(
+        exit_code(findings, verdicts, fail_on=fail_on), Verdict.PASS)
+
+
+__all__ = ["decide",
+           "Finding", "FindingKind", "finding_kind", "Severity", "Verdict", "severity", "verdict", "worst_severity",
            "worst_verdict", "worst_outcome", "OUTCOME_RANK", "sort_findings", "exit_code", "EXIT_OK",
            "EXIT_FAIL", "EXIT_BAD_INPUT", "EXIT_CANNOT_TELL", "EXIT_CODES"]

@@ -77,7 +77,7 @@ kimi
 hp.audit_slices(kimi, title="Kimi-K2.5: fc slices trained vs served (SGLang pre-#25454)")
 
 # %%
-print("verdict:", kimi.verdict)
+print("verdict:", kimi.verdict.value, "| wiring:", kimi.wiring)
 print("fix:", kimi.fix["where"], kimi.fix["key"], "=", kimi.fix["ids"])
 if kimi.fix.get("caveat"):
     print("caveat:", kimi.fix["caveat"])
@@ -95,7 +95,7 @@ kimi_fixed = forensics.audit(data=["embed", "L3", "L31", "L59"],
                              draft=write_draft_config(OUT / "kimi-draft-fixed", kimi.fix["ids"], hidden=7168),
                              engine="sglang", engine_version="pre-25454", trainer="speculators-v1",
                              target_config=kimi_target)
-print("verdict:", kimi_fixed.verdict)
+print("verdict:", kimi_fixed.verdict.value, "| wiring:", kimi_fixed.wiring)
 print("slices ok:", [s["ok"] for s in kimi_fixed.slices])
 for f in kimi_fixed.findings:
     print(f"finding {f.kind} ({f.severity}): {f.message}")
@@ -129,7 +129,7 @@ for engine, version in (("vllm", None), ("sglang", "pre-25454")):
 shift = next(f for f in results["sglang"].findings if f.kind == "shifted")
 print(f"{shift.severity.value.upper()} {shift.kind}: {shift.message}")
 print("slices ok (data only):", [s["ok"] for s in results["sglang"].slices], "| to settle:", results["sglang"].settle)
-assert results["sglang"].verdict == "mismatch" and results["sglang"].exit_code() == 1
+assert results["sglang"].wiring == "mismatch" and results["sglang"].exit_code() == 1
 
 # %%
 results["vllm"] = forensics.audit(data=data, draft=smol_draft, engine="vllm", trainer="speculators-v1",

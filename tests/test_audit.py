@@ -50,7 +50,7 @@ def test_kimi_pre_25454_mismatch_slices_fix_and_target(kimi):
     draft, target = kimi
     res = audit(data=KIMI_DATA, draft=draft, engine="sglang", engine_version="pre-25454",
                 trainer="speculators-v1", target_config=target)
-    assert res.verdict == "mismatch"
+    assert res.wiring == "mismatch"
     assert [(s["trained_r"], s["served_r"]) for s in res.slices] == [(0, 3), (3, 31), (31, 59)]
     assert res.fix["ids"] == [-1, 2, 30] and res.fix["where"] == "nested"
     assert res.fix["key"] == "eagle_config.eagle_aux_hidden_state_layer_ids"
@@ -64,7 +64,7 @@ def test_kimi_post_25454_fix_is_raw_ids(kimi):
     draft, target = kimi
     res = audit(data=KIMI_DATA, draft=draft, engine="sglang", engine_version="post-25454",
                 trainer="speculators-v1", target_config=target)
-    assert res.verdict == "mismatch"
+    assert res.wiring == "mismatch"
     assert [s["served_r"] for s in res.slices] == [2, 30, 58]  # first id 2 != 1: used raw
     assert res.fix["ids"] == [0, 3, 31] and "patch" in res.fix["caveat"]
 
@@ -96,7 +96,7 @@ def test_kimi_case_on_real_smollm2_sample_data(sample_data, smol):
     res = audit(data=str(sample_data / "speculators_v1"), draft=draft, engine="sglang",
                 engine_version="pre-25454", target_config=target, use_fingerprint=False)
     assert res.context["trainer"] == "speculators-v1"  # from the data's format
-    assert res.verdict == "mismatch"
+    assert res.wiring == "mismatch"
     assert [(s["trained_r"], s["served_r"]) for s in res.slices] == [(0, 3), (3, 16), (16, 28)]
     assert res.fix["ids"] == [-1, 2, 15] and res.fix["where"] == "nested"
     assert next(f for f in res.findings if f.kind == "target_not_final").evidence["target_r"] == 28
@@ -109,7 +109,7 @@ def test_correct_wiring_on_real_data_matches_exit_0(sample_data, smol, capsys):
                  "--target-config", target, "--no-fingerprint", "--json"])
     doc = json.loads(capsys.readouterr().out)
     # the wiring matches, but the training target (L28, not r = L = 30) is a fail finding: exit 1, not 0
-    assert code == 1 and doc["verdict"] == "match" and doc["fix"] is None
+    assert code == 1 and doc["wiring"] == "match" and doc["verdict"] == "fail" and doc["fix"] is None
     assert [s["served_r"] for s in doc["slices"]] == [0, 3, 16] and all(s["ok"] for s in doc["slices"])
     assert {"verdict", "slices", "findings", "fix"} <= set(doc)
     # the wiring matches, but the target problem is still reported
@@ -120,7 +120,7 @@ def test_correct_sglang_specforge_wiring_matches(tmp_path):
     draft = make_draft(tmp_path / "d", sglang_config([1, 14, 26], 16), H=16)
     res = audit(data=["L2", "L15", "L27", "final_post"], draft=draft, engine="sglang", trainer="specforge",
                 num_layers=30, hidden_size=16)
-    assert res.verdict == "match" and not [f for f in res.findings if f.severity == "error"]
+    assert res.wiring == "match" and not [f for f in res.findings if f.severity == "error"]
 
 
 def test_vllm_50170_no_ids_falls_back_to_default(tmp_path):
@@ -128,7 +128,7 @@ def test_vllm_50170_no_ids_falls_back_to_default(tmp_path):
     draft = make_draft(tmp_path / "d", speculators_config(None, 64), H=64)
     res = audit(data=["L3", "L41", "L78", "L80"], draft=draft, engine="vllm", trainer="speculators-v1",
                 num_layers=80, hidden_size=64)
-    assert res.verdict == "mismatch" and "ids_missing" in kinds(res)
+    assert res.wiring == "mismatch" and "ids_missing" in kinds(res)
     assert [s["served_r"] for s in res.slices] == [2, 40, 77]
     assert "off_by_one" in kinds(res)
     assert res.fix["ids"] == [3, 41, 78] and res.fix["where"] == "top-level"
@@ -141,14 +141,14 @@ def test_vllm_43671_sglang_plus_one_ids_served_by_vllm(tmp_path):
     draft = make_draft(tmp_path / "d", cfg, H=32)
     res = audit(data=["L3", "L32", "L60", "final_post"], draft=draft, engine="vllm", trainer="specforge",
                 num_layers=62, hidden_size=32)
-    assert res.verdict == "mismatch"
+    assert res.wiring == "mismatch"
     off = next(f for f in res.findings if f.kind == "off_by_one")
     assert off.evidence["shift"] == -1
     assert res.fix["ids"] == [3, 32, 60]
     # the same draft served by SGLang (pre-#25454, +1) is right
     ok = audit(data=["L3", "L32", "L60", "final_post"], draft=draft, engine="sglang", engine_version="pre-25454",
                trainer="specforge", num_layers=62, hidden_size=32)
-    assert ok.verdict == "match"
+    assert ok.wiring == "match"
 
 
 def test_sglang_ignores_top_level_key(sample_data, smol):
@@ -156,7 +156,7 @@ def test_sglang_ignores_top_level_key(sample_data, smol):
     draft = smol_draft(t / "top", speculators_config([0, 3, 16], 576, V=49152, Vd=8192))
     res = audit(data=str(sample_data / "speculators_v1"), draft=draft, engine="sglang",
                 engine_version="pre-25454", target_config=target, use_fingerprint=False)
-    assert res.verdict == "mismatch"
+    assert res.wiring == "mismatch"
     f = next(f for f in res.findings if f.kind == "ids_ignored_key")
     assert f.evidence["other_ids"] == [0, 3, 16] and f.evidence["ids_read"] is None
     assert [s["served_r"] for s in res.slices] == [2, 15, 27]  # SGLang's default
@@ -169,7 +169,7 @@ def test_fc_width_nested_top_disagreement_and_names(tmp_path):
     draft = make_draft(tmp_path / "d", cfg, H=16, k=4, names="layers.0")
     res = audit(data=["L2", "L15", "L27", "final_post"], draft=draft, engine="sglang", trainer="specforge",
                 num_layers=30, hidden_size=16)
-    assert res.verdict == "mismatch"  # ids right, but fc takes 4 states and SGLang serves 3
+    assert res.wiring == "mismatch"  # ids right, but fc takes 4 states and SGLang serves 3
     assert {"fc_width", "ids_disagree", "weight_names"} <= kinds(res)
 
 
@@ -177,7 +177,7 @@ def test_order_and_postnorm_target(tmp_path):
     draft = make_draft(tmp_path / "d", speculators_config([3, 16, 28], 16), H=16)
     res = audit(data=["L16", "L3", "L28", "final_post"], draft=draft, engine="vllm", trainer="speculators",
                 num_layers=30, hidden_size=16)
-    assert res.verdict == "mismatch" and {"order", "target_postnorm"} <= kinds(res)
+    assert res.wiring == "mismatch" and {"order", "target_postnorm"} <= kinds(res)
     assert res.fix["ids"] is None and "ascending" in res.fix["caveat"]
 
 
@@ -210,7 +210,7 @@ def test_served_capture_shifted_is_a_mismatch_from_data_alone(sample_data, ladde
     code = main(["audit", "--data", str(sample_data / "speculators_v1"), "--served", served, "--no-fingerprint",
                  "--json"])
     doc = json.loads(capsys.readouterr().out)
-    assert code == 1 and doc["verdict"] == "mismatch"
+    assert code == 1 and doc["wiring"] == "mismatch"
     assert [s["ok"] for s in doc["slices"]] == [False, False, False]
     ev = [f["evidence"] for f in doc["findings"] if f["kind"] == "served_data"]
     assert all(e["value"] > W1_THRESHOLD for e in ev)
@@ -222,7 +222,7 @@ def test_served_capture_right_layers_other_text_matches(sample_data, ladder, tmp
     cap, by_r = ladder
     served = _served(tmp_path / "req_1.safetensors", [by_r[0], by_r[3], by_r[16]], cap.input_ids)
     res = audit(data=str(sample_data / "speculators_v1"), served=served, use_fingerprint=False)
-    assert res.verdict == "match", res.findings
+    assert res.wiring == "match", res.findings
     assert [s["served_r"] for s in res.slices] == [0, 3, 16]
     assert all(d["value"] <= W1_THRESHOLD for d in res.served["distances"])
 
@@ -231,10 +231,10 @@ def test_served_capture_same_tokens_uses_cosine(sample_data, tmp_path):
     train = load(sample_data / "speculators_v1" / "data_0.pt")
     bad = _served(tmp_path / "a.safetensors", train.slots[1:4], train.input_ids)
     res = audit(data=train, served=bad, use_fingerprint=False)
-    assert res.verdict == "mismatch"
+    assert res.wiring == "mismatch"
     assert all(d["mean_cosine"] < 0.999 for d in res.served["distances"])
     good = _served(tmp_path / "b.safetensors", train.slots[0:3], train.input_ids)
-    assert audit(data=train, served=good, use_fingerprint=False).verdict == "match"
+    assert audit(data=train, served=good, use_fingerprint=False).wiring == "match"
 
 
 def test_served_capture_overrides_a_config_that_looks_right(sample_data, ladder, smol, tmp_path):
@@ -245,7 +245,7 @@ def test_served_capture_overrides_a_config_that_looks_right(sample_data, ladder,
     served = _served(tmp_path / "c.safetensors", [by_r[3], by_r[16], by_r[28]], cap.input_ids)
     res = audit(data=str(sample_data / "speculators_v1"), draft=draft, engine="vllm", target_config=target,
                 served=served, use_fingerprint=False)
-    assert res.verdict == "mismatch" and "config_vs_served" in kinds(res)
+    assert res.wiring == "mismatch" and "config_vs_served" in kinds(res)
 
 
 # ---- the data decides: fingerprinted r overrides what the sidecar declares ------------------------------
@@ -268,10 +268,10 @@ def test_reordered_training_slots_are_found_by_depth_order(sample_data, tmp_path
     res = audit(data=data, draft=draft, engine="vllm", num_layers=30, hidden_size=576)
     assert res.trained["fc_r"] == [0, 16, 3]
     assert {"declared_vs_data", "data_reordered", "order"} <= kinds(res)
-    assert res.verdict == "mismatch" and res.fix["ids"] is None and "ascending" in res.fix["caveat"]
+    assert res.wiring == "mismatch" and res.fix["ids"] is None and "ascending" in res.fix["caveat"]
     # trusting the sidecar alone would have called this wiring a match
     assert audit(data=data, draft=draft, engine="vllm", num_layers=30, hidden_size=576,
-                 use_fingerprint=False).verdict == "match"
+                 use_fingerprint=False).wiring == "match"
 
 
 def test_exact_r_from_a_ladder_reference_catches_a_mislabelled_slot(ladder, tmp_path):
@@ -283,14 +283,14 @@ def test_exact_r_from_a_ladder_reference_catches_a_mislabelled_slot(ladder, tmp_
     assert res.trained["fc_r"] == [0, 4, 16]
     f = next(f for f in res.findings if f.kind == "declared_vs_data")
     assert f.evidence["declared"] == 3 and f.evidence["measured"] == 4
-    assert res.verdict == "mismatch" and res.fix["ids"] == [0, 4, 16]
+    assert res.wiring == "mismatch" and res.fix["ids"] == [0, 4, 16]
 
 
 def test_config_free_with_fingerprint_roles(sample_data, ladder, tmp_path):
     cap, by_r = ladder
     served = _served(tmp_path / "r.safetensors", [by_r[3], by_r[16], by_r[28]], cap.input_ids)
     res = audit(data=str(sample_data / "speculators_v1"), served=served)
-    assert res.verdict == "mismatch"
+    assert res.wiring == "mismatch"
     d0 = res.served["distances"][0]
     assert d0["trained_role"] == "embedding" and d0["served_role"] != "embedding"
 
@@ -299,7 +299,7 @@ def test_hidden_size_mismatch_between_draft_and_target(kimi):
     draft, _ = kimi
     res = audit(data=["embed", "L3", "L16", "L28"], draft=draft, engine="vllm", trainer="speculators-v1",
                 num_layers=30, hidden_size=576)
-    assert "hidden_size" in kinds(res) and res.verdict == "mismatch"
+    assert "hidden_size" in kinds(res) and res.wiring == "mismatch"
 
 
 # ---- the other real sample formats -------------------------------------------------------------------------
@@ -311,10 +311,10 @@ def test_real_specforge_data_sglang_match_vllm_default_coincides(sample_data, sm
     data = str(sample_data / "specforge")
     res = audit(data=data, draft=draft, engine="sglang", target_config=target, use_fingerprint=False)
     assert res.context["trainer"] == "specforge" and res.trained["target_r"] == "final_post"
-    assert res.verdict == "match" and not [f for f in res.findings if f.severity == "error"]
+    assert res.wiring == "match" and not [f for f in res.findings if f.severity == "error"]
     # vLLM ignores the nested ids, but its default r = (2, 15, 27) is what SpecForge's default trained on
     v = audit(data=data, draft=draft, engine="vllm", target_config=target, use_fingerprint=False)
-    assert v.verdict == "match"
+    assert v.wiring == "match"
     assert next(f for f in v.findings if f.kind == "ids_ignored_key").severity == "warn"
 
 
@@ -323,11 +323,11 @@ def test_real_speculators_current_data(sample_data, smol, tmp_path):
     data = str(sample_data / "speculators" / "hidden_states")
     ok = audit(data=data, draft=smol_draft(tmp_path / "a", speculators_config([2, 15, 27], 576, V=49152, Vd=8192)),
                engine="vllm", target_config=target, use_fingerprint=False)
-    assert ok.verdict == "match" and ok.trained["target_r"] == 30
+    assert ok.wiring == "match" and ok.trained["target_r"] == 30
     assert not {"target_not_final", "target_postnorm"} & kinds(ok)
     bad = audit(data=data, draft=smol_draft(tmp_path / "b", sglang_config([2, 15, 27], 576, V=49152, Vd=8192)),
                 engine="sglang", engine_version="pre-25454", target_config=target, use_fingerprint=False)
-    assert bad.verdict == "mismatch" and "off_by_one" in kinds(bad) and bad.fix["ids"] == [1, 14, 26]
+    assert bad.wiring == "mismatch" and "off_by_one" in kinds(bad) and bad.fix["ids"] == [1, 14, 26]
 
 
 def test_undeclared_data_falls_back_to_the_config_with_a_warning(sample_data, smol, tmp_path):
@@ -342,7 +342,7 @@ def test_undeclared_data_falls_back_to_the_config_with_a_warning(sample_data, sm
     res = audit(data=str(tmp_path / "x"), draft=draft, engine="vllm", trainer="specforge", target_config=target,
                 use_fingerprint=False)
     assert res.trained["fc_r"] == [2, 15, 27] and "assumed_from_config" in kinds(res)
-    assert res.verdict == "match"
+    assert res.wiring == "match"
 
 
 def test_result_views_are_json_safe_and_escaped(tmp_path):
@@ -354,10 +354,10 @@ def test_result_views_are_json_safe_and_escaped(tmp_path):
     json.dumps(res.to_dict(), allow_nan=False)
     html = res._repr_html_()
     assert "<script>" not in html and "&lt;script&gt;" in html
-    assert res.verdict in repr(res)
+    assert res.wiring in repr(res)
     v = audit(data=["L2", "L15", "L27", "final_post"], draft=draft, engine="vllm", trainer="specforge",
               num_layers=30, hidden_size=16)  # vLLM reads the hostile list: a finding, not a traceback
-    assert v.verdict == "mismatch" and any("must be integers" in f.message for f in v.findings)
+    assert v.wiring == "mismatch" and any("must be integers" in f.message for f in v.findings)
     json.dumps(v.to_dict(), allow_nan=False)
 
 
@@ -407,8 +407,8 @@ def test_served_one_layer_off_on_other_text_is_never_a_match(sample_data, ladder
     other_ids = (cap.input_ids + 1) % 49152  # no shared token_ids prefix: the other-text path
     off = _served(tmp_path / "off.safetensors", [by_r[1], by_r[4], by_r[17]], other_ids)
     res = audit(data=str(sample_data / "speculators_v1"), served=off, use_fingerprint=False)
-    assert res.served["joined_tokens"] == 0 and res.verdict != "match"
+    assert res.served["joined_tokens"] == 0 and res.wiring != "match"
     right = _served(tmp_path / "right.safetensors", [by_r[0], by_r[3], by_r[16]], other_ids)
     res = audit(data=str(sample_data / "speculators_v1"), served=right, use_fingerprint=False)
-    assert res.verdict == "cannot-tell", res.findings
+    assert res.wiring == "cannot-tell", res.findings
     assert all(f.kind == "served_undecided" for f in res.findings if f.kind.startswith("served"))

@@ -71,20 +71,20 @@ def test_unknown_served_other_text_is_cannot_tell_not_mismatch(setup, capsys):
     res = _audit(setup, "other")
     assert res.served["joined_tokens"] == 0  # other text: nothing joined on tokens
     assert [s["trained_r"] for s in res.slices] == [0, None, None]  # the data alone names the embedding only
-    assert res.verdict == "cannot-tell", res.reason
+    assert res.wiring == "cannot-tell", res.reason
     assert [s["ok"] for s in res.slices][1:] == [None, None]
     assert "config_vs_served" not in _kinds(res) and "duplicate" not in _kinds(res)
     assert not [f for f in res.findings if f.is_fail]
     assert main(["audit", "--data", setup["train"], "--draft", setup["draft"], "--engine", "vllm", "--num-layers",
                  "30", "--served", setup["other"], "--json"]) == 3
-    assert json.loads(capsys.readouterr().out)["verdict"] == "cannot-tell"
+    assert json.loads(capsys.readouterr().out)["wiring"] == "cannot-tell"
 
 
 def test_unknown_served_same_tokens_matches_on_the_tensors(setup):
     """Same tokens: the served rows are the trained rows (cosine ≥ 0.999): the wiring is right even though no
     layer is named, and the config's prediction is not contradicted by an unnamed served state."""
     res = _audit(setup, "same")
-    assert res.verdict == "match", res.reason
+    assert res.wiring == "match", res.reason
     assert [s["ok"] for s in res.slices] == [True, True, True]
     assert "config_vs_served" not in _kinds(res) and "duplicate" not in _kinds(res)
     assert res.exit_code() == 0
@@ -104,10 +104,10 @@ def test_model_names_served_slots_exactly(setup, smollm2, sample_data):
     setup["good"] = setup["served"]("good.safetensors", slot[0:3], ids)
     setup["other_shifted"] = setup["served"]("bad.safetensors", slot[1:4], ids)
     res = _audit(setup, "good", model="default")
-    assert res.verdict == "match", res.reason
+    assert res.wiring == "match", res.reason
     assert [s["served_r"] for s in res.slices] == TRAINED and [s["trained_r"] for s in res.slices] == TRAINED
     assert "--model" not in res.reason and (res.settle is None or "--model HF_FOLDER" not in res.settle)
     bad = _audit(setup, "other_shifted", model="default")
-    assert bad.verdict == "mismatch"
+    assert bad.wiring == "mismatch"
     assert [s["served_r"] for s in bad.slices] == [3, 16, 28]
     assert bad.fix is None or bad.fix.get("ids") == TRAINED

@@ -58,7 +58,7 @@ def test_every_command_fits_100_columns(run, sample_data, tmp_path):
         seen[name] = (rc, out, err)
     # the verdict is the first line
     assert re.match(r"2 files: \d (FAIL|CANNOT TELL|PASS)", seen["fingerprint -v"][1])
-    assert seen["audit -v"][1].startswith("hsf audit: MISMATCH: served ['L2', 'L15', 'L27']")
+    assert seen["audit -v"][1].startswith("hsf audit: FAIL (wiring MISMATCH): served ['L2', 'L15', 'L27']")
     assert seen["probe"][1].startswith("probe: ")
     assert seen["report"][1].splitlines()[0].startswith("FAIL: ")
     # the evidence only behind -v

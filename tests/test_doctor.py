@@ -28,7 +28,7 @@ def test_speculators_ids_as_given_and_served_by_vllm_match(tmp_path):
     d = draft(tmp_path, {"eagle_aux_hidden_state_layer_ids": [2, 15, 27]})
     res = preflight(d, "vllm", trainer="speculators", target_layer_ids=[2, 15, 27], include_last_layer=True,
                     num_layers=L)
-    assert res.verdict == "match" and res.trained["fc_r"] == [2, 15, 27]
+    assert res.wiring == "match" and res.trained["fc_r"] == [2, 15, 27]
 
 
 def test_training_ids_that_include_the_final_layer_are_an_error(tmp_path):
@@ -42,7 +42,7 @@ def test_a_trainer_invoked_without_ids_falls_back_silently_and_the_doctor_says_s
     res = preflight(d, "vllm", trainer="speculators", num_layers=L)
     f = next(f for f in res.findings if f.kind == "trainer_ids_missing")
     assert f.evidence["default_r"] == [2, 15, 27]
-    assert res.verdict == "mismatch"  # trained on the default, served the config's [3, 16, 28]
+    assert res.wiring == "mismatch"  # trained on the default, served the config's [3, 16, 28]
 
 
 def test_trainer_ids_that_differ_from_the_config_are_flagged(tmp_path):
@@ -50,7 +50,7 @@ def test_trainer_ids_that_differ_from_the_config_are_flagged(tmp_path):
     res = preflight(d, "sglang", engine_version="pre-25454", trainer="specforge", target_layer_ids=[2, 15, 27],
                     num_layers=L)
     assert "trainer_ids_vs_config" in kinds(res)
-    assert res.trained["fc_r"] == [3, 16, 28] and res.served["r"] == [2, 15, 27] and res.verdict == "mismatch"
+    assert res.trained["fc_r"] == [3, 16, 28] and res.served["r"] == [2, 15, 27] and res.wiring == "mismatch"
 
 
 def test_specforge_needs_three_ids(tmp_path):
@@ -84,8 +84,8 @@ def test_cli_preflight_exit_codes(tmp_path, capsys):
 def test_a_family_the_engine_has_no_rule_for_is_cannot_tell_not_a_guess(tmp_path):
     d = draft(tmp_path, {"dspark_target_layer_ids": [40, 41, 42]})
     res = preflight(d, "llama.cpp", trained_layout=["L41", "L42", "L43"], num_layers=43)
-    assert res.verdict == "cannot-tell" and "no known rule" in res.reason
-    assert preflight(d, "vllm", trained_layout=["L41", "L42", "L43"], num_layers=43).verdict == "match"
+    assert res.wiring == "cannot-tell" and "no known rule" in res.reason
+    assert preflight(d, "vllm", trained_layout=["L41", "L42", "L43"], num_layers=43).wiring == "match"
 
 
 @pytest.mark.parametrize("cfg", [{"eagle_aux_hidden_state_layer_ids": "2,15"}, {"eagle_config": [1, 2]},
@@ -100,4 +100,4 @@ def test_malformed_or_unusual_configs_give_a_verdict_or_one_line_error(tmp_path,
     except ForensicsError as e:
         assert "\n" not in str(e)
         return
-    assert res.verdict in ("match", "mismatch", "cannot-tell") and res.text()
+    assert res.wiring in ("match", "mismatch", "cannot-tell") and res.text()

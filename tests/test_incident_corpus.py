@@ -199,7 +199,7 @@ def test_applying_the_printed_fix_makes_the_same_audit_match(case, tmp_path):
     fixed = plan.apply(case.config)
     assert fixed != case.config and case.config == CASES[CASES.index(case)].config  # input not modified
     after = run(case, tmp_path / "after", config=fixed)
-    assert after.verdict == "match", (case.source, after.reason, [f.message for f in after.findings])
+    assert after.wiring == "match", (case.source, after.reason, [f.message for f in after.findings])
     assert after.served["r"] == sorted(case.trained)
 
 
@@ -207,7 +207,7 @@ def test_applying_the_printed_fix_makes_the_same_audit_match(case, tmp_path):
                          ids=[c.id for c in CASES if c.fix_kind == "engine-version"])
 def test_the_engine_fix_version_serves_the_trained_layers(case, tmp_path):
     after = run(case, tmp_path / "draft", version=case.fix_version)
-    assert after.verdict == "match", (case.source, after.reason)
+    assert after.wiring == "match", (case.source, after.reason)
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.fix_kind == "none-possible"],
@@ -241,7 +241,7 @@ def test_an_unknown_engine_version_lists_the_readings_instead_of_picking_one(tmp
     ids [2, 39, 77] (trained r [2, 39, 77]) are right for the old versions and wrong for the new ones."""
     case = next(c for c in CASES if c.id == "local-vllm-487")
     res = run(case, tmp_path / "draft", version=None)
-    assert res.verdict == "cannot-tell" and res.fix is None
+    assert res.wiring == "cannot-tell" and res.fix is None
     readings = next(f for f in res.findings if f.kind == "readings").evidence["readings"]
     assert readings["vllm pre-36063"] == [2, 39, 77] and readings["vllm post-46973"] == [3, 40, 78]
 

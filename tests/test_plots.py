@@ -134,7 +134,7 @@ def test_depth_ladder_final_post_sits_past_L(stats):
 
 
 def test_audit_slices():
-    au = NS(verdict="mismatch", slices=[{"slice": 0, "trained_r": 0, "served_r": 3, "ok": False},
+    au = NS(wiring="mismatch", slices=[{"slice": 0, "trained_r": 0, "served_r": 3, "ok": False},
                                         {"slice": 1, "trained_r": 3, "served_r": 31, "ok": False},
                                         {"slice": 2, "trained_r": 31, "served_r": 59, "ok": False}])
     fig = hp.audit_slices(au)
@@ -142,7 +142,7 @@ def test_audit_slices():
     assert "mismatch" in fig.axes[0].get_title()
     for lab in ("embed", "L3", "L31", "L59", "trained", "served"):
         assert lab in texts
-    assert "no slice" in " ".join(_texts(hp.audit_slices(NS(verdict="cannot-tell", slices=[]))))
+    assert "no slice" in " ".join(_texts(hp.audit_slices(NS(wiring="cannot-tell", slices=[]))))
 
 
 def test_png_and_html_export_and_no_pyplot_leak(stats, fake_fp):

@@ -28,4 +28,4 @@ def test_report_with_model_gives_the_audits_exact_verdict_and_fix(sample_data, t
     assert "run with --model" not in html  # the model was given: nothing asks for it
     code_a = main(["audit", "--data", str(sample_data / "speculators_v1"), *args])
     aud = json.loads(capsys.readouterr().out)
-    assert (code_a, aud["verdict"], aud["fix"]) == (rep["audit_exit_code"], rep["audit"], rep["audit_fix"])
+    assert (code_a, aud["wiring"], aud["fix"]) == (rep["audit_exit_code"], rep["audit"], rep["audit_fix"])

@@ -19,7 +19,7 @@ def test_audit_uses_the_trainers_format_not_the_first_file(demo_report):
     audit = demo_report.context["audit"]
     # sample_data/ lists the 32-slot ladder first; the draft was trained on speculators-v1 [embed, L3, L16]
     assert [s["trained_r"] for s in audit.to_dict()["slices"]] == [0, 3, 16]
-    assert audit.verdict == "mismatch"  # SGLang ignores the top-level ids: default r = {2, 15, 27}
+    assert audit.wiring == "mismatch"  # SGLang ignores the top-level ids: default r = {2, 15, 27}
     assert [s["served_r"] for s in audit.to_dict()["slices"]] == [2, 15, 27]
 
 

@@ -92,7 +92,7 @@ def test_seed_wiring_is_fail_in_audit(sample_data, tmp_path, capsys):
     code = main(["audit", "--data", str(sample_data / "speculators_v1"), "--draft", draft, "--engine", "sglang",
                  "--num-layers", "30", "--hidden-size", "576", "--json"])
     doc = json.loads(capsys.readouterr().out)
-    assert code == 1 and doc["verdict"] == "mismatch"
+    assert code == 1 and doc["wiring"] == "mismatch"
     s = _shifted(doc["findings"])
     assert s["severity"] == "fail" and s["evidence"]["served"] == [3, 16, 28] and "seed" in s["message"]
     # data-only: slice 0 (embed) is measured, slices 1–2 are only declared: no fix list rests on them
@@ -138,7 +138,7 @@ def test_seed_with_model_default(sample_data, tmp_path, capsys):
     code = main(["audit", "--data", path, "--draft", draft, "--engine", "sglang", "--num-layers", "30",
                  "--hidden-size", "576", "--model", "default", "--json"])
     doc = json.loads(capsys.readouterr().out)
-    assert code == 1 and doc["verdict"] == "mismatch" and _shifted(doc["findings"])["severity"] == "fail"
+    assert code == 1 and doc["wiring"] == "mismatch" and _shifted(doc["findings"])["severity"] == "fail"
     assert all(sl["ok"] is False for sl in doc["slices"]) and doc["fix"]["ids"] is not None
     from forensics.views.report.core import report
 
@@ -232,10 +232,10 @@ def test_specforge_one_layer_off_is_cannot_tell_data_only_and_fail_with_a_refere
     data = _specforge(tmp_path / "sf", [by_r[3], by_r[16], by_r[28]], by_r["final_post"], lad.input_ids)
     draft = _sglang_draft(tmp_path / "d", ids=(1, 14, 26))
     only = audit(data=data, draft=draft, engine="sglang", num_layers=30, hidden_size=576)
-    assert only.verdict == "cannot-tell" and only.exit_code() == 3 and only.fix is None
+    assert only.wiring == "cannot-tell" and only.exit_code() == 3 and only.fix is None
     assert [sl["ok"] for sl in only.slices] == [None, None, None] and "--model" in only.settle
     exact = audit(data=data, draft=draft, engine="sglang", num_layers=30, hidden_size=576, model=lad)
-    assert exact.verdict == "mismatch" and exact.trained["fc_r"] == [3, 16, 28]
+    assert exact.wiring == "mismatch" and exact.trained["fc_r"] == [3, 16, 28]
     assert exact.fix["ids"] == [2, 15, 27] and exact.exit_code() == 1
 
 
@@ -253,7 +253,7 @@ def test_served_capture_joined_on_tokens_names_the_offset(sample_data, tmp_path)
                "token_ids": train.input_ids.contiguous()}, str(served))
     res = audit(data=train, served=str(served), use_fingerprint=False)
     rows = res.served["distances"]
-    assert res.verdict == "mismatch" and res.served["joined_tokens"] == train.num_tokens
+    assert res.wiring == "mismatch" and res.served["joined_tokens"] == train.num_tokens
     assert [r["best_offset_slots"] for r in rows] == [1, 1, 1] and [r["best_offset_r"] for r in rows] == [3, 13, 12]
     assert all(r["median_rel"] > 0.05 for r in rows)  # not the trained slot; the next one matches exactly
 

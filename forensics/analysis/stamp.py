@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from forensics.errors import ForensicsError
+from forensics.findings import Verdict, exit_code
 from forensics.io import stamp_store as store
 from forensics.io import stamps as st
 from forensics.layers import parse_r, r_label
@@ -66,8 +67,14 @@ class StampResult:
     def failed(self) -> list[FileStamp]:
         return [f for f in self.files if not f.stamped]
 
+    @property
+    def verdict(self) -> Verdict:
+        """PASS when every file was stamped, else FAIL (the unstamped files say why; the command exits 2)."""
+        return Verdict.PASS if self.ok else Verdict.FAIL
+
     def to_dict(self) -> dict:
-        return {"ok": self.ok, "files": [f.to_dict() for f in self.files], "convention": self.convention,
+        return {"verdict": self.verdict.value, "ok": self.ok,
+                "files": [f.to_dict() for f in self.files], "convention": self.convention,
                 "producer": self.producer, "model": self.model, "num_layers": self.num_layers}
 
     def __repr__(self) -> str:
@@ -119,13 +126,19 @@ class VerifyResult:
         return bool(self.files) and all(f.status == "ok" for f in self.files)
 
     @property
-    def verdict(self) -> str:
+    def verdict(self) -> Verdict:
+        """FAIL when a file drifted from its stamp (or could not be checked), PASS when every file matches its
+        stamp, else CANNOT TELL (a file without a stamp); the exit code and every view read it."""
         if any(f.status in ("drifted", "changed-shape", "moved", "error") for f in self.files):
-            return "fail"
-        return "pass" if self.ok else "cannot-tell"
+            return Verdict.FAIL
+        return Verdict.PASS if self.ok else Verdict.CANNOT_TELL
+
+    def exit_code(self) -> int:
+        """``forensics.findings.exit_code`` of the verdict: 0 pass, 1 fail, 3 cannot tell."""
+        return exit_code([], [self.verdict])
 
     def to_dict(self) -> dict:
-        return {"verdict": self.verdict, "files": [f.to_dict() for f in self.files], "seconds": self.seconds,
+        return {"verdict": self.verdict.value, "files": [f.to_dict() for f in self.files], "seconds": self.seconds,
                 "bytes_read": self.bytes_read}
 
     def __repr__(self) -> str:

@@ -127,6 +127,15 @@ def exit_code_of(entries: list[dict], unreadable: bool, fail_on: str = "fail") -
     return exit_code(findings, [e.get("verdict") for e in entries], unreadable=unreadable, fail_on=fail_on)
 
 
+def verdict_of(entries: list[dict], fail_on: str = "fail") -> str:
+    """The command's one verdict over per-file JSON entries (``forensics.findings.decide``: the exit code's rule
+    over what was read; an unreadable file is its ``error`` entry and exit 2, not a verdict)."""
+    from forensics.findings import decide
+
+    findings = [f for e in entries for f in e.get("findings") or []]
+    return decide(findings, [e.get("verdict") for e in entries], fail_on=fail_on).value
+
+
 def add_model_arguments(p, help: str) -> None:
     """``--model`` plus the options of running it: ``--max-memory`` and ``--tokens`` (every verb that takes a
     model gets the same three)."""

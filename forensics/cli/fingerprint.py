@@ -23,6 +23,7 @@ from forensics.cli._common import (
     layer_count,
     print_json,
     target_of,
+    verdict_of,
 )
 
 
@@ -105,7 +106,7 @@ def run(args) -> int:
         if e.get("error"):
             args.console.error(e["error"])
     if args.json:
-        print_json({"files": entries})
+        print_json({"verdict": verdict_of(entries), "files": entries})
         return code
     from forensics.views.fingerprint import explain, text, verdict_word
 

@@ -2,7 +2,8 @@
 
 Text mode prints one table per file (shape, dtype, declared r, norm mean/std/median/p5/p95, token 0, last
 token, mean without token 0, and flags for sinks, massive activations and NaN/Inf). ``--json`` prints one
-``{"files": [...]}`` document whose entries are ``CaptureStats.to_dict()``. An unreadable file is reported
+``{"verdict": ..., "files": [...]}`` document (``verdict``: pass / fail / cannot tell over the row
+findings) whose entries are ``CaptureStats.to_dict()``. An unreadable file is reported
 on stderr (and as an ``error`` entry in JSON) and makes the exit code 2; NaN/Inf values are findings, not
 errors. Each file's rows are checked (``forensics.analysis.rows``: zero blocks, NaN rows, rows ≠ ids, token
 shifts, foreign rows): the findings are listed under the table and in each JSON entry's ``findings``, and a
@@ -11,7 +12,7 @@ FAIL among them makes the exit code 1.
 
 from __future__ import annotations
 
-from forensics.cli._common import for_each_file, print_json
+from forensics.cli._common import for_each_file, print_json, verdict_of
 
 
 def add_arguments(p) -> None:
@@ -21,7 +22,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from forensics.analysis.rows import check_rows
     from forensics.analysis.stats import summarize
-    from forensics.findings import exit_code
+    from forensics.findings import decide, exit_code
     from forensics.io.formats import load
 
     results = {}
@@ -33,6 +34,7 @@ def run(args) -> int:
         entry = st.to_dict()
         found = check_rows(cap).findings  # zero blocks, rows ≠ ids, shifts, foreign rows (issue 22)
         entry["findings"] = [f.to_dict() for f in found]
+        entry["verdict"] = decide(found).value
         results[id(entry)] = st
         row_findings[id(entry)] = found
         return entry
@@ -44,7 +46,7 @@ def run(args) -> int:
         if e["error"]:
             out.error(e["error"])
     if args.json:
-        print_json({"files": entries})
+        print_json({"verdict": verdict_of(entries), "files": entries})
         return code
     from forensics.views.stats import table
 

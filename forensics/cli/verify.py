@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from forensics.cli._common import print_json
 
-EXIT = {"pass": 0, "fail": 1, "cannot-tell": 3}
-
 
 def add_arguments(p) -> None:
     p.add_argument("dataset", metavar="DATASET", help="a capture file or a folder (searched recursively)")
@@ -27,4 +25,4 @@ def run(args) -> int:
         print_json(res.to_dict())
     else:
         args.console.text(verify_text(res))
-    return EXIT[res.verdict]
+    return res.exit_code()

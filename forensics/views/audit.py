@@ -6,11 +6,11 @@ import json
 
 from forensics.findings import Severity, sort_findings
 from forensics.layers import r_label
-from forensics.views.format import TEXT_WIDTH, badge, columns, esc, fit, html_table
+from forensics.views.format import TEXT_WIDTH, badge, columns, esc, fit, headline_word, html_table
 
 
 def line(res) -> str:
-    s = f"AuditResult({res.verdict}: {res.reason}"
+    s = f"AuditResult({res.verdict.value}, wiring {res.wiring}: {res.reason}"
     if res.fix and res.fix.get("ids") is not None:
         s += f"; fix {res.fix['where']} {res.fix['key']} = {res.fix['ids']}"
     return s + ")"
@@ -26,7 +26,7 @@ def html(res) -> str:
                f"<code>{esc(res.fix.get('key'))}</code> ({esc(res.fix.get('where'))}, "
                f"{esc(res.fix.get('engine'))} {esc(res.fix.get('version'))})"
                + (f"<br>caveat: {esc(res.fix['caveat'])}" if res.fix.get("caveat") else "") + "</p>")
-    return (f"<div class='hsf-audit'><p>{badge(res.decision)} <b>{esc(res.verdict.upper())}</b>"
+    return (f"<div class='hsf-audit'><p>{badge(res.verdict)} <b>wiring {esc(HEAD[res.wiring])}</b>"
             f" {esc(res.reason)}</p>"
             + html_table(["fc slice", "trained on", "served", "ok"], rows)
             + (html_table(["", "finding", "evidence"], frows) if frows else "") + fix
@@ -50,11 +50,17 @@ def _trained(sl: dict) -> str:
 HEAD = {"match": "MATCH", "mismatch": "MISMATCH", "cannot-tell": "CANNOT TELL"}
 
 
+def headline(res) -> str:
+    """The verdict first (``PASS`` / ``FAIL`` / ``CANNOT TELL``, the result's ``verdict``), then the wiring word:
+    ``FAIL (wiring MATCH)`` is a served wiring that matches with a fail finding elsewhere (a broken target)."""
+    return f"{headline_word(res.verdict)} (wiring {HEAD[res.wiring]})"
+
+
 def text(res, width: int = TEXT_WIDTH, verbose: bool = False) -> str:
     """What ``hsf audit`` prints: the verdict and its findings first, then the fix, then the wiring behind it
     (trained vs served per fc slice); ``verbose`` adds each finding's evidence."""
     c = res.context
-    out = [f"hsf audit: {HEAD[res.verdict]}: {res.reason}"]
+    out = [f"hsf audit: {headline(res)}: {res.reason}"]
     for f in sort_findings(res.findings):
         out.append(f"  {f.severity.value.upper()} {f.kind}: {f.message}")
         if verbose:
@@ -86,7 +92,7 @@ def text(res, width: int = TEXT_WIDTH, verbose: bool = False) -> str:
         out.append(f"to settle it: {res.settle}")
     other = [f for f in res.findings if f.severity is Severity.FAIL and f.kind not in
              ("slices", "off_by_one", "shifted", "served_data")]
-    if res.verdict == "match" and other:
+    if res.wiring == "match" and other:
         out.append(f"note: the wiring matches, but {len(other)} other problem(s) above still need fixing")
     out.append("")
     ctx = [f"engine {c['engine']} {c['engine_version'] or ''}".strip() if c.get("engine") else "engine ?",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+from forensics.views.format import headline_word
+
 
 def stamp_line(res) -> str:
     bad = len(res.failed)
@@ -12,7 +14,7 @@ def stamp_line(res) -> str:
 
 def verify_line(res) -> str:
     bad = sum(f.status != "ok" for f in res.files)
-    return f"VerifyResult({res.verdict}: {len(res.files) - bad}/{len(res.files)} file(s) match their stamp)"
+    return f"VerifyResult({res.verdict.value}: {len(res.files) - bad}/{len(res.files)} file(s) match their stamp)"
 
 
 def _rel(path: str) -> str:
@@ -56,7 +58,7 @@ def summary(stamp: dict | None) -> str | None:
 def verify_text(res) -> str:
     mb = res.bytes_read / 1e6
     rate = f", {mb / res.seconds:.0f} MB/s" if res.seconds > 0 else ""
-    head = {"pass": "PASS", "fail": "FAIL", "cannot-tell": "CANNOT TELL"}[res.verdict]
+    head = headline_word(res.verdict)
     out = [f"hsf verify: {head}: {sum(f.status == 'ok' for f in res.files)}/{len(res.files)} file(s) match their "
            f"stamp ({mb:.1f} MB in {res.seconds:.2f} s{rate})"]
     for f in res.files:

@@ -13,7 +13,7 @@ Example:
     >>> res = audit(data=["embed", "L3", "L31", "L59"], draft="kimi-draft/", engine="sglang",
     ...             engine_version="pre-25454", trainer="speculators-v1",
     ...             target_config="kimi/config.json")                     # doctest: +SKIP
-    >>> res.verdict, res.fix["ids"]                                        # doctest: +SKIP
+    >>> res.wiring, res.fix["ids"]                                        # doctest: +SKIP
     ('mismatch', [-1, 2, 30])
 """
 
@@ -41,9 +41,13 @@ WIRING_KINDS = {FindingKind.SLICES, FindingKind.IDS_IGNORED_KEY, FindingKind.IDS
 
 @dataclass
 class AuditResult:
-    """Verdict, the slot-by-slot table, findings with evidence, and the fix."""
+    """Verdict, the slot-by-slot table, findings with evidence, and the fix.
 
-    verdict: str
+    ``wiring`` is the wiring word (``match`` / ``mismatch`` / ``cannot-tell``: the fc slices alone); ``verdict``
+    is the one verdict (``pass`` / ``fail`` / ``cannot tell``) every view, the JSON and the exit code read.
+    """
+
+    wiring: str
     reason: str
     slices: list[dict]
     findings: list[Finding]
@@ -56,21 +60,27 @@ class AuditResult:
     @property
     def outcome(self) -> Verdict:
         """The wiring verdict in the one vocabulary: match → PASS, mismatch → FAIL, cannot-tell → CANNOT TELL."""
-        return {"match": Verdict.PASS, "mismatch": Verdict.FAIL}.get(self.verdict, Verdict.CANNOT_TELL)
+        return {"match": Verdict.PASS, "mismatch": Verdict.FAIL}.get(self.wiring, Verdict.CANNOT_TELL)
 
     def exit_code(self) -> int:
         """``forensics.findings.exit_code`` of this audit: a fail finding is exit 1 even when the wiring matches."""
         return exit_code(self.findings, [self.outcome])
 
     @property
-    def decision(self) -> Verdict:
+    def verdict(self) -> Verdict:
         """The one verdict every view states and the exit code reads: FAIL on a mismatch or a fail finding,
         CANNOT TELL when the wiring is undecided and nothing fails, else PASS (``outcome`` is the wiring alone)."""
         return {1: Verdict.FAIL, 3: Verdict.CANNOT_TELL}.get(self.exit_code(), Verdict.PASS)
 
+    @property
+    def decision(self) -> Verdict:
+        """The same as :attr:`verdict` (kept for callers written before ``verdict`` took the common vocabulary)."""
+        return self.verdict
+
     def to_dict(self) -> dict:
         """JSON-safe (NaN/inf → None, numpy → Python): the ``hsf audit --json`` document."""
-        return json_safe({"verdict": self.verdict, "outcome": self.decision.value, "reason": self.reason,
+        return json_safe({"verdict": self.verdict.value, "wiring": self.wiring,
+                          "outcome": self.verdict.value, "reason": self.reason,
                           "slices": self.slices,
                           "findings": [f.to_dict() for f in self.findings], "fix": self.fix,
                           "trained": self.trained, "served": self.served, "context": self.context,

@@ -20,7 +20,7 @@ the verdict is CANNOT TELL unless all readings agree.
 Example:
     >>> res = preflight(draft="draft/", engine="vllm", trainer="speculators",
     ...                 target_layer_ids=[2, 15, 27], num_layers=30)        # doctest: +SKIP
-    >>> res.verdict                                                          # doctest: +SKIP
+    >>> res.wiring                                                          # doctest: +SKIP
     'match'
 """
 
@@ -188,7 +188,7 @@ def preflight(draft: Any, engine: str, engine_version: str | None = None, traine
     except ForensicsError as e:
         if "no known rule" not in e.message:
             raise
-        return AuditResult(verdict="cannot-tell", reason=f"{e.message}: what {engine} serves a {fam} draft is not in "
+        return AuditResult(wiring="cannot-tell", reason=f"{e.message}: what {engine} serves a {fam} draft is not in "
                            "the sources read", slices=[], findings=findings, fix=None,
                            trained={"fc_r": trained_fc, "target_r": None, "source": "trainer invocation"},
                            served={"r": None, "source": "none"},
@@ -208,15 +208,15 @@ def preflight(draft: Any, engine: str, engine_version: str | None = None, traine
                            else "trained layout (fc inputs)")
         res.context["trainer"] = trainer
     served = (res.served or {}).get("r")
-    if res.verdict == "cannot-tell" and fc and served is not None and len(served) != len(fc) and \
+    if res.wiring == "cannot-tell" and fc and served is not None and len(served) != len(fc) and \
             all(isinstance(r, int) for r in fc):  # every trained slice is known: a count difference is certain
-        res.verdict = "mismatch"
+        res.wiring = "mismatch"
         res.reason = (f"{engine} feeds {len(served)} states {[r_label(r) for r in served]} to an fc trained on "
                       f"{len(fc)} {[r_label(r) for r in fc]}")
-    if res.verdict == "match" and any(f.severity is Severity.FAIL and f.kind in DOCTOR_WIRING_KINDS for f in findings):
+    if res.wiring == "match" and any(f.severity is Severity.FAIL and f.kind in DOCTOR_WIRING_KINDS for f in findings):
         bad = next(f for f in findings if f.severity is Severity.FAIL and f.kind in DOCTOR_WIRING_KINDS)
-        res.verdict, res.reason = "mismatch", bad.message
-    if res.verdict == "mismatch" and fc and all(isinstance(r, int) for r in fc):
+        res.wiring, res.reason = "mismatch", bad.message
+    if res.wiring == "mismatch" and fc and all(isinstance(r, int) for r in fc):
         plan = cv.from_r(engine, fc, L, engine_version, arch or "generic", fam)
         res.fix = {**plan.to_dict(), "already_set": _already(info, plan)}
     _apply_readings(res, info, engine, engine_version, L, arch, fam)
@@ -282,7 +282,7 @@ def _apply_readings(res: AuditResult, info, engine: str, version: str | None, L:
         ids = cv.from_r(engine, fc, L, None if v == "any" else v, arch or "generic", family).ids
         plans.add(None if ids is None else tuple(ids))
     fix_ids = (res.fix or {}).get("ids")
-    if ok and len(ok) < len(matches) and res.verdict == "mismatch" and fix_ids is not None and len(plans) == 1 \
+    if ok and len(ok) < len(matches) and res.wiring == "mismatch" and fix_ids is not None and len(plans) == 1 \
             and None not in plans and config_ids is not None and tuple(fix_ids) != tuple(config_ids):
         # every version is fixed by the same ids, and the config holds others: wrong whatever the version
         # (the versions that serve the trained layers do so only because they drop an id they cannot capture)
@@ -290,11 +290,11 @@ def _apply_readings(res: AuditResult, info, engine: str, version: str | None, L:
                        f"right for every {engine} version")
         return
     if len(ok) == len(matches):
-        res.verdict, res.reason = "match", f"every reading serves the trained r = {[r_label(r) for r in fc]}"
+        res.wiring, res.reason = "match", f"every reading serves the trained r = {[r_label(r) for r in fc]}"
     elif ok:  # the slice comparison above was one reading's: it is not evidence against the wiring
         res.findings = [f for f in res.findings if f.kind not in READING_KINDS]
         res.slices = []
-        res.verdict = "cannot-tell"
+        res.wiring = "cannot-tell"
         res.reason = (f"the served layers depend on the {engine} version or numbering: {ok} serve the trained "
                       f"{[r_label(r) for r in fc]}, the others do not (pass --engine-version, or check one served "
                       "capture with --served)")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from forensics.findings import Verdict
+
 
 @dataclass
 class ScanResult:
@@ -39,15 +41,29 @@ class ScanResult:
         """Dataset per-slot norm summaries, per format: ``{format: [{index, name, mean, std, median, …}]}``."""
         return {fmt: g["slots"] for fmt, g in self.summary["groups"].items()}
 
-    def exit_code(self) -> int:
-        """``forensics.findings.exit_code`` of the scan: unreadable files 2; a fail (an anomaly, a dataset-wide
-        finding of severity fail) 1; a claim no fingerprinted file could decide 3; else 0."""
-        from forensics.findings import Verdict, exit_code
+    def _evidence(self) -> tuple[list[dict], list]:
+        """The severities and claim verdicts the scan's decision rests on (anomalies, dataset findings, rows)."""
+        from forensics.findings import Verdict
 
         findings = [{"severity": a.get("severity") or "fail"} for a in self.anomalies]
         findings += [{"severity": d.get("severity") or "warn"} for d in self.summary.get("dataset_findings") or []]
         verdicts = [r.get("verdict") for r in self.rows if r.get("verdict") in {v.value for v in Verdict}]
-        return exit_code(findings, verdicts, unreadable=bool(self.summary.get("errors")))
+        return findings, verdicts
+
+    def exit_code(self) -> int:
+        """``forensics.findings.exit_code`` of the scan: unreadable files 2; a fail (an anomaly, a dataset-wide
+        finding of severity fail) 1; a claim no fingerprinted file could decide 3; else 0."""
+        from forensics.findings import exit_code
+
+        return exit_code(*self._evidence(), unreadable=bool(self.summary.get("errors")))
+
+    @property
+    def verdict(self) -> Verdict:
+        """The scan's one verdict over the files it read (``forensics.findings.decide``): pass / fail / cannot
+        tell; unreadable files are ``summary["errors"]`` and exit 2 beside it."""
+        from forensics.findings import decide
+
+        return decide(*self._evidence())
 
     @property
     def ok(self) -> bool:
@@ -73,7 +89,8 @@ class ScanResult:
         """JSON-safe dict; rows included when held in memory (no ``out``) unless ``with_rows`` says."""
         if with_rows is None:
             with_rows = self._rows is not None
-        d = {"path": self.path, "out": self.out, "summary": self.summary, "anomalies": self.anomalies,
+        d = {"verdict": self.verdict.value, "path": self.path, "out": self.out, "summary": self.summary,
+             "anomalies": self.anomalies,
              "timing": self.timing}
         if with_rows:
             d["rows"] = self.rows

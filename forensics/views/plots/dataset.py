@@ -62,7 +62,7 @@ def audit_slices(audit: Any, title: str | None = None) -> Figure:
     fig = _figure(height=2.6)
     ax = fig.add_subplot()
     ax.set_axis_off()
-    verdict = getattr(audit, "verdict", "?")
+    verdict = getattr(audit, "wiring", "?")
     ax.set_title(f"{title or AUDIT_TITLE} — verdict: {verdict}", fontsize=10)
     if not slices:
         ax.text(0.5, 0.5, "no slice information (the audit could not map fc slices)", ha="center", va="center",

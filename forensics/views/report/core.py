@@ -65,7 +65,8 @@ class Report:
 
     def exit_code(self, fail_on: str = "fail", decided_only: bool = False) -> int:
         """The exit code of ``hsf report`` (``forensics.findings.exit_code``): every file's findings and slot
-        verdicts, the audit's findings and verdict; 2 when an input or a section could not be read."""
+        verdicts, the audit's findings and verdict, the probe's verdict; 2 when an input or a section could not be
+        read."""
         from forensics.findings import exit_code
 
         findings, verdicts = [], []
@@ -77,6 +78,9 @@ class Report:
         if audit is not None:
             findings += audit.findings
             verdicts.append(audit.outcome)
+        probe_res = self.context.get("probe")
+        if probe_res is not None:  # the probe's verdict as `hsf probe` exits on it (its findings explain it)
+            verdicts.append(probe_res.verdict)
         bad = any(f.error for f in self.context["files"]) or bool(self.context.get("errors"))
         return exit_code(findings, verdicts, unreadable=bad and not decided_only, fail_on=fail_on)
 
@@ -309,7 +313,7 @@ def report(paths, layers=None, model=None, draft=None, engine=None, engine_versi
         "audit_html": fragment(audit_res),
         "audit": audit_res,  # the result objects, for Python callers and tests
         "probe": probe_res,
-        "audit_verdict": getattr(audit_res, "verdict", None),
+        "audit_verdict": getattr(audit_res, "wiring", None),
         "audit_fig": audit_fig,
         "probe_fig": probe_fig,
         "probe_html": fragment(probe_res),

@@ -210,7 +210,7 @@ def build_verdicts(files: list[FileResult], audit_res, probe_res=None) -> dict:
         fix = dict(getattr(audit_res, "fix", None) or {})
         problems = [{"kind": x.kind, "message": x.message, "cls": x.severity.value}
                     for x in sort_findings(getattr(audit_res, "findings", []) or []) if x.severity is not Severity.INFO]
-        audit = {"verdict": audit_res.verdict, "outcome": audit_res.outcome.value,
+        audit = {"verdict": audit_res.wiring, "outcome": audit_res.outcome.value,
                  "reason": getattr(audit_res, "reason", ""), "fix": fix, "settle": getattr(audit_res, "settle", None),
                  "fixline": {k: fix.get(k) for k in ("ids", "key", "where", "engine", "version")},
                  "slices": [{"slice": sl.get("slice"), "trained": _label(sl.get("trained_r")) or "—",
