@@ -93,7 +93,7 @@ def test_colour_on_a_terminal_only_and_never_with_no_color_or_json(run, sample_d
     assert not ANSI.search(out) and "MISMATCH" in out
     monkeypatch.delenv("NO_COLOR")
     _, out, _ = run(*argv, "--json")
-    assert not ANSI.search(out) and json.loads(out)["verdict"] == "mismatch"
+    assert not ANSI.search(out) and json.loads(out)["verdict"] == "fail" and json.loads(out)["wiring"] == "mismatch"
 
 
 def test_progress_on_a_terminal_goes_to_stderr_and_quiet_silences_it(run, sample_data, monkeypatch):

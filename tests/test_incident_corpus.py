@@ -180,7 +180,7 @@ def run(case: Case, folder, config=None, version="same"):
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_the_audit_flags_the_incident(case, tmp_path):
     res = run(case, tmp_path / "draft")
-    assert res.verdict == case.verdict, (case.source, res.reason)
+    assert res.wiring == case.verdict, (case.source, res.reason)
     kinds = {f.kind for f in res.findings}
     assert case.kinds <= kinds, (case.source, sorted(kinds))
     if case.served is not None:
