@@ -213,3 +213,24 @@ def test_logit_lens_of_the_last_block_and_final_post_is_the_models_prediction(sa
             np.testing.assert_allclose(rows[slot].probs, top.values.numpy(), rtol=0.03, atol=1e-3)
         assert rows[31].normed is False and rows[30].normed is True
         assert rows[0].ids != top.indices.tolist()  # the embedding does not predict the next token
+
+
+def test_bad_input_is_one_line_naming_the_file(sample_data, tmp_path):
+    import shutil
+
+    import forensics
+
+    bad = tmp_path / "data_9.pt"
+    bad.write_bytes(b"not a torch file")
+    with pytest.raises(ForensicsError) as e:
+        forensics.explore(bad, background=False)
+    assert "data_9.pt" in str(e.value) and "\n" not in str(e.value).strip()
+    shutil.copy(sample_data / "speculators_v1" / "data_0.pt", tmp_path / "data_0.pt")
+    before = bad.read_bytes()
+    ex = forensics.explore(tmp_path, background=False)  # a folder: the bad file is listed as fail, shown as its error
+    assert [(f["name"], f["verdict"]) for f in ex.files][1] == ("data_9.pt", "fail")
+    ex.file = 1
+    assert "data_9.pt" in ex.status and ex.meta["error"] and ex.norms == b""
+    ex.file = 0
+    assert ex.meta["labels"] and not ex.status
+    assert bad.read_bytes() == before

@@ -134,12 +134,12 @@ def test_missing_block_tensor_is_named(tmp_path):
 
 
 @pytest.mark.parametrize("text,n", [("1GB", 10**9), ("512MiB", 512 * 2**20), ("1.5g", 1_500_000_000),
-                                    ("2000", 2000)])
+                                    ("2000000", 2_000_000), ("1MB", 10**6)])
 def test_parse_memory(text, n):
     assert parse_memory(text) == n
 
 
-@pytest.mark.parametrize("text", ["lots", "-1GB", "1 parsec", ""])
+@pytest.mark.parametrize("text", ["lots", "-1GB", "1 parsec", "", "0.5", "2000", "1KB", "999999", 0, 999_999])
 def test_parse_memory_rejects(text):
     with pytest.raises(ForensicsError, match="max-memory"):
         parse_memory(text)

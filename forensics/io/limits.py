@@ -17,6 +17,22 @@ MAX_NUM_LAYERS = 10_000
 MAX_HIDDEN_SIZE = 1 << 20
 
 
+# Slots of one file that a fingerprint compares pairwise. Real captures hold <= 8 (an EAGLE-3 training file: 4), a
+# ladder capture of every layer L + 2 (Llama-3.1-405B: 128); the pairwise steps stay near-linear above
+# analysis.fingerprint.depth.HEURISTIC_ALL_STARTS_MAX, and this bounds them (256 tiny slots: see
+# tests/test_hardening_models.py).
+MAX_SLOTS_PER_FILE = 256
+
+
+def slots_per_file(n: int, path: str | None = None) -> int:
+    """``n`` when a file's slot count is within ``MAX_SLOTS_PER_FILE``, else a one-line error naming the limit."""
+    if n > MAX_SLOTS_PER_FILE:
+        raise ForensicsError(f"{n} hidden-state slots in one file, more than the {MAX_SLOTS_PER_FILE} a fingerprint "
+                             "compares (MAX_SLOTS_PER_FILE; real captures hold <= 8, a ladder of every layer L + 2)",
+                             path=path)
+    return n
+
+
 def _count(value: Any, what: str, limit: int, path: str | None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ForensicsError(f"{what} {value!r} is not a whole number", path=path)
@@ -33,3 +49,54 @@ def num_layers(value: Any, path: str | None = None, what: str = "num_hidden_laye
 def hidden_size(value: Any, path: str | None = None, what: str = "hidden_size") -> int:
     """``value`` as a hidden size H, or a ForensicsError when it is not 1 ≤ H ≤ MAX_HIDDEN_SIZE."""
     return _count(value, what, MAX_HIDDEN_SIZE, path)
+
+
+# Every other size a model's config.json may state, with a bound far above any public model and far below what
+# would hang or fill memory when something is allocated per unit (vocabularies: Gemma 3 262 144; experts:
+# Kimi-K2 384; intermediate sizes: Llama-3.1-405B 53 248; positions: Llama-4-Scout 10 485 760).
+MAX_VOCAB_SIZE = 1 << 22
+MAX_INTERMEDIATE_SIZE = 1 << 22
+MAX_HEADS = 1 << 14
+MAX_EXPERTS = 1 << 14
+MAX_POSITIONS = 1 << 27
+CONFIG_LIMITS = {
+    "num_hidden_layers": MAX_NUM_LAYERS, "hidden_size": MAX_HIDDEN_SIZE, "vocab_size": MAX_VOCAB_SIZE,
+    "intermediate_size": MAX_INTERMEDIATE_SIZE, "moe_intermediate_size": MAX_INTERMEDIATE_SIZE,
+    "shared_expert_intermediate_size": MAX_INTERMEDIATE_SIZE, "num_attention_heads": MAX_HEADS,
+    "num_key_value_heads": MAX_HEADS, "head_dim": MAX_HIDDEN_SIZE, "num_experts": MAX_EXPERTS,
+    "num_local_experts": MAX_EXPERTS, "n_routed_experts": MAX_EXPERTS, "num_experts_per_tok": MAX_EXPERTS,
+    "n_shared_experts": MAX_EXPERTS, "max_position_embeddings": MAX_POSITIONS,
+}
+REQUIRED_CONFIG_FIELDS = ("num_hidden_layers", "hidden_size")
+ZERO_ALLOWED = frozenset({"moe_intermediate_size", "shared_expert_intermediate_size", "num_experts",
+                          "num_local_experts", "n_routed_experts", "num_experts_per_tok", "n_shared_experts"})
+# a tokenizer file read from a folder: real tokenizer.json files are < 35 MB (Gemma 3: 33 MB), their configs < 1 MB
+MAX_TOKENIZER_FILE_BYTES = 64 << 20
+
+
+def model_config(cfg: Any, path: str | None = None) -> dict:
+    """``cfg`` (a parsed ``config.json``) checked: an object whose every size field in :data:`CONFIG_LIMITS`
+    (also inside ``text_config``) is a whole number within its bound, with the fields of
+    :data:`REQUIRED_CONFIG_FIELDS` present; returned unchanged.
+
+    Example:
+        >>> model_config({"num_hidden_layers": 30, "hidden_size": 576})["hidden_size"]
+        576
+        >>> model_config({"num_hidden_layers": 10**9, "hidden_size": 576})
+        Traceback (most recent call last):
+        ...
+        forensics.errors.ForensicsError: num_hidden_layers 1000000000 is not plausible (expected 1 to 10000)
+    """
+    if not isinstance(cfg, dict):
+        raise ForensicsError(f"config.json is {type(cfg).__name__}, not a JSON object", path=path)
+    text = cfg.get("text_config")
+    inner = text if isinstance(text, dict) else {}
+    for name, limit in CONFIG_LIMITS.items():
+        for where, d in (("", cfg), ("text_config.", inner)):
+            value = d.get(name)
+            if value is not None and not (name in ZERO_ALLOWED and type(value) is int and value == 0):
+                _count(value, where + name, limit, path)
+    for name in REQUIRED_CONFIG_FIELDS:
+        if cfg.get(name) is None and inner.get(name) is None:
+            raise ForensicsError(f"config.json has no {name}", path=path)
+    return cfg

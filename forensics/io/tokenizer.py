@@ -16,6 +16,7 @@ from typing import Any
 from forensics.errors import ForensicsError, one_line
 
 from .formats._io import load_json
+from .limits import MAX_TOKENIZER_FILE_BYTES
 
 TOKENIZER_DIR = "tokenizer"
 # ``tokenizer/`` is looked for next to a capture and in this many parents (sample_data/speculators/
@@ -70,6 +71,10 @@ def _check_folder(folder: str) -> dict:
         if not _inside(os.path.join(folder, name), folder):
             raise ForensicsError(f"tokenizer file {name!r} links outside the tokenizer folder; not loaded",
                                  path=folder)
+        p = os.path.join(folder, name)
+        if os.path.isfile(p) and os.path.getsize(p) > MAX_TOKENIZER_FILE_BYTES:  # read whole, with no limit
+            raise ForensicsError(f"tokenizer file of {os.path.getsize(p)} bytes is larger than a tokenizer can be "
+                                 f"(limit {MAX_TOKENIZER_FILE_BYTES}); not loaded", path=p)
     cfg_path = os.path.join(folder, "tokenizer_config.json")
     if os.path.isfile(cfg_path):
         cfg = load_json(cfg_path, "tokenizer config")

@@ -143,11 +143,14 @@ def _read_weights(folder: str) -> tuple[dict, str]:
         p = os.path.join(folder, f)
         try:
             if f.endswith(".safetensors"):
-                from safetensors.torch import load_file
+                from forensics.io.safetensors import SafetensorsFile
 
-                raw.update(load_file(p))
+                sf = SafetensorsFile(p)  # the one safetensors reader: validated header, file reads
+                raw.update({k: sf.get(k) for k in sf.keys()})
             else:
                 raw.update(torch.load(p, map_location="cpu", weights_only=True))
+        except ForensicsError:
+            raise
         except Exception as e:  # noqa: BLE001 - a corrupt or hostile weights file: any library error
             raise ForensicsError(f"cannot read draft weights: {type(e).__name__}: {e}", path=p) from None
     scheme = SCHEME_MIDLAYER if any(".midlayer." in f".{k}" for k in raw) else SCHEME_SPECULATORS

@@ -30,7 +30,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from forensics.errors import ForensicsError
+from forensics.io import limits
 from forensics.layers import FINAL_POST
+from forensics.models.folder import check_ids
 from forensics.models.shards import DTYPE_BYTES, ShardReader, StreamStats, shard_index
 
 LM_HEAD_BLOCK_BYTES = 64 << 20  # lm_head rows read per block by the logit lens (64 MiB of compute-dtype rows)
@@ -118,8 +120,8 @@ class LayerStream:
         self._final_norm: Any = None
         self.config = _load_config(self.folder)
         self.model_type = str(getattr(self.config, "model_type", "?"))
-        self.num_layers = int(self.config.num_hidden_layers)
-        self.hidden_size = int(self.config.hidden_size)
+        self.num_layers = limits.num_layers(getattr(self.config, "num_hidden_layers", None), self.folder)
+        self.hidden_size = limits.hidden_size(getattr(self.config, "hidden_size", None), self.folder)
         self.index = shard_index(self.folder)
         self.stats = StreamStats()
         self._base_cls, self._layer_cls = _classes(self.config, self.folder)
@@ -128,6 +130,11 @@ class LayerStream:
             raise ForensicsError(f"expected one *embed_tokens.weight tensor in the shards, found {len(embed)}",
                                  path=self.folder)
         self.embed_name = embed[0]
+        shape = self.index[self.embed_name].shape
+        if len(shape) != 2 or shape[1] != self.hidden_size or shape[0] < 1:
+            raise ForensicsError(f"{self.embed_name} has shape {list(shape)} in the shards but config.json says "
+                                 f"hidden_size {self.hidden_size}", path=self.folder)
+        self.vocab_size = int(shape[0])
         self.prefix = self.embed_name[: -len("embed_tokens.weight")]  # "model." for *ForCausalLM checkpoints
         self.norm_name = self.prefix + "norm.weight"
         if self.norm_name not in self.index:
@@ -164,6 +171,9 @@ class LayerStream:
         block = max((self.block_bytes(k) for k in range(self.num_layers)), default=0)
         raw = max((i.nbytes for n, i in self.index.items() if n.startswith(self.prefix + "layers.")), default=0)
         states = 4 * tokens * self.hidden_size * 8  # a block's activations, generously
+        head = min(LM_HEAD_BLOCK_BYTES, self.index[self.head_name].nbytes // DTYPE_BYTES.get(
+            self.index[self.head_name].dtype, 2) * self._itemsize())  # the logit lens' lm_head rows at once
+        block = max(block, head)
         need = current_rss() + block + raw + states
         if self.max_memory is not None and need > self.max_memory:
             raise ForensicsError(f"streaming {self.model_type} needs about {need / 1e9:.2f} GB (this process "
@@ -249,6 +259,11 @@ class LayerStream:
                                              lambda n, k=k: self.stats.experts_read.__setitem__(k, n))
             parent, _, leaf = path.rpartition(".")
             setattr(block.get_submodule(parent) if parent else block, leaf, routed)
+        wrong = [(n, list(t.shape), list(want[n].shape)) for n, t in sd.items() if t.shape != want[n].shape]
+        if wrong:
+            n, got, exp = wrong[0]
+            raise ForensicsError(f"block {k}: checkpoint tensor {p + n!r} has shape {got} but config.json makes it "
+                                 f"{exp} (model_type {self.model_type!r})", path=self.folder)
         missing = sorted(set(want) - set(sd))
         if missing:
             raise ForensicsError(f"block {k}: the shards lack {missing[:3]} (model_type {self.model_type!r})",
@@ -283,6 +298,7 @@ class LayerStream:
         import torch
 
         ids = torch.as_tensor(input_ids, dtype=torch.long).reshape(-1)
+        check_ids(ids, self.vocab_size, self.folder)
         self.check_budget(int(ids.numel()))
         uniq, inv = torch.unique(ids, return_inverse=True)
         reader = ShardReader(self.index, self.stats)
@@ -358,20 +374,10 @@ class LayerStream:
 
 
 def _load_config(folder: str) -> Any:
-    path = os.path.join(folder, "config.json")
-    if not os.path.isfile(path):
-        raise ForensicsError("no config.json in the model folder", path=folder)
-    from forensics.io.formats._io import load_json
+    """The folder's transformers config, built from its checked ``config.json`` (no code of the folder runs)."""
+    from forensics.models.folder import build_config
 
-    raw = load_json(path, "config.json")  # bounded size and depth: one line, never a RecursionError
-    mt = raw.get("model_type") if isinstance(raw, dict) else None
-    from transformers import AutoConfig
-
-    try:
-        with _quiet():
-            return AutoConfig.from_pretrained(folder)
-    except Exception:  # noqa: BLE001 - unknown model_type raises ValueError/KeyError depending on version
-        raise ForensicsError(f"the installed transformers cannot build model_type {mt!r}", path=path) from None
+    return build_config(folder)
 
 
 def _classes(config: Any, folder: str) -> tuple[Any, Any]:

@@ -118,24 +118,30 @@ def load_model(path: str | None = None, dtype: Any = None, cache: bool = True):
         return _LOADED[memo]
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from forensics.models.folder import LOCAL_ONLY, build_config, check_tokenizer_files, quiet, read_config
+
     try:
         if os.path.isfile(path) and path.endswith(".gguf"):
             folder = _cache_folder(path)
             if cache and os.path.isfile(os.path.join(folder, "model.safetensors")):
-                model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, trust_remote_code=False)
-                tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
+                model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **LOCAL_ONLY)
+                tok = AutoTokenizer.from_pretrained(folder, **LOCAL_ONLY)
             else:
                 d, name = os.path.split(os.path.abspath(path))
-                tok = AutoTokenizer.from_pretrained(d, gguf_file=name, trust_remote_code=False)
-                model = AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.float32,
-                                                             trust_remote_code=False)
+                tok = AutoTokenizer.from_pretrained(d, gguf_file=name, **LOCAL_ONLY)
+                model = AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.float32, **LOCAL_ONLY)
                 if cache:
                     _write_cache(model, tok, folder)
                 model = model.to(dtype)
         elif os.path.isdir(path):
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=False)
+            cfg = read_config(path)  # no custom code, sizes within limits: before transformers sees the folder
+            config = build_config(path, cfg)
+            check_shards(path, config)
+            with quiet():
+                model = AutoModelForCausalLM.from_pretrained(path, config=config, dtype=dtype, **LOCAL_ONLY)
             try:
-                tok = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
+                check_tokenizer_files(path)
+                tok = AutoTokenizer.from_pretrained(path, **LOCAL_ONLY)
             except Exception:  # noqa: BLE001 - a weights-only folder has no tokenizer
                 tok = None
         else:
@@ -148,6 +154,35 @@ def load_model(path: str | None = None, dtype: Any = None, cache: bool = True):
     model.eval()
     _LOADED[memo] = (model, tok)
     return model, tok
+
+
+def check_shards(folder: str, config: Any) -> None:
+    """Before a whole load of a safetensors folder: every checkpoint tensor the model has a place for has the
+    shape ``config.json`` gives that place (else transformers prints its load report and raises). The model is
+    built on the ``meta`` device, so nothing is allocated; a folder without safetensors is left to transformers."""
+    from forensics.io.safetensors import INDEX_NAME, shard_index
+
+    if not (os.path.isfile(os.path.join(folder, INDEX_NAME))
+            or any(n.endswith(".safetensors") for n in os.listdir(folder))):
+        return
+    index = shard_index(folder)  # paths confined to the folder, headers validated
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from forensics.models.folder import quiet
+
+    try:
+        with torch.device("meta"), quiet():
+            skeleton = AutoModelForCausalLM.from_config(config)
+    except Exception as e:  # noqa: BLE001 - an unknown architecture: transformers' own words, one line
+        raise ForensicsError(f"transformers cannot build model_type {getattr(config, 'model_type', '?')!r}: "
+                             f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}",
+                             path=folder) from None
+    want = {n: tuple(t.shape) for n, t in skeleton.state_dict().items()}
+    for name, info in index.items():
+        if name in want and want[name] != tuple(info.shape):
+            raise ForensicsError(f"checkpoint tensor {name!r} has shape {list(info.shape)} but config.json makes "
+                                 f"it {list(want[name])}", path=info.file)
 
 
 def decoder_layers(model):
@@ -198,6 +233,9 @@ def ladder(model, input_ids, rs: list | None = None) -> dict:
     """
     import torch
 
+    from forensics.models.folder import check_ids
+
+    check_ids(input_ids, int(embed_weight(model).shape[0]), getattr(model, "name_or_path", None) or None)
     ids = torch.as_tensor(input_ids, dtype=torch.long).reshape(1, -1)
     layers = decoder_layers(model)
     L = len(layers)
@@ -234,6 +272,13 @@ DEFAULT_MEMORY_FRACTION = 0.5  # default --max-memory: this fraction of the memo
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
           "t": 1000**4, "tb": 1000**4, "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4}
 DEFAULT_NAMES = ("default", "smollm2")
+MIN_MEMORY = 1000**2  # a --max-memory below 1 MB is a typo (0.5 → int 0 once meant "no budget"), refused
+# A whole load peaks above its float32 weights: the checkpoint's own bytes are read while transformers builds and
+# fills the float32 model, and the ladder's states come on top. Measured (2026-12-01, a 56 M-parameter bf16 Llama
+# loaded in float32 and run on 128 tokens, transformers already imported): peak RSS growth = 1.98 × the float32
+# weights; importing transformers' loader adds ~124 MB more when it is not yet imported.
+WHOLE_LOAD_FACTOR = 2.1
+LOADER_IMPORT_BYTES = 160 * 1000**2
 
 
 @dataclass(frozen=True)
@@ -254,6 +299,7 @@ class Target:
     max_memory: int
     tokens: int = DEFAULT_TOKENS
     progress: bool = False
+    budget_given: bool = True  # False when max_memory is the default (half the available memory)
 
     def __fspath__(self) -> str:
         return self.path
@@ -279,14 +325,23 @@ def resolve_model(spec: Any) -> Any:
 
 
 def parse_memory(text: str | int | None) -> int | None:
-    """``"1GB"`` → 10**9, ``"512MiB"`` → 2**29, ``"1.5g"`` → 1.5e9, ``2000`` → 2000 bytes; None stays None."""
-    if text is None or isinstance(text, int):
+    """``"1GB"`` → 10**9, ``"512MiB"`` → 2**29, ``"1.5g"`` → 1.5e9, ``2000000`` → 2000000 bytes; None stays
+    None; a budget under ``MIN_MEMORY`` (1 MB) is an error, never "no budget"."""
+    if text is None:
+        return None
+    if isinstance(text, bool) or (isinstance(text, int) and text < MIN_MEMORY):
+        raise ForensicsError(f"--max-memory {text!r} is below the smallest budget {MIN_MEMORY} bytes (1 MB)")
+    if isinstance(text, int):
         return text
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(text))
     unit = m.group(2).lower() if m else ""
     if not m or unit not in _UNITS or float(m.group(1)) <= 0:
         raise ForensicsError(f"--max-memory {text!r}: expected a size such as 1GB, 512MB, 2GiB")
-    return int(float(m.group(1)) * _UNITS[unit])
+    n = int(float(m.group(1)) * _UNITS[unit])
+    if n < MIN_MEMORY:
+        raise ForensicsError(f"--max-memory {text!r} is {n} bytes, below the smallest budget {MIN_MEMORY} bytes "
+                             "(1 MB); the interpreter alone needs more than that")
+    return n
 
 
 def available_memory() -> int:
@@ -313,12 +368,17 @@ def open_target(spec: Any, max_memory: str | int | None = None, tokens: int | No
         return resolved
     if tokens is not None and tokens < 1:
         raise ForensicsError(f"--tokens must be >= 1, got {tokens}")
-    budget = parse_memory(max_memory) or default_max_memory()
-    return Target(path=resolved, max_memory=budget, tokens=tokens or DEFAULT_TOKENS, progress=progress)
+    budget = parse_memory(max_memory)
+    return Target(path=resolved, max_memory=budget if budget is not None else default_max_memory(),
+                  tokens=tokens or DEFAULT_TOKENS, progress=progress, budget_given=budget is not None)
 
 
 def compute_bytes(path: str) -> int | None:
-    """Bytes the whole model takes loaded in float32 (None when the path is not an HF safetensors folder)."""
+    """Bytes the whole model's weights take loaded in float32, from the safetensors headers of an HF folder or
+    the tensor table of a ``.gguf``; None when that cannot be told without loading it (``.bin`` weights)."""
+    if os.path.isfile(path) and path.endswith(".gguf"):
+        n = gguf_elements(path)
+        return None if n is None else 4 * n
     if not (os.path.isdir(path) and os.path.isfile(os.path.join(path, "config.json"))):
         return None
     from forensics.models.shards import shard_index
@@ -337,12 +397,80 @@ def _elements(shape: tuple[int, ...]) -> int:
     return n
 
 
-def fits_in_memory(path: str, budget: int) -> bool:
-    """Whether loading the whole model (float32) keeps this process under ``budget`` bytes."""
+_GGUF_SCALAR_BYTES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # GGUF value types
+_GGUF_STRING, _GGUF_ARRAY = 8, 9
+MAX_GGUF_ENTRIES = 1 << 24
+
+
+def gguf_elements(path: str) -> int | None:
+    """Elements of every tensor of a GGUF file from its header (GGUF v2/v3: ggml-org/ggml docs/gguf.md); the
+    key-value section is skipped, no tensor data is read. None when the header is not one this reads."""
+    import struct
+
+    def u(f, fmt: str) -> int:
+        b = f.read(struct.calcsize(fmt))
+        if len(b) != struct.calcsize(fmt):
+            raise EOFError
+        return int(struct.unpack("<" + fmt, b)[0])
+
+    def skip_value(f, kind: int, depth: int = 0) -> None:
+        if kind in _GGUF_SCALAR_BYTES:
+            f.seek(_GGUF_SCALAR_BYTES[kind], 1)
+        elif kind == _GGUF_STRING:
+            f.seek(u(f, "Q"), 1)
+        elif kind == _GGUF_ARRAY and depth < 2:
+            inner, count = u(f, "I"), u(f, "Q")
+            if count > MAX_GGUF_ENTRIES:
+                raise EOFError
+            if inner in _GGUF_SCALAR_BYTES:
+                f.seek(_GGUF_SCALAR_BYTES[inner] * count, 1)
+            else:
+                for _ in range(count):
+                    skip_value(f, inner, depth + 1)
+        else:
+            raise EOFError
+
+    try:
+        with open(path, "rb") as f:
+            if f.read(4) != b"GGUF" or u(f, "I") not in (2, 3):
+                return None
+            n_tensors, n_kv = u(f, "Q"), u(f, "Q")
+            if n_tensors > MAX_GGUF_ENTRIES or n_kv > MAX_GGUF_ENTRIES:
+                return None
+            for _ in range(n_kv):
+                f.seek(u(f, "Q"), 1)  # the key
+                skip_value(f, u(f, "I"))
+            total = 0
+            for _ in range(n_tensors):
+                f.seek(u(f, "Q"), 1)  # the name
+                dims = u(f, "I")
+                if dims > 8:
+                    return None
+                total += _elements(tuple(u(f, "Q") for _ in range(dims)))
+                f.seek(4 + 8, 1)  # ggml type, data offset
+            return total
+    except (OSError, EOFError, ValueError, struct.error):
+        return None
+
+
+def fits_in_memory(path: str, budget: int, strict: bool = False) -> bool:
+    """Whether loading the whole model keeps this process under ``budget`` bytes: this process's RSS plus
+    ``WHOLE_LOAD_FACTOR`` × the float32 weights. A model that cannot be sized fits only when not ``strict``
+    (``strict``: the user gave the budget, which is then an upper bound)."""
     need = compute_bytes(path)
+    if need is None:
+        return not strict
+    return whole_load_bytes(need) <= budget
+
+
+def whole_load_bytes(weights: int) -> int:
+    """Estimated peak RSS of a whole load of ``weights`` float32 bytes from this process's state now."""
+    import sys
+
     from forensics.models.shards import current_rss
 
-    return need is None or current_rss() + need <= budget
+    extra = 0 if "transformers.modeling_utils" in sys.modules else LOADER_IMPORT_BYTES
+    return int(current_rss() + WHOLE_LOAD_FACTOR * weights + extra)
 
 
 def config_facts(path: str) -> dict | None:
@@ -369,12 +497,24 @@ def load_target(spec: Any) -> Any:
     path = resolve_model(spec.path if isinstance(spec, Target) else spec)
     if not isinstance(path, str):
         return path
-    if budget is not None and not fits_in_memory(path, budget):
-        need = compute_bytes(path) or 0
-        raise ForensicsError(f"loading the whole model needs {need / 1e9:.2f} GB in float32, above --max-memory "
-                             f"{budget / 1e9:.2f} GB (only the fingerprint's exact mode streams block by block)",
-                             path=path)
+    if budget is not None:
+        check_whole_load(path, budget, spec.budget_given)
     return load_model(path)
+
+
+def check_whole_load(path: str, budget: int, strict: bool) -> None:
+    """A one-line error when loading ``path`` whole would exceed ``budget`` (or, ``strict``, cannot be sized)."""
+    if fits_in_memory(path, budget, strict):
+        return
+    need = compute_bytes(path)
+    if need is None:
+        raise ForensicsError(f"cannot tell the memory this model needs before loading it (no safetensors headers "
+                             f"or GGUF tensor table to size it), so --max-memory {budget / 1e9:.3f} GB cannot be "
+                             "kept; convert it to safetensors, or run without --max-memory", path=path)
+    raise ForensicsError(f"loading the whole model needs about {whole_load_bytes(need) / 1e9:.2f} GB (this process, "
+                         f"transformers' loader and {WHOLE_LOAD_FACTOR:g} × {need / 1e9:.2f} GB of float32 weights), "
+                         f"above --max-memory {budget / 1e9:.2f} GB (only the fingerprint's exact mode streams a "
+                         "safetensors model block by block)", path=path)
 
 
 def target_facts(spec: Any) -> dict:
@@ -410,8 +550,12 @@ def tokenize(spec: Any, text: str) -> Any:
         if os.path.isdir(path):
             from transformers import AutoTokenizer
 
+            from forensics.models.folder import LOCAL_ONLY, check_tokenizer_files, refuse_custom_code
+
+            refuse_custom_code(path)  # no auto_map: before transformers sees the folder
+            check_tokenizer_files(path)
             try:
-                tok = AutoTokenizer.from_pretrained(path, trust_remote_code=False, local_files_only=True)
+                tok = AutoTokenizer.from_pretrained(path, **LOCAL_ONLY)
             except Exception as e:  # noqa: BLE001 - a folder without a usable tokenizer
                 raise ForensicsError(f"the model folder has no usable tokenizer: {type(e).__name__}: "
                                      f"{str(e).splitlines()[0][:200] if str(e) else ''}", path=path) from None

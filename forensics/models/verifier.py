@@ -117,25 +117,17 @@ def plain_folder(path: str) -> str | None:
 
 
 def _config(folder: str) -> dict:
-    from forensics.models.draft_config import load_json_object
+    from forensics.models.folder import read_config
 
-    return load_json_object(os.path.join(folder, "config.json"), "model config")
+    return read_config(folder)  # no custom code, every size within forensics.io.limits
 
 
 def _shards(folder: str) -> list[str]:
     """The weight files as transformers picks them: those of ``model.safetensors.index.json``, else every
-    ``*.safetensors`` of the folder."""
-    from forensics.io.formats._io import load_json
+    ``*.safetensors`` of the folder (each confined to the folder: :func:`forensics.io.safetensors.shard_files`)."""
+    from forensics.io.safetensors import shard_files
 
-    idx = os.path.join(folder, "model.safetensors.index.json")
-    if os.path.isfile(idx):
-        wm = load_json(idx, "shard index")
-        files = sorted(set(wm["weight_map"].values())) if isinstance(wm, dict) and isinstance(
-            wm.get("weight_map"), dict) else []
-    else:
-        files = sorted(n for n in os.listdir(folder) if n.endswith(".safetensors"))
-    paths = [os.path.join(folder, str(n)) for n in files]
-    return paths if all(os.path.isfile(p) for p in paths) else []
+    return shard_files(folder)
 
 
 def _unsupported(cfg: dict) -> str | None:
@@ -159,15 +151,13 @@ def load_plain(folder: str) -> Verifier:
     """Load a Llama safetensors folder as a plain-torch :class:`Verifier` (fp32 weights; memoised per process)."""
     if folder in _PLAIN:
         return _PLAIN[folder]
-    from safetensors.torch import load_file
+    from forensics.io.safetensors import SafetensorsFile
 
     cfg = _config(folder)
     w: dict[str, torch.Tensor] = {}
     for p in _shards(folder):
-        try:
-            w.update(load_file(p))
-        except Exception as e:  # noqa: BLE001 - a corrupt weights file: any library error
-            raise ForensicsError(f"cannot read model weights: {type(e).__name__}: {e}", path=p) from None
+        sf = SafetensorsFile(p)  # validated header; tensors read by file reads (a truncated shard: one line)
+        w.update({k: sf.get(k) for k in sf.keys()})
     w = {k: v.float() if v.is_floating_point() else v for k, v in w.items()}
     L, H, heads = int(cfg["num_hidden_layers"]), int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
     tied = cfg.get("tie_word_embeddings") or "lm_head.weight" not in w  # transformers' tie_weights()

@@ -57,6 +57,14 @@ class Reference:
             return None  # a ladder capture's r=0 slot is compared by the ladder match itself
         return None
 
+    def vocab_size(self) -> int | None:
+        """Rows of the model's embedding (ids must lie in ``0..rows - 1``), when a model is behind this."""
+        if self.stream is not None:
+            return int(self.stream.vocab_size)
+        if self.net is not None:
+            return int(self.net.get_input_embeddings().weight.shape[0])
+        return None
+
     def ladder(self, ids: torch.Tensor) -> dict | None:
         if self._ladder is not None:
             return self._ladder
@@ -69,42 +77,53 @@ class Reference:
 
 
 def _safetensors_files(path: str) -> list[str]:
+    """A checkpoint file, or a folder's shards (index-aware, confined to the folder: ``io.safetensors``)."""
+    from forensics.io.safetensors import shard_files
+
     if os.path.isfile(path) and path.endswith(".safetensors"):
         return [path]
-    if os.path.isdir(path):
-        return sorted(glob.glob(os.path.join(path, "*.safetensors")))
+    if os.path.isdir(path) and (glob.glob(os.path.join(path, "*.safetensors"))
+                                or os.path.isfile(os.path.join(path, "model.safetensors.index.json"))):
+        return shard_files(path)
     return []
 
 
-def _lazy_rows(files: list[str], suffix: str):
-    """A function ids → rows of the tensor named ``*suffix`` read with ``get_slice`` (only those rows)."""
-    from safetensors import safe_open
+def _find(files: list[str], suffix: str) -> Any:
+    """The :class:`~forensics.io.safetensors.TensorInfo` of the first tensor named ``*suffix``, or None."""
+    from forensics.io.safetensors import infos_from_header, read_header
 
     for f in files:
-        with safe_open(f, framework="pt") as g:
-            for k in g.keys():
-                if k.endswith(suffix):
-                    def rows(ids, f=f, k=k):
-                        import torch
-
-                        uniq, inv = torch.unique(ids, return_inverse=True)
-                        with safe_open(f, framework="pt") as h:
-                            sl = h.get_slice(k)
-                            got = torch.stack([sl[int(i):int(i) + 1][0] for i in uniq.tolist()])
-                        return got[inv]
-                    return rows
+        for k, info in infos_from_header(f, read_header(f)).items():
+            if k.endswith(suffix):
+                return info
     return None
+
+
+def _lazy_rows(files: list[str], suffix: str):
+    """A function ids → rows of the tensor named ``*suffix``, reading only those rows."""
+    from forensics.io.safetensors import read_rows
+
+    info = _find(files, suffix)
+    if info is None:
+        return None
+
+    def rows(ids):
+        import torch
+
+        from forensics.models.folder import check_ids
+
+        check_ids(ids, info.shape[0], os.path.dirname(info.file))
+        uniq, inv = torch.unique(ids, return_inverse=True)
+        got = torch.stack([read_rows(info, int(i), int(i) + 1)[0] for i in uniq.tolist()])
+        return got[inv]
+    return rows
 
 
 def _lazy_tensor(files: list[str], suffix: str):
-    from safetensors import safe_open
+    from forensics.io.safetensors import read_tensor
 
-    for f in files:
-        with safe_open(f, framework="pt") as g:
-            for k in g.keys():
-                if k.endswith(suffix):
-                    return g.get_tensor(k)
-    return None
+    info = _find(files, suffix)
+    return None if info is None else read_tensor(info)
 
 
 def reference_for(model: Any, capture: Capture) -> Reference:
@@ -152,9 +171,9 @@ def reference_for(model: Any, capture: Capture) -> Reference:
         L = int(net.config.num_hidden_layers) if net is not None else stream.num_layers if stream else None
         return Reference(source=path, net=net, embed_rows=rows, gamma=gamma, num_layers=L, stream=stream,
                          tokens=target.tokens if target is not None else None)
-    from forensics.models.target import embed_weight, final_norm, load_model
+    from forensics.models.target import embed_weight, final_norm, load_target
 
-    net = load_model(path)[0]
+    net = load_target(target if target is not None else path)[0]  # a Target's budget is checked first
     E = embed_weight(net)
     return Reference(source=path, net=net, embed_rows=lambda ids: E[ids], gamma=final_norm(net)[0],
                      num_layers=int(net.config.num_hidden_layers),
@@ -178,13 +197,7 @@ def _fitting_stream(path: str, budget: int, target: Any) -> Any:
 
 
 def _has_suffix(files: list[str], suffix: str) -> bool:
-    from safetensors import safe_open
-
-    for f in files:
-        with safe_open(f, framework="pt") as g:
-            if any(k.endswith(suffix) for k in g.keys()):
-                return True
-    return False
+    return _find(files, suffix) is not None
 
 
 def _ladder_reference(ref: Capture, capture: Capture) -> Reference:
@@ -236,14 +249,67 @@ def postnorm_check(h: torch.Tensor, ref: Reference) -> dict | None:
     return {"max_abs_dev": dev, "verdict": dev <= POSTNORM_RMS_TOL}
 
 
-def exact_checks(capture: Capture, tensors: list, model: Any) -> dict:
-    """All exact checks for every slot: ``{"source", "num_layers", "slots": [{embedding, postnorm, ladder,
-    r_exact}]}``; ``r_exact`` is the matched r, or 0 / ``final_post`` from the direct checks."""
+def reference_ladder(capture: Capture, model: Any) -> tuple[Reference, dict | None]:
+    """The reference and its ladder ``{r: [T, H]}`` on the capture's first ids (None: streamed, or no ids).
+
+    The ids run are the first T (``Target.tokens``; all for a whole model without a limit) plus the ids the
+    rows may sit after (a prefix-cache suffix: rows for tokens 32.. need the states of tokens 32..)."""
     ref = reference_for(model, capture)
     ids = capture.input_ids.reshape(-1) if capture.input_ids is not None else None
+    if ids is None or ref.stream is not None:
+        return ref, None
+    T = ref.tokens
+    if T is not None and ref.net is not None:
+        n = capture.num_tokens
+        ids = ids[:T + max(0, int(ids.numel()) - n) + ROW_SHIFT_SLACK]
+    return ref, ref.ladder(ids)
+
+
+ROW_SHIFT_SLACK = 4  # extra ids run past T, so a row a few tokens late still has its reference state
+
+
+def _row_selection(rows: Any, i: int, n: int, T: int) -> tuple[Any, Any] | None:
+    """``(row index, token index)`` of slot ``i``'s good rows that have a reference state among the first T
+    tokens, or None when every row is its own token's (no selection needed)."""
+    import numpy as np
+    import torch
+
+    if rows is None:
+        return None
+    tok = rows.token_of_row(i)
+    if tok is None:
+        return None
+    good = rows.good_rows(i) & (tok >= 0) & (tok < T)
+    if good.all() and (tok == np.arange(n)).all() and n == T:
+        return None
+    idx = np.flatnonzero(good)
+    return torch.from_numpy(idx), torch.from_numpy(tok[idx])
+
+
+def exact_checks(capture: Capture, tensors: list, model: Any, rows: Any = None,
+                 reference: tuple[Reference, dict | None] | None = None) -> dict:
+    """All exact checks for every slot: ``{"source", "num_layers", "slots": [{embedding, postnorm, ladder,
+    r_exact}]}``; ``r_exact`` is the matched r, or 0 / ``final_post`` from the direct checks.
+
+    ``rows`` (a ``forensics.analysis.rows.RowReport``) leaves each slot's bad rows out and puts its rows at
+    their tokens (a shifted or suffix-only capture), so a zero block or foreign rows do not hide the slot's r.
+    """
+    ref, lad_ref = reference if reference is not None else reference_ladder(capture, model)
+    ids = capture.input_ids.reshape(-1) if capture.input_ids is not None else None
+    ids_all = ids
     T = ref.tokens or (DEFAULT_TOKENS if ref.stream is not None else None)
+    n = int(tensors[0].shape[0]) if tensors else 0
+    sel: list[Any] = [None] * len(tensors)
+    if lad_ref is not None and ids is not None:
+        T_lad = min(int(y.shape[0]) for y in lad_ref.values())
+        sel = [_row_selection(rows, i, n, T_lad) for i in range(len(tensors))]
+    full = list(tensors)
     if T is not None and (ref.net is not None or ref.stream is not None) and ids is not None:
         ids, tensors = ids[:T], [h[:T] for h in tensors]  # causal: the first T states need only these T ids
+    if ids is not None and ref.vocab_size() is not None:
+        from forensics.models.folder import check_ids
+
+        check_ids(ids, int(ref.vocab_size() or 0), capture.path, ref.source)  # before any embedding lookup
     streamed = None
     if ref.stream is not None and ids is not None:
         from forensics.analysis.fingerprint.streamed import streamed_ladder
@@ -251,12 +317,24 @@ def exact_checks(capture: Capture, tensors: list, model: Any) -> dict:
         streamed = streamed_ladder(ref.stream, ids, tensors)
         lad = None
     else:
-        lad = ref.ladder(ids) if ids is not None else None
+        lad = lad_ref if lad_ref is not None else ref.ladder(ids) if ids is not None else None
     out: list[dict[str, Any]] = []
     for i, h in enumerate(tensors):
-        e = embedding_check(h, ids, ref) if ids is not None else None
-        p = postnorm_check(h, ref)
-        m = streamed["matches"][i] if streamed else ladder_match(h, lad) if lad is not None else None
+        s_i = sel[i]
+        if s_i is not None and lad is not None and ids_all is not None:  # the slot's good rows at their tokens
+            full_ids = ids_all
+            hx, tok = full[i][s_i[0]], s_i[1]
+            e = embedding_check(hx, full_ids[tok], ref) if int(tok.numel()) else None
+            p = postnorm_check(hx, ref) if int(tok.numel()) else None
+            m = ladder_match(hx, {r: y[tok] for r, y in lad.items()}) if int(tok.numel()) else None
+            if m is not None:
+                m["rows_used"] = int(tok.numel())
+        else:
+            if lad is not None and int(h.shape[0]) != min(int(y.shape[0]) for y in lad.values()):
+                h = h[:min(int(y.shape[0]) for y in lad.values())]
+            e = embedding_check(h, ids, ref) if ids is not None else None
+            p = postnorm_check(h, ref)
+            m = streamed["matches"][i] if streamed else ladder_match(h, lad) if lad is not None else None
         if m and m.get("tolerance") and ref.net is not None:
             m["tolerance"]["compute_dtype"] = str(next(ref.net.parameters()).dtype).replace("torch.", "")
         r = None
@@ -267,11 +345,13 @@ def exact_checks(capture: Capture, tensors: list, model: Any) -> dict:
         elif p and p["verdict"]:
             r = FINAL_POST
         out.append({"embedding": e, "postnorm": p, "ladder": m, "r_exact": r, "lens": None})
-    if ref.net is not None and lad is not None and FINAL_POST in lad:
+    if ref.net is not None and lad is not None and FINAL_POST in lad and all(x is None for x in sel):
         logit_lens(ref.net, tensors, lad, out)
     notes = []
     if ids is None:
         notes.append("capture has no input_ids: only the γ post-norm test can run")
+    if any(x is not None for x in sel):
+        notes.append("each slot matched on its good rows at their tokens (row findings); no logit lens")
     if streamed:
         from forensics.analysis.fingerprint.streamed import streamed_lens
 

@@ -319,8 +319,9 @@ def off_line(D: np.ndarray, chain: list[int], quiet: Sequence[int], slots: Seque
     if len(chain) < POSTNORM_CHAIN_MIN:
         return out
     layers = [i for i in chain if i not in quiet]  # measured against the slots that are surely layers
+    shared = chain_order(D, layers, slots, meds).path if len(layers) >= 2 else None  # the same for every e
     for e in quiet:
-        rest = chain_order(D, layers if len(layers) >= 2 else [i for i in chain if i != e], slots, meds).path
+        rest = shared if shared is not None else chain_order(D, [i for i in chain if i != e], slots, meds).path
         a, b = rest[0], rest[-1]
         if not D[a, b] > 0:
             continue

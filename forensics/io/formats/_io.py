@@ -13,17 +13,23 @@ import os
 import struct
 from typing import Any
 
-from forensics.errors import ForensicsError, escape
+from forensics.errors import ForensicsError
+from forensics.io.safetensors import (  # noqa: F401 - the one safetensors reader, re-exported for the formats
+    DTYPE_BYTES,
+    FP8_DTYPES,
+    MAX_PARSED_HEADER_BYTES,
+    MAX_SAFETENSORS_HEADER,
+    SafetensorsFile,
+    read_header,
+    upcast_fp8,
+)
+from forensics.io.safetensors import TORCH_DTYPES as SAFETENSORS_DTYPES  # noqa: F401
 
 ZIP_MAGIC = b"PK\x03\x04"
 GZIP_MAGIC = b"\x1f\x8b"
 NPY_MAGIC = b"\x93NUMPY"
 # Legacy (pre-1.6) torch.save files start with a pickled magic number: protocol 2 opcode.
 PICKLE_PROTO = b"\x80"
-MAX_SAFETENSORS_HEADER = 100 * 1024 * 1024  # the safetensors library's own header limit (N_MAX in lib.rs)
-# A header we parse is smaller: a capture's header lists a few tensors (sample_data: < 1 KB; a 1000-tensor
-# model shard ~100 KB), while a 100 MB JSON header would become ~1 GB of Python objects.
-MAX_PARSED_HEADER_BYTES = 16 * 1024 * 1024
 MAX_JSON_BYTES = 16 * 1024 * 1024  # sidecars and configs: real ones are < 100 KB (a Kimi-K2 config.json: 4 KB)
 # gzip is streamed to a temporary file and refused past this ratio of the compressed size (plus a floor for
 # tiny files). Hidden states barely compress (bf16 SmolLM2 captures: 1.1×, fp32: 1.08×, gzip -6); a stream of
@@ -36,7 +42,11 @@ GZIP_CHUNK_BYTES = 1 << 20
 def sniff(path: str) -> str:
     """The container kind of a file from its first bytes: ``zip``, ``gzip``, ``safetensors``,
     ``pickle`` or ``unknown``."""
+    import stat
+
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block the open below forever
+            raise ForensicsError("not a regular file (a FIFO, a device or a socket); refusing to read it", path=path)
         with open(path, "rb") as f:
             head = f.read(16)
     except OSError as e:
@@ -180,107 +190,12 @@ def torch_load(path: str, kind: str | None = None) -> Any:
         "supported container)", path=path)
 
 
-def _is_int(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
 def safetensors_header(path: str) -> dict:
-    """The parsed JSON header of a safetensors file, every entry type-checked and validated against the file
-    size: ``dtype`` a known name, ``shape`` a list of non-negative ints, ``data_offsets`` two ints spanning
-    exactly the bytes the shape needs."""
-    import math
-
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
-        raw = f.read(8)
-        if len(raw) < 8:
-            raise ForensicsError("corrupt safetensors file: shorter than its 8-byte header length", path=path)
-        (n,) = struct.unpack("<Q", raw)
-        if n > MAX_SAFETENSORS_HEADER or 8 + n > size:
-            raise ForensicsError(f"corrupt safetensors header: declares {n} header bytes, file has {size}", path=path)
-        if n > MAX_PARSED_HEADER_BYTES:
-            raise ForensicsError(f"safetensors header of {n} bytes is larger than a capture's header can be "
-                                 f"(limit {MAX_PARSED_HEADER_BYTES})", path=path)
-        header = parse_json(f.read(n), path, "corrupt safetensors header")
-    if not isinstance(header, dict):
-        raise ForensicsError("corrupt safetensors header: not a JSON object", path=path)
-    data_len = size - 8 - n
-    for k, v in header.items():
-        if k == "__metadata__":
-            continue
-        bad = f"corrupt safetensors header: tensor {escape(repr(k))[:80]}"
-        if not isinstance(v, dict):
-            raise ForensicsError(f"{bad} is {type(v).__name__}, not an object", path=path)
-        dtype, shape, off = v.get("dtype"), v.get("shape"), v.get("data_offsets")
-        if not isinstance(dtype, str) or dtype not in DTYPE_BYTES:
-            raise ForensicsError(f"{bad} has dtype {escape(repr(dtype))[:40]}; expected one of "
-                                 f"{', '.join(DTYPE_BYTES)}", path=path)
-        if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
-            raise ForensicsError(f"{bad} has shape {escape(repr(shape))[:80]}; expected a list of "
-                                 "non-negative integers", path=path)
-        if not isinstance(off, list) or len(off) != 2 or not all(_is_int(o) for o in off) \
-                or not 0 <= off[0] <= off[1] or off[1] > data_len:
-            raise ForensicsError(
-                f"{bad} offsets {escape(repr(off))[:80]} exceed the {data_len} data bytes (truncated file?)",
-                path=path)
-        need = math.prod(shape) * DTYPE_BYTES[dtype]
-        if off[1] - off[0] != need:
-            raise ForensicsError(f"{bad} shape {shape} {dtype} needs {need} bytes but its offsets span "
-                                 f"{off[1] - off[0]}", path=path)
-    return header
+    """The parsed, validated JSON header of a safetensors file (:func:`forensics.io.safetensors.read_header`)."""
+    return read_header(path)
 
 
-class SafetensorsFile:
-    """A lazily opened safetensors file: ``keys()``, ``shape(k)``, ``dtype(k)``, ``get(k)``, ``metadata``."""
-
-    def __init__(self, path: str):
-        self.path = path
-        self.header = safetensors_header(path)
-        self.metadata = self.header.get("__metadata__") or {}
-        self._handle: Any = None
-
-    def keys(self) -> list[str]:
-        return [k for k in self.header if k != "__metadata__"]
-
-    def shape(self, key: str) -> tuple[int, ...]:
-        return tuple(self.header[key]["shape"])
-
-    def dtype_name(self, key: str) -> str:
-        return self.header[key]["dtype"]
-
-    def get(self, key: str):
-        from safetensors import safe_open
-
-        try:
-            if self._handle is None:
-                self._handle = safe_open(os_path(self.path), framework="pt")
-            t = self._handle.get_tensor(key)
-        except Exception as e:  # noqa: BLE001 - safetensors raises its own SafetensorError on a corrupt file
-            raise ForensicsError(f"cannot read tensor {key!r}: {e}", path=self.path) from None
-        return upcast_fp8(t)
-
-
-SAFETENSORS_DTYPES = {
-    "BF16": "torch.bfloat16", "F16": "torch.float16", "F32": "torch.float32", "F64": "torch.float64",
-    "I64": "torch.int64", "I32": "torch.int32", "I16": "torch.int16", "I8": "torch.int8",
-    "U8": "torch.uint8", "BOOL": "torch.bool", "F8_E4M3": "torch.float8_e4m3fn", "F8_E5M2": "torch.float8_e5m2",
-}
-# bytes per element of each safetensors dtype (safetensors Dtype::size)
-DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
-               "I32": 4, "U32": 4, "F32": 4, "F64": 8, "I64": 8, "U64": 8}
-# fp8 states are read everywhere (.pt and safetensors) and up-cast to bf16 on read: exact, since e4m3 and
-# e5m2 values are all representable in bf16 (8 exponent bits, 7 mantissa bits).
-FP8_DTYPES = ("torch.float8_e4m3fn", "torch.float8_e5m2")
 FLOAT_DTYPES = ("torch.bfloat16", "torch.float16", "torch.float32", "torch.float64", *FP8_DTYPES)
-
-
-def upcast_fp8(t: Any) -> Any:
-    """``t`` as bf16 when it is an fp8 tensor (statistics kernels and numpy have no fp8), else ``t``."""
-    import torch
-
-    if isinstance(t, torch.Tensor) and str(t.dtype) in FP8_DTYPES:
-        return t.to(torch.bfloat16)
-    return t
 
 
 def parse_json(data: bytes | str, path: str, what: str) -> Any:

@@ -88,6 +88,8 @@ class Explorer(anywidget.AnyWidget):
         self._thread: threading.Thread | None = None
         self.files = [{"name": n, "verdict": None} for n, _ in self.items] if len(self.items) > 1 else []
         self.has_model = model is not None
+        if len(self.items) == 1:
+            self.state(0)  # one unreadable input: its ForensicsError, one line naming it (a folder shows it instead)
         self._show(0)
         todo = list(range(min(len(self.items), MAX_VERDICT_FILES)))
         self._queue.extend(todo)

@@ -63,7 +63,7 @@ class Report:
     def counts(self) -> dict:
         return dict(self.context["verdicts"]["counts"])
 
-    def exit_code(self, fail_on: str = "fail") -> int:
+    def exit_code(self, fail_on: str = "fail", decided_only: bool = False) -> int:
         """The exit code of ``hsf report`` (``forensics.findings.exit_code``): every file's findings and slot
         verdicts, the audit's findings and verdict; 2 when an input or a section could not be read."""
         from forensics.findings import exit_code
@@ -78,7 +78,11 @@ class Report:
             findings += audit.findings
             verdicts.append(audit.outcome)
         bad = any(f.error for f in self.context["files"]) or bool(self.context.get("errors"))
-        return exit_code(findings, verdicts, unreadable=bad, fail_on=fail_on)
+        return exit_code(findings, verdicts, unreadable=bad and not decided_only, fail_on=fail_on)
+
+    def verdict(self, fail_on: str = "fail") -> str:
+        """``pass`` / ``fail`` / ``cannot tell`` over what was read (the exit code without the unreadable rule)."""
+        return {1: "fail", 3: "cannot tell"}.get(self.exit_code(fail_on, decided_only=True), "pass")
 
     @property
     def html(self) -> str:
@@ -186,11 +190,12 @@ def training_files(files: list, trainer: str | None) -> list:
 
 def report(paths, layers=None, model=None, draft=None, engine=None, engine_version=None, trainer=None,
            target_config=None, served=None, scan=None, title=None,
-           progress: Callable[[str, int, int], None] | None = None) -> Report:
+           progress: Callable[[str, int, int], None] | None = None, input_ids=None) -> Report:
     """Analyse capture files/directories and build the offline HTML report.
 
     Args:
-        paths: capture files or directories (a single path is accepted too).
+        paths: capture files or directories (a single path is accepted too), or one capture in memory: a
+            ``Capture``, transformers' ``output.hidden_states``, a list or stack of tensors (with ``input_ids``).
         layers: the expected layer list (``"0,3,16,28"``, ``[0, 3, 16, 28]`` or ``"embed,L3,…"``) for labels.
         model: model path (HF folder, safetensors dir or .gguf) for exact-mode fingerprints and model facts.
         draft, engine, engine_version, trainer, target_config, served: passed to :func:`forensics.audit`
@@ -203,10 +208,14 @@ def report(paths, layers=None, model=None, draft=None, engine=None, engine_versi
     Returns:
         :class:`Report` — ``.html``, ``.save(path)``.
     """
-    from forensics.io.formats import iter_files
+    from forensics.io.formats import as_capture, iter_files, write_capture
 
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
+    elif not (isinstance(paths, (list, tuple)) and paths and all(isinstance(p, (str, os.PathLike)) for p in paths)):
+        # a capture in memory (tensors, transformers' output.hidden_states, a Capture): the report reads files
+        # (stamps, tokenizers, scans), so it is written once as a plain safetensors capture and read back
+        paths = [write_capture(as_capture(paths, input_ids=input_ids))]
     paths = [os.fspath(p) for p in paths]
     model_arg = model  # as given ("default"), for the regenerating command
     if model is not None:
@@ -246,7 +255,7 @@ def report(paths, layers=None, model=None, draft=None, engine=None, engine_versi
         try:
             audit_res = audit(data=training[0].capture if training else (paths[0] if paths else None),
                               draft=draft, engine=engine, engine_version=engine_version, trainer=trainer,
-                              target_config=target_config, served=served)
+                              target_config=target_config, served=served, model=model)  # every piece of evidence
         except ForensicsError as e:
             errors.append({"where": "audit", "message": error_text(e)})
     if draft is not None and paths and has_weights(draft):

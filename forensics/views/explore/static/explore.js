@@ -162,6 +162,7 @@ function render({ model, el }) {
     fileSel.hidden = nfiles < 2;
     plotW = Math.max(200, W - LABEL_W - (nfiles < 2 ? 0 : FILES_W + 8) - 24);
     rowH = Math.max(8, Math.min(28, Math.floor(HEAT_MAX_H / Math.max(1, st.S))));
+    if (!st.C || !st.S) { disp = []; colW = 1; return; }  // an unreadable file: its error, no heatmap
     const [a, b] = windowCols();
     const N = b - a, D = Math.max(1, Math.min(N, Math.floor(plotW)));
     colW = plotW / D;
@@ -263,6 +264,7 @@ function render({ model, el }) {
     const meta = st.meta;
     title.textContent = `${meta.name || meta.path || ""} — ${meta.format || ""}, ${meta.num_tokens || 0} tokens` +
       (meta.binned ? ` in ${st.C} columns (max per column)` : "") + `, ${st.S} slots` + zoomNote();
+    if (meta.error) title.textContent = `${meta.name || ""}: unreadable`;
     const fv = meta.file_verdict;
     verdict.textContent = fv ? fv.toUpperCase() : (meta.fingerprinted ? "NO CLAIM" : "…");
     verdict.className = "hsf-x-badge " + (VERDICT_CLASS[fv] ? "v-" + VERDICT_CLASS[fv] : "v-none");
@@ -433,7 +435,7 @@ function render({ model, el }) {
   function cellAt(ev) {
     const box = heat.getBoundingClientRect();
     const x = ev.clientX - box.left, y = ev.clientY - box.top;
-    if (x < 0 || y < 0 || x >= box.width || y >= box.height) return null;
+    if (!disp.length || x < 0 || y < 0 || x >= box.width || y >= box.height) return null;
     const d = Math.min(disp.length - 1, Math.floor(x / colW)), r = Math.min(st.S - 1, Math.floor(y / rowH));
     return { d, r, x: ev.clientX, y: ev.clientY };
   }
