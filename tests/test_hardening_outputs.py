@@ -758,8 +758,12 @@ def test_the_api_validates_its_arguments_in_one_line(sample_data, tmp_path):
 
     c = cp.copy(cap)
     c.input_ids = torch.zeros(5, dtype=torch.long)
-    with pytest.raises(ForensicsError, match="ids for 71 tokens"):
-        forensics.summarize(c)
+    # ids of another length than the rows: readable content that is wrong, a row_count finding (issue 22)
+    assert len(forensics.summarize(c).slots) == len(cap.slots)
+    from forensics.analysis.rows import check_rows
+
+    rc = [f for f in check_rows(c).findings if f.kind == "row_count"]
+    assert rc and (rc[0].evidence["rows"], rc[0].evidence["tokens"]) == (71, 5)
     with pytest.raises(ForensicsError):
         forensics.summarize(123)
     with pytest.raises(ForensicsError, match="sample must be at least 1"):
