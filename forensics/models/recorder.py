@@ -250,10 +250,11 @@ def sample_path(fmt: str, i: int) -> str:
 
 def write_sample(fmt: str, path: str, sample: TextSample, states: list, rs: list, stamp: dict | None = None) -> None:
     """Write one sample file exactly as ``fmt``'s own generator writes it; a safetensors file also carries
-    ``stamp`` in its header metadata (torch files get theirs in stamps.jsonl)."""
+    ``stamp`` in its header metadata (torch files get theirs in stamps.jsonl). Each format's writer lives beside
+    its reader in ``forensics.io.formats``."""
     import torch
-    from safetensors.torch import save
 
+    from forensics.io.formats import generic, specforge, speculators, speculators_v1
     from forensics.io.stamps import metadata_entry
 
     stamp_meta = metadata_entry(stamp) if stamp is not None else None
@@ -262,18 +263,13 @@ def write_sample(fmt: str, path: str, sample: TextSample, states: list, rs: list
     mask = torch.tensor(sample.loss_mask, dtype=torch.long)
     with atomic_output(path, "wb") as f:  # written whole or not at all (a killed capture leaves no torn file)
         if fmt == "speculators-v1":
-            torch.save({"input_ids": ids, "hidden_states": states, "loss_mask": mask}, f)
+            speculators_v1.write(f, ids, mask, states)
         elif fmt == "speculators":
-            f.write(save({"hidden_states": torch.stack(states, dim=1).contiguous(), "token_ids": ids},
-                         metadata=stamp_meta))
+            speculators.write(f, ids, states, stamp_meta)
         elif fmt == "specforge":
-            torch.save({"input_ids": ids, "loss_mask": mask,
-                        "hidden_state": states[-1].unsqueeze(0).contiguous(),
-                        "aux_hidden_state": torch.cat(states[:-1], dim=-1).unsqueeze(0).contiguous()}, f)
+            specforge.write(f, ids, mask, states)
         else:
-            tensors = {f"slot_{j}.{r_label(r)}": t for j, (r, t) in enumerate(zip(rs, states, strict=True))}
-            tensors.update(input_ids=ids, loss_mask=mask)
-            f.write(save(tensors, metadata={"r": json.dumps(rs), "tool": "hsf capture", **(stamp_meta or {})}))
+            generic.write(f, ids, mask, states, rs, stamp_meta)
 
 
 def write_arrow_dataset(out: str, samples: list) -> list[str]:

@@ -160,6 +160,42 @@ def _apply_outside_ids(cap: Capture, ids) -> None:
         raise ForensicsError("the token ids given differ from the input_ids stored in the file", path=cap.path)
 
 
+def _digest(tensors: list) -> str:
+    """sha256 of tensors' bytes in order (an in-memory capture's stand-in for a file hash)."""
+    import hashlib
+
+    import torch
+
+    h = hashlib.sha256()
+    for t in tensors:
+        h.update(str((tuple(t.shape), t.dtype)).encode())
+        h.update(t.detach().contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def write_capture(cap: Capture, folder: str | None = None) -> str:
+    """Write a capture (one in memory) as a plain safetensors file ``<folder>/capture.safetensors`` (slots
+    ``slot_<i>``, ``input_ids``) and return its path; ``folder`` defaults to a temporary folder named by the
+    capture's content, so the same tensors are written once. The file reads back as ``generic``."""
+    import tempfile
+
+    folder = folder or os.path.join(tempfile.gettempdir(), f"hsf-capture-{cap.provenance.sha256()[:16]}")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, "capture.safetensors")
+    if os.path.isfile(path):
+        return path
+    from safetensors.torch import save
+
+    tensors = {f"slot_{s.index}": s.tensor().contiguous() for s in cap.slots}
+    if cap.input_ids is not None:
+        tensors["input_ids"] = cap.input_ids.contiguous()
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as f:  # whole or not at all: renamed into place once written
+        f.write(save(tensors, metadata={"tool": "forensics.report (a capture given in memory)"}))
+    os.replace(tmp, path)
+    return path
+
+
 def records(path: str | os.PathLike) -> int:
     """How many samples a file holds (TensorRT-LLM record lists, SGLang JSON lists; 1 for every other format)."""
     cap = load(path)
@@ -198,6 +234,7 @@ def as_capture(obj, input_ids=None, name: str = "<in memory>") -> Capture:
     slots = [tensor_slot(i, p.name, p.key, as_2d(p.tensor, name, p.name), p.claimed)
              for i, p in enumerate(res.parts)]
     prov = Provenance(path=name, format="in-memory", size_bytes=0, layout=res.layout, notes=list(res.notes))
+    prov._sha256 = _digest([s.tensor() for s in slots] + [t for t in (res.input_ids,) if t is not None])
     cap = build(slots, res.input_ids, res.loss_mask, prov)
     if res.key_layers:
         cap.meta["key_layers"] = dict(res.key_layers)

@@ -92,3 +92,13 @@ def read_safetensors(sf: SafetensorsFile, path: str, input_ids=None):
         slots.append(lazy_slot(i, name, "hidden_states", (seq, h), dtype, getter, claimed))
     mask = sf.get("loss_mask") if "loss_mask" in sf.keys() else None
     return build(slots, ids, mask, provenance(path, NAME, layout=layout, notes=notes))
+
+
+def write(f, input_ids, states: list, metadata: dict | None = None) -> None:
+    """Write one sample as speculators' ``hs_{i}.safetensors``: ``hidden_states [seq, k, H]`` + ``token_ids``
+    (``metadata`` goes into the safetensors header, e.g. an ``hsf stamp``)."""
+    import torch
+    from safetensors.torch import save
+
+    f.write(save({"hidden_states": torch.stack(states, dim=1).contiguous(), "token_ids": input_ids},
+                 metadata=metadata))
