@@ -757,9 +757,11 @@ def test_the_api_validates_its_arguments_in_one_line(sample_data, tmp_path):
     import copy as cp
 
     c = cp.copy(cap)
-    c.input_ids = torch.zeros(5, dtype=torch.long)
-    with pytest.raises(ForensicsError, match="ids for 71 tokens"):
-        forensics.summarize(c)
+    c.input_ids = torch.zeros(5, dtype=torch.long)  # ids ≠ rows: readable, a row_count finding (issue 22)
+    assert forensics.summarize(c).slots[0].shape[0] == 71
+    from forensics.analysis.rows import check_rows
+
+    assert [f.evidence["tokens"] for f in check_rows(c).findings if f.kind == "row_count"] == [5]
     with pytest.raises(ForensicsError):
         forensics.summarize(123)
     with pytest.raises(ForensicsError, match="sample must be at least 1"):
