@@ -93,4 +93,4 @@ def check_capture(cap: Any) -> None:
         if getattr(ids, "ndim", None) != 1 or not dtype.startswith(("int", "uint")):
             raise ForensicsError(f"input_ids must be a 1-D integer tensor, got {dtype} of shape "
                                  f"{list(getattr(ids, 'shape', []))}", path=cap.path)
-        # ids of another length than the rows are readable content that is wrong: analysis.rows' row_count
+        # rows != ids is readable: the row checks report it as a ``row_count`` finding (forensics.analysis.rows)
