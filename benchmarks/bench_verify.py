@@ -5,7 +5,9 @@ Generates, at run time, a dataset in two formats with the Kimi-K2.5 hidden size 
 ``[tokens, H]`` tensors). Stamps it, warms the page cache and the imports, then times (median of ``--reps``):
 
 - ``cat FILES > /dev/null`` (a subprocess, the bytes only);
-- ``forensics.analysis.stamp.verify(folder)`` in this process (every slot's checksum, the token checksum).
+- ``forensics.analysis.stamp.verify(folder)`` in this process (every slot's checksum, the token checksum);
+- the slot checksum alone, version 2 (position-dependent int8 byte mix) against version 1 (the position-blind
+  uint64 row sums it replaced), on one strided slot of a stack (target: v2 within 1.5x of v1).
 
 Usage::
 
@@ -23,6 +25,7 @@ import tempfile
 import time
 
 TARGET_RATIO = 0.5  # verify must run at >= half of cat's throughput
+CHECKSUM_RATIO = 1.5  # the v2 checksum may take at most 1.5x the time of the v1 row sums
 
 
 def make(folder: str, fmt: str, files: int, tokens: int, hidden: int) -> list[str]:
@@ -79,7 +82,27 @@ def main() -> int:
             print(f"{fmt:15s} {a.files} files, {size / 1e6:.0f} MB: cat {size / t_cat / 1e9:.2f} GB/s, "
                   f"verify {size / t_ver / 1e9:.2f} GB/s -> {ratio:.2f}x cat "
                   f"({'meets' if ratio >= TARGET_RATIO else 'MISSES'} the {TARGET_RATIO}x target)")
+    ok &= bench_checksums(a.tokens, a.hidden, a.reps)
     return 0 if ok else 1
+
+
+def bench_checksums(tokens: int, hidden: int, reps: int) -> bool:
+    import torch
+
+    from forensics.io import stamps
+
+    g = torch.Generator().manual_seed(0)
+    stack = torch.randn(tokens, 4, hidden, generator=g).to(torch.bfloat16)
+    slot = stamps._int_array(stack)[:, 1]  # a strided view, as verify reads a speculators stack
+    times = {}
+    for name, fn in (("v1", stamps.checksum_v1), ("v2", stamps.checksum)):
+        times[name] = timed(lambda fn=fn: fn(slot), max(reps, 5))
+    mb = tokens * hidden * 2 / 1e6
+    ratio = times["v2"] / times["v1"]
+    print(f"slot checksum [{tokens}, {hidden}] bf16 ({mb:.0f} MB, strided): v1 {mb / 1e3 / times['v1']:.2f} GB/s, "
+          f"v2 {mb / 1e3 / times['v2']:.2f} GB/s -> v2 takes {ratio:.2f}x v1 "
+          f"({'meets' if ratio <= CHECKSUM_RATIO else 'MISSES'} the {CHECKSUM_RATIO}x target)")
+    return ratio <= CHECKSUM_RATIO
 
 
 if __name__ == "__main__":

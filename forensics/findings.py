@@ -197,11 +197,11 @@ _MEANINGS: dict[FindingKind, str] = {
     FindingKind.NO_REFERENCE_MATCH: "with --model, some slots equal no state of the reference forward",
     FindingKind.NO_TOKEN_IDS: "with --model, exact mode cannot run: the capture has no token ids (--ids, --text)",
     FindingKind.DUPLICATE: "the same layer is captured (or fed to the fc) twice",
-    FindingKind.ZERO_ROWS: "some token rows of a slot are all zeros (a partly written or padded capture)",
-    FindingKind.ROW_COUNT: "slots or token ids disagree on how many rows (tokens) the capture holds",
-    FindingKind.TOKEN_SHIFT: "a slot's rows are shifted by whole tokens against the token ids",
-    FindingKind.SLOT_MISALIGNED: "a slot's rows belong to other positions than the other slots' rows",
-    FindingKind.FOREIGN_ROWS: "rows come from another text or another model than the rest of the capture",
+    FindingKind.ZERO_ROWS: "some rows of a slot (or of every slot) are all zeros while its other rows are not",
+    FindingKind.ROW_COUNT: "the slots hold another number of rows than there are token ids (a cut tail, a suffix)",
+    FindingKind.TOKEN_SHIFT: "every slot's row t holds the state of token t + k, not of token t",
+    FindingKind.SLOT_MISALIGNED: "one slot's rows sit at a token offset from the other slots' rows",
+    FindingKind.FOREIGN_ROWS: "rows that are not the state of their token in this sequence (another request's)",
     FindingKind.COUNT_MISMATCH: "the claimed layer list has another length than the capture has slots",
     FindingKind.SHIFTED: "the whole claimed list is shifted by one slot (the embedding is or is not the first slot)",
     FindingKind.REORDERED: "the claimed layers are all there but stored in another order than claimed",
@@ -333,6 +333,21 @@ def worst_verdict(verdicts: Iterable[Verdict | str | None]) -> Verdict | None:
     return max(vs, key=lambda v: v.rank) if vs else None
 
 
+OUTCOME_RANK = {"pass": 0, "info": 0, "warn": 1, "cannot tell": 2, "fail": 3}
+"""The one ranking of outcome words that mix severities and verdicts (a report row, a check): worst is fail, then
+cannot tell, then warn; pass and info rank lowest. Agrees with ``Severity.rank`` and ``Verdict.rank``."""
+
+
+def worst_outcome(words: Iterable[str | None]) -> str:
+    """The worst of pass / info / warn / cannot tell / fail by :data:`OUTCOME_RANK` (``info`` when none).
+
+    >>> worst_outcome(["pass", "warn", "cannot tell"]), worst_outcome([None])
+    ('cannot tell', 'info')
+    """
+    vs = [str(v) for v in words if v]
+    return max(vs, key=lambda v: OUTCOME_RANK.get(v, 0)) if vs else "info"
+
+
 def sort_findings(findings: Iterable[Finding]) -> list[Finding]:
     """Worst first (fail, warn, info), otherwise in the order they were made."""
     return sorted(findings, key=lambda f: -f.severity.rank)
@@ -365,5 +380,5 @@ def exit_code(findings: Iterable[Finding | Mapping[str, Any]] = (), verdicts: It
 
 
 __all__ = ["Finding", "FindingKind", "finding_kind", "Severity", "Verdict", "severity", "verdict", "worst_severity",
-           "worst_verdict", "sort_findings", "exit_code", "EXIT_OK",
+           "worst_verdict", "worst_outcome", "OUTCOME_RANK", "sort_findings", "exit_code", "EXIT_OK",
            "EXIT_FAIL", "EXIT_BAD_INPUT", "EXIT_CANNOT_TELL", "EXIT_CODES"]

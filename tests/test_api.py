@@ -102,3 +102,12 @@ def test_readme_three_lines_save_a_capture_hsf_identifies(smollm2, repo_root, tm
     args = shown.group(1).replace("smollm2-hf", "default").split()
     assert main(args) == 0
     assert capsys.readouterr().out.splitlines()[0] == shown.group(2)
+
+
+def test_report_takes_tensors_in_memory(tmp_path):
+    g = torch.Generator().manual_seed(2)
+    hs = [torch.randn(24, 16, generator=g) * (i + 1) for i in range(3)]
+    rep = forensics.report(torch.stack(hs), input_ids=torch.arange(24))
+    (f,) = rep.context["files"]
+    assert f.error is None and f.fp is not None and len(f.fp.slots) == 3
+    assert "<in memory>" not in rep.html  # the name is escaped like any other

@@ -166,10 +166,17 @@ def test_speculators_current_capture_json_in_parent(tmp_path):
     assert cap.declared_r == [2, 15, 27, 30]
 
 
-def test_speculators_current_token_count_mismatch_is_an_error(tmp_path):
-    save_file({"hidden_states": torch.stack(states(3), dim=1), "token_ids": ids(T + 2)}, tmp_path / "hs_0.safetensors")
-    with pytest.raises(forensics.ForensicsError, match="hs_0.safetensors.*token_ids has 19 tokens"):
-        forensics.load(tmp_path / "hs_0.safetensors")
+def test_speculators_current_token_count_mismatch_is_read_with_the_longer_axis_as_tokens(tmp_path):
+    """ids ≠ rows is readable content that is wrong (analysis.rows: row_count), in either stack order."""
+    hs = torch.stack(states(3), dim=1)
+    save_file({"hidden_states": hs, "token_ids": ids(T + 2)}, tmp_path / "hs_0.safetensors")
+    cap = forensics.load(tmp_path / "hs_0.safetensors")
+    assert len(cap.slots) == 3 and cap.num_tokens == T and not cap.ids_match_rows
+    assert torch.equal(cap.slots[1].tensor(), hs[:, 1])
+    save_file({"hidden_states": hs.transpose(0, 1).contiguous(), "token_ids": ids(T - 2)},
+              tmp_path / "hs_1.safetensors")
+    cap = forensics.load(tmp_path / "hs_1.safetensors")
+    assert len(cap.slots) == 3 and cap.num_tokens == T and torch.equal(cap.slots[2].tensor(), hs[:, 2])
 
 
 # --- SpecForge: rows_*/data_{i}.ckpt[.gz] = {input_ids, loss_mask, hidden_state [1,seq,H], aux [1,seq,3H]} ---

@@ -198,6 +198,66 @@ def test_fuzz_sidecars(side, doc):
         assert _digest(os.path.join(d, side)) == before
 
 
+# --------------------------------------------------------------------------------------- stamp records
+STAMP_FIELDS = ["version", "slots", "tokens", "target", "file", "producer", "convention", "layer_ids",
+                "embed_rows", "format"]
+SLOT_FIELDS = ["name", "r", "label", "dtype", "shape", "norm_q", "checksum"]
+
+
+def _base_stamp() -> dict:
+    from forensics.io.stamps import record_for_states
+
+    return record_for_states(GOOD["hidden_states"], [0, 3, 16], GOOD["input_ids"], fmt="speculators-v1",
+                             producer="fuzz", convention=None, layer_ids=None, model="m", num_layers=30,
+                             tool_version="0", file="data_0.pt")
+
+
+@settings(max_examples=max(10, settings().max_examples // 3))
+@given(st.one_of(
+    JSON,
+    st.tuples(st.sampled_from(STAMP_FIELDS), JSON),
+    st.tuples(st.integers(0, 2), st.sampled_from(SLOT_FIELDS), JSON),
+    st.binary(max_size=48).map(lambda b: b.decode("latin-1"))))
+def test_fuzz_stamp_records(mutation):
+    """A stamp record of any shape, in ``stamps.jsonl`` and in a safetensors header: verify gives every file a
+    status (a malformed stamp is that file's error row) and the report's stamp summary never raises."""
+    from safetensors.torch import save_file
+
+    from forensics.analysis.stamp import stamp_status, verify
+    from forensics.io.stamps import STAMP_KEY
+    from forensics.views.stamp import summary, verify_text
+
+    doc: object = _base_stamp()
+    if isinstance(mutation, tuple) and len(mutation) == 2:
+        doc = {**doc, mutation[0]: mutation[1]}
+    elif isinstance(mutation, tuple):
+        slots = [dict(x) for x in doc["slots"]]
+        slots[mutation[0]][mutation[1]] = mutation[2]
+        doc = {**doc, "slots": slots}
+    else:
+        doc = mutation
+    with tempfile.TemporaryDirectory() as d:
+        torch.save(GOOD, os.path.join(d, "data_0.pt"))
+        line = doc if isinstance(doc, str) else json.dumps({"path": "data_0.pt", "stamp": doc})
+        with open(os.path.join(d, "stamps.jsonl"), "w", encoding="utf-8") as f:
+            f.write(line + "\n")
+        sub = os.path.join(d, "st")
+        os.mkdir(sub)
+        raw = doc if isinstance(doc, str) else json.dumps(doc)
+        save_file({"a": torch.randn(4, 8), "b": torch.randn(4, 8)}, os.path.join(sub, "x.safetensors"),
+                  metadata={STAMP_KEY: raw})
+        before = {n: _digest(os.path.join(r, n)) for r, _, ns in os.walk(d) for n in ns}
+        res = verify(d)
+        assert len(res.files) == 2 and all(f.status in ("ok", "drifted", "unstamped", "changed-shape", "moved",
+                                                        "error") for f in res.files)
+        verify_text(res)
+        res.to_dict()
+        for f in res.files:
+            s = stamp_status(f.path)
+            summary(s["stamp"])
+        assert {n: _digest(os.path.join(r, n)) for r, _, ns in os.walk(d) for n in ns} == before
+
+
 # --------------------------------------------------------------------------------------- CLI
 @settings(max_examples=max(5, settings().max_examples // 5))
 @given(capture_dict())

@@ -319,6 +319,8 @@ def _skip_reason(cap: Capture, d: Draft, E: Any, cands: list) -> str | None:
     ids = cap.input_ids
     if ids is None or cap.num_tokens < 3:
         return f"{name}: no input_ids or < 3 tokens"
+    if not cap.ids_match_rows:  # rows ≠ ids: which row is which token is not known (analysis.rows: row_count)
+        return f"{name}: {int(ids.numel())} input_ids for {cap.num_tokens} rows (row_count)"
     ids = ids.reshape(-1).long()
     vocab = int(E.shape[0]) if E is not None else d.target_vocab_size
     if vocab and bool(((ids < 0) | (ids >= vocab)).any()):

@@ -46,6 +46,27 @@ if TYPE_CHECKING:  # pragma: no cover
 
 ROW_KINDS = ("zero_rows", "nonfinite", "row_count", "token_shift", "slot_misaligned", "foreign_rows")
 MAX_LISTED_RUNS = 32  # row runs listed per finding (the share and counts are always complete)
+HASH_COLS = 32  # columns (evenly strided) hashed per row: equal rows ⇒ equal hashes; distinct real rows never
+#                 agree on 32 values (bit patterns)
+MAX_SHIFT = 4  # token offsets tried around 0 (and around the ids-minus-rows gap for row_count): ±this many
+EMBED_MIN_TWINS = 3  # an embedding slot (rows a function of the id) has at least this many rows with a bit twin
+OFFSET_MIN_PAIRS = 3  # twin-row pairs needed to decide an offset from the embedding slot
+OFFSET_AGREE = 0.15  # at the decided offset, at least this share of twin pairs have equal ids (foreign rows
+#                      pair among themselves: 0.18–1.0 on the tuning corruptions; clean captures 1.0) …
+OFFSET_LEAD = 1.5  # … and at least this × the runner-up offset's share (clean tuning texts: ≥ 1.9×; a clean
+#                    capture's true offset always scores 1.0, so no other offset can be decided on it)
+FOREIGN_MIN_ROWS = 2  # contradicted rows (embedding ≠ its id's) needed in a run for foreign_rows
+FOREIGN_MERGE_CONFIRMED = 3  # contradicted rows with at most this many confirmed rows between are one run
+CROSS_ROWS = 256  # rows sampled for the cross-slot offset test
+CROSS_MIN_ROWS = 32  # fewer usable rows: the cross-slot test is not run (short clean tuning texts had -4 ties)
+CROSS_SHIFT = 2  # offsets tried between slots: ±this many
+CROSS_MIN_PAIRS = 2  # a slot's offset needs this many decisive pairs that agree (with ≥ 3 layer slots)
+EMBED_NORM_LEVEL = 0.2  # a slot whose median row norm is ≤ this × every other slot's is embedding-like: it is
+#                         most like the layers one row *earlier* (the next-token prediction) and is left out
+CROSS_MARGIN = 0.05  # best offset's mean centered cosine must beat the runner-up offset's by this
+ROW_MATCH_REL = 0.05  # exact mode: a row equals the reference state when ‖x − y‖/‖y‖ ≤ this (bf16 ≈ 0.003)
+SCREEN_ROWS = 48  # exact mode: rows sampled to pick each slot's (r, offset) before all its rows are compared
+ROW_MATCH_MIN_SHARE = 0.5  # exact mode: a slot is placed (r, offset) when at least this share of its rows match
 
 Runs = list[tuple[int, int]]
 
@@ -90,6 +111,7 @@ class RowReport:
             or ``token_shift``; None: the rows fit no contiguous part of the ids that the data can name).
         slot_offsets: slot → its extra offset against the other slots (``slot_misaligned``).
         undecided: checks the data could not decide (``{"check": why}``): CANNOT TELL, no finding.
+        placed: exact mode — slot → ``(r, offset)`` it matches the reference at, on most of its rows.
     """
 
     num_rows: int
@@ -99,6 +121,7 @@ class RowReport:
     offset: int | None = 0
     slot_offsets: dict[int, int] = field(default_factory=dict)
     undecided: dict[str, str] = field(default_factory=dict)
+    placed: dict[int, tuple[Any, int]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -135,7 +158,8 @@ class RowReport:
                 "findings": [f.to_dict() for f in self.findings],
                 "bad_rows": {str(k): [list(r) for r in v] for k, v in sorted(self.bad_rows.items())},
                 "offset": self.offset, "slot_offsets": {str(k): v for k, v in sorted(self.slot_offsets.items())},
-                "undecided": dict(self.undecided)}
+                "undecided": dict(self.undecided),
+                "placed": {str(k): [v[0], v[1]] for k, v in sorted(self.placed.items())}}
 
 
 def check_rows(capture: Capture, tensors: Sequence[Any] | None = None, *,
@@ -145,19 +169,32 @@ def check_rows(capture: Capture, tensors: Sequence[Any] | None = None, *,
     Args:
         capture: the capture (its slots, ``input_ids``).
         tensors: the slots' ``[rows, H]`` tensors when already loaded (default: ``slot.tensor()``).
-        reference: exact mode — the reference states ``{r: [T, H]}`` on the capture's ids (the first T ids;
-            ``forensics.models.target.ladder(model, ids)``); rows are then checked one by one against it.
+        reference: exact mode — the reference states ``{r: [T, H]}`` on the capture's first T ids
+            (``forensics.models.target.ladder(model, ids[:T])``); rows are then placed one by one against it.
 
     Returns:
         A :class:`RowReport`; ``findings`` empty on a clean capture.
+
+    From data alone, offsets (``row_count``, ``token_shift``) and ``foreign_rows`` need an embedding slot
+    (rows a function of the token id: bit-identical rows for repeated ids) and repeated ids; one slot late
+    against the others (``slot_misaligned``) comes from cross-slot row similarity at offsets. Where the data
+    does not decide, ``undecided`` says why and no finding is made.
     """
     ts = list(tensors) if tensors is not None else [s.tensor() for s in capture.slots]
     n = int(ts[0].shape[0]) if ts else 0
-    ids = capture.input_ids.reshape(-1) if capture.input_ids is not None else None
-    rep = RowReport(num_rows=n, num_tokens=None if ids is None else int(ids.numel()))
+    ids_t = capture.input_ids.reshape(-1) if capture.input_ids is not None else None
+    ids = None if ids_t is None else ids_t.numpy().astype(np.int64, copy=False)
+    rep = RowReport(num_rows=n, num_tokens=None if ids is None else int(ids.size))
     if not ts or n == 0:
         return rep
-    _zero_and_nonfinite(ts, rep)
+    from forensics.analysis.kernels import intra_op_threads
+
+    with intra_op_threads(1):  # small row-sample ops: one thread (2 threads were 6-8x slower on a busy CPU)
+        broken = _zero_and_nonfinite(ts, rep)
+        if reference is not None and ids is not None and reference:
+            _with_reference(ts, ids, reference, broken, rep)
+        else:
+            _data_only(ts, ids, broken, rep)
     return rep
 
 
@@ -167,8 +204,13 @@ def _add_bad(rep: RowReport, slot: int, rs: Runs) -> None:
         rep.bad_rows[slot] = merged
 
 
-def _zero_and_nonfinite(ts: list, rep: RowReport) -> None:
-    """``zero_rows`` and ``nonfinite`` (one pass per slot: a row's max |x| is 0 ⇔ zero, non-finite ⇔ NaN/Inf)."""
+def _fmt_runs(rs: Runs, k: int = 4) -> str:
+    return ", ".join(f"{a}–{b}" if a != b else f"{a}" for a, b in rs[:k]) + (", …" if len(rs) > k else "")
+
+
+def _zero_and_nonfinite(ts: list, rep: RowReport) -> np.ndarray:
+    """``zero_rows`` and ``nonfinite`` (one pass per slot: a row's max |x| is 0 ⇔ zero, non-finite ⇔ NaN/Inf).
+    Returns the ``[k, n]`` mask of these broken rows."""
     import torch
 
     n = rep.num_rows
@@ -185,16 +227,373 @@ def _zero_and_nonfinite(ts: list, rep: RowReport) -> None:
         every = len(hit) == len(ts) and all((m[i] == m[hit[0]]).all() for i in hit)
         for i in hit:
             _add_bad(rep, i, runs(m[i]))
-        rs = runs(m[hit[0]]) if every else runs(np.asarray(m[hit].any(axis=0)))
-        share = float(m[hit].any(axis=0).mean())
+        union = np.asarray(m[hit].any(axis=0))
+        rs = runs(union)
+        share = float(union.mean())
         where = "every slot" if every else f"slot{'s' if len(hit) > 1 else ''} {hit}"
         ev: dict[str, Any] = {"rows": [list(r) for r in rs[:MAX_LISTED_RUNS]], "runs": len(rs),
-                              "share": share, "count": int(m[hit].any(axis=0).sum()), "slots": hit,
+                              "share": share, "count": int(union.sum()), "slots": hit,
                               "per_slot": {str(i): [list(r) for r in runs(m[i])[:MAX_LISTED_RUNS]] for i in hit}}
         if kind == "zero_rows":
             ev["trailing"] = bool(rs and rs[-1][1] == n - 1)
-        first = ", ".join(f"{a}–{b}" if a != b else f"{a}" for a, b in rs[:4])
         rep.findings.append(Finding(kind, Severity.FAIL, hit, f"{ev['count']} of {n} rows ({share:.0%}) are "
-                                    f"{why} in {where} (rows {first}{', …' if len(rs) > 4 else ''}): these rows "
-                                    "are no token's state; a draft trained on them learns nothing from them",
-                                    ev))
+                                    f"{why} in {where} (rows {_fmt_runs(rs)}): these rows are no token's state; "
+                                    "a draft trained on them learns nothing from them", ev))
+    return zero | bad
+
+
+# ------------------------------------------------------------------------------------------- data only
+def _row_hashes(h: Any) -> np.ndarray:
+    """A 64-bit hash of ``HASH_COLS`` evenly strided columns of every row (bit patterns)."""
+    import torch
+
+    H = int(h.shape[1])
+    cols = torch.from_numpy(np.unique(np.linspace(0, H - 1, min(H, HASH_COLS)).round().astype(np.int64)))
+    sub = h[:, cols].contiguous()
+    bits = sub.view({1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[sub.element_size()]).numpy()
+    acc = np.zeros(bits.shape[0], dtype=np.uint64)
+    b64 = bits.astype(np.int64).view(np.uint64)
+    with np.errstate(over="ignore"):
+        for j in range(b64.shape[1]):
+            acc = (acc ^ b64[:, j]) * np.uint64(0x100000001B3)
+    return acc
+
+
+def _twin_pairs(hs: np.ndarray, ok: np.ndarray) -> np.ndarray:
+    """``[p, 2]`` row pairs (consecutive members of each group of equal hashes among ``ok`` rows)."""
+    rows = np.flatnonzero(ok)
+    if rows.size < 2:
+        return np.zeros((0, 2), dtype=np.int64)
+    order = np.argsort(hs[rows], kind="stable")
+    r = rows[order]
+    same = hs[r[1:]] == hs[r[:-1]]
+    return np.stack([r[:-1][same], r[1:][same]], axis=1)
+
+
+def _pair_agreement(pairs: np.ndarray, ids: np.ndarray, k: int) -> tuple[float, int]:
+    """Share of twin-row pairs whose ids at row + k are equal, and how many pairs had both ids."""
+    a, b = pairs[:, 0] + k, pairs[:, 1] + k
+    valid = (a >= 0) & (b >= 0) & (a < ids.size) & (b < ids.size)
+    nv = int(valid.sum())
+    if nv == 0:
+        return 0.0, 0
+    return float((ids[a[valid]] == ids[b[valid]]).mean()), nv
+
+
+def _candidates(gap: int, whole: bool) -> list[int]:
+    """Token offsets to try: ±``MAX_SHIFT`` around 0 and around ``gap`` (ids − rows), and with ``whole``
+    every offset between (the rows may be any contiguous part of the ids)."""
+    near = set(range(-MAX_SHIFT, MAX_SHIFT + 1)) | set(range(gap - MAX_SHIFT, gap + MAX_SHIFT + 1))
+    if whole:
+        near |= set(range(min(0, gap), max(0, gap) + 1))
+    return sorted(near)
+
+
+def _embedding_offset(pairs: np.ndarray, ids: np.ndarray, n: int) -> tuple[int | None, dict]:
+    """The token offset k at which the embedding slot's twin rows have equal ids ("same row ⇒ same id")."""
+    scores = {k: _pair_agreement(pairs, ids, k) for k in _candidates(int(ids.size) - n, whole=True)}
+    scores = {k: v for k, v in scores.items() if v[1] >= OFFSET_MIN_PAIRS}
+    if not scores:
+        return None, {"why": "too few repeated rows in the embedding slot to place the ids"}
+    best = max(scores, key=lambda k: (scores[k][0], -abs(k)))
+    runner = max((v[0] for k, v in scores.items() if k != best), default=0.0)
+    ev = {"agree": scores[best][0], "pairs": scores[best][1], "runner_up": runner}
+    if scores[best][0] >= OFFSET_AGREE and scores[best][0] >= OFFSET_LEAD * runner:
+        return best, ev
+    return None, {"why": f"no offset places the embedding rows on the ids (best {best}: {scores[best][0]:.2f} "
+                         f"of twin rows share an id, runner-up {runner:.2f})", **ev}
+
+
+def _foreign_from_embedding(hs: np.ndarray, ok: np.ndarray, ids: np.ndarray, k: int) -> np.ndarray:
+    """Per row: +1 its embedding agrees with its id elsewhere, −1 contradicts it, 0 unknown."""
+    n = hs.size
+    t = np.arange(n) + k
+    inside = ok & (t >= 0) & (t < ids.size)
+    rows = np.flatnonzero(inside)
+    label = np.zeros(n, dtype=np.int8)
+    if rows.size < 2:
+        return label
+    rid, rh = ids[t[rows]], hs[rows]
+    # confirmed: another row with the same hash and the same id
+    key = np.stack([rh.view(np.int64), rid], axis=1)
+    _, inv_k, cnt_k = np.unique(key, axis=0, return_inverse=True, return_counts=True)
+    inv_k = inv_k.reshape(-1)
+    confirmed = cnt_k[inv_k] > 1
+    label[rows[confirmed]] = 1
+    # (a) the same row as a confirmed row of another id
+    conf_hash_id: dict[int, int] = {}
+    for h_, i_ in zip(rh[confirmed].tolist(), rid[confirmed].tolist(), strict=True):
+        conf_hash_id[h_] = i_
+    # (b) an id whose confirmed rows have another hash
+    conf_id_hash: dict[int, set[int]] = {}
+    for h_, i_ in zip(rh[confirmed].tolist(), rid[confirmed].tolist(), strict=True):
+        conf_id_hash.setdefault(i_, set()).add(h_)
+    for j in np.flatnonzero(~confirmed):
+        h_, i_ = int(rh[j]), int(rid[j])
+        other = conf_hash_id.get(h_)
+        if (other is not None and other != i_) or (i_ in conf_id_hash and h_ not in conf_id_hash[i_]):
+            label[rows[j]] = -1
+    return label
+
+
+def _foreign_runs(label: np.ndarray) -> Runs:
+    """Runs of contradicted rows (−1) that no more than ``FOREIGN_MERGE_CONFIRMED`` confirmed rows (+1)
+    separate (a foreign row of the same token at the same position is confirmed by chance), each trimmed to
+    contradicted rows and kept when it holds ≥ ``FOREIGN_MIN_ROWS`` of them."""
+    bad = np.flatnonzero(label == -1)
+    if bad.size == 0:
+        return []
+    conf = np.cumsum(label == 1)
+    out: Runs = []
+    start = prev = int(bad[0])
+    count = 1
+    for t in bad[1:].tolist():
+        if conf[t] - conf[prev] > FOREIGN_MERGE_CONFIRMED:
+            if count >= FOREIGN_MIN_ROWS:
+                out.append((start, prev))
+            start, count = t, 0
+        prev, count = t, count + 1
+    if count >= FOREIGN_MIN_ROWS:
+        out.append((start, prev))
+    return out
+
+
+def _centered_sample(h: Any, rows: np.ndarray) -> np.ndarray:
+    import torch
+
+    x = h[torch.from_numpy(rows)].to(torch.float32).numpy().astype(np.float64)
+    x = x - x.mean(axis=0, keepdims=True)
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-30)
+
+
+def cross_offsets(ts: list, ok: np.ndarray, max_shift: int = CROSS_SHIFT) -> tuple[np.ndarray, np.ndarray]:
+    """Pairwise best row offsets: ``d[i, j]`` = the d at which slot i's row t is most like slot j's row t + d
+    (mean centered cosine on a row sample), ``margin[i, j]`` its lead over the runner-up offset."""
+    k, n = len(ts), int(ts[0].shape[0])
+    good = np.flatnonzero(ok[max_shift:n - max_shift]) + max_shift if n > 2 * max_shift else np.zeros(0, np.int64)
+    d = np.zeros((k, k), dtype=np.int64)
+    margin = np.zeros((k, k))
+    if good.size < CROSS_MIN_ROWS:
+        return d, margin
+    rows = good[np.linspace(0, good.size - 1, min(CROSS_ROWS, good.size)).round().astype(np.int64)]
+    rows = np.unique(rows)
+    shifts = list(range(-max_shift, max_shift + 1))
+    base = [_centered_sample(h, rows) for h in ts]
+    moved = [{s: _centered_sample(h, rows + s) for s in shifts} for h in ts]
+    for i in range(k):
+        for j in range(k):
+            if i == j:
+                continue
+            sims = np.array([float((base[i] * moved[j][s]).sum(1).mean()) for s in shifts])
+            o = np.argsort(-sims)
+            d[i, j], margin[i, j] = shifts[o[0]], sims[o[0]] - sims[o[1]]
+    return d, margin
+
+
+def _slot_offsets(d: np.ndarray, margin: np.ndarray, slots: list[int]) -> tuple[dict[int, int], str | None]:
+    """Each slot's offset against the others (0 for the majority), from the decisive pairwise offsets of
+    ``slots`` (indices into ``d``'s rows are positions in ``slots``)."""
+    k = len(slots)
+    if k < 2:
+        return {}, None
+    decisive = margin >= CROSS_MARGIN
+    off: dict[int, int] = {}
+    for i in range(k):
+        vals = [int(d[i, j]) for j in range(k) if j != i and decisive[i, j]]
+        if len(vals) >= min(CROSS_MIN_PAIRS, k - 1):
+            u, c = np.unique(vals, return_counts=True)
+            if c.max() * 2 > len(vals):
+                off[i] = int(u[np.argmax(c)])
+    moved = {slots[i]: o for i, o in off.items() if o != 0}
+    if not moved:
+        return {}, None
+    if k == 2:
+        return {}, (f"slots {slots[0]} and {slots[1]} sit {int(d[0, 1]):+d} rows apart; with two layer slots, "
+                    "which one is late cannot be told from the data (pass --model)")
+    if len(moved) * 2 >= k:
+        return {}, f"{len(moved)} of {k} layer slots sit at an offset from the others: no majority to anchor them"
+    return moved, None
+
+
+def _embedding_like(ts: list, broken: np.ndarray) -> set[int]:
+    """Slots whose median row norm is ≤ ``EMBED_NORM_LEVEL`` × every other slot's (a lookup's tiny norms)."""
+    import torch
+
+    if len(ts) < 2:
+        return set()
+    med = []
+    for i, h in enumerate(ts):
+        rows = np.flatnonzero(~broken[i])
+        rows = rows[np.linspace(0, rows.size - 1, min(rows.size, CROSS_ROWS)).round().astype(np.int64)] \
+            if rows.size else rows
+        med.append(float(torch.linalg.vector_norm(h[torch.from_numpy(rows)].float(), dim=-1).median())
+                   if rows.size else float("nan"))
+    out = set()
+    for i, m in enumerate(med):
+        others = [x for j, x in enumerate(med) if j != i and np.isfinite(x)]
+        if np.isfinite(m) and others and m <= EMBED_NORM_LEVEL * min(others):
+            out.add(i)
+    return out
+
+
+def _data_only(ts: list, ids: np.ndarray | None, broken: np.ndarray, rep: RowReport) -> None:
+    n, k = rep.num_rows, len(ts)
+    ok_all = np.asarray(~broken.any(axis=0))
+    emb, pairs, hs = None, None, None
+    best_twins = 0
+    for i, h in enumerate(ts):
+        hi = _row_hashes(h)
+        p = _twin_pairs(hi, ~broken[i])
+        twins = int(np.unique(p).size)
+        if twins >= EMBED_MIN_TWINS and twins > best_twins:
+            emb, pairs, hs, best_twins = i, p, hi, twins
+    offset: int | None = 0
+    if ids is not None and emb is not None and pairs is not None:
+        offset, why = _embedding_offset(pairs, ids, n)
+        if offset is None:
+            rep.undecided["offset"] = why["why"]
+    elif ids is not None and ids.size != n:
+        offset = None
+        rep.undecided["offset"] = "no embedding slot (rows a function of the id) to place the rows on the ids"
+    else:
+        rep.undecided["token_shift"] = ("no token ids" if ids is None else
+                                        "no embedding slot with repeated ids: a whole-file shift needs --model")
+    layer = [i for i in range(k) if i != emb and i not in _embedding_like(ts, broken)]
+    slot_off: dict[int, int] = {}
+    why_cross = None
+    if len(layer) >= 2:
+        d, margin = cross_offsets([ts[i] for i in layer], ok_all)
+        slot_off, why_cross = _slot_offsets(d, margin, layer)
+    if why_cross:
+        rep.undecided["slot_misaligned"] = why_cross
+    _report_offsets(rep, k, ids, offset, slot_off, "the embedding slot's repeated rows")
+    if ids is not None and emb is not None and hs is not None and offset is not None:
+        e_off = offset + slot_off.get(emb, 0)
+        label = _foreign_from_embedding(hs, ~broken[emb], ids, e_off)
+        fr = _foreign_runs(label)
+        if fr:
+            for i in range(k):
+                _add_bad(rep, i, fr)
+            cnt = int(sum(b - a + 1 for a, b in fr))
+            rep.findings.append(Finding(
+                FindingKind.FOREIGN_ROWS, Severity.FAIL, list(range(k)),
+                f"rows {_fmt_runs(fr)} are not the states of their token ids: in the embedding slot {emb} they "
+                f"equal other tokens' embeddings ({int((label == -1).sum())} rows contradict their id) — rows "
+                "from another sequence (the other slots' rows there are taken as foreign too)",
+                {"rows": [list(r) for r in fr[:MAX_LISTED_RUNS]], "runs": len(fr), "count": cnt,
+                 "share": cnt / max(1, n), "contradicted": int((label == -1).sum()),
+                 "confirmed": int((label == 1).sum()), "slots": list(range(k)), "embedding_slot": emb,
+                 "by": "embedding"}))
+
+
+def _report_offsets(rep: RowReport, k: int, ids: np.ndarray | None, offset: int | None, slot_off: dict[int, int],
+                    by: str) -> None:
+    """``row_count`` / ``token_shift`` / ``slot_misaligned`` from the decided offsets; rows outside the ids bad."""
+    n = rep.num_rows
+    rep.offset = offset
+    rep.slot_offsets = dict(slot_off)
+    m = None if ids is None else int(ids.size)
+    if m is not None and m != n:
+        ev: dict[str, Any] = {"rows": n, "tokens": m, "offset": offset, "by": by if offset is not None else None}
+        if offset is None:
+            part = "which tokens the rows belong to cannot be told from the data (pass --model)"
+        else:
+            ev["token_range"] = [offset, offset + n - 1]
+            part = (f"they fit tokens {offset}–{offset + n - 1}" + (" (a missing tail)" if offset == 0 and n < m else
+                    " (the uncached suffix of a prefix-cached prompt)" if offset + n == m and offset > 0 else ""))
+        rep.findings.append(Finding(FindingKind.ROW_COUNT, Severity.FAIL, list(range(k)),
+                                    f"the slots hold {n} rows for {m} token ids: {part}", ev))
+    elif offset not in (0, None):
+        rep.findings.append(Finding(FindingKind.TOKEN_SHIFT, Severity.FAIL, list(range(k)),
+                                    f"every slot's row t holds the state of token t{offset:+d} (found with {by}): "
+                                    f"the rows sit {abs(offset)} token"
+                                    f"{'s' if abs(offset) > 1 else ''} {'late' if offset > 0 else 'early'}",
+                                    {"offset": offset, "by": by}))
+    for i, o in sorted(slot_off.items()):
+        rep.findings.append(Finding(FindingKind.SLOT_MISALIGNED, Severity.FAIL, [i],
+                                    f"slot {i}'s row t holds the state the other slots hold at row t{o:+d}: "
+                                    f"it sits {abs(o)} token"
+                                    f"{'s' if abs(o) > 1 else ''} {'late' if o > 0 else 'early'} against them",
+                                    {"slot": i, "offset": o, "slots": [i], "by": by}))
+    if offset is not None and m is not None:
+        for i in range(k):
+            tok = np.arange(n) + offset + slot_off.get(i, 0)
+            _add_bad(rep, i, runs((tok < 0) | (tok >= m)))
+
+
+# ----------------------------------------------------------------------------------------- with a model
+def _with_reference(ts: list, ids: np.ndarray, reference: Mapping[Any, Any], broken: np.ndarray,
+                    rep: RowReport) -> None:
+    """Place every slot at (r, offset) against the reference ladder; rows that do not match there are foreign."""
+    import torch
+
+    n, k = rep.num_rows, len(ts)
+    lad = {r: y.to(torch.float32) for r, y in reference.items()}
+    T = min(int(y.shape[0]) for y in lad.values())
+    cands = _candidates(int(ids.size) - n, whole=False)
+    place: dict[int, tuple[Any, int, np.ndarray, np.ndarray]] = {}
+    for i, h in enumerate(ts):
+        screen = None  # (hits, r, offset) on a row sample; then the whole slot at the best one
+        for o in cands:
+            rows = np.flatnonzero(~broken[i] & (np.arange(n) + o >= 0) & (np.arange(n) + o < T))
+            if rows.size < 2:
+                continue
+            pick = np.linspace(0, rows.size - 1, min(rows.size, SCREEN_ROWS)).round().astype(np.int64)
+            rows = np.unique(rows[pick])
+            x = h[torch.from_numpy(rows)].to(torch.float32)
+            ti = torch.from_numpy(rows + o)
+            for r, y in lad.items():
+                yy = y[ti]
+                rel_s = (x - yy).norm(dim=-1) / yy.norm(dim=-1).clamp_min(1e-30)
+                hit = int((rel_s <= ROW_MATCH_REL).sum())
+                if screen is None or hit > screen[0]:
+                    screen = (hit, r, o)
+        if screen is None or screen[0] == 0:
+            continue
+        _, r, o = screen
+        rows = np.flatnonzero(~broken[i] & (np.arange(n) + o >= 0) & (np.arange(n) + o < T))
+        x = h[torch.from_numpy(rows)].to(torch.float32)
+        yy = lad[r][torch.from_numpy(rows + o)]
+        rel = ((x - yy).norm(dim=-1) / yy.norm(dim=-1).clamp_min(1e-30)).numpy()
+        if int((rel <= ROW_MATCH_REL).sum()) >= ROW_MATCH_MIN_SHARE * rows.size:
+            place[i] = (r, o, rows, rel)
+    data = RowReport(num_rows=n, num_tokens=rep.num_tokens,
+                     bad_rows={i: list(v) for i, v in rep.bad_rows.items()})
+    _data_only(ts, ids, broken, data)
+    if not place:
+        rep.undecided["reference"] = "no slot equals a reference state on most of its rows: data-only row checks"
+        rep.findings += data.findings
+        rep.bad_rows, rep.offset, rep.slot_offsets = data.bad_rows, data.offset, data.slot_offsets
+        rep.undecided.update(data.undecided)
+        return
+    offs = [o for _, o, _, _ in place.values()]
+    u, c = np.unique(offs, return_counts=True)
+    common = int(u[np.argmax(c)])
+    if c.max() * 2 <= len(offs) and len(offs) > 1:
+        common = 0 if 0 in offs else common
+    slot_off = {i: o - common for i, (_, o, _, _) in place.items() if o != common}
+    _report_offsets(rep, k, ids, common, slot_off, "the reference forward")
+    foreign: dict[int, Runs] = {}
+    checked = min(n, T - min(0, common))  # rows past the reference's T: the data-only runs there
+    beyond = [f for f in data.findings if f.kind == "foreign_rows"]
+    for i, (_, _, rows, rel) in place.items():
+        miss = np.zeros(n, dtype=bool)
+        miss[rows[rel > ROW_MATCH_REL]] = True
+        for f in beyond:
+            miss |= mask_of([(max(a, checked), b) for a, b in f.evidence["rows"] if b >= checked], n)
+        fr = runs(miss)
+        if fr:
+            foreign[i] = fr
+            _add_bad(rep, i, fr)
+    if foreign:
+        union = runs(np.logical_or.reduce([mask_of(v, n) for v in foreign.values()]))
+        cnt = int(sum(b - a + 1 for a, b in union))
+        rep.findings.append(Finding(
+            FindingKind.FOREIGN_ROWS, Severity.FAIL, sorted(foreign),
+            f"rows {_fmt_runs(union)} are not the states of their token ids in this sequence: they match no "
+            f"reference state where the slot's other rows do (slots {sorted(foreign)})",
+            {"rows": [list(r) for r in union[:MAX_LISTED_RUNS]], "runs": len(union), "count": cnt,
+             "share": cnt / max(1, n), "slots": sorted(foreign),
+             "per_slot": {str(i): [list(r) for r in v[:MAX_LISTED_RUNS]] for i, v in foreign.items()},
+             "checked_rows": int(checked), "by": "reference"}))
+    rep.placed = {i: (r, o) for i, (r, o, _, _) in place.items()}

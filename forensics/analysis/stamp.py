@@ -1,9 +1,13 @@
 """``stamp`` and ``verify``: write what each capture file's slots are into the data, and check the values later.
 
-``stamp(dataset)`` records per file r per slot, the convention and producer, the target and its L, and the
-value fingerprint (``forensics.io.stamps``). ``verify(dataset)`` re-reads every file once, compares each slot's
-checksum with its stamp and, for a slot that changed, says what it now looks like: another stamped slot's norm
-profile (slots swapped or reordered), or none (values from another layer, or edited).
+``stamp(dataset)`` records per file r per slot, the convention and producer, the target and its L, the file's
+path relative to the stamped folder, and the value fingerprint (``forensics.io.stamps``; stored by
+``forensics.io.stamp_store``). Each file is stamped or left as it was: a file that cannot be stamped (a link, a
+read-only file, an immutable one, a full disk) is reported and the others go on. ``verify(dataset)`` re-reads
+every file once, compares each slot's checksum with its stamp and, for a slot that changed, says what it now
+looks like: another stamped slot's norm profile (slots swapped or reordered), or none (values from another
+layer, or edited). A file whose stamp names another path (a copy) fails; an unreadable file or a malformed
+stamp is that file's error row, and every other file still gets its verdict.
 
 Example:
     >>> res = stamp("caps/", layers="embed,L3,L16,L28", model="SmolLM2-135M", num_layers=30)  # doctest: +SKIP
@@ -18,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from forensics.errors import ForensicsError
+from forensics.io import stamp_store as store
 from forensics.io import stamps as st
 from forensics.layers import parse_r, r_label
 
@@ -30,9 +35,14 @@ class FileStamp:
     """One file's stamp and where it went."""
 
     path: str
-    where: str  # "safetensors __metadata__" | "<capture.json path>"
+    where: str  # "safetensors __metadata__" | "<stamps.jsonl path>" | "" when not stamped
     r: list
     notes: list[str] = field(default_factory=list)
+    error: str | None = None  # why this file was not stamped (it was left unchanged)
+
+    @property
+    def stamped(self) -> bool:
+        return self.error is None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -50,10 +60,14 @@ class StampResult:
 
     @property
     def ok(self) -> bool:
-        return bool(self.files)
+        return bool(self.files) and all(f.stamped for f in self.files)
+
+    @property
+    def failed(self) -> list[FileStamp]:
+        return [f for f in self.files if not f.stamped]
 
     def to_dict(self) -> dict:
-        return {"files": [f.to_dict() for f in self.files], "convention": self.convention,
+        return {"ok": self.ok, "files": [f.to_dict() for f in self.files], "convention": self.convention,
                 "producer": self.producer, "model": self.model, "num_layers": self.num_layers}
 
     def __repr__(self) -> str:
@@ -81,7 +95,7 @@ class FileCheck:
     """``verify``'s answer for one file."""
 
     path: str
-    status: str  # "ok" | "drifted" | "unstamped" | "changed-shape" | "error"
+    status: str  # "ok" | "drifted" | "unstamped" | "changed-shape" | "moved" | "error"
     message: str
     drift: list[SlotDrift] = field(default_factory=list)
     stamp: dict | None = None
@@ -106,7 +120,7 @@ class VerifyResult:
 
     @property
     def verdict(self) -> str:
-        if any(f.status in ("drifted", "changed-shape", "error") for f in self.files):
+        if any(f.status in ("drifted", "changed-shape", "moved", "error") for f in self.files):
             return "fail"
         return "pass" if self.ok else "cannot-tell"
 
@@ -125,7 +139,8 @@ def brief(stamp: dict | None) -> dict | None:
     if not stamp:
         return None
     return {"labels": [x.get("label") for x in stamp.get("slots") or []], "target": stamp.get("target"),
-            "producer": stamp.get("producer"), "convention": stamp.get("convention")}
+            "producer": stamp.get("producer"), "convention": stamp.get("convention"),
+            "file": stamp.get("file"), "version": stamp.get("version", 1)}
 
 
 def _slot_rs(cap, layers, convention: str | None, layer_ids, num_layers: int | None) -> tuple[list[Any], list[str]]:
@@ -157,43 +172,89 @@ def stamp(dataset: str | os.PathLike, layers: str | list | None = None, conventi
           layer_ids: list | None = None, producer: str | None = None, model: str | None = None,
           num_layers: int | None = None) -> StampResult:
     """Stamp every capture file under ``dataset`` (a file or a folder). Safetensors files get the stamp in their
-    header (tensors byte-identical); torch files get it in the ``capture.json`` beside them."""
-    from forensics import __version__
-    from forensics.io.formats import iter_files, load
+    header (tensors byte-identical); torch files get a line in the ``stamps.jsonl`` beside them. Each file is
+    stamped whole or not at all; ``StampResult.failed`` lists the files left unchanged and why."""
+    from forensics.io import validate
+    from forensics.io.formats import iter_files
+    from forensics.io.limits import MAX_NUM_LAYERS
 
-    files = list(iter_files(os.fspath(dataset)))
+    validate.count(num_layers, "num_layers", hi=MAX_NUM_LAYERS, none=True)
+    if layers is not None:
+        validate.layers(layers)
+    root = _dataset_arg(dataset)
+    files = list(iter_files(root))
     if not files:
-        raise ForensicsError("no capture files found", path=os.fspath(dataset))
+        raise ForensicsError("no capture files found", path=root)
+    base = os.path.abspath(root) if os.path.isdir(root) else os.path.dirname(os.path.abspath(root))
     out: list[FileStamp] = []
-    sidecars: dict[str, dict[str, dict]] = {}
+    pending: dict[str, dict[str, dict]] = {}  # stamps.jsonl folder -> {rel: stamp}
+    pending_files: dict[str, list[FileStamp]] = {}
+    opts = {"layers": layers, "convention": convention, "layer_ids": layer_ids, "producer": producer,
+            "model": model, "num_layers": num_layers}
     for path in files:
-        cap = load(path)
-        meta = cap.meta or {}
-        L = num_layers or cap.num_layers
-        rs, notes = _slot_rs(cap, layers, convention, layer_ids, L)
-        slots = []
-        embed = None
-        for s, r in zip(cap.slots, rs, strict=True):
-            t = s.tensor()
-            slots.append(st.slot_record(t, s.name, r, None if r is None else r_label(r), str(s.dtype)))
-            if r == 0 and embed is None:
-                embed = st.embed_rows(t, cap.input_ids)
-        rec = st.build_record(slots, cap.input_ids, embed, fmt=cap.format,
-                              producer=producer or meta.get("tool") or cap.declared_convention,
-                              convention=convention or meta.get("convention") or cap.declared_convention,
-                              layer_ids=layer_ids or meta.get("layer_ids") or cap.declared_layers,
-                              model=model or meta.get("model"), num_layers=L, tool_version=__version__)
-        if st.is_safetensors(path):
-            st.write_safetensors_stamp(path, rec)
-            out.append(FileStamp(path, "safetensors __metadata__", rs, notes))
-        else:
-            side = st.sidecar_for(path)
-            rel = os.path.relpath(os.path.abspath(path), os.path.dirname(side))
-            sidecars.setdefault(side, {})[rel] = rec
-            out.append(FileStamp(path, side, rs, notes))
-    for side, recs in sidecars.items():
-        st.write_sidecar_stamps(side, recs)
+        try:
+            rec, rs, notes = _record(path, os.path.relpath(os.path.abspath(path), base), opts)
+            if store.is_safetensors(path):
+                store.write_safetensors_stamp(path, rec)
+                out.append(FileStamp(path, "safetensors __metadata__", rs, notes))
+            else:
+                folder = store.stamps_folder(path)
+                pending.setdefault(folder, {})[os.path.relpath(os.path.abspath(path), folder)] = rec
+                fs = FileStamp(path, os.path.join(folder, store.STAMPS_FILE), rs, notes)
+                pending_files.setdefault(folder, []).append(fs)
+                out.append(fs)
+        except (ForensicsError, OSError) as e:
+            why = e.message if isinstance(e, ForensicsError) else f"cannot stamp: {e.strerror}"
+            out.append(FileStamp(path, "", [], [], error=why))
+    for folder, recs in pending.items():
+        try:
+            store.append_stamps(folder, recs)
+        except ForensicsError as e:
+            for fs in pending_files[folder]:
+                fs.where, fs.error = "", e.message
     return StampResult(out, convention, producer, model, num_layers)
+
+
+def _record(path: str, rel: str, opts: dict) -> tuple[dict, list, list[str]]:
+    """The stamp of one file, its r per slot and notes (reads the file; writes nothing)."""
+    from forensics import __version__
+    from forensics.io.formats import load
+
+    cap = load(path)
+    meta = cap.meta or {}
+    L = opts["num_layers"] or cap.num_layers
+    rs, notes = _slot_rs(cap, opts["layers"], opts["convention"], opts["layer_ids"], L)
+    slots = []
+    embed = None
+    for s, r in zip(cap.slots, rs, strict=True):
+        t = s.tensor()
+        if t.ndim != 2:
+            raise ForensicsError(f"cannot stamp: slot {s.name} is {t.ndim}-D, expected [tokens, hidden]", path=path)
+        slots.append(st.slot_record(t, s.name, r, None if r is None else r_label(r), str(s.dtype)))
+        if r == 0 and embed is None:
+            embed = st.embed_rows(t, cap.input_ids)
+    rec = st.build_record(slots, cap.input_ids, embed, fmt=cap.format,
+                          producer=opts["producer"] or meta.get("tool") or cap.declared_convention,
+                          convention=opts["convention"] or meta.get("convention") or cap.declared_convention,
+                          layer_ids=opts["layer_ids"] or meta.get("layer_ids") or cap.declared_layers,
+                          model=opts["model"] or meta.get("model"), num_layers=L, tool_version=__version__,
+                          file=rel.replace(os.sep, "/"))
+    return rec, rs, notes
+
+
+def _moved(path: str, file: str | None) -> bool:
+    """Whether the stamped relative path is not where ``path`` now is (its last components differ)."""
+    if not file:
+        return False
+    want = [p for p in file.split("/") if p not in ("", ".")]
+    have = os.path.abspath(path).split(os.sep)
+    return not want or have[-len(want):] != want
+
+
+def _dataset_arg(dataset: Any) -> str:
+    if not isinstance(dataset, (str, os.PathLike)):
+        raise ForensicsError(f"dataset must be a path to a capture file or folder, got {type(dataset).__name__}")
+    return os.fspath(dataset)
 
 
 def _close(a: list | None, b: list | None) -> bool:
@@ -203,15 +264,29 @@ def _close(a: list | None, b: list | None) -> bool:
 
 
 def check_file(path: str) -> FileCheck:
-    """Verify one file against its stamp."""
-    from forensics.io.formats import load
-
+    """Verify one file against its stamp; an unreadable file or a malformed stamp is an ``error`` check."""
     try:
-        rec = st.read_stamp(path)
+        return _check_file(path)
     except ForensicsError as e:
         return FileCheck(path, "error", e.message)
+    except OSError as e:
+        return FileCheck(path, "error", f"cannot read: {e.strerror or type(e).__name__}")
+    except (ValueError, RuntimeError, IndexError, KeyError, TypeError, EOFError) as e:  # a damaged file
+        from forensics.errors import one_line
+
+        return FileCheck(path, "error", f"cannot read: {type(e).__name__}: {one_line(e)[:200]}")
+
+
+def _check_file(path: str) -> FileCheck:
+    from forensics.io.formats import load
+
+    rec = store.read_stamp(path)
     if rec is None:
         return FileCheck(path, "unstamped", "no stamp (run `hsf stamp` on it)")
+    version = rec.get("version", 1)
+    if _moved(path, rec.get("file")):
+        return FileCheck(path, "moved", f"the stamp was made for {rec.get('file')}, not this file (a copy of "
+                         "another file, or renamed: re-stamp after a rename)", stamp=rec)
     cap = load(path)
     stamped = rec.get("slots") or []
     if len(stamped) != len(cap.slots):
@@ -222,14 +297,15 @@ def check_file(path: str) -> FileCheck:
         return FileCheck(path, "changed-shape", f"slot shapes {shapes} differ from the stamp's "
                          f"{[x.get('shape') for x in stamped]}", stamp=rec)
     drift: list[SlotDrift] = []
-    raw = st.raw_slot_arrays(path, cap)  # one memory map instead of one full read per slot
+    raw = store.raw_slot_arrays(path, cap)  # one memory map instead of one full read per slot
+    checksum = st.checksum_for(version)
     changed = [i for i, (s, x) in enumerate(zip(cap.slots, stamped, strict=True))
-               if st.checksum(raw[i] if raw is not None else s.tensor()) != x.get("checksum")]
+               if checksum(raw[i] if raw is not None else s.tensor()) != x.get("checksum")]
     for i in changed:
         x = stamped[i]
         q = st.norm_quantiles(cap.slots[i].tensor())
         other = next((j for j, y in enumerate(stamped) if j != i and _close(q, y.get("norm_q"))), None)
-        med, smed = q[len(q) // 2], (x.get("norm_q") or [None] * len(q))[len(q) // 2]
+        med, smed = q[len(q) // 2], x["norm_q"][len(q) // 2]
         lab = x.get("label") or "?"
         if other is not None:
             olab = stamped[other].get("label") or "?"
@@ -251,6 +327,9 @@ def check_file(path: str) -> FileCheck:
         notes.append("token ids changed")
     if drift or notes:
         return FileCheck(path, "drifted", "; ".join([d.message for d in drift] + notes), drift, rec)
+    if version == 1:
+        return FileCheck(path, "ok", f"{len(stamped)} slots match the stamp (an old version-1 stamp: its checksum "
+                         "misses swapped words or lanes and paired edits; re-stamp with `hsf stamp`)", [], rec)
     return FileCheck(path, "ok", f"{len(stamped)} slots match the stamp", [], rec)
 
 
@@ -261,18 +340,27 @@ def verify(dataset: str | os.PathLike) -> VerifyResult:
     from forensics.io.formats import iter_files
 
     t0 = time.perf_counter()
-    files = list(iter_files(os.fspath(dataset)))
+    files = list(iter_files(_dataset_arg(dataset)))
     if not files:
         raise ForensicsError("no capture files found", path=os.fspath(dataset))
     checks = [check_file(p) for p in files]
-    return VerifyResult(checks, time.perf_counter() - t0, sum(os.path.getsize(p) for p in files))
+    return VerifyResult(checks, time.perf_counter() - t0, sum(_size(p) for p in files))
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
 
 
 def stamp_status(path: str) -> dict[str, Any]:
     """For the report: ``{"status": "stamped"|"unstamped"|"error", "stamp": brief, "error": ...}``; reads only the
     header or the sidecar, never the values (``verify`` checks those)."""
     try:
-        rec = st.read_stamp(path)
+        rec = store.read_stamp(path)
     except ForensicsError as e:
         return {"status": "error", "stamp": None, "error": e.message}
+    except OSError as e:
+        return {"status": "error", "stamp": None, "error": f"cannot read: {e.strerror}"}
     return {"status": "stamped" if rec else "unstamped", "stamp": brief(rec), "error": None}

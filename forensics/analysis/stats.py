@@ -308,6 +308,9 @@ def summarize(capture: Any, input_ids: Any = None) -> CaptureStats:
         from forensics.io.formats import as_capture
 
         capture = as_capture(capture, input_ids=input_ids)
+    from forensics.io.validate import check_capture
+
+    check_capture(capture)  # dtypes, shapes and ids checked at the boundary: one line, never deep inside
     slots = []
     for s in capture.slots:
         try:

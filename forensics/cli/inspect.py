@@ -4,7 +4,9 @@ Text mode prints one table per file (shape, dtype, declared r, norm mean/std/med
 token, mean without token 0, and flags for sinks, massive activations and NaN/Inf). ``--json`` prints one
 ``{"files": [...]}`` document whose entries are ``CaptureStats.to_dict()``. An unreadable file is reported
 on stderr (and as an ``error`` entry in JSON) and makes the exit code 2; NaN/Inf values are findings, not
-errors.
+errors. Each file's rows are checked (``forensics.analysis.rows``: zero blocks, NaN rows, rows ≠ ids, token
+shifts, foreign rows): the findings are listed under the table and in each JSON entry's ``findings``, and a
+FAIL among them makes the exit code 1.
 """
 
 from __future__ import annotations
@@ -17,17 +19,26 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
+    from forensics.analysis.rows import check_rows
     from forensics.analysis.stats import summarize
+    from forensics.findings import exit_code
+    from forensics.io.formats import load
 
     results = {}
+    row_findings: dict[int, list] = {}
 
     def one(path: str) -> dict:
-        st = summarize(path)
+        cap = load(path)
+        st = summarize(cap)
         entry = st.to_dict()
+        found = check_rows(cap).findings  # zero blocks, rows ≠ ids, shifts, foreign rows (issue 22)
+        entry["findings"] = [f.to_dict() for f in found]
         results[id(entry)] = st
+        row_findings[id(entry)] = found
         return entry
 
     entries, code = for_each_file(args.paths, one, out=args.console, what="inspect")
+    code = max(code, exit_code([f for fs in row_findings.values() for f in fs])) if code != 2 else code
     out = args.console
     for e in entries:
         if e["error"]:
@@ -45,6 +56,8 @@ def run(args) -> int:
             out.text("")
         first = False
         out.text(table(results[id(e)], width=out.width))
+        for f in row_findings.get(id(e), []):
+            out.text(f"  {f.severity.value.upper()} {f.kind}: {f.message}")
     bad = sum(1 for e in entries if e["error"])
     if bad and len(entries) > 1:
         out.note(f"{bad} of {len(entries)} files unreadable (see above)")

@@ -69,7 +69,7 @@ def run(args) -> int:
                      progress=lambda stage, done, total: step(stage, done=done, total=total))
         step("writing HTML", done=0, total=None)
         out = rep.save(args.output)
-    size = os.path.getsize(out)
+    size = os.path.getsize(out) if args.output != "-" and os.path.isfile(out) else len(rep.html.encode())
     files = rep.context["files"]
     unreadable = sum(1 for f in files if f.error)
     v = rep.context["verdicts"]
@@ -83,7 +83,7 @@ def run(args) -> int:
         doc["audit_exit_code"] = audit_res.exit_code()
     if args.json:
         print_json(doc)
-    else:
+    elif args.output != "-":  # with -o - stdout is the HTML itself
         c = rep.counts
         con.text(v.get("sentence") or rep.context["overall"].upper())
         con.text(f"  {len(files)} files" + (f" ({unreadable} unreadable)" if unreadable else "") +

@@ -4,7 +4,9 @@ fingerprint of its values, so ``hsf verify`` can later prove the files still hol
 Safetensors files get the stamp in their header ``__metadata__`` (the tensor bytes are copied unchanged, the
 file replaced atomically); ``.pt`` / ``.ckpt`` files get it in the ``capture.json`` beside them. r per slot comes
 from ``--layers``, or ``--convention`` + ``--layer-ids``, or what the data already declares (capture.json,
-data_config.json). Exit codes: 0 stamped; 2 unreadable input, bad arguments or a read-only filesystem.
+data_config.json). Each file is stamped whole or left unchanged; the output names every file that was not stamped
+and why (a symbolic link, a file with other hard links, a read-only or immutable file, a full disk).
+Exit codes: 0 every file stamped; 2 a file not stamped, unreadable input, bad arguments or a read-only filesystem.
 """
 
 from __future__ import annotations
@@ -45,4 +47,4 @@ def run(args) -> int:
         print_json(res.to_dict())
     else:
         args.console.text(stamp_text(res))
-    return 0
+    return 0 if res.ok else 2

@@ -1,9 +1,10 @@
 """``hsf verify DATASET``: check every capture file's values against its stamp (``hsf stamp``) and name each slot
 that drifted: swapped with another stamped slot, or holding values no stamped slot had (another layer).
 
-Reads every byte once (per-slot row/column checksums at memory speed). Exit codes: 0 every file matches its
-stamp; 1 a file drifted or its slots changed shape; 2 unreadable input; 3 some files are not stamped (cannot
-tell).
+Reads every byte once (a position-dependent per-slot checksum at memory speed). Every readable file gets its
+verdict even when another is broken (that file is a FAIL row). Exit codes: 0 every file matches its stamp; 1 a
+file drifted, its slots changed shape, its stamp names another file (a copy), its stamp is malformed or it cannot
+be read; 2 no capture files or bad arguments; 3 some files are not stamped (cannot tell).
 """
 
 from __future__ import annotations

@@ -145,6 +145,13 @@ class Capture:
         return 0 if self.input_ids is None else int(self.input_ids.numel())
 
     @property
+    def ids_match_rows(self) -> bool:
+        """False when ``input_ids`` (or ``loss_mask``) has another length than the slots' rows: the file is
+        readable and its content is wrong (``forensics.analysis.rows``: ``row_count``)."""
+        n = self.slots[0].num_tokens if self.slots else None
+        return n is None or all(t is None or int(t.numel()) == n for t in (self.input_ids, self.loss_mask))
+
+    @property
     def hidden_size(self) -> int | None:
         return self.slots[0].hidden_size if self.slots else None
 

@@ -37,7 +37,7 @@ RECIPE = ("re-save one sample per file with its token ids, e.g.\n"
           "  hs = torch.stack([out.hidden_states[i][0] for i in layers])      # [k, T, H]\n"
           "  torch.save({\"input_ids\": ids[0], \"hidden_states\": hs}, \"capture.pt\")")
 # a key ending in a layer number: layer_3, layers.3, hidden_states.16, h3, hs_3, L28, block-5, 12
-KEY_LAYER = re.compile(r"(?:^|[._\-/\[])(?:layers?|hidden_states?|h|hs|l|block|blocks)?[._\-\[]?(\d+)\]?$", re.I)
+KEY_LAYER = re.compile(r"(?:(?:^|[._\-/])(?:layers?|hidden_states?|h|hs|l|blocks?)[._\-\[]?|^)(\d+)\]?$", re.I)
 
 
 @dataclass

@@ -4,12 +4,28 @@ Every command that writes a file (``hsf report -o``, ``hsf scan -o``, ``hsf capt
 checks its path with :func:`check_output` before any work, and writes through :func:`atomic_output` (a
 temporary file in the same folder, renamed over the target only once complete; a failure leaves the old file
 in place). ``hsf scan`` appends rows as it goes, so it holds :func:`lock_output` on its ``-o`` instead.
+
+What ``-o`` may be (:func:`output_target`):
+- a new path or a regular file: written whole through a temporary file and a rename;
+- a symbolic link to a regular file: its target is written the same way and the link is kept (as a shell's
+  ``>`` would); a dangling link is refused;
+- ``-``, a character device (``/dev/null``, a terminal), a FIFO or a pipe (``/dev/stdout``, ``/dev/fd/N``):
+  written through, opened for appending, never replaced, truncated or renamed over (a FIFO without a reader
+  is refused instead of blocking);
+- a block device, a socket or a directory: refused in one line.
+
+A write that fails for lack of room (``ENOSPC``, ``EDQUOT``) or over the file-size limit (``EFBIG``,
+``ulimit -f``) is one line, ``cannot write OUT: <reason>``: a whole-file output is left as it was, an appended
+one keeps every complete row written before.
 """
 
 from __future__ import annotations
 
 import codecs
+import errno
 import os
+import stat
+import sys
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -34,6 +50,98 @@ def _escape_unencodable(err: UnicodeError) -> tuple[str, int]:
 codecs.register_error(TEXT_ERRORS, _escape_unencodable)
 
 
+STDOUT = "-"
+WRITE_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EACCES, errno.EPERM,
+                errno.ENXIO, errno.EINVAL)  # failures of a write or of opening an output, as one line
+_THROUGH_ROOTS = ("/dev/", "/proc/")  # a regular file reached through these (/dev/stdout > file) is written through
+
+
+def write_error(out: str, e: OSError) -> ForensicsError:
+    """``cannot write OUT: <reason>`` for an OSError met while writing ``out``."""
+    why = e.strerror or type(e).__name__
+    if e.errno == errno.ENXIO and _is_fifo(out):
+        why = "no process is reading this FIFO"
+    return ForensicsError(f"cannot write {out}: {why}")
+
+
+def _is_fifo(path: str) -> bool:
+    try:
+        return stat.S_ISFIFO(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def output_target(path: str | os.PathLike) -> tuple[str, str]:
+    """How ``path`` is written: ``("file", where)`` (whole, through a temporary file renamed over ``where``: the
+    path itself, or a symbolic link's target) or ``("through", path)`` (``-``, a character device, a FIFO or a
+    pipe: opened for appending, never replaced). Anything else is a ForensicsError.
+
+    Example:
+        >>> output_target("-")
+        ('through', '-')
+        >>> output_target("/dev/null")
+        ('through', '/dev/null')
+    """
+    out = os.fspath(path)
+    if out == STDOUT:
+        return "through", out
+    if not os.path.lexists(out):
+        return "file", out
+    try:
+        st = os.stat(out)  # follows links
+    except OSError:
+        if os.path.islink(out):
+            raise ForensicsError("output is a symbolic link to nothing (a dangling link); give its target or "
+                                 "another name", path=out) from None
+        raise
+    mode = st.st_mode
+    if stat.S_ISDIR(mode):
+        raise ForensicsError("output is a directory; give a file name", path=out)
+    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+        return "through", out
+    if not stat.S_ISREG(mode):
+        kind = "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a file"
+        raise ForensicsError(f"output is {kind}; refusing to write it", path=out)
+    if os.path.abspath(out).startswith(_THROUGH_ROOTS):  # /dev/stdout or /dev/fd/N redirected to a file
+        return "through", out
+    if os.path.islink(out):
+        return "file", os.path.realpath(out)
+    return "file", out
+
+
+@contextmanager
+def _through(out: str, mode: str) -> Iterator[IO]:
+    """``out`` (``-``, a device, a FIFO, a pipe) opened for appending; a FIFO without a reader is refused."""
+    text = "b" not in mode
+    try:
+        if out == STDOUT:  # a file object of our own on a copy of fd 1: closing it never closes sys.stdout
+            sys.stdout.flush()
+            fd = os.dup(sys.stdout.fileno())
+        else:
+            fd = os.open(out, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+            os.set_blocking(fd, True)
+        f = os.fdopen(fd, "a" if text else "ab", encoding="utf-8" if text else None,
+                      errors=TEXT_ERRORS if text else None)
+    except OSError as e:
+        raise write_error(out, e) from None
+    try:
+        try:
+            yield f
+            if not f.closed:
+                f.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            if e.errno in WRITE_ERRNOS:
+                raise write_error(out, e) from None
+            raise
+    finally:
+        try:
+            f.close()
+        except OSError:  # what could not be flushed was already reported
+            pass
+
+
 def _sniff(path: str) -> str | None:
     from .formats._io import sniff
 
@@ -54,6 +162,10 @@ def check_output(path: str | os.PathLike, inputs: Iterable[str | os.PathLike] = 
     """
     out = os.fspath(path)
     if directory:
+        if out == STDOUT:
+            raise ForensicsError("a Parquet scan writes a folder of part files; it cannot go to stdout (-)")
+        if os.path.islink(out):
+            raise ForensicsError("output folder is a symbolic link; give the folder itself", path=out)
         if os.path.exists(out) and not os.path.isdir(out):
             raise ForensicsError("output must be a folder, found a file", path=out)
         for src in inputs:
@@ -61,8 +173,9 @@ def check_output(path: str | os.PathLike, inputs: Iterable[str | os.PathLike] = 
             if os.path.isdir(src) and (os.path.realpath(out) + os.sep).startswith(os.path.realpath(src) + os.sep):
                 raise ForensicsError(f"output folder lies inside the input folder {src}; choose another", path=out)
         return out
-    if os.path.isdir(out):
-        raise ForensicsError("output is a directory; give a file name", path=out)
+    kind, target = output_target(out)  # refuses a directory, a block device, a socket, a dangling link
+    if kind == "through":
+        return out
     parent = os.path.dirname(os.path.abspath(out))
     if os.path.exists(parent) and not os.path.isdir(parent):
         raise ForensicsError("output folder is not a directory", path=out)
@@ -84,9 +197,9 @@ def check_output(path: str | os.PathLike, inputs: Iterable[str | os.PathLike] = 
                 raise ForensicsError(f"output would be read as a capture of the input folder {src}; "
                                      "refusing to write a capture-named file there", path=out)
     if exists and os.path.isfile(out):
-        kind = _sniff(out)
-        if kind in CAPTURE_CONTAINERS and kind != allow:
-            raise ForensicsError(f"output exists and looks like a capture ({kind} container); refusing to "
+        container = _sniff(target)
+        if container in CAPTURE_CONTAINERS and container != allow:
+            raise ForensicsError(f"output exists and looks like a capture ({container} container); refusing to "
                                  "overwrite it", path=out)
     return out
 
@@ -96,18 +209,25 @@ def atomic_output(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
     """Open a temporary file beside ``path`` and rename it over ``path`` when the block ends without error.
 
     Text mode writes UTF-8; a non-UTF-8 file name is written as ``\\xNN`` escapes (it never breaks a report).
+    A symbolic link's target is written (the link stays); ``-``, a device, a FIFO or a pipe is written through
+    (:func:`output_target`). No room or a size limit while writing: ``cannot write OUT: …``, nothing replaced.
 
     Example:
         >>> with atomic_output("report.html") as f:      # doctest: +SKIP
         ...     f.write(html)
     """
-    out = os.fspath(path)
+    shown = os.fspath(path)
+    kind, out = output_target(shown)
+    if kind == "through":
+        with _through(out, mode) as f:
+            yield f
+        return
     folder = os.path.dirname(os.path.abspath(out))
     try:
         os.makedirs(folder, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(out)}.", suffix=".tmp", dir=folder)
     except OSError as e:
-        raise ForensicsError(f"cannot write: {e.strerror}", path=out) from None
+        raise ForensicsError(f"cannot write: {e.strerror}", path=shown) from None
     try:
         text = "b" not in mode
         with os.fdopen(fd, mode, encoding="utf-8" if text else None,
@@ -122,11 +242,13 @@ def atomic_output(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
             os.umask(umask)
             os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, out)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EIO):
+            raise write_error(shown, e) from None
         raise
     try:  # the rename itself on disk
         dfd = os.open(folder, os.O_RDONLY)
@@ -164,9 +286,16 @@ def lock_output(path: str | os.PathLike, truncate: bool, directory: bool = False
         finally:
             os.close(fd)
         return
+    kind, real = output_target(out)
+    if kind == "through":  # -, a device, a FIFO, a pipe: appended to, never locked, truncated or resumed
+        if not truncate:
+            raise ForensicsError("--resume reads the rows back, so it needs a regular file as -o", path=out)
+        with _through(real, "w") as f:
+            yield f
+        return
     try:
-        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-        f = open(out, "a+", encoding="utf-8", errors=TEXT_ERRORS)
+        os.makedirs(os.path.dirname(os.path.abspath(real)), exist_ok=True)
+        f = open(real, "a+", encoding="utf-8", errors=TEXT_ERRORS)
     except OSError as e:
         raise ForensicsError(f"cannot write: {e.strerror}", path=out) from None
     try:
@@ -179,4 +308,34 @@ def lock_output(path: str | os.PathLike, truncate: bool, directory: bool = False
             f.truncate(0)
         yield f
     finally:
-        f.close()  # closing releases the lock
+        try:
+            f.close()  # closing releases the lock
+        except OSError:  # a failed flush was already reported by append_line
+            pass
+
+
+def append_line(f: IO, out: str, line: str) -> None:
+    """Append one line (``line`` + newline) to ``f`` whole, or not at all: on a failed write (no room, the
+    file-size limit) the partial line is cut off again and the error is ``cannot write OUT: …``; the lines
+    before it stay."""
+    data = (line + "\n").encode("utf-8", TEXT_ERRORS)
+    f.flush()
+    fd = f.fileno()
+    try:
+        start: int | None = os.lseek(fd, 0, os.SEEK_END)
+    except OSError:  # a pipe: nothing to cut back
+        start = None
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except BrokenPipeError:
+        raise
+    except OSError as e:
+        if start is not None:
+            try:
+                os.ftruncate(fd, start)
+            except OSError:
+                pass
+        raise ForensicsError(f"cannot write {out}: {e.strerror or type(e).__name__}; the rows written before "
+                             "this one are kept") from None

@@ -185,12 +185,10 @@ def write_speculators_v1(cap: Capture, path: str | os.PathLike) -> str:
     The file holds ``{input_ids, hidden_states: [...], loss_mask}`` like the real generator's; nothing
     in it says "synthetic", so keep such files out of real datasets and out of ``sample_data/``.
     """
-    import torch
-
+    from forensics.io.formats import speculators_v1
     from forensics.io.output import atomic_output
 
     path = os.fspath(path)
     with atomic_output(path, "wb") as f:
-        torch.save({"input_ids": cap.input_ids, "hidden_states": [s.tensor().contiguous() for s in cap.slots],
-                    "loss_mask": cap.loss_mask}, f)
+        speculators_v1.write(f, cap.input_ids, cap.loss_mask, [s.tensor() for s in cap.slots])
     return path

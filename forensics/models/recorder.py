@@ -196,7 +196,7 @@ def tokenize(tokenizer, path: str, chat: bool, max_tokens: int) -> TextSample:
                     spans.append((len(pre), len(upto)))
     else:
         text, spans = content, [(0, len(content))]
-    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    enc = _encode_prefix(tokenizer, text, max_tokens)
     ids = list(enc["input_ids"])
     mask = [int(any(s <= a < e for s, e in spans)) for a, _ in enc["offset_mapping"]]
     if not ids:
@@ -205,6 +205,22 @@ def tokenize(tokenizer, path: str, chat: bool, max_tokens: int) -> TextSample:
     if len(ids) > max_tokens:
         truncated, ids, mask = len(ids), ids[:max_tokens], mask[:max_tokens]
     return TextSample(path, sha, chat, ids, mask, truncated)
+
+
+PREFIX_CHARS_PER_TOKEN = 64  # capture tokenizes the first 64 × max_tokens characters, not a whole huge text
+
+
+def _encode_prefix(tokenizer, text: str, max_tokens: int) -> Any:
+    """The encoding of a prefix of ``text`` long enough for its first ``max_tokens`` tokens to be the whole
+    text's: ``PREFIX_CHARS_PER_TOKEN × max_tokens`` characters, doubled while the prefix gives no token beyond
+    ``max_tokens`` (the last ones could still grow), so a 50 MB text costs what its first tokens cost. A
+    truncated capture's ``truncated_from`` then counts the prefix's tokens (a lower bound)."""
+    n = PREFIX_CHARS_PER_TOKEN * max(1, max_tokens)
+    while True:
+        enc = tokenizer(text[:n], add_special_tokens=False, return_offsets_mapping=True)
+        if n >= len(text) or len(enc["input_ids"]) > max_tokens + 1:
+            return enc
+        n *= 2
 
 
 # --- states and writers -------------------------------------------------------------------------------
@@ -234,10 +250,11 @@ def sample_path(fmt: str, i: int) -> str:
 
 def write_sample(fmt: str, path: str, sample: TextSample, states: list, rs: list, stamp: dict | None = None) -> None:
     """Write one sample file exactly as ``fmt``'s own generator writes it; a safetensors file also carries
-    ``stamp`` in its header metadata (torch files get theirs in capture.json)."""
+    ``stamp`` in its header metadata (torch files get theirs in stamps.jsonl). Each format's writer lives beside
+    its reader in ``forensics.io.formats``."""
     import torch
-    from safetensors.torch import save
 
+    from forensics.io.formats import generic, specforge, speculators, speculators_v1
     from forensics.io.stamps import metadata_entry
 
     stamp_meta = metadata_entry(stamp) if stamp is not None else None
@@ -246,18 +263,13 @@ def write_sample(fmt: str, path: str, sample: TextSample, states: list, rs: list
     mask = torch.tensor(sample.loss_mask, dtype=torch.long)
     with atomic_output(path, "wb") as f:  # written whole or not at all (a killed capture leaves no torn file)
         if fmt == "speculators-v1":
-            torch.save({"input_ids": ids, "hidden_states": states, "loss_mask": mask}, f)
+            speculators_v1.write(f, ids, mask, states)
         elif fmt == "speculators":
-            f.write(save({"hidden_states": torch.stack(states, dim=1).contiguous(), "token_ids": ids},
-                         metadata=stamp_meta))
+            speculators.write(f, ids, states, stamp_meta)
         elif fmt == "specforge":
-            torch.save({"input_ids": ids, "loss_mask": mask,
-                        "hidden_state": states[-1].unsqueeze(0).contiguous(),
-                        "aux_hidden_state": torch.cat(states[:-1], dim=-1).unsqueeze(0).contiguous()}, f)
+            specforge.write(f, ids, mask, states)
         else:
-            tensors = {f"slot_{j}.{r_label(r)}": t for j, (r, t) in enumerate(zip(rs, states, strict=True))}
-            tensors.update(input_ids=ids, loss_mask=mask)
-            f.write(save(tensors, metadata={"r": json.dumps(rs), "tool": "hsf capture", **(stamp_meta or {})}))
+            generic.write(f, ids, mask, states, rs, stamp_meta)
 
 
 def write_arrow_dataset(out: str, samples: list) -> list[str]:
@@ -334,6 +346,38 @@ def _model_name(path: str | None) -> str:
     return os.path.normpath(path)
 
 
+def _check_foreign_folder(folder: str) -> None:
+    """``--tokenizer-dir`` must be new, empty, or hold a tokenizer (compared once it is loaded)."""
+    if os.path.lexists(folder) and not os.path.isdir(folder):
+        raise ForensicsError("--tokenizer-dir exists and is not a folder", path=folder)
+    if os.path.isdir(folder) and os.listdir(folder) and not os.path.isfile(os.path.join(folder, "tokenizer.json")):
+        raise ForensicsError("--tokenizer-dir holds other files and no tokenizer.json; choose an empty or new "
+                             "folder (capture never writes into another tool's folder)", path=folder)
+
+
+def _saved_tokenizer_json(tokenizer, parent: str) -> bytes:
+    import tempfile
+
+    os.makedirs(parent, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".tokenizer-", dir=parent) as tmp:
+        tokenizer.save_pretrained(tmp)
+        with open(os.path.join(tmp, "tokenizer.json"), "rb") as f:
+            return f.read()
+
+
+def check_tokenizer_dir(tokenizer, folder: str) -> None:
+    """Refuse a tokenizer folder that already holds a different ``tokenizer.json`` (another dataset's) or other
+    files: saving would replace it, and that dataset would lose its token text."""
+    _check_foreign_folder(folder)
+    tj = os.path.join(folder, "tokenizer.json")
+    if os.path.isfile(tj):
+        with open(tj, "rb") as f:
+            same = f.read() == _saved_tokenizer_json(tokenizer, os.path.dirname(os.path.abspath(folder)))
+        if not same:
+            raise ForensicsError("--tokenizer-dir already holds a different tokenizer.json (another dataset's?); "
+                                 "choose an empty or new folder", path=folder)
+
+
 def save_tokenizer(tokenizer, folder: str) -> None:
     """``tokenizer.save_pretrained(folder)``, atomically per file: written into a temporary folder beside it,
     then each file renamed into place (a reader never sees a half-written ``tokenizer.json``); nothing is
@@ -351,6 +395,8 @@ def save_tokenizer(tokenizer, folder: str) -> None:
             with open(tj, "rb") as a, open(os.path.join(tmp, "tokenizer.json"), "rb") as b:
                 if a.read() == b.read():
                     return
+            raise ForensicsError("tokenizer folder already holds a different tokenizer.json; not replaced",
+                                 path=folder)
         os.makedirs(folder, exist_ok=True)
         for name in sorted(os.listdir(tmp)):
             src, dst = os.path.join(tmp, name), os.path.join(folder, name)
@@ -376,6 +422,8 @@ def capture(texts: list[str], layers: str | list | None = None, fmt: str = "spec
     """
     t0 = time.time()
     rs = _check_request(texts, layers, fmt, out, max_tokens, dtype)
+    if tokenizer_dir is not None:
+        _check_foreign_folder(tokenizer_dir)
     net, tok = _load_quietly(model, progress)
     L, H = int(net.config.num_hidden_layers), int(net.config.hidden_size)
     rs = rs if rs is not None else default_layers(fmt, L)
@@ -383,6 +431,9 @@ def capture(texts: list[str], layers: str | list | None = None, fmt: str = "spec
     samples = [tokenize(tok, t, chat, max_tokens) for t in texts]
     notes += [f"{s.text_file}: truncated from {s.truncated_from} to {max_tokens} tokens"
               for s in samples if s.truncated_from]
+    folder = tokenizer_dir or os.path.join(out, "tokenizer")
+    if tok is not None:
+        check_tokenizer_dir(tok, folder)  # another dataset's tokenizer is never replaced (before any write)
     ids = layer_ids(rs, fmt)
     command = command or f"hsf capture (python API) format={fmt} r={rs}"
     run = CaptureRun(out=out, format=fmt, r=rs, layer_ids=ids, notes=notes)
@@ -403,7 +454,6 @@ def capture(texts: list[str], layers: str | list | None = None, fmt: str = "spec
         run.notes += write_arrow_dataset(out, samples)
     tok_rel = None
     if tok is not None:
-        folder = tokenizer_dir or os.path.join(out, "tokenizer")
         save_tokenizer(tok, folder)
         tok_rel = os.path.relpath(folder, out)
     run.meta = {
@@ -411,9 +461,12 @@ def capture(texts: list[str], layers: str | list | None = None, fmt: str = "spec
         "r": rs, "labels": [r_label(r) for r in rs], "format": fmt, "convention": CONVENTIONS[fmt],
         "layer_ids": ids, "dtype": "bfloat16" if dtype == "bf16" else "float32", "compute_dtype": "float32",
         "tokenizer": tok_rel, "samples": entries, "command": command, "notes": notes,
-        **({"stamps": stamps} if stamps else {}),
     }
     _write_json(os.path.join(out, "capture.json"), run.meta)
+    if stamps:  # torch files' stamps: their own line-oriented sidecar (never capture.json: it must stay small)
+        from forensics.io.stamp_store import append_stamps
+
+        append_stamps(out, stamps)
     run.seconds = time.time() - t0
     return run
 
@@ -471,9 +524,9 @@ def _write_samples(run: CaptureRun, net: Any, samples: list, dtype: str, name: s
         states = slot_states(net, s.input_ids, rs, dtype)
         rec = record_for_states(states, rs, torch.tensor(s.input_ids, dtype=torch.long), fmt=fmt,
                                 producer=f"hsf capture {__version__}", convention=CONVENTIONS[fmt], layer_ids=ids,
-                                model=name, num_layers=L, tool_version=__version__)
+                                model=name, num_layers=L, tool_version=__version__, file=rel)
         write_sample(fmt, os.path.join(run.out, rel), s, states, rs, rec)
-        if fmt in ("speculators-v1", "specforge"):  # torch files: the stamp goes into capture.json
+        if fmt in ("speculators-v1", "specforge"):  # torch files: the stamp goes into stamps.jsonl
             stamps[rel] = rec
         run.files.append(rel)
         entries.append({"file": rel, "text_file": os.path.relpath(s.text_file, run.out), "text_sha256": s.sha256,

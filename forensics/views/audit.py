@@ -26,7 +26,7 @@ def html(res) -> str:
                f"<code>{esc(res.fix.get('key'))}</code> ({esc(res.fix.get('where'))}, "
                f"{esc(res.fix.get('engine'))} {esc(res.fix.get('version'))})"
                + (f"<br>caveat: {esc(res.fix['caveat'])}" if res.fix.get("caveat") else "") + "</p>")
-    return (f"<div class='hsf-audit'><p>{badge(res.outcome)} <b>{esc(res.verdict.upper())}</b>"
+    return (f"<div class='hsf-audit'><p>{badge(res.decision)} <b>{esc(res.verdict.upper())}</b>"
             f" {esc(res.reason)}</p>"
             + html_table(["fc slice", "trained on", "served", "ok"], rows)
             + (html_table(["", "finding", "evidence"], frows) if frows else "") + fix

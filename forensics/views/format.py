@@ -13,15 +13,6 @@ VERDICT_COLORS = {"pass": "#1b7837", "warn": "#b35806", "fail": "#b2182b", "info
                   "cannot tell": "#7b3294"}
 
 
-RANK = {"pass": 0, "info": 0, "warn": 1, "fail": 2}
-
-
-def worst(verdicts: Iterable[str | None]) -> str:
-    """The most severe of pass / info / warn / fail (``info`` when there is none)."""
-    vs = [v for v in verdicts if v]
-    return max(vs, key=lambda v: RANK.get(v, 0)) if vs else "info"
-
-
 def finding_verdict(f: Any, fallback: dict | None = None) -> str:
     """pass / warn / fail / info of one finding, read from its ``severity`` (``error`` reads as fail); a finding
     without one takes ``fallback[kind]``, else warn."""

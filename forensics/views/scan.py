@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from forensics.findings import OUTCOME_RANK
 from forensics.views.format import TEXT_WIDTH, esc, fit, html_table, num, short_list
 
 MAX_LISTED_ANOMALIES = 200  # anomalies shown in repr/HTML (all are in .anomalies and to_dict())
@@ -62,7 +63,7 @@ def text(res, width: int = TEXT_WIDTH) -> str:
         labels = g["majority"]["labels"]["value"]
         if labels and any(labels):
             lines.append(f"    majority labels {short_list(labels, 8)}")
-        for kind, f in sorted(g["findings"].items(), key=lambda kv: -{"fail": 2, "warn": 1}.get(
+        for kind, f in sorted(g["findings"].items(), key=lambda kv: -OUTCOME_RANK.get(
                 kv[1].get("severity", "warn"), 0)):
             if f["dataset_wide"]:
                 lines.append(f"    ! {f.get('severity', 'warn').upper()} {kind} in {f['files']}/{g['files']} files "

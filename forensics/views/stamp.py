@@ -6,7 +6,8 @@ import os
 
 
 def stamp_line(res) -> str:
-    return f"StampResult({len(res.files)} file(s) stamped)"
+    bad = len(res.failed)
+    return f"StampResult({len(res.files) - bad} file(s) stamped" + (f", {bad} left unchanged)" if bad else ")")
 
 
 def verify_line(res) -> str:
@@ -24,8 +25,13 @@ def _rel(path: str) -> str:
 def stamp_text(res) -> str:
     from forensics.layers import r_label
 
-    out = [f"hsf stamp: {len(res.files)} file(s)"]
+    bad = res.failed
+    out = [f"hsf stamp: {len(res.files) - len(bad)} file(s) stamped"
+           + (f", {len(bad)} NOT stamped (left unchanged)" if bad else "")]
     for f in res.files:
+        if f.error is not None:
+            out.append(f"  NOT stamped {_rel(f.path)}: {f.error}")
+            continue
         labels = ", ".join(r_label(r) for r in f.r)
         where = "header __metadata__" if f.where.startswith("safetensors") else _rel(f.where)
         out.append(f"  {_rel(f.path)}: [{labels}] -> {where}")
@@ -54,8 +60,11 @@ def verify_text(res) -> str:
     out = [f"hsf verify: {head}: {sum(f.status == 'ok' for f in res.files)}/{len(res.files)} file(s) match their "
            f"stamp ({mb:.1f} MB in {res.seconds:.2f} s{rate})"]
     for f in res.files:
-        tag = {"ok": "ok  ", "unstamped": "----", "drifted": "FAIL", "changed-shape": "FAIL", "error": "FAIL"}[f.status]
+        tag = "ok  " if f.status == "ok" else "----" if f.status == "unstamped" else "FAIL"
         line = f"  {tag} {_rel(f.path)}"
         s = summary(f.stamp) if f.stamp else None
-        out.append(line + (f"  {s}" if s else "") + ("" if f.status == "ok" else f": {f.message}"))
+        old = f.status == "ok" and f.stamp is not None and f.stamp.get("version", 1) == 1
+        out.append(line + (f"  {s}" if s else "") + ("" if f.status == "ok" else f": {f.message}")
+                   + ("  (a version-1 stamp: its checksum misses swapped words and paired edits; re-stamp)"
+                      if old else ""))
     return "\n".join(out)

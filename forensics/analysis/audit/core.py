@@ -62,9 +62,16 @@ class AuditResult:
         """``forensics.findings.exit_code`` of this audit: a fail finding is exit 1 even when the wiring matches."""
         return exit_code(self.findings, [self.outcome])
 
+    @property
+    def decision(self) -> Verdict:
+        """The one verdict every view states and the exit code reads: FAIL on a mismatch or a fail finding,
+        CANNOT TELL when the wiring is undecided and nothing fails, else PASS (``outcome`` is the wiring alone)."""
+        return {1: Verdict.FAIL, 3: Verdict.CANNOT_TELL}.get(self.exit_code(), Verdict.PASS)
+
     def to_dict(self) -> dict:
         """JSON-safe (NaN/inf → None, numpy → Python): the ``hsf audit --json`` document."""
-        return json_safe({"verdict": self.verdict, "reason": self.reason, "slices": self.slices,
+        return json_safe({"verdict": self.verdict, "outcome": self.decision.value, "reason": self.reason,
+                          "slices": self.slices,
                           "findings": [f.to_dict() for f in self.findings], "fix": self.fix,
                           "trained": self.trained, "served": self.served, "context": self.context,
                           "settle": self.settle})

@@ -149,7 +149,10 @@ def compare_served(data: Any, trained: dict, served: Any, use_fingerprint: bool 
             for f, s in zip(s_fps, s0.slots, strict=True)]
     r_out: list = []
     ok: list[bool | None] = []
-    findings: list = []
+    from forensics.analysis.rows import check_rows
+
+    findings: list = [Finding(f.kind, f.severity, f.slots, f"served capture: {f.message}",
+                              {**f.evidence, "source": "served rows"}) for f in check_rows(s0).findings]
     rows: list[dict] = []
     notes = []
     if s0.format == "speculators" and n_served == len(fc_r) + 1:

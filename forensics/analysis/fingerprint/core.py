@@ -237,22 +237,38 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
                  expected_source: str | None, claims: Claims | None) -> Fingerprint:
     from forensics.analysis.fingerprint.depth import DistanceSample, angular_distance_sample
     from forensics.analysis.fingerprint.verdicts import judge
+    from forensics.analysis.rows import check_rows
 
-    st = summarize(capture)
     k = len(capture.slots)
-    tensors = [s.tensor() for s in capture.slots]
+    full = [s.tensor() for s in capture.slots]
+    reference = None
+    rows = check_rows(capture, full)
+    if model is not None:
+        from forensics.analysis.fingerprint.exact import reference_ladder
+
+        reference = reference_ladder(capture, model)
+        if reference[1] is not None:  # every row placed against the reference forward
+            rows = check_rows(capture, full, reference=reference[1])
+    view = good_rows_view(capture, full, rows)  # statistics and order from the rows that are their tokens'
+    st_all = summarize(capture)  # what the file holds (NaN counts, norms of every row): shown and scanned
+    st = st_all if view is capture else summarize(view)
+    tensors = [s.tensor() for s in view.slots]
     if claims is None and layers is not None:
         claims = user_claims(layers, expected_source or "layers=")
-    findings, bad_rows = _anomalies(capture, st)
+    findings, bad_rows = _anomalies(view, st)
+    if view is not capture:  # a slot all zero or overflowing in the file, not only in its good rows
+        findings = [f for f in findings if f.kind not in (FindingKind.ALL_ZERO, FindingKind.OVERFLOW)] + [
+            f for f in _anomalies(capture, st_all)[0] if f.kind in (FindingKind.ALL_ZERO, FindingKind.OVERFLOW)]
+    findings += rows.findings
     drop = sorted({0} | {p for s in st.slots for p in s.sinks} | bad_rows)
     mask = sorted({d for s in st.slots for d in s.massive_dims})
     sample = angular_distance_sample(tensors, drop, mask) if k > 1 else \
         DistanceSample(np.zeros((1, 1)), np.zeros((1, 1)), 0, 0)
-    sig = _signals(capture, st, tensors, drop, mask)
+    sig = _signals(view, st, tensors, drop, mask)
 
     exact = None
     if model is not None:
-        exact = _exact(capture, tensors, model, sig, findings)
+        exact = _exact(capture, full, model, sig, findings, rows, reference)
         num_layers = num_layers or exact.get("num_layers")
     L = num_layers or capture.num_layers
     if claims is None:
@@ -274,7 +290,7 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
         order = rest[:at] + list(g[1:]) + rest[at:]
 
     sfs = _slot_fingerprints(sig, r_exact, L, order, chain, order_conf)
-    fp = Fingerprint(capture=capture, stats=st, slots=sfs, findings=findings, similarity=D, depth_order=order,
+    fp = Fingerprint(capture=capture, stats=st_all, slots=sfs, findings=findings, similarity=D, depth_order=order,
                      num_layers=L, expected=None if claims is None else claims.rs,
                      expected_source=None if claims is None else f"{claims.source.value}: {claims.detail}",
                      order_evidence=order_ev, exact=exact, order_confidence=order_conf, claims=claims,
@@ -291,11 +307,8 @@ def _anomalies(capture: Capture, st: CaptureStats) -> tuple[list[Finding], set[i
     findings: list[Finding] = []
     bad_rows: set[int] = set()
     for s in st.slots:
-        if s.nan or s.inf:
+        if s.nan or s.inf:  # the finding itself, with the rows and slots, is analysis.rows' ``nonfinite``
             bad_rows |= set(s.nan_positions) | set(s.inf_positions)
-            rows = s.nan_positions[:5] or s.inf_positions[:5]
-            findings.append(Finding(FindingKind.NONFINITE, Severity.FAIL, [s.index], f"slot {s.index} ({s.name}) has "
-                                    f"{s.nan} NaN and {s.inf} Inf values (first rows {rows})"))
         if s.norm.n and s.norm.max >= FLOAT32_SQUARE_LIMIT:
             findings.append(Finding(FindingKind.OVERFLOW, Severity.FAIL, [s.index],
                                     f"slot {s.index} ({s.name}) has token "
@@ -310,6 +323,40 @@ def _anomalies(capture: Capture, st: CaptureStats) -> tuple[list[Finding], set[i
                                 f"{capture.num_tokens} tokens (< {MIN_TOKENS}): the data-only signals are weak; use "
                                 "--model for exact checks"))
     return findings, bad_rows
+
+
+def good_rows_view(capture: Capture, tensors: list, rows: Any) -> Capture:
+    """``capture`` restricted to the rows that are good in every slot, with the ids those rows hold (a shifted
+    or suffix-only capture gets its ids realigned; ids dropped where the rows cannot be placed). The capture
+    itself when every row is its own token's."""
+    import torch
+
+    from forensics.io.capture import Slot, constant_getter
+
+    n = rows.num_rows
+    tok = rows.token_of_row()
+    aligned = tok is not None and rows.num_tokens == n and (tok == np.arange(n)).all() and not rows.slot_offsets
+    if not rows.bad_rows and aligned:
+        return capture
+    t = np.arange(n)
+    good = np.ones(n, dtype=bool)
+    for i in range(len(tensors)):  # a slot late by o holds row t's token at its row t − o
+        src = t - rows.slot_offsets.get(i, 0)
+        inside = (src >= 0) & (src < n)
+        good &= inside & rows.good_rows(i)[np.clip(src, 0, n - 1)]
+    keep = np.flatnonzero(good) if good.sum() >= 2 else np.arange(n)
+    slots = [Slot(s.index, s.name, s.key, (int(keep.size), s.shape[1]), s.dtype,
+                  constant_getter(h[torch.from_numpy(np.clip(keep - rows.slot_offsets.get(s.index, 0), 0, n - 1))]),
+                  s.claimed, s.declared_r) for s, h in zip(capture.slots, tensors, strict=True)]
+    ids = mask = None
+    if tok is not None and capture.input_ids is not None and (tok[keep] >= 0).all():
+        ti = torch.from_numpy(tok[keep])
+        ids = capture.input_ids.reshape(-1)[ti]
+        if capture.loss_mask is not None and int(capture.loss_mask.numel()) == int(capture.input_ids.numel()):
+            mask = capture.loss_mask.reshape(-1)[ti]
+    return Capture(slots=slots, input_ids=ids, loss_mask=mask, provenance=capture.provenance,
+                   declared_layers=capture.declared_layers, declared_convention=capture.declared_convention,
+                   meta=capture.meta)
 
 
 def _signals(capture: Capture, st: CaptureStats, tensors: list, drop: list[int], mask: list[int]) -> _Signals:
@@ -329,11 +376,13 @@ def _signals(capture: Capture, st: CaptureStats, tensors: list, drop: list[int],
                     drop, mask, massive)
 
 
-def _exact(capture: Capture, tensors: list, model: Any, sig: _Signals, findings: list[Finding]) -> dict:
-    """Exact mode: every slot matched against the reference forward (``--model``) or a ladder capture."""
+def _exact(capture: Capture, tensors: list, model: Any, sig: _Signals, findings: list[Finding], rows: Any = None,
+           reference: Any = None) -> dict:
+    """Exact mode: every slot matched against the reference forward (``--model``) or a ladder capture, on
+    its good rows at their tokens (``rows``)."""
     from forensics.analysis.fingerprint.exact import exact_checks
 
-    exact = exact_checks(capture, tensors, model)
+    exact = exact_checks(capture, tensors, model, rows=rows, reference=reference)
     exact["ran"] = capture.input_ids is not None
     if not exact["ran"]:  # the reference cannot run without the tokens: say so, name no slot from it
         findings.append(Finding(FindingKind.NO_TOKEN_IDS, Severity.WARN, list(range(len(tensors))),

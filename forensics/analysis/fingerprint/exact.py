@@ -249,12 +249,61 @@ def postnorm_check(h: torch.Tensor, ref: Reference) -> dict | None:
     return {"max_abs_dev": dev, "verdict": dev <= POSTNORM_RMS_TOL}
 
 
-def exact_checks(capture: Capture, tensors: list, model: Any) -> dict:
-    """All exact checks for every slot: ``{"source", "num_layers", "slots": [{embedding, postnorm, ladder,
-    r_exact}]}``; ``r_exact`` is the matched r, or 0 / ``final_post`` from the direct checks."""
+def reference_ladder(capture: Capture, model: Any) -> tuple[Reference, dict | None]:
+    """The reference and its ladder ``{r: [T, H]}`` on the capture's first ids (None: streamed, or no ids).
+
+    The ids run are the first T (``Target.tokens``; all for a whole model without a limit) plus the ids the
+    rows may sit after (a prefix-cache suffix: rows for tokens 32.. need the states of tokens 32..)."""
     ref = reference_for(model, capture)
     ids = capture.input_ids.reshape(-1) if capture.input_ids is not None else None
+    if ids is None or ref.stream is not None:
+        return ref, None
+    T = ref.tokens
+    if T is not None and ref.net is not None:
+        n = capture.num_tokens
+        ids = ids[:T + max(0, int(ids.numel()) - n) + ROW_SHIFT_SLACK]
+    return ref, ref.ladder(ids)
+
+
+ROW_SHIFT_SLACK = 4  # extra ids run past T, so a row a few tokens late still has its reference state
+
+
+def _row_selection(rows: Any, i: int, n: int, T: int) -> tuple[Any, Any] | None:
+    """``(row index, token index)`` of slot ``i``'s good rows that have a reference state among the first T
+    tokens, or None when every row is its own token's (no selection needed)."""
+    import numpy as np
+    import torch
+
+    if rows is None:
+        return None
+    tok = rows.token_of_row(i)
+    if tok is None:
+        return None
+    good = rows.good_rows(i) & (tok >= 0) & (tok < T)
+    if good.all() and (tok == np.arange(n)).all() and n == T:
+        return None
+    idx = np.flatnonzero(good)
+    return torch.from_numpy(idx), torch.from_numpy(tok[idx])
+
+
+def exact_checks(capture: Capture, tensors: list, model: Any, rows: Any = None,
+                 reference: tuple[Reference, dict | None] | None = None) -> dict:
+    """All exact checks for every slot: ``{"source", "num_layers", "slots": [{embedding, postnorm, ladder,
+    r_exact}]}``; ``r_exact`` is the matched r, or 0 / ``final_post`` from the direct checks.
+
+    ``rows`` (a ``forensics.analysis.rows.RowReport``) leaves each slot's bad rows out and puts its rows at
+    their tokens (a shifted or suffix-only capture), so a zero block or foreign rows do not hide the slot's r.
+    """
+    ref, lad_ref = reference if reference is not None else reference_ladder(capture, model)
+    ids = capture.input_ids.reshape(-1) if capture.input_ids is not None else None
+    ids_all = ids
     T = ref.tokens or (DEFAULT_TOKENS if ref.stream is not None else None)
+    n = int(tensors[0].shape[0]) if tensors else 0
+    sel: list[Any] = [None] * len(tensors)
+    if lad_ref is not None and ids is not None:
+        T_lad = min(int(y.shape[0]) for y in lad_ref.values())
+        sel = [_row_selection(rows, i, n, T_lad) for i in range(len(tensors))]
+    full = list(tensors)
     if T is not None and (ref.net is not None or ref.stream is not None) and ids is not None:
         ids, tensors = ids[:T], [h[:T] for h in tensors]  # causal: the first T states need only these T ids
     if ids is not None and ref.vocab_size() is not None:
@@ -268,12 +317,24 @@ def exact_checks(capture: Capture, tensors: list, model: Any) -> dict:
         streamed = streamed_ladder(ref.stream, ids, tensors)
         lad = None
     else:
-        lad = ref.ladder(ids) if ids is not None else None
+        lad = lad_ref if lad_ref is not None else ref.ladder(ids) if ids is not None else None
     out: list[dict[str, Any]] = []
     for i, h in enumerate(tensors):
-        e = embedding_check(h, ids, ref) if ids is not None else None
-        p = postnorm_check(h, ref)
-        m = streamed["matches"][i] if streamed else ladder_match(h, lad) if lad is not None else None
+        s_i = sel[i]
+        if s_i is not None and lad is not None and ids_all is not None:  # the slot's good rows at their tokens
+            full_ids = ids_all
+            hx, tok = full[i][s_i[0]], s_i[1]
+            e = embedding_check(hx, full_ids[tok], ref) if int(tok.numel()) else None
+            p = postnorm_check(hx, ref) if int(tok.numel()) else None
+            m = ladder_match(hx, {r: y[tok] for r, y in lad.items()}) if int(tok.numel()) else None
+            if m is not None:
+                m["rows_used"] = int(tok.numel())
+        else:
+            if lad is not None and int(h.shape[0]) != min(int(y.shape[0]) for y in lad.values()):
+                h = h[:min(int(y.shape[0]) for y in lad.values())]
+            e = embedding_check(h, ids, ref) if ids is not None else None
+            p = postnorm_check(h, ref)
+            m = streamed["matches"][i] if streamed else ladder_match(h, lad) if lad is not None else None
         if m and m.get("tolerance") and ref.net is not None:
             m["tolerance"]["compute_dtype"] = str(next(ref.net.parameters()).dtype).replace("torch.", "")
         r = None
@@ -284,11 +345,13 @@ def exact_checks(capture: Capture, tensors: list, model: Any) -> dict:
         elif p and p["verdict"]:
             r = FINAL_POST
         out.append({"embedding": e, "postnorm": p, "ladder": m, "r_exact": r, "lens": None})
-    if ref.net is not None and lad is not None and FINAL_POST in lad:
+    if ref.net is not None and lad is not None and FINAL_POST in lad and all(x is None for x in sel):
         logit_lens(ref.net, tensors, lad, out)
     notes = []
     if ids is None:
         notes.append("capture has no input_ids: only the γ post-norm test can run")
+    if any(x is not None for x in sel):
+        notes.append("each slot matched on its good rows at their tokens (row findings); no logit lens")
     if streamed:
         from forensics.analysis.fingerprint.streamed import streamed_lens
 

@@ -27,11 +27,11 @@ from typing import Any
 
 from forensics.analysis.scan.result import ScanResult
 from forensics.analysis.scan.rows import FILE_TIME_BUDGET_S, empty_row, read_rows
-from forensics.analysis.scan.sinks import ParquetSink
+from forensics.analysis.scan.sinks import ParquetSink, drop_superseded_lines
 from forensics.analysis.scan.summary import Aggregator
 from forensics.analysis.scan.workers import batches, run_dask, run_inline, run_pool
 from forensics.errors import ForensicsError
-from forensics.io.output import check_output, lock_output
+from forensics.io.output import append_line, check_output, lock_output, output_target
 from forensics.jsonable import json_safe
 
 SAMPLE_SEED = 0  # --sample K draws the same K files every time
@@ -137,7 +137,14 @@ def scan(path: str | os.PathLike | list, workers: int = 2, out: str | os.PathLik
         rows: run the row checks (:func:`forensics.analysis.rows.check_rows`: zero rows, rows ≠ ids, token
             shifts, foreign rows) on every file (default); False only to measure what they cost.
     """
+    from forensics.io import validate
+
     t_start = time.perf_counter()
+    validate.count(sample, "sample", none=True)
+    validate.count(workers, "workers", lo=0, hi=1024)
+    if file_seconds is not None and (isinstance(file_seconds, bool) or not isinstance(file_seconds, (int, float))
+                                     or not file_seconds > 0):
+        raise ForensicsError(f"file_seconds must be a number of seconds > 0, got {file_seconds!r}")
     fingerprint = parse_fingerprint_option(fingerprint)
     if layers is not None:
         from forensics.layers import parse_layer_list
@@ -172,7 +179,9 @@ def _scan(path: Any, items: list[Item], bad: list[dict], out: str | None, sink: 
           on_row: Callable[[dict], None] | None, t_start: float) -> ScanResult:
     number = {it[0]: i for i, it in enumerate(items)}
     agg = Aggregator([it[0] for it in items])
-    held: dict[int, dict] | None = {} if out is None else None
+    # rows are read back from a regular -o at the end; written through a pipe or a device, they are kept here
+    held: dict[int, dict] | None = {} if out is None or (fmt == "jsonl" and output_target(out)[0] == "through") \
+        else None
     done: set[int] = set()
 
     def fold(no: int, row: dict) -> None:
@@ -213,11 +222,11 @@ def _scan(path: Any, items: list[Item], bad: list[dict], out: str | None, sink: 
     try:
         for row in bad:
             if number[row["path"]] not in done:
-                _write(sink, row)
+                _write(sink, row, out)
                 fold(number[row["path"]], row)
         for rows in runner:
             for row in rows:
-                _write(sink, row)
+                _write(sink, row, out)
                 fold(number[row["path"]], row)
                 new_bytes += row.get("size") or 0
                 if bar is not None:
@@ -228,6 +237,9 @@ def _scan(path: Any, items: list[Item], bad: list[dict], out: str | None, sink: 
                     bar.update(1)
                 if on_row is not None:
                     on_row(_public(row))
+        if resume and fmt == "jsonl" and out is not None and held is None and sink is not None:  # under the lock
+            sink.flush()
+            drop_superseded_lines(out)
     finally:
         runner.close()  # shuts the pool / cluster down at once, however the loop ended
         if sink is not None:
@@ -297,7 +309,7 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, old)
 
 
-def _write(sink, row: dict) -> None:
+def _write(sink, row: dict, out: str | None = None) -> None:
     if isinstance(sink, ParquetSink):
         sink.write(json_safe(row))
     elif sink is not None:
@@ -305,8 +317,7 @@ def _write(sink, row: dict) -> None:
             line = json.dumps(row, allow_nan=False, separators=(",", ":"))
         except (TypeError, ValueError):  # a numpy scalar or a NaN from some field: make it plain JSON
             line = json.dumps(json_safe(row), allow_nan=False, separators=(",", ":"))
-        sink.write(line + "\n")
-        sink.flush()
+        append_line(sink, out or "-o", line)
 
 
 

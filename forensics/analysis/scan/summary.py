@@ -20,6 +20,7 @@ import numpy as np
 
 from forensics.analysis.rows import ROW_KINDS
 from forensics.analysis.scan.sketch import SKETCH_REL_ERROR, LogHistogram, Moments
+from forensics.findings import OUTCOME_RANK
 from forensics.jsonable import json_safe
 
 OUTLIER_Z = 6.0  # |robust z| of a file's log median token norm vs the dataset (per slot) above which it is flagged
@@ -193,7 +194,7 @@ class Aggregator:
             findings[kind] = {"files": len(per_file), "share": round(share, 4),
                               "dataset_wide": share >= MINORITY_FINDING_SHARE,
                               "severity": max((f.get("severity") or "warn" for f in per_file.values()),
-                                              key=lambda v: {"info": 0, "warn": 1, "fail": 2}.get(v, 1)),
+                                              key=lambda v: OUTCOME_RANK.get(v, 1)),
                               "example": {"file": self.paths[first], "message": per_file[first]["message"]}}
             if kind in ALWAYS_ANOMALY or share < MINORITY_FINDING_SHARE:
                 for no, f in sorted(per_file.items()):

@@ -160,6 +160,42 @@ def _apply_outside_ids(cap: Capture, ids) -> None:
         raise ForensicsError("the token ids given differ from the input_ids stored in the file", path=cap.path)
 
 
+def _digest(tensors: list) -> str:
+    """sha256 of tensors' bytes in order (an in-memory capture's stand-in for a file hash)."""
+    import hashlib
+
+    import torch
+
+    h = hashlib.sha256()
+    for t in tensors:
+        h.update(str((tuple(t.shape), t.dtype)).encode())
+        h.update(t.detach().contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def write_capture(cap: Capture, folder: str | None = None) -> str:
+    """Write a capture (one in memory) as a plain safetensors file ``<folder>/capture.safetensors`` (slots
+    ``slot_<i>``, ``input_ids``) and return its path; ``folder`` defaults to a temporary folder named by the
+    capture's content, so the same tensors are written once. The file reads back as ``generic``."""
+    import tempfile
+
+    folder = folder or os.path.join(tempfile.gettempdir(), f"hsf-capture-{cap.provenance.sha256()[:16]}")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, "capture.safetensors")
+    if os.path.isfile(path):
+        return path
+    from safetensors.torch import save
+
+    tensors = {f"slot_{s.index}": s.tensor().contiguous() for s in cap.slots}
+    if cap.input_ids is not None:
+        tensors["input_ids"] = cap.input_ids.contiguous()
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as f:  # whole or not at all: renamed into place once written
+        f.write(save(tensors, metadata={"tool": "forensics.report (a capture given in memory)"}))
+    os.replace(tmp, path)
+    return path
+
+
 def records(path: str | os.PathLike) -> int:
     """How many samples a file holds (TensorRT-LLM record lists, SGLang JSON lists; 1 for every other format)."""
     cap = load(path)
@@ -198,6 +234,7 @@ def as_capture(obj, input_ids=None, name: str = "<in memory>") -> Capture:
     slots = [tensor_slot(i, p.name, p.key, as_2d(p.tensor, name, p.name), p.claimed)
              for i, p in enumerate(res.parts)]
     prov = Provenance(path=name, format="in-memory", size_bytes=0, layout=res.layout, notes=list(res.notes))
+    prov._sha256 = _digest([s.tensor() for s in slots] + [t for t in (res.input_ids,) if t is not None])
     cap = build(slots, res.input_ids, res.loss_mask, prov)
     if res.key_layers:
         cap.meta["key_layers"] = dict(res.key_layers)
@@ -288,18 +325,34 @@ def is_capture_name(name: str) -> bool:
 
 
 def iter_files(path: str | os.PathLike) -> Iterator[str]:
-    """Capture files under a path (a file yields itself), sorted naturally (data_2 before data_10)."""
+    """Capture files under a path (a file yields itself), sorted naturally (data_2 before data_10).
+
+    A FIFO, a device or a socket is never listed (opening one could block forever) and is refused when given
+    by name; a name that cannot be stat-ed (a dangling link) is listed, so its reader names the problem.
+    """
     path = os.fspath(path)
     if os.path.isfile(path) or split_record(path)[1] is not None:
         yield path
         return
     if not os.path.isdir(path):
+        if os.path.exists(path):
+            raise ForensicsError("not a regular file (a FIFO, a device or a socket); refusing to read it", path=path)
         raise ForensicsError("no such file or directory", path=path)
     found: list[str] = []
     for root, dirs, files in os.walk(path):
         dirs[:] = sorted(d for d in dirs if d not in SIDE_DIRS)
-        found.extend(os.path.join(root, f) for f in files if is_capture_name(f))
+        found.extend(os.path.join(root, f) for f in files if is_capture_name(f) and _regular_or_broken(root, f))
     yield from sorted(found, key=generic.natural_key)
+
+
+def _regular_or_broken(root: str, name: str) -> bool:
+    """False for a FIFO, a device, a socket or a folder (followed through links): never opened."""
+    import stat
+
+    try:
+        return stat.S_ISREG(os.stat(os.path.join(root, name)).st_mode)
+    except OSError:
+        return True
 
 
 MAX_IDS_TEXT_BYTES = 64 * 1024 * 1024

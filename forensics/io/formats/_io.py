@@ -42,7 +42,11 @@ GZIP_CHUNK_BYTES = 1 << 20
 def sniff(path: str) -> str:
     """The container kind of a file from its first bytes: ``zip``, ``gzip``, ``safetensors``,
     ``pickle`` or ``unknown``."""
+    import stat
+
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block the open below forever
+            raise ForensicsError("not a regular file (a FIFO, a device or a socket); refusing to read it", path=path)
         with open(path, "rb") as f:
             head = f.read(16)
     except OSError as e:

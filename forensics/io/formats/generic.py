@@ -98,3 +98,17 @@ def read_safetensors(sf: SafetensorsFile, path: str, input_ids=None):
     if skipped:
         notes.append(f"skipped tensors that are not float [tokens, hidden]: {skipped[:8]}")
     return build(slots, ids, mask, provenance(path, NAME, notes=notes))
+
+
+def write(f, input_ids, loss_mask, states: list, rs: list, metadata: dict | None = None) -> None:
+    """Write one sample as ``hsf capture``'s own safetensors file: ``slot_<j>.<label>`` per state, ``input_ids``,
+    ``loss_mask``, and the r list in the header (``"r"``) with any extra ``metadata``."""
+    import json
+
+    from safetensors.torch import save
+
+    from forensics.layers import r_label
+
+    tensors = {f"slot_{j}.{r_label(r)}": t for j, (r, t) in enumerate(zip(rs, states, strict=True))}
+    tensors.update(input_ids=input_ids, loss_mask=loss_mask)
+    f.write(save(tensors, metadata={"r": json.dumps(rs), "tool": "hsf capture", **(metadata or {})}))

@@ -28,3 +28,13 @@ def read(obj: dict, path: str):
     slots = split_concat(aux, k, path, "aux_hidden_state")
     slots.append(tensor_slot(k, "hidden_state", "hidden_state", final, claimed="final_post"))
     return build(slots, obj.get("input_ids"), obj.get("loss_mask"), provenance(path, NAME))
+
+
+def write(f, input_ids, loss_mask, states: list) -> None:
+    """Write one sample as SpecForge's ``data_{i}.ckpt``: the aux states concatenated ``[1, seq, k·H]`` and the
+    last state as ``hidden_state`` ``[1, seq, H]``."""
+    import torch
+
+    torch.save({"input_ids": input_ids, "loss_mask": loss_mask,
+                "hidden_state": states[-1].unsqueeze(0).contiguous(),
+                "aux_hidden_state": torch.cat(states[:-1], dim=-1).unsqueeze(0).contiguous()}, f)

@@ -64,10 +64,15 @@ def read_safetensors(sf: SafetensorsFile, path: str, input_ids=None):
     elif n_ids is None:
         layout, seq, k, transposed = "[seq, k, H] (no token_ids to confirm)", a, b, False
         notes.append("no token_ids: layout [seq, k, H] assumed, not verified")
+    elif a != b:  # rows ≠ ids (analysis.rows: row_count): the longer axis holds the tokens, k is the short one
+        seq, k, transposed = max(a, b), min(a, b), b > a
+        layout = (f"{'[k, seq, H] (transposed on read' if transposed else '[seq, k, H] ('}; token axis assumed: "
+                  f"neither axis matches {n_ids} token_ids)")
+        notes.append(f"{n_ids} token_ids for {seq} rows: the longer axis taken as the token axis")
     else:
         raise ForensicsError(
             f"length mismatch: token_ids has {n_ids} tokens but hidden_states has shape {list(shape)} "
-            "(neither axis 0 nor axis 1 matches)", path=path)
+            "(neither axis matches, and both axes are equally long)", path=path)
     if seq == 0 or h == 0 or k == 0:
         raise ForensicsError(f"zero-length sequence, layer count or hidden size: hidden_states shape {list(shape)}",
                              path=path)
@@ -87,3 +92,13 @@ def read_safetensors(sf: SafetensorsFile, path: str, input_ids=None):
         slots.append(lazy_slot(i, name, "hidden_states", (seq, h), dtype, getter, claimed))
     mask = sf.get("loss_mask") if "loss_mask" in sf.keys() else None
     return build(slots, ids, mask, provenance(path, NAME, layout=layout, notes=notes))
+
+
+def write(f, input_ids, states: list, metadata: dict | None = None) -> None:
+    """Write one sample as speculators' ``hs_{i}.safetensors``: ``hidden_states [seq, k, H]`` + ``token_ids``
+    (``metadata`` goes into the safetensors header, e.g. an ``hsf stamp``)."""
+    import torch
+    from safetensors.torch import save
+
+    f.write(save({"hidden_states": torch.stack(states, dim=1).contiguous(), "token_ids": input_ids},
+                 metadata=metadata))

@@ -33,3 +33,11 @@ def read(obj: dict, path: str):
         claimed = "target" if (i == n - 1 and n > 1) else f"aux[{i}]"
         slots.append(tensor_slot(i, name, "hidden_states", as_2d(t, path, name), claimed=claimed))
     return build(slots, obj.get("input_ids"), obj.get("loss_mask"), provenance(path, NAME))
+
+
+def write(f, input_ids, loss_mask, states: list) -> None:
+    """Write one sample as the legacy generator does: ``torch.save({input_ids, hidden_states: [...], loss_mask})``
+    into the open binary file ``f``."""
+    import torch
+
+    torch.save({"input_ids": input_ids, "hidden_states": [t.contiguous() for t in states], "loss_mask": loss_mask}, f)

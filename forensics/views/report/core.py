@@ -190,11 +190,12 @@ def training_files(files: list, trainer: str | None) -> list:
 
 def report(paths, layers=None, model=None, draft=None, engine=None, engine_version=None, trainer=None,
            target_config=None, served=None, scan=None, title=None,
-           progress: Callable[[str, int, int], None] | None = None) -> Report:
+           progress: Callable[[str, int, int], None] | None = None, input_ids=None) -> Report:
     """Analyse capture files/directories and build the offline HTML report.
 
     Args:
-        paths: capture files or directories (a single path is accepted too).
+        paths: capture files or directories (a single path is accepted too), or one capture in memory: a
+            ``Capture``, transformers' ``output.hidden_states``, a list or stack of tensors (with ``input_ids``).
         layers: the expected layer list (``"0,3,16,28"``, ``[0, 3, 16, 28]`` or ``"embed,L3,…"``) for labels.
         model: model path (HF folder, safetensors dir or .gguf) for exact-mode fingerprints and model facts.
         draft, engine, engine_version, trainer, target_config, served: passed to :func:`forensics.audit`
@@ -207,10 +208,14 @@ def report(paths, layers=None, model=None, draft=None, engine=None, engine_versi
     Returns:
         :class:`Report` — ``.html``, ``.save(path)``.
     """
-    from forensics.io.formats import iter_files
+    from forensics.io.formats import as_capture, iter_files, write_capture
 
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
+    elif not (isinstance(paths, (list, tuple)) and paths and all(isinstance(p, (str, os.PathLike)) for p in paths)):
+        # a capture in memory (tensors, transformers' output.hidden_states, a Capture): the report reads files
+        # (stamps, tokenizers, scans), so it is written once as a plain safetensors capture and read back
+        paths = [write_capture(as_capture(paths, input_ids=input_ids))]
     paths = [os.fspath(p) for p in paths]
     model_arg = model  # as given ("default"), for the regenerating command
     if model is not None:

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from forensics.findings import Severity, Verdict, sort_findings
+from forensics.findings import OUTCOME_RANK, Severity, Verdict, sort_findings, worst_outcome
 from forensics.layers import r_label
 from forensics.views.format import num
 
@@ -19,7 +19,7 @@ MAX_VERDICT_FILES = 40  # verdict rows: every non-passing file, then passing one
 MAX_INLINE_SLOTS = 8  # a passing file with more slots (a ladder) shows its slot rows folded
 # fingerprint ``decided_by`` names → the evidence signals that carry its number, best first
 DECIDED_ALIASES = {"exact": ("ladder_match", "exact_embedding", "exact_gamma")}
-RANK = {"pass": 0, "info": 0, "warn": 1, "cannot tell": 2, "fail": 3}  # worst first: fail, cannot tell, warn
+RANK = OUTCOME_RANK  # the one ranking (forensics.findings): fail, cannot tell, warn, then pass/info
 OUTCOMES = ("fail", "cannot tell", "warn", "pass", "info")  # the words of the report's counts, worst first
 
 
@@ -36,9 +36,7 @@ class FileResult:
     tokens: list[str] | None = field(default=None, repr=False)
 
 
-def worst(verdicts) -> str:
-    vs = [v for v in verdicts if v]
-    return max(vs, key=lambda v: RANK.get(v, 0)) if vs else "info"
+worst = worst_outcome
 
 
 fmt = num  # the one number style of every view (forensics.views.format.num)
@@ -58,8 +56,13 @@ def _label(r: Any) -> str | None:
 
 
 # ---------------------------------------------------------------- tokens
+TOKEN_TEXT_CHARS = 64  # a token's text is shown cut to this many characters + "…" (a hostile tokenizer's
+# 2,000,000-character token at 1,000 positions made a 384 MB report; hardening round 3, N6 S15)
+
+
 def load_tokens(cap, errors: list[dict]) -> list[str] | None:
-    """Token text per position (the capture's own local tokenizer, never remote code), or None when unknown."""
+    """Token text per position (the capture's own local tokenizer, never remote code), or None when unknown;
+    each distinct id decoded once, its text cut to ``TOKEN_TEXT_CHARS`` characters + "…"."""
     from forensics.io.tokenizer import decode_tokens, find_tokenizer, load_tokenizer
 
     if cap.input_ids is None:
@@ -70,7 +73,12 @@ def load_tokens(cap, errors: list[dict]) -> list[str] | None:
         if why and not any(e.get("message") == why for e in errors):
             errors.append({"where": f"tokenizer {folder}", "message": why})
         return None
-    return decode_tokens(tok, [int(i) for i in cap.input_ids.tolist()])
+    ids = [int(i) for i in cap.input_ids.tolist()]
+    text = {}
+    for i in dict.fromkeys(ids):
+        t = decode_tokens(tok, [i])[0]
+        text[i] = t if len(t) <= TOKEN_TEXT_CHARS else t[:TOKEN_TEXT_CHARS] + "…"
+    return [text[i] for i in ids]
 
 
 def show_token(t: str | None) -> str:
