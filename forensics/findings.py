@@ -143,6 +143,15 @@ class FindingKind(StrEnum):
     TRAINER_VS_LAYOUT = "trainer_vs_layout"
     NO_RULE = "no_rule"
     READINGS = "readings"
+    # ---- the draft probe (chain acceptance per wiring) ----
+    PROBE_DECLARED_BEATEN = "probe_declared_beaten"
+    PROBE_SERVED_BEATEN = "probe_served_beaten"
+    PROBE_NEAR_CONTROLS = "probe_near_controls"
+    PROBE_TIE = "probe_tie"
+    PROBE_NO_INTERVAL = "probe_no_interval"
+    PROBE_FEW_POSITIONS = "probe_few_positions"
+    PROBE_VOCAB_MISMATCH = "probe_vocab_mismatch"
+    PROBE_NO_ENGINE_IDS = "probe_no_engine_ids"
     # ---- a capture finding made on the training data inside the audit (``data_`` + the capture kind) ----
     DATA_NONFINITE = "data_nonfinite"
     DATA_OVERFLOW = "data_overflow"
@@ -251,6 +260,17 @@ _MEANINGS: dict[FindingKind, str] = {
     FindingKind.TRAINER_VS_LAYOUT: "the trainer's ids and the trained layout give different fc layers",
     FindingKind.NO_RULE: "no known rule says how this engine numbers this draft family's layers",
     FindingKind.READINGS: "the served layers depend on something not given or not settled by the sources",
+    FindingKind.PROBE_DECLARED_BEATEN: "the draft's declared wiring reaches a clearly shorter acceptance length than "
+                                       "the best wiring",
+    FindingKind.PROBE_SERVED_BEATEN: "the wiring the engine would feed reaches a clearly shorter acceptance length "
+                                     "than the best wiring",
+    FindingKind.PROBE_NEAR_CONTROLS: "the best wiring is not clearly above the shift/random controls: the draft, "
+                                     "not the wiring, is the problem",
+    FindingKind.PROBE_TIE: "the best wiring and the runner-up are not clearly apart in acceptance length",
+    FindingKind.PROBE_NO_INTERVAL: "too few sequences (or blocks) for an interval on the acceptance length",
+    FindingKind.PROBE_FEW_POSITIONS: "too few positions scored for a stable ranking",
+    FindingKind.PROBE_VOCAB_MISMATCH: "the model's vocabulary differs from the draft's target vocabulary",
+    FindingKind.PROBE_NO_ENGINE_IDS: "the best wiring cannot be written as engine ids (L unknown or slots without r)",
 }
 
 

@@ -162,8 +162,10 @@ hp.audit_slices(fixed, title="SmolLM2 draft with the fixed ids, vLLM")
 #
 # Configs and sidecars can lie; the draft's weights cannot. `sample_data/draft_eagle3/` is a tiny EAGLE-3
 # draft trained on CPU on SmolLM2's `[embed, L3, L16]` (500 steps, per its `training.json`: weak, but enough to tell wirings
-# apart). `forensics.probe` runs it at training-time step 0 under candidate wirings and scores each
-# against the next token; the wiring it was trained on should win clearly. This is the seed's decisive
+# apart). `forensics.probe` drafts greedy chains of 3 tokens under candidate wirings, as EAGLE-3 serves them
+# (step 0 from the target's states, steps 1-2 from the draft's own output), accepts each token while it equals
+# the next token, and ranks the wirings by mean acceptance length, next to a one-token-shift and a random-wiring
+# control (greyed); the wiring it was trained on should win clearly. This is the seed's decisive
 # experiment as a function (on Kimi-K2.5: 76.9 % fed `cat([embed, L3, L31])` vs 34.1 % fed
 # `cat([L3, L31, L59])`).
 
@@ -171,7 +173,7 @@ hp.audit_slices(fixed, title="SmolLM2 draft with the fixed ids, vLLM")
 pr = forensics.probe(SAMPLE / "draft_eagle3", SAMPLE / "speculators_v1",
                      candidates=[[0, 3, 16], [3, 16, 28], [16, 3, 0]])
 print(pr)
-print("best wiring:", pr.best["label"], "| clear winner:", pr.clear_winner)
+print("best wiring:", pr.best.label, "| clear winner:", pr.clear_winner, "| verdict:", pr.verdict.value)
 hp.probe_wirings(pr)
 
 # %% [markdown]

@@ -77,3 +77,14 @@ def test_last_layer_the_fc_was_built_for_is_served_as_trained(tmp_path):
     res = audit(trainer="speculators", draft=draft, engine="vllm", num_layers=30, engine_version="post-46973")
     assert res.trained["fc_r"] == [2, 15, 27, 30] and res.verdict == "match"
     assert FindingKind.IDS_INCLUDE_LAST not in _kinds(res)
+
+
+def test_duplicate_nested_ids_under_sglang(tmp_path):
+    """SGLang (generic model file) reads the nested ids as r = id + 1: [1, 23, 23] captures r = [2, 24] once each."""
+    from test_draft_config import sglang_config
+
+    draft = make_draft(tmp_path / "sg", sglang_config([1, 23, 23], 576, V=49152, Vd=8192), H=576, V=49152, Vd=8192)
+    res = audit(data=["L2", "L15", "L27", "L30"], trainer="speculators", draft=draft, engine="sglang", num_layers=30)
+    dup = next(f for f in res.findings if f.kind is FindingKind.DUPLICATE)
+    assert dup.evidence["captured_r"] == [2, 24] and "id 23 (r = L24)" in dup.message
+    assert res.verdict == "mismatch" and res.fix["ids"] == [1, 14, 26]

@@ -217,14 +217,25 @@ def test_scan_file_medians_marks_anomalous_files():
     assert _coll(fig, "scan-anomalies").get_offsets()[:, 0].tolist() == [2]
 
 
-def test_probe_wirings_bars_are_top1():
-    rows = [{"label": "embed+L3+L16", "top1": 0.769, "top1_ci": [0.74, 0.79], "n": 500, "tags": ["declared"]},
-            {"label": "L3+L16+L28", "top1": 0.341, "top1_ci": [0.30, 0.38], "n": 500, "tags": []}]
-    fig = hp.probe_wirings(NS(rows=rows, target="verifier"))
+def _probe_row(label, length, ci, tags=(), control=None, n=500):
+    from forensics.analysis.probe import ProbeRow
+
+    return ProbeRow(wiring=[0], label=label, tags=list(tags), top1=0.5, top1_ci=[0.4, 0.6], topk=0.6, n=n,
+                    correct=n // 2, acceptance=[0.5, 0.3, 0.1], acceptance_length=length, acceptance_length_ci=ci,
+                    control=control)
+
+
+def test_probe_wirings_bars_are_acceptance_lengths():
+    rows = [_probe_row("embed+L3+L16", 2.6, [2.5, 2.7], ["declared"]), _probe_row("L3+L16+L28", 1.4, [1.3, 1.5]),
+            _probe_row("shift control (embed+L3+L16)", 1.05, [1.0, 1.1], control="shift")]
+    fig = hp.probe_wirings(NS(rows=rows, target="verifier", steps=3))
     bars = [p for p in fig.axes[0].patches]
-    assert [round(b.get_width(), 6) for b in bars] == [76.9, 34.1]
-    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["embed+L3+L16  (declared)", "L3+L16+L28"]
-    assert "verifier" in fig.axes[0].get_xlabel()
+    assert [round(b.get_width(), 6) for b in bars] == [1.6, 0.4, 0.05]  # bars start at 1 (nothing accepted)
+    assert [round(b.get_x(), 6) for b in bars] == [1.0, 1.0, 1.0]
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["embed+L3+L16  (declared)", "L3+L16+L28",
+                                                                     "shift control (embed+L3+L16)"]
+    assert bars[2].get_facecolor() != bars[1].get_facecolor()  # the control greyed
+    assert "verifier" in fig.axes[0].get_xlabel() and "k = 3" in fig.axes[0].get_xlabel()
 
 
 LADDER = os.path.join(SAMPLE, "ladder", "capture_0.safetensors")

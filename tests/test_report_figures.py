@@ -76,7 +76,7 @@ def test_every_figure_of_the_demo_report_is_well_formed_svg(demo):
         assert root.tag == "{http://www.w3.org/2000/svg}svg" and float(root.get("width")) > 100
         kinds |= {re.sub(r"-\d.*$", "", el.get("class")) for el in root.iter() if el.get("class")}
     # violins, token strips, heatmap cells, ladder dots, massive dims, audit slices and probe bars all drawn
-    assert {"violin", "tokens", "cell", "ladder", "massive-dims", "slice", "probe-top1"} <= kinds
+    assert {"violin", "tokens", "cell", "ladder", "massive-dims", "slice", "probe-length"} <= kinds
     assert "figure unavailable" not in html
 
 
@@ -147,14 +147,23 @@ def test_colours_match_the_matplotlib_figures():
         assert [c.lower() for c in svg.slot_colors(k)] == [to_hex(c) for c in plots.slot_colors(k)]
 
 
-def test_probe_bars_are_the_top1_agreements():
-    rows = [{"label": "embed+L3+L16", "top1": 0.184, "top1_ci": (0.152, 0.221), "n": 508, "tags": ["declared"]},
-            {"label": "L3+embed+L16", "top1": 0.106, "top1_ci": (0.082, 0.136), "n": 508}]
-    root = ET.fromstring(svg.probe_wirings(types.SimpleNamespace(rows=rows, target=None)))
-    w = [float(root.find(f".//s:rect[@class='probe-top1-{k}']", NS).get("width")) for k in range(2)]
-    assert w[1] / w[0] == pytest.approx(0.106 / 0.184, abs=2 * PIXEL / w[0])
-    assert root.find(".//s:rect[@class='probe-top1-0']", NS).get("stroke") == "#000000"  # declared: outlined
-    assert root.find(".//s:rect[@class='probe-top1-1']", NS).get("stroke") is None
+def _probe_row(label, length, ci, tags=(), control=None, n=508):
+    from forensics.analysis.probe import ProbeRow
+
+    return ProbeRow(wiring=[0], label=label, tags=list(tags), top1=0.2, top1_ci=[0.15, 0.25], topk=0.3, n=n,
+                    correct=n // 5, acceptance=[0.2, 0.05, 0.01], acceptance_length=length, acceptance_length_ci=ci,
+                    control=control)
+
+
+def test_probe_bars_are_the_acceptance_lengths():
+    rows = [_probe_row("embed+L3+L16", 1.30, (1.19, 1.40), ["declared"]), _probe_row("L3+embed+L16", 1.18, None),
+            _probe_row("random control (embed+L3+L16)", 1.12, (1.08, 1.16), control="random")]
+    root = ET.fromstring(svg.probe_wirings(types.SimpleNamespace(rows=rows, target=None, steps=3)))
+    w = [float(root.find(f".//s:rect[@class='probe-length-{k}']", NS).get("width")) for k in range(3)]
+    assert w[1] / w[0] == pytest.approx(0.18 / 0.30, abs=2 * PIXEL / w[0])  # lengths minus 1: bars start at 1
+    assert root.find(".//s:rect[@class='probe-length-0']", NS).get("stroke") == "#000000"  # declared: outlined
+    assert root.find(".//s:rect[@class='probe-length-1']", NS).get("stroke") is None
+    assert root.find(".//s:rect[@class='probe-length-2']", NS).get("fill") == "#bbbbbb"  # the control greyed
 
 
 def _texts(root: ET.Element) -> str:
@@ -171,7 +180,7 @@ def test_untrusted_names_and_titles_are_escaped(fps):
     out = [svg.norm_distributions(stats, title=EVIL), svg.massive_dims(stats),
            svg.audit_slices(types.SimpleNamespace(verdict=EVIL, slices=[{"slice": EVIL, "trained_r": 0,
                                                                         "served_r": 2, "ok": False}])),
-           svg.probe_wirings(types.SimpleNamespace(rows=[{"label": EVIL, "top1": 0.5, "n": 3}], target=None))]
+           svg.probe_wirings(types.SimpleNamespace(rows=[_probe_row(EVIL, 1.5, None, n=3)], target=None, steps=3))]
     for text in out:
         assert "<script" not in text and "\x01" not in text
         root = ET.fromstring(text)
@@ -181,7 +190,7 @@ def test_untrusted_names_and_titles_are_escaped(fps):
 def test_degenerate_inputs_still_draw(fps):
     fp = fps[0]
     assert "no slot selected" in svg.norm_distributions(fp, slots=[])
-    assert "no wiring was scored" in svg.probe_wirings(types.SimpleNamespace(rows=[], target=None))
+    assert "no wiring was scored" in svg.probe_wirings(types.SimpleNamespace(rows=[], target=None, steps=3))
     assert "no slice information" in svg.audit_slices(types.SimpleNamespace(verdict="?", slices=[]))
     one = dataclasses.replace(fp.stats, slots=[dataclasses.replace(fp.stats.slots[0],
                                                                    norms=np.full(4, math.nan, np.float32))])

@@ -1,22 +1,31 @@
-"""Probe: run a trained EAGLE-3 draft on capture data under candidate wirings and rank them.
+"""Probe: run a trained EAGLE-3 draft on capture data under candidate wirings and rank them by acceptance.
 
 The seed's decisive experiment as a function: the same draft scored 34.1 % next-token accuracy fed
-``cat([L3, L31, L59])`` and 76.9 % fed ``cat([embed, L3, L31])``. For every candidate wiring (an ordered
-list of captured slots, named by r) the draft runs at training-time step 0 with speculators'
-``shift_batch`` pairing: fused states at position t + embedding of token t+1 → a guess for the token
-after t+1. The guess is scored against the **verifier's own prediction** ``argmax lm_head(norm(r=L))``
-when a model is given (the draft's training target, speculators#313), else against the **actual next
-token** (``ResultProbe.target`` says which).
+``cat([L3, L31, L59])`` and 76.9 % fed ``cat([embed, L3, L31])``. For every candidate wiring
+(:class:`~forensics.analysis.probe_wirings.Wiring`: slots by r, norm stage, concat order, row pairing) the
+draft drafts greedy chains of ``steps`` tokens from every position as EAGLE-3 serves it
+(:func:`forensics.models.draft.draft_chain`: step 0 from the target's states with speculators'
+``shift_batch`` pairing, steps ≥ 1 from the draft's own output state). A drafted token is accepted while it
+equals the **verifier's own prediction** ``argmax lm_head(norm(r=L))`` at that position when a model is
+given (the draft's training target, speculators#313), else the **actual next token**
+(``ProbeResult.target`` says which). Each wiring gets per-position acceptance, the mean acceptance length
+with a t interval over sequences (:mod:`forensics.analysis.acceptance`) and the step-0 top-1 agreement
+(= position-0 acceptance). A one-token-shift and a random-wiring control are scored alongside; the verdict
+(``ProbeResult.verdict``) is decided here once and read by every view and the exit code.
+
+Teacher forcing: the capture holds one text, so the verifier's prediction at a later chain position is
+the one it makes after the text's own tokens, which equals the chained one whenever the text is the
+verifier's greedy output (exact there; an estimate elsewhere — kekzl/imp#1839 found teacher-forced and
+served acceptance within 1 pp).
 
 Example:
     >>> res = probe("sample_data/draft_eagle3", "sample_data/speculators_v1", model="default")  # doctest: +SKIP
-    >>> res.best["label"], round(res.best["top1"], 3)                                            # doctest: +SKIP
-    ('embed+L3+L16', 0.52)
+    >>> res.best.label, res.verdict.value                                                      # doctest: +SKIP
+    ('embed+L3+L16', 'pass')
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 import os
 from collections.abc import Callable
@@ -24,25 +33,43 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from forensics.analysis.acceptance import DRAFT_COST, length_interval, ratio_interval, speedup, units
+from forensics.analysis.probe_chain import TARGET_NEXT, TARGET_VERIFIER, Tally, score_file, slot_refs
+from forensics.analysis.probe_wirings import (
+    MAX_CANDIDATES,
+    Candidates,
+    Wiring,
+    auto_candidates,
+    controls,
+    merge,
+    parse_candidates,
+    variants,
+    wiring_label,
+)
 from forensics.errors import ForensicsError
+from forensics.findings import Finding, FindingKind, Severity, Verdict
 from forensics.io.capture import Capture
-from forensics.layers import FINAL_POST, parse_r, r_label
+from forensics.layers import FINAL_POST
 from forensics.models.draft import Draft, load_draft
 
 if TYPE_CHECKING:  # pragma: no cover
     from forensics.models.verifier import Verifier
 
 TOPK = 5  # top-k agreement: the verifier's token among the draft's k best guesses
-MAX_CANDIDATES = 24  # bound on the "auto" candidate set
-Z95 = 1.96  # Wilson interval z for the 95 % CIs used to call a winner
+STEPS = 3  # draft tokens per chain (vLLM's acceptance tests pin k = 3)
+Z95 = 1.96  # Wilson interval z for the top-1 agreement's 95 % CI
 MIN_POSITIONS = 200  # fewer scored positions than this: warn that the ranking is noisy
 ENGINE_PLANS = (("vllm", None), ("sglang", "pre-25454"), ("sglang", "post-25454"), ("speculators", None),
                 ("specforge", None))
-TARGET_VERIFIER = "verifier"
-TARGET_NEXT = "next_token"
-BATCH_FLOATS = 2**26  # fp32 activations of one batched draft forward (256 MiB): all 24 sample candidates fit
-HEAD_ROWS = 1024  # rows per lm_head block: 1024 × a 128k vocab = 0.5 GiB of logits at most, 8 MiB at Vd = 2048
 _TRAINERS = {"speculators-v1": "speculators-v1", "speculators": "speculators", "specforge": "specforge"}
+KIND_DECLARED_BEATEN = FindingKind.PROBE_DECLARED_BEATEN
+KIND_SERVED_BEATEN = FindingKind.PROBE_SERVED_BEATEN
+KIND_NEAR_CONTROLS = FindingKind.PROBE_NEAR_CONTROLS
+KIND_TIE = FindingKind.PROBE_TIE
+KIND_FEW_POSITIONS = FindingKind.PROBE_FEW_POSITIONS
+KIND_NO_INTERVAL = FindingKind.PROBE_NO_INTERVAL
+KIND_VOCAB = FindingKind.PROBE_VOCAB_MISMATCH
+KIND_NO_ENGINE_IDS = FindingKind.PROBE_NO_ENGINE_IDS
 
 
 def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
@@ -56,60 +83,128 @@ def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
     return max(0.0, mid - half), min(1.0, mid + half)
 
 
-def wiring_label(rs: list) -> str:
-    return "+".join(r_label(r) if not (isinstance(r, str) and r.startswith("slot")) else r for r in rs)
+@dataclass
+class ProbeRow:
+    """One scored wiring (or control): agreement at step 0 and acceptance along the chain.
+
+    ``acceptance[j]``: the share of starting positions whose first ``j + 1`` drafted tokens were all
+    accepted (``acceptance[0] == top1``); ``acceptance_length = 1 + Σ acceptance`` in ``[1, steps + 1]``.
+    """
+
+    wiring: list
+    label: str
+    tags: list[str]
+    top1: float
+    top1_ci: list[float]
+    topk: float
+    n: int
+    correct: int
+    acceptance: list[float]
+    acceptance_length: float
+    acceptance_length_ci: list[float] | None
+    control: str | None = None
+    norm: str = "pre-norm"
+    order: str = "[emb, h]"
+    pairing: str = "previous-token"
+
+    def to_dict(self) -> dict:
+        return {"wiring": list(self.wiring), "label": self.label, "tags": list(self.tags), "top1": self.top1,
+                "top1_ci": list(self.top1_ci), "topk": self.topk, "n": self.n, "correct": self.correct,
+                "acceptance": list(self.acceptance), "acceptance_length": self.acceptance_length,
+                "acceptance_length_ci": None if self.acceptance_length_ci is None else list(self.acceptance_length_ci),
+                "control": self.control, "norm": self.norm, "order": self.order, "pairing": self.pairing}
+
+
+@dataclass
+class ServedCost:
+    """The wiring the engine would feed (``--engine``) against the best one: acceptance and speed-up.
+
+    ``speedup = τ / (1 + steps · draft_cost)`` (:func:`forensics.analysis.acceptance.speedup`); ``ratio`` is
+    served / best. ``wiring`` is None (and ``why`` says so) when the served wiring cannot be scored.
+    """
+
+    engine: str
+    version: str | None
+    wiring: list | None
+    label: str | None
+    acceptance_length: float | None
+    best_label: str
+    best_acceptance_length: float
+    steps: int
+    draft_cost: float
+    speedup_served: float | None
+    speedup_best: float
+    ratio: float | None
+    why: str = ""
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
 
 
 @dataclass
 class ProbeResult:
-    """Ranked wirings (``rows``, best first), what they were scored against, the best as engine ids."""
+    """Ranked wirings (``rows``: candidates best first, then the controls), the verdict and its findings."""
 
     draft: dict
-    rows: list[dict]
+    rows: list[ProbeRow]
     target: str  # "verifier" | "next_token"
     target_source: str
     embed_source: str
     files: list[str]
     positions: int
     num_layers: int | None
+    verdict: Verdict
+    findings: list[Finding] = field(default_factory=list)
     topk: int = TOPK
+    steps: int = STEPS
+    ci_unit: str = "sequence"
+    units: int = 0
+    served: ServedCost | None = None
     ids_per_engine: dict | None = None
-    warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     @property
-    def best(self) -> dict | None:
-        return self.rows[0] if self.rows else None
+    def candidates(self) -> list[ProbeRow]:
+        return [r for r in self.rows if r.control is None]
+
+    @property
+    def controls(self) -> list[ProbeRow]:
+        return [r for r in self.rows if r.control is not None]
+
+    @property
+    def best(self) -> ProbeRow | None:
+        c = self.candidates
+        return c[0] if c else None
+
+    @property
+    def declared(self) -> ProbeRow | None:
+        return next((r for r in self.candidates if "declared" in r.tags), None)
 
     @property
     def clear_winner(self) -> bool:
-        """True when the best wiring's top-1 CI does not overlap the runner-up's."""
-        if len(self.rows) < 2:
-            return bool(self.rows)
-        return self.rows[0]["top1_ci"][0] > self.rows[1]["top1_ci"][1]
+        """The best wiring is clearly above the runner-up and the controls (no tie, no near-controls finding)."""
+        return bool(self.candidates) and not any(f.kind in (KIND_TIE, KIND_NEAR_CONTROLS, KIND_NO_INTERVAL)
+                                                 for f in self.findings)
+
+    @property
+    def warnings(self) -> list[str]:
+        return [f.message for f in self.findings if f.severity is not Severity.INFO]
 
     def to_dict(self) -> dict:
-        return {"draft": self.draft, "target": self.target, "target_source": self.target_source,
+        best = self.best
+        return {"verdict": self.verdict.value, "findings": [f.to_dict() for f in self.findings],
+                "draft": self.draft, "target": self.target, "target_source": self.target_source,
                 "embed_source": self.embed_source, "files": self.files, "positions": self.positions,
-                "num_layers": self.num_layers, "topk": self.topk, "rows": self.rows, "best": self.best,
-                "clear_winner": self.clear_winner, "ids_per_engine": self.ids_per_engine,
+                "num_layers": self.num_layers, "topk": self.topk, "steps": self.steps, "ci_unit": self.ci_unit,
+                "units": self.units, "rows": [r.to_dict() for r in self.rows],
+                "best": best.to_dict() if best else None, "clear_winner": self.clear_winner,
+                "served": self.served.to_dict() if self.served else None, "ids_per_engine": self.ids_per_engine,
                 "warnings": self.warnings, "notes": self.notes}
-
-    def table(self) -> list[list[str]]:
-        from forensics.views.probe import table
-
-        return table(self)
 
     def __repr__(self) -> str:
         from forensics.views.probe import text
 
         return text(self)
-
-    def explain(self) -> str:
-        """The ranking with the notes behind it (how the declared wiring was read, skipped files)."""
-        from forensics.views.probe import text
-
-        return text(self, verbose=True)
 
     def _repr_html_(self) -> str:
         from forensics.views.probe import html
@@ -130,11 +225,6 @@ def _captures(data) -> list[Capture]:
     if not files:
         raise ForensicsError("no capture files found", path=os.fspath(data))
     return [load(f) for f in files]
-
-
-def _slot_refs(cap: Capture) -> list:
-    """r of every slot (declared by the data); ``"slot{i}"`` where the data declares none."""
-    return [s.declared_r if s.declared_r is not None else f"slot{s.index}" for s in cap.slots]
 
 
 def _declared_r(d: Draft, L: int | None) -> tuple[list | None, str]:
@@ -164,74 +254,6 @@ def _declared_r(d: Draft, L: int | None) -> tuple[list | None, str]:
     return (None if any(r is None for r in rs) else list(rs)), f"config ids {d.declared_ids} read as {system}"
 
 
-def auto_candidates(refs: list, k: int, declared: list | None, trainer_fc: list | None, L: int | None = None,
-                    cap_max: int = MAX_CANDIDATES) -> list[tuple[tuple, list[str]]]:
-    """A bounded, ordered set of wirings (tuples of slot refs) with tags saying why each is there.
-
-    Priority: the declared wiring, the trainer's view, the engines' default r = {2, L//2, L−3} and its
-    SGLang +1 reading, shifts ±1/±2 of the declared wiring and the trainer's view, the last k slots,
-    consecutive windows and subsets (small slot sets only), then permutations; at most ``cap_max``.
-    """
-    avail = [r for r in refs if r != FINAL_POST]
-    order = sorted(r for r in avail if isinstance(r, int)) + [r for r in avail if not isinstance(r, int)]
-    small = len(order) <= k + 4
-    out: dict[tuple, list[str]] = {}
-
-    def add(w, tag):
-        w = tuple(w)
-        if len(w) == k and len(set(w)) == k and all(r in avail for r in w) and (w in out or len(out) < cap_max):
-            out.setdefault(w, [])
-            if tag not in out[w]:
-                out[w].append(tag)
-
-    if declared:
-        add(declared, "declared")
-    if trainer_fc:
-        add(trainer_fc, "trainer view")
-    if L is not None and k == 3:
-        from forensics.models.conventions import default_r
-
-        add(default_r(L), "engine default")  # vLLM / SGLang without ids / SpecForge / EAGLE
-        add([r + 1 for r in default_r(L)], "engine default +1")  # SGLang's +1 on default-valued ids
-    for base, name in ((declared, "declared"), (trainer_fc, "trainer view")):
-        if base and all(isinstance(r, int) for r in base):
-            for s in (1, -1, 2, -2):
-                add([r + s for r in base], f"{name} shifted {s:+d}")
-    add(order[-k:], "last slots")
-    if small:
-        for i in range(len(order) - k + 1):
-            add(order[i:i + k], "window" if i else "first slots")
-        for comb in itertools.combinations(order, k):
-            add(comb, "subset")
-    for base in (declared, trainer_fc):
-        if base:
-            for perm in itertools.permutations(base):
-                add(perm, "permutation")
-    if len(order) <= k + 2:
-        for comb in itertools.combinations(order, k):
-            for perm in itertools.permutations(comb):
-                add(perm, "permutation")
-    return list(out.items())
-
-
-def _parse_candidates(spec, refs: list) -> list[tuple[tuple, list[str]]]:
-    if isinstance(spec, str):
-        groups = [g for g in spec.split(";") if g.strip()]
-        spec = [[x for x in g.replace(" ", "").split(",") if x] for g in groups]
-    out = []
-    for w in spec:
-        rs = []
-        for x in w:
-            x = x if not isinstance(x, str) or not x.startswith("slot") else x
-            rs.append(x if isinstance(x, str) and x.startswith("slot") else parse_r(x))
-        missing = [r for r in rs if r not in refs]
-        if missing:
-            raise ForensicsError(f"candidate {wiring_label(rs)}: r {[r_label(m) for m in missing]} not in the data "
-                                 f"(slots: {wiring_label(refs)})")
-        out.append((tuple(rs), ["given"]))
-    return out
-
-
 def _verifier(model: Any) -> Verifier | None:
     if model is None:
         return None
@@ -259,24 +281,17 @@ def _ids_per_engine(best: list, L: int | None, arch: str | None) -> tuple[dict |
 
 # -------------------------------------------------------------------------------- probe --
 
-@dataclass
-class _Scores:
-    """Running (top-1, top-k, n) counts per candidate wiring, and where embeddings and targets came from."""
-
-    counts: dict[tuple, list[int]]
-    embed_source: str | None = None
-    target_source: str | None = None
-    target_kind: str = TARGET_NEXT
-    used: list[str] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)
-
-
-def _check_options(topk: Any, max_samples: Any) -> None:
+def _check_options(topk: Any, max_samples: Any, steps: Any = STEPS, draft_cost: Any = DRAFT_COST) -> None:
     if isinstance(topk, bool) or not isinstance(topk, int) or topk < 1:
         raise ForensicsError(f"topk must be a whole number >= 1, got {topk!r}")
     if max_samples is not None and (isinstance(max_samples, bool) or not isinstance(max_samples, int)
                                     or max_samples < 1):
         raise ForensicsError(f"max_samples (--samples) must be a whole number >= 1, got {max_samples!r}")
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 16:
+        raise ForensicsError(f"steps (--steps) must be a whole number in [1, 16], got {steps!r}")
+    if isinstance(draft_cost, bool) or not isinstance(draft_cost, (int, float)) or not 0 <= draft_cost < 10 \
+            or draft_cost != draft_cost:
+        raise ForensicsError(f"draft_cost (--draft-cost) must be a number in [0, 10), got {draft_cost!r}")
 
 
 def _target_context(v: Verifier | None, caps: list[Capture]) -> tuple[int | None, str | None]:
@@ -289,10 +304,29 @@ def _target_context(v: Verifier | None, caps: list[Capture]) -> tuple[int | None
     return L, arch
 
 
-def _candidate_wirings(d: Draft, caps: list[Capture], candidates: str | list, L: int | None
-                       ) -> tuple[list[tuple[tuple, list[str]]], list | None, list[str]]:
-    """The wirings to score, the declared wiring (or None) and the notes about both."""
-    refs = _slot_refs(caps[0])
+def _served_r(d: Draft, engine: str | None, version: str | None, L: int | None, arch: str | None
+              ) -> tuple[list | None, str]:
+    """The r list the engine concatenates for this draft (as the audit resolves it), or why there is none."""
+    if engine is None:
+        return None, ""
+    if L is None:
+        return None, "L (the verifier's layer count) is unknown: pass --model or a capture.json"
+    from forensics.models.conventions import engine_capture
+
+    try:
+        ec = engine_capture(engine, d.config, L, version, arch)
+    except ForensicsError as e:
+        return None, e.message
+    if len(ec.r) != d.num_aux:
+        return None, (f"{engine} captures r = {ec.r} ({len(ec.r)} states) for a draft whose fc takes "
+                      f"{d.num_aux}: it would not run")
+    return list(ec.r), ""
+
+
+def _candidate_wirings(d: Draft, caps: list[Capture], candidates: str | list, L: int | None, can_post: bool,
+                       served: list | None, engine: str | None) -> tuple[Candidates, list | None, list[str]]:
+    """The wirings to score (candidates, then the two controls), the declared wiring (or None), notes."""
+    refs = slot_refs(caps[0])
     k = d.num_aux
     declared, declared_how = _declared_r(d, L)
     trainer = _TRAINERS.get(caps[0].format)
@@ -302,18 +336,30 @@ def _candidate_wirings(d: Draft, caps: list[Capture], candidates: str | list, L:
         fc = [refs[i] for i in trainer_view(trainer, len(refs)).fc_slots][:k]
     else:
         fc = [r for r in refs if r != FINAL_POST][:k]
-    cands = auto_candidates(refs, k, declared, fc, L) if candidates == "auto" else _parse_candidates(candidates, refs)
+    auto = candidates == "auto"
+    cands: Candidates = [(Wiring(w), t) for w, t in auto_candidates(refs, k, declared, fc, L)] if auto \
+        else parse_candidates(candidates, refs)
     if not cands:
         raise ForensicsError(f"no candidate wiring of {k} slots can be built from the data's slots "
                              f"{wiring_label(refs)}", path=caps[0].path)
     notes = [f"declared wiring: {declared_how}" + (f" → {wiring_label(declared)}" if declared else "")]
-    if declared and tuple(declared) not in dict(cands):
+    if declared and Wiring(tuple(declared)) not in dict(cands):
         notes.append(f"declared wiring {wiring_label(declared)} is not available in the data (slots "
                      f"{wiring_label(refs)})")
-    return cands, declared, notes
+    anchor = tuple(declared) if declared and Wiring(tuple(declared)) in dict(cands) else cands[0][0].refs
+    if served is not None:
+        avail = set(refs) | ({FINAL_POST} if can_post else set())
+        if all(r in avail for r in served):
+            cands = merge(cands, [(Wiring(tuple(served)), [f"served by {engine}"])])
+        else:
+            notes.append(f"the wiring {engine} serves, {wiring_label(served)}, is not in the data (slots "
+                         f"{wiring_label(refs)}): no served-vs-best line")
+    if auto:
+        cands = merge(cands, variants(anchor, L, can_post or FINAL_POST in refs, refs))
+    return cands + controls(anchor), declared, notes
 
 
-def _skip_reason(cap: Capture, d: Draft, E: Any, cands: list) -> str | None:
+def _skip_reason(cap: Capture, d: Draft, E: Any, cands: Candidates, can_post: bool) -> str | None:
     """Why a capture file cannot be scored (it is skipped with a note), or None."""
     name = os.path.basename(cap.path)
     ids = cap.input_ids
@@ -327,9 +373,9 @@ def _skip_reason(cap: Capture, d: Draft, E: Any, cands: list) -> str | None:
         bad = ids[(ids < 0) | (ids >= vocab)]
         return (f"{name}: {int(bad.numel())} input_ids outside the vocabulary [0, {vocab}) (e.g. {int(bad[0])}: "
                 "padding such as -100?)")
-    crefs = _slot_refs(cap)
-    if any(w_r not in crefs for w, _ in cands for w_r in w):
-        return f"{name}: slots {wiring_label(crefs)} differ from the first file"
+    crefs = set(slot_refs(cap)) | ({FINAL_POST} if can_post else set())
+    if any(r not in crefs for w, _ in cands for r in w.refs):
+        return f"{name}: slots {wiring_label(slot_refs(cap))} differ from the first file"
     if cap.hidden_size != d.hidden_size:
         raise ForensicsError(f"capture hidden size {cap.hidden_size} != draft hidden size {d.hidden_size}",
                              path=cap.path)
@@ -338,107 +384,7 @@ def _skip_reason(cap: Capture, d: Draft, E: Any, cands: list) -> str | None:
 
 def _runs_verifier(cap: Capture, L: int | None) -> bool:
     """Whether the verifier's prediction on ``cap`` needs a forward pass (r = L was not captured)."""
-    return L is None or L == 0 or L not in _slot_refs(cap)
-
-
-def _targets(v: Verifier | None, L: int | None, states: dict, ids: Any, pred: Any) -> tuple[Any, Any, str, str]:
-    """Per fused position t: the token the draft should predict, which positions count, and their source.
-
-    With a model: the verifier's own prediction (argmax of lm_head(norm(r = L)) when r = L was captured, else
-    ``pred``, the argmax of a forward pass); without: the actual token two ahead (the draft at t predicts
-    t + 2 in EAGLE's step 0).
-    """
-    import torch
-
-    T = int(ids.numel())
-    if v is None:
-        target = torch.cat([ids[2:], ids.new_zeros(1)])
-        valid = torch.ones(T - 1, dtype=torch.bool)
-        valid[-1] = False
-        return target, valid, "input_ids shifted by two (no model given)", TARGET_NEXT
-    if L in states and L != 0:
-        last = states[L].float()
-        g, eps = v.norm_weight, v.norm_eps
-        pred = ((g * last * torch.rsqrt(last.pow(2).mean(-1, keepdim=True) + eps)) @ v.lm_head.T).argmax(-1)
-        src = f"lm_head(norm(captured r={L})) of the model"
-    else:
-        src = "model run on the capture's input_ids"
-    target = pred[1:]  # position t+1's prediction, paired with fused state t
-    return target, torch.ones(T - 1, dtype=torch.bool), src, TARGET_VERIFIER
-
-
-def _batch_size(d: Draft, T: int) -> int:
-    """Candidates per batched draft forward: activations of one candidate ~ T·(k·H + 8·H) floats plus the
-    attention scores heads·T², kept under ``BATCH_FLOATS`` (the logits are taken in ``HEAD_ROWS`` row blocks)."""
-    per = T * (d.num_aux + 8) * d.hidden_size + d.num_heads * T * T
-    return max(1, BATCH_FLOATS // max(per, 1))
-
-
-def _agreement(d: Draft, hidden: Any, target: Any, valid: Any, tids: Any, topk: int) -> Any:
-    """``[c, 3]`` counts (top-1 hits, top-k hits, scored positions) of ``hidden`` ``[c, T, H]`` against
-    ``target`` ``[T]``; ``lm_head`` runs over ``HEAD_ROWS`` rows at a time."""
-    import torch
-
-    from forensics.models.verifier import row_blocks
-
-    head = d.weights["lm_head.weight"].T
-    k = min(topk, int(head.shape[-1]))
-    c, T = int(hidden.shape[0]), int(hidden.shape[1])
-    flat, tgt = hidden.reshape(c * T, -1), target.repeat(c)
-    ok_all, top_all = torch.empty(c * T, dtype=torch.bool), torch.empty(c * T, k, dtype=torch.long)
-    for b in row_blocks(c * T, HEAD_ROWS):
-        logits = flat[b] @ head
-        top_all[b] = logits.topk(k, dim=-1).indices
-        ok_all[b] = torch.isfinite(logits).all(-1)  # overflowing states give NaN logits: not scored
-    top = tids[top_all]
-    ok = ok_all & valid.repeat(c)
-    hit1 = (top[:, 0] == tgt) & ok
-    hitk = (top == tgt[:, None]).any(-1) & ok
-    return torch.stack([hit1, hitk, ok]).reshape(3, c, T).sum(-1).T
-
-
-def _score_file(cap: Capture, d: Draft, E: Any, v: Verifier | None, L: int | None, pred: Any, cands: list,
-                sc: _Scores, topk: int, use_loss_mask: bool, tick: Callable[[int], None]) -> None:
-    """Add one capture file's agreement counts for every candidate wiring to ``sc`` (``pred``: the verifier's
-    predictions on the file when it needs a forward pass, else None).
-
-    All candidates of a file run as one batched draft forward (chunks of ``_batch_size``): the same matmul rows
-    as one forward per candidate, so the same logits, with one set of kernel launches instead of one per
-    candidate (on 2 busy cores the per-candidate loop cost 5× the CPU of the batch, measured).
-    """
-    import torch
-
-    from forensics.models.draft import draft_hidden
-
-    assert cap.input_ids is not None  # _skip_reason() skipped files without ids
-    ids = cap.input_ids.reshape(-1).long()
-    states = {r: cap.slots[i].tensor() for i, r in enumerate(_slot_refs(cap))}
-    if E is not None:
-        emb = E[ids[1:]]
-    elif 0 in states:
-        emb, sc.embed_source = states[0][1:].float(), "the capture's r=0 slot"
-    else:
-        raise ForensicsError("the draft ships no embed_tokens and the data has no r=0 slot: pass --model",
-                             path=d.path)
-    tids = d.target_ids()
-    with torch.inference_mode():
-        target, valid, src, sc.target_kind = _targets(v, L, states, ids, pred)
-        if use_loss_mask and cap.loss_mask is not None:
-            valid &= cap.loss_mask.reshape(-1)[1:].bool()
-        prev = {r: states[r][:-1].float() for r in {r for w, _ in cands for r in w}}
-        for x in prev.values():  # a position with a non-finite state scores nothing
-            valid &= torch.isfinite(x).all(-1)
-        sc.target_source = sc.target_source or src
-        step = _batch_size(d, int(emb.shape[0]))
-        for a in range(0, len(cands), step):
-            chunk = cands[a:a + step]
-            fused = torch.stack([torch.cat([prev[r] for r in w], dim=-1) for w, _ in chunk])
-            hidden = draft_hidden(d, fused, emb.expand(len(chunk), -1, -1))
-            for (w, _), row in zip(chunk, _agreement(d, hidden, target, valid, tids, topk).tolist(), strict=True):
-                c = sc.counts[w]
-                for n in range(3):
-                    c[n] += int(row[n])
-            tick(a + len(chunk))
+    return L is None or L == 0 or L not in slot_refs(cap)
 
 
 def _tick(progress: Callable[[int, int], None] | None, done: int, total: int, j: int) -> None:
@@ -446,68 +392,166 @@ def _tick(progress: Callable[[int, int], None] | None, done: int, total: int, j:
         progress(done + j, total)
 
 
-def _ranked_rows(cands: list, counts: dict[tuple, list[int]]) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
+@dataclass
+class _Units:
+    """Per wiring: accepted tokens and scored positions per unit of the interval."""
+
+    sums: dict[Wiring, tuple[list[float], list[float]]]
+    kind: str
+    count: int
+
+
+def _rows(cands: Candidates, tl: Tally, steps: int) -> tuple[list[ProbeRow], _Units]:
+    import torch
+
+    first = cands[0][0]
+    sizes = [int(t.numel()) for t in tl.ok[first]]
+    offsets = [sum(sizes[:i]) for i in range(len(sizes))]
+    idx, kind = units([list(range(o, o + n)) for o, n in zip(offsets, sizes, strict=True)])
+    sums: dict[Wiring, tuple[list[float], list[float]]] = {}
+    rows: list[ProbeRow] = []
     for w, tags in cands:
-        c1, ck, n = counts[w]
-        rows.append({"wiring": list(w), "label": wiring_label(list(w)), "tags": tags, "top1": c1 / n if n else 0.0,
-                     "top1_ci": list(wilson(c1, n)), "topk": ck / n if n else 0.0, "n": n, "correct": c1})
-    rows.sort(key=lambda r: (-r["top1"], -r["topk"]))
-    return rows
+        acc, ok, hitk = torch.cat(tl.acc[w]), torch.cat(tl.ok[w]), torch.cat(tl.hitk[w])
+        n = int(ok.sum())
+        a_u = [float(acc[i].sum()) for i in idx]
+        n_u = [float(ok[i].sum()) for i in idx]
+        sums[w] = (a_u, n_u)
+        rates = [int(((acc > j) & ok).sum()) / n if n else 0.0 for j in range(steps)]
+        tau, ci = length_interval(a_u, n_u, steps)
+        c1 = int(((acc > 0) & ok).sum())
+        rows.append(ProbeRow(wiring=list(w.refs), label=w.label, tags=list(tags), top1=c1 / n if n else 0.0,
+                             top1_ci=list(wilson(c1, n)), topk=int(hitk.sum()) / n if n else 0.0, n=n, correct=c1,
+                             acceptance=rates, acceptance_length=tau,
+                             acceptance_length_ci=list(ci) if ci else None, control=w.control, norm=w.norm,
+                             order=w.order, pairing=w.pairing))
+    return rows, _Units(sums, kind, len(idx))
 
 
-def _ranking_warnings(rows: list[dict], declared: list | None, counts: dict) -> list[str]:
-    """What limits the ranking: overlapping intervals, too few positions, a declared wiring that lost."""
-    warnings = []
-    if len(rows) > 1 and rows[0]["top1_ci"][0] <= rows[1]["top1_ci"][1]:
-        warnings.append(f"no wiring is clearly best: {rows[0]['label']} {100 * rows[0]['top1']:.1f}% "
-                        f"[{100 * rows[0]['top1_ci'][0]:.1f}, {100 * rows[0]['top1_ci'][1]:.1f}] and "
-                        f"{rows[1]['label']} {100 * rows[1]['top1']:.1f}% [{100 * rows[1]['top1_ci'][0]:.1f}, "
-                        f"{100 * rows[1]['top1_ci'][1]:.1f}] overlap (95% Wilson CIs); add samples")
-    if rows[0]["n"] < MIN_POSITIONS:
-        warnings.append(f"only {rows[0]['n']} positions scored (< MIN_POSITIONS = {MIN_POSITIONS})")
-    if declared and rows[0]["wiring"] != list(declared) and tuple(declared) in counts:
-        drow = next(r for r in rows if r["wiring"] == list(declared))
-        warnings.append(f"the declared wiring {drow['label']} scores {100 * drow['top1']:.1f}%, below "
-                        f"{rows[0]['label']} {100 * rows[0]['top1']:.1f}%: the draft was likely trained on "
-                        f"{rows[0]['label']}")
-    return warnings
+def _diff(u: _Units, a: Wiring, b: Wiring) -> tuple[float, tuple[float, float] | None]:
+    """Acceptance length of ``a`` minus ``b``, paired over the same units, with its 95 % t interval."""
+    (sa, na), (sb, nb) = u.sums[a], u.sums[b]
+    ra = [x / n if n else 0.0 for x, n in zip(sa, na, strict=True)]
+    rb = [x / n if n else 0.0 for x, n in zip(sb, nb, strict=True)]
+    w = [max(n1, n2) for n1, n2 in zip(na, nb, strict=True)]
+    return ratio_interval([(x - y) * n for x, y, n in zip(ra, rb, w, strict=True)], w)
+
+
+def _fmt_diff(d: float, ci: tuple[float, float] | None) -> str:
+    return f"{d:+.3f}" + (f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else " (no interval)")
+
+
+def _decide(rows: list[ProbeRow], by_label: dict[str, Wiring], u: _Units, served: list | None,
+            engine: str | None) -> tuple[Verdict, list[Finding]]:
+    """The probe's verdict and findings, decided once: the declared (or served) wiring is the claim."""
+    cands = [r for r in rows if r.control is None]
+    ctrls = [r for r in rows if r.control is not None]
+    best, found = cands[0], []
+    wb = by_label[best.label]
+    if u.count < 2:
+        found.append(Finding(KIND_NO_INTERVAL, Severity.WARN, message=(
+            f"only {u.count} unit(s) of {u.kind}: no interval for the acceptance length; add samples")))
+    served_label = Wiring(tuple(served)).label if served is not None else None  # as engines feed: [emb, h], t+1
+    for who, row in (("declared", next((r for r in cands if "declared" in r.tags), None)),
+                     ("served", next((r for r in cands if r.label == served_label), None))):
+        if row is None or row is best:
+            continue
+        d, ci = _diff(u, wb, by_label[row.label])
+        if ci is not None and ci[0] > 0:
+            kind = KIND_DECLARED_BEATEN if who == "declared" else KIND_SERVED_BEATEN
+            whose = "the declared wiring" if who == "declared" else f"the wiring {engine} serves"
+            found.append(Finding(kind, Severity.FAIL, message=(
+                f"{whose} {row.label} reaches acceptance length {row.acceptance_length:.2f}, clearly below "
+                f"{best.label} {best.acceptance_length:.2f} (difference {_fmt_diff(d, ci)}): the draft was likely "
+                f"trained on {best.label}"), evidence={"wiring": row.wiring, "best": best.wiring,
+                                                       "difference": d, "interval": list(ci)}))
+    near = []
+    for c in ctrls:
+        d, ci = _diff(u, wb, by_label[c.label])
+        if ci is None or ci[0] <= 0:
+            near.append(f"{c.label} {c.acceptance_length:.2f} (difference {_fmt_diff(d, ci)})")
+    if near and u.count >= 2:
+        found.append(Finding(KIND_NEAR_CONTROLS, Severity.WARN, message=(
+            f"the best wiring {best.label} ({best.acceptance_length:.2f}) is not clearly above the control(s) "
+            f"{'; '.join(near)}: the draft, not the wiring, is the problem")))
+    if len(cands) > 1 and u.count >= 2:
+        second = cands[1]
+        d, ci = _diff(u, wb, by_label[second.label])
+        if ci is None or ci[0] <= 0:
+            found.append(Finding(KIND_TIE, Severity.WARN, message=(
+                f"CANNOT TELL between {best.label} ({best.acceptance_length:.2f}) and {second.label} "
+                f"({second.acceptance_length:.2f}): difference {_fmt_diff(d, ci)} (95% t interval over "
+                f"{u.count} units of {u.kind}); add samples"),
+                evidence={"wirings": [best.label, second.label], "difference": d,
+                          "interval": list(ci) if ci else None}))
+    if best.n < MIN_POSITIONS:
+        found.append(Finding(KIND_FEW_POSITIONS, Severity.WARN,
+                             message=f"only {best.n} positions scored (< MIN_POSITIONS = {MIN_POSITIONS})"))
+    if any(f.severity is Severity.FAIL for f in found):
+        verdict = Verdict.FAIL
+    elif any(f.kind in (KIND_NO_INTERVAL, KIND_NEAR_CONTROLS, KIND_TIE) for f in found):
+        verdict = Verdict.CANNOT_TELL
+    else:
+        verdict = Verdict.PASS
+    return verdict, found
+
+
+def _served_cost(rows: list[ProbeRow], served: list | None, why: str, engine: str, version: str | None,
+                 steps: int, cost: float) -> ServedCost:
+    best = next(r for r in rows if r.control is None)
+    row = next((r for r in rows if served is not None and r.label == Wiring(tuple(served)).label), None)
+    sb = speedup(best.acceptance_length, steps, cost)
+    if row is None:
+        return ServedCost(engine, version, served, wiring_label(served) if served else None, None, best.label,
+                          best.acceptance_length, steps, cost, None, sb, None,
+                          why or "the served wiring was not scored")
+    ss = speedup(row.acceptance_length, steps, cost)
+    return ServedCost(engine, version, list(served or []), row.label, row.acceptance_length, best.label,
+                      best.acceptance_length, steps, cost, ss, sb, ss / sb if sb else None)
 
 
 def probe(draft: str | os.PathLike | Draft, data: Any, candidates: str | list = "auto", model: Any = None,
           topk: int = TOPK, max_samples: int | None = None, use_loss_mask: bool = False,
-          progress: Callable[[int, int], None] | None = None) -> ProbeResult:
-    """Rank candidate wirings of ``draft`` by step-0 agreement on capture ``data``.
+          progress: Callable[[int, int], None] | None = None, steps: int = STEPS, engine: str | None = None,
+          engine_version: str | None = None, draft_cost: float = DRAFT_COST) -> ProbeResult:
+    """Rank candidate wirings of ``draft`` by the acceptance length of greedy chain drafting on capture ``data``.
 
     Args:
         draft: draft folder (speculators ``layers.0.*`` or EAGLE/SGLang/SpecForge ``midlayer.*``) or a Draft.
         data: capture file, folder, Capture or list of them (slots named by r via ``capture.json`` /
             ``data_config.json``).
-        candidates: ``"auto"`` (declared, trainer's view, shifts, windows, permutations; at most
-            ``MAX_CANDIDATES``), or wirings as ``"0,3,16;3,16,28"`` / ``[[0, 3, 16], [3, 16, 28]]``.
+        candidates: ``"auto"`` (declared, trainer's view, shifts, windows, permutations — at most
+            ``MAX_CANDIDATES`` — plus the declared wiring's ``[h, emb]``, ``same-token`` and other-norm-stage
+            twins), or wirings as ``"0,3,16;3,16,28"`` / ``[[0, 3, 16], [3, 16, 28]]``. A shift and a random
+            control of the declared (else first) wiring are always added.
         model: None, ``"default"`` (packaged SmolLM2), a model path, a loaded model or a
             :class:`~forensics.models.verifier.Verifier`. With a model the target is the verifier's prediction
             (a Llama safetensors checkpoint runs as plain torch, bit-identical to transformers); without, the
             actual next token.
-        topk: k of the top-k agreement. max_samples: use at most this many files.
-        use_loss_mask: score only positions whose (shifted) loss mask is set.
+        topk: k of the step-0 top-k agreement. max_samples: use at most this many files.
+        use_loss_mask: start chains only at positions whose (shifted) loss mask is set.
         progress: called as ``progress(done, total)`` after each (file, wiring) pair is scored.
+        steps: draft tokens per chain (k of the acceptance length, in [1, k + 1]).
+        engine, engine_version: the serving engine whose wiring (resolved from the draft config as the audit
+            does) is compared with the best, in acceptance length and expected speed-up.
+        draft_cost: the draft's cost per token over the target's (the speed-up's cost model).
     """
-    _check_options(topk, max_samples)
+    _check_options(topk, max_samples, steps, draft_cost)
     d = draft if isinstance(draft, Draft) else load_draft(draft)
     caps = _captures(data)[:max_samples] if max_samples else _captures(data)
     v = _verifier(model)
     L, arch = _target_context(v, caps)
-    cands, declared, notes = _candidate_wirings(d, caps, candidates, L)
+    can_post = v is not None and L is not None and L in slot_refs(caps[0])
+    served, served_why = _served_r(d, engine, engine_version, L, arch)
+    cands, declared, notes = _candidate_wirings(d, caps, candidates, L, can_post, served, engine)
 
-    sc = _Scores(counts={w: [0, 0, 0] for w, _ in cands})  # top1, topk, n
+    tl = Tally()
     E = d.embed
-    sc.embed_source = "draft checkpoint" if E is not None else None
+    tl.embed_source = "draft checkpoint" if E is not None else None
     if E is None and v is not None:
-        E, sc.embed_source = v.embed, "model"
+        E, tl.embed_source = v.embed, "model"
     total = len(caps) * len(cands)
-    whys = [_skip_reason(cap, d, E, cands) for cap in caps]
-    sc.skipped = [why for why in whys if why is not None]
+    whys = [_skip_reason(cap, d, E, cands, can_post) for cap in caps]
+    tl.skipped = [why for why in whys if why is not None]
     seqs = {n: cap.input_ids.reshape(-1).long() for n, cap in enumerate(caps)  # one packed verifier run
             if whys[n] is None and cap.input_ids is not None and v is not None and _runs_verifier(cap, L)}
     preds = dict(zip(seqs, v.predictions(list(seqs.values())), strict=True)) if v is not None and seqs else {}
@@ -517,20 +561,32 @@ def probe(draft: str | os.PathLike | Draft, data: Any, candidates: str | list = 
         if whys[n_cap] is not None:
             continue
         tick = partial(_tick, progress, n_cap * len(cands), total)
-        _score_file(cap, d, E, v, L, preds.get(n_cap), cands, sc, topk, use_loss_mask, tick)
-        sc.used.append(cap.path)
-    if not sc.used:
-        raise ForensicsError("no usable capture file: " + "; ".join(sc.skipped[:5]))
-    if not any(c[2] for c in sc.counts.values()):
+        score_file(cap, d, E, v, L, preds.get(n_cap), cands, tl, topk, steps, use_loss_mask, tick)
+        tl.used.append(cap.path)
+    if not tl.used:
+        raise ForensicsError("no usable capture file: " + "; ".join(tl.skipped[:5]))
+    if not any(bool(o.any()) for w, _ in cands for o in tl.ok[w]):
         raise ForensicsError("cannot tell: no position could be scored (every state or draft output is NaN/Inf, "
-                             f"or masked); files {', '.join(os.path.basename(u) for u in sc.used[:3])}")
+                             f"or masked); files {', '.join(os.path.basename(u) for u in tl.used[:3])}")
 
-    rows = _ranked_rows(cands, sc.counts)
-    res_ids, warnings = _ids_per_engine(rows[0]["wiring"], L, arch)
-    warnings += _ranking_warnings(rows, declared, sc.counts)
-    notes += [f"skipped {s}" for s in sc.skipped]
-    if E is not None and sc.embed_source == "model" and d.target_vocab_size and E.shape[0] != d.target_vocab_size:
-        warnings.append(f"model vocab {E.shape[0]} != draft target vocab {d.target_vocab_size}")
-    return ProbeResult(draft=d.to_dict(), rows=rows, target=sc.target_kind, target_source=sc.target_source or "",
-                       embed_source=sc.embed_source or "?", files=sc.used, positions=rows[0]["n"], num_layers=L,
-                       topk=topk, ids_per_engine=res_ids, warnings=warnings, notes=notes)
+    rows, u = _rows(cands, tl, steps)
+    by_label = {w.label: w for w, _ in cands}
+    rows.sort(key=lambda r: (r.control is not None, ["shift", "random"].index(r.control) if r.control else 0,
+                             -r.acceptance_length, -r.top1, -r.topk))
+    verdict, findings = _decide(rows, by_label, u, served, engine)
+    best = rows[0]
+    res_ids, why_no_ids = _ids_per_engine(best.wiring, L, arch)
+    findings += [Finding(KIND_NO_ENGINE_IDS, Severity.INFO, message=m) for m in why_no_ids]
+    notes += [f"skipped {s}" for s in tl.skipped]
+    if E is not None and tl.embed_source == "model" and d.target_vocab_size and E.shape[0] != d.target_vocab_size:
+        findings.append(Finding(KIND_VOCAB, Severity.WARN,
+                                message=f"model vocab {E.shape[0]} != draft target vocab {d.target_vocab_size}"))
+    cost = _served_cost(rows, served, served_why, engine, engine_version, steps, draft_cost) if engine else None
+    return ProbeResult(draft=d.to_dict(), rows=rows, target=tl.target_kind, target_source=tl.target_source or "",
+                       embed_source=tl.embed_source or "?", files=tl.used, positions=best.n, num_layers=L,
+                       verdict=verdict, findings=findings, topk=topk, steps=steps, ci_unit=u.kind, units=u.count,
+                       served=cost, ids_per_engine=res_ids, notes=notes)
+
+
+__all__ = ["probe", "ProbeResult", "ProbeRow", "ServedCost", "Wiring", "auto_candidates", "wilson", "wiring_label",
+           "MAX_CANDIDATES", "TOPK", "STEPS", "TARGET_VERIFIER", "TARGET_NEXT", "DRAFT_COST"]

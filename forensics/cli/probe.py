@@ -1,15 +1,16 @@
-"""``hsf probe --draft DIR --data PATH [--model PATH] [--candidates auto|LIST] [--json]``: which wiring
-does this trained draft actually expect?
+"""``hsf probe --draft DIR --data PATH [--model PATH] [--candidates auto|LIST] [--steps K] [--engine E] [--json]``:
+which wiring does this trained draft actually expect, and what does the served one cost?
 
-Runs the draft at training-time step 0 under candidate wirings of the captured slots and ranks them by
-top-1 / top-k agreement with the verifier's prediction (with ``--model``) or the actual next token.
-Exit 0 when the ranking is clear or no declared wiring exists; 1 when the draft's declared wiring is
-clearly beaten by another (its 95 % CI lies below the best's); 2 on unreadable input.
+Drafts greedy chains of ``--steps`` tokens under candidate wirings of the captured slots (plus a shift and a
+random control) and ranks them by mean acceptance length against the verifier's prediction (with ``--model``)
+or the actual next token. The exit code is the result's verdict (``ProbeResult.verdict``): 0 pass, 1 fail (the
+declared or served wiring clearly beaten), 3 cannot tell (a tie, the best not clearly above the controls, or
+no interval), 2 on unreadable input.
 """
 
 from __future__ import annotations
 
-from forensics.cli._common import add_model_arguments, positive_int, print_json, target_of
+from forensics.cli._common import add_engine_arguments, add_model_arguments, positive_int, print_json, target_of
 
 
 def add_arguments(p) -> None:
@@ -23,30 +24,32 @@ def add_arguments(p) -> None:
                         "r lists, e.g. '0,3,16;3,16,28' or 'embed,L3,L16;L3,L16,L28'")
     p.add_argument("--topk", type=positive_int, default=None, help="k of the top-k agreement (default 5)")
     p.add_argument("--samples", type=positive_int, default=None, metavar="N", help="use at most N capture files")
-    p.add_argument("--loss-mask", action="store_true", help="score only positions with loss_mask set")
+    p.add_argument("--loss-mask", action="store_true", help="start chains only at positions with loss_mask set")
+    p.add_argument("--steps", type=positive_int, default=None, metavar="K",
+                   help="draft tokens per chain (default 3): acceptance length lies in [1, K + 1]")
+    add_engine_arguments(p, "the serving engine whose wiring (from the draft config) is compared with the best")
+    p.add_argument("--draft-cost", type=float, default=None, metavar="C",
+                   help="draft cost per token over the target's, for the expected speed-up τ / (1 + K·C) "
+                        "(default 0.05)")
 
 
 def run(args) -> int:
-    from forensics.analysis.probe import TOPK, probe
+    from forensics.analysis.acceptance import DRAFT_COST
+    from forensics.analysis.probe import STEPS, TOPK, probe
 
     with args.console.progress("wirings × files") as step:
         res = probe(args.draft, args.data, candidates=args.candidates, model=target_of(args),
                     topk=TOPK if args.topk is None else args.topk, max_samples=args.samples,
-                    use_loss_mask=args.loss_mask, progress=lambda done, total: step(done=done, total=total))
+                    use_loss_mask=args.loss_mask, progress=lambda done, total: step(done=done, total=total),
+                    steps=STEPS if args.steps is None else args.steps, engine=args.engine,
+                    engine_version=args.engine_version,
+                    draft_cost=DRAFT_COST if args.draft_cost is None else args.draft_cost)
     if args.json:
         print_json(res.to_dict())
     else:
         from forensics.views.probe import text
 
         args.console.text(text(res, width=args.console.width, verbose=args.console.verbose))
-    from forensics.findings import Verdict, exit_code
+    from forensics.findings import exit_code
 
-    # the declared wiring is the claim: beaten outside the 95 % intervals FAIL, the clear winner PASS, else
-    # the intervals overlap and the probe cannot tell (exit 3, the one table of every command)
-    declared = next((r for r in res.rows if "declared" in r["tags"]), None)
-    verdict = None
-    if declared is not None:
-        beaten = declared is not res.best and declared["top1_ci"][1] < res.best["top1_ci"][0]
-        verdict = Verdict.FAIL if beaten else Verdict.PASS if declared is res.best and res.clear_winner \
-            else Verdict.CANNOT_TELL
-    return exit_code([], [verdict])
+    return exit_code([], [res.verdict])  # the result's verdict, decided once in analysis/probe.py

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 SCHEME_SPECULATORS = "layers.0"  # speculators / vLLM names
 SCHEME_MIDLAYER = "midlayer"  # EAGLE / SGLang / SpecForge names
+ORDER_EMB_H = "[emb, h]"  # the first layer's concat order in EAGLE-3: cat([input_layernorm(emb), hidden_norm(h)])
+ORDER_H_EMB = "[h, emb]"  # the swapped order (a probe candidate; mlx-lm#1469 swapped it in an MTP head)
 
 
 def has_weights(draft: str | os.PathLike) -> bool:
@@ -68,6 +71,7 @@ class Draft:
     norm_before_residual: bool
     norm_before_fc: bool = False
     fc_norm: bool = False
+    norm_output: bool = False  # chain steps >= 1 get the post-norm output (else pre-norm), vLLM llama_eagle3.py
     declared_ids: list | None = None
     declared_ids_key: str | None = None
     trainer: str = "speculators"  # config style (draft_config.read_draft): speculators|sglang|vllm|eagle
@@ -231,6 +235,7 @@ def load_draft(path: str | os.PathLike) -> Draft:
         # but a speculators config written by pydantic always carries the key.
         norm_before_residual=bool(cfg.get("norm_before_residual", False)),
         norm_before_fc=bool(cfg.get("norm_before_fc", False)), fc_norm=bool(cfg.get("fc_norm", False)),
+        norm_output=bool(cfg.get("norm_output", False)),
         declared_ids=list(ids) if ids is not None else None, declared_ids_key=key if ids is not None else None,
         trainer=info.style, verifier=info.verifier,
         problems=list(info.vocab.problems) if info.vocab else [])
@@ -278,37 +283,73 @@ def rope_inv_freq(d: Draft, dtype: Any = None) -> tuple[torch.Tensor, float]:
         raise ForensicsError(f"unsupported RoPE type {kind!r} in the draft config ({e})", path=d.path) from None
 
 
-def _attention(d: Draft, prefix: str, x: torch.Tensor, cos, sin, dt) -> torch.Tensor:
+def _attention(d: Draft, prefix: str, x: torch.Tensor, cos, sin, dt, cache: list | None = None,
+               rows: tuple | None = None) -> torch.Tensor:
+    """Self-attention of one draft layer.
+
+    Step 0 (``rows`` None): ``x`` ``[..., T, D]``, causal attention over the T rows; their keys and values are
+    appended to ``cache`` (this layer's KV list). A chain step ≥ 1: ``x`` ``[n, D]`` holds the rows still
+    drafting, ``rows = (b, t)`` their batch and position indices; row ``t`` attends to the step-0 keys of rows
+    ``0..t`` (the context the engine's KV cache holds) and to its own keys of steps ``1..j`` (the tokens its
+    chain drafted), the mask of EAGLE-3's chain drafting (vLLM ``EagleProposer.propose``; speculators' TTT
+    ``extend_dense_mask_for_draft_tokens`` adds the same diagonal blocks).
+    """
     import torch
 
     W = {k[len(prefix):]: v for k, v in d.weights.items() if k.startswith(prefix)}
-    lead, T = x.shape[:-2], x.shape[-2]
+    lead = x.shape[:-2] if rows is None else x.shape[:-1]
+    T = x.shape[-2] if rows is None else 1
 
     def proj(name, n):
         y = x @ W[f"{name}.weight"].to(dt).T
         if f"{name}.bias" in W:
             y = y + W[f"{name}.bias"].to(dt)
-        return y.view(*lead, T, n, d.head_dim).transpose(-2, -3)  # [..., n, T, hd]
+        if rows is not None:
+            return y.view(*lead, n, d.head_dim)  # [n, heads, hd]
+        return y.view(*lead, T, n, d.head_dim).transpose(-2, -3)  # [..., heads, T, hd]
 
     q, k, v = proj("q_proj", d.num_heads), proj("k_proj", d.num_kv_heads), proj("v_proj", d.num_kv_heads)
     if "q_norm.weight" in W:  # Qwen3 per-head q/k norms
         q, k = _rms(q, W["q_norm.weight"].to(dt), d.rms_norm_eps), _rms(k, W["k_norm.weight"].to(dt), d.rms_norm_eps)
     rot = cos.shape[-1]
+    cs, sn = (cos, sin) if rows is None else (cos[:, None, :], sin[:, None, :])
 
     def rope(t):
         r, p = t[..., :rot], t[..., rot:]
         half = rot // 2
         rh = torch.cat([-r[..., half:], r[..., :half]], dim=-1)
-        return torch.cat([r * cos + rh * sin, p], dim=-1)
+        return torch.cat([r * cs + rh * sn, p], dim=-1)
 
     q, k = rope(q), rope(k)
     rep = d.num_heads // d.num_kv_heads
-    k, v = k.repeat_interleave(rep, -3), v.repeat_interleave(rep, -3)
-    scores = (q @ k.transpose(-1, -2)) * d.head_dim ** -0.5
-    causal = torch.ones(T, T, dtype=torch.bool).tril()
-    scores = scores.masked_fill(~causal, float("-inf"))
-    out = torch.softmax(scores, dim=-1) @ v  # [..., n, T, hd]
-    out = out.transpose(-2, -3).reshape(*lead, T, d.num_heads * d.head_dim)
+    scale = d.head_dim ** -0.5
+    cache = [] if cache is None else cache
+    if rows is None:
+        cache.append((k, v))
+        kr, vr = k.repeat_interleave(rep, -3), v.repeat_interleave(rep, -3)
+        scores = (q @ kr.transpose(-1, -2)) * scale
+        causal = torch.ones(T, T, dtype=torch.bool).tril()
+        out = torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1) @ vr  # [..., heads, T, hd]
+        out = out.transpose(-2, -3).reshape(*lead, T, d.num_heads * d.head_dim)
+    else:
+        b, t = rows
+        k0, v0 = cache[0]  # [B, kv heads, T0, hd]
+        kd, vd = torch.zeros_like(k0), torch.zeros_like(v0)
+        kd[b, :, t], vd[b, :, t] = k, v
+        cache.append((kd, vd))
+        ke = torch.stack([c[0][b, :, t] for c in cache[1:]], dim=-2).repeat_interleave(rep, -3)  # [n, heads, j, hd]
+        ve = torch.stack([c[1][b, :, t] for c in cache[1:]], dim=-2).repeat_interleave(rep, -3)
+        extra = (q.unsqueeze(-2) * ke).sum(-1) * scale  # [n, heads, j]
+        out = torch.empty_like(q)
+        T0 = k0.shape[-2]
+        for bb in torch.unique(b).tolist():  # the context keys of each batch row's own step 0
+            sel = (b == bb).nonzero().squeeze(-1)
+            kr, vr = k0[bb].repeat_interleave(rep, 0), v0[bb].repeat_interleave(rep, 0)  # [heads, T0, hd]
+            sc = torch.einsum("nhd,htd->nht", q[sel], kr) * scale
+            mask = torch.arange(T0)[None, None, :] > t[sel][:, None, None]
+            p = torch.softmax(torch.cat([sc.masked_fill(mask, float("-inf")), extra[sel]], dim=-1), dim=-1)
+            out[sel] = torch.einsum("nht,htd->nhd", p[..., :T0], vr) + (p[..., T0:].unsqueeze(-1) * ve[sel]).sum(-2)
+        out = out.reshape(*lead, d.num_heads * d.head_dim)
     y = out @ W["o_proj.weight"].to(dt).T
     return y + W["o_proj.bias"].to(dt) if "o_proj.bias" in W else y
 
@@ -334,11 +375,64 @@ def draft_forward(d: Draft, fused: torch.Tensor, embeds: torch.Tensor, positions
 
 
 def draft_hidden(d: Draft, fused: torch.Tensor, embeds: torch.Tensor, positions: torch.Tensor | None = None,
-                 dtype: Any = None) -> torch.Tensor:
+                 dtype: Any = None, order: str = ORDER_EMB_H) -> torch.Tensor:
     """The normed last hidden state ``[..., T, H]`` that ``lm_head`` turns into :func:`draft_forward`'s logits.
 
     A caller that only needs each row's top-k applies ``lm_head`` in row blocks (matmul rows are independent:
-    the logits are the same bits) and never holds the whole ``[..., T, Vd]`` tensor.
+    the logits are the same bits) and never holds the whole ``[..., T, Vd]`` tensor. ``order`` is the first
+    layer's concat order: ``"[emb, h]"`` (EAGLE-3, speculators' ``Eagle3FirstLayerMixin``) or ``"[h, emb]"``
+    (a wiring candidate of the probe).
+    """
+    return draft_chain(d, fused, embeds, [], positions, dtype, order)[0]
+
+
+def _rope_tables(d: Draft, positions: torch.Tensor, dt) -> tuple[torch.Tensor, torch.Tensor]:
+    import torch
+
+    inv, scale = rope_inv_freq(d, torch.float64)
+    ang = positions.to(torch.float64)[:, None] * inv[None, :]
+    ang = torch.cat([ang, ang], dim=-1)
+    return (ang.cos() * scale).to(dt), (ang.sin() * scale).to(dt)
+
+
+def _decoder(d: Draft, h: torch.Tensor, embeds: torch.Tensor, cos, sin, dt, caches: list, order: str,
+             rows: tuple | None = None) -> torch.Tensor:
+    """The draft's decoder layers on one step's input: the pre-norm output ``h + residual``."""
+    import torch
+
+    w, eps = d.weights, d.rms_norm_eps
+    for i in range(d.num_layers):
+        p = f"layers.{i}."
+        if i == 0:  # Eagle3FirstLayerMixin.forward (speculators models/eagle3/model_definitions.py)
+            e = _rms(embeds, w[p + "input_layernorm.weight"].to(dt), eps)
+            hn = _rms(h, w[p + "hidden_norm.weight"].to(dt), eps)
+            residual = hn if d.norm_before_residual else h
+            x = torch.cat([hn, e] if order == ORDER_H_EMB else [e, hn], dim=-1)
+        else:
+            residual, x = h, _rms(h, w[p + "input_layernorm.weight"].to(dt), eps)
+        h = residual + _attention(d, p + "self_attn.", x, cos, sin, dt, caches[i], rows)
+        h = h + _mlp(d, p + "mlp.", _rms(h, w[p + "post_attention_layernorm.weight"].to(dt), eps), dt)
+    return h
+
+
+def draft_chain(d: Draft, fused: torch.Tensor, embeds: torch.Tensor, feed: Any = (),
+                positions: torch.Tensor | None = None, dtype: Any = None, order: str = ORDER_EMB_H,
+                keep: Callable | None = None) -> torch.Tensor:
+    """Greedy chain drafting as EAGLE-3 serves it: the normed hidden state ``[1 + len(feed), ..., T, H]`` of
+    every draft step, row ``t`` of step ``j`` drafting the token ``j + 1`` places after row ``t``'s step 0.
+
+    Step 0 is the training-time forward (:func:`draft_hidden`): ``fc`` on the target's fused states with the
+    embedding of token ``t + 1`` at position ``t + 1``. Step ``j ≥ 1`` feeds back the draft's own output
+    state — the pre-final-norm ``h + residual`` (vLLM ``llama_eagle3.py`` returns ``hidden_prenorm`` as
+    the next step's ``hidden_states``; post-norm when the config sets ``norm_output``), never through ``fc``
+    — with ``feed[j - 1]`` ``[..., T, H]``, the embedding of the token drafted at step ``j - 1``, at
+    position ``t + 1 + j`` (vLLM ``EagleProposer.propose``: ``positions += 1``). Row ``t`` attends to the
+    step-0 rows ``0..t`` and to its own earlier steps (see :func:`_attention`).
+
+    ``keep(j, normed [n, H], b, t) -> bool [n]`` (optional) is called after each step with the rows computed
+    (flat batch index ``b``, position ``t``) and says which chains go on; a row it drops is never computed
+    again and stays zero in the output (a caller scoring acceptance drops rejected chains). A caller may feed
+    the embedding of the verifier's token instead of the drafted one: a chain goes on only while they agree.
     """
     import torch
 
@@ -356,20 +450,28 @@ def draft_hidden(d: Draft, fused: torch.Tensor, embeds: torch.Tensor, positions:
     if d.fc_norm:
         fused = torch.cat([_rms(c, w[f"fc_norm.{i}.weight"].to(dt), eps)
                            for i, c in enumerate(fused.chunk(d.num_aux, dim=-1))], dim=-1)
-    h = fused @ w["fc.weight"].to(dt).T
-    inv, scale = rope_inv_freq(d, torch.float64)
-    ang = positions.to(torch.float64)[:, None] * inv[None, :]
-    ang = torch.cat([ang, ang], dim=-1)
-    cos, sin = (ang.cos() * scale).to(dt), (ang.sin() * scale).to(dt)
-    for i in range(d.num_layers):
-        p = f"layers.{i}."
-        if i == 0:  # Eagle3FirstLayerMixin.forward (speculators models/eagle3/model_definitions.py)
-            e = _rms(embeds, w[p + "input_layernorm.weight"].to(dt), eps)
-            hn = _rms(h, w[p + "hidden_norm.weight"].to(dt), eps)
-            residual = hn if d.norm_before_residual else h
-            x = torch.cat([e, hn], dim=-1)
-        else:
-            residual, x = h, _rms(h, w[p + "input_layernorm.weight"].to(dt), eps)
-        h = residual + _attention(d, p + "self_attn.", x, cos, sin, dt)
-        h = h + _mlp(d, p + "mlp.", _rms(h, w[p + "post_attention_layernorm.weight"].to(dt), eps), dt)
-    return _rms(h, w["norm.weight"].to(dt), eps)
+    lead = fused.shape[:-2]
+    h = (fused @ w["fc.weight"].to(dt).T).reshape(-1, T, H)
+    B = h.shape[0]
+    caches: list[list] = [[] for _ in range(d.num_layers)]
+    cos, sin = _rope_tables(d, positions, dt)
+    pre = _decoder(d, h, embeds.reshape(B, T, H), cos, sin, dt, caches, order)
+    out = torch.zeros(1 + len(feed), B, T, H, dtype=dt)
+    out[0] = _rms(pre, w["norm.weight"].to(dt), eps)
+    b, t = (x.reshape(-1) for x in torch.meshgrid(torch.arange(B), torch.arange(T), indexing="ij"))
+    prev = (out[0] if d.norm_output else pre).reshape(B * T, H)
+    for j, e in enumerate(feed, start=1):
+        if keep is not None:
+            go = keep(j - 1, out[j - 1][b, t], b, t)
+            b, t, prev = b[go], t[go], prev[go]
+        if not b.numel():
+            break
+        cos, sin = _rope_tables(d, positions[t] + j, dt)
+        pre = _decoder(d, prev, e.to(dt).reshape(B, T, H)[b, t], cos, sin, dt, caches, order, (b, t))
+        out[j, b, t] = _rms(pre, w["norm.weight"].to(dt), eps)
+        prev = out[j, b, t] if d.norm_output else pre
+    if keep is not None and b.numel() and len(feed):
+        keep(len(feed), out[len(feed)][b, t], b, t)
+    elif keep is not None and not len(feed):
+        keep(0, out[0][b, t], b, t)
+    return out.reshape(1 + len(feed), *lead, T, H)

@@ -211,7 +211,8 @@ def _id_list_findings(ec, engine: str, L: int, trained_fc: list | None) -> list[
     rep = _repeated(ids)
     if rep and engine in CONFIG_RULES["duplicate"].engines:
         rule = CONFIG_RULES["duplicate"]
-        named = ", ".join(f"id {i} (r = {r_label(r)})" for i, r in zip(rep, cv.to_r(engine, rep, L), strict=True))
+        per_id = dict(zip(ids, cv.to_r(engine, ids, L, ec.version, ec.arch), strict=True))  # the list's own rule
+        named = ", ".join(f"id {i} (r = {r_label(per_id[i])})" for i in rep)
         out.append(Finding(FindingKind.DUPLICATE, Severity.FAIL, [],
                            f"`{ec.key}` = {ids} repeats {named}: {engine} captures each layer once, so it feeds "
                            f"{len(ec.r)} states {[r_label(r) for r in ec.r]} to an fc built for {len(ids)}. Fix: "

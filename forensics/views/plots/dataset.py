@@ -177,10 +177,10 @@ MAX_PROBE_ROWS = 12  # wirings shown (best first); the rest are in ProbeResult.r
 
 
 def probe_wirings(probe: Any, top: int = MAX_PROBE_ROWS, title: str | None = None) -> Figure:
-    """The draft probe's ranking: top-1 agreement per candidate wiring with its 95 % Wilson interval.
+    """The draft probe's ranking: mean acceptance length per candidate wiring with its 95 % interval.
 
-    Reads ``ProbeResult.rows`` (best first: ``label``, ``top1``, ``top1_ci``, ``n``, ``tags``); the best
-    wiring is green, the one the data/config declares is outlined.
+    Reads ``ProbeResult.rows`` (candidates best first, then the controls, greyed); the best wiring is green,
+    the one the data/config declares is outlined.
     """
     bars = probe_bars(probe, top)
     fig = _figure(height=max(2.4, 0.32 * len(bars.labels) + 1.2))
@@ -190,10 +190,11 @@ def probe_wirings(probe: Any, top: int = MAX_PROBE_ROWS, title: str | None = Non
         ax.set_axis_off()
         return fig
     y = list(range(len(bars.labels)))
-    colors = [OK_COLOR if k == 0 else UNKNOWN_COLOR for k in y]
+    colors = [CONTROL_COLOR if c else OK_COLOR if k == 0 else UNKNOWN_COLOR
+              for k, c in zip(y, bars.control, strict=True)]
     widths = [1.5 if d else 0.0 for d in bars.declared]
-    ax.barh(y, bars.top1, xerr=[bars.err_lo, bars.err_hi], color=colors, edgecolor="black", linewidth=widths,
-            alpha=0.8, capsize=2, gid="probe-top1")
+    ax.barh(y, bars.length, left=1.0, xerr=[bars.err_lo, bars.err_hi], color=colors, edgecolor="black",
+            linewidth=widths, alpha=0.8, capsize=2, gid="probe-length")
     ax.set_yticks(y, bars.labels, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel(bars.xlabel)
@@ -203,30 +204,35 @@ def probe_wirings(probe: Any, top: int = MAX_PROBE_ROWS, title: str | None = Non
 
 
 PROBE_TITLE = "Draft probe: which wiring does the draft work with?"
+CONTROL_COLOR = "#bbbbbb"  # the shift and random controls: greyed
 
 
 @dataclass(frozen=True)
 class ProbeBars:
-    """What :func:`probe_wirings` draws (best first): top-1 agreement in %, the 95 % interval as distances below
-    and above it, row labels, whether each row is the declared wiring, and the axis label."""
+    """What :func:`probe_wirings` draws (candidates best first, then the controls): mean acceptance length minus 1
+    (bars start at 1, the length with nothing accepted), the 95 % interval as distances below and above it, row
+    labels, whether each row is the declared wiring or a control, and the axis label."""
 
-    top1: list[float]
+    length: list[float]
     err_lo: list[float]
     err_hi: list[float]
     labels: list[str]
     declared: list[bool]
+    control: list[bool]
     xlabel: str
 
 
 def probe_bars(probe: Any, top: int = MAX_PROBE_ROWS) -> ProbeBars:
-    """The bars of :func:`probe_wirings` from ``ProbeResult.rows`` (the first ``top``)."""
-    rows = list(getattr(probe, "rows", []) or [])[:top]
-    declared = ["declared" in (r.get("tags") or []) for r in rows]
-    target = getattr(probe, "target", None)
-    xlabel = (f"step-0 top-1 agreement with the {'verifier' if target == 'verifier' else 'next token'} (%), "
-              f"95 % Wilson CI; n = {rows[0].get('n')}") if rows else ""
-    return ProbeBars(top1=[100 * r["top1"] for r in rows],
-                     err_lo=[100 * (r["top1"] - r["top1_ci"][0]) if r.get("top1_ci") else 0 for r in rows],
-                     err_hi=[100 * (r["top1_ci"][1] - r["top1"]) if r.get("top1_ci") else 0 for r in rows],
-                     labels=[r["label"] + ("  (declared)" if d else "") for r, d in zip(rows, declared, strict=True)],
-                     declared=declared, xlabel=xlabel)
+    """The bars of :func:`probe_wirings` from a ``ProbeResult`` (its first ``top`` candidates, then its controls)."""
+    rows = [r for r in probe.rows if r.control is None][:top] + [r for r in probe.rows if r.control is not None]
+    declared = ["declared" in r.tags for r in rows]
+    target = "verifier" if probe.target == "verifier" else "next token"
+    xlabel = (f"mean acceptance length at k = {probe.steps} against the {target}, 95 % interval; "
+              f"n = {rows[0].n} positions") if rows else ""
+    cis = [r.acceptance_length_ci or [r.acceptance_length, r.acceptance_length] for r in rows]
+    return ProbeBars(length=[r.acceptance_length - 1 for r in rows],
+                     err_lo=[r.acceptance_length - c[0] for r, c in zip(rows, cis, strict=True)],
+                     err_hi=[c[1] - r.acceptance_length for r, c in zip(rows, cis, strict=True)],
+                     labels=[r.label + ("  (declared)" if d else "") for r, d in zip(rows, declared, strict=True)],
+                     declared=declared, control=[r.control is not None for r in rows], xlabel=xlabel)
+

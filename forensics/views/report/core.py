@@ -260,7 +260,8 @@ def report(paths, layers=None, model=None, draft=None, engine=None, engine_versi
             errors.append({"where": "audit", "message": error_text(e)})
     if draft is not None and paths and has_weights(draft):
         try:
-            probe_res = probe(draft, [f.capture for f in training] or paths[0], model=model,
+            probe_res = probe(draft, [f.capture for f in training] or paths[0], model=model, engine=engine,
+                              engine_version=engine_version,
                               progress=lambda done, total: tick("probe wirings × files", done, total))
         except ForensicsError as e:
             errors.append({"where": "draft probe", "message": error_text(e)})

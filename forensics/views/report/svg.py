@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from forensics.views.plots.dataset import AUDIT_TITLE, PROBE_TITLE, audit_slice_rows, probe_bars
+from forensics.views.plots.dataset import AUDIT_TITLE, CONTROL_COLOR, PROBE_TITLE, audit_slice_rows, probe_bars
 from forensics.views.plots.slots import (
     BAD_COLOR,
     FIG_WIDTH,
@@ -560,8 +560,8 @@ def audit_slices(audit: Any, title: str | None = None) -> str:
 
 
 def probe_wirings(probe: Any, title: str | None = None) -> str:
-    """SVG of :func:`forensics.views.plots.probe_wirings`: top-1 agreement per wiring (best first, green) with
-    its 95 % Wilson interval; the declared wiring outlined."""
+    """SVG of :func:`forensics.views.plots.probe_wirings`: mean acceptance length per wiring (best first, green;
+    the controls greyed) with its 95 % interval; the declared wiring outlined. The axis starts at 1."""
     bars = probe_bars(probe)
     title = title or PROBE_TITLE
     n = len(bars.labels)
@@ -570,18 +570,19 @@ def probe_wirings(probe: Any, title: str | None = None) -> str:
     if not n:
         c.text(c.w / 2, c.h / 2, "no wiring was scored", 10, "middle")
         return c.render(title)
-    hi = max(max(t + e for t, e in zip(bars.top1, bars.err_hi, strict=True)), 1e-9)
-    ax = Axes(c, (_box_left(bars.labels, 9), 30, c.w - 12, c.h - 42), (0.0, hi * 1.05), (n - 0.4, -0.6))
-    xt = nice_ticks(0.0, hi * 1.05)
+    hi = max(max(t + e for t, e in zip(bars.length, bars.err_hi, strict=True)), 1e-9)
+    ax = Axes(c, (_box_left(bars.labels, 9), 30, c.w - 12, c.h - 42), (1.0, 1.0 + hi * 1.05), (n - 0.4, -0.6))
+    xt = nice_ticks(1.0, 1.0 + hi * 1.05)
     ax.xticks(xt, [_tick_text(v) for v in xt], grid=True)
     ax.yticks(list(range(n)), bars.labels, 9)
     bh = (ax.Y(0.4) - ax.Y(-0.4))
     for k in range(n):
-        y, v = ax.Y(k), bars.top1[k]
-        c.add("rect", x=float(ax.X(0)), y=float(y - bh / 2), width=float(ax.X(v) - ax.X(0)), height=float(bh),
-              fill=OK_COLOR if k == 0 else UNKNOWN_COLOR, fill_opacity=0.8,
+        y, v = ax.Y(k), 1.0 + bars.length[k]
+        fill = CONTROL_COLOR if bars.control[k] else OK_COLOR if k == 0 else UNKNOWN_COLOR
+        c.add("rect", x=float(ax.X(1.0)), y=float(y - bh / 2), width=float(ax.X(v) - ax.X(1.0)), height=float(bh),
+              fill=fill, fill_opacity=0.8,
               stroke="#000000" if bars.declared[k] else None, stroke_width=1.5 * PT if bars.declared[k] else None,
-              class_=f"probe-top1-{k}")
+              class_=f"probe-length-{k}")
         lo, up = ax.X(v - bars.err_lo[k]), ax.X(v + bars.err_hi[k])
         c.line(lo, y, up, y, "#000000", 1.0)
         c.line(lo, y - 2 * PT, lo, y + 2 * PT, "#000000", 1.0)

@@ -160,25 +160,22 @@ def _deciding_evidence(evidence: list, decided_by: str | None, order: list | Non
 
 
 def _probe_summary(probe_res) -> dict | None:
-    """The draft probe's best wiring with its top-1 agreement, CI and whether it clearly beats the runner-up."""
-    best = getattr(probe_res, "best", None) if probe_res is not None else None
-    if not best:
+    """The draft probe's verdict (``ProbeResult.verdict``, read, never recomputed), its best wiring's acceptance
+    length and top-1 agreement with their intervals, the runner-up and the served-vs-best line."""
+    best = probe_res.best if probe_res is not None else None
+    if best is None:
         return None
-    ci = best.get("top1_ci") or [None, None]
-    rows = getattr(probe_res, "rows", []) or []
-    second = rows[1] if len(rows) > 1 else None
-    declared = next((r for r in rows if "declared" in (r.get("tags") or [])), None)
-    beaten = declared is not None and declared is not best and declared["top1_ci"][1] < ci[0]
-    clear = bool(getattr(probe_res, "clear_winner", False))
-    says = (f"the draft probe scores its declared wiring {declared['label']} clearly below {best.get('label')}"
-            if beaten else "the draft probe finds no clear best wiring" if not clear else "")
-    return {"verdict": "fail" if beaten else ("pass" if clear else "warn"), "says": says,
-            "label": best.get("label"), "r": fmt([_label(r) for r in best.get("wiring") or []]),
-            "top1": f"{100 * best['top1']:.1f}%" if best.get("top1") is not None else "—",
-            "ci": f"[{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]%" if None not in ci else "—", "n": best.get("n"),
-            "clear_winner": bool(getattr(probe_res, "clear_winner", False)),
-            "second": (f"{second.get('label')} {100 * second['top1']:.1f}%"
-                       if second and second.get("top1") is not None else None)}
+    from forensics.views.probe import reason, served_line
+
+    ci, al = best.top1_ci, best.acceptance_length_ci
+    second = probe_res.candidates[1] if len(probe_res.candidates) > 1 else None
+    verdict = probe_res.verdict.value
+    return {"verdict": verdict, "says": "" if verdict == "pass" else f"draft probe: {reason(probe_res)}",
+            "label": best.label, "r": fmt([_label(r) for r in best.wiring]), "steps": probe_res.steps,
+            "length": f"{best.acceptance_length:.2f}", "length_ci": f"[{al[0]:.2f}, {al[1]:.2f}]" if al else "—",
+            "top1": f"{100 * best.top1:.1f}%", "ci": f"[{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]%", "n": best.n,
+            "clear_winner": probe_res.clear_winner, "why": reason(probe_res), "served": served_line(probe_res),
+            "second": f"{second.label} {second.acceptance_length:.2f}" if second else None}
 
 
 def build_verdicts(files: list[FileResult], audit_res, probe_res=None) -> dict:

@@ -1,0 +1,168 @@
+"""The draft probe's candidates: which captured slots feed ``fc`` and how the draft is fed them.
+
+A candidate (:class:`Wiring`) is more than a layer list. The 2026 wiring bugs (incidents §1.4 of the project's
+reference notes; public threads cited inline) were also about *how* the states reach the draft:
+
+- the norm stage of the last slot: the last block's pre-norm output ``L{L}`` or the post-final-norm state
+  (``final_post``) — LightLLM#1402, llama.cpp#24025, vllm-mlx#660 flipped it in both directions;
+- the first layer's concat order ``[emb, h]`` (EAGLE-3) or ``[h, emb]`` (mlx-lm#1469 swapped it in an MTP head);
+- the row pairing: the hidden state of token t with the embedding of token t + 1 (EAGLE's ``shift_batch``), or
+  with the embedding of the same token t — the token stream one step behind (ik_llama.cpp#1979 fed same-token
+  rows where the previous token's hidden state was expected). Pairing a state with a *later* one instead would
+  feed a hidden state no engine has at drafting time (the target has not run on the newest token yet).
+
+Two controls are scored like candidates but never ranked: ``shift`` (the anchor wiring scored against
+targets one token later, tenstorrent/vllm#442's controlled shift) and ``random`` (the anchor wiring's states
+at randomly permuted positions of the same sequence: realistic states, no alignment).
+
+Example:
+    >>> Wiring((0, 3, 16)).label, Wiring((0, 3, 16), order="[h, emb]").label
+    ('embed+L3+L16', 'embed+L3+L16 [h, emb]')
+    >>> Wiring((0, 3, 16), control="shift").label
+    'shift control (embed+L3+L16)'
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from forensics.errors import ForensicsError
+from forensics.layers import FINAL_POST, parse_r, r_label
+from forensics.models.draft import ORDER_EMB_H, ORDER_H_EMB
+
+MAX_CANDIDATES = 24  # bound on the "auto" layer-list candidates (variants and controls come on top)
+PAIR_PREVIOUS = "previous-token"  # fused state at t with the embedding of token t+1 (EAGLE shift_batch)
+PAIR_SAME = "same-token"  # fused state at t with the embedding of token t (the token stream one step behind)
+CONTROL_SHIFT = "shift"
+CONTROL_RANDOM = "random"
+CONTROLS = (CONTROL_SHIFT, CONTROL_RANDOM)
+
+
+def wiring_label(rs: list) -> str:
+    return "+".join(r_label(r) if not (isinstance(r, str) and r.startswith("slot")) else r for r in rs)
+
+
+@dataclass(frozen=True)
+class Wiring:
+    """One way to feed the draft: slot refs (r, in concat order), first-layer order, row pairing, control."""
+
+    refs: tuple
+    order: str = ORDER_EMB_H
+    pairing: str = PAIR_PREVIOUS
+    control: str | None = None
+
+    @property
+    def label(self) -> str:
+        base = wiring_label(list(self.refs))
+        if self.control is not None:
+            return f"{self.control} control ({base})"
+        extra = [self.order] if self.order != ORDER_EMB_H else []
+        extra += [self.pairing] if self.pairing != PAIR_PREVIOUS else []
+        return " ".join([base, *extra])
+
+    @property
+    def norm(self) -> str:
+        """``post-norm`` when the last state is taken after the final norm, else ``pre-norm``."""
+        return "post-norm" if FINAL_POST in self.refs else "pre-norm"
+
+
+Candidates = list[tuple[Wiring, list[str]]]
+
+
+def auto_candidates(refs: list, k: int, declared: list | None, trainer_fc: list | None, L: int | None = None,
+                    cap_max: int = MAX_CANDIDATES) -> list[tuple[tuple, list[str]]]:
+    """A bounded, ordered set of layer lists (tuples of slot refs) with tags saying why each is there.
+
+    Priority: the declared wiring, the trainer's view, the engines' default r = {2, L//2, L−3} and its
+    SGLang +1 reading, shifts ±1/±2 of the declared wiring and the trainer's view, the last k slots,
+    consecutive windows and subsets (small slot sets only), then permutations (concat orders); at most
+    ``cap_max``.
+    """
+    avail = [r for r in refs if r != FINAL_POST]
+    order = sorted(r for r in avail if isinstance(r, int)) + [r for r in avail if not isinstance(r, int)]
+    small = len(order) <= k + 4
+    out: dict[tuple, list[str]] = {}
+
+    def add(w, tag):
+        w = tuple(w)
+        if len(w) == k and len(set(w)) == k and all(r in avail for r in w) and (w in out or len(out) < cap_max):
+            out.setdefault(w, [])
+            if tag not in out[w]:
+                out[w].append(tag)
+
+    if declared:
+        add(declared, "declared")
+    if trainer_fc:
+        add(trainer_fc, "trainer view")
+    if L is not None and k == 3:
+        from forensics.models.conventions import default_r
+
+        add(default_r(L), "engine default")  # vLLM / SGLang without ids / SpecForge / EAGLE
+        add([r + 1 for r in default_r(L)], "engine default +1")  # SGLang's +1 on default-valued ids
+    for base, name in ((declared, "declared"), (trainer_fc, "trainer view")):
+        if base and all(isinstance(r, int) for r in base):
+            for s in (1, -1, 2, -2):
+                add([r + s for r in base], f"{name} shifted {s:+d}")
+    add(order[-k:], "last slots")
+    if small:
+        for i in range(len(order) - k + 1):
+            add(order[i:i + k], "window" if i else "first slots")
+        for comb in itertools.combinations(order, k):
+            add(comb, "subset")
+    for base in (declared, trainer_fc):
+        if base:
+            for perm in itertools.permutations(base):
+                add(perm, "permutation")
+    if len(order) <= k + 2:
+        for comb in itertools.combinations(order, k):
+            for perm in itertools.permutations(comb):
+                add(perm, "permutation")
+    return list(out.items())
+
+
+def parse_candidates(spec, refs: list) -> Candidates:
+    """Wirings given by the user: ``"0,3,16;3,16,28"``, ``"embed,L3,L16"`` or ``[[0, 3, 16], ...]``."""
+    if isinstance(spec, str):
+        groups = [g for g in spec.split(";") if g.strip()]
+        spec = [[x for x in g.replace(" ", "").split(",") if x] for g in groups]
+    out = []
+    for w in spec:
+        rs = [x if isinstance(x, str) and x.startswith("slot") else parse_r(x) for x in w]
+        missing = [r for r in rs if r not in refs]
+        if missing:
+            raise ForensicsError(f"candidate {wiring_label(rs)}: r {[r_label(m) for m in missing]} not in the data "
+                                 f"(slots: {wiring_label(refs)})")
+        out.append((Wiring(tuple(rs)), ["given"]))
+    return out
+
+
+def variants(anchor: tuple, L: int | None, post_available: bool, refs: list) -> Candidates:
+    """The anchor's twins beyond layer choice: concat order ``[h, emb]``, ``same-token`` pairing, and the
+    other norm stage of its last layer (``L{L}`` ↔ ``final_post``) where both can be fed."""
+    out: Candidates = [(Wiring(anchor, order=ORDER_H_EMB), ["concat order"]),
+                       (Wiring(anchor, pairing=PAIR_SAME), ["row pairing"])]
+    if L is not None and L in anchor and post_available:
+        out.append((Wiring(tuple(FINAL_POST if r == L else r for r in anchor)), ["norm stage"]))
+    elif L is not None and FINAL_POST in anchor and L in refs:
+        out.append((Wiring(tuple(L if r == FINAL_POST else r for r in anchor)), ["norm stage"]))
+    return out
+
+
+def controls(anchor: tuple) -> Candidates:
+    return [(Wiring(anchor, control=CONTROL_SHIFT), ["control: targets one token later"]),
+            (Wiring(anchor, control=CONTROL_RANDOM), ["control: states at permuted positions"])]
+
+
+def merge(cands: Candidates, extra: Candidates) -> Candidates:
+    """``cands`` + ``extra``; a wiring already present gets the new tags instead of a second row."""
+    out = {w: list(t) for w, t in cands}
+    for w, tags in extra:
+        out.setdefault(w, [])
+        out[w] += [t for t in tags if t not in out[w]]
+    return list(out.items())
+
+
+__all__ = ["MAX_CANDIDATES", "PAIR_PREVIOUS", "PAIR_SAME", "CONTROL_SHIFT", "CONTROL_RANDOM", "CONTROLS",
+           "Wiring", "Candidates", "wiring_label", "auto_candidates", "parse_candidates", "variants", "controls",
+           "merge"]
