@@ -757,9 +757,8 @@ def test_the_api_validates_its_arguments_in_one_line(sample_data, tmp_path):
     import copy as cp
 
     c = cp.copy(cap)
-    c.input_ids = torch.zeros(5, dtype=torch.long)
-    with pytest.raises(ForensicsError, match="ids for 71 tokens"):
-        forensics.summarize(c)
+    c.input_ids = torch.zeros(5, dtype=torch.long)  # rows != ids is readable: a row_count finding, not an error
+    assert forensics.summarize(c).capture.num_tokens == 71
     with pytest.raises(ForensicsError):
         forensics.summarize(123)
     with pytest.raises(ForensicsError, match="sample must be at least 1"):

@@ -100,6 +100,8 @@ def test_proof_trained_wiring_ranks_first(proof):
     assert {"acceptance", "acceptance_length", "acceptance_length_ci", "top1", "control"} <= set(d["rows"][0])
     assert [r["control"] for r in d["rows"][-2:]] == ["shift", "random"]
     assert "embed+L3+L16" in repr(proof) and "<table" in proof._repr_html_()
+    assert repr(proof).startswith(f"probe: {proof.verdict.value.upper()} — ") and "note: declared wiring" in \
+        proof.explain()
 
 
 def test_chain_invariants_and_controls(proof):

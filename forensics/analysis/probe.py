@@ -206,6 +206,12 @@ class ProbeResult:
 
         return text(self)
 
+    def explain(self) -> str:
+        """The ranking with the notes behind it (how the declared wiring was read, skipped files)."""
+        from forensics.views.probe import explain
+
+        return explain(self)
+
     def _repr_html_(self) -> str:
         from forensics.views.probe import html
 

@@ -128,9 +128,17 @@ def row_mix_segment(b, w) -> Any:
     try:
         import torch
 
-        with warnings.catch_warnings():  # a read-only memory map: torch warns, and only reads it
-            warnings.simplefilter("ignore")
-            return torch._int_mm(torch.from_numpy(b), torch.from_numpy(w)).numpy()
+        threads = torch.get_num_threads()
+        try:  # one thread: the product is bound by memory, and extra threads only contend (measured 2-4x
+            # slower than one thread on a loaded 2-core machine, and no faster on an idle one)
+            if threads != 1:
+                torch.set_num_threads(1)
+            with warnings.catch_warnings():  # a read-only memory map: torch warns, and only reads it
+                warnings.simplefilter("ignore")
+                return torch._int_mm(torch.from_numpy(b), torch.from_numpy(w)).numpy()
+        finally:
+            if threads != 1:
+                torch.set_num_threads(threads)
     except (ImportError, AttributeError, RuntimeError, NotImplementedError, TypeError):
         return row_mix_reference(b, w)
 
