@@ -256,6 +256,12 @@ def reference_ladder(capture: Capture, model: Any) -> tuple[Reference, dict | No
     rows may sit after (a prefix-cache suffix: rows for tokens 32.. need the states of tokens 32..)."""
     ref = reference_for(model, capture)
     ids = capture.input_ids.reshape(-1) if capture.input_ids is not None else None
+    if ids is not None and ref.vocab_size() is not None:  # the ids the model will run, before any lookup
+        from forensics.models.folder import check_ids
+
+        T0 = ref.tokens or (DEFAULT_TOKENS if ref.stream is not None else None)
+        run = ids if T0 is None else ids[:T0 + max(0, int(ids.numel()) - capture.num_tokens) + ROW_SHIFT_SLACK]
+        check_ids(run, int(ref.vocab_size() or 0), capture.path, ref.source)
     if ids is None or ref.stream is not None:
         return ref, None
     T = ref.tokens
