@@ -519,9 +519,9 @@ def _foreign_source(t: dict, texts: list[dict], split: dict[str, str], tokens: d
 
 
 def write_row_cases(texts: list[dict], split: dict[str, str], out: str, log,
-                    variants: tuple[str, ...] = ROW_VARIANTS) -> list[dict]:
+                    variants: tuple[str, ...] = ROW_VARIANTS, write: bool = True) -> list[dict]:
     """Write the row-corruption case files (every variant that fits each text, in every format) from the
-    ladders; returns the manifest's ``row_cases``."""
+    ladders; returns the manifest's ``row_cases`` (``write=False``: the list only, nothing written)."""
     from safetensors import safe_open
     from safetensors.torch import load_file
 
@@ -559,14 +559,15 @@ def write_row_cases(texts: list[dict], split: dict[str, str], out: str, log,
                 st, fids, fmask, expected = got
                 sample = TextSample(s0["text_file"], s0["text_sha256"], s0["chat"], fids.tolist(), fmask.tolist())
                 rel = os.path.join(split[t["id"]], fmt, "rows", f"{t['id']}__{v}", sample_path(fmt, 0))
-                write_sample(fmt, os.path.join(out, rel), sample, st, rs)
+                if write:
+                    write_sample(fmt, os.path.join(out, rel), sample, st, rs)
                 cases.append({"file": rel, "format": fmt, "text": t["id"], "text_kind": t["kind"],
                               "split": split[t["id"]], "variant": v, "truth": rs, "claim": list(rs),
                               "has_embedding": 0 in rs, "num_tokens": int(fids.numel()),
                               "num_rows": int(st[0].shape[0]), "expected": expected,
                               "ladder": os.path.relpath(lad_path, out),
                               "foreign_text": src if v.startswith("foreign") else None})
-    log(f"{len(cases)} row case files written")
+    log(f"{len(cases)} row case files {'written' if write else 'listed'}")
     return cases
 
 

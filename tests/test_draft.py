@@ -176,6 +176,19 @@ def test_not_a_draft_is_a_clear_error(tmp_path):
         load_draft(tmp_path / "nowhere")
 
 
+@pytest.mark.parametrize("drop", ["layers.0.self_attn.k_proj.weight", "layers.0.mlp.down_proj.weight",
+                                  "layers.0.hidden_norm.weight", "layers.0.post_attention_layernorm.weight"])
+def test_a_draft_missing_a_layer_tensor_is_refused_at_load(tmp_path, drop):
+    """Any tensor the forward reads, missing, is one error naming it at load (was a KeyError mid-probe)."""
+    folder = _write_random_draft(tmp_path / "d")
+    w = load_file(str(folder / "model.safetensors"))
+    assert drop in w
+    del w[drop]
+    save_file(w, str(folder / "model.safetensors"))
+    with pytest.raises(ForensicsError, match=drop.replace(".", r"\.")):
+        load_draft(folder)
+
+
 # ------------------------------------------------------------ speculators 0.9.0 as reference --
 
 @pytest.fixture(scope="session")

@@ -290,3 +290,52 @@ def test_fuzz_cli_dataset_scan_and_report(obj, blob, side, doc):
         assert hsf_main(["scan", ds, "-j", "0", "--no-progress", "-o", os.path.join(d, "s.jsonl")]) in (0, 1, 2)
         assert hsf_main(["report", ds, "-o", os.path.join(d, "r.html")]) in (0, 1, 2, 3)
         assert {n: _digest(os.path.join(ds, n)) for n in os.listdir(ds)} == before
+
+
+# --------------------------------------------------------------------------------------- model folders
+CONFIG_FIELDS = ["num_hidden_layers", "hidden_size", "vocab_size", "intermediate_size", "num_attention_heads",
+                 "num_key_value_heads", "head_dim", "max_position_embeddings", "num_experts", "auto_map",
+                 "model_type", "text_config", "tie_word_embeddings"]
+CONFIG_VALUES = st.one_of(SIZES, JSON_LEAF, st.sampled_from(["llama", "evilmodel", "qwen3", 1e9, -3, 0]), JSON)
+
+
+@st.composite
+def model_folder(draw) -> dict:
+    """A model folder as files: a config.json (a Llama's, with fields replaced or hostile), a shard index whose
+    names may leave the folder or not be strings, and shards whose headers are fuzzed like captures'."""
+    cfg = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 8, "vocab_size": 16,
+           "intermediate_size": 16, "num_attention_heads": 2, "num_key_value_heads": 1}
+    for name in draw(st.lists(st.sampled_from(CONFIG_FIELDS), max_size=3)):
+        cfg[name] = draw(CONFIG_VALUES)
+    files = {"config.json": json.dumps(cfg).encode() if draw(st.booleans()) else draw(st.binary(max_size=64))}
+    shard = draw(safetensors_file())
+    if draw(st.booleans()):
+        names = draw(st.lists(st.one_of(st.sampled_from(["model-1.safetensors", "../x.safetensors",
+                                                         "/etc/passwd", "sub/../../y.safetensors", ""]),
+                                        JSON_LEAF), min_size=1, max_size=3))
+        files["model.safetensors.index.json"] = json.dumps(
+            {"weight_map": {f"model.layers.{i}.w": n for i, n in enumerate(names)}}).encode()
+        files["model-1.safetensors"] = shard
+    else:
+        files["model.safetensors"] = shard
+    return files
+
+
+@given(model_folder())
+def test_fuzz_model_folders(files):
+    """Config, index and shard headers of a model folder: a LayerStream, or one ForensicsError line — never
+    another exception, never code run, never a hang."""
+    from forensics.io.safetensors import shard_index
+    from forensics.models.stream import LayerStream
+
+    with tempfile.TemporaryDirectory() as d:
+        folder = os.path.join(d, "model")
+        os.mkdir(folder)
+        for name, data in files.items():
+            with open(os.path.join(folder, name), "wb") as f:
+                f.write(data)
+        for read in (lambda: shard_index(folder), lambda: LayerStream(folder)):
+            try:
+                read()
+            except ForensicsError as e:
+                assert "\n" not in str(e) and e.path and e.path.startswith(folder), (str(e), e.path)

@@ -759,6 +759,9 @@ def test_the_api_validates_its_arguments_in_one_line(sample_data, tmp_path):
     c = cp.copy(cap)
     c.input_ids = torch.zeros(5, dtype=torch.long)  # rows != ids is readable: a row_count finding, not an error
     assert forensics.summarize(c).capture.num_tokens == 71
+    from forensics.analysis.rows import check_rows
+
+    assert [f.evidence["tokens"] for f in check_rows(c).findings if f.kind == "row_count"] == [5]
     with pytest.raises(ForensicsError):
         forensics.summarize(123)
     with pytest.raises(ForensicsError, match="sample must be at least 1"):

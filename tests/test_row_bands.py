@@ -85,3 +85,15 @@ def test_svg_band_and_broken_lines(corrupted):
     assert "bad rows (every slot)" in text
     assert "bad-rows" not in svg.norm_by_position(st)
     assert svg.FIGURES["norm_by_position"] is svg.norm_by_position
+
+
+def test_a_fingerprint_gives_its_row_findings_bad_rows(corrupted, sample_data, tmp_path):
+    """A fingerprint carries the row findings: the report's norm-by-position figure shades their rows."""
+    from forensics.analysis.fingerprint.core import fingerprint
+
+    st, rep = corrupted
+    fp = fingerprint(st.capture)
+    assert bad_rows_of(fp) == {i: [ZERO] for i in range(4)} == rep.bad_rows
+    assert "bad-rows-40-59" in svg.norm_by_position(fp)
+    clean = fingerprint(load(sample_data / "speculators_v1" / "data_1.pt"))
+    assert bad_rows_of(clean) == {} and "bad-rows" not in svg.norm_by_position(clean)

@@ -358,17 +358,11 @@ def _foreign_runs(label: np.ndarray) -> Runs:
     return out
 
 
-def _centered_sample(h: Any, rows: np.ndarray) -> np.ndarray:
-    import torch
-
-    x = h[torch.from_numpy(rows)].to(torch.float32).numpy().astype(np.float64)
-    x = x - x.mean(axis=0, keepdims=True)
-    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-30)
-
-
 def cross_offsets(ts: list, ok: np.ndarray, max_shift: int = CROSS_SHIFT) -> tuple[np.ndarray, np.ndarray]:
     """Pairwise best row offsets: ``d[i, j]`` = the d at which slot i's row t is most like slot j's row t + d
     (mean centered cosine on a row sample), ``margin[i, j]`` its lead over the runner-up offset."""
+    import torch
+
     k, n = len(ts), int(ts[0].shape[0])
     good = np.flatnonzero(ok[max_shift:n - max_shift]) + max_shift if n > 2 * max_shift else np.zeros(0, np.int64)
     d = np.zeros((k, k), dtype=np.int64)
@@ -378,8 +372,15 @@ def cross_offsets(ts: list, ok: np.ndarray, max_shift: int = CROSS_SHIFT) -> tup
     rows = good[np.linspace(0, good.size - 1, min(CROSS_ROWS, good.size)).round().astype(np.int64)]
     rows = np.unique(rows)
     shifts = list(range(-max_shift, max_shift + 1))
-    base = [_centered_sample(h, rows) for h in ts]
-    moved = [{s: _centered_sample(h, rows + s) for s in shifts} for h in ts]
+    span = np.unique(np.concatenate([rows + s for s in shifts]))  # one gather per slot, float32
+    pos = {s: np.searchsorted(span, rows + s) for s in shifts}
+    base, moved = [], []
+    for h in ts:
+        x = h[torch.from_numpy(span)].to(torch.float32).numpy()
+        x = x - x[pos[0]].mean(axis=0, keepdims=True)  # centered on the sampled rows' mean
+        x /= np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-30)
+        base.append(x[pos[0]])
+        moved.append({s: x[pos[s]] for s in shifts})
     for i in range(k):
         for j in range(k):
             if i == j:

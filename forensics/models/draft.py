@@ -209,6 +209,10 @@ def load_draft(path: str | os.PathLike) -> Draft:
     if q_in != 2 * H:
         raise ForensicsError(f"first-layer q_proj takes {q_in} inputs, expected 2·H = {2 * H} "
                              "(cat([embeds, hidden]))", path=folder)
+    missing = [n for n in _layer_tensors(w) if n not in w]
+    if missing:
+        raise ForensicsError(f"not a complete EAGLE-3 draft: {len(missing)} tensor(s) the forward reads are missing, "
+                             f"e.g. {missing[:4]}", path=folder)
     q_out = int(w["layers.0.self_attn.q_proj.weight"].shape[0])
     kv_out = int(w["layers.0.self_attn.k_proj.weight"].shape[0])
     heads = int(tl.get("num_attention_heads") or 0)
@@ -223,7 +227,7 @@ def load_draft(path: str | os.PathLike) -> Draft:
     if ids is None and (info.ids_top or info.ids_nested):
         ids, key = (info.ids_top, "eagle_aux_hidden_state_layer_ids") if info.ids_top is not None else \
             (info.ids_nested, "eagle_config.eagle_aux_hidden_state_layer_ids")
-    n_layers = 1 + max([int(k.split(".")[1]) for k in w if k.startswith("layers.")] + [0])
+    n_layers = 1 + max([int(k.split(".")[1]) for k in w if k.startswith("layers.") and k.split(".")[1].isdigit()] + [0])
     t2d = w.get("t2d")
     return Draft(
         path=folder, config=cfg, scheme=scheme, weights=w, hidden_size=H, num_aux=fc_in // H,
@@ -239,6 +243,20 @@ def load_draft(path: str | os.PathLike) -> Draft:
         declared_ids=list(ids) if ids is not None else None, declared_ids_key=key if ids is not None else None,
         trainer=info.style, verifier=info.verifier,
         problems=list(info.vocab.problems) if info.vocab else [])
+
+
+def _layer_tensors(w: dict) -> list[str]:
+    """Every tensor name the forward reads for the decoder layers present in ``w`` (layer 0 also its
+    ``hidden_norm``), so a checkpoint missing one is refused at load, not with a KeyError mid-forward.
+
+    Example:
+        >>> _layer_tensors({"layers.0.self_attn.q_proj.weight": None})[:2]
+        ['layers.0.input_layernorm.weight', 'layers.0.post_attention_layernorm.weight']
+    """
+    n = 1 + max([int(k.split(".")[1]) for k in w if k.startswith("layers.") and k.split(".")[1].isdigit()] + [0])
+    per = ["input_layernorm.weight", "post_attention_layernorm.weight"] + \
+        [f"self_attn.{p}_proj.weight" for p in "qkvo"] + [f"mlp.{p}_proj.weight" for p in ("gate", "up", "down")]
+    return [f"layers.{i}.{t}" for i in range(n) for t in per] + ["layers.0.hidden_norm.weight"]
 
 
 # ---------------------------------------------------------------- forward (plain torch) --

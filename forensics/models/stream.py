@@ -3,7 +3,8 @@
 ``LayerStream(folder)`` reads ``config.json`` and the shard headers (never a whole shard); ``states(ids)``
 yields ``(r, state)`` for r = 0, 1, …, L and then ``"final_post"``, holding one block's weights at a time:
 
-* r = 0: the rows of ``embed_tokens.weight`` for the sample's ids, read with ``safe_open(...).get_slice``.
+* r = 0: the rows of ``embed_tokens.weight`` for the sample's ids, read by file reads
+  (``forensics.io.safetensors.read_rows``).
 * r = k + 1: block k built from the config with transformers' own decoder-layer class (on the ``meta``
   device, then filled with ``load_state_dict(assign=True)`` from that block's tensors only), run on the
   current states with the very keyword arguments (attention mask, rotary ``position_embeddings``,

@@ -256,12 +256,22 @@ def reference_ladder(capture: Capture, model: Any) -> tuple[Reference, dict | No
     rows may sit after (a prefix-cache suffix: rows for tokens 32.. need the states of tokens 32..)."""
     ref = reference_for(model, capture)
     ids = capture.input_ids.reshape(-1) if capture.input_ids is not None else None
+    if ids is not None and ref.vocab_size() is not None:  # the ids the model will run, before any lookup
+        from forensics.models.folder import check_ids
+
+        T0 = ref.tokens or (DEFAULT_TOKENS if ref.stream is not None else None)
+        run = ids if T0 is None else ids[:T0 + max(0, int(ids.numel()) - capture.num_tokens) + ROW_SHIFT_SLACK]
+        check_ids(run, int(ref.vocab_size() or 0), capture.path, ref.source)
     if ids is None or ref.stream is not None:
         return ref, None
     T = ref.tokens
     if T is not None and ref.net is not None:
         n = capture.num_tokens
         ids = ids[:T + max(0, int(ids.numel()) - n) + ROW_SHIFT_SLACK]
+    if ref.vocab_size() is not None:
+        from forensics.models.folder import check_ids
+
+        check_ids(ids, int(ref.vocab_size() or 0), capture.path, ref.source)  # before the model runs on them
     return ref, ref.ladder(ids)
 
 
@@ -280,7 +290,7 @@ def _row_selection(rows: Any, i: int, n: int, T: int) -> tuple[Any, Any] | None:
     if tok is None:
         return None
     good = rows.good_rows(i) & (tok >= 0) & (tok < T)
-    if good.all() and (tok == np.arange(n)).all() and n == T:
+    if good.all() and (tok == np.arange(n)).all():  # every row its own token's: the plain prefix comparison
         return None
     idx = np.flatnonzero(good)
     return torch.from_numpy(idx), torch.from_numpy(tok[idx])
@@ -330,11 +340,13 @@ def exact_checks(capture: Capture, tensors: list, model: Any, rows: Any = None,
             if m is not None:
                 m["rows_used"] = int(tok.numel())
         else:
-            if lad is not None and int(h.shape[0]) != min(int(y.shape[0]) for y in lad.values()):
-                h = h[:min(int(y.shape[0]) for y in lad.values())]
+            lad_h = lad
+            if lad is not None:  # the ladder may run a few ids past T (ROW_SHIFT_SLACK): compare the common rows
+                common = min(int(h.shape[0]), *(int(y.shape[0]) for y in lad.values()))
+                h, lad_h = h[:common], {r: y[:common] for r, y in lad.items()}
             e = embedding_check(h, ids, ref) if ids is not None else None
             p = postnorm_check(h, ref)
-            m = streamed["matches"][i] if streamed else ladder_match(h, lad) if lad is not None else None
+            m = streamed["matches"][i] if streamed else ladder_match(h, lad_h) if lad_h is not None else None
         if m and m.get("tolerance") and ref.net is not None:
             m["tolerance"]["compute_dtype"] = str(next(ref.net.parameters()).dtype).replace("torch.", "")
         r = None
@@ -346,7 +358,8 @@ def exact_checks(capture: Capture, tensors: list, model: Any, rows: Any = None,
             r = FINAL_POST
         out.append({"embedding": e, "postnorm": p, "ladder": m, "r_exact": r, "lens": None})
     if ref.net is not None and lad is not None and FINAL_POST in lad and all(x is None for x in sel):
-        logit_lens(ref.net, tensors, lad, out)
+        common = min(*(int(h.shape[0]) for h in tensors), *(int(y.shape[0]) for y in lad.values()))
+        logit_lens(ref.net, [h[:common] for h in tensors], {r: y[:common] for r, y in lad.items()}, out)
     notes = []
     if ids is None:
         notes.append("capture has no input_ids: only the γ post-norm test can run")

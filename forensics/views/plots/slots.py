@@ -338,14 +338,27 @@ class PositionLines:
     span: tuple[float, float]
 
 
+ROW_RANGE_KINDS = ("zero_rows", "nonfinite", "foreign_rows")  # row findings whose evidence names row ranges
+
+
 def bad_rows_of(result: Any) -> dict[int, list[tuple[int, int]]]:
-    """The bad row ranges per slot of a result that carries a row report (``result.rows.bad_rows``, as
-    :func:`forensics.analysis.rows.check_rows` gives them), else none."""
+    """The bad row ranges per slot of a result: its row report's (``result.rows.bad_rows``, as
+    :func:`forensics.analysis.rows.check_rows` gives them), else the row ranges in the evidence of its row
+    findings (a fingerprint's ``zero_rows``, ``nonfinite``, ``foreign_rows``: ``per_slot``, or ``rows`` of
+    every listed slot), else none."""
     rep = getattr(result, "rows", None)
     bad = getattr(rep, "bad_rows", None)
-    if not isinstance(bad, dict):
-        return {}
-    return {int(k): [(int(a), int(b)) for a, b in v] for k, v in bad.items()}
+    if isinstance(bad, dict):
+        return {int(k): [(int(a), int(b)) for a, b in v] for k, v in bad.items()}
+    out: dict[int, set[tuple[int, int]]] = {}
+    for f in getattr(result, "findings", None) or []:
+        if str(getattr(f, "kind", "")) not in ROW_RANGE_KINDS:
+            continue
+        ev = getattr(f, "evidence", None) or {}
+        per = ev.get("per_slot") or {str(i): ev.get("rows") or [] for i in (ev.get("slots") or f.slots or [])}
+        for k, runs in per.items():
+            out.setdefault(int(k), set()).update((int(a), int(b)) for a, b in runs or [])
+    return {k: sorted(v) for k, v in sorted(out.items()) if v}
 
 
 def position_lines(result: Any, sel: Sequence[int], token_range: tuple[int, int] | None = None,
