@@ -73,7 +73,7 @@ def test_audit_says_one_verdict_everywhere(inputs, case, decision, words, capsys
     assert capsys.readouterr().out.startswith(f"hsf audit: {decision.upper()} (wiring {HEAD[words]}):")
     rep = report([inputs["train"]], draft=inputs["draft"], engine="vllm", target_config=inputs["target"],
                  served=inputs[case])
-    assert rep.context["audit_verdict"] == words and rep.context["verdicts"]["audit"]["verdict"] == words
+    assert rep.context["audit_verdict"] == words and rep.context["verdicts"]["audit"]["wiring"] == words
     assert (rep.exit_code(), rep.verdict()) == (EXIT[decision], decision)
 
 

@@ -210,7 +210,7 @@ def build_verdicts(files: list[FileResult], audit_res, probe_res=None) -> dict:
         fix = dict(getattr(audit_res, "fix", None) or {})
         problems = [{"kind": x.kind, "message": x.message, "cls": x.severity.value}
                     for x in sort_findings(getattr(audit_res, "findings", []) or []) if x.severity is not Severity.INFO]
-        audit = {"verdict": audit_res.wiring, "outcome": audit_res.outcome.value,
+        audit = {"wiring": audit_res.wiring, "outcome": audit_res.outcome.value,
                  "reason": getattr(audit_res, "reason", ""), "fix": fix, "settle": getattr(audit_res, "settle", None),
                  "fixline": {k: fix.get(k) for k in ("ids", "key", "where", "engine", "version")},
                  "slices": [{"slice": sl.get("slice"), "trained": _label(sl.get("trained_r")) or "—",
@@ -235,13 +235,13 @@ def _sentence(rows: list[dict], counts: dict, audit: dict | None, probe: dict | 
     bad = [r for r in rows if r["error"]]
     failing = [r for r in rows if not r["error"] and any(s["verdict"] == "fail" for s in r["slots"])]
     fails, open_ = [], []
-    if audit is not None and audit["verdict"] == "mismatch":
+    if audit is not None and audit["wiring"] == "mismatch":
         wrong = [sl for sl in audit["slices"] if sl["ok"] is False]
         fails.append("the draft is not served the layers it was trained on (" + ", ".join(
             f"{sl['trained']}→{sl['served']}" for sl in wrong[:4]) + (", …" if len(wrong) > 4 else "") + ")"
             if wrong else f"wiring audit: mismatch ({audit['reason']})")
-    elif audit is not None and audit["verdict"] != "match":
-        open_.append(f"wiring audit: {audit['verdict'].replace('-', ' ')}")
+    elif audit is not None and audit["wiring"] != "match":
+        open_.append(f"wiring audit: {audit['wiring'].replace('-', ' ')}")
     if audit is not None:
         other = [x["kind"] for x in audit["problems"] if x["cls"] == "fail" and x["kind"] != "slices"]
         if other:
@@ -273,7 +273,7 @@ def _headline(rows: list[dict], counts: dict, audit: dict | None, overall: str) 
     out = []
     bad = [r for r in rows if r["error"]]
     failing = [r for r in rows if not r["error"] and r["verdict"] == "fail"]
-    if audit is not None and audit["verdict"] == "mismatch":
+    if audit is not None and audit["wiring"] == "mismatch":
         out.append("The draft is NOT served the layers it was trained on: slices and fix below.")
     if failing:
         kinds = [x for r in failing for x in r["findings"] if x["severity"] == "fail"]
@@ -285,12 +285,12 @@ def _headline(rows: list[dict], counts: dict, audit: dict | None, overall: str) 
                    + (f" {first['kind']}: {first['message']}" if first else ""))
     if bad:
         out.append(f"{len(bad)} input(s) could not be read: {_short([r['file'] for r in bad], 4)}.")
-    if audit is not None and audit["verdict"] == "cannot-tell":
+    if audit is not None and audit["wiring"] == "cannot-tell":
         out.append(f"Wiring audit: cannot tell ({audit['reason']}).")
     if counts["cannot tell"]:
         out.append(f"{counts['cannot tell']} slot(s) carry a claim the data neither confirms nor excludes: "
                    "settle with --model (exact r per slot) or a ladder capture of the same text.")
-    if audit is not None and audit["verdict"] == "match":
+    if audit is not None and audit["wiring"] == "match":
         out.append("The draft is served the layers it was trained on.")
     if counts["warn"]:
         out.append(f"{counts['warn']} slot(s) carry a finding that does not contradict their claim.")
