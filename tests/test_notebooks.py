@@ -106,7 +106,7 @@ EXPECT = {
         "vllm: AuditResult(fail, wiring mismatch: served ['L2', 'L15', 'L27'] but trained on ['embed', 'L3', 'L16']",
         "sglang: AuditResult(fail, wiring mismatch: served ['L3', 'L16', 'L28'] but trained on ['embed', 'L3', 'L16']",
         "FAIL shifted: the served list ['L3', 'L16', 'L28'] is shifted by one slice",
-        "AuditResult(pass, wiring match",
+        "AuditResult(fail, wiring match: every fc slice",  # a matching wiring; a fail finding elsewhere
         "best wiring: embed+L3+L16 | clear winner: True",
     ],
     "04_dataset_scan.ipynb": ["data_5.pt: reordered", "data_6.pt: nonfinite", "data_7.pt: unreadable",

@@ -347,6 +347,7 @@ def test_trained_draft_is_probed_and_summarised_in_the_verdicts(sample_data, tmp
     assert "Draft probe:" in block and "best wiring <b>embed+L3+L16</b>" in block
     probed = rep.context["probe"]  # the panel reads the result's verdict and its served-vs-best line (--engine)
     assert f"<b>Draft probe:</b> {probed.verdict.value} — " in block and "served by vllm: embed+L3+L16" in block
+    assert {"pass": 0, "cannot tell": 1, "fail": 2}[rep.verdict()] >= probed.verdict.rank  # the probe decides too
     assert rep.context["probe_fig"]["src"].startswith("data:image/svg+xml;base64,")
     assert rep.context["probe_fig"]["src"] in block and rep.context["probe_html"] in block
     assert "--draft " in rep.command() and "--engine vllm" in rep.command()
