@@ -202,7 +202,7 @@ def check_rows(capture: Capture, tensors: Sequence[Any] | None = None, *,
         if reference is not None and ids is not None and reference:
             _with_reference(ts, ids, reference, broken, rep)
         else:
-            _data_only(ts, ids, broken, rep, cross_slots)
+            _data_only(ts, ids, broken, rep, cross_slots, norms)
     return rep
 
 
@@ -432,8 +432,9 @@ def _slot_offsets(d: np.ndarray, margin: np.ndarray, slots: list[int]) -> tuple[
     return moved, None
 
 
-def _embedding_like(ts: list, broken: np.ndarray) -> set[int]:
-    """Slots whose median row norm is ≤ ``EMBED_NORM_LEVEL`` × every other slot's (a lookup's tiny norms)."""
+def _embedding_like(ts: list, broken: np.ndarray, norms: Sequence[np.ndarray] | None = None) -> set[int]:
+    """Slots whose median row norm is ≤ ``EMBED_NORM_LEVEL`` × every other slot's (a lookup's tiny norms);
+    the sampled rows' norms are read from ``norms`` (the statistics' float32 row norms) when given."""
     import torch
 
     if len(ts) < 2:
@@ -443,8 +444,12 @@ def _embedding_like(ts: list, broken: np.ndarray) -> set[int]:
         rows = np.flatnonzero(~broken[i])
         rows = rows[np.linspace(0, rows.size - 1, min(rows.size, CROSS_ROWS)).round().astype(np.int64)] \
             if rows.size else rows
-        med.append(float(torch.linalg.vector_norm(h[torch.from_numpy(rows)].float(), dim=-1).median())
-                   if rows.size else float("nan"))
+        if not rows.size:
+            med.append(float("nan"))
+        elif norms is not None and len(norms[i]) == h.shape[0]:
+            med.append(float(torch.from_numpy(np.asarray(norms[i], dtype=np.float32)[rows]).median()))
+        else:
+            med.append(float(torch.linalg.vector_norm(h[torch.from_numpy(rows)].float(), dim=-1).median()))
     out = set()
     for i, m in enumerate(med):
         others = [x for j, x in enumerate(med) if j != i and np.isfinite(x)]
@@ -454,7 +459,7 @@ def _embedding_like(ts: list, broken: np.ndarray) -> set[int]:
 
 
 def _data_only(ts: list, ids: np.ndarray | None, broken: np.ndarray, rep: RowReport, cross_slots: bool = True,
-               ) -> None:
+               norms: Sequence[np.ndarray] | None = None) -> None:
     n, k = rep.num_rows, len(ts)
     ok_all = np.asarray(~broken.any(axis=0))
     emb, pairs, hs = None, None, None
@@ -476,7 +481,7 @@ def _data_only(ts: list, ids: np.ndarray | None, broken: np.ndarray, rep: RowRep
     else:
         rep.undecided["token_shift"] = ("no token ids" if ids is None else
                                         "no embedding slot with repeated ids: a whole-file shift needs --model")
-    layer = [i for i in range(k) if i != emb and i not in _embedding_like(ts, broken)] if cross_slots else []
+    layer = [i for i in range(k) if i != emb and i not in _embedding_like(ts, broken, norms)] if cross_slots else []
     slot_off: dict[int, int] = {}
     why_cross = None if cross_slots else "the cross-slot offset test was not run (hsf scan runs it on the files it " \
         "fingerprints; hsf fingerprint runs it on every file)"
