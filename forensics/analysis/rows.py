@@ -163,7 +163,8 @@ class RowReport:
 
 
 def check_rows(capture: Capture, tensors: Sequence[Any] | None = None, *,
-               reference: Mapping[Any, torch.Tensor] | None = None) -> RowReport:
+               reference: Mapping[Any, torch.Tensor] | None = None, cross_slots: bool = True,
+               norms: Sequence[np.ndarray] | None = None) -> RowReport:
     """Row findings of one capture: zero blocks, non-finite rows, rows ≠ ids, token shifts, foreign rows.
 
     Args:
@@ -171,6 +172,13 @@ def check_rows(capture: Capture, tensors: Sequence[Any] | None = None, *,
         tensors: the slots' ``[rows, H]`` tensors when already loaded (default: ``slot.tensor()``).
         reference: exact mode — the reference states ``{r: [T, H]}`` on the capture's first T ids
             (``forensics.models.target.ladder(model, ids[:T])``); rows are then placed one by one against it.
+        cross_slots: data only, run the cross-slot offset test (``slot_misaligned``). It reads ~256 × 5 rows of
+            every layer slot in float32 (≈ 0.3 s of CPU on a Kimi-shaped file, 6× the file's statistics), so the
+            scan runs it only on the files it fingerprints; the other checks read 32 columns or one max per row.
+        norms: each slot's per-row L2 norms when already computed (``SlotStats.norms``): zero and non-finite
+            rows are then found from them (a zero norm or a non-finite norm is a candidate, confirmed on that
+            row's values: a subnormal row's float32 norm can underflow to 0, a huge finite row's overflow to inf)
+            instead of a max-|x| pass over every slot.
 
     Returns:
         A :class:`RowReport`; ``findings`` empty on a clean capture.
@@ -190,11 +198,11 @@ def check_rows(capture: Capture, tensors: Sequence[Any] | None = None, *,
     from forensics.analysis.kernels import intra_op_threads
 
     with intra_op_threads(1):  # small row-sample ops: one thread (2 threads were 6-8x slower on a busy CPU)
-        broken = _zero_and_nonfinite(ts, rep)
+        broken = _zero_and_nonfinite(ts, rep, norms)
         if reference is not None and ids is not None and reference:
             _with_reference(ts, ids, reference, broken, rep)
         else:
-            _data_only(ts, ids, broken, rep)
+            _data_only(ts, ids, broken, rep, cross_slots, norms)
     return rep
 
 
@@ -208,7 +216,7 @@ def _fmt_runs(rs: Runs, k: int = 4) -> str:
     return ", ".join(f"{a}–{b}" if a != b else f"{a}" for a, b in rs[:k]) + (", …" if len(rs) > k else "")
 
 
-def _zero_and_nonfinite(ts: list, rep: RowReport) -> np.ndarray:
+def _zero_and_nonfinite(ts: list, rep: RowReport, norms: Sequence[np.ndarray] | None = None) -> np.ndarray:
     """``zero_rows`` and ``nonfinite`` (one pass per slot: a row's max |x| is 0 ⇔ zero, non-finite ⇔ NaN/Inf).
     Returns the ``[k, n]`` mask of these broken rows."""
     import torch
@@ -217,6 +225,13 @@ def _zero_and_nonfinite(ts: list, rep: RowReport) -> np.ndarray:
     zero = np.zeros((len(ts), n), dtype=bool)
     bad = np.zeros((len(ts), n), dtype=bool)
     for i, h in enumerate(ts):
+        if norms is not None and len(norms[i]) == n:
+            nm = np.asarray(norms[i])
+            cand = np.flatnonzero((nm == 0) | ~np.isfinite(nm))
+            if cand.size:
+                sub = h[torch.from_numpy(cand)].abs().amax(dim=-1).float().numpy()
+                zero[i, cand], bad[i, cand] = sub == 0, ~np.isfinite(sub)
+            continue
         amax = torch.cat([h[s:s + 4096].abs().amax(dim=-1).float() for s in range(0, n, 4096)]).numpy()
         zero[i] = amax == 0
         bad[i] = ~np.isfinite(amax)
@@ -385,7 +400,8 @@ def cross_offsets(ts: list, ok: np.ndarray, max_shift: int = CROSS_SHIFT) -> tup
         for j in range(k):
             if i == j:
                 continue
-            sims = np.array([float((base[i] * moved[j][s]).sum(1).mean()) for s in shifts])
+            # mean over rows of the row cosines = one dot product of the flattened blocks (BLAS, no temporary)
+            sims = np.array([float(np.dot(base[i].ravel(), moved[j][s].ravel())) / len(rows) for s in shifts])
             o = np.argsort(-sims)
             d[i, j], margin[i, j] = shifts[o[0]], sims[o[0]] - sims[o[1]]
     return d, margin
@@ -416,8 +432,9 @@ def _slot_offsets(d: np.ndarray, margin: np.ndarray, slots: list[int]) -> tuple[
     return moved, None
 
 
-def _embedding_like(ts: list, broken: np.ndarray) -> set[int]:
-    """Slots whose median row norm is ≤ ``EMBED_NORM_LEVEL`` × every other slot's (a lookup's tiny norms)."""
+def _embedding_like(ts: list, broken: np.ndarray, norms: Sequence[np.ndarray] | None = None) -> set[int]:
+    """Slots whose median row norm is ≤ ``EMBED_NORM_LEVEL`` × every other slot's (a lookup's tiny norms);
+    the sampled rows' norms are read from ``norms`` (the statistics' float32 row norms) when given."""
     import torch
 
     if len(ts) < 2:
@@ -427,8 +444,12 @@ def _embedding_like(ts: list, broken: np.ndarray) -> set[int]:
         rows = np.flatnonzero(~broken[i])
         rows = rows[np.linspace(0, rows.size - 1, min(rows.size, CROSS_ROWS)).round().astype(np.int64)] \
             if rows.size else rows
-        med.append(float(torch.linalg.vector_norm(h[torch.from_numpy(rows)].float(), dim=-1).median())
-                   if rows.size else float("nan"))
+        if not rows.size:
+            med.append(float("nan"))
+        elif norms is not None and len(norms[i]) == h.shape[0]:
+            med.append(float(torch.from_numpy(np.asarray(norms[i], dtype=np.float32)[rows]).median()))
+        else:
+            med.append(float(torch.linalg.vector_norm(h[torch.from_numpy(rows)].float(), dim=-1).median()))
     out = set()
     for i, m in enumerate(med):
         others = [x for j, x in enumerate(med) if j != i and np.isfinite(x)]
@@ -437,7 +458,8 @@ def _embedding_like(ts: list, broken: np.ndarray) -> set[int]:
     return out
 
 
-def _data_only(ts: list, ids: np.ndarray | None, broken: np.ndarray, rep: RowReport) -> None:
+def _data_only(ts: list, ids: np.ndarray | None, broken: np.ndarray, rep: RowReport, cross_slots: bool = True,
+               norms: Sequence[np.ndarray] | None = None) -> None:
     n, k = rep.num_rows, len(ts)
     ok_all = np.asarray(~broken.any(axis=0))
     emb, pairs, hs = None, None, None
@@ -459,9 +481,10 @@ def _data_only(ts: list, ids: np.ndarray | None, broken: np.ndarray, rep: RowRep
     else:
         rep.undecided["token_shift"] = ("no token ids" if ids is None else
                                         "no embedding slot with repeated ids: a whole-file shift needs --model")
-    layer = [i for i in range(k) if i != emb and i not in _embedding_like(ts, broken)]
+    layer = [i for i in range(k) if i != emb and i not in _embedding_like(ts, broken, norms)] if cross_slots else []
     slot_off: dict[int, int] = {}
-    why_cross = None
+    why_cross = None if cross_slots else "the cross-slot offset test was not run (hsf scan runs it on the files it " \
+        "fingerprints; hsf fingerprint runs it on every file)"
     if len(layer) >= 2:
         d, margin = cross_offsets([ts[i] for i in layer], ok_all)
         slot_off, why_cross = _slot_offsets(d, margin, layer)

@@ -116,6 +116,7 @@ class Fingerprint:
     exact: dict | None = field(default=None, repr=False)
     claims: Claims | None = None  # the claim list checked (user, draft config, or the capture's own)
     massive_sinks: list[int] = field(default_factory=list)  # slots whose token 0 is a massive-activation sink
+    rows: Any = field(default=None, repr=False)  # the row checks' RowReport (forensics.analysis.rows), read by scan
 
     @property
     def path(self) -> str:
@@ -242,7 +243,8 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
     k = len(capture.slots)
     full = [s.tensor() for s in capture.slots]
     reference = None
-    rows = check_rows(capture, full)
+    st_all = summarize(capture)  # what the file holds (NaN counts, norms of every row): shown and scanned
+    rows = check_rows(capture, full, norms=[s.norms for s in st_all.slots])
     if model is not None:
         from forensics.analysis.fingerprint.exact import reference_ladder
 
@@ -250,7 +252,6 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
         if reference[1] is not None:  # every row placed against the reference forward
             rows = check_rows(capture, full, reference=reference[1])
     view = good_rows_view(capture, full, rows)  # statistics and order from the rows that are their tokens'
-    st_all = summarize(capture)  # what the file holds (NaN counts, norms of every row): shown and scanned
     st = st_all if view is capture else summarize(view)
     tensors = [s.tensor() for s in view.slots]
     if claims is None and layers is not None:
@@ -294,7 +295,7 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
                      num_layers=L, expected=None if claims is None else claims.rs,
                      expected_source=None if claims is None else f"{claims.source.value}: {claims.detail}",
                      order_evidence=order_ev, exact=exact, order_confidence=order_conf, claims=claims,
-                     massive_sinks=[i for i in range(k) if sig.massive[i]])
+                     massive_sinks=[i for i in range(k) if sig.massive[i]], rows=rows)
     find_duplicates(fp, tensors)
     fp.findings += judge(fp, claims)
     share_identical_labels(fp, groups)

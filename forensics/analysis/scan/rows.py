@@ -226,14 +226,15 @@ def _fill(row: dict, path: str, use_fingerprint: bool, layers: Any = None, row_c
 
 
 def _row_report(cap: Any, st: Any, fp: Any) -> Any:
-    """The file's :class:`~forensics.analysis.rows.RowReport`: the fingerprint's when it made one, else
-    :func:`~forensics.analysis.rows.check_rows` on the capture."""
+    """The file's :class:`~forensics.analysis.rows.RowReport`: the fingerprint's when it made one (every check),
+    else :func:`~forensics.analysis.rows.check_rows` on the capture without the cross-slot offset test (its
+    float32 row sample costs ~6× a file's statistics; the scan's 1.3× budget for row checks has no room for it)."""
     rep = getattr(fp, "rows", None)
     if rep is not None and hasattr(rep, "bad_rows"):
         return rep
     from forensics.analysis.rows import check_rows
 
-    return check_rows(cap)
+    return check_rows(cap, cross_slots=False, norms=[s.norms for s in st.slots])
 
 
 def _sort_key(v: float) -> float:
