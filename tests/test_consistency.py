@@ -119,6 +119,11 @@ def test_fingerprint_says_one_verdict_everywhere(inputs, tmp_path, case, layers,
         code = main(["scan", str(tmp_path), "--json", "-o", str(tmp_path / "scan.jsonl")])
         doc = json.loads(capsys.readouterr().out)
         assert (code, doc["verdict"]) == (EXIT_FAIL, "fail")
+        from forensics.analysis.scan.core import scan
+
+        res = scan(str(tmp_path))
+        assert (res.verdict.value, res.exit_code()) == ("fail", EXIT_FAIL) and "hsf-fail" in res._repr_html_()
+        assert repr(res).startswith("FAIL: scan of")
 
 
 @pytest.mark.model

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from forensics.findings import OUTCOME_RANK
-from forensics.views.format import TEXT_WIDTH, esc, fit, html_table, num, short_list
+from forensics.views.format import TEXT_WIDTH, badge, esc, fit, headline_word, html_table, num, short_list
 
 MAX_LISTED_ANOMALIES = 200  # anomalies shown in repr/HTML (all are in .anomalies and to_dict())
 MAX_LISTED_SLOTS = 12  # slot lines per format in repr (a 32-slot ladder would drown the anomalies)
@@ -28,8 +28,8 @@ def headline(res) -> str:
     wide = "; dataset-wide: " + ", ".join(f"{d['kind']} ({d['files']}/{d['of']} {d['format']})"
                                          for d in s.get("dataset_findings") or []) \
         if s.get("dataset_findings") else ""
-    code = res.exit_code() if hasattr(res, "exit_code") else None
-    word = {0: "PASS", 1: "FAIL", 2: "UNREADABLE", 3: "CANNOT TELL"}.get(code, "") if code is not None else ""
+    # the result's verdict (decided in analysis/scan); unreadable files are named first, as their exit code 2 is
+    word = "" if not hasattr(res, "verdict") else "UNREADABLE" if s.get("errors") else headline_word(res.verdict)
     return (f"{word}: " if word else "") + (
         f"scan of {res.path}: {s['files']} files{resumed}, {s['bytes'] / 1e9:.3g} GB, {s['errors']} "
         f"unreadable; anomalies: {counts}{wide}{speed}")
@@ -83,7 +83,8 @@ def text(res, width: int = TEXT_WIDTH) -> str:
 
 
 def html(res) -> str:
-    parts = [f"<div class='hsf-caption'><b>{esc(headline(res))}</b></div>"]
+    parts = [f"<div class='hsf-caption'>{badge(res.verdict) if hasattr(res, 'verdict') else ''} "
+             f"<b>{esc(headline(res))}</b></div>"]
     if row_line(res.summary):
         parts.append(f"<div class='hsf-caption hsf-scan-rows'>{esc(row_line(res.summary))}</div>")
     for fmt, g in res.summary["groups"].items():
