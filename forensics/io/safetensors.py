@@ -69,7 +69,8 @@ def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def _parse_json(data: bytes, path: str, what: str) -> Any:
+def parse_json(data: bytes | str, path: str, what: str) -> Any:
+    """JSON text parsed, or a one-line ForensicsError: invalid, too deeply nested, or too large."""
     try:
         return json.loads(data)
     except (UnicodeDecodeError, ValueError) as e:
@@ -169,7 +170,7 @@ def read_header(path: str, max_bytes: int = MAX_PARSED_HEADER_BYTES) -> dict:
         raise ForensicsError(f"cannot read the safetensors header: {e.strerror}", path=path) from None
     finally:
         os.close(fd)
-    return _validate(_parse_json(data, path, "corrupt safetensors header"), path, size - 8 - n)
+    return _validate(parse_json(data, path, "corrupt safetensors header"), path, size - 8 - n)
 
 
 @dataclass(frozen=True)
@@ -387,7 +388,7 @@ def shard_files(folder: str) -> list[str]:
             os.close(fd)
         if len(data) > MAX_INDEX_BYTES:
             raise ForensicsError(f"shard index is larger than {MAX_INDEX_BYTES} bytes", path=idx)
-        doc = _parse_json(data, idx, "shard index")
+        doc = parse_json(data, idx, "shard index")
         wm = doc.get("weight_map") if isinstance(doc, dict) else None
         if not isinstance(wm, dict) or not all(isinstance(v, str) for v in wm.values()):
             raise ForensicsError("unreadable shard index: expected {\"weight_map\": {tensor: file name}}", path=idx)

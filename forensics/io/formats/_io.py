@@ -8,7 +8,6 @@ opened read-only.
 from __future__ import annotations
 
 import gzip
-import json
 import os
 import struct
 from typing import Any
@@ -20,6 +19,7 @@ from forensics.io.safetensors import (  # noqa: F401 - the one safetensors reade
     MAX_PARSED_HEADER_BYTES,
     MAX_SAFETENSORS_HEADER,
     SafetensorsFile,
+    parse_json,
     read_header,
     upcast_fp8,
 )
@@ -196,18 +196,6 @@ def safetensors_header(path: str) -> dict:
 
 
 FLOAT_DTYPES = ("torch.bfloat16", "torch.float16", "torch.float32", "torch.float64", *FP8_DTYPES)
-
-
-def parse_json(data: bytes | str, path: str, what: str) -> Any:
-    """JSON text parsed, or a one-line ForensicsError: invalid, too deeply nested, or too large."""
-    try:
-        return json.loads(data)
-    except (UnicodeDecodeError, ValueError) as e:
-        raise ForensicsError(f"{what}: not valid JSON ({e})", path=path) from None
-    except RecursionError:
-        raise ForensicsError(f"{what}: JSON nested too deeply to parse", path=path) from None
-    except MemoryError:
-        raise ForensicsError(f"{what}: too large to parse", path=path) from None
 
 
 def load_json(path: str, what: str = "JSON file") -> Any:
