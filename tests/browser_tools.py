@@ -46,3 +46,41 @@ def headless_chromium() -> Iterator[Any]:
             yield browser
         finally:
             browser.close()
+
+
+@contextmanager
+def jupyter_lab(jupyter: str, root: Any, notebook: str, env: dict | None = None) -> Iterator[str]:
+    """A JupyterLab server on a free loopback port serving ``root`` (no token), until the block ends: yields
+    the URL of ``notebook``. Fails the test with the server's log when it exits before answering."""
+    import socket
+    import subprocess
+    import time
+    from pathlib import Path
+
+    root = Path(root)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", JUPYTERLAB_SETTINGS_DIR=str(root / ".settings"),
+               JUPYTERLAB_WORKSPACES_DIR=str(root / ".workspaces"), **(env or {}))
+    log = open(root / "lab.log", "w")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen([str(jupyter), "lab", "--no-browser", f"--port={port}", "--ServerApp.ip=127.0.0.1",
+                             "--ServerApp.token=", "--ServerApp.password=", f"--ServerApp.root_dir={root}",
+                             "--allow-root"], env=env, cwd=root, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        for _ in range(240):
+            try:
+                socket.create_connection(("127.0.0.1", port), 1).close()
+                break
+            except OSError:
+                if proc.poll() is not None:
+                    pytest.fail(f"jupyter lab exited: {(root / 'lab.log').read_text()[-2000:]}")
+                time.sleep(0.25)
+        yield f"http://127.0.0.1:{port}/lab/tree/{notebook}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()

@@ -16,14 +16,11 @@ import os
 import pathlib
 import re
 import shutil
-import socket
-import subprocess
 import sys
-import time
 
 import pytest
 import torch
-from browser_tools import headless_chromium, unavailable
+from browser_tools import headless_chromium, jupyter_lab, unavailable
 
 pytestmark = pytest.mark.browser
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -75,10 +72,6 @@ def _hover_and_click(page, root, texts: list[str], norms: list[list[float]], pos
 
 
 # ------------------------------------------------------------------------------------------- JupyterLab
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -96,30 +89,8 @@ def lab(tmp_path_factory):
     nbset = root / ".settings" / "@jupyterlab" / "notebook-extension"
     nbset.mkdir(parents=True)  # every cell rendered (Lab 4 virtualises cells out of view by default)
     (nbset / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')
-    port = _free_port()
-    env = dict(os.environ, HF_HUB_OFFLINE="1", JUPYTERLAB_SETTINGS_DIR=str(root / ".settings"),
-               JUPYTERLAB_WORKSPACES_DIR=str(root / ".workspaces"), HSF_NOTEBOOK_OUT=str(root / "out"))
-    log = open(root / "lab.log", "w")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen([str(jupyter), "lab", "--no-browser", f"--port={port}", "--ServerApp.ip=127.0.0.1",
-                             "--ServerApp.token=", "--ServerApp.password=", f"--ServerApp.root_dir={root}",
-                             "--allow-root"], env=env, cwd=root, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        for _ in range(240):
-            try:
-                socket.create_connection(("127.0.0.1", port), 1).close()
-                break
-            except OSError:
-                if proc.poll() is not None:
-                    pytest.fail(f"jupyter lab exited: {(root / 'lab.log').read_text()[-2000:]}")
-                time.sleep(0.25)
-        yield f"http://127.0.0.1:{port}/lab/tree/02.ipynb"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+    with jupyter_lab(jupyter, root, "02.ipynb", {"HSF_NOTEBOOK_OUT": str(root / "out")}) as url:
+        yield url
 
 
 def test_notebook_02_in_jupyterlab(lab):

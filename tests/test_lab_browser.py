@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from browser_tools import headless_chromium, unavailable
+from browser_tools import headless_chromium, jupyter_lab, unavailable
 
 pytestmark = pytest.mark.browser
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,10 +29,6 @@ PANEL_OF = "[...document.querySelectorAll('.hsf-panel')].some(e => e.textContent
 
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -53,30 +46,8 @@ def lab(tmp_path_factory):
     settings = root / ".settings" / "@jupyterlab" / "apputils-extension"
     settings.mkdir(parents=True)
     (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')  # no news toast
-    port = _free_port()
-    env = dict(os.environ, HF_HUB_OFFLINE="1", JUPYTERLAB_SETTINGS_DIR=str(root / ".settings"),
-               JUPYTERLAB_WORKSPACES_DIR=str(root / ".workspaces"))
-    log = open(root / "lab.log", "w")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen([str(jupyter), "lab", "--no-browser", f"--port={port}", "--ServerApp.ip=127.0.0.1",
-                             "--ServerApp.token=", "--ServerApp.password=", f"--ServerApp.root_dir={root}",
-                             "--allow-root"], env=env, cwd=root, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        for _ in range(240):
-            try:
-                socket.create_connection(("127.0.0.1", port), 1).close()
-                break
-            except OSError:
-                if proc.poll() is not None:
-                    pytest.fail(f"jupyter lab exited: {(root / 'lab.log').read_text()[-2000:]}")
-                time.sleep(0.25)
-        yield f"http://127.0.0.1:{port}/lab/tree/browse.ipynb"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+    with jupyter_lab(jupyter, root, "browse.ipynb") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
