@@ -84,6 +84,14 @@ def build(slots: list[Slot], input_ids, loss_mask, prov: Provenance, **kw) -> Ca
     return Capture(slots=slots, input_ids=input_ids, loss_mask=loss_mask, provenance=prov, **kw)
 
 
+def concat_count(aux, h: int, path: str, aux_key: str, final_key: str) -> int:
+    """How many ``[tokens, h]`` states a pre-concatenated ``aux`` ``[tokens, k·h]`` holds, ``h`` being the width of
+    the file's own single state ``final_key``; a width that is no multiple of ``h`` is one error naming both."""
+    if aux.shape[1] % h:
+        raise ForensicsError(f"{aux_key} width {aux.shape[1]} is not a multiple of {final_key} width {h}", path=path)
+    return int(aux.shape[1]) // h
+
+
 def split_concat(t, k: int, path: str, key: str, start_index: int = 0, claimed_prefix: str = "aux") -> list[Slot]:
     """Split a pre-concatenated ``[tokens, k·H]`` tensor into k ``[tokens, H]`` slots (views)."""
     width = int(t.shape[1])

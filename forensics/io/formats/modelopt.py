@@ -16,8 +16,7 @@ So ``hidden_states`` is claimed post-norm only when the file names an HF or Tens
 
 from __future__ import annotations
 
-from forensics.errors import ForensicsError
-from forensics.io.formats._common import as_2d, build, provenance, split_concat, tensor_slot
+from forensics.io.formats._common import as_2d, build, concat_count, provenance, split_concat, tensor_slot
 from forensics.layers import FINAL_POST
 
 NAME = "modelopt"
@@ -42,10 +41,7 @@ def read(obj: dict, path: str):
     final = as_2d(obj[key], path, key)
     aux = as_2d(obj["aux_hidden_states"], path, "aux_hidden_states")
     h = int(final.shape[1])
-    if aux.shape[1] % h:
-        raise ForensicsError(f"aux_hidden_states width {aux.shape[1]} is not a multiple of {key} width {h}",
-                             path=path)
-    k = int(aux.shape[1]) // h
+    k = concat_count(aux, h, path, "aux_hidden_states", key)
     slots = split_concat(aux, k, path, "aux_hidden_states")
     dumper = next((str(obj[d]).lower() for d in DUMPER_KEYS if isinstance(obj.get(d), str)), None)
     claimed = FINAL_POST if dumper in POST_NORM_DUMPERS else None

@@ -7,8 +7,7 @@ Read as 4 slots: the 3 aux slices in stored order, then the final ``hidden_state
 
 from __future__ import annotations
 
-from forensics.errors import ForensicsError
-from forensics.io.formats._common import as_2d, build, provenance, split_concat, tensor_slot
+from forensics.io.formats._common import as_2d, build, concat_count, provenance, split_concat, tensor_slot
 
 NAME = "specforge"
 
@@ -21,10 +20,7 @@ def read(obj: dict, path: str):
     aux = as_2d(obj["aux_hidden_state"], path, "aux_hidden_state")
     final = as_2d(obj["hidden_state"], path, "hidden_state")
     h = int(final.shape[1])
-    if aux.shape[1] % h:
-        raise ForensicsError(f"aux_hidden_state width {aux.shape[1]} is not a multiple of hidden_state width {h}",
-                             path=path)
-    k = int(aux.shape[1]) // h
+    k = concat_count(aux, h, path, "aux_hidden_state", "hidden_state")
     slots = split_concat(aux, k, path, "aux_hidden_state")
     slots.append(tensor_slot(k, "hidden_state", "hidden_state", final, claimed="final_post"))
     return build(slots, obj.get("input_ids"), obj.get("loss_mask"), provenance(path, NAME))

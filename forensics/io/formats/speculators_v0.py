@@ -6,8 +6,7 @@ files ``hidden_state`` is the final post-norm state. The pair ``hidden_state`` +
 
 from __future__ import annotations
 
-from forensics.errors import ForensicsError
-from forensics.io.formats._common import as_2d, build, provenance, split_concat, tensor_slot
+from forensics.io.formats._common import as_2d, build, concat_count, provenance, split_concat, tensor_slot
 
 NAME = "speculators-v0"
 
@@ -20,9 +19,7 @@ def read(obj: dict, path: str):
     aux = as_2d(obj["hidden_state"], path, "hidden_state")
     target = as_2d(obj["target"], path, "target")
     h = int(target.shape[1])
-    if aux.shape[1] % h:
-        raise ForensicsError(f"hidden_state width {aux.shape[1]} is not a multiple of target width {h}", path=path)
-    k = int(aux.shape[1]) // h
+    k = concat_count(aux, h, path, "hidden_state", "target")
     slots = split_concat(aux, k, path, "hidden_state")
     slots.append(tensor_slot(k, "target", "target", target, claimed="target"))
     return build(slots, obj.get("input_ids"), obj.get("loss_mask"), provenance(path, NAME))

@@ -17,7 +17,7 @@ dropped and said so. Every record is a sample: ``load(path, record=i)`` reads on
 from __future__ import annotations
 
 from forensics.errors import ForensicsError
-from forensics.io.formats._common import as_2d, build, provenance, split_concat, tensor_slot
+from forensics.io.formats._common import as_2d, build, concat_count, provenance, split_concat, tensor_slot
 from forensics.layers import FINAL_POST
 
 NAME = "trtllm"
@@ -49,10 +49,7 @@ def read(obj, path: str, record: int = 0):
     slots = []
     if aux_key is not None:
         aux = as_2d(rec[aux_key], path, aux_key)
-        if aux.shape[1] % h:
-            raise ForensicsError(f"{aux_key} width {aux.shape[1]} is not a multiple of hidden_state width {h}",
-                                 path=path)
-        k = int(aux.shape[1]) // h
+        k = concat_count(aux, h, path, aux_key, "hidden_state")
         if k > 1 and aux.shape[0] == final.shape[0] and bool((aux[:, -h:] == final).all()):
             k -= 1  # the features carry the final columns too (-1 given explicitly): keep one copy
             notes.append(f"the last {h} columns of {aux_key} equal hidden_state (the final state stored twice): "
