@@ -256,23 +256,17 @@ def reference_ladder(capture: Capture, model: Any) -> tuple[Reference, dict | No
     rows may sit after (a prefix-cache suffix: rows for tokens 32.. need the states of tokens 32..)."""
     ref = reference_for(model, capture)
     ids = capture.input_ids.reshape(-1) if capture.input_ids is not None else None
-    if ids is not None and ref.vocab_size() is not None:  # the ids the model will run, before any lookup
-        from forensics.models.folder import check_ids
-
-        T0 = ref.tokens or (DEFAULT_TOKENS if ref.stream is not None else None)
-        run = ids if T0 is None else ids[:T0 + max(0, int(ids.numel()) - capture.num_tokens) + ROW_SHIFT_SLACK]
-        check_ids(run, int(ref.vocab_size() or 0), capture.path, ref.source)
-    if ids is None or ref.stream is not None:
+    if ids is None:
         return ref, None
-    T = ref.tokens
-    if T is not None and ref.net is not None:
-        n = capture.num_tokens
-        ids = ids[:T + max(0, int(ids.numel()) - n) + ROW_SHIFT_SLACK]
+    # the ids the model will run: the first T, plus those the rows may sit after (streamed: its default T)
+    T = ref.tokens or (DEFAULT_TOKENS if ref.stream is not None else None)
+    if T is not None and (ref.stream is not None or ref.net is not None):
+        ids = ids[:T + max(0, int(ids.numel()) - capture.num_tokens) + ROW_SHIFT_SLACK]
     if ref.vocab_size() is not None:
         from forensics.models.folder import check_ids
 
-        check_ids(ids, int(ref.vocab_size() or 0), capture.path, ref.source)  # before the model runs on them
-    return ref, ref.ladder(ids)
+        check_ids(ids, int(ref.vocab_size() or 0), capture.path, ref.source)  # before any lookup
+    return ref, (None if ref.stream is not None else ref.ladder(ids))
 
 
 ROW_SHIFT_SLACK = 4  # extra ids run past T, so a row a few tokens late still has its reference state
