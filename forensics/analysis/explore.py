@@ -316,7 +316,7 @@ def explore_state(x: Any, fingerprint: Any = None, tokenizer: Any = "auto", stat
     # zero blocks and NaN/Inf rows as bands before any fingerprint: check_rows reads every slot again, so only when
     # the norms already show such a row (a norm is 0 or non-finite exactly then); the fingerprint brings the rest
     if any(bool((n == 0).any()) or not bool(np.isfinite(n).all()) for n in full):
-        state.row_findings = check_rows(cap).findings
+        state.row_findings = check_rows(cap, norms=[s.norms for s in stats.slots]).findings
     _set_bands(state, finding_bands(state.row_findings, len(names), T) + stat_bands(stats))
     return with_fingerprint(state, fingerprint) if fingerprint is not None else state
 

@@ -244,13 +244,13 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
     full = [s.tensor() for s in capture.slots]
     reference = None
     st_all = summarize(capture)  # what the file holds (NaN counts, norms of every row): shown and scanned
-    rows = check_rows(capture, full, norms=[s.norms for s in st_all.slots])
     if model is not None:
         from forensics.analysis.fingerprint.exact import reference_ladder
 
         reference = reference_ladder(capture, model)
-        if reference[1] is not None:  # every row placed against the reference forward
-            rows = check_rows(capture, full, reference=reference[1])
+    # every row placed against the reference forward when there is a ladder (not streamed, ids given), else data only
+    rows = check_rows(capture, full, reference=None if reference is None else reference[1],
+                      norms=[s.norms for s in st_all.slots])
     view = good_rows_view(capture, full, rows)  # statistics and order from the rows that are their tokens'
     st = st_all if view is capture else summarize(view)
     tensors = [s.tensor() for s in view.slots]
