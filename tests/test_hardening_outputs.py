@@ -1,7 +1,7 @@
 """Hardening round 3, part 2: outputs, stamps, Parquet scans, special files and the API boundary.
 
 Classes N3, N4, N5, N8, N10 (stamps, Parquet names), N11, N12, N13, N14 and N6's token text and capture prefix of
-``shared/reference/hardening-cases-3.md``: each with its reproduction and variants. What every case checks: no
+the third hardening round: each with its reproduction and variants. What every case checks: no
 input or foreign file changed, no traceback, one line and the documented exit code, no rows lost. Ground truth is
 the committed real captures (``sample_data``) and values computed here independently (the raw bytes, float64).
 """
