@@ -79,7 +79,7 @@ def run(args) -> int:
            "audit": rep.context.get("audit_verdict"), "command": rep.command()}
     audit_res = rep.context.get("audit")
     if audit_res is not None:  # the audit's own decision and fix, as `hsf audit --json` gives them
-        doc["audit_fix"] = audit_res.fix
+        doc["audit_fix"] = audit_res.fix.to_dict() if audit_res.fix is not None else None
         doc["audit_exit_code"] = audit_res.exit_code()
     if args.json:
         print_json(doc)

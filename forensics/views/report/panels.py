@@ -266,10 +266,10 @@ def build_checks(files: list[FileResult], audit_res, scan_res) -> dict:
     """Checks grouped by file (then the audit and the scan), each group with its outcome counts."""
     groups = []
     if audit_res is not None:
-        rows = [_row(f"fc slice {s.get('slice')}", "trained r vs served r",
-                     f"{fmt(s.get('trained_r'))} vs {fmt(s.get('served_r'))}", "equal",
-                     {True: "pass", False: "fail"}.get(s.get("ok"), "cannot tell"))
-                for s in getattr(audit_res, "slices", []) or []]
+        rows = [_row(f"fc slice {s.slice}", "trained r vs served r",
+                     f"{fmt(s.trained_r)} vs {fmt(s.served_r)}", "equal",
+                     {True: "pass", False: "fail"}.get(s.ok, "cannot tell"))
+                for s in audit_res.slices]
         for x in getattr(audit_res, "findings", []) or []:
             d = x if isinstance(x, dict) else getattr(x, "__dict__", {"message": str(x)})
             ev = d.get("evidence") or {}
@@ -280,8 +280,7 @@ def build_checks(files: list[FileResult], audit_res, scan_res) -> dict:
     for f in files:
         groups.append(_group(f.rel, _file_checks(f), "checks-" + _anchor(f.rel)))
     if scan_res is not None:
-        rows = [_row(str(a.get("file", "")), str(a.get("kind", "anomaly")), str(a.get("message", "")), "—", "warn")
-                for a in getattr(scan_res, "anomalies", None) or []]
+        rows = [_row(a.file, a.kind, a.message, "—", "warn") for a in scan_res.anomalies]
         groups.append(_group("dataset scan", rows, "checks-scan"))
     counts = {k: sum(g["counts"][k] for g in groups) for k in OUTCOMES}
     for g in groups:  # folded unless something in it needs a look; the summary line carries the counts

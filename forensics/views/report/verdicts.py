@@ -207,15 +207,14 @@ def build_verdicts(files: list[FileResult], audit_res, probe_res=None) -> dict:
     hidden = len(rows) - len(shown)
     audit = None
     if audit_res is not None:
-        fix = dict(getattr(audit_res, "fix", None) or {})
+        fix = audit_res.fix.to_dict() if audit_res.fix is not None else {}
         problems = [{"kind": x.kind, "message": x.message, "cls": x.severity.value}
                     for x in sort_findings(getattr(audit_res, "findings", []) or []) if x.severity is not Severity.INFO]
         audit = {"wiring": audit_res.wiring, "outcome": audit_res.outcome.value,
-                 "reason": getattr(audit_res, "reason", ""), "fix": fix, "settle": getattr(audit_res, "settle", None),
+                 "reason": audit_res.reason, "fix": fix, "settle": audit_res.settle,
                  "fixline": {k: fix.get(k) for k in ("ids", "key", "where", "engine", "version")},
-                 "slices": [{"slice": sl.get("slice"), "trained": _label(sl.get("trained_r")) or "—",
-                             "served": _label(sl.get("served_r")) or "—", "ok": sl.get("ok")}
-                            for sl in getattr(audit_res, "slices", []) or []],
+                 "slices": [{"slice": sl.slice, "trained": _label(sl.trained_r) or "—",
+                             "served": _label(sl.served_r) or "—", "ok": sl.ok} for sl in audit_res.slices],
                  "problems": problems}
     probe = _probe_summary(probe_res)
     # the header's colour: the worst verdict anywhere in the report (files, slots, the audit and its findings,
