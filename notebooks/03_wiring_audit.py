@@ -151,7 +151,7 @@ results["vllm"]  # findings with their evidence, and the fix
 
 # %%
 fix = results["vllm"].fix
-fixed = forensics.audit(data=data, draft=write_draft_config(OUT / "smollm2-draft-fixed", fix["ids"], hidden=576,
+fixed = forensics.audit(data=data, draft=write_draft_config(OUT / "smollm2-draft-fixed", fix.ids, hidden=576,
                                                             top_level=True),
                         engine="vllm", trainer="speculators-v1", model="default")
 print(fixed)

@@ -314,7 +314,7 @@ def test_real_captures_one_miswired_shard_is_found(sample_data, tmp_path):
     kinds = {a.kind for a in res.anomalies}
     assert "outlier_norm" in kinds and kinds & {"role", "order"}, kinds
     slot0 = [a for a in res.anomalies if a.kind == "outlier_norm" and a.slot == 0]
-    assert slot0 and slot0[0]["value"] > 6  # L3 norms (~77) where the embedding (~2.8) belongs
+    assert slot0 and slot0[0].value > 6  # L3 norms (~77) where the embedding (~2.8) belongs
 
 
 def test_fingerprint_choice_spreads_n_files():

@@ -44,7 +44,7 @@ def test_seed_claim_is_fail_in_fingerprint(sample_data, capsys, i):
     assert main(["fingerprint", path, "--layers", SEED_CLAIM, "--json"]) == 1
     f = json.loads(capsys.readouterr().out)["files"][0]
     s = _shifted(f["findings"])
-    assert s.severity == "fail" and s["evidence"]["corrected"] == TRUTH and "seed" in s.message
+    assert s["severity"] == "fail" and s["evidence"]["corrected"] == TRUTH and "seed" in s["message"]
     assert f["verdict"] == "fail" and f["slots"][0]["verdict"] == "fail"
     # never the claimed label where the evidence contradicts it: slot 0 is the embedding, not L3
     assert f["slots"][0]["label"] == "embed"
@@ -58,7 +58,7 @@ def test_kimi_like_claim_is_fail(tmp_path, capsys):
     path = write_speculators_v1(kimi_like(tokens=1281, hidden=512), tmp_path / "data_0.pt")
     assert main(["fingerprint", path, "--layers", "3,31,59,61", "--json"]) == 1
     s = _shifted(json.loads(capsys.readouterr().out)["files"][0]["findings"])
-    assert s["evidence"]["corrected"] == [0, 3, 31, 59] and s.severity == "fail"
+    assert s["evidence"]["corrected"] == [0, 3, 31, 59] and s["severity"] == "fail"
 
 
 def _sglang_draft(folder, ids=(2, 15, 27)):
@@ -94,7 +94,7 @@ def test_seed_wiring_is_fail_in_audit(sample_data, tmp_path, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert code == 1 and doc["wiring"] == "mismatch"
     s = _shifted(doc["findings"])
-    assert s.severity == "fail" and s["evidence"]["served"] == [3, 16, 28] and "seed" in s.message
+    assert s["severity"] == "fail" and s["evidence"]["served"] == [3, 16, 28] and "seed" in s["message"]
     # data-only: slice 0 (embed) is measured, slices 1–2 are only declared: no fix list rests on them
     assert [sl["ok"] for sl in doc["slices"]] == [False, None, None]
     assert doc["fix"] is None and "--model" in doc["settle"]
@@ -104,7 +104,7 @@ def test_seed_claim_is_fail_in_report_headline(sample_data, tmp_path):
     from forensics.views.report.core import report
 
     rep = report(str(sample_data / "speculators_v1" / "data_0.pt"), layers=SEED_CLAIM)
-    head = rep.context.verdicts["headline"]
+    head = rep.context["verdicts"]["headline"]
     assert head[0].startswith("FAIL:") and "shifted" in head[0]
     assert rep.exit_code() == 1
     assert re.search(r'class="badge b-fail">fail</span> <b>shifted</b>', rep.html)
@@ -143,7 +143,7 @@ def test_seed_with_model_default(sample_data, tmp_path, capsys):
     from forensics.views.report.core import report
 
     rep = report(path, layers=SEED_CLAIM, model="default")
-    assert rep.context.verdicts["headline"][0].startswith("FAIL:") and rep.exit_code() == 1
+    assert rep.context["verdicts"]["headline"][0].startswith("FAIL:") and rep.exit_code() == 1
 
 
 # ------------------------------------------------------------------------- one severity in every view
@@ -202,9 +202,9 @@ def test_every_view_shows_the_same_severity(sample_data, tmp_path, capsys):
             assert re.search(rf">{sev}</span> <b>{kind}</b>", browser), (name, kind)
         # the report's verdict block (what its template renders) and a dataset scan row
         row = build_verdicts([FileResult(path=path, rel=name, capture=fp.capture, stats=fp.stats, fp=fp)], None)
-        assert {(x.kind, x.severity) for x in row["rows"][0]["findings"]} == want, name
+        assert {(x["kind"], x["severity"]) for x in row["rows"][0]["findings"]} == want, name
         scan_row = file_row(path, 0, 0, use_fingerprint=True, budget=None, layers=layers)
-        assert {(x.kind, x.severity) for x in scan_row["findings"]} >= want, name
+        assert {(x["kind"], x["severity"]) for x in scan_row["findings"]} >= want, name
     assert {"shifted", "missing_embedding", "unexpected_embedding", "reordered", "duplicate", "nonfinite",
             "all_zero", "few_tokens", "count_mismatch", "postnorm", "prenorm"} <= seen
 

@@ -54,11 +54,11 @@ def audit_slices(audit: Any, title: str | None = None) -> Figure:
     """
     from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
-    slices = list(getattr(audit, "slices", []) or [])
+    slices = list(audit.slices)
     fig = _figure(height=2.6)
     ax = fig.add_subplot()
     ax.set_axis_off()
-    verdict = getattr(audit, "wiring", "?")
+    verdict = audit.wiring
     ax.set_title(f"{title or AUDIT_TITLE} — verdict: {verdict}", fontsize=10)
     if not slices:
         ax.text(0.5, 0.5, "no slice information (the audit could not map fc slices)", ha="center", va="center",
