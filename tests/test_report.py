@@ -322,10 +322,11 @@ def test_audit_verdict_and_fix_in_the_verdict_block(sample_data, tmp_path):
 
 def test_many_files_are_summarised_by_the_scan(tmp_path, monkeypatch):
     """Beyond MAX_ANALYSED_FILES, files are not analysed one by one: the dataset scan summarises them all."""
+    import forensics.analysis.report as analysis_report
     import forensics.views.report.core as rp
 
     data = make_synthetic(tmp_path / "many", n=3)
-    monkeypatch.setattr(rp, "MAX_ANALYSED_FILES", 2)
+    monkeypatch.setattr(analysis_report, "MAX_ANALYSED_FILES", 2)
     rep = rp.report(str(data))
     assert len(rep.context["files"]) == 2 and rep.context["skipped"] == 1
     html = rep.html

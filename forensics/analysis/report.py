@@ -114,7 +114,7 @@ class FileReport:
     error: str | None = None
     tokens: list[str] | None = field(default=None, repr=False)
     stamp: dict | None = field(default=None, repr=False)  # ``forensics.analysis.stamp.stamp_status`` of the file
-    slots: list[SlotOutcome] = field(init=False, default_factory=list)
+    slots: list[SlotOutcome] = field(init=False, default_factory=list, repr=False)
     outcome: str = field(init=False, default="info")
 
     def __post_init__(self) -> None:
@@ -502,4 +502,5 @@ def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,
     audited = audit_res is not None or probe_res is not None
     return ReportResult(inputs=paths, files=files, audit=audit_res, probe=probe_res, scan=scan_res, facts=facts,
                         errors=errors, skipped=skipped, training=training if audited else [],
-                        settings=settings, argv=_argv(paths, given, scan), title=title)
+                        settings=settings, argv=_argv(paths, given, scan), title=title,
+                        max_analysed=MAX_ANALYSED_FILES)
