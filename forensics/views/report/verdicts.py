@@ -180,6 +180,8 @@ def _sentence(rows: list[dict], counts: dict, audit: dict | None, probe: dict | 
                      "capture of the same text)")
     if counts.get("warn"):
         open_.append(f"{counts['warn']} slot(s) with a finding")
+    if overall == "fail" and not fails:  # a fail finding on no slot: the header's word, and where it is
+        fails.append("findings in " + _short([r["file"] for r in rows if r["verdict"] == "fail"], 3))
     if fails:
         return "FAIL: " + "; ".join(fails) + "."
     word = {"cannot tell": "CANNOT TELL", "warn": "WARN"}.get(overall)
