@@ -21,6 +21,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from forensics.display import render
 from forensics.errors import ForensicsError
 from forensics.findings import Verdict, exit_code
 from forensics.io import stamp_store as store
@@ -78,9 +79,7 @@ class StampResult:
                 "producer": self.producer, "model": self.model, "num_layers": self.num_layers}
 
     def __repr__(self) -> str:
-        from forensics.views.stamp import stamp_line
-
-        return stamp_line(self)
+        return render(self, "line")
 
 
 @dataclass
@@ -142,9 +141,7 @@ class VerifyResult:
                 "bytes_read": self.bytes_read}
 
     def __repr__(self) -> str:
-        from forensics.views.stamp import verify_line
-
-        return verify_line(self)
+        return render(self, "line")
 
 
 def brief(stamp: dict | None) -> dict | None:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from forensics.analysis.audit.training import _repeated
+from forensics.display import render
 from forensics.errors import ForensicsError
 from forensics.findings import Finding, FindingKind, Severity, Verdict, exit_code
 from forensics.io import limits
@@ -87,26 +88,18 @@ class AuditResult:
                           "settle": self.settle})
 
     def __repr__(self) -> str:
-        from forensics.views.audit import line
-
-        return line(self)
+        return render(self, "line")
 
     def _repr_html_(self) -> str:
-        from forensics.views.audit import html
-
-        return html(self)
+        return render(self, "html")
 
     def text(self) -> str:
         """The multi-line report ``hsf audit`` prints."""
-        from forensics.views.audit import text
-
-        return text(self)
+        return render(self, "text")
 
     def explain(self) -> str:
         """The report with every finding's evidence (the numbers behind the verdict)."""
-        from forensics.views.audit import explain
-
-        return explain(self)
+        return render(self, "explain")
 
 
 
