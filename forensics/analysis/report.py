@@ -27,6 +27,7 @@ from forensics.analysis.fingerprint.core import fingerprint
 from forensics.analysis.probe import probe
 from forensics.analysis.scan.core import scan as run_scan
 from forensics.analysis.stamp import stamp_status
+from forensics.display import render
 from forensics.errors import ForensicsError
 from forensics.findings import (
     Finding,
@@ -338,9 +339,10 @@ class ReportResult:
         return json_safe(doc)
 
     def __repr__(self) -> str:
-        c = self.counts
-        return (f"ReportResult({self.verdict.value}: {len(self.files)} files, "
-                + ", ".join(f"{c[k]} {k}" for k in OUTCOMES if c[k]) + ")")
+        return render(self, "line")
+
+    def _repr_html_(self) -> str:
+        return render(self, "html")
 
 
 def training_files(files: list[FileReport], trainer: str | None) -> list[FileReport]:

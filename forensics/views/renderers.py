@@ -5,5 +5,6 @@
 """
 
 from forensics.views import audit, fingerprint, probe, scan, stamp, stats
+from forensics.views.report import core as report
 
-__all__ = ["audit", "fingerprint", "probe", "scan", "stamp", "stats"]
+__all__ = ["audit", "fingerprint", "probe", "scan", "report", "stamp", "stats"]

@@ -23,8 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from forensics import __version__
-from forensics.analysis.report import MAX_ANALYSED_FILES, ReportResult
+from forensics.analysis.report import MAX_ANALYSED_FILES, OUTCOMES, ReportResult
 from forensics.analysis.report import report as analyse
+from forensics.display import renders
 from forensics.views.explore.wire import report_files
 from forensics.views.report.figures import Figures
 from forensics.views.report.panels import (
@@ -100,6 +101,20 @@ class Report:
     def _repr_html_(self) -> str:
         return (f"<iframe srcdoc=\"{html.escape(self.html, quote=True)}\" "
                 "style='width:100%;height:720px;border:1px solid #ccc'></iframe>")
+
+
+@renders(ReportResult, "line")
+def result_line(res: ReportResult) -> str:
+    """``ReportResult(cannot tell: 8 files, 51 cannot tell, 9 pass)``: the verdict and the slot outcomes counted."""
+    c = res.counts
+    return (f"ReportResult({res.verdict.value}: {len(res.files)} files"
+            + "".join(f", {c[k]} {k}" for k in OUTCOMES if c[k]) + ")")
+
+
+@renders(ReportResult, "html")
+def result_html(res: ReportResult) -> str:
+    """The whole report in a notebook cell (an ``<iframe>``)."""
+    return Report.of(res)._repr_html_()
 
 
 def render(context: dict, command: str) -> str:
