@@ -262,8 +262,8 @@ def build_checks(files: list[FileReport], audit_res, scan_res) -> dict:
     for f in files:
         groups.append(_group(f.rel, _file_checks(f), "checks-" + _anchor(f.rel)))
     if scan_res is not None:
-        rows = [_row(str(a.get("file", "")), str(a.get("kind", "anomaly")), str(a.get("message", "")), "—", "warn")
-                for a in getattr(scan_res, "anomalies", None) or []]
+        rows = [_row(str(_at(a, "file") or ""), str(_at(a, "kind") or "anomaly"), str(_at(a, "message") or ""), "—",
+                     str(_at(a, "severity"))) for a in scan_res.anomalies]
         groups.append(_group("dataset scan", rows, "checks-scan"))
     counts = {k: sum(g["counts"][k] for g in groups) for k in OUTCOMES}
     for g in groups:  # folded unless something in it needs a look; the summary line carries the counts
