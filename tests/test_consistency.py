@@ -210,3 +210,22 @@ def test_an_unreadable_input_is_a_fail_everywhere_and_exit_2(inputs, tmp_path, c
     code = main(["report", inputs["train"], str(bad), "-o", str(tmp_path / "r.html"), "--json"])
     doc = json.loads(capsys.readouterr().out)
     assert (code, doc["verdict"], doc["unreadable"]) == (2, "fail", 1)
+
+
+def test_a_file_only_the_scan_reads_decides_the_report(inputs, tmp_path, monkeypatch, capsys):
+    """Beyond the report's per-file cap the dataset scan is the only reader of a file: its zero block of rows
+    (a lost write) makes the report FAIL in every form, as ``hsf scan`` of the folder does."""
+    import forensics.analysis.report as analysis_report
+
+    folder = tmp_path / "ds"
+    folder.mkdir()
+    (folder / "a.pt").write_bytes(open(inputs["train"], "rb").read())
+    _zero_block(inputs["train"], folder / "b.pt", 2, slice(40, 48))
+    code = main(["scan", str(folder), "--json", "-o", str(tmp_path / "scan.jsonl")])
+    assert (code, json.loads(capsys.readouterr().out)["verdict"]) == (EXIT_FAIL, "fail")
+    monkeypatch.setattr(analysis_report, "MAX_ANALYSED_FILES", 1)
+    res = analyse([str(folder)])
+    assert res.skipped == 1 and [f.rel for f in res.files] == ["ds/a.pt"] and res.files[0].outcome != "fail"
+    assert (res.scan.verdict.value, res.verdict.value, res.exit_code(), res.overall) == ("fail", "fail", 1, "fail")
+    assert _report_everywhere([str(folder)], {}, [], tmp_path, capsys, browser=[None]) == ("fail", EXIT_FAIL)
+    assert "dataset scan of 2 files: fail" in Report.of(res).context["verdicts"]["sentence"]

@@ -285,14 +285,16 @@ class ReportResult:
 
     @property
     def overall(self) -> str:
-        """The worst outcome word anywhere (files, slots, the audit's verdict and findings, the probe's verdict), so a
-        single fail is never under a green header."""
+        """The worst outcome word anywhere (files, slots, the audit's verdict and findings, the probe's and the scan's
+        verdicts), so a single fail is never under a green header."""
         words = [f.outcome for f in self.files] + [s.outcome for s in self.slots]
         if self.audit is not None:
             words += [self.audit.outcome.value] + [x.severity.value for x in self.audit.findings
                                                    if x.severity is not Severity.INFO]
         if self.probe is not None:
             words.append(self.probe.verdict.value)
+        if self.scan is not None:
+            words.append(self.scan.verdict.value)
         return worst_outcome(words)
 
     @property
@@ -310,6 +312,8 @@ class ReportResult:
             out.append(self.audit.outcome)
         if self.probe is not None:  # the probe's verdict as `hsf probe` exits on it
             out.append(self.probe.verdict)
+        if self.scan is not None:  # the dataset scan's, as `hsf scan` exits on it (files beyond the cap included)
+            out.append(self.scan.verdict)
         return out
 
     def exit_code(self, fail_on: str = "fail", decided_only: bool = False) -> int:
@@ -324,7 +328,8 @@ class ReportResult:
 
     @property
     def verdict(self) -> Verdict:
-        """pass / fail / cannot tell over every file, slot, the audit and the probe (an unreadable file is a fail)."""
+        """pass / fail / cannot tell over every file, slot, the audit, the probe and the scan (an unreadable file is a
+        fail)."""
         return self.decide()
 
     def to_dict(self, fail_on: str = "fail") -> dict:
@@ -483,7 +488,7 @@ def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,
             errors.append(ReportError("draft probe", error_text(e)))
     if (scan is True or (scan is None and skipped)) and paths:
         try:
-            scan_res = run_scan(paths if len(paths) > 1 else paths[0], progress=False)
+            scan_res = run_scan(paths if len(paths) > 1 else paths[0], progress=False, layers=layers)
         except ForensicsError as e:
             errors.append(ReportError("scan", error_text(e)))
     elif scan not in (None, False):

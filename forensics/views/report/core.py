@@ -76,6 +76,10 @@ class Report:
         """``pass`` / ``fail`` / ``cannot tell`` over what was read (:meth:`ReportResult.decide`)."""
         return self.result.decide(fail_on).value
 
+    def to_dict(self, fail_on: str = "fail") -> dict:
+        """The decision as ``hsf report --json`` gives it (:meth:`ReportResult.to_dict`)."""
+        return self.result.to_dict(fail_on)
+
     @property
     def html(self) -> str:
         return render(self.context, command=self.command())

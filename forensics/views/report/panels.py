@@ -261,7 +261,7 @@ def build_checks(files: list[FileReport], audit_res, scan_res) -> dict:
     for f in files:
         groups.append(_group(f.rel, _file_checks(f), "checks-" + _anchor(f.rel)))
     if scan_res is not None:
-        rows = [_row(a.file, str(a.kind), a.message, "—", "warn") for a in scan_res.anomalies]
+        rows = [_row(a.file, str(a.kind), a.message, "—", a.severity) for a in scan_res.anomalies]
         groups.append(_group("dataset scan", rows, "checks-scan"))
     counts = {k: sum(g["counts"][k] for g in groups) for k in OUTCOMES}
     for g in groups:  # folded unless something in it needs a look; the summary line carries the counts

@@ -123,11 +123,24 @@ def build_verdicts(res: ReportResult) -> dict:
     hidden = len(rows) - len(shown)
     audit = _audit_summary(res.audit)
     probe = _probe_summary(res.probe)
+    scan = _scan_summary(res.scan)
     counts, overall = res.counts, res.overall  # decided in forensics.analysis.report, read here
     return {"rows": [r for r in rows if r in shown], "hidden": hidden, "counts": counts, "audit": audit,
             "probe": probe, "overall": overall, "nfiles": len(rows),
-            "headline": _headline(rows, counts, audit, overall),
-            "sentence": _sentence(rows, counts, audit, probe, overall)}
+            "headline": _headline(rows, counts, audit, overall, scan),
+            "sentence": _sentence(rows, counts, audit, probe, overall, scan)}
+
+
+def _scan_summary(scan_res: Any) -> dict | None:
+    """The dataset scan's verdict and its headline (``forensics.views.scan``), when it does not pass."""
+    if scan_res is None or scan_res.verdict.value == "pass":
+        return None
+    s = scan_res.summary
+    counts = ", ".join(f"{k}×{v}" for k, v in (s.get("anomaly_counts") or {}).items()) or "none"
+    wide = ", ".join(str(d["kind"]) for d in s.get("dataset_findings") or [])
+    return {"verdict": scan_res.verdict.value,
+            "says": f"dataset scan of {s.get('files')} files: {scan_res.verdict.value} (anomalies: {counts}"
+                    + (f"; dataset-wide: {wide}" if wide else "") + ")"}
 
 
 def _audit_summary(audit_res: Any) -> dict | None:
@@ -145,7 +158,8 @@ def _audit_summary(audit_res: Any) -> dict | None:
             "problems": problems}
 
 
-def _sentence(rows: list[dict], counts: dict, audit: dict | None, probe: dict | None, overall: str) -> str:
+def _sentence(rows: list[dict], counts: dict, audit: dict | None, probe: dict | None, overall: str,
+              scan: dict | None = None) -> str:
     """The one sentence under the title, in the header's colour: what failed, else what is not settled, else that
     every claim holds."""
     bad = [r for r in rows if r["error"]]
@@ -168,6 +182,8 @@ def _sentence(rows: list[dict], counts: dict, audit: dict | None, probe: dict | 
         fails.append(f"{len(bad)} unreadable input(s)")
     if probe is not None and probe["verdict"] != "pass":
         (fails if probe["verdict"] == "fail" else open_).append(probe["says"])
+    if scan is not None and scan["verdict"] == "fail":
+        fails.append(scan["says"])
     if counts.get("cannot tell"):
         open_.append(f"{counts['cannot tell']} slot(s) claimed but not proven (settle with --model or a ladder "
                      "capture of the same text)")
@@ -175,6 +191,8 @@ def _sentence(rows: list[dict], counts: dict, audit: dict | None, probe: dict | 
         open_.append(f"{counts['warn']} slot(s) with a finding")
     if overall == "fail" and not fails:  # a fail finding on no slot: the header's word, and where it is
         fails.append("findings in " + _short([r["file"] for r in rows if r["verdict"] == "fail"], 3))
+    if scan is not None and scan["verdict"] == "cannot tell" and not open_:  # the scan alone leaves it open
+        open_.append(scan["says"])
     if fails:
         return "FAIL: " + "; ".join(fails) + "."
     word = {"cannot tell": "CANNOT TELL", "warn": "WARN"}.get(overall)
@@ -186,7 +204,7 @@ def _sentence(rows: list[dict], counts: dict, audit: dict | None, probe: dict | 
         f"NO CLAIM: {n} file(s) declare no slot identity; roles and depth order are listed{tail}."
 
 
-def _headline(rows: list[dict], counts: dict, audit: dict | None, overall: str) -> list[str]:
+def _headline(rows: list[dict], counts: dict, audit: dict | None, overall: str, scan: dict | None = None) -> list[str]:
     """The sentences a reviewer reads first, worst verdict first: what failed, what cannot be told, what passed."""
     out = []
     bad = [r for r in rows if r["error"]]
@@ -203,6 +221,8 @@ def _headline(rows: list[dict], counts: dict, audit: dict | None, overall: str) 
                    + (f" {first['kind']}: {first['message']}" if first else ""))
     if bad:
         out.append(f"{len(bad)} input(s) could not be read: {_short([r['file'] for r in bad], 4)}.")
+    if scan is not None:
+        out.append(scan["says"][0].upper() + scan["says"][1:] + ".")
     if audit is not None and audit["wiring"] == "cannot-tell":
         out.append(f"Wiring audit: cannot tell ({audit['reason']}).")
     if counts["cannot tell"]:
