@@ -1,7 +1,9 @@
 """Safe, lazy low-level reading shared by the format readers.
 
 Every ``torch.load`` here uses ``weights_only=True`` (a pickle that would run code is refused before
-anything runs) and ``mmap=True`` when the file is a zip-format checkpoint on disk. Files are only ever
+anything runs) and ``mmap=True`` when the file is a zip-format checkpoint on disk; ``.npy`` arrays are mapped
+too. A mapped file that another process truncates while it is read is one "changed size while being read"
+error, not a SIGBUS (:mod:`forensics.io.sigbus`, installed before the first mapping). Files are only ever
 opened read-only.
 """
 
@@ -24,6 +26,7 @@ from forensics.io.safetensors import (  # noqa: F401 - the one safetensors reade
     upcast_fp8,
 )
 from forensics.io.safetensors import TORCH_DTYPES as SAFETENSORS_DTYPES  # noqa: F401
+from forensics.io.sigbus import install as install_sigbus_guard
 
 ZIP_MAGIC = b"PK\x03\x04"
 GZIP_MAGIC = b"\x1f\x8b"
@@ -175,6 +178,7 @@ def torch_load(path: str, kind: str | None = None) -> Any:
             with open(src, "rb") as f:
                 return torch.load(f, map_location="cpu", weights_only=True)
         if kind == "zip":
+            install_sigbus_guard()  # a file truncated while its mapping is read: an error, not a SIGBUS
             return torch.load(src, map_location="cpu", weights_only=True, mmap=True)
         if kind == "pickle":
             return torch.load(src, map_location="cpu", weights_only=True)
@@ -243,6 +247,7 @@ def numpy_load(path: str, kind: str) -> Any:
 
     try:
         if kind == "npy":
+            install_sigbus_guard()
             return np.load(os_path(path), allow_pickle=False, mmap_mode="r")
         limit = max(GZIP_MIN_LIMIT_BYTES, GZIP_MAX_RATIO * os.path.getsize(path))
         with zipfile.ZipFile(os_path(path)) as z:
