@@ -203,12 +203,20 @@ FLOAT_DTYPES = ("torch.bfloat16", "torch.float16", "torch.float32", "torch.float
 
 
 def load_json(path: str, what: str = "JSON file") -> Any:
-    """A JSON file parsed, at most ``MAX_JSON_BYTES``; any failure is a one-line ForensicsError naming it."""
+    """A JSON file parsed, at most ``MAX_JSON_BYTES``; any failure is a one-line ForensicsError naming it. Only
+    a regular file is read (a FIFO named like a config would block the first read forever)."""
+    from forensics.io.safetensors import open_regular
+
+    fd = open_regular(path)
     try:
-        with open(path, "rb") as f:
+        with os.fdopen(fd, "rb") as f:
+            fd = -1
             data = f.read(MAX_JSON_BYTES + 1)
     except OSError as e:
-        raise ForensicsError(f"cannot open {what}: {e.strerror}", path=path) from None
+        raise ForensicsError(f"cannot read {what}: {e.strerror}", path=path) from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
     if len(data) > MAX_JSON_BYTES:
         raise ForensicsError(f"{what} is larger than {MAX_JSON_BYTES} bytes; not a config", path=path)
     return parse_json(data, path, what)
@@ -270,5 +278,7 @@ def load_json_rows(path: str) -> Any:
     if os.path.getsize(path) > MAX_JSON_ROWS_BYTES:
         raise ForensicsError(f"JSON file larger than {MAX_JSON_ROWS_BYTES} bytes; save large captures as .pt or "
                              ".safetensors", path=path)
-    with open(path, "rb") as f:
-        return parse_json(f.read(), path, "JSON file")
+    from forensics.io.safetensors import open_regular
+
+    with os.fdopen(open_regular(path), "rb") as f:
+        return parse_json(f.read(MAX_JSON_ROWS_BYTES + 1), path, "JSON file")
