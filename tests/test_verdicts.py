@@ -44,7 +44,7 @@ def test_seed_claim_is_fail_in_fingerprint(sample_data, capsys, i):
     assert main(["fingerprint", path, "--layers", SEED_CLAIM, "--json"]) == 1
     f = json.loads(capsys.readouterr().out)["files"][0]
     s = _shifted(f["findings"])
-    assert s["severity"] == "fail" and s["evidence"]["corrected"] == TRUTH and "seed" in s["message"]
+    assert s["severity"] == "fail" and s["evidence"]["corrected"] == TRUTH and "Kimi-K2.5 EAGLE-3 incident" in s["message"]
     assert f["verdict"] == "fail" and f["slots"][0]["verdict"] == "fail"
     # never the claimed label where the evidence contradicts it: slot 0 is the embedding, not L3
     assert f["slots"][0]["label"] == "embed"
@@ -94,7 +94,7 @@ def test_seed_wiring_is_fail_in_audit(sample_data, tmp_path, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert code == 1 and doc["wiring"] == "mismatch"
     s = _shifted(doc["findings"])
-    assert s["severity"] == "fail" and s["evidence"]["served"] == [3, 16, 28] and "seed" in s["message"]
+    assert s["severity"] == "fail" and s["evidence"]["served"] == [3, 16, 28] and "Kimi-K2.5 EAGLE-3 incident" in s["message"]
     # data-only: slice 0 (embed) is measured, slices 1–2 are only declared: no fix list rests on them
     assert [sl["ok"] for sl in doc["slices"]] == [False, None, None]
     assert doc["fix"] is None and "--model" in doc["settle"]
@@ -175,8 +175,9 @@ def _cases(sample_data, tmp):
 
 
 def test_every_view_shows_the_same_severity(sample_data, tmp_path, capsys):
+    from forensics.analysis.report import FileReport, ReportResult
     from forensics.analysis.scan.rows import file_row
-    from forensics.views.report.verdicts import FileResult, build_verdicts
+    from forensics.views.report.verdicts import build_verdicts
     from forensics.views.widgets import verdict_html
 
     seen: set[str] = set()
@@ -201,7 +202,8 @@ def test_every_view_shows_the_same_severity(sample_data, tmp_path, capsys):
             assert re.search(rf">{sev}</span></td><td[^>]*>{kind}</td>", html), (name, kind)
             assert re.search(rf">{sev}</span> <b>{kind}</b>", browser), (name, kind)
         # the report's verdict block (what its template renders) and a dataset scan row
-        row = build_verdicts([FileResult(path=path, rel=name, capture=fp.capture, stats=fp.stats, fp=fp)], None)
+        row = build_verdicts(ReportResult(inputs=[path], files=[FileReport(path=path, rel=name, capture=fp.capture,
+                                                                       stats=fp.stats, fingerprint=fp)]))
         assert {(x["kind"], x["severity"]) for x in row["rows"][0]["findings"]} == want, name
         scan_row = file_row(path, 0, 0, use_fingerprint=True, budget=None, layers=layers)
         assert {(x["kind"], x["severity"]) for x in scan_row["findings"]} >= want, name
