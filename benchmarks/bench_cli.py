@@ -54,7 +54,7 @@ def commands(out: str) -> dict[str, list[str]]:
 # `hsf ARGS` with the draft probe inside the report timed: wall and CPU (all threads) of probe() to PROBE_OUT
 PROBE_TIMED = """
 import json, sys, time
-import forensics.views.report.core as core
+import forensics.analysis.report as core
 real, spent = core.probe, [0.0, 0.0]
 def probe(*a, **k):
     w, c = time.perf_counter(), time.process_time()

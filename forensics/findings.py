@@ -152,6 +152,13 @@ class FindingKind(StrEnum):
     PROBE_FEW_POSITIONS = "probe_few_positions"
     PROBE_VOCAB_MISMATCH = "probe_vocab_mismatch"
     PROBE_NO_ENGINE_IDS = "probe_no_engine_ids"
+    # ---- stamp / verify (a file against the identity recorded when it was captured) ----
+    STAMP_DRIFT = "stamp_drift"
+    STAMP_SHAPE = "stamp_shape"
+    STAMP_MOVED = "stamp_moved"
+    STAMP_UNREADABLE = "stamp_unreadable"
+    UNSTAMPED = "unstamped"
+    NOT_STAMPED = "not_stamped"
     # ---- a capture finding made on the training data inside the audit (``data_`` + the capture kind) ----
     DATA_NONFINITE = "data_nonfinite"
     DATA_OVERFLOW = "data_overflow"
@@ -271,6 +278,13 @@ _MEANINGS: dict[FindingKind, str] = {
     FindingKind.PROBE_FEW_POSITIONS: "too few positions scored for a stable ranking",
     FindingKind.PROBE_VOCAB_MISMATCH: "the model's vocabulary differs from the draft's target vocabulary",
     FindingKind.PROBE_NO_ENGINE_IDS: "the best wiring cannot be written as engine ids (L unknown or slots without r)",
+    FindingKind.STAMP_DRIFT: "a slot's values no longer match the checksum its stamp recorded (changed, swapped, "
+                             "re-encoded)",
+    FindingKind.STAMP_SHAPE: "the file has another number or shape of slots than its stamp recorded",
+    FindingKind.STAMP_MOVED: "the stamp was made for another file (a copy or a renamed file carries it)",
+    FindingKind.STAMP_UNREADABLE: "the file or its stamp could not be read, so it could not be verified",
+    FindingKind.UNSTAMPED: "the file carries no stamp: there is nothing to verify it against",
+    FindingKind.NOT_STAMPED: "hsf stamp could not stamp the file (it says why); the file was left unchanged",
 }
 
 

@@ -108,7 +108,7 @@ hp.depth_ladder(fp)
 hp.similarity_heatmap(fp)
 
 # %% [markdown]
-# ### The seed's claim: a list shifted by one slot
+# ### The Kimi-K2.5 incident's claim: a list shifted by one slot
 #
 # The same file checked against the list the server was given, `[L3, L16, L28, L30]`: slot 0 is the
 # embedding output (repeated token ids give bit-identical rows), so the claim starts one slot too deep.
@@ -160,8 +160,8 @@ hp.norm_distributions(fp_shuffled)
 # ## 5. SYNTHETIC: a Kimi-shaped sample
 #
 # > **This section uses synthetic data**, generated here in the notebook. It is *not* a Kimi capture.
-# > Its per-token norm statistics are tuned to the four tensors of the seed case
-# > (fingerprint-signals.md §1: embed 1.04 ± 0.22; L3 37.2 ± 92.0 with token 0 at 3321; L31 174.4 ± 99.4
+# > Its per-token norm statistics are tuned to the four tensors of the Kimi-K2.5 incident
+# > (the per-token norms printed in that incident: embed 1.04 ± 0.22; L3 37.2 ± 92.0 with token 0 at 3321; L31 174.4 ± 99.4
 # > with token 0 at 2599; L59 111.3 ± 7.9 with token 0 at 61.5), made by `forensics.io.synth.kimi_like`
 # > with Kimi's 1281 tokens but a hidden size of 1024 instead of 7168, so the notebook stays fast.
 #
@@ -182,7 +182,7 @@ for s in fp_kimi.stats.slots:
           f"token 0 {s.first:.1f}")
 
 # %% [markdown]
-# The seed's own claim on it, `[L3, L31, L59, L61]` (what the server was given), is the same shift:
+# The incident's own claim on it, `[L3, L31, L59, L61]` (what the server was given), is the same shift:
 
 # %%
 fp_kimi_claim = forensics.fingerprint(synthetic, layers=[3, 31, 59, 61], num_layers=61)

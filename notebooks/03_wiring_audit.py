@@ -119,7 +119,7 @@ for engine, version in (("vllm", None), ("sglang", "pre-25454")):
     print(f"{engine}: {results[engine]}")
 
 # %% [markdown]
-# SGLang adds 1 to the ids and serves `[L3, L16, L28]` to a draft trained on `[embed, L3, L16]`: the seed's
+# SGLang adds 1 to the ids and serves `[L3, L16, L28]` to a draft trained on `[embed, L3, L16]`: the Kimi-K2.5 incident's
 # bug, a list shifted by one slot, reported as its own `shifted` finding (FAIL). From the data alone only
 # slice 0 is certain (the embedding is measured; L3 and L16 are what the sidecar declares), so the audit
 # gives no id list that would rest on them: it says what settles them. With `model="default"` (the packaged
@@ -165,7 +165,7 @@ hp.audit_slices(fixed, title="SmolLM2 draft with the fixed ids, vLLM")
 # apart). `forensics.probe` drafts greedy chains of 3 tokens under candidate wirings, as EAGLE-3 serves them
 # (step 0 from the target's states, steps 1-2 from the draft's own output), accepts each token while it equals
 # the next token, and ranks the wirings by mean acceptance length, next to a one-token-shift and a random-wiring
-# control (greyed); the wiring it was trained on should win clearly. This is the seed's decisive
+# control (greyed); the wiring it was trained on should win clearly. This is the Kimi-K2.5 incident's decisive
 # experiment as a function (on Kimi-K2.5: 76.9 % fed `cat([embed, L3, L31])` vs 34.1 % fed
 # `cat([L3, L31, L59])`).
 

@@ -3,16 +3,22 @@
 Every command's JSON has a top-level ``verdict`` in one vocabulary (pass / fail / cannot tell), the result's
 ``.verdict``. For the wiring audit: the CLI exit code, the JSON's ``verdict`` (``wiring`` keeps the audit's own
 words match / mismatch / cannot-tell), the CLI headline, ``_repr_html_``'s badge, and the report built on the
-same inputs (its exit code, its ``verdict()`` and its audit section). For the fingerprint (a clean capture with
-the model, a shifted layer list, a zero block of rows, an undecided claim) the same, plus ``hsf inspect`` /
-``hsf scan`` on the row-corrupted file. Real SmolLM2 states, r known from how
+same inputs. For the fingerprint (a clean capture with the model, a shifted layer list, a zero block of rows, an
+undecided claim) the same, plus ``hsf inspect`` / ``hsf scan`` on the row-corrupted file. For the draft probe (one
+file: too few positions to rank the wirings) ``hsf probe`` and the report. Real SmolLM2 states, r known from how
 they were captured (``sample_data/README.md``): the training data is ``[0, 3, 16, 30]`` of the ladder text without
-a sidecar. The row-corruption and probe cases are added by their owners.
+a sidecar (with one declaring those r for the probe, which needs the embedding slot named).
+
+The report states its verdict five ways, each checked against the single command's: ``ReportResult.verdict`` and
+``.exit_code()``, the HTML header (the sentence's first word and colour), ``hsf report --json``'s ``verdict`` and
+exit code, and the static sample browser's per-file colour (each file's fingerprint verdict).
 """
 
 from __future__ import annotations
 
+import html as html_lib
 import json
+import re
 
 import pytest
 import torch
@@ -21,13 +27,37 @@ from test_draft_config import make_draft, speculators_config
 
 from forensics import fingerprint, load
 from forensics.analysis.audit.core import audit
+from forensics.analysis.report import report as analyse
 from forensics.cli import main
 from forensics.findings import EXIT_CANNOT_TELL, EXIT_FAIL, EXIT_OK
 from forensics.views.audit import HEAD
-from forensics.views.report.core import report
+from forensics.views.report.core import Report
 
 SHARED = 24  # tokens the two chat samples share (the system prompt): "other text" starts after them
 EXIT = {"pass": EXIT_OK, "fail": EXIT_FAIL, "cannot tell": EXIT_CANNOT_TELL}
+# the report header's first word → the verdict it states (warn contradicts no claim: it is a pass for the exit code)
+HEADER = {"FAIL": "fail", "CANNOT TELL": "cannot tell", "WARN": "pass", "PASS": "pass", "NO CLAIM": "pass"}
+
+
+def _report_everywhere(paths: list[str], kw: dict, flags: list[str], tmp, capsys,
+                       browser: list | None = None) -> tuple[str, int]:
+    """The report's verdict as ``ReportResult``, its exit code, the HTML header, ``hsf report --json`` and the static
+    sample browser state it; asserts they agree and returns (verdict, exit code)."""
+    res = analyse(paths, **kw)
+    v, code = res.verdict.value, res.exit_code()
+    assert code == EXIT[v] and res.decide().value == v
+    page = Report.of(res).html
+    m = re.search(r'<p class="sentence s-([a-z-]+)" id="verdict-sentence">([A-Z ]+):', page)
+    assert m and HEADER[m.group(2)] == v, (m and m.groups(), v)
+    assert m.group(1) == res.overall.replace(" ", "-") and HEADER.get(res.overall.upper(), "pass") == v
+    assert re.search(rf'<div class="headline v-{m.group(1)}"><p>{m.group(2)}:', page)
+    rc = main(["report", *paths, *flags, "-o", str(tmp / "report.html"), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert (rc, doc["verdict"], doc["overall"]) == (code, v, res.overall)
+    state = re.search(r'<div class="hsf-explore-static" data-state="([^"]*)"', page)
+    files = json.loads(html_lib.unescape(state.group(1)))["files"]
+    assert [f["verdict"] for f in files] == (browser if browser is not None else [v] * len(files))
+    return v, code
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +89,7 @@ def inputs(sample_data, tmp_path_factory):
 
 @pytest.mark.parametrize(("case", "decision", "words"), [
     ("clean", "pass", "match"), ("shifted", "fail", "mismatch"), ("cannot_tell", "cannot tell", "cannot-tell")])
-def test_audit_says_one_verdict_everywhere(inputs, case, decision, words, capsys):
+def test_audit_says_one_verdict_everywhere(inputs, case, decision, words, tmp_path, capsys):
     args = ["--data", inputs["train"], "--draft", inputs["draft"], "--engine", "vllm", "--target-config",
             inputs["target"], "--served", inputs[case]]
     res = audit(data=inputs["train"], draft=inputs["draft"], engine="vllm", target_config=inputs["target"],
@@ -71,10 +101,12 @@ def test_audit_says_one_verdict_everywhere(inputs, case, decision, words, capsys
     assert (code, doc["verdict"], doc["wiring"]) == (EXIT[decision], decision, words)
     assert main(["audit", *args]) == code
     assert capsys.readouterr().out.startswith(f"hsf audit: {decision.upper()} (wiring {HEAD[words]}):")
-    rep = report([inputs["train"]], draft=inputs["draft"], engine="vllm", target_config=inputs["target"],
-                 served=inputs[case])
+    kw = {"draft": inputs["draft"], "engine": "vllm", "target_config": inputs["target"], "served": inputs[case]}
+    # the training file declares no slot: its browser colour is "no claim"; the report's verdict is the audit's
+    assert _report_everywhere([inputs["train"]], kw, args[2:], tmp_path, capsys, browser=[None]) == \
+        (decision, EXIT[decision])
+    rep = Report.of(analyse([inputs["train"]], **kw))
     assert rep.context["audit_verdict"] == words and rep.context["verdicts"]["audit"]["wiring"] == words
-    assert (rep.exit_code(), rep.verdict()) == (EXIT[decision], decision)
 
 
 def _zero_block(src: str, dst, slot: int, rows: slice) -> str:
@@ -85,7 +117,7 @@ def _zero_block(src: str, dst, slot: int, rows: slice) -> str:
     return str(dst)
 
 
-def _fingerprint_everywhere(path: str, layers: str | None, model: str | None, capsys) -> tuple[str, int]:
+def _fingerprint_everywhere(path: str, layers: str | None, model: str | None, tmp, capsys) -> tuple[str, int]:
     """The verdict and exit code of one capture as the library, ``_repr_html_``, the CLI (JSON and text) and the
     report state them; asserts they agree and returns them."""
     flags = (["--layers", layers] if layers else []) + (["--model", model] if model else [])
@@ -97,8 +129,8 @@ def _fingerprint_everywhere(path: str, layers: str | None, model: str | None, ca
     assert (doc["verdict"], doc["files"][0]["verdict"], code) == (v, v, EXIT[v])
     assert main(["fingerprint", path, *flags]) == code
     assert capsys.readouterr().out.startswith(v.upper())
-    rep = report([path], layers=[int(x) for x in layers.split(",")] if layers else None, model=model)
-    assert (rep.verdict(), rep.exit_code()) == (v, code)
+    kw = {"layers": [int(x) for x in layers.split(",")] if layers else None, "model": model}
+    assert _report_everywhere([path], kw, flags, tmp, capsys, browser=[v]) == (v, code)
     return v, code
 
 
@@ -109,7 +141,7 @@ def _fingerprint_everywhere(path: str, layers: str | None, model: str | None, ca
 def test_fingerprint_says_one_verdict_everywhere(inputs, tmp_path, case, layers, want, capsys):
     path = inputs["train"] if case != "zero_rows" else _zero_block(inputs["train"], tmp_path / "z.pt", 2,
                                                                     slice(40, 48))
-    assert _fingerprint_everywhere(path, layers, None, capsys) == (want, EXIT[want])
+    assert _fingerprint_everywhere(path, layers, None, tmp_path, capsys) == (want, EXIT[want])
     if case == "zero_rows":
         fp = fingerprint(path, layers=[0, 3, 16, 30])
         assert [(f.kind, f.slots) for f in fp.findings if f.kind == "zero_rows"] == [("zero_rows", [2])]
@@ -127,7 +159,73 @@ def test_fingerprint_says_one_verdict_everywhere(inputs, tmp_path, case, layers,
 
 
 @pytest.mark.model
-def test_fingerprint_clean_with_the_model_passes_everywhere(sample_data, capsys):
+def test_fingerprint_clean_with_the_model_passes_everywhere(sample_data, tmp_path, capsys):
     # sample_data/speculators_v1 declares r = [0, 3, 16, 28] in its sidecar, as captured: exact mode proves it
     path = str(sample_data / "speculators_v1" / "data_0.pt")
-    assert _fingerprint_everywhere(path, None, "default", capsys) == ("pass", EXIT_OK)
+    assert _fingerprint_everywhere(path, None, "default", tmp_path, capsys) == ("pass", EXIT_OK)
+
+
+def test_a_cannot_tell_probe_says_one_verdict_everywhere(inputs, sample_data, tmp_path, capsys):
+    """One training file is too few positions to rank the committed draft's wirings: ``hsf probe`` says CANNOT
+    TELL (exit 3, headline, JSON); the report built with the same draft (its audit matched by the served capture)
+    says CANNOT TELL in every form, its probe panel too."""
+    draft = sample_data / "draft_eagle3"
+    if not (draft / "model.safetensors").is_file():
+        pytest.skip("sample_data/draft_eagle3 is not in this checkout")
+    folder = tmp_path / "declared"
+    folder.mkdir()
+    (folder / "data_0.pt").write_bytes(open(inputs["train"], "rb").read())
+    (folder / "capture.json").write_text(json.dumps({  # the r it was captured at: the probe needs the embedding named
+        "tool": "hsf capture", "num_layers": 30, "hidden_size": 576, "r": [0, 3, 16, 30], "format": "speculators-v1",
+        "tokenizer": str(sample_data / "tokenizer"), "samples": [{"file": "data_0.pt"}]}))
+    data = str(folder / "data_0.pt")
+    from forensics.analysis.probe import probe
+
+    res = probe(str(draft), data)
+    assert res.verdict.value == "cannot tell"
+    code = main(["probe", "--draft", str(draft), "--data", data, "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert (code, doc["verdict"]) == (EXIT_CANNOT_TELL, "cannot tell")
+    assert main(["probe", "--draft", str(draft), "--data", data]) == code
+    assert capsys.readouterr().out.startswith("probe: CANNOT TELL")
+    kw = {"draft": str(draft), "engine": "vllm", "target_config": inputs["target"], "served": inputs["clean"]}
+    flags = ["--draft", str(draft), "--engine", "vllm", "--target-config", inputs["target"],
+             "--served", inputs["clean"]]
+    assert _report_everywhere([data], kw, flags, tmp_path, capsys, browser=["cannot tell"]) == \
+        ("cannot tell", EXIT_CANNOT_TELL)
+    rep = Report.of(analyse([data], **kw))
+    assert rep.result.probe.verdict.value == rep.context["verdicts"]["probe"]["verdict"] == "cannot tell"
+    assert rep.result.audit.wiring != "mismatch" and not any(f.is_fail for f in rep.result.findings)
+
+
+def test_an_unreadable_input_is_a_fail_everywhere_and_exit_2(inputs, tmp_path, capsys):
+    """A report over a good and a corrupt file: the header says FAIL (the file counts as a fail), so do the result's
+    verdict and the JSON's; the exit code is 2 (an input was not read), never a PASS beside a red header."""
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"not a torch file")
+    res = analyse([inputs["train"], str(bad)])
+    assert (res.verdict.value, res.exit_code(), res.counts["fail"], res.overall) == ("fail", 2, 1, "fail")
+    page = Report.of(res).html
+    assert 'id="verdict-sentence">FAIL: 1 unreadable input(s).' in page
+    code = main(["report", inputs["train"], str(bad), "-o", str(tmp_path / "r.html"), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert (code, doc["verdict"], doc["unreadable"]) == (2, "fail", 1)
+
+
+def test_a_file_only_the_scan_reads_decides_the_report(inputs, tmp_path, monkeypatch, capsys):
+    """Beyond the report's per-file cap the dataset scan is the only reader of a file: its zero block of rows
+    (a lost write) makes the report FAIL in every form, as ``hsf scan`` of the folder does."""
+    import forensics.analysis.report as analysis_report
+
+    folder = tmp_path / "ds"
+    folder.mkdir()
+    (folder / "a.pt").write_bytes(open(inputs["train"], "rb").read())
+    _zero_block(inputs["train"], folder / "b.pt", 2, slice(40, 48))
+    code = main(["scan", str(folder), "--json", "-o", str(tmp_path / "scan.jsonl")])
+    assert (code, json.loads(capsys.readouterr().out)["verdict"]) == (EXIT_FAIL, "fail")
+    monkeypatch.setattr(analysis_report, "MAX_ANALYSED_FILES", 1)
+    res = analyse([str(folder)])
+    assert res.skipped == 1 and [f.rel for f in res.files] == ["ds/a.pt"] and res.files[0].outcome != "fail"
+    assert (res.scan.verdict.value, res.verdict.value, res.exit_code(), res.overall) == ("fail", "fail", 1, "fail")
+    assert _report_everywhere([str(folder)], {}, [], tmp_path, capsys, browser=[None]) == ("fail", EXIT_FAIL)
+    assert "dataset scan of 2 files: fail" in Report.of(res).context["verdicts"]["sentence"]

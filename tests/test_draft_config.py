@@ -161,3 +161,22 @@ def test_bad_inputs_are_forensics_errors(tmp_path):
     (tmp_path / "t" / "model.safetensors").write_bytes(struct.pack("<Q", 400) + b"{" + b" " * 20)
     with pytest.raises(ForensicsError, match="corrupt safetensors"):
         read_draft(tmp_path / "t")
+
+
+@pytest.mark.parametrize("field, raw, says", [
+    ("num_hidden_layers", "NaN", "num_hidden_layers = nan is not a whole number"),
+    ("num_hidden_layers", "1e9", "num_hidden_layers = 1000000000 is not plausible"),
+    ("hidden_size", "Infinity", "hidden_size = inf is not a whole number"),
+    ("draft_vocab_size", "1e30", "draft_vocab_size = 1000000000000000019884624838656 is not plausible"),
+    ("draft_vocab_size", "2.5", "draft_vocab_size = 2.5 is not a whole number"),
+])
+def test_a_hostile_size_in_a_draft_config_is_one_line_naming_the_field(tmp_path, field, raw, says):
+    """NaN made int() raise a traceback; 1e9 draft layers sized a default id list by it. Now: one line, the file."""
+    (tmp_path / "config.json").write_text('{"architectures": ["LlamaForCausalLMEagle3"], '
+                                          f'"eagle_aux_hidden_state_layer_ids": [2, 16, 29], "{field}": {raw}}}')
+    with pytest.raises(ForensicsError, match=says) as e:
+        read_draft(tmp_path)
+    assert str(tmp_path / "config.json") in str(e.value) and "\n" not in str(e.value)
+    (tmp_path / "config.json").write_text('{"architectures": ["LlamaForCausalLMEagle3"], '
+                                          f'"eagle_aux_hidden_state_layer_ids": [2, 16, 29], "{field}": 32}}')
+    assert read_draft(tmp_path).config[field] == 32  # a plausible whole number is read as before

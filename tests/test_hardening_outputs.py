@@ -671,7 +671,7 @@ def test_a_resumed_jsonl_scan_leaves_one_row_per_file(tmp_path, capsys):
 
 # ------------------------------------------------------------------------- N6 token text, capture prefix
 def test_report_token_text_is_cut(monkeypatch):
-    from forensics.views.report import verdicts
+    from forensics.analysis import report as verdicts  # where the report reads token text
 
     class Tok:
         def __len__(self):

@@ -115,3 +115,28 @@ def test_console_script_multiple_paths(sample_data):
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert [e["format"] for e in doc["files"]] == ["speculators-v1", "speculators"]
+
+
+def test_ids_let_inspect_place_the_rows_of_a_capture_saved_without_them(sample_data, tmp_path, capsys):
+    """Real SmolLM2 states saved as a bare list of [T, H] tensors whose tail was cut (T - 5 rows for T ids): without
+    the ids nothing says so; ``--ids`` gives the row checks the token count, so ``row_count`` names both counts."""
+    from safetensors.torch import load_file
+
+    t = load_file(str(sample_data / "ladder" / "capture_0.safetensors"))
+    ids = t["input_ids"].reshape(-1)
+    T = ids.numel()
+    torch.save([t[k][: T - 5].clone() for k in ("slot_0.embed", "slot_3.L3", "slot_16.L16")], tmp_path / "cut.pt")
+    (tmp_path / "ids.txt").write_text(" ".join(str(int(i)) for i in ids))
+
+    assert hsf_main(["inspect", "--json", str(tmp_path / "cut.pt")]) == 0
+    assert json.loads(capsys.readouterr().out)["files"][0]["findings"] == []
+    assert hsf_main(["inspect", "--json", str(tmp_path / "cut.pt"), "--ids", str(tmp_path / "ids.txt")]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    kinds = {f["kind"]: f for f in doc["files"][0]["findings"]}
+    assert doc["verdict"] == "fail" and "row_count" in kinds
+    ev = kinds["row_count"]["evidence"]
+    assert (ev.get("rows"), ev.get("tokens")) == (T - 5, T) or str(T - 5) in kinds["row_count"]["message"]
+    # one capture's tokens: several files are refused in one line (exit 2)
+    assert hsf_main(["inspect", str(tmp_path / "cut.pt"), str(tmp_path / "cut.pt"), "--ids",
+                     str(tmp_path / "ids.txt")]) == 2
+    assert "pass exactly one file" in capsys.readouterr().err

@@ -14,6 +14,7 @@ pytest.importorskip("matplotlib")
 import torch  # noqa: E402
 
 import forensics  # noqa: E402
+from forensics.analysis.fingerprint.core import Fingerprint, SlotFingerprint  # noqa: E402
 from forensics.views import plots as hp  # noqa: E402
 
 SAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sample_data")
@@ -49,9 +50,9 @@ def fake_fp(stats):
     rows = [("L16", "middle", 0.6, 15), ("L3", "early", 0.8, 4), ("embed", "embedding", 0.99, 0),
             ("L28", "late", 0.7, 27)]  # deliberately disagrees with the declared order for slots 0–2
     sim = np.array([[0, .3, .4, .5], [.3, 0, .2, .3], [.4, .2, 0, .1], [.5, .3, .1, 0]])
-    return NS(stats=stats, capture=stats.capture, similarity=sim, depth_order=[2, 1, 0, 3], findings=[],
-              slots=[NS(index=i, label=lab, role=role, confidence=c, r_estimate=r, r_exact=None, depth_rank=i)
-                     for i, (lab, role, c, r) in enumerate(rows)])
+    return Fingerprint(stats=stats, capture=stats.capture, similarity=sim, depth_order=[2, 1, 0, 3], findings=[],
+                       slots=[SlotFingerprint(index=i, name=f"s{i}", label=lab, role=role, confidence=c, r_estimate=r,
+                                              depth_rank=i) for i, (lab, role, c, r) in enumerate(rows)])
 
 
 def _coll(fig, gid):
@@ -126,8 +127,9 @@ def test_depth_ladder_places_slots_on_r(fake_fp):
 
 
 def test_depth_ladder_final_post_sits_past_L(stats):
-    fp = NS(stats=stats, capture=stats.capture, similarity=np.zeros((4, 4)), depth_order=[0, 1, 2, 3],
-            slots=[NS(label=None, role="x", confidence=1.0, r_estimate=r, r_exact=r) for r in (0, 3, 16, "final_post")])
+    fp = Fingerprint(stats=stats, capture=stats.capture, similarity=np.zeros((4, 4)), depth_order=[0, 1, 2, 3],
+                     findings=[], slots=[SlotFingerprint(index=i, name=f"s{i}", role="x", confidence=1.0, r_estimate=r,
+                                                         r_exact=r) for i, r in enumerate((0, 3, 16, "final_post"))])
     fig = hp.depth_ladder(fp)
     assert _coll(fig, "ladder-3").get_offsets()[0][0] > 30
     assert "post" in [t.get_text() for t in fig.axes[0].get_xticklabels()]
@@ -178,13 +180,20 @@ def test_real_capture_plots():
 
 
 def test_depth_ladder_relative_when_L_unknown(stats):
-    st = NS(slots=stats.slots, capture=NS(path=stats.capture.path, num_layers=None))
-    for s in st.slots:
+    import copy
+    import dataclasses
+
+    for s in stats.slots:
         assert s.declared_r is not None  # declared r exists but cannot be placed on a 0–1 axis
-    fp = NS(stats=NS(slots=[NS(**{**s.__dict__, "declared_r": None}) for s in st.slots], capture=st.capture),
-            capture=st.capture, num_layers=None, similarity=np.zeros((4, 4)), depth_order=[0, 1, 2, 3],
-            slots=[NS(label=None, role=r, confidence=0.7, r_estimate=f, depth_fraction=f, r_exact=None)
-                   for r, f in (("embedding", 0), ("early", 0.125), ("middle", 0.375), ("late", 0.875))])
+    cap = copy.copy(stats.capture)
+    cap.meta = {k: v for k, v in cap.meta.items() if k != "num_layers"}
+    assert cap.num_layers is None
+    st = dataclasses.replace(stats, capture=cap, slots=[dataclasses.replace(s, declared_r=None) for s in stats.slots])
+    fp = Fingerprint(stats=st, capture=cap, num_layers=None, similarity=np.zeros((4, 4)), depth_order=[0, 1, 2, 3],
+                     findings=[], slots=[SlotFingerprint(index=i, name=f"s{i}", role=r, confidence=0.7, r_estimate=f,
+                                                         depth_fraction=f)
+                                         for i, (r, f) in enumerate((("embedding", 0), ("early", 0.125),
+                                                                     ("middle", 0.375), ("late", 0.875)))])
     fig = hp.depth_ladder(fp)
     assert [_coll(fig, f"ladder-{i}").get_offsets()[0][0] for i in range(4)] == [0, 0.125, 0.375, 0.875]
     assert "relative depth" in fig.axes[0].get_xlabel()

@@ -95,7 +95,7 @@ def test_report_rejects_wrong_options_before_writing(sample_data, tmp_path, caps
 def test_report_errors_reach_the_terminal_and_exit_code(sample_data, tmp_path, capsys, monkeypatch):
     """An analysis that fails inside the report (here: the audit) is said on stderr and exits 2; 'default'
     as --model means the packaged model, as in `hsf fingerprint --model default`."""
-    import forensics.views.report.core as report_mod
+    import forensics.analysis.report as report_mod
     from forensics.cli import main
     from forensics.models.target import default_model_path
 
@@ -104,9 +104,9 @@ def test_report_errors_reach_the_terminal_and_exit_code(sample_data, tmp_path, c
 
     def spy(paths, **kw):
         seen.update(kw)
-        rep = real(paths, **{**kw, "model": None})
-        rep.context["errors"].append({"where": "audit", "message": "boom"})
-        return rep
+        res = real(paths, **{**kw, "model": None})
+        res.errors.append(report_mod.ReportError("audit", "boom"))
+        return res
 
     monkeypatch.setattr(report_mod, "report", spy)
     code = main(["report", str(sample_data / "speculators_v1" / "data_0.pt"), "-o", str(tmp_path / "r.html"),

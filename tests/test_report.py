@@ -322,10 +322,11 @@ def test_audit_verdict_and_fix_in_the_verdict_block(sample_data, tmp_path):
 
 def test_many_files_are_summarised_by_the_scan(tmp_path, monkeypatch):
     """Beyond MAX_ANALYSED_FILES, files are not analysed one by one: the dataset scan summarises them all."""
+    import forensics.analysis.report as analysis_report
     import forensics.views.report.core as rp
 
     data = make_synthetic(tmp_path / "many", n=3)
-    monkeypatch.setattr(rp, "MAX_ANALYSED_FILES", 2)
+    monkeypatch.setattr(analysis_report, "MAX_ANALYSED_FILES", 2)
     rep = rp.report(str(data))
     assert len(rep.context["files"]) == 2 and rep.context["skipped"] == 1
     html = rep.html
@@ -366,3 +367,36 @@ def test_exact_mode_with_the_real_model(sample_data, tmp_path):
     assert [r[5] for r in rows] == ["0 (exact)", "3 (exact)", "16 (exact)", "28 (exact)"]
     assert all(r[7].lower() == "pass" for r in rows)
     assert "ladder_match" in rows[1][8]
+
+
+def test_report_result_is_typed_and_decides_each_slot(sample_data, tmp_path, capsys):
+    """``forensics.analysis.report.report`` returns the decision as data: per slot its outcome and the evidence
+    that decided it (numbers as numbers), the verdict, counts and exit code; ``hsf report --json`` keeps its keys.
+    Truth: data_0.pt holds r = [0, 3, 16, 28] (sample_data/README.md), so the list 3,16,28,final_post is wrong
+    on every slot; data_1.pt's declared truth is proven for the embedding only from data alone."""
+    from forensics.analysis.report import ReportResult, SlotOutcome
+    from forensics.analysis.report import report as analyse
+    from forensics.cli import main
+
+    shifted = analyse([str(sample_data / "speculators_v1" / "data_0.pt")], layers="3,16,28,final_post")
+    assert isinstance(shifted, ReportResult) and all(isinstance(s, SlotOutcome) for s in shifted.slots)
+    assert [s.outcome for s in shifted.slots] == ["fail"] * 4 and [s.label for s in shifted.slots] == \
+        ["embed", "L3", "L16", "L28"]
+    assert {s.deciding.kind for s in shifted.slots} <= {"claim", "finding"}
+    assert "shifted" in {s.deciding.signal for s in shifted.slots}
+    assert (shifted.verdict.value, shifted.exit_code(), shifted.counts["fail"], shifted.overall) == \
+        ("fail", 1, 4, "fail")
+    assert repr(shifted) == "ReportResult(fail: 1 files, 4 fail)" and "<iframe" in shifted._repr_html_()
+
+    truth = analyse([str(sample_data / "speculators_v1" / "data_1.pt")])
+    assert [s.outcome for s in truth.slots] == ["pass", "cannot tell", "cannot tell", "cannot tell"]
+    embed = truth.slots[0].deciding
+    assert (embed.kind, embed.signal) == ("evidence", "dup_rows") and isinstance(embed.value, float)
+    assert (truth.verdict.value, truth.exit_code(), truth.exit_code(decided_only=True)) == ("cannot tell", 3, 3)
+
+    main(["report", str(sample_data / "speculators_v1" / "data_1.pt"), "-o", str(tmp_path / "r.html"), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert list(doc) == ["verdict", "output", "bytes", "files", "unreadable", "verdicts", "overall", "sentence",
+                         "audit", "command"]
+    assert {k: doc[k] for k in ("verdict", "files", "unreadable", "verdicts", "overall", "audit")} == truth.to_dict()
+    assert doc["verdicts"] == {"fail": 0, "cannot tell": 3, "warn": 0, "pass": 1, "info": 0}

@@ -108,6 +108,9 @@ def test_swapped_slots_fail_verify_with_both_slots_named(copy):
     assert drift[1].kind == "swapped" and drift[1].looks_like == 2
     assert drift[2].kind == "swapped" and drift[2].looks_like == 1
     assert "slot 1 (stamped L15) now holds what slot 2 (stamped L27) held" in out.files[0].message
+    # the result carries the decision as typed findings: one stamp_drift FAIL naming both slots
+    assert [(f.kind, f.severity, f.slots) for f in out.findings] == [("stamp_drift", "fail", [1, 2])]
+    assert out.exit_code() == 1 and out.to_dict()["findings"][0]["evidence"]["file"] == str(path)
 
 
 def test_a_slot_from_another_layer_fails_verify_with_the_slot_named(copy, tmp_path):
@@ -137,6 +140,8 @@ def test_a_slot_from_another_layer_fails_verify_with_the_slot_named(copy, tmp_pa
 def test_unstamped_files_are_cannot_tell(copy):
     out = verify(copy("speculators_v1"))
     assert out.verdict == "cannot tell" and {f.status for f in out.files} == {"unstamped"}
+    # unstamped is nothing to check (INFO), not a failure: the exit code is 3, never 1
+    assert {(f.kind, f.severity) for f in out.findings} == {("unstamped", "info")} and out.exit_code() == 3
 
 
 def test_a_read_only_filesystem_is_refused_before_anything_is_written(copy, monkeypatch):

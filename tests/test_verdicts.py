@@ -175,8 +175,9 @@ def _cases(sample_data, tmp):
 
 
 def test_every_view_shows_the_same_severity(sample_data, tmp_path, capsys):
+    from forensics.analysis.report import FileReport, ReportResult
     from forensics.analysis.scan.rows import file_row
-    from forensics.views.report.verdicts import FileResult, build_verdicts
+    from forensics.views.report.verdicts import build_verdicts
     from forensics.views.widgets import verdict_html
 
     seen: set[str] = set()
@@ -201,7 +202,8 @@ def test_every_view_shows_the_same_severity(sample_data, tmp_path, capsys):
             assert re.search(rf">{sev}</span></td><td[^>]*>{kind}</td>", html), (name, kind)
             assert re.search(rf">{sev}</span> <b>{kind}</b>", browser), (name, kind)
         # the report's verdict block (what its template renders) and a dataset scan row
-        row = build_verdicts([FileResult(path=path, rel=name, capture=fp.capture, stats=fp.stats, fp=fp)], None)
+        row = build_verdicts(ReportResult(inputs=[path], files=[FileReport(path=path, rel=name, capture=fp.capture,
+                                                                       stats=fp.stats, fingerprint=fp)]))
         assert {(x["kind"], x["severity"]) for x in row["rows"][0]["findings"]} == want, name
         scan_row = file_row(path, 0, 0, use_fingerprint=True, budget=None, layers=layers)
         assert {(x["kind"], x["severity"]) for x in scan_row["findings"]} >= want, name

@@ -46,6 +46,7 @@ from forensics.analysis.probe_wirings import (
     variants,
     wiring_label,
 )
+from forensics.display import render
 from forensics.errors import ForensicsError
 from forensics.findings import Finding, FindingKind, Severity, Verdict
 from forensics.io.capture import Capture
@@ -202,20 +203,14 @@ class ProbeResult:
                 "warnings": self.warnings, "notes": self.notes}
 
     def __repr__(self) -> str:
-        from forensics.views.probe import text
-
-        return text(self)
+        return render(self, "text")
 
     def explain(self) -> str:
         """The ranking with the notes behind it (how the declared wiring was read, skipped files)."""
-        from forensics.views.probe import explain
-
-        return explain(self)
+        return render(self, "explain")
 
     def _repr_html_(self) -> str:
-        from forensics.views.probe import html
-
-        return html(self)
+        return render(self, "html")
 
 
 # ------------------------------------------------------------------------------ helpers --

@@ -21,8 +21,9 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from forensics.display import render
 from forensics.errors import ForensicsError
-from forensics.findings import Verdict, exit_code
+from forensics.findings import Finding, FindingKind, Severity, Verdict, exit_code
 from forensics.io import stamp_store as store
 from forensics.io import stamps as st
 from forensics.layers import parse_r, r_label
@@ -72,15 +73,19 @@ class StampResult:
         """PASS when every file was stamped, else FAIL (the unstamped files say why; the command exits 2)."""
         return Verdict.PASS if self.ok else Verdict.FAIL
 
+    @property
+    def findings(self) -> list[Finding]:
+        """One ``not_stamped`` FAIL per file left unstamped (evidence: its path)."""
+        return [Finding(FindingKind.NOT_STAMPED, Severity.FAIL, [], f"{f.path}: {f.error}", {"file": f.path})
+                for f in self.failed]
+
     def to_dict(self) -> dict:
-        return {"verdict": self.verdict.value, "ok": self.ok,
+        return {"verdict": self.verdict.value, "ok": self.ok, "findings": [f.to_dict() for f in self.findings],
                 "files": [f.to_dict() for f in self.files], "convention": self.convention,
                 "producer": self.producer, "model": self.model, "num_layers": self.num_layers}
 
     def __repr__(self) -> str:
-        from forensics.views.stamp import stamp_line
-
-        return stamp_line(self)
+        return render(self, "line")
 
 
 @dataclass
@@ -113,6 +118,11 @@ class FileCheck:
         return d
 
 
+_CHECK_KINDS = {"drifted": FindingKind.STAMP_DRIFT, "changed-shape": FindingKind.STAMP_SHAPE,
+                "moved": FindingKind.STAMP_MOVED, "error": FindingKind.STAMP_UNREADABLE,
+                "unstamped": FindingKind.UNSTAMPED}
+
+
 @dataclass
 class VerifyResult:
     """Per-file checks; ``ok`` when every file is stamped and unchanged."""
@@ -133,18 +143,32 @@ class VerifyResult:
             return Verdict.FAIL
         return Verdict.PASS if self.ok else Verdict.CANNOT_TELL
 
+    @property
+    def findings(self) -> list[Finding]:
+        """One finding per file that is not ``ok``, its kind from the file's status: ``stamp_drift`` (the drifted
+        slots named), ``stamp_shape``, ``stamp_moved``, ``stamp_unreadable`` (FAIL), ``unstamped`` (INFO: nothing to
+        check, so the verdict is CANNOT TELL, not FAIL)."""
+        out = []
+        for f in self.files:
+            kind = _CHECK_KINDS.get(f.status)
+            if kind is None:
+                continue
+            sev = Severity.INFO if kind is FindingKind.UNSTAMPED else Severity.FAIL
+            out.append(Finding(kind, sev, sorted({d.slot for d in f.drift}), f"{f.path}: {f.message}",
+                               {"file": f.path, "status": f.status}))
+        return out
+
     def exit_code(self) -> int:
         """``forensics.findings.exit_code`` of the verdict: 0 pass, 1 fail, 3 cannot tell."""
-        return exit_code([], [self.verdict])
+        return exit_code(self.findings, [self.verdict])
 
     def to_dict(self) -> dict:
-        return {"verdict": self.verdict.value, "files": [f.to_dict() for f in self.files], "seconds": self.seconds,
+        return {"verdict": self.verdict.value, "findings": [f.to_dict() for f in self.findings],
+                "files": [f.to_dict() for f in self.files], "seconds": self.seconds,
                 "bytes_read": self.bytes_read}
 
     def __repr__(self) -> str:
-        from forensics.views.stamp import verify_line
-
-        return verify_line(self)
+        return render(self, "line")
 
 
 def brief(stamp: dict | None) -> dict | None:

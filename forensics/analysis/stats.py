@@ -32,6 +32,7 @@ from forensics.analysis.kernels import (  # noqa: F401 - re-exported: callers im
     robust_summary,
     token_norms,
 )
+from forensics.display import render
 from forensics.errors import ForensicsError
 from forensics.io.capture import Capture, Slot, short_dtype
 from forensics.jsonable import json_safe
@@ -77,9 +78,7 @@ class NormSummary:
         return {k: json_safe(v) for k, v in self.__dict__.items()}
 
     def __repr__(self) -> str:
-        from forensics.views.stats import norm_summary_text
-
-        return norm_summary_text(self)
+        return render(self, "text")
 
 
 
@@ -125,9 +124,7 @@ class SlotStats:
         return sorted({d for t in self.massive_tokens for d in t["dims"]})
 
     def one_line(self) -> str:
-        from forensics.views.stats import slot_line
-
-        return slot_line(self)
+        return render(self, "line")
 
     __repr__ = one_line
 
@@ -143,9 +140,7 @@ class SlotStats:
         return out
 
     def _repr_html_(self) -> str:
-        from forensics.views.stats import slot_html
-
-        return slot_html(self)
+        return render(self, "html")
 
     def to_dict(self) -> dict:
         norm = self.norm.to_dict()
@@ -271,9 +266,7 @@ class CaptureStats:
         return self.capture.path
 
     def __repr__(self) -> str:
-        from forensics.views.stats import text
-
-        return text(self)
+        return render(self, "text")
 
     def to_dict(self) -> dict:
         c = self.capture
@@ -285,14 +278,10 @@ class CaptureStats:
 
     def table(self) -> str:
         """A plain-text table of the slots (what ``hsf inspect`` prints), headed by file, format and layout."""
-        from forensics.views.stats import table
-
-        return table(self)
+        return render(self, "table")
 
     def _repr_html_(self) -> str:
-        from forensics.views.stats import html
-
-        return html(self)
+        return render(self, "html")
 
 
 def summarize(capture: Any, input_ids: Any = None) -> CaptureStats:

@@ -169,7 +169,18 @@ def add_ids_arguments(p) -> None:
 
 
 def ids_of(args) -> Any:
-    """The ``--ids``/``--text`` token ids as a 1-D int64 tensor, or None."""
+    """The ``--ids``/``--text`` token ids as a 1-D int64 tensor, or None; they are one capture's tokens, so the
+    command must name exactly one file (``args.paths``)."""
+    from forensics.errors import ForensicsError
+
+    ids = _ids_of(args)
+    paths = getattr(args, "paths", None)
+    if ids is not None and paths is not None and (len(paths) != 1 or os.path.isdir(paths[0])):
+        raise ForensicsError("--ids/--text give the tokens of one capture file; pass exactly one file", path=paths[0])
+    return ids
+
+
+def _ids_of(args) -> Any:
     from forensics.errors import ForensicsError
 
     if getattr(args, "ids", None):

@@ -9,7 +9,6 @@ Exit codes (``forensics.findings``): 0 no fail, 1 a fail, 2 unreadable file or b
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 
 from forensics.cli._common import (
@@ -75,14 +74,10 @@ def _claims(args, capture):
 
 def run(args) -> int:
     from forensics.analysis.fingerprint.core import fingerprint
-    from forensics.errors import ForensicsError
     from forensics.io.formats import load, split_record
 
     model = target_of(args)  # resolved once; streamed per file when it does not fit --max-memory
-    ids = ids_of(args)
-    if ids is not None and (len(args.paths) != 1 or os.path.isdir(args.paths[0])):
-        raise ForensicsError("--ids/--text give the tokens of one capture file; pass exactly one file",
-                             path=args.paths[0])
+    ids = ids_of(args)  # one file's tokens (refused with several files)
     results = {}
 
     def fp_of(cap) -> dict:

@@ -7,16 +7,19 @@ findings) whose entries are ``CaptureStats.to_dict()``. An unreadable file is re
 on stderr (and as an ``error`` entry in JSON) and makes the exit code 2; NaN/Inf values are findings, not
 errors. Each file's rows are checked (``forensics.analysis.rows``: zero blocks, NaN rows, rows ≠ ids, token
 shifts, foreign rows): the findings are listed under the table and in each JSON entry's ``findings``, and a
-FAIL among them makes the exit code 1.
+FAIL among them makes the exit code 1. ``--ids FILE`` gives the token ids of a capture saved without them (one
+file), so the row checks can place its rows.
 """
 
 from __future__ import annotations
 
-from forensics.cli._common import for_each_file, print_json, verdict_of
+from forensics.cli._common import for_each_file, ids_of, print_json, verdict_of
 
 
 def add_arguments(p) -> None:
     p.add_argument("paths", nargs="+", metavar="PATH", help="capture files or directories (searched recursively)")
+    p.add_argument("--ids", metavar="FILE", help="token ids of a capture saved without them (one file): a .pt/.npy "
+                                                 "tensor or list, or a text file of integers")
 
 
 def run(args) -> int:
@@ -27,9 +30,10 @@ def run(args) -> int:
 
     results = {}
     row_findings: dict[int, list] = {}
+    ids = ids_of(args)
 
     def one(path: str) -> dict:
-        cap = load(path)
+        cap = load(path, input_ids=ids)
         st = summarize(cap)
         entry = st.to_dict()
         # zero blocks, rows ≠ ids, shifts, foreign rows; zero/NaN rows found from the statistics' norms

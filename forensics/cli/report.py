@@ -58,39 +58,38 @@ def check_arguments(args) -> None:
 
 
 def run(args) -> int:
-    from forensics.views.report.core import report
+    from forensics.analysis.report import report
+    from forensics.views.report.core import Report
 
     check_arguments(args)
     con = args.console
     with con.progress("") as step:
-        rep = report(args.paths, layers=args.layers, model=target_of(args), draft=args.draft, engine=args.engine,
+
+        def tick(stage: str, done: int, total: int) -> None:
+            step(stage, done=done, total=total)
+
+        res = report(args.paths, layers=args.layers, model=target_of(args), draft=args.draft, engine=args.engine,
                      engine_version=args.engine_version, trainer=args.trainer, target_config=args.target_config,
-                     served=args.served, scan=True if args.scan else None, title=args.title,
-                     progress=lambda stage, done, total: step(stage, done=done, total=total))
+                     served=args.served, scan=True if args.scan else None, title=args.title, progress=tick)
+        rep = Report.of(res, tick)
         step("writing HTML", done=0, total=None)
         out = rep.save(args.output)
     size = os.path.getsize(out) if args.output != "-" and os.path.isfile(out) else len(rep.html.encode())
-    files = rep.context["files"]
-    unreadable = sum(1 for f in files if f.error)
-    v = rep.context["verdicts"]
-    doc = {"verdict": rep.verdict(args.fail_on), "output": out, "bytes": size, "files": len(files),
-           "unreadable": unreadable,
-           "verdicts": rep.counts, "overall": rep.context["overall"], "sentence": v.get("sentence"),
-           "audit": rep.context.get("audit_verdict"), "command": rep.command()}
-    audit_res = rep.context.get("audit")
-    if audit_res is not None:  # the audit's own decision and fix, as `hsf audit --json` gives them
-        doc["audit_fix"] = audit_res.fix
-        doc["audit_exit_code"] = audit_res.exit_code()
+    decided = res.to_dict(args.fail_on)
+    sentence = rep.context["verdicts"]["sentence"]
+    doc = {"verdict": decided["verdict"], "output": out, "bytes": size, "files": decided["files"],
+           "unreadable": decided["unreadable"], "verdicts": decided["verdicts"], "overall": decided["overall"],
+           "sentence": sentence, "audit": decided["audit"], "command": rep.command(),
+           **{k: decided[k] for k in ("audit_fix", "audit_exit_code") if k in decided}}
     if args.json:
         print_json(doc)
     elif args.output != "-":  # with -o - stdout is the HTML itself
-        c = rep.counts
-        con.text(v.get("sentence") or rep.context["overall"].upper())
-        con.text(f"  {len(files)} files" + (f" ({unreadable} unreadable)" if unreadable else "") +
+        c = res.counts
+        con.text(sentence or res.overall.upper())
+        con.text(f"  {doc['files']} files" + (f" ({doc['unreadable']} unreadable)" if doc["unreadable"] else "") +
                  "; slots: " + ", ".join(f"{c[k]} {k}" for k in ("fail", "cannot tell", "warn", "pass", "info")
                                          if k in c) + (f"; audit: {doc['audit']}" if doc["audit"] else ""))
         con.text(f"report written: {out} ({size / 1e6:.2f} MB)")
-    errors = rep.context.get("errors") or []
-    for e in errors:  # what could not be done is said here too, not only at the bottom of the HTML
-        con.error(f"{e.get('where')}: {e.get('message')}")
-    return rep.exit_code(args.fail_on)
+    for e in res.errors:  # what could not be done is said here too, not only at the bottom of the HTML
+        con.error(f"{e.where}: {e.message}")
+    return res.exit_code(args.fail_on)

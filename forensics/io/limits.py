@@ -34,8 +34,8 @@ def slots_per_file(n: int, path: str | None = None) -> int:
 
 
 def _count(value: Any, what: str, limit: int, path: str | None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ForensicsError(f"{what} {value!r} is not a whole number", path=path)
+    if isinstance(value, bool) or not isinstance(value, int):  # 32.0 too: code that sizes by it needs an int
+        raise ForensicsError(f"{what} {value!r} is not a JSON integer", path=path)
     if not 1 <= value <= limit:
         raise ForensicsError(f"{what} {value} is not plausible (expected 1 to {limit})", path=path)
     return value

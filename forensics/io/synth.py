@@ -164,8 +164,8 @@ def _capture(states: list, ids: torch.Tensor, spec: SynthSpec) -> Capture:
              for i, t in enumerate(states)]
     prov = Provenance(path=f"<synthetic kimi_like seed={spec.seed}>", format=SYNTHETIC,
                       size_bytes=sum(t.numel() * t.element_size() for t in states),
-                      notes=["SYNTHETIC data from forensics.io.synth.kimi_like: shaped like the seed's Kimi-K2.5 "
-                             "capture (norm statistics only); not a model's hidden states"])
+                      notes=["SYNTHETIC data from forensics.io.synth.kimi_like: shaped like the Kimi-K2.5 EAGLE-3 "
+                             "incident's capture (norm statistics only); not a model's hidden states"])
     import hashlib
 
     h = hashlib.sha256()  # a content hash stands in for the file hash (there is no file)

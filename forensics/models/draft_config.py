@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import asdict, dataclass, field
 
@@ -138,7 +139,33 @@ def _style(cfg: dict) -> str:
 
 
 def _int(x) -> int | None:
+    """A size from a draft config (checked by :func:`_check_sizes` first): an int, else None."""
     return int(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
+def _size_limits() -> dict[str, int]:
+    from forensics.io import limits
+
+    return {"hidden_size": limits.MAX_HIDDEN_SIZE, "target_hidden_size": limits.MAX_HIDDEN_SIZE,
+            "num_hidden_layers": limits.MAX_NUM_LAYERS, "num_aux_hidden_states": limits.MAX_SLOTS_PER_FILE,
+            "draft_vocab_size": limits.MAX_VOCAB_SIZE, "vocab_size": limits.MAX_VOCAB_SIZE}
+
+
+def _check_sizes(path: str | None, **sections: dict) -> None:
+    """Every size field a draft config states is a whole number within a bound far above any public model (a
+    ``NaN``, ``1e400`` or ``10**30`` is one line naming the file and the field, never a traceback or a loop
+    sized by it)."""
+    for where, section in sections.items():
+        for key, limit in _size_limits().items():
+            v = section.get(key)
+            if v is None or isinstance(v, bool) or not isinstance(v, (int, float)):
+                continue
+            name = key if where == "top" else f"{where}.{key}"
+            if isinstance(v, float) and not (math.isfinite(v) and v.is_integer()):
+                raise ForensicsError(f"draft config {name} = {v!r} is not a whole number", path=path)
+            if not 0 <= v <= limit:
+                raise ForensicsError(f"draft config {name} = {int(v)} is not plausible (expected 0 to {limit})",
+                                     path=path)
 
 
 def read_draft(path: str | os.PathLike, read_vocab_maps: bool = True) -> DraftInfo:
@@ -153,6 +180,7 @@ def read_draft(path: str | os.PathLike, read_vocab_maps: bool = True) -> DraftIn
     inner = sub_dict(cfg, "transformer_layer_config")
     ec = sub_dict(cfg, "eagle_config")
     spec = sub_dict(cfg, "speculators_config")
+    _check_sizes(cfg_path, top=cfg, transformer_layer_config=inner, eagle_config=ec)
     verifier = (spec.get("verifier") or {}).get("name_or_path") if isinstance(spec.get("verifier"), dict) else None
     hidden = _int(cfg.get("hidden_size")) or _int(inner.get("hidden_size"))
     info = DraftInfo(

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 
+from forensics.analysis.audit.core import AuditResult
+from forensics.display import renders
 from forensics.findings import Severity, sort_findings
 from forensics.layers import r_label
 from forensics.views.format import TEXT_WIDTH, badge, columns, esc, fit, headline_word, html_table
 
 
+@renders(AuditResult, "line")
 def line(res) -> str:
     s = f"AuditResult({res.verdict.value}, wiring {res.wiring}: {res.reason}"
     if res.fix and res.fix.get("ids") is not None:
@@ -16,6 +19,7 @@ def line(res) -> str:
     return s + ")"
 
 
+@renders(AuditResult, "html")
 def html(res) -> str:
     rows = [[s["slice"], _trained(s), r_label(s["served_r"]), _ok(s["ok"])] for s in res.slices]
     frows = [[badge(f.severity.value), f.kind, f.message] for f in sort_findings(res.findings)]
@@ -50,12 +54,14 @@ def _trained(sl: dict) -> str:
 HEAD = {"match": "MATCH", "mismatch": "MISMATCH", "cannot-tell": "CANNOT TELL"}
 
 
+@renders(AuditResult, "headline")
 def headline(res) -> str:
     """The verdict first (``PASS`` / ``FAIL`` / ``CANNOT TELL``, the result's ``verdict``), then the wiring word:
     ``FAIL (wiring MATCH)`` is a served wiring that matches with a fail finding elsewhere (a broken target)."""
     return f"{headline_word(res.verdict)} (wiring {HEAD[res.wiring]})"
 
 
+@renders(AuditResult, "text")
 def text(res, width: int = TEXT_WIDTH, verbose: bool = False) -> str:
     """What ``hsf audit`` prints: the verdict and its findings first, then the fix, then the wiring behind it
     (trained vs served per fc slice); ``verbose`` adds each finding's evidence."""
@@ -116,6 +122,7 @@ def text(res, width: int = TEXT_WIDTH, verbose: bool = False) -> str:
     return fit("\n".join(out).rstrip(), width)
 
 
+@renders(AuditResult, "explain")
 def explain(res, width: int = TEXT_WIDTH) -> str:
     """Every finding with its evidence (the numbers behind the verdict)."""
     return text(res, width=width, verbose=True)

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
 
+from forensics.analysis.fingerprint.core import Fingerprint
+from forensics.display import renders
 from forensics.findings import Verdict, sort_findings
 from forensics.layers import r_label
 from forensics.views.format import Raw, Shown, badge, columns, esc, fit, headline_word, html_table
-
-if TYPE_CHECKING:  # pragma: no cover
-    from forensics.analysis.fingerprint.core import Fingerprint
-
 
 MAX_MATRIX_SLOTS = 8  # print the k×k distance matrix up to this many slots (HTML: up to 16)
 
@@ -108,6 +105,7 @@ def slot_lines(fp: Fingerprint, width: int | None = None) -> list[str]:
     return columns(SLOT_HEADERS, rows, width=width or 10**6, right=(3, 4), drop=drop)
 
 
+@renders(Fingerprint, "text")
 def text(fp: Fingerprint, width: int | None = None) -> str:
     """What ``repr`` and ``hsf fingerprint`` print: the verdict headline, the file, its findings, why each failing
     slot fails, then one line per slot (folded to ``width`` when given). The evidence is in
@@ -123,6 +121,7 @@ def text(fp: Fingerprint, width: int | None = None) -> str:
     return fit("\n".join(lines), width) if width else "\n".join(lines)
 
 
+@renders(Fingerprint, "explain")
 def explain(fp: Fingerprint, width: int | None = None) -> str:
     """The evidence behind the verdict: depth order, each claim's verdict, the distance matrix, every signal."""
     lines = ["  depth order (shallow → deep): " + " → ".join(
@@ -149,6 +148,7 @@ def explain(fp: Fingerprint, width: int | None = None) -> str:
     return Shown(fit("\n".join(lines), width) if width else "\n".join(lines))
 
 
+@renders(Fingerprint, "html")
 def html(fp: Fingerprint) -> str:
     """Escaped HTML fragment: verdict table, findings, order evidence, per-slot evidence tables."""
     rows = []

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import os
 
-from forensics.analysis.probe import TARGET_VERIFIER
+from forensics.analysis.probe import TARGET_VERIFIER, ProbeResult
+from forensics.display import renders
 from forensics.views.format import TEXT_WIDTH, badge, columns, esc, fit, headline_word, html_table, num, pct
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
@@ -26,6 +27,7 @@ def _ci(ci) -> str:
     return "—" if ci is None else f"[{ci[0]:.2f}, {ci[1]:.2f}]"
 
 
+@renders(ProbeResult, "table")
 def table(res) -> list[list[str]]:
     """One line per wiring (candidates ranked, then the controls marked ``ctrl``)."""
     out = []
@@ -54,6 +56,7 @@ def reason(res) -> str:
     return order[0].message if order else "clear winner"
 
 
+@renders(ProbeResult, "headline")
 def headline(res) -> str:
     """One line: the verdict, the best wiring with its acceptance length and interval, and why."""
     b = res.best
@@ -82,6 +85,7 @@ def served_line(res) -> str | None:
 PROBE_DROP = (6, 7, 8, 9)  # too wide: top-1 CI, top-k, n, tags go first
 
 
+@renders(ProbeResult, "text")
 def text(res, width: int = TEXT_WIDTH, verbose: bool = False) -> str:
     """What ``hsf probe`` prints: the verdict and best wiring first, each finding once, the cost line, the ranking
     (one line per wiring, controls last), the ids that make each engine serve the best wiring."""
@@ -110,11 +114,13 @@ def text(res, width: int = TEXT_WIDTH, verbose: bool = False) -> str:
     return fit("\n".join(lines), width)
 
 
+@renders(ProbeResult, "explain")
 def explain(res) -> str:
     """The ranking with the notes behind it (how the declared wiring was read, skipped files)."""
     return text(res, verbose=True)
 
 
+@renders(ProbeResult, "html")
 def html(res) -> str:
     what = "verifier prediction" if res.target == TARGET_VERIFIER else "actual next token"
     parts = [f"<div class='hsf-probe'><p>{badge(res.verdict)} <b>Draft probe</b> {esc(res.draft['path'])}: "

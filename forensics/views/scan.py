@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+from forensics.analysis.scan.result import ScanResult
+from forensics.display import renders
 from forensics.findings import OUTCOME_RANK
 from forensics.views.format import TEXT_WIDTH, badge, esc, fit, headline_word, html_table, num, short_list
 
@@ -20,6 +22,7 @@ def _order(g: dict) -> tuple[str, dict]:
 
 
 
+@renders(ScanResult, "headline")
 def headline(res) -> str:
     s, t = res.summary, res.timing
     counts = ", ".join(f"{k}×{v}" for k, v in s["anomaly_counts"].items()) or "none"
@@ -49,6 +52,7 @@ def row_line(summary: dict) -> str | None:
         for k, c in rows.items())
 
 
+@renders(ScanResult, "text")
 def text(res, width: int = TEXT_WIDTH) -> str:
     """What ``repr`` and ``hsf scan`` print: the verdict line, then per format its majority order and slots, then
     every anomaly (one line each)."""
@@ -82,6 +86,7 @@ def text(res, width: int = TEXT_WIDTH) -> str:
     return fit("\n".join(lines), width)
 
 
+@renders(ScanResult, "html")
 def html(res) -> str:
     parts = [f"<div class='hsf-caption'>{badge(res.verdict) if hasattr(res, 'verdict') else ''} "
              f"<b>{esc(headline(res))}</b></div>"]

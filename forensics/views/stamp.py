@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import os
 
+from forensics.analysis.stamp import StampResult, VerifyResult
+from forensics.display import renders
 from forensics.views.format import headline_word
 
 
+@renders(StampResult, "line")
 def stamp_line(res) -> str:
     bad = len(res.failed)
     return f"StampResult({len(res.files) - bad} file(s) stamped" + (f", {bad} left unchanged)" if bad else ")")
 
 
+@renders(VerifyResult, "line")
 def verify_line(res) -> str:
     bad = sum(f.status != "ok" for f in res.files)
     return f"VerifyResult({res.verdict.value}: {len(res.files) - bad}/{len(res.files)} file(s) match their stamp)"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 
-from forensics.analysis.stats import SINK_RATIO
+from forensics.analysis.stats import SINK_RATIO, CaptureStats, NormSummary, SlotStats
+from forensics.display import renders
 from forensics.layers import r_label
 from forensics.views.format import columns, esc, fit, html_table, num, short_list
 
@@ -13,12 +14,14 @@ HEADERS = ["#", "slot", "shape", "dtype", "declared", "‖x‖ mean", "std", "me
 
 
 
+@renders(NormSummary, "text")
 def norm_summary_text(res) -> str:
     return (f"NormSummary(n={res.n} mean={num(res.mean)} std={num(res.std)} median={num(res.median)} "
             f"p5–p95=[{num(res.p05)}, {num(res.p95)}] min={num(res.min)}@{res.min_pos} "
             f"max={num(res.max)}@{res.max_pos})")
 
 
+@renders(SlotStats, "line")
 def slot_line(res) -> str:
     n = res.norm
     s = (f"[{res.index}] {res.name} {list(res.shape)} {res.dtype} ‖x‖ med={num(n.median)} "
@@ -37,6 +40,7 @@ def slot_line(res) -> str:
     return s
 
 
+@renders(SlotStats, "html")
 def slot_html(res) -> str:
     n = res.norm
     rows = [["‖x‖ (all tokens)", num(n.mean), num(n.std), num(n.median), num(n.p05), num(n.p95), num(n.mad),
@@ -51,6 +55,7 @@ def slot_html(res) -> str:
                              cls="hsf-slot-stats")
 
 
+@renders(CaptureStats, "text")
 def text(res) -> str:
     head = (f"{os.path.basename(res.path)}: {res.capture.format}, {res.capture.num_tokens} tokens, "
             f"hidden {res.capture.hidden_size}, {len(res.slots)} slots")
@@ -71,6 +76,7 @@ def table_rows(res) -> list[list]:
 TABLE_DROP = (11, 12, 8, 9, 2, 3)  # too wide: last, mean excl. token 0, p5, p95, shape, dtype go first
 
 
+@renders(CaptureStats, "table")
 def table(res, width: int | None = None) -> str:
     """A plain-text table of the slots (what ``hsf inspect`` prints), headed by file, format and layout; with a
     ``width``, it fits that many columns (less important columns are left out, the flags fold)."""
@@ -85,6 +91,7 @@ def table(res, width: int | None = None) -> str:
     return fit("\n".join(line.rstrip() for line in lines), width)
 
 
+@renders(CaptureStats, "html")
 def html(res) -> str:
     c = res.capture
     layout = f", layout {c.provenance.layout}" if c.provenance.layout else ""

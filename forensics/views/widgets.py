@@ -37,8 +37,7 @@ def _g(x: Any) -> str:
 
 
 def _fp_slot(fingerprint: Any, i: int) -> Any:
-    slots = getattr(fingerprint, "slots", None) or []
-    return slots[i] if i < len(slots) else None
+    return fingerprint.slots[i] if i < len(fingerprint.slots) else None
 
 
 def verdict_html(fingerprint: Any) -> str:
@@ -49,21 +48,19 @@ def verdict_html(fingerprint: Any) -> str:
         return f"<div class='hsf-verdict'>{badge('fail')} fingerprint failed: {esc(fingerprint)}</div>"
     labels = []
     for i, sf in enumerate(fingerprint.slots):
-        lab = getattr(sf, "label", None) or (r_label(sf.r_exact) if getattr(sf, "r_exact", None) is not None
-                                             else getattr(sf, "role", "?"))
+        lab = sf.label or (r_label(sf.r_exact) if sf.r_exact is not None else sf.role)
         labels.append(f"{i}: {lab}")
-    order = list(getattr(fingerprint, "depth_order", []) or [])
-    findings = sort_findings(getattr(fingerprint, "findings", []) or [])
-    lines = []
-    if hasattr(fingerprint, "claims"):  # the worst verdict first, as in every view
-        from forensics.views.fingerprint import headline
+    order = list(fingerprint.depth_order)
+    findings = sort_findings(fingerprint.findings)
+    from forensics.views.fingerprint import headline
 
-        v = fingerprint.verdict
-        lines.append(f"<div class='hsf-headline'>{badge(v or 'info')} <b>{esc(headline(fingerprint))}</b></div>")
-        verdicts = [f"{i}: {sf.claim.label} {sf.verdict.value}" for i, sf in enumerate(fingerprint.slots)
-                    if getattr(sf, "verdict", None) is not None and sf.claim is not None]
-        if verdicts:
-            lines.append(f"<div>claims: {esc('; '.join(verdicts))}</div>")
+    # the worst verdict first, as in every view
+    lines = [f"<div class='hsf-headline'>{badge(fingerprint.verdict or 'info')} <b>{esc(headline(fingerprint))}</b>"
+             "</div>"]
+    verdicts = [f"{i}: {sf.claim.label} {sf.verdict.value}" for i, sf in enumerate(fingerprint.slots)
+                if sf.verdict is not None and sf.claim is not None]
+    if verdicts:
+        lines.append(f"<div>claims: {esc('; '.join(verdicts))}</div>")
     lines.append(f"<div>slots (stored order): <b>{esc(', '.join(labels))}</b></div>")
     if order:
         lines.append(f"<div>depth order, shallow → deep: {esc(' → '.join(str(i) for i in order))}</div>")
@@ -83,9 +80,9 @@ def _slot_table(stats: Any, fingerprint: Any, sel: list[int]) -> str:
         n = s.norm
         flags = s.flags()
         rows.append([
-            i, s.name, (getattr(sf, "label", None) or "—") if sf else "—", getattr(sf, "role", "—") if sf else "—",
-            _g(float(sf.confidence)) if sf is not None and getattr(sf, "confidence", None) is not None else "—",
-            _g(getattr(sf, "r_estimate", None)) if sf else "—",
+            i, s.name, (sf.label or "—") if sf else "—", sf.role if sf else "—",
+            _g(float(sf.confidence)) if sf is not None else "—",
+            _g(sf.r_estimate) if sf else "—",
             r_label(s.declared_r) if s.declared_r is not None else "—",
             "×".join(map(str, s.shape)), s.dtype, _g(n.median), _g(n.mean), f"{_g(n.p05)}–{_g(n.p95)}",
             f"{_g(s.first)} ({_g(s.first_ratio)}×)", "; ".join(flags) or "—"])

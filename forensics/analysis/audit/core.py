@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from forensics.analysis.audit.training import _repeated
+from forensics.display import render
 from forensics.errors import ForensicsError
 from forensics.findings import Finding, FindingKind, Severity, Verdict, exit_code
 from forensics.io import limits
@@ -87,26 +88,18 @@ class AuditResult:
                           "settle": self.settle})
 
     def __repr__(self) -> str:
-        from forensics.views.audit import line
-
-        return line(self)
+        return render(self, "line")
 
     def _repr_html_(self) -> str:
-        from forensics.views.audit import html
-
-        return html(self)
+        return render(self, "html")
 
     def text(self) -> str:
         """The multi-line report ``hsf audit`` prints."""
-        from forensics.views.audit import text
-
-        return text(self)
+        return render(self, "text")
 
     def explain(self) -> str:
         """The report with every finding's evidence (the numbers behind the verdict)."""
-        from forensics.views.audit import explain
-
-        return explain(self)
+        return render(self, "explain")
 
 
 
@@ -395,20 +388,21 @@ def _shift_finding(fc: list, status: list, sr: list) -> Finding | None:
     t0, s0 = fc[0], sr[0]
     if t0 == 0 and isinstance(s0, int) and s0 >= 1:
         story = ("training fed the fc the embedding output (r = 0) first, but serving feeds "
-                 f"{r_label(s0)} there: every slice is served the layer of the slice after it. This is the seed's "
-                 "bug: Kimi-K2.5 data [embed, L3, L31, L59] trained the draft on [embed, L3, L31] while SGLang "
+                 f"{r_label(s0)} there: every slice is served the layer of the slice after it. This is the Kimi-K2.5 "
+                 "EAGLE-3 incident: data [embed, L3, L31, L59] trained the draft on [embed, L3, L31] while SGLang "
                  "served [L3, L31, L59]")
     elif s0 == 0 and isinstance(t0, int) and t0 >= 1:
         story = (f"serving feeds the embedding output (r = 0) first where training fed {r_label(t0)}: every slice "
-                 "is served the layer of the slice before it (the reverse of the seed's Kimi-K2.5 bug)")
+                 "is served the layer of the slice before it (the reverse of the Kimi-K2.5 EAGLE-3 incident)")
     else:
         return None
     corrected = list(fc)
     shown = ", ".join("?" if r is None else r_label(r) + ("" if st in KNOWN_TRAINED else "?")
                       for r, st in zip(fc, status, strict=False))
+    legend = " (? = declared, not proven by the data)" if "?" in shown else ""
     return Finding(FindingKind.SHIFTED, Severity.FAIL, [],
                    f"the served list {[r_label(r) for r in sr]} is shifted by one "
-                   f"slice against training: {story}. Serve instead: [{shown}] (? = declared, not proven by the data)",
+                   f"slice against training: {story}. Serve instead: [{shown}]{legend}",
                    {"trained": fc, "served": sr, "corrected": corrected, "trained_status": list(status)})
 
 

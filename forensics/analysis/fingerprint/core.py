@@ -53,6 +53,7 @@ from forensics.analysis.fingerprint.rules import (  # noqa: F401 - re-exported: 
     share_identical_labels,
 )
 from forensics.analysis.stats import CaptureStats, summarize
+from forensics.display import render
 from forensics.errors import ForensicsError
 from forensics.findings import Finding, FindingKind, Severity, Verdict, worst_verdict
 from forensics.io import limits
@@ -149,20 +150,14 @@ class Fingerprint:
         return d
 
     def __repr__(self) -> str:
-        from forensics.views.fingerprint import text
-
-        return text(self)
+        return render(self, "text")
 
     def _repr_html_(self) -> str:
-        from forensics.views.fingerprint import html
-
-        return html(self)
+        return render(self, "html")
 
     def explain(self) -> str:
         """The evidence behind every verdict: distance matrix, depth-order signals, each slot's signals."""
-        from forensics.views.fingerprint import explain
-
-        return explain(self)
+        return render(self, "explain")
 
 
 # ----------------------------------------------------------------------------------------- expected list

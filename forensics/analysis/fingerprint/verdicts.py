@@ -321,13 +321,13 @@ def _shift(fp: Fingerprint, cl: list[Claim | None]) -> Finding | None:
     if direction == "forward":
         story = (f"slot {emb[0]} is the embedding output (r = 0) but the claimed list starts at "
                  f"{r_label(layer_claims[0])}: the data holds the embedding and then the claimed layers one slot "
-                 "later, so every slot is the layer claimed for the slot before it. This is the seed's bug: "
-                 "Kimi-K2.5 data [embed, L3, L31, L59] whose draft was served [L3, L31, L59] — the fc was "
+                 "later, so every slot is the layer claimed for the slot before it. This is the Kimi-K2.5 "
+                 "EAGLE-3 incident: data [embed, L3, L31, L59] whose draft was served [L3, L31, L59] — the fc was "
                  "trained on the embedding where serving feeds L3, and on each layer where serving feeds the next")
     else:
         story = ("the claimed list starts with the embedding output but no slot is one: the data starts at a layer, "
-                 "so every slot is the layer claimed for the slot after it (the reverse of the seed's "
-                 "Kimi-K2.5 bug, where [embed, L3, L31, L59] was served as [L3, L31, L59])")
+                 "so every slot is the layer claimed for the slot after it (the reverse of the "
+                 "Kimi-K2.5 EAGLE-3 incident, where [embed, L3, L31, L59] was served as [L3, L31, L59])")
     return Finding(FindingKind.SHIFTED, Severity.FAIL, list(range(k)),
                    f"claimed {_labels(rs)} ({src.source.value}: {src.detail}) is shifted by one slot: {story}. "
                    f"Corrected list: {_labels(corrected)} ({how})",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from forensics.display import render
 from forensics.findings import Verdict
 
 
@@ -71,19 +72,13 @@ class ScanResult:
         return not self.anomalies and not self.summary.get("dataset_findings")
 
     def _headline(self) -> str:
-        from forensics.views.scan import headline
-
-        return headline(self)
+        return render(self, "headline")
 
     def __repr__(self) -> str:
-        from forensics.views.scan import text
-
-        return text(self)
+        return render(self, "text")
 
     def _repr_html_(self) -> str:
-        from forensics.views.scan import html
-
-        return html(self)
+        return render(self, "html")
 
     def to_dict(self, with_rows: bool | None = None) -> dict:
         """JSON-safe dict; rows included when held in memory (no ``out``) unless ``with_rows`` says."""

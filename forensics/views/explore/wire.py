@@ -86,7 +86,7 @@ MAX_REPORT_FILES = 24  # files in the report's static explorer (the sample brows
 
 
 def report_files(files: list) -> dict:
-    """:func:`report_embed` of the report's readable files (``FileResult``: capture, stats, fingerprint)."""
+    """:func:`report_embed` of the report's readable files (``forensics.analysis.report.FileReport``)."""
     from forensics.analysis.explore import explore_state
 
     items = []

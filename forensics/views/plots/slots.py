@@ -56,9 +56,12 @@ LEAN_LOG_DECADES = 2.0
 # ----------------------------------------------------------------------------------------------- helpers
 def _unpack(result: Any) -> tuple[CaptureStats, Any]:
     """(CaptureStats, Fingerprint or None) from a CaptureStats or a Fingerprint."""
-    if hasattr(result, "stats") and hasattr(result.stats, "slots"):
+    from forensics.analysis.fingerprint.core import Fingerprint
+    from forensics.analysis.stats import CaptureStats
+
+    if isinstance(result, Fingerprint):
         return result.stats, result
-    if hasattr(result, "slots") and hasattr(result, "capture"):
+    if isinstance(result, CaptureStats):
         return result, None
     raise TypeError(f"expected CaptureStats or Fingerprint, got {type(result).__name__}")
 
@@ -75,10 +78,10 @@ def slot_labels(result: Any) -> list[str]:
     for i, s in enumerate(stats.slots):
         declared = r_label(s.declared_r) if s.declared_r is not None else None
         lab = None
-        if fp is not None and i < len(getattr(fp, "slots", [])):
+        if fp is not None and i < len(fp.slots):
             sf = fp.slots[i]
-            lab = getattr(sf, "label", None)
-            if lab is None and getattr(sf, "r_exact", None) is not None:
+            lab = sf.label
+            if lab is None and sf.r_exact is not None:
                 lab = r_label(sf.r_exact)
         if lab is None:
             lab = declared or s.name
@@ -596,23 +599,22 @@ def ladder(fingerprint: Any) -> Ladder:
     """The depth ladder's positions and axis for a ``Fingerprint`` (see :func:`depth_ladder`)."""
     slots = list(fingerprint.slots)
     stats = fingerprint.stats
-    order = list(getattr(fingerprint, "depth_order", None) or range(len(slots)))
+    order = list(fingerprint.depth_order or range(len(slots)))
     L: float | None = _num_layers(fingerprint)
     declared = [s.declared_r for s in stats.slots]
-    rs = [getattr(sf, "r_exact", None) if getattr(sf, "r_exact", None) is not None else getattr(sf, "r_estimate", None)
-          for sf in slots]
+    rs = [sf.r_exact if sf.r_exact is not None else sf.r_estimate for sf in slots]
     if L is None and any(isinstance(r, int) and r > 1 for r in rs + declared):
         L = int(math.ceil(max(r for r in rs + declared if isinstance(r, (int, float)))))
     relative = L is None
     if relative:  # r_estimate is then a fraction; declared r cannot be placed on a 0–1 axis
         L = 1.0
-        rs = [r if r == FINAL_POST else (getattr(sf, "depth_fraction", None) if getattr(sf, "depth_fraction", None)
-                                         is not None else r) for r, sf in zip(rs, slots, strict=True)]
+        rs = [r if r == FINAL_POST or sf.depth_fraction is None else sf.depth_fraction
+              for r, sf in zip(rs, slots, strict=True)]
         declared = [None] * len(slots)
     assert L is not None
-    conf = [float(getattr(sf, "confidence", 0.5) or 0.0) for sf in slots]
-    notes = [f"{getattr(sf, 'role', '?')} · conf {c:.2f}" + (" exact" if getattr(sf, "r_exact", None) is not None
-                                                              else "") for sf, c in zip(slots, conf, strict=True)]
+    conf = [float(sf.confidence or 0.0) for sf in slots]
+    notes = [f"{sf.role} · conf {c:.2f}" + (" exact" if sf.r_exact is not None else "")
+             for sf, c in zip(slots, conf, strict=True)]
     px = _post_x(L)
     if relative:
         ticks: list[float] = [0, 0.25, 0.5, 0.75, 1.0, px]

@@ -12,18 +12,11 @@ from typing import Any
 
 import numpy as np
 
+from forensics.analysis.report import OUTCOMES, FileReport
+from forensics.findings import OUTCOME_RANK
 from forensics.views.plots.slots import bad_rows_of
 from forensics.views.report.figures import Figures
-from forensics.views.report.verdicts import (
-    OUTCOMES,
-    RANK,
-    FileResult,
-    _label,
-    _slot_verdict,
-    fmt,
-    show_token,
-    worst,
-)
+from forensics.views.report.verdicts import _at, _label, fmt, show_token, slot_row, worst
 
 MAX_CARD_FILES = 8  # per-slot cards for at most this many files; the rest summarised
 MAX_OPEN_CARDS = 8  # with nothing flagged, the first file with at most this many slots shows its cards unfolded
@@ -72,18 +65,15 @@ def _outliers(ss, tokens: list[str] | None) -> list[dict]:
     return rows
 
 
-def build_cards(files: list[FileResult], focus: str | None = None) -> dict:
+def build_cards(files: list[FileReport], focus: str | None = None) -> dict:
     """Per-slot cards of the first ``MAX_CARD_FILES`` files (the audited file first); open: the audited file and
     every failing file."""
     out = []
     files = sorted(files, key=lambda f: f.rel != focus)
     for f in files[:MAX_CARD_FILES]:
-        fslots = {s.index: s for s in (f.fp.slots if f.fp is not None else [])}
-        findings = list(getattr(f.fp, "findings", []) or []) if f.fp is not None else []
         cards = []
-        for ss in f.stats.slots:
-            v = _slot_verdict(fslots.get(ss.index), ss, findings,
-                              list(getattr(f.fp, "order_evidence", None) or []) if f.fp is not None else [])
+        for ss, outcome in zip(f.stats.slots, f.slots, strict=True):
+            v = slot_row(outcome)
             n, x0, xs = ss.norm, ss.norm_excl_first, ss.norm_excl_sinks
             stats = [("n tokens", n.n), ("median ‖x‖", n.median), ("mean", n.mean), ("std", n.std), ("MAD", n.mad),
                      ("p01", n.p01), ("p05", n.p05), ("p25", n.p25), ("p75", n.p75), ("p95", n.p95), ("p99", n.p99),
@@ -110,13 +100,6 @@ def _anchor(rel: str) -> str:
     return "f-" + "".join(c if c.isalnum() else "-" for c in rel)[:80]
 
 
-def error_text(e: BaseException) -> str:
-    """A ForensicsError's own message (it names the file); anything else with its type."""
-    from forensics.errors import ForensicsError
-
-    return str(e) if isinstance(e, ForensicsError) else f"{type(e).__name__}: {e}"
-
-
 def fragment(obj) -> str | None:
     """A result object's own escaped ``_repr_html_`` fragment (inserted verbatim), or None."""
     if obj is None or not hasattr(obj, "_repr_html_"):
@@ -125,17 +108,17 @@ def fragment(obj) -> str | None:
 
 
 # ---------------------------------------------------------------- key numbers
-def _slot_name(f: FileResult, ss) -> str:
+def _slot_name(f: FileReport, ss) -> str:
     fs = next((x for x in (f.fp.slots if f.fp is not None else []) if x.index == ss.index), None)
     return (fs.label if fs is not None and fs.label else None) or _label(ss.declared_r) or ss.name
 
 
-def build_key_numbers(files: list[FileResult], focus: str | None, figures: Figures | None = None) -> list[dict]:
+def build_key_numbers(files: list[FileReport], focus: str | None, figures: Figures | None = None) -> list[dict]:
     """Per format, one row per slot of one file (the audited one, else the format's first): label, ‖x‖ mean ±
     std, median, token-0 norm and whether token 0 is a sink; the audited file also gets its norm-distribution
     figure (requested from ``figures``, drawn by the caller; drawn here without one)."""
     batch = figures if figures is not None else Figures()
-    groups: dict[str, list[FileResult]] = {}
+    groups: dict[str, list[FileReport]] = {}
     for f in files:
         groups.setdefault(f.capture.format, []).append(f)
     out = []
@@ -166,11 +149,11 @@ CROSS_FIGURES = [("norm_distributions", "Per-token norm distributions (log axis)
                  ("massive_dims", "Massive-activation dimensions per slot", False)]
 
 
-def _figure_files(files: list[FileResult]) -> list[FileResult]:
+def _figure_files(files: list[FileReport]) -> list[FileReport]:
     """Files that get figures: every file with a finding, then the first file of each folder (samples of one
     folder look alike; a file's four figures are 40–450 kB of base64 SVG on sample_data/), at most
     ``MAX_FIGURE_FILES``."""
-    flagged = [f for f in files if f.fp is not None and getattr(f.fp, "findings", None)]
+    flagged = [f for f in files if f.findings]
     seen, firsts = set(), []
     for f in files:
         d = os.path.dirname(f.rel)
@@ -181,7 +164,7 @@ def _figure_files(files: list[FileResult]) -> list[FileResult]:
     return [f for f in files if f in chosen[:MAX_FIGURE_FILES]]
 
 
-def build_cross(files: list[FileResult], progress=None, focus: str | None = None,
+def build_cross(files: list[FileReport], progress=None, focus: str | None = None,
                 figures: Figures | None = None) -> dict:
     """Cross-slot figures of the chosen files (requested from ``figures`` and drawn by the caller; without
     ``figures``, drawn here with ``progress(done, total)``)."""
@@ -194,8 +177,8 @@ def build_cross(files: list[FileResult], progress=None, focus: str | None = None
                 if f.fp is not None or not needs_fp]
         if bad_rows_of(src):  # row findings: the bad row ranges shaded on the per-token norms
             figs.insert(1, batch.request("norm_by_position", src, title="Per-token norm by position (bad rows shaded)"))
-        sim = getattr(f.fp, "similarity", None) if f.fp is not None else None
-        flagged = f.fp is not None and bool(getattr(f.fp, "findings", None))
+        sim = f.fp.similarity if f.fp is not None else None
+        flagged = bool(f.findings)
         out.append({"file": f.rel, "figures": figs, "similarity": _sim_table(f, sim),
                     "open": f.rel == focus or flagged or (focus is None and not out)})
     if figures is None:
@@ -203,7 +186,7 @@ def build_cross(files: list[FileResult], progress=None, focus: str | None = None
     return {"files": out, "omitted": len(files) - len(chosen)}
 
 
-def _sim_table(f: FileResult, sim) -> dict | None:
+def _sim_table(f: FileReport, sim) -> dict | None:
     """The similarity matrix as numbers with a cell shade (for reading exact values next to the heatmap)."""
     if sim is None:
         return None
@@ -220,13 +203,13 @@ def _row(where: str, check: str, value: Any, threshold: Any, outcome: str, says:
     value = value if isinstance(value, str) else fmt(value)
     return {"where": where, "check": check, "value": value, "numeric": bool(_NUMERIC.fullmatch(value)),
             "threshold": threshold if isinstance(threshold, str) else fmt(threshold), "outcome": outcome,
-            "cls": outcome if outcome in RANK else "info", "says": says}
+            "cls": outcome if outcome in OUTCOME_RANK else "info", "says": says}
 
 
 _NUMERIC = re.compile(r"-?[\d,]*\.?\d+(e[+-]?\d+)?")
 
 
-def _file_checks(f: FileResult) -> list[dict]:
+def _file_checks(f: FileReport) -> list[dict]:
     """Every check of one file: non-finite counts (pass/fail) and each fingerprint evidence line (raw value,
     threshold, what it says); without a fingerprint, the stats' own sink and massive-activation measures."""
     from forensics.analysis.stats import SINK_RATIO
@@ -237,7 +220,8 @@ def _file_checks(f: FileResult) -> list[dict]:
         where = f"[{ss.index}] {ss.name}"
         rows.append(_row(where, "non-finite values (NaN + Inf)", ss.nan + ss.inf, "= 0",
                          "fail" if ss.nan or ss.inf else "pass"))
-        evidence = getattr(fslots.get(ss.index), "evidence", None) or []
+        fs = fslots.get(ss.index)
+        evidence = (fs.evidence or []) if fs is not None else []
         if not evidence:
             rows.append(_row(where, "token-0 norm / median of the rest", ss.first_ratio,
                              f"≥ {fmt(SINK_RATIO)} ⇒ sink", "info"))
@@ -248,9 +232,9 @@ def _file_checks(f: FileResult) -> list[dict]:
         for e in evidence:
             rows.append(_row(where, str(e.signal), e.value, e.threshold, "info", str(e.verdict or "")))
     if f.fp is not None:
-        for e in getattr(f.fp, "order_evidence", None) or []:
+        for e in f.fp.order_evidence or []:
             rows.append(_row("depth order", str(e.signal), e.value, e.threshold, "info", str(e.verdict or "")))
-        for x in getattr(f.fp, "findings", None) or []:
+        for x in f.findings:
             rows.append(_row(f"slots {fmt(list(x.slots or []))}", f"finding: {x.kind}", x.message, "—",
                              x.severity.value))
     return rows
@@ -262,26 +246,24 @@ def _group(title: str, rows: list[dict], anchor: str) -> dict:
             "omitted": max(0, len(rows) - MAX_CHECK_ROWS), "worst": worst([r["cls"] for r in rows])}
 
 
-def build_checks(files: list[FileResult], audit_res, scan_res) -> dict:
+def build_checks(files: list[FileReport], audit_res, scan_res) -> dict:
     """Checks grouped by file (then the audit and the scan), each group with its outcome counts."""
     groups = []
     if audit_res is not None:
-        rows = [_row(f"fc slice {s.get('slice')}", "trained r vs served r",
-                     f"{fmt(s.get('trained_r'))} vs {fmt(s.get('served_r'))}", "equal",
-                     {True: "pass", False: "fail"}.get(s.get("ok"), "cannot tell"))
-                for s in getattr(audit_res, "slices", []) or []]
-        for x in getattr(audit_res, "findings", []) or []:
-            d = x if isinstance(x, dict) else getattr(x, "__dict__", {"message": str(x)})
-            ev = d.get("evidence") or {}
+        rows = [_row(f"fc slice {_at(s, 'slice')}", "trained r vs served r",
+                     f"{fmt(_at(s, 'trained_r'))} vs {fmt(_at(s, 'served_r'))}", "equal",
+                     {True: "pass", False: "fail"}.get(_at(s, "ok"), "cannot tell"))
+                for s in audit_res.slices or []]
+        for x in audit_res.findings:
+            ev = x.evidence or {}
             value = "; ".join(f"{k} = {fmt(v)}" for k, v in ev.items()) if isinstance(ev, dict) else fmt(ev)
-            rows.append(_row(str(d.get("kind", "finding")), str(d.get("message", "")), value or "—", "—",
-                             str(getattr(x, "severity", "warn"))))
+            rows.append(_row(str(x.kind), str(x.message), value or "—", "—", str(x.severity)))
         groups.append(_group("wiring audit", rows, "checks-audit"))
     for f in files:
         groups.append(_group(f.rel, _file_checks(f), "checks-" + _anchor(f.rel)))
     if scan_res is not None:
-        rows = [_row(str(a.get("file", "")), str(a.get("kind", "anomaly")), str(a.get("message", "")), "—", "warn")
-                for a in getattr(scan_res, "anomalies", None) or []]
+        rows = [_row(str(_at(a, "file") or ""), str(_at(a, "kind") or "anomaly"), str(_at(a, "message") or ""), "—",
+                     str(_at(a, "severity"))) for a in scan_res.anomalies]
         groups.append(_group("dataset scan", rows, "checks-scan"))
     counts = {k: sum(g["counts"][k] for g in groups) for k in OUTCOMES}
     for g in groups:  # folded unless something in it needs a look; the summary line carries the counts
@@ -314,7 +296,7 @@ def _spark(norms: np.ndarray, sinks: list[int], w: float = 560.0, h: float = 34.
             "top": fmt(top) if top is not None and top > 10 ** hi else None}
 
 
-def build_browser(files: list[FileResult]) -> dict:
+def build_browser(files: list[FileReport]) -> dict:
     panels = []
     for k, f in enumerate(files[:MAX_BROWSER_SAMPLES]):
         fslots = {s.index: s for s in (f.fp.slots if f.fp is not None else [])}

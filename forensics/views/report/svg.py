@@ -535,7 +535,7 @@ def audit_slices(audit: Any, title: str | None = None) -> str:
     """SVG of :func:`forensics.views.plots.audit_slices`: per fc input slice, trained r above served r, green
     same / vermillion mismatch / grey cannot tell."""
     rows = audit_slice_rows(audit)
-    title = f"{title or AUDIT_TITLE} — verdict: {getattr(audit, 'wiring', '?')}"
+    title = f"{title or AUDIT_TITLE} — verdict: {audit.wiring}"
     c = Canvas(FIG_WIDTH * PX_PER_INCH, 2.6 * PX_PER_INCH)
     _title(c, title)
     if not rows:

@@ -7,38 +7,17 @@ and turns them into rows, SVG coordinates (numbers only) and the inline SVG figu
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
 from typing import Any
 
-from forensics.findings import OUTCOME_RANK, Severity, Verdict, sort_findings, worst_outcome
+from forensics.analysis.report import Deciding, ReportResult, SlotOutcome
+from forensics.findings import Severity, sort_findings, worst_outcome
 from forensics.layers import r_label
 from forensics.views.format import num
 
 MAX_VERDICT_FILES = 40  # verdict rows: every non-passing file, then passing ones up to this many
 MAX_INLINE_SLOTS = 8  # a passing file with more slots (a ladder) shows its slot rows folded
-# fingerprint ``decided_by`` names → the evidence signals that carry its number, best first
-DECIDED_ALIASES = {"exact": ("ladder_match", "exact_embedding", "exact_gamma")}
-RANK = OUTCOME_RANK  # the one ranking (forensics.findings): fail, cannot tell, warn, then pass/info
-OUTCOMES = ("fail", "cannot tell", "warn", "pass", "info")  # the words of the report's counts, worst first
-
-
-@dataclass
-class FileResult:
-    """One input file as the report sees it: the capture, its stats and fingerprint, or an error."""
-
-    path: str
-    rel: str = ""
-    capture: Any = None
-    stats: Any = None
-    fp: Any = None
-    error: str | None = None
-    tokens: list[str] | None = field(default=None, repr=False)
-
 
 worst = worst_outcome
-
-
 fmt = num  # the one number style of every view (forensics.views.format.num)
 
 
@@ -55,32 +34,6 @@ def _label(r: Any) -> str | None:
     return None if r is None else r_label(r)
 
 
-# ---------------------------------------------------------------- tokens
-TOKEN_TEXT_CHARS = 64  # a token's text is shown cut to this many characters + "…" (a hostile tokenizer's
-# 2,000,000-character token at 1,000 positions made a 384 MB report; hardening round 3, N6 S15)
-
-
-def load_tokens(cap, errors: list[dict]) -> list[str] | None:
-    """Token text per position (the capture's own local tokenizer, never remote code), or None when unknown;
-    each distinct id decoded once, its text cut to ``TOKEN_TEXT_CHARS`` characters + "…"."""
-    from forensics.io.tokenizer import decode_tokens, find_tokenizer, load_tokenizer
-
-    if cap.input_ids is None:
-        return None
-    folder = find_tokenizer(cap.path, cap.meta)
-    tok, why = load_tokenizer(folder)
-    if tok is None:
-        if why and not any(e.get("message") == why for e in errors):
-            errors.append({"where": f"tokenizer {folder}", "message": why})
-        return None
-    ids = [int(i) for i in cap.input_ids.tolist()]
-    text = {}
-    for i in dict.fromkeys(ids):
-        t = decode_tokens(tok, [i])[0]
-        text[i] = t if len(t) <= TOKEN_TEXT_CHARS else t[:TOKEN_TEXT_CHARS] + "…"
-    return [text[i] for i in ids]
-
-
 def show_token(t: str | None) -> str:
     """Token text with whitespace made visible (the template escapes it)."""
     if t is None:
@@ -89,74 +42,42 @@ def show_token(t: str | None) -> str:
 
 
 # ---------------------------------------------------------------- verdicts
-def _slot_verdict(fs, ss, findings: list, order: list | None = None) -> dict:
-    """fail / cannot tell / warn / pass / info for one slot, read from the fingerprint's claim verdict and the
-    severity of the findings on it (set where they were made), with the one number that decided it."""
-    claim = getattr(fs, "claim", None) if fs is not None else None
-    claimed = claim.label if claim is not None else _label(ss.declared_r) or ss.claimed or None
-    claim_source = f"{claim.source.value}: {claim.detail}" if claim is not None else ""
-    role = label = r = conf = None
-    evidence = []
-    if fs is not None:
-        role, label, conf = fs.role, fs.label, fs.confidence
-        if getattr(fs, "r_exact", None) is not None:
-            r = f"{fmt(fs.r_exact)} (exact)"
-        elif getattr(fs, "r_estimate", None) is not None:
-            r = f"≈{fmt(fs.r_estimate)}"
-        evidence = list(getattr(fs, "evidence", []) or [])
-    inferred = label or (_label(fs.r_exact) if fs is not None and fs.r_exact is not None else None)
-    mine = sort_findings(f for f in findings if ss.index in (getattr(f, "slots", None) or []))
-    v = getattr(fs, "verdict", None) if fs is not None else None
-    fails = [f for f in mine if f.severity is Severity.FAIL]
-    verdict, decided = "info", None
-    if ss.nan or ss.inf:
-        verdict, decided = "fail", f"non-finite values: NaN×{ss.nan}, Inf×{ss.inf} (threshold 0)"
-    elif v is Verdict.FAIL:
-        verdict, decided = "fail", f"claimed {claim.label if claim else '?'}: {fs.verdict_why}"
-    elif fails:
-        verdict, decided = "fail", f"{fails[0].kind}: {fails[0].message}"
-    elif v is Verdict.CANNOT_TELL:
-        verdict = "cannot tell"
-        decided = f"{fs.verdict_why}"  # what would settle it is said once, in the headline, not on every slot
-    elif mine and mine[0].severity is Severity.WARN:
-        verdict, decided = "warn", f"{mine[0].kind}: {mine[0].message}"
-    elif v is Verdict.PASS:
-        verdict = "pass"  # the deciding evidence line below carries its raw value and threshold
-    if decided is None:
-        decided = _deciding_evidence(evidence, getattr(fs, "decided_by", None), order)
-    if decided is None:
-        decided = (f"token-0 norm = {fmt(ss.first_ratio)}× median of the rest" if math.isfinite(ss.first_ratio)
-                   else "—")
-    return {"index": ss.index, "name": ss.name, "claimed": claimed or "—", "claim_source": claim_source,
-            "role": role or "—",
-            "label": inferred or "—", "r": r or "—",
-            "confidence": fmt(conf) if conf is not None else "—", "verdict": verdict, "decided": decided}
+def decided_text(d: Deciding) -> str:
+    """The deciding evidence of a slot (``forensics.analysis.report.Deciding``) in one line, its raw value and
+    threshold beside what it says."""
+    if d.kind == "nonfinite":
+        nan, inf = d.value
+        return f"non-finite values: NaN×{nan}, Inf×{inf} (threshold {fmt(d.threshold)})"
+    if d.kind == "claim":
+        return f"claimed {d.value}: {d.message}"
+    if d.kind == "undecided":
+        return f"{d.message}"
+    if d.kind == "finding":
+        return f"{d.signal}: {d.message}"
+    if d.kind == "order":
+        return "its place in the file's depth order" + d.message
+    if d.kind == "evidence":
+        text = f"{d.signal} = {_clip(fmt(d.value))}" + (f" → {_clip(d.message)}" if d.message else "")
+        return text + (f" (threshold {fmt(d.threshold)})" if d.threshold is not None else "")
+    if d.kind == "token0":
+        return f"token-0 norm = {fmt(d.value)}× median of the rest"
+    return "—"
+
+
+def slot_row(s: SlotOutcome) -> dict:
+    """One slot's outcome as the template reads it (numbers formatted with the one number style)."""
+    r = f"{fmt(s.r_exact)} (exact)" if s.r_exact is not None else (
+        f"≈{fmt(s.r_estimate)}" if s.r_estimate is not None else None)
+    return {"index": s.index, "name": s.name, "claimed": s.claimed or "—", "claim_source": s.claim_source,
+            "role": s.role or "—", "label": s.label or "—", "r": r or "—",
+            "confidence": fmt(s.confidence) if s.confidence is not None else "—", "verdict": s.outcome,
+            "decided": decided_text(s.deciding), "nonfinite": s.deciding.kind == "nonfinite"}
 
 
 def _order_line(order: list) -> str:
     """The file's depth-order evidence in one line (said once per file)."""
     return "; ".join(f"{e.signal} = {_clip(fmt(e.value), 60)}" + (f" → {_clip(str(e.verdict), 80)}" if e.verdict
                                                                    else "") for e in order)
-
-
-def _deciding_evidence(evidence: list, decided_by: str | None, order: list | None) -> str | None:
-    """The evidence line the fingerprint says decided (``decided_by``; ``order`` = the depth chain), else the
-    first one, as ``signal = value → verdict (threshold …)``."""
-    pool = list(evidence)
-    if decided_by and decided_by.split()[0] == "order" and order:
-        # the depth chain decided: its evidence is the file's, said once in the file's row, not on every slot
-        return "its place in the file's depth order" + (decided_by.split(")", 1)[1] if ")" in decided_by else "")
-    if decided_by:  # a signal name, possibly followed by words: "order (rank among layer slots) + sink"
-        decided_by = decided_by.split()[0]
-        names = DECIDED_ALIASES.get(decided_by, (decided_by,))
-        pool = sorted((e for e in evidence if e.signal in names), key=lambda e: names.index(e.signal)) or \
-            (list(order or []) if decided_by == "order" else []) or pool
-    for e in pool:
-        thr = getattr(e, "threshold", None)
-        says = _clip(str(e.verdict)) if getattr(e, "verdict", None) else ""
-        text = f"{e.signal} = {_clip(fmt(e.value))}" + (f" → {says}" if says else "")
-        return text + (f" (threshold {fmt(thr)})" if thr is not None else "")
-    return None
 
 
 def _probe_summary(probe_res) -> dict | None:
@@ -178,58 +99,74 @@ def _probe_summary(probe_res) -> dict | None:
             "second": f"{second.label} {second.acceptance_length:.2f}" if second else None}
 
 
-def build_verdicts(files: list[FileResult], audit_res, probe_res=None) -> dict:
+def build_verdicts(res: ReportResult) -> dict:
+    """The verdict block of a ``ReportResult``: file rows with their slot outcomes, counts, the audit and probe
+    summaries, the header's outcome word, the headline and the sentence under the title."""
     rows: list[dict] = []
-    counts = {k: 0 for k in OUTCOMES}
-    for f in files:
+    for f in res.files:
         if f.error:
             rows.append({"file": f.rel, "error": f.error, "verdict": "fail", "slots": [], "findings": [], "order": "",
                          "claims": None,
                          "collapsed": False, "labels": "", "format": "unreadable"})
-            counts["fail"] += 1
             continue
-        findings = list(getattr(f.fp, "findings", []) or []) if f.fp is not None else []
-        fslots = {s.index: s for s in (f.fp.slots if f.fp is not None else [])}
-        order = list(getattr(f.fp, "order_evidence", None) or []) if f.fp is not None else []
-        slots = [_slot_verdict(fslots.get(ss.index), ss, findings, order) for ss in f.stats.slots]
-        for s in slots:
-            counts[s["verdict"]] += 1
-        fverdict = worst([s["verdict"] for s in slots] + [x.severity.value for x in findings])
-        rows.append({"file": f.rel, "error": None, "verdict": fverdict, "slots": slots,
-                     "order": _order_line(order),
-                     "collapsed": len(slots) > MAX_INLINE_SLOTS and fverdict == "pass",
+        fp = f.fingerprint
+        slots = [slot_row(s) for s in f.slots]
+        rows.append({"file": f.rel, "error": None, "verdict": f.outcome, "slots": slots,
+                     "order": _order_line(list(fp.order_evidence or []) if fp is not None else []),
+                     "collapsed": len(slots) > MAX_INLINE_SLOTS and f.outcome == "pass",
                      "labels": _short([s["label"] for s in slots]), "format": f.capture.format,
-                     "claims": f.fp.claims.describe() if f.fp is not None and f.fp.claims is not None else None,
+                     "claims": fp.claims.describe() if fp is not None and fp.claims is not None else None,
                      "findings": [{"kind": x.kind, "severity": x.severity.value, "slots": list(x.slots or []),
-                                   "message": x.message} for x in sort_findings(findings)]})
+                                   "message": x.message} for x in sort_findings(f.findings)]})
     shown = [r for r in rows if r["verdict"] != "pass"]
     shown += [r for r in rows if r["verdict"] == "pass"][:max(0, MAX_VERDICT_FILES - len(shown))]
     hidden = len(rows) - len(shown)
-    audit = None
-    if audit_res is not None:
-        fix = dict(getattr(audit_res, "fix", None) or {})
-        problems = [{"kind": x.kind, "message": x.message, "cls": x.severity.value}
-                    for x in sort_findings(getattr(audit_res, "findings", []) or []) if x.severity is not Severity.INFO]
-        audit = {"wiring": audit_res.wiring, "outcome": audit_res.outcome.value,
-                 "reason": getattr(audit_res, "reason", ""), "fix": fix, "settle": getattr(audit_res, "settle", None),
-                 "fixline": {k: fix.get(k) for k in ("ids", "key", "where", "engine", "version")},
-                 "slices": [{"slice": sl.get("slice"), "trained": _label(sl.get("trained_r")) or "—",
-                             "served": _label(sl.get("served_r")) or "—", "ok": sl.get("ok")}
-                            for sl in getattr(audit_res, "slices", []) or []],
-                 "problems": problems}
-    probe = _probe_summary(probe_res)
-    # the header's colour: the worst verdict anywhere in the report (files, slots, the audit and its findings,
-    # the probe), so a single fail below is never under a green header
-    overall = worst([r["verdict"] for r in rows] + [s["verdict"] for r in rows for s in r["slots"]] +
-                    ([audit["outcome"]] + [x["cls"] for x in audit["problems"]] if audit else []) +
-                    ([probe["verdict"]] if probe else []))
+    audit = _audit_summary(res.audit)
+    probe = _probe_summary(res.probe)
+    scan = _scan_summary(res.scan)
+    counts, overall = res.counts, res.overall  # decided in forensics.analysis.report, read here
     return {"rows": [r for r in rows if r in shown], "hidden": hidden, "counts": counts, "audit": audit,
             "probe": probe, "overall": overall, "nfiles": len(rows),
-            "headline": _headline(rows, counts, audit, overall),
-            "sentence": _sentence(rows, counts, audit, probe, overall)}
+            "headline": _headline(rows, counts, audit, overall, scan),
+            "sentence": _sentence(rows, counts, audit, probe, overall, scan)}
 
 
-def _sentence(rows: list[dict], counts: dict, audit: dict | None, probe: dict | None, overall: str) -> str:
+def _scan_summary(scan_res: Any) -> dict | None:
+    """The dataset scan's verdict and its headline (``forensics.views.scan``), when it does not pass."""
+    if scan_res is None or scan_res.verdict.value == "pass":
+        return None
+    s = scan_res.summary
+    counts = ", ".join(f"{k}×{v}" for k, v in (s.get("anomaly_counts") or {}).items()) or "none"
+    wide = ", ".join(str(d["kind"]) for d in s.get("dataset_findings") or [])
+    return {"verdict": scan_res.verdict.value,
+            "says": f"dataset scan of {s.get('files')} files: {scan_res.verdict.value} (anomalies: {counts}"
+                    + (f"; dataset-wide: {wide}" if wide else "") + ")"}
+
+
+def _at(x: Any, key: str) -> Any:
+    """A field of an audit slice or fix (a dataclass, or a dict in older results)."""
+    return x.get(key) if isinstance(x, dict) else getattr(x, key, None)
+
+
+def _audit_summary(audit_res: Any) -> dict | None:
+    """The audit's verdict, reason, fix and slices as the template reads them."""
+    if audit_res is None:
+        return None
+    fix = audit_res.fix
+    fix = (dict(fix) if isinstance(fix, dict) else fix.to_dict()) if fix else {}
+    problems = [{"kind": x.kind, "message": x.message, "cls": x.severity.value}
+                for x in sort_findings(audit_res.findings) if x.severity is not Severity.INFO]
+    return {"wiring": audit_res.wiring, "outcome": audit_res.outcome.value,
+            "reason": audit_res.reason, "fix": fix, "settle": audit_res.settle,
+            "fixline": {k: fix.get(k) for k in ("ids", "key", "where", "engine", "version")},
+            "slices": [{"slice": _at(sl, "slice"), "trained": _label(_at(sl, "trained_r")) or "—",
+                        "served": _label(_at(sl, "served_r")) or "—", "ok": _at(sl, "ok")}
+                       for sl in audit_res.slices or []],
+            "problems": problems}
+
+
+def _sentence(rows: list[dict], counts: dict, audit: dict | None, probe: dict | None, overall: str,
+              scan: dict | None = None) -> str:
     """The one sentence under the title, in the header's colour: what failed, else what is not settled, else that
     every claim holds."""
     bad = [r for r in rows if r["error"]]
@@ -252,11 +189,17 @@ def _sentence(rows: list[dict], counts: dict, audit: dict | None, probe: dict | 
         fails.append(f"{len(bad)} unreadable input(s)")
     if probe is not None and probe["verdict"] != "pass":
         (fails if probe["verdict"] == "fail" else open_).append(probe["says"])
+    if scan is not None and scan["verdict"] == "fail":
+        fails.append(scan["says"])
     if counts.get("cannot tell"):
         open_.append(f"{counts['cannot tell']} slot(s) claimed but not proven (settle with --model or a ladder "
                      "capture of the same text)")
     if counts.get("warn"):
         open_.append(f"{counts['warn']} slot(s) with a finding")
+    if overall == "fail" and not fails:  # a fail finding on no slot: the header's word, and where it is
+        fails.append("findings in " + _short([r["file"] for r in rows if r["verdict"] == "fail"], 3))
+    if scan is not None and scan["verdict"] == "cannot tell" and not open_:  # the scan alone leaves it open
+        open_.append(scan["says"])
     if fails:
         return "FAIL: " + "; ".join(fails) + "."
     word = {"cannot tell": "CANNOT TELL", "warn": "WARN"}.get(overall)
@@ -268,7 +211,7 @@ def _sentence(rows: list[dict], counts: dict, audit: dict | None, probe: dict | 
         f"NO CLAIM: {n} file(s) declare no slot identity; roles and depth order are listed{tail}."
 
 
-def _headline(rows: list[dict], counts: dict, audit: dict | None, overall: str) -> list[str]:
+def _headline(rows: list[dict], counts: dict, audit: dict | None, overall: str, scan: dict | None = None) -> list[str]:
     """The sentences a reviewer reads first, worst verdict first: what failed, what cannot be told, what passed."""
     out = []
     bad = [r for r in rows if r["error"]]
@@ -278,13 +221,15 @@ def _headline(rows: list[dict], counts: dict, audit: dict | None, overall: str) 
     if failing:
         kinds = [x for r in failing for x in r["findings"] if x["severity"] == "fail"]
         why = sorted({x["kind"] for x in kinds} | {"nonfinite" for r in failing for sl in r["slots"]
-                                                   if sl["decided"].startswith("non-finite")})
+                                                   if sl["nonfinite"]})
         first = next((x for x in kinds if x["kind"] == "shifted"), kinds[0] if kinds else None)
         out.append(f"{counts['fail']} slot(s) in {len(failing)} file(s) fail" + (f" ({', '.join(why)})" if why
                    else " (claimed identity ≠ inferred)") + f": {_short([r['file'] for r in failing], 4)}."
                    + (f" {first['kind']}: {first['message']}" if first else ""))
     if bad:
         out.append(f"{len(bad)} input(s) could not be read: {_short([r['file'] for r in bad], 4)}.")
+    if scan is not None:
+        out.append(scan["says"][0].upper() + scan["says"][1:] + ".")
     if audit is not None and audit["wiring"] == "cannot-tell":
         out.append(f"Wiring audit: cannot tell ({audit['reason']}).")
     if counts["cannot tell"]:
@@ -304,9 +249,11 @@ def _headline(rows: list[dict], counts: dict, audit: dict | None, overall: str) 
 
 
 # ---------------------------------------------------------------- provenance
-def build_provenance(files: list[FileResult], **facts) -> dict:
+def build_provenance(res: ReportResult) -> dict:
+    """Per file: format, size, checksum, layout, shapes, declared layers and stamp; the run's settings and the
+    target model's facts."""
     rows = []
-    for f in files:
+    for f in res.files:
         if f.error:
             rows.append({"file": f.rel, "error": f.error})
             continue
@@ -319,19 +266,18 @@ def build_provenance(files: list[FileResult], **facts) -> dict:
                      "convention": c.declared_convention or "—",
                      "declared_r": "[" + _short([_label(r) for r in c.declared_r]) + "]" if c.declared_r else "—",
                      "notes": list(c.provenance.notes), "model": (c.meta or {}).get("model"),
-                     "num_layers": c.num_layers, "stamp": _stamp(f.path)})
-    model_facts = facts.pop("facts", None) or {}
-    settings = {k: v for k, v in facts.items() if v is not None}
-    return {"rows": rows, "model_facts": model_facts, "settings": settings}
+                     "num_layers": c.num_layers, "stamp": _stamp(f.stamp)})
+    settings = {k: v for k, v in res.settings.items() if v is not None}
+    return {"rows": rows, "model_facts": res.facts or {}, "settings": settings}
 
 
-def _stamp(path: str) -> str:
-    """The file's stamp (``hsf stamp``) in one cell: what it declares, or that there is none; values are checked
-    by ``hsf verify``, not here."""
-    from forensics.analysis.stamp import stamp_status
+def _stamp(s: dict | None) -> str:
+    """The file's stamp (``hsf stamp``, read by the report) in one cell: what it declares, or that there is none;
+    values are checked by ``hsf verify``, not here."""
     from forensics.views.stamp import summary
 
-    s = stamp_status(path)
+    if s is None:
+        return "not stamped"
     if s["status"] == "stamped":
         return "stamped: " + (summary(s["stamp"]) or "")
     return "unreadable stamp: " + s["error"] if s["status"] == "error" else "not stamped"

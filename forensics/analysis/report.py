@@ -1,0 +1,513 @@
+"""The report's compute (``forensics.report``, ``hsf report``): every input fingerprinted, the wiring audit, the draft
+probe and the dataset scan run with every piece of evidence given, and each slot's outcome decided — one typed
+:class:`ReportResult`, rendered by ``forensics.views.report``.
+
+A slot's outcome is one word of the report's vocabulary (``fail`` / ``cannot tell`` / ``warn`` / ``pass`` /
+``info``, ranked by ``forensics.findings.OUTCOME_RANK``), decided here from the fingerprint's claim verdict and the
+severity of the findings on that slot (set where they were made), with the one piece of evidence that decided it as
+data (:class:`Deciding`). The report's verdict and exit code are read from these typed fields.
+
+Example:
+    >>> from forensics.analysis.report import report
+    >>> res = report(["sample_data/speculators_v1"])                      # doctest: +SKIP
+    >>> res.verdict.value, res.exit_code(), res.counts["cannot tell"]     # doctest: +SKIP
+    ('cannot tell', 3, 15)
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from forensics.analysis.audit.core import audit
+from forensics.analysis.fingerprint.core import fingerprint
+from forensics.analysis.probe import probe
+from forensics.analysis.scan.core import scan as run_scan
+from forensics.analysis.stamp import stamp_status
+from forensics.display import render
+from forensics.errors import ForensicsError
+from forensics.findings import (
+    Finding,
+    Severity,
+    Verdict,
+    exit_code,
+    sort_findings,
+    worst_outcome,
+)
+from forensics.jsonable import json_safe
+from forensics.layers import r_label
+from forensics.models.draft import has_weights
+
+MAX_ANALYSED_FILES = 64  # files fingerprinted one by one; a larger dataset is summarised by `forensics.scan`
+OUTCOMES = ("fail", "cannot tell", "warn", "pass", "info")  # a slot's outcome words, worst first
+TRAINER_FORMATS = {"speculators-v1": "speculators-v1", "speculators": "speculators", "specforge": "specforge"}
+# fingerprint ``decided_by`` names → the evidence signals that carry its number, best first
+DECIDED_ALIASES = {"exact": ("ladder_match", "exact_embedding", "exact_gamma")}
+TOKEN_TEXT_CHARS = 64  # a token's text is kept cut to this many characters + "…" (a hostile tokenizer's
+# 2,000,000-character token at 1,000 positions made a 384 MB report; hardening round 3, N6 S15)
+
+
+@dataclass
+class ReportError:
+    """A section or input the report could not read or run: where, and the error's own message."""
+
+    where: str
+    message: str
+
+    def to_dict(self) -> dict:
+        return {"where": self.where, "message": self.message}
+
+
+@dataclass
+class Deciding:
+    """The one piece of evidence that decided a slot's outcome, as data (views word it).
+
+    ``kind``: ``nonfinite`` (``value`` = [NaN count, Inf count], ``threshold`` 0), ``claim`` (the fingerprint's
+    claim verdict excluded the claim ``value``: ``message`` = why), ``undecided`` (its claim verdict is cannot
+    tell: ``message`` = why), ``finding`` (``signal`` = the finding kind, ``message`` its message), ``order`` (the
+    file's depth order decided; ``message`` = what else), ``evidence`` (a fingerprint evidence line: ``signal``,
+    ``value``, ``threshold``, ``message`` = what it says), ``token0`` (no evidence: ``value`` = token-0 norm ÷
+    median of the rest), ``none``.
+    """
+
+    kind: str
+    message: str = ""
+    signal: str | None = None
+    value: Any = None
+    threshold: Any = None
+
+
+@dataclass
+class SlotOutcome:
+    """One slot as the report decides it: what is claimed (and by whom), what the evidence infers, the outcome."""
+
+    index: int
+    name: str
+    claimed: str | None
+    claim_source: str  # "<source>: <detail>" of the fingerprint's claim; "" when the claim is only declared
+    role: str | None
+    label: str | None  # the inferred label (the fingerprint's, else the exact r's)
+    r_exact: Any
+    r_estimate: float | None
+    confidence: float | None
+    outcome: str  # fail / cannot tell / warn / pass / info
+    deciding: Deciding
+
+    @property
+    def r(self) -> Any:
+        """The exact r when known, else the estimate (``r_exact`` says which)."""
+        return self.r_exact if self.r_exact is not None else self.r_estimate
+
+
+@dataclass
+class FileReport:
+    """One input file as the report reads it: the capture, its stats and fingerprint (or the error), its token text,
+    and each slot's outcome (decided on construction)."""
+
+    path: str
+    rel: str = ""
+    capture: Any = field(default=None, repr=False)
+    stats: Any = field(default=None, repr=False)
+    fingerprint: Any = field(default=None, repr=False)
+    error: str | None = None
+    tokens: list[str] | None = field(default=None, repr=False)
+    stamp: dict | None = field(default=None, repr=False)  # ``forensics.analysis.stamp.stamp_status`` of the file
+    slots: list[SlotOutcome] = field(init=False, default_factory=list, repr=False)
+    outcome: str = field(init=False, default="info")
+
+    def __post_init__(self) -> None:
+        if self.error is not None or self.stats is None:
+            self.outcome = "fail" if self.error is not None else "info"
+            return
+        fp = self.fingerprint
+        findings = list(fp.findings) if fp is not None else []
+        fslots = {s.index: s for s in (fp.slots if fp is not None else [])}
+        order = list(fp.order_evidence or []) if fp is not None else []
+        self.slots = [slot_outcome(fslots.get(ss.index), ss, findings, order) for ss in self.stats.slots]
+        self.outcome = worst_outcome([s.outcome for s in self.slots] + [x.severity.value for x in findings])
+
+    @property
+    def fp(self) -> Any:
+        """The fingerprint (the name the report's callers have used)."""
+        return self.fingerprint
+
+    @property
+    def findings(self) -> list[Finding]:
+        return list(self.fingerprint.findings) if self.fingerprint is not None else []
+
+
+def slot_outcome(fs: Any, ss: Any, findings: list[Finding], order: list | None = None) -> SlotOutcome:
+    """fail / cannot tell / warn / pass / info for one slot (``fs`` its ``SlotFingerprint`` or None, ``ss`` its
+    ``SlotStats``), read from the fingerprint's claim verdict and the severity of the findings on it, worst rule
+    first: non-finite values, an excluded claim, a fail finding, an undecided claim, a warn finding, a supported
+    claim; else info. The deciding evidence comes with it."""
+    claim = fs.claim if fs is not None else None
+    claimed = claim.label if claim is not None else _label(ss.declared_r) or ss.claimed or None
+    claim_source = f"{claim.source.value}: {claim.detail}" if claim is not None else ""
+    role = label = conf = r_exact = r_est = None
+    evidence: list = []
+    if fs is not None:
+        role, label, conf = fs.role, fs.label, fs.confidence
+        r_exact, r_est = fs.r_exact, fs.r_estimate
+        evidence = list(fs.evidence or [])
+    inferred = label or (_label(r_exact) if r_exact is not None else None)
+    mine = sort_findings(f for f in findings if ss.index in (f.slots or []))
+    v = fs.verdict if fs is not None else None
+    fails = [f for f in mine if f.severity is Severity.FAIL]
+    outcome, decided = "info", None
+    if ss.nan or ss.inf:
+        outcome, decided = "fail", Deciding("nonfinite", signal="non-finite values", value=[ss.nan, ss.inf],
+                                            threshold=0)
+    elif v is Verdict.FAIL:
+        outcome, decided = "fail", Deciding("claim", message=fs.verdict_why, value=claim.label if claim else "?")
+    elif fails:
+        outcome, decided = "fail", Deciding("finding", message=fails[0].message, signal=str(fails[0].kind))
+    elif v is Verdict.CANNOT_TELL:  # what would settle it is said once, in the headline, not on every slot
+        outcome, decided = "cannot tell", Deciding("undecided", message=fs.verdict_why)
+    elif mine and mine[0].severity is Severity.WARN:
+        outcome, decided = "warn", Deciding("finding", message=mine[0].message, signal=str(mine[0].kind))
+    elif v is Verdict.PASS:
+        outcome = "pass"  # the deciding evidence line carries its raw value and threshold
+    if decided is None:
+        decided = _deciding_evidence(evidence, fs.decided_by if fs is not None else None, order)
+    if decided is None:
+        decided = (Deciding("token0", signal="token-0 norm / median of the rest", value=ss.first_ratio)
+                   if math.isfinite(ss.first_ratio) else Deciding("none"))
+    return SlotOutcome(index=ss.index, name=ss.name, claimed=claimed, claim_source=claim_source, role=role,
+                       label=inferred, r_exact=r_exact, r_estimate=r_est, confidence=conf, outcome=outcome,
+                       deciding=decided)
+
+
+def _deciding_evidence(evidence: list, decided_by: str | None, order: list | None) -> Deciding | None:
+    """The evidence line the fingerprint says decided (``decided_by``; ``order`` = the depth chain), else the
+    first one."""
+    pool = list(evidence)
+    if decided_by and decided_by.split()[0] == "order" and order:
+        # the depth chain decided: its evidence is the file's, said once in the file's row, not on every slot
+        return Deciding("order", message=decided_by.split(")", 1)[1] if ")" in decided_by else "")
+    if decided_by:  # a signal name, possibly followed by words: "order (rank among layer slots) + sink"
+        decided_by = decided_by.split()[0]
+        names = DECIDED_ALIASES.get(decided_by, (decided_by,))
+        pool = sorted((e for e in evidence if e.signal in names), key=lambda e: names.index(e.signal)) or \
+            (list(order or []) if decided_by == "order" else []) or pool
+    for e in pool:
+        return Deciding("evidence", message=str(e.verdict) if getattr(e, "verdict", None) else "",
+                        signal=str(e.signal), value=e.value, threshold=getattr(e, "threshold", None))
+    return None
+
+
+def _label(r: Any) -> str | None:
+    return None if r is None else r_label(r)
+
+
+def error_text(e: BaseException) -> str:
+    """A ForensicsError's own message (it names the file); anything else with its type."""
+    return str(e) if isinstance(e, ForensicsError) else f"{type(e).__name__}: {e}"
+
+
+def load_tokens(cap: Any, errors: list[ReportError]) -> list[str] | None:
+    """Token text per position (the capture's own local tokenizer, never remote code), or None when unknown;
+    each distinct id decoded once, its text cut to ``TOKEN_TEXT_CHARS`` characters + "…"."""
+    from forensics.io.tokenizer import decode_tokens, find_tokenizer, load_tokenizer
+
+    if cap.input_ids is None:
+        return None
+    folder = find_tokenizer(cap.path, cap.meta)
+    tok, why = load_tokenizer(folder)
+    if tok is None:
+        if why and not any(_message(e) == why for e in errors):
+            errors.append(ReportError(f"tokenizer {folder}", why))
+        return None
+    ids = [int(i) for i in cap.input_ids.tolist()]
+    text = {}
+    for i in dict.fromkeys(ids):
+        t = decode_tokens(tok, [i])[0]
+        text[i] = t if len(t) <= TOKEN_TEXT_CHARS else t[:TOKEN_TEXT_CHARS] + "…"
+    return [text[i] for i in ids]
+
+
+def _message(e: Any) -> str | None:
+    return e.get("message") if isinstance(e, dict) else getattr(e, "message", None)
+
+
+@dataclass
+class ReportResult:
+    """What ``hsf report`` decided: every file's fingerprint and slot outcomes, the audit, the probe, the scan.
+
+    ``verdict`` (pass / fail / cannot tell), ``counts`` (slot outcomes; an unreadable file counts as one fail),
+    ``overall`` (the worst outcome word anywhere: the report header's colour) and :meth:`exit_code` are read from
+    these fields; views render them and decide nothing.
+    """
+
+    inputs: list[str]
+    files: list[FileReport]
+    audit: Any = None  # AuditResult
+    probe: Any = None  # ProbeResult
+    scan: Any = None  # ScanResult
+    facts: dict | None = None  # the target model's facts (--model)
+    errors: list[ReportError] = field(default_factory=list)
+    skipped: int = 0  # files beyond MAX_ANALYSED_FILES: covered by the dataset scan, not analysed one by one
+    training: list[FileReport] = field(default_factory=list, repr=False)  # what the audit and the probe read
+    settings: dict = field(default_factory=dict)  # what the user passed (layers, model, draft, engine, …)
+    argv: list[str] = field(default_factory=list)  # the `hsf report` arguments that rebuild this result
+    title: str | None = None
+    max_analysed: int = MAX_ANALYSED_FILES
+
+    @property
+    def readable(self) -> list[FileReport]:
+        return [f for f in self.files if f.error is None]
+
+    @property
+    def slots(self) -> list[SlotOutcome]:
+        """Every slot outcome of every readable file, in file order."""
+        return [s for f in self.files for s in f.slots]
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Slot outcomes by word (every word present, worst first); an unreadable file counts as one fail."""
+        counts = {k: 0 for k in OUTCOMES}
+        for f in self.files:
+            if f.error:
+                counts["fail"] += 1
+            for s in f.slots:
+                counts[s.outcome] += 1
+        return counts
+
+    @property
+    def findings(self) -> list[Finding]:
+        """The findings that decide: every file's and the audit's (the probe decides by its verdict; its findings
+        explain it and stay on ``probe``)."""
+        out = [x for f in self.files for x in f.findings]
+        return out + (list(self.audit.findings) if self.audit is not None else [])
+
+    @property
+    def overall(self) -> str:
+        """The worst outcome word anywhere (files, slots, the audit's verdict and findings, the probe's and the scan's
+        verdicts), so a single fail is never under a green header."""
+        words = [f.outcome for f in self.files] + [s.outcome for s in self.slots]
+        if self.audit is not None:
+            words += [self.audit.outcome.value] + [x.severity.value for x in self.audit.findings
+                                                   if x.severity is not Severity.INFO]
+        if self.probe is not None:
+            words.append(self.probe.verdict.value)
+        if self.scan is not None:
+            words.append(self.scan.verdict.value)
+        return worst_outcome(words)
+
+    @property
+    def unreadable(self) -> bool:
+        """An input or a section could not be read (exit 2)."""
+        return any(f.error for f in self.files) or bool(self.errors)
+
+    def _verdicts(self) -> list:
+        out: list = ["fail" for f in self.files if f.error]  # a file that cannot be read counts as a fail
+        for f in self.files:
+            if f.fingerprint is not None:
+                out += [s.verdict for s in f.fingerprint.slots]
+            out += [s.outcome for s in f.slots if s.outcome in ("fail", "cannot tell")]
+        if self.audit is not None:
+            out.append(self.audit.outcome)
+        if self.probe is not None:  # the probe's verdict as `hsf probe` exits on it
+            out.append(self.probe.verdict)
+        if self.scan is not None:  # the dataset scan's, as `hsf scan` exits on it (files beyond the cap included)
+            out.append(self.scan.verdict)
+        return out
+
+    def exit_code(self, fail_on: str = "fail", decided_only: bool = False) -> int:
+        """The exit code of ``hsf report`` (``forensics.findings.exit_code``): 2 when an input or a section could not
+        be read (unless ``decided_only``), else 1 on a fail (``fail_on="warn"``: a warn too), 3 on cannot tell."""
+        return exit_code(self.findings, self._verdicts(), unreadable=self.unreadable and not decided_only,
+                         fail_on=fail_on)
+
+    def decide(self, fail_on: str = "fail") -> Verdict:
+        """The verdict over what was read, with ``fail_on`` (``"warn"``: a warn is a fail)."""
+        return {1: Verdict.FAIL, 3: Verdict.CANNOT_TELL}.get(self.exit_code(fail_on, decided_only=True), Verdict.PASS)
+
+    @property
+    def verdict(self) -> Verdict:
+        """pass / fail / cannot tell over every file, slot, the audit, the probe and the scan (an unreadable file is a
+        fail)."""
+        return self.decide()
+
+    def to_dict(self, fail_on: str = "fail") -> dict:
+        """The decision as ``hsf report --json`` gives it (the CLI adds where the HTML went, its size, its headline
+        sentence and the regenerating command)."""
+        doc = {"verdict": self.decide(fail_on).value, "files": len(self.files),
+               "unreadable": sum(1 for f in self.files if f.error), "verdicts": self.counts, "overall": self.overall,
+               "audit": self.audit.wiring if self.audit is not None else None}
+        if self.audit is not None:  # the audit's own decision and fix, as `hsf audit --json` gives them
+            doc["audit_fix"] = self.audit.fix
+            doc["audit_exit_code"] = self.audit.exit_code()
+        return json_safe(doc)
+
+    def __repr__(self) -> str:
+        return render(self, "line")
+
+    def _repr_html_(self) -> str:
+        return render(self, "html")
+
+
+def training_files(files: list[FileReport], trainer: str | None) -> list[FileReport]:
+    """The files that are the draft's training data, out of everything the report reads.
+
+    A report folder can mix formats (sample_data/ holds a 32-slot ladder beside the speculators-v1
+    training files): the audit and the probe must see the trainer's own format (``--trainer``), else the
+    format most files share; never simply the first file found.
+    """
+    ok = [f for f in files if f.error is None and f.capture is not None]
+    want = TRAINER_FORMATS.get(trainer or "")
+    if want:
+        chosen = [f for f in ok if f.capture.format == want]
+        if chosen:
+            return chosen
+    counts: dict = {}
+    for f in ok:
+        counts[f.capture.format] = counts.get(f.capture.format, 0) + 1
+    if not counts:
+        return []
+    best = max(counts, key=lambda k: counts[k])  # ties: the first format met
+    return [f for f in ok if f.capture.format == best]
+
+
+def _analyse(path: str, layers: Any, model: Any, errors: list[ReportError]) -> FileReport:
+    """Load one capture, fingerprint it, and keep what the report needs."""
+    from forensics.analysis.stats import summarize
+    from forensics.io.formats import load
+
+    try:
+        cap = load(path)
+    except ForensicsError as e:
+        return FileReport(path=path, error=error_text(e))
+    fp = None
+    try:
+        fp = fingerprint(cap, layers=layers, model=model)
+    except ForensicsError as e:  # a failing section is listed in the report, not fatal
+        errors.append(ReportError(f"fingerprint: {path}", error_text(e)))
+    try:
+        stats = fp.stats if fp is not None else summarize(cap)
+    except ForensicsError as e:
+        return FileReport(path=path, error=error_text(e))
+    return FileReport(path=path, capture=cap, stats=stats, fingerprint=fp)
+
+
+def _argv(paths: list[str], settings: dict, scan: Any) -> list[str]:
+    """The ``hsf report`` arguments that rebuild the result (``-o`` is the view's)."""
+    argv = list(paths)
+    layers = settings.get("layers")
+    if layers is not None:
+        argv += ["--layers", layers if isinstance(layers, str) else ",".join(str(x) for x in layers)]
+    for key in ("model", "draft", "engine", "engine_version", "trainer", "target_config", "served", "title"):
+        v = settings.get(key)
+        if v is not None:
+            argv += ["--" + key.replace("_", "-"), os.fspath(v) if isinstance(v, os.PathLike) else str(v)]
+    if scan is True:
+        argv.append("--scan")
+    return argv
+
+
+def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None, engine: str | None = None,
+           engine_version: str | None = None, trainer: str | None = None, target_config: Any = None,
+           served: Any = None, scan: Any = None, title: str | None = None,
+           progress: Callable[[str, int, int], None] | None = None, input_ids: Any = None) -> ReportResult:
+    """Analyse capture files/directories: fingerprints, the wiring audit, the draft probe, the dataset scan.
+
+    Args:
+        paths: capture files or directories (a single path is accepted too), or one capture in memory: a
+            ``Capture``, transformers' ``output.hidden_states``, a list or stack of tensors (with ``input_ids``).
+        layers: the expected layer list (``"0,3,16,28"``, ``[0, 3, 16, 28]`` or ``"embed,L3,…"``) for labels.
+        model: model path (HF folder, safetensors dir or .gguf) for exact-mode fingerprints and model facts.
+        draft, engine, engine_version, trainer, target_config, served: passed to :func:`forensics.audit`
+            (run when any of them is given; a draft with weights is also probed).
+        scan: a ``ScanResult`` to include, or ``True`` to scan the paths.
+        title: the report title (kept for the view and the regenerating command).
+        progress: called as ``progress(stage, done, total)`` while files are fingerprinted and the draft is probed.
+
+    Returns:
+        :class:`ReportResult`.
+    """
+    from forensics.io.formats import as_capture, iter_files, write_capture
+
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    elif not (isinstance(paths, (list, tuple)) and paths and all(isinstance(p, (str, os.PathLike)) for p in paths)):
+        # a capture in memory (tensors, transformers' output.hidden_states, a Capture): the report reads files
+        # (stamps, tokenizers, scans), so it is written once as a plain safetensors capture and read back
+        paths = [write_capture(as_capture(paths, input_ids=input_ids))]
+    paths = [os.fspath(p) for p in paths]
+    model_arg = model  # as given ("default"), for the regenerating command
+    if model is not None:
+        from forensics.models.target import resolve_model
+
+        model = resolve_model(model)
+    if isinstance(layers, (list, tuple)):
+        layers = ",".join(str(x) for x in layers)
+    tick = progress or (lambda stage, done, total: None)
+    errors: list[ReportError] = []
+    files: list[FileReport] = []
+    skipped = 0
+    todo: list[str] = []
+    for p in paths:
+        try:
+            found = list(iter_files(p))
+        except ForensicsError as e:
+            files.append(FileReport(path=p, error=error_text(e)))
+            continue
+        if not found:
+            files.append(FileReport(path=p, error=f"{p}: no capture files found"))
+        room = max(0, MAX_ANALYSED_FILES - len(files) - len(todo))
+        skipped += len(found[room:])
+        todo += found[:room]
+    for i, f in enumerate(todo):
+        tick("fingerprint files", i, len(todo))
+        files.append(_analyse(f, layers, model, errors))
+    root = os.path.commonpath([os.path.dirname(os.path.abspath(p)) for p in paths]) if paths else os.getcwd()
+    for fr in files:
+        fr.rel = os.path.relpath(os.path.abspath(fr.path), root)
+        if fr.capture is not None:
+            fr.tokens = load_tokens(fr.capture, errors)
+            fr.stamp = stamp_status(fr.path)
+
+    audit_res = probe_res = scan_res = facts = None
+    training = training_files(files, trainer)
+    if any(v is not None for v in (draft, engine, trainer, served, target_config)):
+        try:
+            audit_res = audit(data=training[0].capture if training else (paths[0] if paths else None),
+                              draft=draft, engine=engine, engine_version=engine_version, trainer=trainer,
+                              target_config=target_config, served=served, model=model)  # every piece of evidence
+        except ForensicsError as e:
+            errors.append(ReportError("audit", error_text(e)))
+    if draft is not None and paths and has_weights(draft):
+        try:
+            probe_res = probe(draft, [f.capture for f in training] or paths[0], model=model, engine=engine,
+                              engine_version=engine_version,
+                              progress=lambda done, total: tick("probe wirings × files", done, total))
+        except ForensicsError as e:
+            errors.append(ReportError("draft probe", error_text(e)))
+    if (scan is True or (scan is None and skipped)) and paths:
+        try:
+            scan_res = run_scan(paths if len(paths) > 1 else paths[0], progress=False, layers=layers)
+        except ForensicsError as e:
+            errors.append(ReportError("scan", error_text(e)))
+    elif scan not in (None, False):
+        scan_res = scan
+    if model is not None:
+        try:
+            from forensics.models.target import target_facts
+
+            facts = target_facts(model)
+        except ForensicsError as e:
+            errors.append(ReportError("model facts", error_text(e)))
+    for fr in files:
+        if fr.error:
+            errors.append(ReportError(fr.rel or fr.path, fr.error))
+    settings = {"layers": layers, "model": model, "draft": draft, "engine": engine, "engine_version": engine_version,
+                "trainer": trainer, "served": served}
+    given = {**settings, "model": model_arg, "target_config": target_config, "title": title}
+    audited = audit_res is not None or probe_res is not None
+    return ReportResult(inputs=paths, files=files, audit=audit_res, probe=probe_res, scan=scan_res, facts=facts,
+                        errors=errors, skipped=skipped, training=training if audited else [],
+                        settings=settings, argv=_argv(paths, given, scan), title=title,
+                        max_analysed=MAX_ANALYSED_FILES)
