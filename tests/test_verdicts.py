@@ -44,7 +44,7 @@ def test_seed_claim_is_fail_in_fingerprint(sample_data, capsys, i):
     assert main(["fingerprint", path, "--layers", SEED_CLAIM, "--json"]) == 1
     f = json.loads(capsys.readouterr().out)["files"][0]
     s = _shifted(f["findings"])
-    assert s["severity"] == "fail" and s["evidence"]["corrected"] == TRUTH and "seed" in s["message"]
+    assert s["severity"] == "fail" and s["evidence"]["corrected"] == TRUTH and "Kimi-K2.5 EAGLE-3 incident" in s["message"]
     assert f["verdict"] == "fail" and f["slots"][0]["verdict"] == "fail"
     # never the claimed label where the evidence contradicts it: slot 0 is the embedding, not L3
     assert f["slots"][0]["label"] == "embed"
@@ -94,7 +94,7 @@ def test_seed_wiring_is_fail_in_audit(sample_data, tmp_path, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert code == 1 and doc["wiring"] == "mismatch"
     s = _shifted(doc["findings"])
-    assert s["severity"] == "fail" and s["evidence"]["served"] == [3, 16, 28] and "seed" in s["message"]
+    assert s["severity"] == "fail" and s["evidence"]["served"] == [3, 16, 28] and "Kimi-K2.5 EAGLE-3 incident" in s["message"]
     # data-only: slice 0 (embed) is measured, slices 1–2 are only declared: no fix list rests on them
     assert [sl["ok"] for sl in doc["slices"]] == [False, None, None]
     assert doc["fix"] is None and "--model" in doc["settle"]
