@@ -376,15 +376,24 @@ def test_acceptance_counts_equal_an_independent_float64_chain(draft_dir, sample_
     s = [x.tensor().double() for x in cap.slots]
     fused, emb, tids = torch.cat(s[:3], -1)[:-1], E[ids[1:]], d.target_ids()
     T = len(ids)
-    accepted = []
+    accepted, shifted = [], []
     for t in range(T - 1):
         logits = _served_chain(speculators_layers, fused, emb, E, t, 3, tids)
-        hits = [t + 1 + j <= T - 1 and int(tids[lg.argmax()]) == int(pred[t + 1 + j]) for j, lg in enumerate(logits)]
+        drafted = [int(tids[lg.argmax()]) for lg in logits]
+        hits = [t + 1 + j <= T - 1 and x == int(pred[t + 1 + j]) for j, x in enumerate(drafted)]
         accepted.append(accepted_counts([hits])[0])
+        # tenstorrent/vllm#442's shifted target: the same inputs and chain, each drafted token compared with the
+        # verifier's argmax one position later (t + 2 + j); fed its own tokens, which equal the labels it matched
+        hits = [t + 2 + j <= T - 1 and x == int(pred[t + 2 + j]) for j, x in enumerate(drafted)]
+        shifted.append(accepted_counts([hits])[0])
     row = res.rows[0]
     assert row.n == T - 1
     assert [round(a * row.n) for a in row.acceptance] == [sum(a > j for a in accepted) for j in range(3)]
     assert row.acceptance_length == pytest.approx(1 + sum(accepted) / (T - 1), abs=1e-12)
+    shift = next(r for r in res.rows if r.control == "shift")
+    assert shift.wiring == TRAINED and shift.n == T - 1
+    assert [round(a * shift.n) for a in shift.acceptance] == [sum(a > j for a in shifted) for j in range(3)]
+    assert shift.acceptance_length == pytest.approx(1 + sum(shifted) / (T - 1), abs=1e-12)
 
 
 # ------------------------------------------------------------------------------ one verdict --

@@ -149,6 +149,9 @@ def score_file(cap: Capture, d: Draft, E: Any, v: Verifier | None, L: int | None
             groups.setdefault((w.order, w.control == CONTROL_SHIFT, w.pairing), []).append(w)
         done = 0
         for (order, shifted, pairing), ws in groups.items():
+            # the shift control (tenstorrent/vllm#442's "shifted target"): the same fused states, embeddings and
+            # positions; step j of row t scored against the verifier's argmax at t + 2 + j (one token later) and
+            # steps >= 1 fed the embedding of that shifted label (probe_wirings' docstring says why this way)
             o = 1 if shifted else 0
             tgt = [seq_p[o + j:o + j + Tm] for j in range(steps)]
             have = [have_p[o + j:o + j + Tm] for j in range(steps)]

@@ -11,9 +11,22 @@ reference notes; public threads cited inline) were also about *how* the states r
   rows where the previous token's hidden state was expected). Pairing a state with a *later* one instead would
   feed a hidden state no engine has at drafting time (the target has not run on the newest token yet).
 
-Two controls are scored like candidates but never ranked: ``shift`` (the anchor wiring scored against
-targets one token later, tenstorrent/vllm#442's controlled shift) and ``random`` (the anchor wiring's states
+Two controls are scored like candidates but never ranked: ``shift`` and ``random`` (the anchor wiring's states
 at randomly permuted positions of the same sequence: realistic states, no alignment).
+
+The shift control moves what tenstorrent/vllm#442 moved, in the same direction. Its control column ("ctrl:
+shifted target", Qwen3.8-27B MTP, code 0.9076 → 0.0055) keeps the head's inputs as trained and scores the
+draft at position p against the target's greedy token one place later (``target_greedy_{p+2}`` instead of
+``_{p+1}``). Here the inputs are EAGLE-3's pairing, as speculators' ``shift_batch``
+(``models/eagle3/data.py``) aligns ``(x1, g0, y1)``: row t gets the aux states of token t and the embedding
+of token t + 1, and must draft the verifier's argmax at t + 1. The control keeps the fused states, the
+embeddings and the positions of every row. Only the labels move one token into the future: step j of row t
+is scored against the verifier's argmax at t + 2 + j instead of t + 1 + j. From step 1 on the chain is fed
+the embedding of the shifted label it just matched; a chain goes on only while draft and label agree, as for
+every row. The other direction, a label one token earlier, is no control: at t the verifier's argmax is
+(on its own greedy text) token t + 1, the very token whose embedding row t is fed, so a draft that echoes
+its input would score high. Shifting the *inputs* instead is a wiring, not a control: the same-token
+pairing below (the token stream one behind, ik_llama.cpp#1979) is scored as a candidate.
 
 Example:
     >>> Wiring((0, 3, 16)).label, Wiring((0, 3, 16), order="[h, emb]").label
@@ -150,6 +163,8 @@ def variants(anchor: tuple, L: int | None, post_available: bool, refs: list) -> 
 
 
 def controls(anchor: tuple) -> Candidates:
+    """The shift control (the anchor's inputs, labels one token later: tenstorrent/vllm#442's shifted target,
+    see the module docstring) and the random control (the anchor's states at permuted positions)."""
     return [(Wiring(anchor, control=CONTROL_SHIFT), ["control: targets one token later"]),
             (Wiring(anchor, control=CONTROL_RANDOM), ["control: states at permuted positions"])]
 

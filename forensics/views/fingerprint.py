@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
 
 from forensics.analysis.fingerprint.core import Fingerprint
 from forensics.display import renders
@@ -61,6 +62,23 @@ def identified(fp: Fingerprint) -> list[str] | None:
 def verdict_word(fp: Fingerprint) -> str:
     """The headline's first word: ``IDENTIFIED`` when exact mode named every unclaimed slot, else the verdict's."""
     return "IDENTIFIED" if identified(fp) is not None else headline_word(fp.verdict)
+
+
+# the headline words worst first (the one ranking, forensics.findings.OUTCOME_RANK, plus the two words of an
+# unclaimed file: named exactly, or roles and depth order only)
+WORDS_WORST_FIRST = ("FAIL", "CANNOT TELL", "WARN", "PASS", "IDENTIFIED", "NO CLAIM")
+
+
+def files_summary(fps: list[Fingerprint], unreadable: int = 0) -> str:
+    """``12 files: 1 FAIL, 3 PASS, 8 NO CLAIM, 1 unreadable (stderr)`` for a multi-file run."""
+    counts = Counter(verdict_word(fp) for fp in fps)
+    return (f"{len(fps) + unreadable} files: " + ", ".join(f"{counts[w]} {w}" for w in WORDS_WORST_FIRST if counts[w])
+            + (f", {unreadable} unreadable (stderr)" if unreadable else ""))
+
+
+def worst_first(fps: list[Fingerprint]) -> list[Fingerprint]:
+    """The fingerprints ordered by headline word, worst first (stable within a word)."""
+    return sorted(fps, key=lambda fp: WORDS_WORST_FIRST.index(verdict_word(fp)))
 
 
 def headline(fp: Fingerprint) -> str:
