@@ -477,9 +477,10 @@ def test_a_served_wiring_outside_the_capture_says_which_layers_are_missing_and_h
     """SGLang ignores a top-level id key and serves its default [L2, L15, L27]; a capture of [embed, L3, L16, L28]
     cannot score that: the cost line names the missing layers and the capture command, never 'not scored' alone."""
     from forensics.analysis.probe import ProbeRow, _served_cost
+    from forensics.analysis.probe_wirings import Wiring
 
     def row(wiring, length, control=None):
-        return ProbeRow(wiring, "+".join(map(str, wiring)), [], 0.2, [0.1, 0.3], 0.3, 100, 20, [0.2, 0.05, 0.0],
+        return ProbeRow(wiring, Wiring(tuple(wiring)).label, [], 0.2, [0.1, 0.3], 0.3, 100, 20, [0.2, 0.05, 0.0],
                         length, [length - 0.1, length + 0.1], control)
 
     rows = [row([0, 3, 16], 1.29), row([3, 16, 28], 1.07), row([0, 3, 16], 1.02, control="shift")]
