@@ -33,8 +33,8 @@ def _head(fp: Fingerprint) -> str:
     if fp.expected is not None:
         exp = f"; claimed [{', '.join('?' if r is None else r_label(r) for r in fp.expected)}] ({fp.expected_source})"
     ex = ""
-    if fp.exact and fp.exact.get("ran", True):
-        ex = f"; exact mode vs {os.path.basename(str(fp.exact['source']))}"
+    if fp.exact and fp.exact.ran:
+        ex = f"; exact mode vs {os.path.basename(str(fp.exact.source))}"
     elif fp.exact:
         ex = "; exact mode could not run (no token ids: give --ids FILE or --text FILE)"
     return (f"{os.path.basename(c.path)}: {c.format}, {c.num_tokens} tokens, hidden {c.hidden_size}, "
@@ -53,7 +53,7 @@ def stream_line(s: dict) -> str:
 
 def identified(fp: Fingerprint) -> list[str] | None:
     """Every slot's label when nothing is claimed, nothing fails and exact mode named every slot, else None."""
-    if fp.verdict is not None or not fp.exact or not fp.exact.get("ran", True):
+    if fp.verdict is not None or not fp.exact or not fp.exact.ran:
         return None
     rs = [sf.r_exact for sf in fp.slots]
     return None if any(r is None for r in rs) else [r_label(r) for r in rs]
@@ -129,8 +129,8 @@ def text(fp: Fingerprint, width: int | None = None) -> str:
     slot fails, then one line per slot (folded to ``width`` when given). The evidence is in
     :func:`explain`."""
     lines = [headline(fp), _head(fp)]
-    if fp.exact and fp.exact.get("stream"):
-        lines.append("  " + stream_line(fp.exact["stream"]))
+    if fp.exact and fp.exact.stream:
+        lines.append("  " + stream_line(fp.exact.stream))
     lines += [f"  {f.severity.value.upper()} {f.kind}: {f.message}" for f in sort_findings(fp.findings)]
     lines += [f"  [{sf.index}] {_v(sf.verdict)}: claimed {sf.claim.label if sf.claim else '?'} "
               f"({sf.claim.source.value if sf.claim else '?'}); {sf.verdict_why}"
