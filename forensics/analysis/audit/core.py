@@ -268,6 +268,8 @@ def audit(data: Any = None, draft: Any = None, engine: str | None = None, engine
     findings: list[Finding] = []
     if L is None and data is not None and not isinstance(data, (list, tuple)):
         L = first_capture(data).num_layers
+    if L is None and model is not None:  # --model is the target: its layer count is evidence the user gave
+        L = _model_layers(model)
     trained, tf, cap = training_side(data, trainer, info, L, use_fingerprint, model)
     findings += tf
     deep = [r for r in [*(trained.fc_r or []), trained.target_r] if isinstance(r, int) and L and r > L]
@@ -328,8 +330,27 @@ def audit(data: Any = None, draft: Any = None, engine: str | None = None, engine
         if info is not None and fix.ids is not None:  # the right ids are there; only the caveat blocks
             fix.already_set = list((info.ids_nested if fix.where == "nested" else info.ids_top) or []) \
                 == list(fix.ids)
+        if fix.already_set and fix.caveat is None and served_side.basis == "capture":
+            fix.caveat = (f"the config is right, yet the served capture shows r = "
+                          f"{[r_label(r) if r is not None else '?' for r in served_side.r or []]}: the server did "
+                          f"not serve this config as {engine} {fix.version} reads it; check that it loaded this "
+                          "config.json, and its version (--engine-version)")
     settle = None if fix is not None or verdict == "match" or known else _settle(model is not None)
     return AuditResult(verdict, reason, slices, findings, fix, trained, served_side, context, settle)
+
+
+def _model_layers(model: Any) -> int | None:
+    """The target's L from ``--model`` (its config, or the model the fingerprint loads anyway: loads are memoised);
+    None for a reference that is not a model (a ladder capture)."""
+    from forensics.models.target import Target, target_facts
+
+    if not isinstance(model, (str, os.PathLike, Target)):
+        return None
+    try:
+        n = target_facts(model).get("num_layers")
+    except (ForensicsError, OSError):
+        return None
+    return limits.num_layers(n, what="--model num_hidden_layers") if n is not None else None
 
 
 def _known_differences(predicted: list, shown: list) -> list[int]:
