@@ -100,6 +100,8 @@ def test_the_final_state_a_format_stores_is_not_an_fc_input(sc, fmt):
     other = _audit(sc, write_served(sc, f"{fmt}_other", fmt, "other", [s["other"][r] for r in TRAINED]))
     assert (other.wiring, other.verdict.value) == ("cannot-tell", "cannot tell"), other.reason
     assert not [f for f in other.findings if f.is_fail]
+    # what settles it never asks for what was given (a served capture): the same prompts, or --model
+    assert "(--served)" not in other.reason + other.settle and "--model HF_FOLDER" in other.settle
     shifted = _audit(sc, write_served(sc, f"{fmt}_shifted", fmt, "same", [s["same"][r] for r in (3, 16, 30)]))
     assert shifted.wiring == "mismatch" and [x.ok for x in shifted.slices] == [False, False, False]
 
@@ -111,6 +113,7 @@ def test_sglang_rows_hold_no_fc_input_so_cannot_tell(sc, capsys):
         res = _audit(sc, path)
         assert (res.wiring, res.verdict.value, res.slices) == ("cannot-tell", "cannot tell", []), res.reason
         assert not [f for f in res.findings if f.is_fail] and FindingKind.SERVED_UNDECIDED in _kinds(res)
+        assert res.settle is None and "aux states" in res.reason
         code = main(["audit", "--data", sc["train"], "--draft", sc["draft"], "--engine", "vllm", "--num-layers",
                      "30", "--served", path, "--json"])
         assert (code, json.loads(capsys.readouterr().out)["verdict"]) == (EXIT["cannot tell"], "cannot tell")

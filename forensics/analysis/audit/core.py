@@ -335,7 +335,9 @@ def audit(data: Any = None, draft: Any = None, engine: str | None = None, engine
                           f"{[r_label(r) if r is not None else '?' for r in served_side.r or []]}: the server did "
                           f"not serve this config as {engine} {fix.version} reads it; check that it loaded this "
                           "config.json, and its version (--engine-version)")
-    settle = None if fix is not None or verdict == "match" or known else _settle(model is not None)
+    no_fc_served = served is not None and served_side.basis == "capture" and not served_side.r  # reason says why
+    settle = None if fix is not None or verdict == "match" or known or no_fc_served else \
+        _settle(model is not None, served is not None)
     return AuditResult(verdict, reason, slices, findings, fix, trained, served_side, context, settle)
 
 
@@ -403,11 +405,16 @@ SETTLE = ("run with --model HF_FOLDER (the target model: exact r per slot; --max
 
 SETTLE_WITH_MODEL = ("the reference model (--model) named no layer for these slices: check that it is the target "
                      "the data was captured from, or compare a served capture on the same prompts (--served)")
+SAME_PROMPTS = "compare a served capture on the same prompts (--served)"
+SAME_PROMPTS_GIVEN = ("serve the training prompts themselves: the --served capture given shares no token ids with "
+                      "the training data, and only same-token rows confirm a layer without --model")
 
 
-def _settle(model_given: bool) -> str:
-    """What settles an unknown slice; never asks for --model when it was given."""
-    return SETTLE_WITH_MODEL if model_given else SETTLE
+def _settle(model_given: bool, served_given: bool = False) -> str:
+    """What settles an unknown slice; never asks for what was given (--model, or a served capture: then the same
+    prompts, which the given one is not)."""
+    text = SETTLE_WITH_MODEL if model_given else SETTLE
+    return text.replace(SAME_PROMPTS, SAME_PROMPTS_GIVEN) if served_given else text
 
 
 def _shift_finding(fc: list, status: list, sr: list) -> Finding | None:
@@ -504,7 +511,7 @@ def _verdict(trained: TrainedSide, served: ServedSide, findings: list[Finding], 
         why = (f"the trained r of fc slice(s) {claimed} is only declared ({[r_label(fc[k]) for k in claimed]}), "
                "not proven by the data" if claimed else
                f"fc slice(s) {open_} cannot be named from the data or the served capture")
-        return "cannot-tell", f"{why}: {_settle(model_given)}", slices
+        return "cannot-tell", f"{why}: {_settle(model_given, served.basis == 'capture')}", slices
     return "match", f"every fc slice is served the layer it was trained on: {[r_label(r) for r in fc]}", slices
 
 
