@@ -78,9 +78,9 @@ hp.audit_slices(kimi, title="Kimi-K2.5: fc slices trained vs served (SGLang pre-
 
 # %%
 print("verdict:", kimi.verdict.value, "| wiring:", kimi.wiring)
-print("fix:", kimi.fix["where"], kimi.fix["key"], "=", kimi.fix["ids"])
-if kimi.fix.get("caveat"):
-    print("caveat:", kimi.fix["caveat"])
+print("fix:", kimi.fix.where, kimi.fix.key, "=", kimi.fix.ids)
+if kimi.fix.caveat:
+    print("caveat:", kimi.fix.caveat)
 
 # %% [markdown]
 # Every slice is served one step deeper than it was trained (`embed→L3`, `L3→L31`, `L31→L59`): the
@@ -92,11 +92,11 @@ if kimi.fix.get("caveat"):
 
 # %%
 kimi_fixed = forensics.audit(data=["embed", "L3", "L31", "L59"],
-                             draft=write_draft_config(OUT / "kimi-draft-fixed", kimi.fix["ids"], hidden=7168),
+                             draft=write_draft_config(OUT / "kimi-draft-fixed", kimi.fix.ids, hidden=7168),
                              engine="sglang", engine_version="pre-25454", trainer="speculators-v1",
                              target_config=kimi_target)
 print("verdict:", kimi_fixed.verdict.value, "| wiring:", kimi_fixed.wiring)
-print("slices ok:", [s["ok"] for s in kimi_fixed.slices])
+print("slices ok:", [s.ok for s in kimi_fixed.slices])
 for f in kimi_fixed.findings:
     print(f"finding {f.kind} ({f.severity}): {f.message}")
 hp.audit_slices(kimi_fixed, title="Kimi-K2.5 with the fixed ids: every slice lines up")
@@ -128,7 +128,7 @@ for engine, version in (("vllm", None), ("sglang", "pre-25454")):
 # %%
 shift = next(f for f in results["sglang"].findings if f.kind == "shifted")
 print(f"{shift.severity.value.upper()} {shift.kind}: {shift.message}")
-print("slices ok (data only):", [s["ok"] for s in results["sglang"].slices], "| to settle:", results["sglang"].settle)
+print("slices ok (data only):", [s.ok for s in results["sglang"].slices], "| to settle:", results["sglang"].settle)
 assert results["sglang"].wiring == "mismatch" and results["sglang"].exit_code() == 1
 
 # %%
@@ -151,7 +151,7 @@ results["vllm"]  # findings with their evidence, and the fix
 
 # %%
 fix = results["vllm"].fix
-fixed = forensics.audit(data=data, draft=write_draft_config(OUT / "smollm2-draft-fixed", fix["ids"], hidden=576,
+fixed = forensics.audit(data=data, draft=write_draft_config(OUT / "smollm2-draft-fixed", fix.ids, hidden=576,
                                                             top_level=True),
                         engine="vllm", trainer="speculators-v1", model="default")
 print(fixed)

@@ -76,7 +76,7 @@ res  # summary per format and the anomaly table
 
 # %%
 for a in res.anomalies:
-    print(f"{os.path.basename(a['file'])}: {a['kind']} ({a['severity']}) — {a['message']}")
+    print(f"{os.path.basename(a.file)}: {a.kind} ({a.severity}) — {a.message}")
 
 # %% [markdown]
 # ### The seed's claim, dataset-wide

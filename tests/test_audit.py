@@ -51,10 +51,10 @@ def test_kimi_pre_25454_mismatch_slices_fix_and_target(kimi):
     res = audit(data=KIMI_DATA, draft=draft, engine="sglang", engine_version="pre-25454",
                 trainer="speculators-v1", target_config=target)
     assert res.wiring == "mismatch"
-    assert [(s["trained_r"], s["served_r"]) for s in res.slices] == [(0, 3), (3, 31), (31, 59)]
-    assert res.fix["ids"] == [-1, 2, 30] and res.fix["where"] == "nested"
-    assert res.fix["key"] == "eagle_config.eagle_aux_hidden_state_layer_ids"
-    assert "embedding" in res.fix["caveat"] and "patch" in res.fix["caveat"]
+    assert [(s.trained_r, s.served_r) for s in res.slices] == [(0, 3), (3, 31), (31, 59)]
+    assert res.fix.ids == [-1, 2, 30] and res.fix.where == "nested"
+    assert res.fix.key == "eagle_config.eagle_aux_hidden_state_layer_ids"
+    assert "embedding" in res.fix.caveat and "patch" in res.fix.caveat
     tgt = next(f for f in res.findings if f.kind == "target_not_final")
     assert tgt.evidence["target_r"] == 59 and tgt.evidence["num_layers"] == 61
     assert "fc_width" not in kinds(res)  # 21504 = 3 · 7168 and SGLang serves 3 states
@@ -65,8 +65,8 @@ def test_kimi_post_25454_fix_is_raw_ids(kimi):
     res = audit(data=KIMI_DATA, draft=draft, engine="sglang", engine_version="post-25454",
                 trainer="speculators-v1", target_config=target)
     assert res.wiring == "mismatch"
-    assert [s["served_r"] for s in res.slices] == [2, 30, 58]  # first id 2 != 1: used raw
-    assert res.fix["ids"] == [0, 3, 31] and "patch" in res.fix["caveat"]
+    assert [s.served_r for s in res.slices] == [2, 30, 58]  # first id 2 != 1: used raw
+    assert res.fix.ids == [0, 3, 31] and "patch" in res.fix.caveat
 
 
 def test_kimi_cli_text_tells_the_user_what_to_write(kimi, capsys):
@@ -95,10 +95,10 @@ def test_kimi_case_on_real_smollm2_sample_data(sample_data, smol):
     draft = smol_draft(t / "sg", sglang_config([2, 15, 27], 576, V=49152, Vd=8192))
     res = audit(data=str(sample_data / "speculators_v1"), draft=draft, engine="sglang",
                 engine_version="pre-25454", target_config=target, use_fingerprint=False)
-    assert res.context["trainer"] == "speculators-v1"  # from the data's format
+    assert res.context.trainer == "speculators-v1"  # from the data's format
     assert res.wiring == "mismatch"
-    assert [(s["trained_r"], s["served_r"]) for s in res.slices] == [(0, 3), (3, 16), (16, 28)]
-    assert res.fix["ids"] == [-1, 2, 15] and res.fix["where"] == "nested"
+    assert [(s.trained_r, s.served_r) for s in res.slices] == [(0, 3), (3, 16), (16, 28)]
+    assert res.fix.ids == [-1, 2, 15] and res.fix.where == "nested"
     assert next(f for f in res.findings if f.kind == "target_not_final").evidence["target_r"] == 28
 
 
@@ -129,9 +129,9 @@ def test_vllm_50170_no_ids_falls_back_to_default(tmp_path):
     res = audit(data=["L3", "L41", "L78", "L80"], draft=draft, engine="vllm", trainer="speculators-v1",
                 num_layers=80, hidden_size=64)
     assert res.wiring == "mismatch" and "ids_missing" in kinds(res)
-    assert [s["served_r"] for s in res.slices] == [2, 40, 77]
+    assert [s.served_r for s in res.slices] == [2, 40, 77]
     assert "off_by_one" in kinds(res)
-    assert res.fix["ids"] == [3, 41, 78] and res.fix["where"] == "top-level"
+    assert res.fix.ids == [3, 41, 78] and res.fix.where == "top-level"
 
 
 def test_vllm_43671_sglang_plus_one_ids_served_by_vllm(tmp_path):
@@ -144,7 +144,7 @@ def test_vllm_43671_sglang_plus_one_ids_served_by_vllm(tmp_path):
     assert res.wiring == "mismatch"
     off = next(f for f in res.findings if f.kind == "off_by_one")
     assert off.evidence["shift"] == -1
-    assert res.fix["ids"] == [3, 32, 60]
+    assert res.fix.ids == [3, 32, 60]
     # the same draft served by SGLang (pre-#25454, +1) is right
     ok = audit(data=["L3", "L32", "L60", "final_post"], draft=draft, engine="sglang", engine_version="pre-25454",
                trainer="specforge", num_layers=62, hidden_size=32)
@@ -159,8 +159,8 @@ def test_sglang_ignores_top_level_key(sample_data, smol):
     assert res.wiring == "mismatch"
     f = next(f for f in res.findings if f.kind == "ids_ignored_key")
     assert f.evidence["other_ids"] == [0, 3, 16] and f.evidence["ids_read"] is None
-    assert [s["served_r"] for s in res.slices] == [2, 15, 27]  # SGLang's default
-    assert res.fix["ids"] == [-1, 2, 15] and res.fix["where"] == "nested"
+    assert [s.served_r for s in res.slices] == [2, 15, 27]  # SGLang's default
+    assert res.fix.ids == [-1, 2, 15] and res.fix.where == "nested"
 
 
 def test_fc_width_nested_top_disagreement_and_names(tmp_path):
@@ -178,7 +178,7 @@ def test_order_and_postnorm_target(tmp_path):
     res = audit(data=["L16", "L3", "L28", "final_post"], draft=draft, engine="vllm", trainer="speculators",
                 num_layers=30, hidden_size=16)
     assert res.wiring == "mismatch" and {"order", "target_postnorm"} <= kinds(res)
-    assert res.fix["ids"] is None and "ascending" in res.fix["caveat"]
+    assert res.fix.ids is None and "ascending" in res.fix.caveat
 
 
 def test_cannot_tell_and_unreadable_exit_codes(tmp_path, capsys):
@@ -223,8 +223,8 @@ def test_served_capture_right_layers_other_text_matches(sample_data, ladder, tmp
     served = _served(tmp_path / "req_1.safetensors", [by_r[0], by_r[3], by_r[16]], cap.input_ids)
     res = audit(data=str(sample_data / "speculators_v1"), served=served, use_fingerprint=False)
     assert res.wiring == "match", res.findings
-    assert [s["served_r"] for s in res.slices] == [0, 3, 16]
-    assert all(d["value"] <= W1_THRESHOLD for d in res.served["distances"])
+    assert [s.served_r for s in res.slices] == [0, 3, 16]
+    assert all(d["value"] <= W1_THRESHOLD for d in res.served.distances)
 
 
 def test_served_capture_same_tokens_uses_cosine(sample_data, tmp_path):
@@ -232,7 +232,7 @@ def test_served_capture_same_tokens_uses_cosine(sample_data, tmp_path):
     bad = _served(tmp_path / "a.safetensors", train.slots[1:4], train.input_ids)
     res = audit(data=train, served=bad, use_fingerprint=False)
     assert res.wiring == "mismatch"
-    assert all(d["mean_cosine"] < 0.999 for d in res.served["distances"])
+    assert all(d["mean_cosine"] < 0.999 for d in res.served.distances)
     good = _served(tmp_path / "b.safetensors", train.slots[0:3], train.input_ids)
     assert audit(data=train, served=good, use_fingerprint=False).wiring == "match"
 
@@ -266,9 +266,9 @@ def test_reordered_training_slots_are_found_by_depth_order(sample_data, tmp_path
     data = _v1_capture(tmp_path / "reord", [t[0], t[2], t[1], t[3]], train.input_ids, [0, 3, 16, 28])
     draft = smol_draft(tmp_path / "d", speculators_config([0, 3, 16], 576, V=49152, Vd=8192))
     res = audit(data=data, draft=draft, engine="vllm", num_layers=30, hidden_size=576)
-    assert res.trained["fc_r"] == [0, 16, 3]
+    assert res.trained.fc_r == [0, 16, 3]
     assert {"declared_vs_data", "data_reordered", "order"} <= kinds(res)
-    assert res.wiring == "mismatch" and res.fix["ids"] is None and "ascending" in res.fix["caveat"]
+    assert res.wiring == "mismatch" and res.fix.ids is None and "ascending" in res.fix.caveat
     # trusting the sidecar alone would have called this wiring a match
     assert audit(data=data, draft=draft, engine="vllm", num_layers=30, hidden_size=576,
                  use_fingerprint=False).wiring == "match"
@@ -280,10 +280,10 @@ def test_exact_r_from_a_ladder_reference_catches_a_mislabelled_slot(ladder, tmp_
     data = _v1_capture(tmp_path / "mis", [by_r[r].tensor() for r in (0, 4, 16, 28)], cap.input_ids, [0, 3, 16, 28])
     draft = smol_draft(tmp_path / "d", speculators_config([0, 3, 16], 576, V=49152, Vd=8192))
     res = audit(data=data, draft=draft, engine="vllm", num_layers=30, hidden_size=576, model=cap)
-    assert res.trained["fc_r"] == [0, 4, 16]
+    assert res.trained.fc_r == [0, 4, 16]
     f = next(f for f in res.findings if f.kind == "declared_vs_data")
     assert f.evidence["declared"] == 3 and f.evidence["measured"] == 4
-    assert res.wiring == "mismatch" and res.fix["ids"] == [0, 4, 16]
+    assert res.wiring == "mismatch" and res.fix.ids == [0, 4, 16]
 
 
 def test_config_free_with_fingerprint_roles(sample_data, ladder, tmp_path):
@@ -291,7 +291,7 @@ def test_config_free_with_fingerprint_roles(sample_data, ladder, tmp_path):
     served = _served(tmp_path / "r.safetensors", [by_r[3], by_r[16], by_r[28]], cap.input_ids)
     res = audit(data=str(sample_data / "speculators_v1"), served=served)
     assert res.wiring == "mismatch"
-    d0 = res.served["distances"][0]
+    d0 = res.served.distances[0]
     assert d0["trained_role"] == "embedding" and d0["served_role"] != "embedding"
 
 
@@ -310,7 +310,7 @@ def test_real_specforge_data_sglang_match_vllm_default_coincides(sample_data, sm
     draft = smol_draft(tmp_path / "sf", sglang_config([1, 14, 26], 576, V=49152, Vd=8192))
     data = str(sample_data / "specforge")
     res = audit(data=data, draft=draft, engine="sglang", target_config=target, use_fingerprint=False)
-    assert res.context["trainer"] == "specforge" and res.trained["target_r"] == "final_post"
+    assert res.context.trainer == "specforge" and res.trained.target_r == "final_post"
     assert res.wiring == "match" and not [f for f in res.findings if f.severity == "error"]
     # vLLM ignores the nested ids, but its default r = (2, 15, 27) is what SpecForge's default trained on
     v = audit(data=data, draft=draft, engine="vllm", target_config=target, use_fingerprint=False)
@@ -323,11 +323,11 @@ def test_real_speculators_current_data(sample_data, smol, tmp_path):
     data = str(sample_data / "speculators" / "hidden_states")
     ok = audit(data=data, draft=smol_draft(tmp_path / "a", speculators_config([2, 15, 27], 576, V=49152, Vd=8192)),
                engine="vllm", target_config=target, use_fingerprint=False)
-    assert ok.wiring == "match" and ok.trained["target_r"] == 30
+    assert ok.wiring == "match" and ok.trained.target_r == 30
     assert not {"target_not_final", "target_postnorm"} & kinds(ok)
     bad = audit(data=data, draft=smol_draft(tmp_path / "b", sglang_config([2, 15, 27], 576, V=49152, Vd=8192)),
                 engine="sglang", engine_version="pre-25454", target_config=target, use_fingerprint=False)
-    assert bad.wiring == "mismatch" and "off_by_one" in kinds(bad) and bad.fix["ids"] == [1, 14, 26]
+    assert bad.wiring == "mismatch" and "off_by_one" in kinds(bad) and bad.fix.ids == [1, 14, 26]
 
 
 def test_undeclared_data_falls_back_to_the_config_with_a_warning(sample_data, smol, tmp_path):
@@ -341,7 +341,7 @@ def test_undeclared_data_falls_back_to_the_config_with_a_warning(sample_data, sm
     draft = smol_draft(tmp_path / "d", cfg)
     res = audit(data=str(tmp_path / "x"), draft=draft, engine="vllm", trainer="specforge", target_config=target,
                 use_fingerprint=False)
-    assert res.trained["fc_r"] == [2, 15, 27] and "assumed_from_config" in kinds(res)
+    assert res.trained.fc_r == [2, 15, 27] and "assumed_from_config" in kinds(res)
     assert res.wiring == "match"
 
 
@@ -407,7 +407,7 @@ def test_served_one_layer_off_on_other_text_is_never_a_match(sample_data, ladder
     other_ids = (cap.input_ids + 1) % 49152  # no shared token_ids prefix: the other-text path
     off = _served(tmp_path / "off.safetensors", [by_r[1], by_r[4], by_r[17]], other_ids)
     res = audit(data=str(sample_data / "speculators_v1"), served=off, use_fingerprint=False)
-    assert res.served["joined_tokens"] == 0 and res.wiring != "match"
+    assert res.served.joined_tokens == 0 and res.wiring != "match"
     right = _served(tmp_path / "right.safetensors", [by_r[0], by_r[3], by_r[16]], other_ids)
     res = audit(data=str(sample_data / "speculators_v1"), served=right, use_fingerprint=False)
     assert res.wiring == "cannot-tell", res.findings

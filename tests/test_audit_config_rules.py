@@ -40,7 +40,7 @@ def test_duplicate_ids_fail_naming_the_layer_with_the_fix(tmp_path, capsys):
     assert len(dup) == 1 and dup[0].is_fail
     assert dup[0].evidence["repeated_ids"] == [24] and dup[0].evidence["captured_r"] == [2, 24]
     assert "id 24" in dup[0].message and CONFIG_RULES["duplicate"].source in dup[0].message
-    assert res.wiring == "mismatch" and res.fix["ids"] == [2, 15, 27]  # the trained layers, r = id
+    assert res.wiring == "mismatch" and res.fix.ids == [2, 15, 27]  # the trained layers, r = id
     # data-free pre-flight: one `duplicate` (not also `ids_duplicate` for the same list), FAIL, exit 1
     pre = preflight(draft=draft, engine="vllm", num_layers=30)
     assert _kinds(pre).count(FindingKind.DUPLICATE) == 1 and FindingKind.IDS_DUPLICATE not in _kinds(pre)
@@ -53,16 +53,16 @@ def test_duplicate_trained_layers_have_no_id_fix(tmp_path):
     """The trainer read the same repeated ids: no id list makes vLLM serve one layer twice."""
     res = audit(trainer="speculators", draft=_draft(tmp_path, [2, 24, 24]), engine="vllm", num_layers=30)
     assert res.wiring == "mismatch"
-    assert res.fix["ids"] is None and "retrain" in res.fix["caveat"]
+    assert res.fix.ids is None and "retrain" in res.fix.caveat
 
 
 def test_last_layer_among_aux_ids_under_vllm_is_a_mismatch_with_the_fix(tmp_path, capsys):
     draft = _draft(tmp_path, [2, 15, 27, 30])
     res = audit(trainer="speculators", draft=draft, engine="vllm", num_layers=30)
-    assert res.trained["fc_r"] == [2, 15, 27]  # speculators#839: L is the target, not an fc input
-    assert res.served["r"] == [2, 15, 27, 30]  # vLLM (post-#36063) serves the final boundary
+    assert res.trained.fc_r == [2, 15, 27]  # speculators#839: L is the target, not an fc input
+    assert res.served.r == [2, 15, 27, 30]  # vLLM (post-#36063) serves the final boundary
     assert res.wiring == "mismatch" and FindingKind.IDS_INCLUDE_LAST in _kinds(res)
-    assert res.fix["ids"] == [2, 15, 27] and not res.fix.get("already_set")
+    assert res.fix.ids == [2, 15, 27] and not res.fix.already_set
     # the trainer invocation, version not given: the same fix is right in every vLLM version
     code = main(["audit", "--draft", draft, "--engine", "vllm", "--num-layers", "30", "--trainer", "speculators",
                  "--target-layer-ids", "2,15,27", "--json"])
@@ -75,7 +75,7 @@ def test_last_layer_the_fc_was_built_for_is_served_as_trained(tmp_path):
     draft = make_draft(tmp_path / "d4", speculators_config([2, 15, 27, 30], 576, V=49152, Vd=8192), H=576, k=4,
                        V=49152, Vd=8192)
     res = audit(trainer="speculators", draft=draft, engine="vllm", num_layers=30, engine_version="post-46973")
-    assert res.trained["fc_r"] == [2, 15, 27, 30] and res.wiring == "match"
+    assert res.trained.fc_r == [2, 15, 27, 30] and res.wiring == "match"
     assert FindingKind.IDS_INCLUDE_LAST not in _kinds(res)
 
 
@@ -87,4 +87,4 @@ def test_duplicate_nested_ids_under_sglang(tmp_path):
     res = audit(data=["L2", "L15", "L27", "L30"], trainer="speculators", draft=draft, engine="sglang", num_layers=30)
     dup = next(f for f in res.findings if f.kind is FindingKind.DUPLICATE)
     assert dup.evidence["captured_r"] == [2, 24] and "id 23 (r = L24)" in dup.message
-    assert res.wiring == "mismatch" and res.fix["ids"] == [1, 14, 26]
+    assert res.wiring == "mismatch" and res.fix.ids == [1, 14, 26]

@@ -69,10 +69,10 @@ def test_helpers_compare_known_only():
 
 def test_unknown_served_other_text_is_cannot_tell_not_mismatch(setup, capsys):
     res = _audit(setup, "other")
-    assert res.served["joined_tokens"] == 0  # other text: nothing joined on tokens
-    assert [s["trained_r"] for s in res.slices] == [0, None, None]  # the data alone names the embedding only
+    assert res.served.joined_tokens == 0  # other text: nothing joined on tokens
+    assert [s.trained_r for s in res.slices] == [0, None, None]  # the data alone names the embedding only
     assert res.wiring == "cannot-tell", res.reason
-    assert [s["ok"] for s in res.slices][1:] == [None, None]
+    assert [s.ok for s in res.slices][1:] == [None, None]
     assert "config_vs_served" not in _kinds(res) and "duplicate" not in _kinds(res)
     assert not [f for f in res.findings if f.is_fail]
     assert main(["audit", "--data", setup["train"], "--draft", setup["draft"], "--engine", "vllm", "--num-layers",
@@ -85,7 +85,7 @@ def test_unknown_served_same_tokens_matches_on_the_tensors(setup):
     layer is named, and the config's prediction is not contradicted by an unnamed served state."""
     res = _audit(setup, "same")
     assert res.wiring == "match", res.reason
-    assert [s["ok"] for s in res.slices] == [True, True, True]
+    assert [s.ok for s in res.slices] == [True, True, True]
     assert "config_vs_served" not in _kinds(res) and "duplicate" not in _kinds(res)
     assert res.exit_code() == 0
 
@@ -105,9 +105,9 @@ def test_model_names_served_slots_exactly(setup, smollm2, sample_data):
     setup["other_shifted"] = setup["served"]("bad.safetensors", slot[1:4], ids)
     res = _audit(setup, "good", model="default")
     assert res.wiring == "match", res.reason
-    assert [s["served_r"] for s in res.slices] == TRAINED and [s["trained_r"] for s in res.slices] == TRAINED
+    assert [s.served_r for s in res.slices] == TRAINED and [s.trained_r for s in res.slices] == TRAINED
     assert "--model" not in res.reason and (res.settle is None or "--model HF_FOLDER" not in res.settle)
     bad = _audit(setup, "other_shifted", model="default")
     assert bad.wiring == "mismatch"
-    assert [s["served_r"] for s in bad.slices] == [3, 16, 28]
-    assert bad.fix is None or bad.fix.get("ids") == TRAINED
+    assert [s.served_r for s in bad.slices] == [3, 16, 28]
+    assert bad.fix is None or bad.fix.ids == TRAINED

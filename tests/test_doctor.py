@@ -28,7 +28,7 @@ def test_speculators_ids_as_given_and_served_by_vllm_match(tmp_path):
     d = draft(tmp_path, {"eagle_aux_hidden_state_layer_ids": [2, 15, 27]})
     res = preflight(d, "vllm", trainer="speculators", target_layer_ids=[2, 15, 27], include_last_layer=True,
                     num_layers=L)
-    assert res.wiring == "match" and res.trained["fc_r"] == [2, 15, 27]
+    assert res.wiring == "match" and res.trained.fc_r == [2, 15, 27]
 
 
 def test_training_ids_that_include_the_final_layer_are_an_error(tmp_path):
@@ -50,7 +50,7 @@ def test_trainer_ids_that_differ_from_the_config_are_flagged(tmp_path):
     res = preflight(d, "sglang", engine_version="pre-25454", trainer="specforge", target_layer_ids=[2, 15, 27],
                     num_layers=L)
     assert "trainer_ids_vs_config" in kinds(res)
-    assert res.trained["fc_r"] == [3, 16, 28] and res.served["r"] == [2, 15, 27] and res.wiring == "mismatch"
+    assert res.trained.fc_r == [3, 16, 28] and res.served.r == [2, 15, 27] and res.wiring == "mismatch"
 
 
 def test_specforge_needs_three_ids(tmp_path):

@@ -46,13 +46,13 @@ def test_every_ladder_slot_gets_its_true_r(ladder, ladder_fp):
     assert ladder_fp.num_layers == 30 and ladder_fp.findings == []
     assert ladder_fp.slots[30].role == "final_prenorm" and ladder_fp.slots[31].role == "final_postnorm"
     # adjacent layers are separated by a wide margin: best ≈ bf16 rounding, runner-up far above the threshold
-    for x in ladder_fp.exact["slots"]:
-        m = x["ladder"]
+    for x in ladder_fp.exact.slots:
+        m = x.ladder
         assert m["best_cos"] >= LADDER_MATCH_COS and m["best_rel"] <= LADDER_MATCH_REL
         assert m["runner_up_rel"] > 4 * LADDER_MATCH_REL and m["best_rel"] < 0.01  # bf16 storage only
-    assert ladder_fp.exact["slots"][0]["embedding"]["equal_rows"] == ladder.num_tokens
-    assert ladder_fp.exact["slots"][31]["postnorm"]["verdict"]
-    assert not ladder_fp.exact["slots"][30]["postnorm"]["verdict"]
+    assert ladder_fp.exact.slots[0].embedding["equal_rows"] == ladder.num_tokens
+    assert ladder_fp.exact.slots[31].postnorm["verdict"]
+    assert not ladder_fp.exact.slots[30].postnorm["verdict"]
 
 
 def test_off_by_one_labels_flagged(sample_data, smollm2):

@@ -289,6 +289,24 @@ def broken_folder(tiny, tmp_path, case: str) -> pathlib.Path:
     elif case == "fifo":
         first.unlink()
         os.mkfifo(first)
+    elif case.startswith("special_"):  # a FIFO or device named like a file a model load opens: refused, never opened
+        name = {"special_noindex_shard": first.name, "special_config": "config.json",
+                "special_generation_config": "generation_config.json", "special_tokenizer": "tokenizer.json",
+                "special_tokenizer_config": "tokenizer_config.json", "special_extra_shard": "extra.safetensors",
+                "special_bin": "pytorch_model.bin", "special_index": "model.safetensors.index.json",
+                "special_device_shard": first.name}[case]
+        if case == "special_noindex_shard":
+            (model / "model.safetensors.index.json").unlink()
+        if case == "special_bin":
+            for p in model.glob("model*.safetensors*"):
+                p.unlink()
+        target = model / name
+        if target.exists():
+            target.unlink()
+        if case == "special_device_shard":
+            os.symlink("/dev/zero", target)
+        else:
+            os.mkfifo(target)
     elif case == "missing":
         first.unlink()
     elif case == "deep_header":
@@ -301,7 +319,9 @@ def broken_folder(tiny, tmp_path, case: str) -> pathlib.Path:
 
 BROKEN = ["truncated", "truncated_header", "entry_string", "entry_no_offsets", "entry_negative_shape",
           "entry_absurd_shape", "entry_bad_dtype", "weight_map_ints", "weight_map_list", "symlink_loop", "fifo",
-          "missing", "deep_header"]
+          "missing", "deep_header", "special_noindex_shard", "special_config", "special_generation_config",
+          "special_tokenizer", "special_tokenizer_config", "special_extra_shard", "special_bin", "special_index",
+          "special_device_shard"]
 
 
 @pytest.mark.parametrize("streamed", [False, True])

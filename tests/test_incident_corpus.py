@@ -184,9 +184,9 @@ def test_the_audit_flags_the_incident(case, tmp_path):
     kinds = {f.kind for f in res.findings}
     assert case.kinds <= kinds, (case.source, sorted(kinds))
     if case.served is not None:
-        assert res.served["r"] == case.served, case.source
+        assert res.served.r == case.served, case.source
     if case.fix is not None:
-        assert res.fix is not None and res.fix["key"] == case.fix["key"] and res.fix["ids"] == case.fix["ids"], \
+        assert res.fix is not None and res.fix.key == case.fix["key"] and res.fix.ids == case.fix["ids"], \
             (case.source, res.fix)
 
 
@@ -194,13 +194,13 @@ def test_the_audit_flags_the_incident(case, tmp_path):
                          ids=[c.id for c in CASES if c.fix_kind == "config"])
 def test_applying_the_printed_fix_makes_the_same_audit_match(case, tmp_path):
     res = run(case, tmp_path / "before")
-    plan = IdPlan(res.fix["engine"], res.fix["version"], res.fix["r"], res.fix["ids"], res.fix["key"],
-                  res.fix["where"])
+    plan = IdPlan(res.fix.engine, res.fix.version, res.fix.r, res.fix.ids, res.fix.key,
+                  res.fix.where)
     fixed = plan.apply(case.config)
     assert fixed != case.config and case.config == CASES[CASES.index(case)].config  # input not modified
     after = run(case, tmp_path / "after", config=fixed)
     assert after.wiring == "match", (case.source, after.reason, [f.message for f in after.findings])
-    assert after.served["r"] == sorted(case.trained)
+    assert after.served.r == sorted(case.trained)
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.fix_kind == "engine-version"],
@@ -214,7 +214,7 @@ def test_the_engine_fix_version_serves_the_trained_layers(case, tmp_path):
                          ids=[c.id for c in CASES if c.fix_kind == "none-possible"])
 def test_no_id_list_can_fix_it_and_the_audit_says_why(case, tmp_path):
     res = run(case, tmp_path / "draft")
-    assert res.fix is not None and res.fix["ids"] is None and res.fix["caveat"], (case.source, res.fix)
+    assert res.fix is not None and res.fix.ids is None and res.fix.caveat, (case.source, res.fix)
 
 
 def test_unsettled_numbering_lists_both_readings(tmp_path):

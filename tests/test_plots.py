@@ -136,9 +136,10 @@ def test_depth_ladder_final_post_sits_past_L(stats):
 
 
 def test_audit_slices():
-    au = NS(wiring="mismatch", slices=[{"slice": 0, "trained_r": 0, "served_r": 3, "ok": False},
-                                        {"slice": 1, "trained_r": 3, "served_r": 31, "ok": False},
-                                        {"slice": 2, "trained_r": 31, "served_r": 59, "ok": False}])
+    from forensics.analysis.audit.parts import AuditSlice
+
+    au = NS(wiring="mismatch", slices=[AuditSlice(k, t, s, False, "exact")
+                                        for k, (t, s) in enumerate(((0, 3), (3, 31), (31, 59)))])
     fig = hp.audit_slices(au)
     texts = _texts(fig)
     assert "mismatch" in fig.axes[0].get_title()
@@ -200,13 +201,15 @@ def test_depth_ladder_relative_when_L_unknown(stats):
 
 
 def _scan_result():
+    from forensics.analysis.scan.result import Anomaly
+
     slots = [{"index": i, "name": f"hidden_states[{i}]", "label": lab, "files": 3, "tokens": 30, "p05": m * 0.8,
               "p25": m * 0.9, "median": m, "p75": m * 1.1, "p95": m * 1.3, "max": m * 10}
              for i, (lab, m) in enumerate((("embed", 1.0), ("L3", 40.0), ("L16", 150.0)))]
     rows = [{"path": f"/d/data_{j}.pt", "format": "speculators-v1", "error": None,
              "slots": [{"norm": {"median": m * (1 + j / 10)}} for m in (1.0, 40.0, 150.0)]} for j in range(3)]
     return NS(summary={"groups": {"speculators-v1": {"files": 3, "slots": slots}}}, rows=rows,
-              anomalies=[{"file": "/d/data_2.pt", "kind": "reordered", "message": "x"}])
+              anomalies=[Anomaly("/d/data_2.pt", "reordered", None, "x")])
 
 
 def test_scan_norms_draws_the_summary_quantiles():

@@ -471,3 +471,21 @@ def test_bad_steps_and_cost_are_one_line(bad, draft_dir, sample_data, capsys):
         rc = e.code
     err = capsys.readouterr().err
     assert rc == 2 and "Traceback" not in err
+
+
+def test_a_served_wiring_outside_the_capture_says_which_layers_are_missing_and_how_to_capture_them():
+    """SGLang ignores a top-level id key and serves its default [L2, L15, L27]; a capture of [embed, L3, L16, L28]
+    cannot score that: the cost line names the missing layers and the capture command, never 'not scored' alone."""
+    from forensics.analysis.probe import ProbeRow, _served_cost
+    from forensics.analysis.probe_wirings import Wiring
+
+    def row(wiring, length, control=None):
+        return ProbeRow(wiring, Wiring(tuple(wiring)).label, [], 0.2, [0.1, 0.3], 0.3, 100, 20, [0.2, 0.05, 0.0],
+                        length, [length - 0.1, length + 0.1], control)
+
+    rows = [row([0, 3, 16], 1.29), row([3, 16, 28], 1.07), row([0, 3, 16], 1.02, control="shift")]
+    cost = _served_cost(rows, [2, 15, 27], "", "sglang", None, 3, 0.05)
+    assert cost.acceptance_length is None and cost.best_acceptance_length == 1.29
+    assert "no state at L2, L15, L27" in cost.why and "hsf capture --layers 2,15,27" in cost.why
+    held = _served_cost(rows, [3, 16, 28], "", "sglang", None, 3, 0.05)  # scored: acceptance both ways, no why
+    assert held.acceptance_length == 1.07 and held.why == "" and held.ratio < 1

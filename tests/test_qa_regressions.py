@@ -234,9 +234,9 @@ def test_served_extract_hidden_states_capture_last_slot_is_the_target(sample_dat
     res = audit(data=str(sample_data / "speculators_v1" / "data_4.pt"),
                 served=str(sample_data / "speculators" / "hidden_states" / "hs_0.safetensors"), num_layers=30)
     assert res.wiring == "mismatch"
-    assert [s["served_r"] for s in res.slices] == [2, 15, 27] and len(res.slices) == 3
+    assert [s.served_r for s in res.slices] == [2, 15, 27] and len(res.slices) == 3
     assert not any("states, training fed" in f.message for f in res.findings)
-    assert any("appends" in n for n in res.served["notes"])
+    assert any("appends" in n for n in res.served.notes)
 
 
 def test_capture_notes_a_layer_listed_twice():

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import forensics
+from forensics.analysis.audit.parts import AuditSlice
 from forensics.views.report import figures as F
 from forensics.views.report import svg
 
@@ -178,8 +179,7 @@ def test_untrusted_names_and_titles_are_escaped(fps):
                                                  for s in fp.stats.slots])
     shown = EVIL.replace("\x01", "\\x01").replace("\ufffe", "\\xfffe")
     out = [svg.norm_distributions(stats, title=EVIL), svg.massive_dims(stats),
-           svg.audit_slices(types.SimpleNamespace(verdict=EVIL, slices=[{"slice": EVIL, "trained_r": 0,
-                                                                        "served_r": 2, "ok": False}])),
+           svg.audit_slices(types.SimpleNamespace(wiring=EVIL, slices=[AuditSlice(EVIL, 0, 2, False, "exact")])),
            svg.probe_wirings(types.SimpleNamespace(rows=[_probe_row(EVIL, 1.5, None, n=3)], target=None, steps=3))]
     for text in out:
         assert "<script" not in text and "\x01" not in text
@@ -191,7 +191,7 @@ def test_degenerate_inputs_still_draw(fps):
     fp = fps[0]
     assert "no slot selected" in svg.norm_distributions(fp, slots=[])
     assert "no wiring was scored" in svg.probe_wirings(types.SimpleNamespace(rows=[], target=None, steps=3))
-    assert "no slice information" in svg.audit_slices(types.SimpleNamespace(verdict="?", slices=[]))
+    assert "no slice information" in svg.audit_slices(types.SimpleNamespace(wiring="?", slices=[]))
     one = dataclasses.replace(fp.stats, slots=[dataclasses.replace(fp.stats.slots[0],
                                                                    norms=np.full(4, math.nan, np.float32))])
     ET.fromstring(svg.norm_distributions(one))  # no finite norm: empty axes, still well formed

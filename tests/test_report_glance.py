@@ -60,9 +60,9 @@ def test_header_is_red_whenever_anything_fails(reports):
     colour, sentence = _header(reports["audit_only"])
     assert colour == "fail" and "not served the layers it was trained on" in sentence
     # what failed, named: trained → served for every fc slice the audit proves wrong (SGLang serves r = 2, 15, 27)
-    wrong = [sl for sl in reports["audit_ctx"]["audit"].slices if sl["ok"] is False]
-    assert wrong and wrong[0]["trained_r"] == 0 and wrong[0]["served_r"] == 2
-    assert ", ".join(f"{r_label(sl['trained_r'])}→{r_label(sl['served_r'])}" for sl in wrong) in sentence
+    wrong = [sl for sl in reports["audit_ctx"]["audit"].slices if sl.ok is False]
+    assert wrong and wrong[0].trained_r == 0 and wrong[0].served_r == 2
+    assert ", ".join(f"{r_label(sl.trained_r)}→{r_label(sl.served_r)}" for sl in wrong) in sentence
 
 
 def test_key_numbers_and_audited_file_first(reports, sample_data):

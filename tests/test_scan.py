@@ -114,7 +114,7 @@ def test_mixed_directory_every_defect_found_rest_summarised(mixed, reference):
     res = reference
     found: dict[str, set] = {}
     for a in res.anomalies:
-        found.setdefault(os.path.basename(a["file"]), set()).add(a["kind"])
+        found.setdefault(os.path.basename(a.file), set()).add(a.kind)
     assert set(found) == set(expected)  # the planted files, and no clean file
     for name, kinds in expected.items():
         assert kinds <= found[name], name
@@ -152,7 +152,7 @@ def test_cheap_checks_find_every_defect_without_fingerprinting_every_file(mixed,
     res = scan(root, workers=0, fingerprint=fingerprint)
     found: dict[str, set] = {}
     for a in res.anomalies:
-        found.setdefault(os.path.basename(a["file"]), set()).add(a["kind"])
+        found.setdefault(os.path.basename(a.file), set()).add(a.kind)
     # ids ≠ rows (data_12) is a row_count finding of the row checks: a stats-only row carries it once every scan
     # row runs analysis.rows (issue 22, scan part)
     assert set(found) <= set(expected) and set(expected) - set(found) <= {"data_12.pt"}
@@ -310,11 +310,11 @@ def test_real_captures_one_miswired_shard_is_found(sample_data, tmp_path):
     torch.save({"input_ids": lad.input_ids, "loss_mask": lad.loss_mask,
                 "hidden_states": [lad.slots[r].tensor().clone() for r in (3, 16, 28, 30)]}, tmp_path / "data_10.pt")
     res = scan(tmp_path, workers=0)
-    assert {os.path.basename(a["file"]) for a in res.anomalies} == {"data_10.pt"}
-    kinds = {a["kind"] for a in res.anomalies}
+    assert {os.path.basename(a.file) for a in res.anomalies} == {"data_10.pt"}
+    kinds = {a.kind for a in res.anomalies}
     assert "outlier_norm" in kinds and kinds & {"role", "order"}, kinds
-    slot0 = [a for a in res.anomalies if a["kind"] == "outlier_norm" and a["slot"] == 0]
-    assert slot0 and slot0[0]["value"] > 6  # L3 norms (~77) where the embedding (~2.8) belongs
+    slot0 = [a for a in res.anomalies if a.kind == "outlier_norm" and a.slot == 0]
+    assert slot0 and slot0[0].value > 6  # L3 norms (~77) where the embedding (~2.8) belongs
 
 
 def test_fingerprint_choice_spreads_n_files():

@@ -57,7 +57,7 @@ def test_nan_rows_are_named(result):
     r = _row(result, "data_3.pt")
     assert r["rows"]["bad_rows"] == {"2": [[7, 8], [100, 100]]}
     assert "nonfinite" in r["rows"]["kinds"]
-    assert any(a["kind"] == "nonfinite" and a["file"].endswith("data_3.pt") for a in result.anomalies)
+    assert any(a.kind == "nonfinite" and a.file.endswith("data_3.pt") for a in result.anomalies)
 
 
 def test_clean_files_have_no_row_finding(result):
@@ -71,7 +71,7 @@ def test_summary_counts_files_and_rows_per_kind(result):
     assert rows["zero_rows"] == {"files": 1, "rows": ZERO[1] - ZERO[0] + 1}
     assert rows["nonfinite"] == {"files": 1, "rows": 3}
     assert set(rows) == {"zero_rows", "nonfinite"}
-    assert [a["file"].endswith("data_0.pt") for a in result.anomalies if a["kind"] == "zero_rows"] == [True]
+    assert [a.file.endswith("data_0.pt") for a in result.anomalies if a.kind == "zero_rows"] == [True]
     assert result.exit_code() == 1
     assert "zero_rows in 1 file (20 rows)" in row_line(result.summary)
     assert "zero_rows in 1 file (20 rows)" in repr(result)

@@ -107,11 +107,11 @@ def test_fingerprint_streams_and_stops_early(tmp_path, monkeypatch):
     monkeypatch.setattr(tgt, "fits_in_memory", lambda *a: False)  # force the streamed path on this tiny model
     fp = fingerprint(cap, model=Target(path=str(tmp_path), max_memory=1 << 40, tokens=16))
     assert [s.r_exact for s in fp.slots] == [0, 1]
-    prov = fp.exact["stream"]
+    prov = fp.exact.stream
     assert prov["blocks_run"] == 2 and not prov["complete"] and prov["stopped_at"] == 2  # r = 2 seen, then stop
     assert prov["tokens"] == 16 and prov["bytes_read"] < prov["weights_bytes"]
     assert prov["shards_read"] and sum(prov["bytes_by_shard"].values()) == prov["bytes_read"]
-    m = fp.exact["slots"][1]["ladder"]
+    m = fp.exact.slots[1].ladder
     assert m["tolerance"]["compute_dtype"] == "float32" and m["best_rel"] < 0.01 and m["runner_up_rel"] > 0.1
 
 
@@ -191,7 +191,7 @@ def test_smollm2_streamed_r_exact_of_committed_captures(smollm2_sharded, sample_
     cap = forensics.load(sample_data / path)
     fp = fingerprint(cap, model=Target(path=str(smollm2_sharded), max_memory=8 << 30, tokens=128))
     assert [s.r_exact for s in fp.slots] == [s.declared_r for s in cap.slots]
-    assert fp.exact["stream"]["bytes_read"] > 0 and fp.exact["stream"]["shards_read"]
+    assert fp.exact.stream["bytes_read"] > 0 and fp.exact.stream["shards_read"]
 
 
 def test_cli_fingerprint_streams_with_max_memory(tmp_path, monkeypatch, capsys):
@@ -239,9 +239,9 @@ def test_bfloat16_stream_when_float32_blocks_do_not_fit(tmp_path, monkeypatch):
     monkeypatch.setattr(LayerStream, "check_budget", check_budget)
     fp = fingerprint(cap, model=Target(path=str(tmp_path), max_memory=1 << 40))
     assert [s.r_exact for s in fp.slots] == rs
-    assert fp.exact["compute_dtype"] == "bfloat16" and fp.exact["stream"]["compute_dtype"] == "bfloat16"
-    for x in fp.exact["slots"]:
-        m = x["ladder"]
+    assert fp.exact.compute_dtype == "bfloat16" and fp.exact.stream["compute_dtype"] == "bfloat16"
+    for x in fp.exact.slots:
+        m = x.ladder
         assert m["tolerance"]["compute_dtype"] == "bfloat16" and m["best_rel"] <= LADDER_MATCH_REL
 
 

@@ -44,7 +44,8 @@ def test_seed_claim_is_fail_in_fingerprint(sample_data, capsys, i):
     assert main(["fingerprint", path, "--layers", SEED_CLAIM, "--json"]) == 1
     f = json.loads(capsys.readouterr().out)["files"][0]
     s = _shifted(f["findings"])
-    assert s["severity"] == "fail" and s["evidence"]["corrected"] == TRUTH and "Kimi-K2.5 EAGLE-3 incident" in s["message"]
+    assert s["severity"] == "fail" and s["evidence"]["corrected"] == TRUTH
+    assert "Kimi-K2.5 EAGLE-3 incident" in s["message"]
     assert f["verdict"] == "fail" and f["slots"][0]["verdict"] == "fail"
     # never the claimed label where the evidence contradicts it: slot 0 is the embedding, not L3
     assert f["slots"][0]["label"] == "embed"
@@ -81,7 +82,7 @@ def test_one_reading_of_a_speculators_draft(sample_data, capsys):
     f = json.loads(capsys.readouterr().out)["files"][0]
     assert f["expected"] == [0, 3, 16, 30] and f["claims"]["source"] == "draft config"
     res = audit(draft=draft, trainer="speculators-v1", engine="vllm", num_layers=30, hidden_size=576)
-    assert res.trained["fc_r"] == [0, 3, 16]
+    assert res.trained.fc_r == [0, 3, 16]
     assert main(["fingerprint", data, "--draft", draft, "--trainer", "sglang"]) == 2  # an engine, not a trainer
     assert "invalid choice" in capsys.readouterr().err
 
@@ -94,7 +95,8 @@ def test_seed_wiring_is_fail_in_audit(sample_data, tmp_path, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert code == 1 and doc["wiring"] == "mismatch"
     s = _shifted(doc["findings"])
-    assert s["severity"] == "fail" and s["evidence"]["served"] == [3, 16, 28] and "Kimi-K2.5 EAGLE-3 incident" in s["message"]
+    assert s["severity"] == "fail" and s["evidence"]["served"] == [3, 16, 28]
+    assert "Kimi-K2.5 EAGLE-3 incident" in s["message"]
     # data-only: slice 0 (embed) is measured, slices 1–2 are only declared: no fix list rests on them
     assert [sl["ok"] for sl in doc["slices"]] == [False, None, None]
     assert doc["fix"] is None and "--model" in doc["settle"]
@@ -235,10 +237,10 @@ def test_specforge_one_layer_off_is_cannot_tell_data_only_and_fail_with_a_refere
     draft = _sglang_draft(tmp_path / "d", ids=(1, 14, 26))
     only = audit(data=data, draft=draft, engine="sglang", num_layers=30, hidden_size=576)
     assert only.wiring == "cannot-tell" and only.exit_code() == 3 and only.fix is None
-    assert [sl["ok"] for sl in only.slices] == [None, None, None] and "--model" in only.settle
+    assert [sl.ok for sl in only.slices] == [None, None, None] and "--model" in only.settle
     exact = audit(data=data, draft=draft, engine="sglang", num_layers=30, hidden_size=576, model=lad)
-    assert exact.wiring == "mismatch" and exact.trained["fc_r"] == [3, 16, 28]
-    assert exact.fix["ids"] == [2, 15, 27] and exact.exit_code() == 1
+    assert exact.wiring == "mismatch" and exact.trained.fc_r == [3, 16, 28]
+    assert exact.fix.ids == [2, 15, 27] and exact.exit_code() == 1
 
 
 def test_served_capture_joined_on_tokens_names_the_offset(sample_data, tmp_path):
@@ -254,8 +256,8 @@ def test_served_capture_joined_on_tokens_names_the_offset(sample_data, tmp_path)
     save_file({"hidden_states": torch.stack([s.tensor() for s in train.slots[1:4]], 1).contiguous(),
                "token_ids": train.input_ids.contiguous()}, str(served))
     res = audit(data=train, served=str(served), use_fingerprint=False)
-    rows = res.served["distances"]
-    assert res.wiring == "mismatch" and res.served["joined_tokens"] == train.num_tokens
+    rows = res.served.distances
+    assert res.wiring == "mismatch" and res.served.joined_tokens == train.num_tokens
     assert [r["best_offset_slots"] for r in rows] == [1, 1, 1] and [r["best_offset_r"] for r in rows] == [3, 13, 12]
     assert all(r["median_rel"] > 0.05 for r in rows)  # not the trained slot; the next one matches exactly
 

@@ -50,7 +50,7 @@ from forensics.display import render
 from forensics.errors import ForensicsError
 from forensics.findings import Finding, FindingKind, Severity, Verdict
 from forensics.io.capture import Capture
-from forensics.layers import FINAL_POST
+from forensics.layers import FINAL_POST, r_label
 from forensics.models.draft import Draft, load_draft
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -502,9 +502,14 @@ def _served_cost(rows: list[ProbeRow], served: list | None, why: str, engine: st
     row = next((r for r in rows if served is not None and r.label == Wiring(tuple(served)).label), None)
     sb = speedup(best.acceptance_length, steps, cost)
     if row is None:
+        if not why and served is not None:  # the engine's layers are not all in the capture: say which
+            held = {r for x in rows if x.control is None for r in x.wiring}
+            missing = [r for r in served if r not in held]
+            why = (f"the capture holds no state at {', '.join(r_label(r) for r in missing)}; a capture with "
+                   f"them scores it: hsf capture --layers {','.join(str(r) for r in served)}" if missing else
+                   f"{wiring_label(served)} is not among the scored wirings (--candidates)")
         return ServedCost(engine, version, served, wiring_label(served) if served else None, None, best.label,
-                          best.acceptance_length, steps, cost, None, sb, None,
-                          why or "the served wiring was not scored")
+                          best.acceptance_length, steps, cost, None, sb, None, why or "not scored")
     ss = speedup(row.acceptance_length, steps, cost)
     return ServedCost(engine, version, list(served or []), row.label, row.acceptance_length, best.label,
                       best.acceptance_length, steps, cost, ss, sb, ss / sb if sb else None)

@@ -117,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     from forensics.errors import ForensicsError
 
     _one_line_streams()
+    from forensics.io.sigbus import install
+
+    install(f"hsf {command}")  # a mapped file truncated under us: one line, exit 2, never a SIGBUS death
     try:
         with warnings.catch_warnings():
             # library warnings (torch's pickle-protocol note, matplotlib layout, numpy all-NaN slices) are not

@@ -9,8 +9,6 @@ Exit codes (``forensics.findings``): 0 no fail, 1 a fail, 2 unreadable file or b
 
 from __future__ import annotations
 
-from collections import Counter
-
 from forensics.cli._common import (
     add_engine_arguments,
     add_ids_arguments,
@@ -103,17 +101,13 @@ def run(args) -> int:
     if args.json:
         print_json({"verdict": verdict_of(entries), "files": entries})
         return code
-    from forensics.views.fingerprint import explain, text, verdict_word
+    from forensics.views.fingerprint import explain, files_summary, text, worst_first
 
     out = args.console
     fps = [results[e["path"]] for e in entries if not e.get("error")]
-    order = ["FAIL", "CANNOT TELL", "PASS", "IDENTIFIED", "NO CLAIM"]  # worst first
     if len(entries) > 1:
-        counts = Counter(verdict_word(fp) for fp in fps)
-        bad = len(entries) - len(fps)
-        out.text(f"{len(entries)} files: " + ", ".join(f"{counts[w]} {w}" for w in order if counts[w])
-                 + (f", {bad} unreadable (stderr)" if bad else ""))
-    for k, fp in enumerate(sorted(fps, key=lambda fp: order.index(verdict_word(fp)))):
+        out.text(files_summary(fps, unreadable=len(entries) - len(fps)))
+    for k, fp in enumerate(worst_first(fps)):
         if k or len(entries) > 1:
             out.text("")
         out.text(text(fp, width=out.width))

@@ -13,7 +13,8 @@ A safetensors file is an 8-byte little-endian header length, a JSON header (tens
   folder's ``*.safetensors``) with every path resolved and confined to the folder; the one exception allowed on
   purpose is a Hugging Face cache snapshot, whose files link to ``../../blobs/<hash>`` of the same repository.
 * Only regular files are opened (``O_NONBLOCK`` + ``fstat``): a FIFO or a device named like a shard is refused
-  instead of blocking.
+  instead of blocking, and a model folder holding one named like any model file (a config, a tokenizer file) is
+  refused before its first file is opened (:func:`refuse_special_files`).
 """
 
 from __future__ import annotations
@@ -374,9 +375,49 @@ def confined(folder: str, name: Any, what: str = "shard") -> str:
                          f"{escape(real)[:160]}); refused", path=p)
 
 
+# what a model folder's reader may open: configs, weights, tokenizer files (FIFOs, devices and sockets with such a
+# name are refused before anything is opened; transformers would treat some as missing, and an open() blocks)
+MODEL_FILE_SUFFIXES = (".json", ".safetensors", ".bin", ".pt", ".pth", ".gguf", ".model", ".txt", ".jinja",
+                       ".tiktoken", ".msgpack", ".h5", ".py")
+
+
+def refuse_special_files(folder: str) -> None:
+    """A one-line error when ``folder`` holds a FIFO, a device or a socket (or a link to one) named like a file a
+    model or tokenizer load opens. ``stat`` never blocks, so this runs before the first ``open``.
+
+    Example:
+        >>> import os, tempfile
+        >>> d = tempfile.mkdtemp(); os.mkfifo(os.path.join(d, "config.json"))
+        >>> refuse_special_files(d)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        forensics.errors.ForensicsError: .../config.json: a FIFO, not a regular file, in the model folder; ...
+    """
+    try:
+        names = os.listdir(folder)
+    except OSError as e:
+        raise ForensicsError(f"cannot list the model folder: {e.strerror}", path=folder) from None
+    for name in sorted(names):
+        if not name.endswith(MODEL_FILE_SUFFIXES):
+            continue
+        p = os.path.join(folder, name)
+        try:
+            mode = os.stat(p).st_mode
+        except OSError:
+            continue  # a dangling link or a loop: the reader that needs it names it
+        if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+            continue
+        kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+                else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a file")
+        raise ForensicsError(f"{kind}, not a regular file, in the model folder; refused before anything is opened "
+                             "(reading it could block forever)", path=p)
+
+
 def shard_files(folder: str) -> list[str]:
     """The safetensors shards of an HF folder: the ``weight_map`` files of ``model.safetensors.index.json``, else
-    every ``*.safetensors`` of the folder; each confined to the folder (:func:`confined`) and a regular file."""
+    every ``*.safetensors`` of the folder; each confined to the folder (:func:`confined`) and a regular file. A
+    folder holding a FIFO or a device named like a model file is refused first (:func:`refuse_special_files`)."""
+    refuse_special_files(folder)
     idx = os.path.join(folder, INDEX_NAME)
     if os.path.lexists(idx):
         fd = open_regular(idx)

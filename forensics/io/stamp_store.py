@@ -28,6 +28,7 @@ from typing import Any
 
 from forensics.errors import ForensicsError
 from forensics.io.formats._io import load_json, parse_json, safetensors_header
+from forensics.io.sigbus import install as install_sigbus_guard
 from forensics.io.stamps import STAMP_KEY, check_stamp
 
 STAMPS_FILE = "stamps.jsonl"
@@ -65,6 +66,7 @@ def raw_slot_arrays(path: str, cap) -> list | None:
     with open(path, "rb") as f:
         (n,) = struct.unpack("<Q", f.read(8))
         size = os.fstat(f.fileno()).st_size
+    install_sigbus_guard()  # truncated by another process while mapped: an error row, not a SIGBUS
     try:
         mm = np.memmap(path, dtype=np.uint8, mode="r", offset=8 + n)
     except (ValueError, OSError):  # no data section (a truncated file): the reader's error names it

@@ -21,6 +21,7 @@ from typing import Any
 from forensics.errors import ForensicsError, escape
 from forensics.io.formats._io import load_json
 from forensics.io.limits import MAX_TOKENIZER_FILE_BYTES, model_config
+from forensics.io.safetensors import refuse_special_files
 
 LOCAL_ONLY = {"trust_remote_code": False, "local_files_only": True}
 # keys through which a config asks transformers to import the folder's own modules
@@ -32,7 +33,9 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 
 
 def refuse_custom_code(folder: str) -> None:
-    """A one-line error when any config of ``folder`` asks transformers to run code shipped in it."""
+    """A one-line error when any config of ``folder`` asks transformers to run code shipped in it (or the folder
+    holds a FIFO or device named like a model file: :func:`refuse_special_files`)."""
+    refuse_special_files(folder)
     for name in CODE_CONFIGS:
         p = os.path.join(folder, name)
         if not os.path.isfile(p):
@@ -47,6 +50,7 @@ def refuse_custom_code(folder: str) -> None:
 def check_tokenizer_files(folder: str) -> None:
     """A one-line error when a tokenizer file of ``folder`` exceeds ``MAX_TOKENIZER_FILE_BYTES`` (the
     ``tokenizers`` library reads a file whole, with no limit of its own)."""
+    refuse_special_files(folder)
     for name in TOKENIZER_FILES:
         p = os.path.join(folder, name)
         if os.path.isfile(p) and os.path.getsize(p) > MAX_TOKENIZER_FILE_BYTES:
@@ -57,9 +61,9 @@ def check_tokenizer_files(folder: str) -> None:
 def read_config(folder: str) -> dict:
     """``config.json`` of ``folder`` parsed and checked (size, depth, no custom code, sizes within limits)."""
     path = os.path.join(folder, "config.json")
+    refuse_custom_code(folder)  # FIFOs and devices first: config.json itself may be one
     if not os.path.isfile(path):
         raise ForensicsError("no config.json in the model folder", path=folder)
-    refuse_custom_code(folder)
     cfg = model_config(load_json(path, "config.json"), path)
     mt = cfg.get("model_type")
     if not isinstance(mt, str) or not mt:

@@ -14,27 +14,27 @@ from forensics.views.format import TEXT_WIDTH, badge, columns, esc, fit, headlin
 @renders(AuditResult, "line")
 def line(res) -> str:
     s = f"AuditResult({res.verdict.value}, wiring {res.wiring}: {res.reason}"
-    if res.fix and res.fix.get("ids") is not None:
-        s += f"; fix {res.fix['where']} {res.fix['key']} = {res.fix['ids']}"
+    if res.fix and res.fix.ids is not None:
+        s += f"; fix {res.fix.where} {res.fix.key} = {res.fix.ids}"
     return s + ")"
 
 
 @renders(AuditResult, "html")
 def html(res) -> str:
-    rows = [[s["slice"], _trained(s), r_label(s["served_r"]), _ok(s["ok"])] for s in res.slices]
+    rows = [[s.slice, _trained(s), r_label(s.served_r), _ok(s.ok)] for s in res.slices]
     frows = [[badge(f.severity.value), f.kind, f.message] for f in sort_findings(res.findings)]
     fix = ""
     if res.fix:
-        verb = "already has" if res.fix.get("already_set") else "write"
-        fix = (f"<p><b>fix</b>: {verb} <code>{esc(res.fix.get('ids'))}</code> at "
-               f"<code>{esc(res.fix.get('key'))}</code> ({esc(res.fix.get('where'))}, "
-               f"{esc(res.fix.get('engine'))} {esc(res.fix.get('version'))})"
-               + (f"<br>caveat: {esc(res.fix['caveat'])}" if res.fix.get("caveat") else "") + "</p>")
+        verb = "already has" if res.fix.already_set else "write"
+        fix = (f"<p><b>fix</b>: {verb} <code>{esc(res.fix.ids)}</code> at "
+               f"<code>{esc(res.fix.key)}</code> ({esc(res.fix.where)}, "
+               f"{esc(res.fix.engine)} {esc(res.fix.version)})"
+               + (f"<br>caveat: {esc(res.fix.caveat)}" if res.fix.caveat else "") + "</p>")
     return (f"<div class='hsf-audit'><p>{badge(res.verdict)} <b>wiring {esc(HEAD[res.wiring])}</b>"
             f" {esc(res.reason)}</p>"
             + html_table(["fc slice", "trained on", "served", "ok"], rows)
             + (html_table(["", "finding", "evidence"], frows) if frows else "") + fix
-            + (f"<p><b>to settle it</b>: {esc(res.settle)}</p>" if getattr(res, "settle", None) else "") + "</div>")
+            + (f"<p><b>to settle it</b>: {esc(res.settle)}</p>" if res.settle else "") + "</div>")
 
 
 def _lab(r) -> str:
@@ -45,10 +45,10 @@ def _ok(ok) -> str:
     return "?" if ok is None else "OK" if ok else "NO"
 
 
-def _trained(sl: dict) -> str:
-    """The trained r of a slice, marked when it is only declared (``L3 (claimed)``) or unknown (``?``)."""
-    lab = _lab(sl["trained_r"])
-    return f"{lab} (claimed)" if sl.get("trained_status") == "claimed" else lab
+def _trained(sl) -> str:
+    """The trained r of an ``AuditSlice``, marked when it is only declared (``L3 (claimed)``) or unknown (``?``)."""
+    lab = _lab(sl.trained_r)
+    return f"{lab} (claimed)" if sl.trained_status == "claimed" else lab
 
 
 HEAD = {"match": "MATCH", "mismatch": "MISMATCH", "cannot-tell": "CANNOT TELL"}
@@ -75,49 +75,48 @@ def text(res, width: int = TEXT_WIDTH, verbose: bool = False) -> str:
                 out.append(f"      evidence: {json.dumps(ev, default=str)}")
     fx = res.fix
     if fx:
-        if fx.get("ids") is None:
-            out.append(f"fix: no id list can make {fx['engine']} {fx['version']} serve r = {fx['r']}: "
-                       f"{fx.get('caveat')}")
+        if fx.ids is None:
+            out.append(f"fix: no id list can make {fx.engine} {fx.version} serve r = {fx.r}: {fx.caveat}")
         else:
-            snippet = fx.get("snippet") or (
-                {"eagle_config": {"eagle_aux_hidden_state_layer_ids": fx["ids"]}} if fx["where"] == "nested"
-                else {"eagle_aux_hidden_state_layer_ids": fx["ids"]})
-            if fx.get("already_set"):
-                out.append(f"fix: the draft's config.json already sets {fx['where']} `{fx['key']}` = {fx['ids']} "
-                           f"({fx['engine']} {fx['version']} reads it as r = {fx['r']}): the ids are right; "
+            snippet = fx.snippet or (
+                {"eagle_config": {"eagle_aux_hidden_state_layer_ids": fx.ids}} if fx.where == "nested"
+                else {"eagle_aux_hidden_state_layer_ids": fx.ids})
+            if fx.already_set:
+                out.append(f"fix: the draft's config.json already sets {fx.where} `{fx.key}` = {fx.ids} "
+                           f"({fx.engine} {fx.version} reads it as r = {fx.r}): the ids are right; "
                            "what still blocks serving is the caveat below")
             else:
-                out.append(f"fix: in the draft's config.json set {fx['where']} `{fx['key']}` = {fx['ids']} "
-                           f"({fx['engine']} {fx['version']} then captures r = {fx['r']})")
+                out.append(f"fix: in the draft's config.json set {fx.where} `{fx.key}` = {fx.ids} "
+                           f"({fx.engine} {fx.version} then captures r = {fx.r})")
                 out.append(f"    {json.dumps(snippet)}")
-            if fx.get("caveat"):
-                out.append(f"  caveat: {fx['caveat']}")
-            if fx.get("also"):
-                out.append(f"  also: {fx['also']}")
-    if getattr(res, "settle", None):
+            if fx.caveat:
+                out.append(f"  caveat: {fx.caveat}")
+            if fx.also:
+                out.append(f"  also: {fx.also}")
+    if res.settle:
         out.append(f"to settle it: {res.settle}")
     other = [f for f in res.findings if f.severity is Severity.FAIL and f.kind not in
              ("slices", "off_by_one", "shifted", "served_data")]
     if res.wiring == "match" and other:
         out.append(f"note: the wiring matches, but {len(other)} other problem(s) above still need fixing")
     out.append("")
-    ctx = [f"engine {c['engine']} {c['engine_version'] or ''}".strip() if c.get("engine") else "engine ?",
-           f"trainer {c.get('trainer') or '?'}",
-           f"target L={c.get('num_layers') or '?'} H={c.get('hidden_size') or '?'} ({c.get('arch')} path)"]
+    ctx = [f"engine {c.engine} {c.engine_version or ''}".strip() if c.engine else "engine ?",
+           f"trainer {c.trainer or '?'}",
+           f"target L={c.num_layers or '?'} H={c.hidden_size or '?'} ({c.arch} path)"]
     out.append("  " + " · ".join(ctx))
     t, s = res.trained, res.served
-    if t.get("fc_r") is not None:
-        tgt = f", target {_lab(t['target_r'])}" if t.get("target_r") is not None else ""
-        srcs = sorted(set(t.get("slot_source") or []))
-        out.append(f"  trained: fc <- [{', '.join(_lab(r) for r in t['fc_r'])}]{tgt}   ({t['source']}; r from "
+    if t.fc_r is not None:
+        tgt = f", target {_lab(t.target_r)}" if t.target_r is not None else ""
+        srcs = sorted(set(t.slot_source or []))
+        out.append(f"  trained: fc <- [{', '.join(_lab(r) for r in t.fc_r)}]{tgt}   ({t.source}; r from "
                    f"{'/'.join(srcs) or '?'})")
-    if s.get("r") is not None:
-        out.append(f"  served:  fc <- [{', '.join(_lab(r) for r in s['r'])}]   ({s['source']})")
-    for n in s.get("notes") or []:
+    if s.r is not None:
+        out.append(f"  served:  fc <- [{', '.join(_lab(r) for r in s.r)}]   ({s.source})")
+    for n in s.notes or []:
         out.append(f"           {n}")
     if res.slices:
         out += columns(["fc slice", "trained", "served", "ok"],
-                       [[sl["slice"], _trained(sl), _lab(sl["served_r"]), _ok(sl["ok"])]
+                       [[sl.slice, _trained(sl), _lab(sl.served_r), _ok(sl.ok)]
                         for sl in res.slices], width=width, right=(0, 1, 2))
     return fit("\n".join(out).rstrip(), width)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
 
 from forensics.analysis.fingerprint.core import Fingerprint
 from forensics.display import renders
@@ -32,8 +33,8 @@ def _head(fp: Fingerprint) -> str:
     if fp.expected is not None:
         exp = f"; claimed [{', '.join('?' if r is None else r_label(r) for r in fp.expected)}] ({fp.expected_source})"
     ex = ""
-    if fp.exact and fp.exact.get("ran", True):
-        ex = f"; exact mode vs {os.path.basename(str(fp.exact['source']))}"
+    if fp.exact and fp.exact.ran:
+        ex = f"; exact mode vs {os.path.basename(str(fp.exact.source))}"
     elif fp.exact:
         ex = "; exact mode could not run (no token ids: give --ids FILE or --text FILE)"
     return (f"{os.path.basename(c.path)}: {c.format}, {c.num_tokens} tokens, hidden {c.hidden_size}, "
@@ -52,7 +53,7 @@ def stream_line(s: dict) -> str:
 
 def identified(fp: Fingerprint) -> list[str] | None:
     """Every slot's label when nothing is claimed, nothing fails and exact mode named every slot, else None."""
-    if fp.verdict is not None or not fp.exact or not fp.exact.get("ran", True):
+    if fp.verdict is not None or not fp.exact or not fp.exact.ran:
         return None
     rs = [sf.r_exact for sf in fp.slots]
     return None if any(r is None for r in rs) else [r_label(r) for r in rs]
@@ -61,6 +62,23 @@ def identified(fp: Fingerprint) -> list[str] | None:
 def verdict_word(fp: Fingerprint) -> str:
     """The headline's first word: ``IDENTIFIED`` when exact mode named every unclaimed slot, else the verdict's."""
     return "IDENTIFIED" if identified(fp) is not None else headline_word(fp.verdict)
+
+
+# the headline words worst first (the one ranking, forensics.findings.OUTCOME_RANK, plus the two words of an
+# unclaimed file: named exactly, or roles and depth order only)
+WORDS_WORST_FIRST = ("FAIL", "CANNOT TELL", "WARN", "PASS", "IDENTIFIED", "NO CLAIM")
+
+
+def files_summary(fps: list[Fingerprint], unreadable: int = 0) -> str:
+    """``12 files: 1 FAIL, 3 PASS, 8 NO CLAIM, 1 unreadable (stderr)`` for a multi-file run."""
+    counts = Counter(verdict_word(fp) for fp in fps)
+    return (f"{len(fps) + unreadable} files: " + ", ".join(f"{counts[w]} {w}" for w in WORDS_WORST_FIRST if counts[w])
+            + (f", {unreadable} unreadable (stderr)" if unreadable else ""))
+
+
+def worst_first(fps: list[Fingerprint]) -> list[Fingerprint]:
+    """The fingerprints ordered by headline word, worst first (stable within a word)."""
+    return sorted(fps, key=lambda fp: WORDS_WORST_FIRST.index(verdict_word(fp)))
 
 
 def headline(fp: Fingerprint) -> str:
@@ -111,8 +129,8 @@ def text(fp: Fingerprint, width: int | None = None) -> str:
     slot fails, then one line per slot (folded to ``width`` when given). The evidence is in
     :func:`explain`."""
     lines = [headline(fp), _head(fp)]
-    if fp.exact and fp.exact.get("stream"):
-        lines.append("  " + stream_line(fp.exact["stream"]))
+    if fp.exact and fp.exact.stream:
+        lines.append("  " + stream_line(fp.exact.stream))
     lines += [f"  {f.severity.value.upper()} {f.kind}: {f.message}" for f in sort_findings(fp.findings)]
     lines += [f"  [{sf.index}] {_v(sf.verdict)}: claimed {sf.claim.label if sf.claim else '?'} "
               f"({sf.claim.source.value if sf.claim else '?'}); {sf.verdict_why}"

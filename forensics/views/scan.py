@@ -32,7 +32,7 @@ def headline(res) -> str:
                                          for d in s.get("dataset_findings") or []) \
         if s.get("dataset_findings") else ""
     # the result's verdict (decided in analysis/scan); unreadable files are named first, as their exit code 2 is
-    word = "" if not hasattr(res, "verdict") else "UNREADABLE" if s.get("errors") else headline_word(res.verdict)
+    word = "UNREADABLE" if s.get("errors") else headline_word(res.verdict)
     return (f"{word}: " if word else "") + (
         f"scan of {res.path}: {s['files']} files{resumed}, {s['bytes'] / 1e9:.3g} GB, {s['errors']} "
         f"unreadable; anomalies: {counts}{wide}{speed}")
@@ -80,7 +80,7 @@ def text(res, width: int = TEXT_WIDTH) -> str:
         if len(g["slots"]) > MAX_LISTED_SLOTS:
             lines.append(f"    … {len(g['slots']) - MAX_LISTED_SLOTS} more slots")
     for a in res.anomalies[:MAX_LISTED_ANOMALIES]:
-        lines.append(f"  {a['kind']}: {a['message']}")
+        lines.append(f"  {a.kind}: {a.message}")
     if len(res.anomalies) > MAX_LISTED_ANOMALIES:
         lines.append(f"  … {len(res.anomalies) - MAX_LISTED_ANOMALIES} more anomalies (see to_dict())")
     return fit("\n".join(lines), width)
@@ -88,7 +88,7 @@ def text(res, width: int = TEXT_WIDTH) -> str:
 
 @renders(ScanResult, "html")
 def html(res) -> str:
-    parts = [f"<div class='hsf-caption'>{badge(res.verdict) if hasattr(res, 'verdict') else ''} "
+    parts = [f"<div class='hsf-caption'>{badge(res.verdict)} "
              f"<b>{esc(headline(res))}</b></div>"]
     if row_line(res.summary):
         parts.append(f"<div class='hsf-caption hsf-scan-rows'>{esc(row_line(res.summary))}</div>")
@@ -113,7 +113,7 @@ def html(res) -> str:
         shown = res.anomalies[:MAX_LISTED_ANOMALIES]
         parts.append(html_table(
             ["file", "kind", "slot", "message"],
-            [[os.path.basename(a["file"]), a["kind"], "—" if a["slot"] is None else a["slot"], a["message"]]
+            [[os.path.basename(a.file), a.kind, "—" if a.slot is None else a.slot, a.message]
              for a in shown], cls="hsf-scan-anomalies"))
         if len(res.anomalies) > len(shown):
             parts.append(f"<div class='hsf-caption'>… {len(res.anomalies) - len(shown)} more anomalies</div>")

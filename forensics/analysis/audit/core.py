@@ -13,7 +13,7 @@ Example:
     >>> res = audit(data=["embed", "L3", "L31", "L59"], draft="kimi-draft/", engine="sglang",
     ...             engine_version="pre-25454", trainer="speculators-v1",
     ...             target_config="kimi/config.json")                     # doctest: +SKIP
-    >>> res.wiring, res.fix["ids"]                                        # doctest: +SKIP
+    >>> res.wiring, res.fix.ids                                           # doctest: +SKIP
     ('mismatch', [-1, 2, 30])
 """
 
@@ -23,6 +23,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from forensics.analysis.audit.parts import AuditContext, AuditSlice, Fix, ServedSide, TrainedSide
 from forensics.analysis.audit.training import _repeated
 from forensics.display import render
 from forensics.errors import ForensicsError
@@ -50,12 +51,12 @@ class AuditResult:
 
     wiring: str
     reason: str
-    slices: list[dict]
+    slices: list[AuditSlice]
     findings: list[Finding]
-    fix: dict | None
-    trained: dict
-    served: dict
-    context: dict
+    fix: Fix | None
+    trained: TrainedSide
+    served: ServedSide
+    context: AuditContext
     settle: str | None = None  # what would settle a CANNOT TELL, or give the fix that unknown slices withhold
 
     @property
@@ -82,9 +83,11 @@ class AuditResult:
         """JSON-safe (NaN/inf → None, numpy → Python): the ``hsf audit --json`` document."""
         return json_safe({"verdict": self.verdict.value, "wiring": self.wiring,
                           "outcome": self.verdict.value, "reason": self.reason,
-                          "slices": self.slices,
-                          "findings": [f.to_dict() for f in self.findings], "fix": self.fix,
-                          "trained": self.trained, "served": self.served, "context": self.context,
+                          "slices": [s.to_dict() for s in self.slices],
+                          "findings": [f.to_dict() for f in self.findings],
+                          "fix": None if self.fix is None else self.fix.to_dict(),
+                          "trained": self.trained.to_dict(), "served": self.served.to_dict(),
+                          "context": self.context.to_dict(),
                           "settle": self.settle})
 
     def __repr__(self) -> str:
@@ -133,7 +136,7 @@ def target_facts(target_config: Any) -> dict:
 
 
 def serving_side(info, engine: str, version: str | None, L: int, H: int | None, arch: str,
-                 trained_fc: list | None) -> tuple[dict, list[Finding]]:
+                 trained_fc: list | None) -> tuple[ServedSide, list[Finding]]:
     """What ``engine`` captures for this draft, and every config/checkpoint problem on the way."""
     findings: list[Finding] = []
     ec = cv.engine_capture(engine, info.config, L, version, arch)
@@ -196,10 +199,10 @@ def serving_side(info, engine: str, version: str | None, L: int, H: int | None, 
                                 "llama_eagle3.py (d737979c) skips unmatched names without error; only "
                                 "kimi_k25_eagle3.py remaps them to `midlayer.*`. Rename or check the load log",
                                 {"scheme": info.name_scheme}))
-    served = {"r": ec.r, "source": f"{engine} {ec.version} reading `{ec.key}`"
-              + (f" = {ec.ids}" if ec.ids is not None else " (absent: default)"),
-              "engine": engine, "version": ec.version, "arch": arch, "key": ec.key, "ids": ec.ids,
-              "id_source": ec.source, "notes": ec.notes}
+    served = ServedSide(r=ec.r, source=f"{engine} {ec.version} reading `{ec.key}`"
+                        + (f" = {ec.ids}" if ec.ids is not None else " (absent: default)"),
+                        engine=engine, version=ec.version, arch=arch, key=ec.key, ids=ec.ids,
+                        id_source=ec.source, notes=ec.notes, basis="config")
     return served, findings
 
 
@@ -260,10 +263,9 @@ def audit(data: Any = None, draft: Any = None, engine: str | None = None, engine
     findings: list[Finding] = []
     if L is None and data is not None and not isinstance(data, (list, tuple)):
         L = first_capture(data).num_layers
-    trained, tf = training_side(data, trainer, info, L, use_fingerprint, model)
+    trained, tf, cap = training_side(data, trainer, info, L, use_fingerprint, model)
     findings += tf
-    cap = trained.pop("capture", None)
-    deep = [r for r in [*(trained.get("fc_r") or []), trained.get("target_r")] if isinstance(r, int) and L and r > L]
+    deep = [r for r in [*(trained.fc_r or []), trained.target_r] if isinstance(r, int) and L and r > L]
     if deep:
         findings.append(Finding(FindingKind.LAYERS_BEYOND_L, Severity.FAIL, [],
                                 f"the training data holds r = {deep} but "
@@ -277,48 +279,50 @@ def audit(data: Any = None, draft: Any = None, engine: str | None = None, engine
                                 f"{cap.hidden_size} but "
                                 f"the target has {H}: data and target are different models",
                                 {"data_hidden_size": cap.hidden_size, "target_hidden_size": H}))
-    context = {"engine": engine, "engine_version": cv.parse_version(engine, engine_version) if engine else None,
-               "trainer": trained.get("trainer") or trainer, "num_layers": L, "hidden_size": H, "arch": arch,
-               "draft": info.to_dict() if info else None, "target": facts}
-    served_side: dict = {"r": None, "source": "none"}
+    context = AuditContext(engine=engine, engine_version=cv.parse_version(engine, engine_version) if engine else None,
+                           trainer=trained.trainer or trainer, num_layers=L, hidden_size=H, arch=arch,
+                           draft=info.to_dict() if info else None, target=facts)
+    served_side = ServedSide()
     if info is not None and engine is not None and L is not None:
-        served_side, sf = serving_side(info, engine, engine_version, L, H, arch, trained.get("fc_r"))
+        served_side, sf = serving_side(info, engine, engine_version, L, H, arch, trained.fc_r)
         findings += sf
-        findings += _assumption_findings(info, engine, engine_version, L, arch, arch_given, served_side["r"])
+        findings += _assumption_findings(info, engine, engine_version, L, arch, arch_given, served_side.r or [])
     if served is not None:
         from forensics.analysis.audit.served import compare_served
 
         data_served, cf = compare_served(data, trained, served, use_fingerprint, model)
         findings += cf
-        predicted = served_side.get("r")
+        predicted = served_side.r
+        shown = data_served.r or []
         if predicted is not None:
-            differ = _known_differences(predicted, data_served["r"])
+            differ = _known_differences(predicted, shown)
             if differ:
                 findings.append(Finding(FindingKind.CONFIG_VS_SERVED, Severity.FAIL, [],
                                         f"the config predicts served r = {[r_label(r) for r in predicted]} but the "
-                                        f"served capture shows {[r_label(r) for r in data_served['r']]}",
-                                        {"predicted": list(predicted), "served": list(data_served["r"]),
-                                         "slices": differ}))
-        served_side = {**data_served, "config_prediction": served_side.get("r")}
+                                        f"served capture shows {[r_label(r) for r in shown]}",
+                                        {"predicted": list(predicted), "served": list(shown), "slices": differ}))
+        data_served.config_prediction = predicted
+        served_side = data_served
     verdict, reason, slices = _verdict(trained, served_side, findings, info, engine, L, model is not None)
     fix = None
-    fc_status = trained.get("fc_status") or ["declared"] * len(trained.get("fc_r") or [])
+    fc_r = trained.fc_r
+    fc_status = trained.fc_status or ["declared"] * len(fc_r or [])
     known = all(st in KNOWN_TRAINED for st in fc_status)
-    if verdict == "mismatch" and engine and L and trained.get("fc_r") and known and \
-            all(isinstance(r, int) for r in trained["fc_r"]):
-        fix = cv.from_r(engine, trained["fc_r"], L, engine_version, arch,
-                       family=info.family if info is not None else None).to_dict()
+    if verdict == "mismatch" and engine and L and fc_r and known and all(isinstance(r, int) for r in fc_r):
+        fix = Fix.from_plan(cv.from_r(engine, fc_r, L, engine_version, arch,
+                                      family=info.family if info is not None else None))
         if info is not None and info.ids_top is not None and info.ids_nested is not None:
-            other = cv.NESTED_KEY if fix["where"] == "top-level" else cv.TOP_KEY
-            fix["also"] = f"make `{other}` agree (or remove it) so the other engine reads the same layers"
-        rep = _repeated(trained["fc_r"])
+            other = cv.NESTED_KEY if fix.where == "top-level" else cv.TOP_KEY
+            fix.also = f"make `{other}` agree (or remove it) so the other engine reads the same layers"
+        rep = _repeated(fc_r)
         if rep and engine in CONFIG_RULES["duplicate"].engines:  # no id list serves one layer twice
-            fix.update(ids=None, snippet=None, caveat=f"the fc was trained on {[r_label(r) for r in trained['fc_r']]}, "
-                       f"which repeats {', '.join(r_label(r) for r in rep)}; {engine} captures each layer once "
-                       f"({CONFIG_RULES['duplicate'].source}): retrain on distinct layers")
-        if info is not None and fix.get("ids") is not None:  # the right ids are there; only the caveat blocks
-            fix["already_set"] = list((info.ids_nested if fix["where"] == "nested" else info.ids_top) or []) \
-                == list(fix["ids"])
+            fix.ids, fix.snippet = None, None
+            fix.caveat = (f"the fc was trained on {[r_label(r) for r in fc_r]}, "
+                          f"which repeats {', '.join(r_label(r) for r in rep)}; {engine} captures each layer once "
+                          f"({CONFIG_RULES['duplicate'].source}): retrain on distinct layers")
+        if info is not None and fix.ids is not None:  # the right ids are there; only the caveat blocks
+            fix.already_set = list((info.ids_nested if fix.where == "nested" else info.ids_top) or []) \
+                == list(fix.ids)
     settle = None if fix is not None or verdict == "match" or known else _settle(model is not None)
     return AuditResult(verdict, reason, slices, findings, fix, trained, served_side, context, settle)
 
@@ -406,8 +410,9 @@ def _shift_finding(fc: list, status: list, sr: list) -> Finding | None:
                    {"trained": fc, "served": sr, "corrected": corrected, "trained_status": list(status)})
 
 
-def _verdict(trained: dict, served: dict, findings: list[Finding], info, engine, L, model_given: bool = False):
-    fc, sr = trained.get("fc_r"), served.get("r")
+def _verdict(trained: TrainedSide, served: ServedSide, findings: list[Finding], info, engine, L,
+             model_given: bool = False) -> tuple[str, str, list[AuditSlice]]:
+    fc, sr = trained.fc_r, served.r
     if fc is None:
         return "cannot-tell", "nothing says which layers the draft was trained on (pass --data, or a draft " \
                "config plus --trainer)", []
@@ -415,10 +420,10 @@ def _verdict(trained: dict, served: dict, findings: list[Finding], info, engine,
         why = "no served capture and no draft config + engine" if L is not None or info is None else \
             "the target's layer count is unknown (pass --target-config or --num-layers)"
         return "cannot-tell", f"{why}: the serving side is unknown", []
-    status = list(trained.get("fc_status") or ["declared"] * len(fc))
+    status = list(trained.fc_status or ["declared"] * len(fc))
     n = max(len(fc), len(sr))
-    oks = served.get("ok")
-    slices = []
+    oks = served.ok
+    slices: list[AuditSlice] = []
     for k in range(n):
         t = fc[k] if k < len(fc) else None
         s = sr[k] if k < len(sr) else None
@@ -434,32 +439,33 @@ def _verdict(trained: dict, served: dict, findings: list[Finding], info, engine,
             ok = t == s
         else:
             ok = None  # the trained r is only claimed: no verdict rests on it
-        slices.append({"slice": k, "trained_r": t, "served_r": s, "ok": ok, "trained_status": st})
-    bad = [s for s in slices if s["ok"] is False]
-    open_: list[int] = [int(k) for k, s in enumerate(slices) if s["ok"] is None]
+        slices.append(AuditSlice(slice=k, trained_r=t, served_r=s, ok=ok, trained_status=st))
+    bad = [s for s in slices if s.ok is False]
+    open_: list[int] = [int(k) for k, s in enumerate(slices) if s.ok is None]
     wiring_errors = [f for f in findings if f.severity is Severity.FAIL and f.kind in WIRING_KINDS]
     if bad:
         shifted = _shift_finding(fc, status, sr)
-        pairs = [(s["trained_r"], s["served_r"]) for s in slices]
+        pairs = [(s.trained_r, s.served_r) for s in slices]
         ints = [(t, v) for t, v in pairs if isinstance(t, int) and isinstance(v, int)]
         shift = {v - t for t, v in ints} if len(ints) == len(pairs) and not open_ else set()
         if shifted is None and len(shift) == 1 and shift != {0} and len(bad) == len(slices):
             d = shift.pop()
             cause = ("the engine ignored or missed the ids and used its default, whose numbering differs from "
-                     "the trainer's (see ids_missing / ids_ignored_key)" if served.get("id_source") == "default"
+                     "the trainer's (see ids_missing / ids_ignored_key)" if served.id_source == "default"
                      else "the trainer and the engine number layers differently (vllm#43671, sglang#25454)")
             findings.insert(0, Finding(FindingKind.OFF_BY_ONE if abs(d) == 1 else FindingKind.OFFSET, Severity.FAIL, [],
                                        f"every slice is served {abs(d)} block(s) {'deeper' if d > 0 else 'shallower'} "
                                        f"than trained: {cause}", {"shift": d}))
         findings.insert(0, Finding(FindingKind.SLICES, Severity.FAIL, [],
                                    f"{len(bad)} of {n} fc slices are served a different layer than trained: "
-                                   + ", ".join(f"slice {s['slice']} trained {r_label(s['trained_r'])} served "
-                                               f"{r_label(s['served_r'])}" for s in bad), {"slices": bad}))
+                                   + ", ".join(f"slice {s.slice} trained {r_label(s.trained_r)} served "
+                                               f"{r_label(s.served_r)}" for s in bad),
+                                   {"slices": [s.to_dict() for s in bad]}))
         if shifted is not None:
             findings.insert(0, shifted)
         pair = f"served {[r_label(r) for r in sr]} but trained on {[r_label(r) for r in fc]}"
         if oks is not None:
-            pair = f"the served states differ from the training fc inputs in slice(s) {[s['slice'] for s in bad]}" \
+            pair = f"the served states differ from the training fc inputs in slice(s) {[s.slice for s in bad]}" \
                    f" ({pair})"
         return "mismatch", pair, slices
     if wiring_errors:

@@ -29,6 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 from forensics.analysis.audit.core import AuditResult, audit, target_facts
+from forensics.analysis.audit.parts import AuditContext, Fix, ServedSide, TrainedSide
 from forensics.errors import ForensicsError
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.layers import FINAL_POST, r_label
@@ -190,11 +191,12 @@ def preflight(draft: Any, engine: str, engine_version: str | None = None, traine
             raise
         return AuditResult(wiring="cannot-tell", reason=f"{e.message}: what {engine} serves a {fam} draft is not in "
                            "the sources read", slices=[], findings=findings, fix=None,
-                           trained={"fc_r": trained_fc, "target_r": None, "source": "trainer invocation"},
-                           served={"r": None, "source": "none"},
-                           context={"engine": engine, "engine_version": engine_version, "family": fam, "num_layers": L,
-                                    "trainer": trainer, "hidden_size": hidden_size, "arch": arch or "generic"})
-    fc = (res.trained or {}).get("fc_r")
+                           trained=TrainedSide(fc_r=trained_fc, source="trainer invocation"),
+                           served=ServedSide(),
+                           context=AuditContext(engine=engine, engine_version=engine_version, family=fam,
+                                                num_layers=L, trainer=trainer, hidden_size=hidden_size,
+                                                arch=arch or "generic", basis="no_rule"))
+    fc = res.trained.fc_r
     if trained_layout is not None and trained_fc is not None and fc is not None and list(fc) != list(trained_fc):
         findings.append(Finding(FindingKind.TRAINER_VS_LAYOUT, Severity.FAIL, [], f"the trainer's ids give r = "
                                 f"{[r_label(r) for r in trained_fc]} but the trained layout feeds the fc "
@@ -204,10 +206,10 @@ def preflight(draft: Any, engine: str, engine_version: str | None = None, traine
     res.findings[:0] = findings  # (the audit's `duplicate` already says what a repeated config id does)
     if data is not None and (trained_layout is None or view != trainer):  # the appended L was ours, not the user's
         res.findings = [f for f in res.findings if f.kind not in ("target_not_final", "target_postnorm")]
-        res.trained.update(target_r=None, trainer=trainer, source="trainer invocation" if trained_layout is None
-                           else "trained layout (fc inputs)")
-        res.context["trainer"] = trainer
-    served = (res.served or {}).get("r")
+        res.trained.target_r, res.trained.trainer = None, trainer
+        res.trained.source = "trainer invocation" if trained_layout is None else "trained layout (fc inputs)"
+        res.context.trainer = trainer
+    served = res.served.r
     if res.wiring == "cannot-tell" and fc and served is not None and len(served) != len(fc) and \
             all(isinstance(r, int) for r in fc):  # every trained slice is known: a count difference is certain
         res.wiring = "mismatch"
@@ -218,9 +220,9 @@ def preflight(draft: Any, engine: str, engine_version: str | None = None, traine
         res.wiring, res.reason = "mismatch", bad.message
     if res.wiring == "mismatch" and fc and all(isinstance(r, int) for r in fc):
         plan = cv.from_r(engine, fc, L, engine_version, arch or "generic", fam)
-        res.fix = {**plan.to_dict(), "already_set": _already(info, plan)}
+        res.fix = Fix.from_plan(plan, already_set=_already(info, plan))
     _apply_readings(res, info, engine, engine_version, L, arch, fam)
-    res.context["family"] = fam
+    res.context.family, res.context.basis = fam, "preflight"
     return res
 
 
@@ -259,7 +261,7 @@ def _config_ids_for(info, trainer: str, family: str) -> list | None:
 def _apply_readings(res: AuditResult, info, engine: str, version: str | None, L: int, arch: str | None,
                     family: str) -> None:
     """Unknown version or unsettled numbering: list every reading; decide only if all readings agree."""
-    fc = (res.trained or {}).get("fc_r")
+    fc = res.trained.fc_r
     if fc is None or any(not isinstance(r, int) for r in fc):
         return
     alts: dict[str, list] = {}
@@ -276,12 +278,12 @@ def _apply_readings(res: AuditResult, info, engine: str, version: str | None, L:
                            + "; ".join(f"{k} → r = {[r_label(x) for x in r]}" for k, r in alts.items()),
                            readings={k: list(r) for k, r in alts.items()}, match=matches))
     ok = [k for k, m in matches.items() if m]
-    config_ids = (res.served or {}).get("ids")
+    config_ids = res.served.ids
     plans = set()
     for v in ([version] if version is not None else cv.versions(engine)):
         ids = cv.from_r(engine, fc, L, None if v == "any" else v, arch or "generic", family).ids
         plans.add(None if ids is None else tuple(ids))
-    fix_ids = (res.fix or {}).get("ids")
+    fix_ids = res.fix.ids if res.fix is not None else None
     if ok and len(ok) < len(matches) and res.wiring == "mismatch" and fix_ids is not None and len(plans) == 1 \
             and None not in plans and config_ids is not None and tuple(fix_ids) != tuple(config_ids):
         # every version is fixed by the same ids, and the config holds others: wrong whatever the version

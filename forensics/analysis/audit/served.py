@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from forensics.analysis.audit.parts import ServedSide, TrainedSide
 from forensics.errors import ForensicsError
 from forensics.io.capture import Capture
 from forensics.layers import r_label
@@ -110,8 +111,8 @@ def _caps(path_or_cap: Any) -> list[Capture]:
     return [load(f) for f in files]
 
 
-def compare_served(data: Any, trained: dict, served: Any, use_fingerprint: bool = True,
-                   model: Any = None) -> tuple[dict, list]:
+def compare_served(data: Any, trained: TrainedSide, served: Any, use_fingerprint: bool = True,
+                   model: Any = None) -> tuple[ServedSide, list]:
     """Slot-by-slot comparison of a served capture with the training ``data`` (path or Capture);
     returns (served side, findings)."""
     from forensics.analysis.audit.training import KNOWN, STRONG_ROLES, fingerprint_slots
@@ -127,8 +128,8 @@ def compare_served(data: Any, trained: dict, served: Any, use_fingerprint: bool 
     if s0.hidden_size != train.hidden_size:
         raise ForensicsError(f"served hidden size {s0.hidden_size} != training hidden size {train.hidden_size}",
                              path=s0.path)
-    slots_r = trained.get("slots_r") or [None] * len(train.slots)
-    fc_r = trained.get("fc_r") or []
+    slots_r = trained.slots_r or [None] * len(train.slots)
+    fc_r = trained.fc_r or []
     n_train, n_served = len(train.slots), len(s0.slots)
     t_norms = [log_norms(tcaps, i) for i in range(n_train)]
     s_norms = [log_norms(scaps, j) for j in range(n_served)]
@@ -143,8 +144,8 @@ def compare_served(data: Any, trained: dict, served: Any, use_fingerprint: bool 
         cos = np.array([[c for c, _ in row] for row in pairs])
         rel = np.array([[r for _, r in row] for row in pairs])
     s_fps = (fingerprint_slots(s0, model)[0] if use_fingerprint else None) or [{} for _ in s0.slots]
-    t_status = list(trained.get("slots_status") or [])
-    t_roles = trained.get("roles") or [None] * n_train
+    t_status = list(trained.slots_status or [])
+    t_roles = trained.roles or [None] * n_train
     s_fp = [f.get("r_exact") if f.get("r_exact") is not None else s.declared_r
             for f, s in zip(s_fps, s0.slots, strict=True)]
     r_out: list = []
@@ -208,13 +209,13 @@ def compare_served(data: Any, trained: dict, served: Any, use_fingerprint: bool 
            else f"{W1_NAME}: ≥ {W1_THRESHOLD} excludes the trained layer, nothing on other text confirms it")
     if any(ev.get("decided_by") == "exact r" for ev in rows):
         how = "the exact r of each served slot against the reference forward (--model)"
-    out = {"r": r_out, "ok": ok, "source": f"served capture {s0.path} ({len(scaps)} file(s), "
-                                          f"{'same' if same_text else 'different'} tokens as training; r named by "
-                                          f"{how})",
-           "distances": rows, "matrix": np.round(dist, 4).tolist(), "distance": W1_NAME, "threshold": W1_THRESHOLD,
-           "notes": notes, "joined_tokens": P if same_text else 0,
-           "cosine": None if cos is None else np.round(cos, 5).tolist(),
-           "rel": None if rel is None else np.round(rel, 5).tolist()}
+    out = ServedSide(r=r_out, ok=ok, source=f"served capture {s0.path} ({len(scaps)} file(s), "
+                                            f"{'same' if same_text else 'different'} tokens as training; r named by "
+                                            f"{how})",
+                     distances=rows, matrix=np.round(dist, 4).tolist(), distance=W1_NAME, threshold=W1_THRESHOLD,
+                     notes=notes, joined_tokens=P if same_text else 0,
+                     cosine=None if cos is None else np.round(cos, 5).tolist(),
+                     rel=None if rel is None else np.round(rel, 5).tolist(), basis="capture")
     return out, findings
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from forensics.analysis.audit.parts import TrainedSide
 from forensics.errors import ForensicsError
 from forensics.findings import Finding, FindingKind, Severity, Verdict
 from forensics.io.capture import Capture
@@ -114,19 +115,21 @@ def slot_rs(cap: Capture, use_fingerprint: bool = True, model: Any = None
 
 
 def training_side(data: Any, trainer: str | None, draft_info, L: int | None, use_fingerprint: bool,
-                  model: Any) -> tuple[dict, list[Finding]]:
-    """What the draft's fc consumed (r per slice, in stored order) and what its target was."""
+                  model: Any) -> tuple[TrainedSide, list[Finding], Capture | None]:
+    """What the draft's fc consumed (r per slice, in stored order) and what its target was; the training capture
+    read (None for a declared layout or no data)."""
     findings: list[Finding] = []
     cap = None
     if data is None:
         if draft_info is None or trainer is None:
-            return {"fc_r": None, "target_r": None, "source": "none"}, findings
+            return TrainedSide(), findings, None
         # No data: read the ids the draft config records, in the trainer's numbering.
         fc = _ids_as_trained(trainer, draft_info, L) if L is not None else None
         if fc is None:
-            return {"fc_r": None, "target_r": None, "source": "none"}, findings
-        return {"fc_r": fc, "target_r": None, "source": f"draft config ids read in {trainer}'s numbering",
-                "slot_source": ["draft config"] * len(fc), "fc_status": ["config"] * len(fc)}, findings
+            return TrainedSide(), findings, None
+        return TrainedSide(fc_r=fc, source=f"draft config ids read in {trainer}'s numbering",
+                           slot_source=["draft config"] * len(fc), fc_status=["config"] * len(fc),
+                           basis="config"), findings, None
     if isinstance(data, (list, tuple)) and all(isinstance(x, (int, str)) for x in data):
         try:
             rs = [parse_r(x) for x in data]
@@ -177,11 +180,11 @@ def training_side(data: Any, trainer: str | None, draft_info, L: int | None, use
                     fc[i], src[view.fc_slots[i]] = r, "draft config (trainer numbering)"
                     rs[view.fc_slots[i]], status[view.fc_slots[i]] = r, "declared"
     target = rs[view.target_slot] if view.target_slot is not None else None
-    out = {"fc_r": fc, "target_r": target, "source": source, "slot_source": src, "trainer": view.trainer,
-           "view": view.source, "target_norm": view.target_norm, "slots_r": rs, "capture": cap,
-           "slots_status": status, "fc_status": [status[i] for i in view.fc_slots],
-           "target_status": status[view.target_slot] if view.target_slot is not None else None,
-           "roles": roles if cap is not None else None}
+    out = TrainedSide(fc_r=fc, target_r=target, source=source, slot_source=src, trainer=view.trainer,
+                      view=view.source, target_norm=view.target_norm, slots_r=rs, slots_status=status,
+                      fc_status=[status[i] for i in view.fc_slots],
+                      target_status=status[view.target_slot] if view.target_slot is not None else None,
+                      roles=roles if cap is not None else None, basis="data")
     ints = [r for r in fc if isinstance(r, int)]
     if len(ints) == len(fc) and ints != sorted(ints):
         findings.append(Finding(FindingKind.ORDER, Severity.FAIL, [],
@@ -198,7 +201,7 @@ def training_side(data: Any, trainer: str | None, draft_info, L: int | None, use
                                 "a post-norm final state is fed to the fc; "
                                 "engines capture pre-norm states only", {"fc_r": fc}))
     findings += _target_findings(view, target, L, status[view.target_slot] if view.target_slot is not None else None)
-    return out, findings
+    return out, findings, cap
 
 
 def _repeated(rs: list) -> list:

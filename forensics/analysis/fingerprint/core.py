@@ -13,7 +13,7 @@ r per slot. Every threshold is a named constant, shown next to the raw value.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -60,6 +60,9 @@ from forensics.io import limits
 from forensics.io.capture import Capture
 from forensics.jsonable import json_safe
 from forensics.layers import FINAL_POST, R
+
+if TYPE_CHECKING:  # pragma: no cover
+    from forensics.analysis.fingerprint.exact import ExactResult
 
 __all__ = ["fingerprint", "Fingerprint", "SlotFingerprint", "Evidence", "Finding", "ROLES"]
 
@@ -114,7 +117,7 @@ class Fingerprint:
     expected_source: str | None = None
     order_evidence: list[Evidence] = field(default_factory=list)
     order_confidence: float = 0.5  # 1.0 exact or unambiguous; 0.5 + 5 × (relative margin of the best chain)
-    exact: dict | None = field(default=None, repr=False)
+    exact: ExactResult | None = field(default=None, repr=False)
     claims: Claims | None = None  # the claim list checked (user, draft config, or the capture's own)
     massive_sinks: list[int] = field(default_factory=list)  # slots whose token 0 is a massive-activation sink
     rows: Any = field(default=None, repr=False)  # the row checks' RowReport (forensics.analysis.rows), read by scan
@@ -144,7 +147,8 @@ class Fingerprint:
                  num_layers=self.num_layers, expected=self.expected, expected_source=self.expected_source,
                  order_evidence=[e.to_dict() for e in self.order_evidence],
                  order_confidence=round(self.order_confidence, 3),
-                 exact_source=(self.exact or {}).get("source"), exact_stream=(self.exact or {}).get("stream"),
+                 exact_source=None if self.exact is None else self.exact.source,
+                 exact_stream=None if self.exact is None else self.exact.stream,
                  claims=None if self.claims is None else self.claims.to_dict(),
                  verdict=None if self.verdict is None else self.verdict.value)
         return d
@@ -265,11 +269,11 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
     exact = None
     if model is not None:
         exact = _exact(capture, full, model, sig, findings, rows, reference)
-        num_layers = num_layers or exact.get("num_layers")
+        num_layers = num_layers or exact.num_layers
     L = num_layers or capture.num_layers
     if claims is None:
         claims = capture_claims(capture, L)
-    r_exact: list[R | None] = [x["r_exact"] for x in exact["slots"]] if exact else [None] * k
+    r_exact: list[R | None] = [x.r_exact for x in exact.slots] if exact else [None] * k
 
     D = sample.D
     if exact and all(r is not None for r in r_exact):
@@ -373,21 +377,21 @@ def _signals(capture: Capture, st: CaptureStats, tensors: list, drop: list[int],
 
 
 def _exact(capture: Capture, tensors: list, model: Any, sig: _Signals, findings: list[Finding], rows: Any = None,
-           reference: Any = None) -> dict:
+           reference: Any = None) -> ExactResult:
     """Exact mode: every slot matched against the reference forward (``--model``) or a ladder capture, on
     its good rows at their tokens (``rows``)."""
     from forensics.analysis.fingerprint.exact import exact_checks
 
     exact = exact_checks(capture, tensors, model, rows=rows, reference=reference)
-    exact["ran"] = capture.input_ids is not None
-    if not exact["ran"]:  # the reference cannot run without the tokens: say so, name no slot from it
+    exact.ran = capture.input_ids is not None
+    if not exact.ran:  # the reference cannot run without the tokens: say so, name no slot from it
         findings.append(Finding(FindingKind.NO_TOKEN_IDS, Severity.WARN, list(range(len(tensors))),
                                 "exact mode cannot run: the capture has no token ids, so the model cannot be run "
                                 "on its tokens (only the final-norm γ test ran); give them with --ids FILE or "
                                 "--text FILE (tokenised by --model), or input_ids= in Python"))
-    for i, x in enumerate(exact["slots"]):
+    for i, x in enumerate(exact.slots):
         exact_evidence(sig.ev[i], x)
-    unmatched = [i for i, x in enumerate(exact["slots"]) if x["ladder"] is not None and x["r_exact"] is None]
+    unmatched = [i for i, x in enumerate(exact.slots) if x.ladder is not None and x.r_exact is None]
     if unmatched:
         findings.append(Finding(FindingKind.NO_REFERENCE_MATCH, Severity.WARN, unmatched, f"slots {unmatched} equal "
                                 "no state of the reference on these input_ids (another model, other weights or "

@@ -14,6 +14,7 @@ from __future__ import annotations
 import glob
 import math
 import os
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from forensics.analysis.fingerprint.ladder import (  # noqa: F401 - re-exported: exact mode's vocabulary
@@ -29,7 +30,7 @@ from forensics.analysis.fingerprint.ladder import (  # noqa: F401 - re-exported:
 )
 from forensics.errors import ForensicsError
 from forensics.io.capture import Capture
-from forensics.layers import FINAL_POST, r_label
+from forensics.layers import FINAL_POST, R, r_label
 from forensics.models.target import DEFAULT_TOKENS
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -38,6 +39,54 @@ if TYPE_CHECKING:  # pragma: no cover
 POSTNORM_RMS_TOL = 0.02  # max_t |rms(x_t / γ) − 1| at/below this ⇒ post-final-norm
 EMBED_MATCH_FRACTION = 1.0  # every row must equal E[id] (after casting E to the slot's dtype)
 GAMMA_MIN_REL = 1e-3  # dims with |γ| below this × median |γ| are left out of x / γ
+
+
+@dataclass(slots=True)
+class ExactMatch:
+    """One slot against the reference: the direct checks, the ladder match, the logit lens, and the r it equals.
+
+    ``embedding``: ``{"equal_rows", "rows", "max_rel_err", "verdict"}`` (rows vs ``E[ids]``); ``postnorm``:
+    ``{"max_abs_dev", "verdict"}`` (the final-norm γ test); ``ladder``: :func:`ladder_match`'s per-token cosine
+    and relative error at every reference r (best, runner-up, table, tolerance); ``lens``: ``{"agreement",
+    "rows", "near"}``. ``r_exact``: the ladder's match, else 0 (embedding) or ``final_post`` (γ), else None.
+    """
+
+    embedding: dict | None = None
+    postnorm: dict | None = None
+    ladder: dict | None = None
+    r_exact: R | None = None
+    lens: dict | None = None
+
+    def to_dict(self) -> dict:
+        return {"embedding": self.embedding, "postnorm": self.postnorm, "ladder": self.ladder,
+                "r_exact": self.r_exact, "lens": self.lens}
+
+
+@dataclass(slots=True)
+class ExactResult:
+    """Exact mode of one capture (``Fingerprint.exact``): what it ran against, and every slot's match.
+
+    ``ran`` is False when the capture has no token ids (only the γ test could run); ``labels``: slot → r label
+    of the slots it named; ``stream``: a streamed reference's provenance (blocks, shards, bytes, memory).
+
+    >>> ExactResult("ladder.safetensors", 30, [ExactMatch(r_exact=3)], labels={0: "L3"}).to_dict()["labels"]
+    {0: 'L3'}
+    """
+
+    source: str
+    num_layers: int | None
+    slots: list[ExactMatch]
+    notes: list[str] = field(default_factory=list)
+    labels: dict[int, str] = field(default_factory=dict)
+    tokens: int | None = None
+    compute_dtype: str | None = None
+    stream: dict | None = None
+    ran: bool = True
+
+    def to_dict(self) -> dict:
+        return {"source": self.source, "num_layers": self.num_layers, "slots": [s.to_dict() for s in self.slots],
+                "notes": self.notes, "labels": self.labels, "tokens": self.tokens,
+                "compute_dtype": self.compute_dtype, "stream": self.stream, "ran": self.ran}
 
 
 class Reference:
@@ -291,9 +340,9 @@ def _row_selection(rows: Any, i: int, n: int, T: int) -> tuple[Any, Any] | None:
 
 
 def exact_checks(capture: Capture, tensors: list, model: Any, rows: Any = None,
-                 reference: tuple[Reference, dict | None] | None = None) -> dict:
-    """All exact checks for every slot: ``{"source", "num_layers", "slots": [{embedding, postnorm, ladder,
-    r_exact}]}``; ``r_exact`` is the matched r, or 0 / ``final_post`` from the direct checks.
+                 reference: tuple[Reference, dict | None] | None = None) -> ExactResult:
+    """All exact checks for every slot (an :class:`ExactMatch` each); ``r_exact`` is the matched r, or 0 /
+    ``final_post`` from the direct checks.
 
     ``rows`` (a ``forensics.analysis.rows.RowReport``) leaves each slot's bad rows out and puts its rows at
     their tokens (a shifted or suffix-only capture), so a zero block or foreign rows do not hide the slot's r.
@@ -322,7 +371,7 @@ def exact_checks(capture: Capture, tensors: list, model: Any, rows: Any = None,
         lad = None
     else:
         lad = lad_ref if lad_ref is not None else ref.ladder(ids) if ids is not None else None
-    out: list[dict[str, Any]] = []
+    out: list[ExactMatch] = []
     for i, h in enumerate(tensors):
         s_i = sel[i]
         if s_i is not None and lad is not None and ids_all is not None:  # the slot's good rows at their tokens
@@ -350,7 +399,7 @@ def exact_checks(capture: Capture, tensors: list, model: Any, rows: Any = None,
             r = 0
         elif p and p["verdict"]:
             r = FINAL_POST
-        out.append({"embedding": e, "postnorm": p, "ladder": m, "r_exact": r, "lens": None})
+        out.append(ExactMatch(embedding=e, postnorm=p, ladder=m, r_exact=r))
     if ref.net is not None and lad is not None and FINAL_POST in lad and all(x is None for x in sel):
         common = min(*(int(h.shape[0]) for h in tensors), *(int(y.shape[0]) for y in lad.values()))
         logit_lens(ref.net, [h[:common] for h in tensors], {r: y[:common] for r, y in lad.items()}, out)
@@ -364,13 +413,13 @@ def exact_checks(capture: Capture, tensors: list, model: Any, rows: Any = None,
 
         streamed_lens(ref.stream, tensors, streamed, out)
         notes += streamed["notes"]
-    return {"source": ref.source, "num_layers": ref.num_layers, "slots": out, "notes": notes,
-            "labels": {i: r_label(s["r_exact"]) for i, s in enumerate(out) if s["r_exact"] is not None},
-            "tokens": int(ids.numel()) if ids is not None else None,
-            "compute_dtype": (ref.stream.compute_dtype if streamed else
-                              str(next(ref.net.parameters()).dtype).replace("torch.", "") if ref.net is not None
-                              else None),
-            "stream": streamed["provenance"] if streamed else None}
+    return ExactResult(source=ref.source, num_layers=ref.num_layers, slots=out, notes=notes,
+                       labels={i: r_label(s.r_exact) for i, s in enumerate(out) if s.r_exact is not None},
+                       tokens=int(ids.numel()) if ids is not None else None,
+                       compute_dtype=(ref.stream.compute_dtype if streamed else
+                                      str(next(ref.net.parameters()).dtype).replace("torch.", "")
+                                      if ref.net is not None else None),
+                       stream=streamed["provenance"] if streamed else None)
 
 
 def _lens_top1(net: Any, x: torch.Tensor, post: bool) -> torch.Tensor:
@@ -401,13 +450,13 @@ def logit_lens(net: Any, tensors: list, lad: dict, out: list) -> None:
     for h, x in zip(tensors, out, strict=True):
         if int(h.shape[0]) != T:
             continue
-        post = x["r_exact"] == FINAL_POST or bool(x["postnorm"] and x["postnorm"]["verdict"])
+        post = x.r_exact == FINAL_POST or bool(x.postnorm and x.postnorm["verdict"])
         a = agree(h, post)
         lens: dict[str, Any] = {"agreement": a, "rows": int(rows.numel()), "near": None}
-        if x["r_exact"] is None:
+        if x.r_exact is None:
             if profile is None:
                 profile = {r: agree(v, r == FINAL_POST) for r, v in lad.items()}
             near = sorted((r for r, b in profile.items() if abs(b - a) <= LENS_NEAR),
                           key=lambda r: float("inf") if r == FINAL_POST else r)
             lens["near"] = near
-        x["lens"] = lens
+        x.lens = lens

@@ -360,7 +360,8 @@ def _reference_dtype(m: dict) -> str:
     return f" ({dt} reference)" if dt else ""
 
 
-def exact_evidence(ev: list[Evidence], x: dict) -> None:
+def exact_evidence(ev: list[Evidence], x: Any) -> None:
+    """The evidence lines of one slot's exact checks (``exact.ExactMatch``)."""
     from forensics.analysis.fingerprint.exact import (
         LADDER_MATCH_COS,
         LADDER_MATCH_REL,
@@ -368,7 +369,7 @@ def exact_evidence(ev: list[Evidence], x: dict) -> None:
         POSTNORM_RMS_TOL,
     )
 
-    e, p, m, lens = x["embedding"], x["postnorm"], x["ladder"], x.get("lens")
+    e, p, m, lens = x.embedding, x.postnorm, x.ladder, x.lens
     if e:
         ev.append(Evidence("exact_embedding", e["equal_rows"] / max(1, e["rows"]), "all rows (1.0)",
                            f"{e['equal_rows']}/{e['rows']} rows == embed_tokens.weight[ids] ⇒ "

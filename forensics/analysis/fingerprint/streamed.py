@@ -93,10 +93,10 @@ def streamed_lens(stream: Any, tensors: list, streamed: dict, out: list) -> None
     for i, (h, x) in enumerate(zip(tensors, out, strict=True)):
         if int(h.shape[0]) != T:
             continue
-        post = x["r_exact"] == FINAL_POST or bool(x["postnorm"] and x["postnorm"]["verdict"])
+        post = x.r_exact == FINAL_POST or bool(x.postnorm and x.postnorm["verdict"])
         v = h[rows].to(torch.float32)
         parts.append((("slot", i), v if post else stream.norm(v)))
-    if any(x["r_exact"] is None for x in out):
+    if any(x.r_exact is None for x in out):
         for r, v in kept.items():
             parts.append((("r", r), v if r == FINAL_POST else stream.norm(v)))
     top = stream.top1(torch.cat([p for _, p in parts]))
@@ -111,10 +111,10 @@ def streamed_lens(stream: Any, tensors: list, streamed: dict, out: list) -> None
         x = out[key[1]]
         a = float((v == final).float().mean())
         lens: dict[str, Any] = {"agreement": a, "rows": n, "near": None}
-        if x["r_exact"] is None:
+        if x.r_exact is None:
             lens["near"] = sorted((r for r, b in profile.items() if abs(b - a) <= LENS_NEAR),
                                   key=lambda r: float("inf") if r == FINAL_POST else r)
-        x["lens"] = lens
+        x.lens = lens
     from forensics.models.shards import peak_rss
 
     streamed["provenance"].update(stream.stats.to_dict(), peak_rss=peak_rss())  # lm_head reads included

@@ -3,9 +3,34 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from forensics.display import render
 from forensics.findings import Verdict
+
+
+@dataclass(frozen=True, slots=True)
+class Anomaly:
+    """One file that differs from its dataset, or breaks on its own: the file, the kind (a finding kind, or
+    ``unreadable`` / ``slot_count`` / ``hidden_size`` / ``order`` / ``role`` / ``label`` / ``outlier_norm`` /
+    ``nonfinite``), the slot (None: the whole file), the message, the value beside its threshold, and the
+    severity (``fail`` unless the finding behind it was milder).
+
+    >>> Anomaly("d/x.pt", "outlier_norm", 0, "slot 0 …", 7.5, 6.0).to_dict()["severity"]
+    'fail'
+    """
+
+    file: str
+    kind: str
+    slot: int | None
+    message: str
+    value: Any = None
+    threshold: Any = None
+    severity: str = "fail"
+
+    def to_dict(self) -> dict:
+        return {"file": self.file, "kind": self.kind, "slot": self.slot, "message": self.message,
+                "value": self.value, "threshold": self.threshold, "severity": self.severity}
 
 
 @dataclass
@@ -13,11 +38,11 @@ class ScanResult:
     """Result of :func:`forensics.scan`. ``rows`` (one per file, in file order; read back from ``out``
     when the scan wrote one, so memory stays bounded), ``summary`` (per format: majority slot count,
     hidden size, depth order/roles/labels, dataset per-slot norm distributions), ``anomalies``
-    (``[{file, kind, slot, message, value, threshold}]``), ``timing``."""
+    (:class:`Anomaly` per file and kind), ``timing``."""
 
     path: str
     summary: dict
-    anomalies: list[dict]
+    anomalies: list[Anomaly]
     timing: dict
     out: str | None = None
     _rows: list[dict] | None = field(default=None, repr=False)
@@ -46,7 +71,7 @@ class ScanResult:
         """The severities and claim verdicts the scan's decision rests on (anomalies, dataset findings, rows)."""
         from forensics.findings import Verdict
 
-        findings = [{"severity": a.get("severity") or "fail"} for a in self.anomalies]
+        findings = [{"severity": a.severity or "fail"} for a in self.anomalies]
         findings += [{"severity": d.get("severity") or "warn"} for d in self.summary.get("dataset_findings") or []]
         verdicts = [r.get("verdict") for r in self.rows if r.get("verdict") in {v.value for v in Verdict}]
         return findings, verdicts
@@ -85,7 +110,7 @@ class ScanResult:
         if with_rows is None:
             with_rows = self._rows is not None
         d = {"verdict": self.verdict.value, "path": self.path, "out": self.out, "summary": self.summary,
-             "anomalies": self.anomalies,
+             "anomalies": [a.to_dict() for a in self.anomalies],
              "timing": self.timing}
         if with_rows:
             d["rows"] = self.rows

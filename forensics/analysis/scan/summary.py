@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from forensics.analysis.rows import ROW_KINDS
+from forensics.analysis.scan.result import Anomaly
 from forensics.analysis.scan.sketch import SKETCH_REL_ERROR, LogHistogram, Moments
 from forensics.findings import OUTCOME_RANK
 from forensics.jsonable import json_safe
@@ -76,7 +77,7 @@ class Aggregator:
     def __init__(self, paths: list[str]):
         self.paths = paths
         self.groups: dict[str, _Group] = defaultdict(_Group)
-        self.anomalies: list[dict] = []
+        self.anomalies: list[tuple[int, Anomaly]] = []  # (file number, anomaly)
         self.errors = 0
         self.bytes = 0
         self.rows = 0
@@ -133,19 +134,17 @@ class Aggregator:
                  threshold: Any = None, severity: str = "fail") -> None:
         """A file that differs from its dataset (or breaks on its own): ``fail`` unless the finding behind it was
         made with a milder severity (``forensics.findings``)."""
-        self.anomalies.append({"file": self.paths[no], "kind": kind, "slot": slot, "message": message,
-                               "value": value, "threshold": threshold, "severity": severity, "_no": no})
+        self.anomalies.append((no, Anomaly(self.paths[no], kind, slot, message, value, threshold, severity)))
 
-    def finish(self) -> tuple[dict, list[dict]]:
+    def finish(self) -> tuple[dict, list[Anomaly]]:
         """The summary dict and the sorted anomaly list (file order, then kind, then slot)."""
         groups = {fmt: self._finish_group(g) for fmt, g in sorted(self.groups.items())}
-        anomalies = sorted(self.anomalies, key=lambda a: (a["_no"], a["kind"], -1 if a["slot"] is None else a["slot"]))
-        for a in anomalies:
-            a.pop("_no", None)
+        anomalies = [a for _, a in sorted(self.anomalies, key=lambda x: (x[0], x[1].kind,
+                                                                           -1 if x[1].slot is None else x[1].slot))]
         summary = {
             "files": self.rows, "bytes": self.bytes, "errors": self.errors,
             "groups": groups,
-            "anomaly_counts": dict(sorted(Counter(a["kind"] for a in anomalies).items())),
+            "anomaly_counts": dict(sorted(Counter(a.kind for a in anomalies).items())),
             # row forensics over every group: files with each row finding and the rows it concerns
             "rows": {k: {"files": sum(g["rows"].get(k, {}).get("files", 0) for g in groups.values()),
                          "rows": sum(g["rows"].get(k, {}).get("rows", 0) for g in groups.values())}

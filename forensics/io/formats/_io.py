@@ -1,7 +1,9 @@
 """Safe, lazy low-level reading shared by the format readers.
 
 Every ``torch.load`` here uses ``weights_only=True`` (a pickle that would run code is refused before
-anything runs) and ``mmap=True`` when the file is a zip-format checkpoint on disk. Files are only ever
+anything runs) and ``mmap=True`` when the file is a zip-format checkpoint on disk; ``.npy`` arrays are mapped
+too. A mapped file that another process truncates while it is read is one "changed size while being read"
+error, not a SIGBUS (:mod:`forensics.io.sigbus`, installed before the first mapping). Files are only ever
 opened read-only.
 """
 
@@ -24,6 +26,7 @@ from forensics.io.safetensors import (  # noqa: F401 - the one safetensors reade
     upcast_fp8,
 )
 from forensics.io.safetensors import TORCH_DTYPES as SAFETENSORS_DTYPES  # noqa: F401
+from forensics.io.sigbus import install as install_sigbus_guard
 
 ZIP_MAGIC = b"PK\x03\x04"
 GZIP_MAGIC = b"\x1f\x8b"
@@ -175,6 +178,7 @@ def torch_load(path: str, kind: str | None = None) -> Any:
             with open(src, "rb") as f:
                 return torch.load(f, map_location="cpu", weights_only=True)
         if kind == "zip":
+            install_sigbus_guard()  # a file truncated while its mapping is read: an error, not a SIGBUS
             return torch.load(src, map_location="cpu", weights_only=True, mmap=True)
         if kind == "pickle":
             return torch.load(src, map_location="cpu", weights_only=True)
@@ -199,12 +203,20 @@ FLOAT_DTYPES = ("torch.bfloat16", "torch.float16", "torch.float32", "torch.float
 
 
 def load_json(path: str, what: str = "JSON file") -> Any:
-    """A JSON file parsed, at most ``MAX_JSON_BYTES``; any failure is a one-line ForensicsError naming it."""
+    """A JSON file parsed, at most ``MAX_JSON_BYTES``; any failure is a one-line ForensicsError naming it. Only
+    a regular file is read (a FIFO named like a config would block the first read forever)."""
+    from forensics.io.safetensors import open_regular
+
+    fd = open_regular(path)
     try:
-        with open(path, "rb") as f:
+        with os.fdopen(fd, "rb") as f:
+            fd = -1
             data = f.read(MAX_JSON_BYTES + 1)
     except OSError as e:
-        raise ForensicsError(f"cannot open {what}: {e.strerror}", path=path) from None
+        raise ForensicsError(f"cannot read {what}: {e.strerror}", path=path) from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
     if len(data) > MAX_JSON_BYTES:
         raise ForensicsError(f"{what} is larger than {MAX_JSON_BYTES} bytes; not a config", path=path)
     return parse_json(data, path, what)
@@ -243,6 +255,7 @@ def numpy_load(path: str, kind: str) -> Any:
 
     try:
         if kind == "npy":
+            install_sigbus_guard()
             return np.load(os_path(path), allow_pickle=False, mmap_mode="r")
         limit = max(GZIP_MIN_LIMIT_BYTES, GZIP_MAX_RATIO * os.path.getsize(path))
         with zipfile.ZipFile(os_path(path)) as z:
@@ -265,5 +278,7 @@ def load_json_rows(path: str) -> Any:
     if os.path.getsize(path) > MAX_JSON_ROWS_BYTES:
         raise ForensicsError(f"JSON file larger than {MAX_JSON_ROWS_BYTES} bytes; save large captures as .pt or "
                              ".safetensors", path=path)
-    with open(path, "rb") as f:
-        return parse_json(f.read(), path, "JSON file")
+    from forensics.io.safetensors import open_regular
+
+    with os.fdopen(open_regular(path), "rb") as f:
+        return parse_json(f.read(MAX_JSON_ROWS_BYTES + 1), path, "JSON file")

@@ -21,10 +21,6 @@ if TYPE_CHECKING:  # pragma: no cover
 MAX_MARKED_ANOMALY_FILES = 40  # anomalous files marked on the per-file plot (the anomaly table lists all)
 
 
-def _slice_field(s: Any, key: str) -> Any:
-    return s.get(key) if isinstance(s, dict) else getattr(s, key, None)
-
-
 AUDIT_TITLE = "EAGLE-3 fc input slices: trained vs served"
 
 
@@ -42,12 +38,12 @@ class SliceRow:
 def audit_slice_rows(audit: Any) -> list[SliceRow]:
     """The slices of ``AuditResult.slices`` as drawn."""
     out = []
-    for s in list(getattr(audit, "slices", []) or []):
-        tr, sv, ok = _slice_field(s, "trained_r"), _slice_field(s, "served_r"), _slice_field(s, "ok")
+    for s in audit.slices:
+        tr, sv, ok = s.trained_r, s.served_r, s.ok
         color = UNKNOWN_COLOR if ok is None else (OK_COLOR if ok else BAD_COLOR)
         mark = "✓" if ok else ("✗" if ok is not None else "?")
         out.append(SliceRow(r_label(tr) if tr is not None else "?", r_label(sv) if sv is not None else "?", color,
-                            f"{mark} {_slice_field(s, 'slice')}"))
+                            f"{mark} {s.slice}"))
     return out
 
 
@@ -58,11 +54,11 @@ def audit_slices(audit: Any, title: str | None = None) -> Figure:
     """
     from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
-    slices = list(getattr(audit, "slices", []) or [])
+    slices = list(audit.slices)
     fig = _figure(height=2.6)
     ax = fig.add_subplot()
     ax.set_axis_off()
-    verdict = getattr(audit, "wiring", "?")
+    verdict = audit.wiring
     ax.set_title(f"{title or AUDIT_TITLE} — verdict: {verdict}", fontsize=10)
     if not slices:
         ax.text(0.5, 0.5, "no slice information (the audit could not map fc slices)", ha="center", va="center",
@@ -153,7 +149,7 @@ def scan_file_medians(scan: Any, fmt: str | None = None, title: str | None = Non
                     ys.append(v)
         ax.plot(xs, ys, marker="o", ms=3, lw=1, color=colors[i], label=names.get(i, f"slot {i}"),
                 gid=f"scan-medians-{i}")
-    bad = {a["file"] for a in scan.anomalies}
+    bad = {a.file for a in scan.anomalies}
     marked = [x for x, r in enumerate(rows) if r["path"] in bad][:MAX_MARKED_ANOMALY_FILES]
     for x in marked:
         ax.axvline(x, color=BAD_COLOR, alpha=0.35, lw=4, zorder=0)

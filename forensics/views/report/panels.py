@@ -16,7 +16,7 @@ from forensics.analysis.report import OUTCOMES, FileReport
 from forensics.findings import OUTCOME_RANK
 from forensics.views.plots.slots import bad_rows_of
 from forensics.views.report.figures import Figures
-from forensics.views.report.verdicts import _at, _label, fmt, show_token, slot_row, worst
+from forensics.views.report.verdicts import _label, fmt, show_token, slot_row, worst
 
 MAX_CARD_FILES = 8  # per-slot cards for at most this many files; the rest summarised
 MAX_OPEN_CARDS = 8  # with nothing flagged, the first file with at most this many slots shows its cards unfolded
@@ -250,10 +250,9 @@ def build_checks(files: list[FileReport], audit_res, scan_res) -> dict:
     """Checks grouped by file (then the audit and the scan), each group with its outcome counts."""
     groups = []
     if audit_res is not None:
-        rows = [_row(f"fc slice {_at(s, 'slice')}", "trained r vs served r",
-                     f"{fmt(_at(s, 'trained_r'))} vs {fmt(_at(s, 'served_r'))}", "equal",
-                     {True: "pass", False: "fail"}.get(_at(s, "ok"), "cannot tell"))
-                for s in audit_res.slices or []]
+        rows = [_row(f"fc slice {s.slice}", "trained r vs served r", f"{fmt(s.trained_r)} vs {fmt(s.served_r)}",
+                     "equal", {True: "pass", False: "fail"}.get(s.ok, "cannot tell"))
+                for s in audit_res.slices]
         for x in audit_res.findings:
             ev = x.evidence or {}
             value = "; ".join(f"{k} = {fmt(v)}" for k, v in ev.items()) if isinstance(ev, dict) else fmt(ev)
@@ -262,8 +261,7 @@ def build_checks(files: list[FileReport], audit_res, scan_res) -> dict:
     for f in files:
         groups.append(_group(f.rel, _file_checks(f), "checks-" + _anchor(f.rel)))
     if scan_res is not None:
-        rows = [_row(str(_at(a, "file") or ""), str(_at(a, "kind") or "anomaly"), str(_at(a, "message") or ""), "—",
-                     str(_at(a, "severity"))) for a in scan_res.anomalies]
+        rows = [_row(a.file, str(a.kind), a.message, "—", a.severity) for a in scan_res.anomalies]
         groups.append(_group("dataset scan", rows, "checks-scan"))
     counts = {k: sum(g["counts"][k] for g in groups) for k in OUTCOMES}
     for g in groups:  # folded unless something in it needs a look; the summary line carries the counts

@@ -143,25 +143,18 @@ def _scan_summary(scan_res: Any) -> dict | None:
                     + (f"; dataset-wide: {wide}" if wide else "") + ")"}
 
 
-def _at(x: Any, key: str) -> Any:
-    """A field of an audit slice or fix (a dataclass, or a dict in older results)."""
-    return x.get(key) if isinstance(x, dict) else getattr(x, key, None)
-
-
 def _audit_summary(audit_res: Any) -> dict | None:
     """The audit's verdict, reason, fix and slices as the template reads them."""
     if audit_res is None:
         return None
-    fix = audit_res.fix
-    fix = (dict(fix) if isinstance(fix, dict) else fix.to_dict()) if fix else {}
+    fix = audit_res.fix.to_dict() if audit_res.fix is not None else {}
     problems = [{"kind": x.kind, "message": x.message, "cls": x.severity.value}
                 for x in sort_findings(audit_res.findings) if x.severity is not Severity.INFO]
     return {"wiring": audit_res.wiring, "outcome": audit_res.outcome.value,
             "reason": audit_res.reason, "fix": fix, "settle": audit_res.settle,
             "fixline": {k: fix.get(k) for k in ("ids", "key", "where", "engine", "version")},
-            "slices": [{"slice": _at(sl, "slice"), "trained": _label(_at(sl, "trained_r")) or "—",
-                        "served": _label(_at(sl, "served_r")) or "—", "ok": _at(sl, "ok")}
-                       for sl in audit_res.slices or []],
+            "slices": [{"slice": sl.slice, "trained": _label(sl.trained_r) or "—",
+                        "served": _label(sl.served_r) or "—", "ok": sl.ok} for sl in audit_res.slices],
             "problems": problems}
 
 
