@@ -204,7 +204,7 @@ def _outside_shard(tiny, tmp_path) -> tuple[pathlib.Path, pathlib.Path]:
     return model, elsewhere / name
 
 
-@pytest.mark.parametrize("how", ["dotdot", "absolute", "symlink", "secret", "symlink_dir"])
+@pytest.mark.parametrize("how", ["dotdot", "absolute", "symlink", "secret", "symlink_dir", "noindex_symlink"])
 def test_shard_index_cannot_leave_the_folder(tiny, tmp_path, how, monkeypatch, capsys):
     from forensics.io.safetensors import shard_index
     from forensics.models.stream import LayerStream
@@ -215,8 +215,10 @@ def test_shard_index_cannot_leave_the_folder(tiny, tmp_path, how, monkeypatch, c
         edit_index(model, lambda wm: wm.update({k: f"../elsewhere/{last}" for k, v in wm.items() if v == last}))
     elif how == "absolute":
         edit_index(model, lambda wm: wm.update({k: str(moved) for k, v in wm.items() if v == last}))
-    elif how == "symlink":
+    elif how in ("symlink", "noindex_symlink"):  # with the index, or listed from the folder without one
         (model / last).symlink_to(moved)
+        if how == "noindex_symlink":
+            (model / "model.safetensors.index.json").unlink()
     elif how == "secret":
         secret = tmp_path / "secret.txt"
         secret.write_text("root:x:0:0:root:/root:/bin/bash\n")

@@ -339,7 +339,7 @@ class ReportResult:
                "unreadable": sum(1 for f in self.files if f.error), "verdicts": self.counts, "overall": self.overall,
                "audit": self.audit.wiring if self.audit is not None else None}
         if self.audit is not None:  # the audit's own decision and fix, as `hsf audit --json` gives them
-            doc["audit_fix"] = self.audit.fix
+            doc["audit_fix"] = None if self.audit.fix is None else self.audit.fix.to_dict()
             doc["audit_exit_code"] = self.audit.exit_code()
         return json_safe(doc)
 

@@ -198,6 +198,10 @@ def fingerprint(capture: Any, layers: Any = None, model: Any = None,
         capture = as_capture(capture, input_ids=input_ids)
     if not capture.slots:
         raise ForensicsError("capture has no slots to fingerprint", path=capture.path)
+    from forensics.io import validate
+
+    validate.count(num_layers, "num_layers", hi=limits.MAX_NUM_LAYERS, none=True)  # the CLI's bounds, one line
+    validate.layers(layers)
     limits.slots_per_file(len(capture.slots), capture.path)  # pairwise work: a bounded number of slots
     import torch
 
