@@ -196,19 +196,22 @@ class ConfigRule:
 
 
 CONFIG_RULES: dict[str, ConfigRule] = {r.name: r for r in (
-    ConfigRule("duplicate", ("vllm", "sglang"),
+    ConfigRule("duplicate", ("vllm", "sglang", "llama.cpp", "tokenspeed", "trtllm", "atlas"),
                "the capture loop tests each block index for membership in the aux-id set (vLLM "
                "`if idx in self.aux_hidden_state_layers`, SGLang `layers_to_capture`): a repeated id is captured "
                "once, so the engine concatenates fewer states than the fc takes (a shape error, or the fc reads "
-               "the wrong width when padded)",
+               "the wrong width when padded); read in vLLM's and SGLang's code, and the registry models every other "
+               "engine's capture the same way (one state per captured layer, in layer order)",
                "list one distinct id per fc slice: the layers the fc was trained on",
                "https://github.com/NVIDIA-NeMo/Automodel/pull/2256"),
-    ConfigRule("last_layer_aux", ("vllm",),
+    ConfigRule("last_layer_aux", ("vllm", "llama.cpp", "tokenspeed", "trtllm", "atlas"),
                "speculators generates data with the final layer L appended to the ids (launch_vllm.py "
                "--include-last-layer: the training target) and trains the fc on the ids without it; a draft config "
-               "whose aux ids still end with L makes vLLM (EagleModelMixin, vllm#36063) capture the final pre-norm "
-               "boundary as one more fc input",
-               "drop L from the aux ids: write the ids the fc was trained on",
+               "whose aux ids still end with the final layer makes every engine whose capture reaches r = L (vLLM "
+               "EagleModelMixin since vllm#36063; llama.cpp's nextn path, tokenspeed#526, TensorRT-LLM's "
+               "capture after the last block, atlas DFlash since atlas#394, each by its registry rule) serve the "
+               "final pre-norm boundary as one more fc input",
+               "drop the final layer from the aux ids: write the ids the fc was trained on",
                "https://github.com/vllm-project/speculators/pull/839"),
 )}
 

@@ -214,11 +214,15 @@ def _id_list_findings(ec, engine: str, L: int, trained_fc: list | None) -> list[
 
     out: list[Finding] = []
     ids = list(ec.ids or []) if ec.source == "config" else []
+    try:  # the list's own rule, id by id (None: an id the engine never captures)
+        per_id = cv.to_r(engine, ids, L, ec.version, ec.arch, ec.family) if ids else []
+    except ForensicsError:  # a numbering the sources do not settle: ids are named without their r
+        per_id = [None] * len(ids)
     rep = _repeated(ids)
-    if rep and engine in CONFIG_RULES["duplicate"].engines:
-        rule = CONFIG_RULES["duplicate"]
-        per_id = dict(zip(ids, cv.to_r(engine, ids, L, ec.version, ec.arch), strict=True))  # the list's own rule
-        named = ", ".join(f"id {i} (r = {r_label(per_id[i])})" for i in rep)
+    rule = CONFIG_RULES["duplicate"]
+    if rep and engine in rule.engines:
+        r_of = dict(zip(ids, per_id, strict=True))
+        named = ", ".join(f"id {i}" + (f" (r = {r_label(r_of[i])})" if r_of[i] is not None else "") for i in rep)
         out.append(Finding(FindingKind.DUPLICATE, Severity.FAIL, [],
                            f"`{ec.key}` = {ids} repeats {named}: {engine} captures each layer once, so it feeds "
                            f"{len(ec.r)} states {[r_label(r) for r in ec.r]} to an fc built for {len(ids)}. Fix: "
@@ -226,11 +230,12 @@ def _id_list_findings(ec, engine: str, L: int, trained_fc: list | None) -> list[
                            {"ids": ids, "repeated_ids": rep, "captured_r": list(ec.r), "rule": rule.rule,
                             "source": rule.source}))
     last = CONFIG_RULES["last_layer_aux"]
-    if ids and ids[-1] == L and L in ec.r and engine in last.engines and trained_fc is not None and \
-            L not in trained_fc and len(trained_fc) == len(ids) - 1:
+    # in r, by the engine's own numbering: vLLM's id L, TensorRT-LLM's id L - 1 (r = id + 1) both name r = L
+    if ids and per_id and per_id[-1] == L and L in ec.r and engine in last.engines and trained_fc is not None \
+            and L not in trained_fc and len(trained_fc) == len(ids) - 1:
         out.append(Finding(FindingKind.IDS_INCLUDE_LAST, Severity.FAIL, [],
-                           f"`{ec.key}` = {ids} ends with {L}, the final layer: {engine} {ec.version} serves it "
-                           f"(r = {L}, pre-norm) as fc input {len(ids) - 1}, but the fc was trained on "
+                           f"`{ec.key}` = {ids} ends with id {ids[-1]}, the final layer (r = {L}): {engine} "
+                           f"{ec.version} serves it (pre-norm) as fc input {len(ids) - 1}, but the fc was trained on "
                            f"{[r_label(r) for r in trained_fc]} (the trainer's target is r = {L}, not an fc input). "
                            f"Fix: {last.fix} ({last.source})",
                            {"ids": ids, "served_r": list(ec.r), "trained_r": list(trained_fc), "rule": last.rule,
@@ -294,7 +299,7 @@ def audit(data: Any = None, draft: Any = None, engine: str | None = None, engine
         findings += cf
         predicted = served_side.r
         shown = data_served.r or []
-        if predicted is not None:
+        if predicted is not None and shown:  # a served capture with no fc input contradicts no prediction
             differ = _known_differences(predicted, shown)
             if differ:
                 findings.append(Finding(FindingKind.CONFIG_VS_SERVED, Severity.FAIL, [],
@@ -420,6 +425,9 @@ def _verdict(trained: TrainedSide, served: ServedSide, findings: list[Finding], 
         why = "no served capture and no draft config + engine" if L is not None or info is None else \
             "the target's layer count is unknown (pass --target-config or --num-layers)"
         return "cannot-tell", f"{why}: the serving side is unknown", []
+    if not sr and served.basis == "capture":
+        return "cannot-tell", ("the served capture holds no fc input (only the model's final state): it cannot "
+                               "show what the engine fed the draft; capture the aux states the fc takes"), []
     status = list(trained.fc_status or ["declared"] * len(fc))
     n = max(len(fc), len(sr))
     oks = served.ok

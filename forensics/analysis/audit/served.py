@@ -34,9 +34,12 @@ W1_NAME = "W1(log10 token norm, token 0 excluded)"
 # 0 of 3,089 rightly served slots a mismatch; it caught 980 of 1,352 slots served from a layer ≥ 2 away and
 # 117 of 1,559 served one layer off. The seed's shift (embed ← L3, L3 ← L16, L16 ← L28) is ≥ 0.3 apart.
 W1_THRESHOLD = 0.2
-SAME_TENSOR_COS = 0.999  # mean per-token cosine above which two slots on the same tokens are one tensor
+SAME_TENSOR_COS = 0.999  # median per-token cosine above which two slots on the same tokens are one tensor
 SAME_TENSOR_REL = 0.05  # …and median per-token relative error at/below this: bf16 storage ≈ 0.002, a whole bf16
 #                         forward ≤ 0.02 (the ladder match's LADDER_MATCH_REL); adjacent SmolLM2 layers ≥ 0.22
+FOREIGN_ROW_REL = 0.2  # one joined row this far from its training row (and below SAME_TENSOR_COS) is not that row's
+#                        state: adjacent SmolLM2 layers differ by ≥ 0.22 (median), another token's state by ~1
+FOREIGN_MIN_ROWS = 2  # joined rows that differ before the matched slot gets a foreign-rows finding
 MIN_JOIN_TOKENS = 16  # a shared token_ids prefix at least this long joins a served file to a training file
 W1_MARGIN = 0.5  # other text: the nearest training slot is named only when ≤ this × the runner-up's W1. It never
 #   decides a match: on the same 6,000 pairs, a slot served one layer off had its trained slot nearest by this
@@ -88,8 +91,11 @@ def shared_prefix(a: Any, b: Any) -> int:
     return int(diff[0]) if diff.numel() else n
 
 
-def joined_rows(s, t, n: int) -> tuple[float, float]:
-    """(mean per-token cosine, median per-token relative error ‖s − t‖ / ‖t‖) over the first ``n`` rows."""
+def joined_rows(s, t, n: int, skip: Any = None) -> tuple[float, float, np.ndarray]:
+    """(median per-token cosine, median per-token relative error ‖s − t‖ / ‖t‖, the rows where the two differ) over
+    the first ``n`` rows, leaving out the rows ``skip`` (a bool mask: rows a row check already flagged, e.g. a zero
+    block). Medians, so a minority of corrupt rows does not hide which layer the slot is; those rows are returned
+    (cosine < ``SAME_TENSOR_COS`` and relative error > ``FOREIGN_ROW_REL``) for a finding of their own."""
     import torch
 
     cs, rel = [], []
@@ -97,7 +103,12 @@ def joined_rows(s, t, n: int) -> tuple[float, float]:
         a, b = s[k:min(n, k + 256)].to(torch.float32), t[k:min(n, k + 256)].to(torch.float32)
         cs.append(torch.nn.functional.cosine_similarity(a, b, dim=-1))
         rel.append((a - b).norm(dim=-1) / b.norm(dim=-1).clamp_min(1e-30))
-    return float(torch.cat(cs).mean()), float(torch.cat(rel).median())
+    c, r = torch.cat(cs).double().numpy(), torch.cat(rel).double().numpy()
+    keep = np.ones(n, dtype=bool) if skip is None else ~np.asarray(skip[:n], dtype=bool)
+    if not keep.any():
+        return float("nan"), float("nan"), np.zeros(n, dtype=bool)
+    differ = keep & (c < SAME_TENSOR_COS) & (r > FOREIGN_ROW_REL)
+    return float(np.median(c[keep])), float(np.median(r[keep])), differ
 
 
 def _caps(path_or_cap: Any) -> list[Capture]:
@@ -137,12 +148,18 @@ def compare_served(data: Any, trained: TrainedSide, served: Any, use_fingerprint
     # join on tokens: the training file sharing the longest token_ids prefix with the served file
     joined, P = max(((c, shared_prefix(s0, c)) for c in tcaps), key=lambda x: x[1])
     same_text = P >= MIN_JOIN_TOKENS
+    from forensics.analysis.rows import check_rows
+
+    row_report = check_rows(s0)
     cos = rel = None
+    differ: list[list[np.ndarray]] = []
     if same_text:
-        pairs = [[joined_rows(s0.slots[j].tensor(), joined.slots[i].tensor(), P) for i in range(n_train)]
-                 for j in range(n_served)]
-        cos = np.array([[c for c, _ in row] for row in pairs])
-        rel = np.array([[r for _, r in row] for row in pairs])
+        pairs = [[joined_rows(s0.slots[j].tensor(), joined.slots[i].tensor(), P,
+                              _mask(row_report.bad_rows.get(j, []), s0.slots[j].num_tokens))
+                  for i in range(n_train)] for j in range(n_served)]
+        cos = np.array([[c for c, _, _ in row] for row in pairs])
+        rel = np.array([[r for _, r, _ in row] for row in pairs])
+        differ = [[d for _, _, d in row] for row in pairs]
     s_fps = (fingerprint_slots(s0, model)[0] if use_fingerprint else None) or [{} for _ in s0.slots]
     t_status = list(trained.slots_status or [])
     t_roles = trained.roles or [None] * n_train
@@ -150,10 +167,8 @@ def compare_served(data: Any, trained: TrainedSide, served: Any, use_fingerprint
             for f, s in zip(s_fps, s0.slots, strict=True)]
     r_out: list = []
     ok: list[bool | None] = []
-    from forensics.analysis.rows import check_rows
-
     findings: list = [Finding(f.kind, f.severity, f.slots, f"served capture: {f.message}",
-                              {**f.evidence, "source": "served rows"}) for f in check_rows(s0).findings]
+                              {**f.evidence, "source": "served rows"}) for f in row_report.findings]
     rows: list[dict] = []
     notes = []
     if s0.format == "speculators" and n_served == len(fc_r) + 1:
@@ -162,6 +177,21 @@ def compare_served(data: Any, trained: TrainedSide, served: Any, use_fingerprint
         n_served -= 1
         notes.append(f"served slot {n_served} is the verifier's last layer that extract_hidden_states appends "
                      "(the target, not an fc input): left out of the fc comparison")
+    final = final_slots(s0)
+    if final and n_served == len(s0.slots):
+        # the format itself says these trailing slots are the final state (TensorRT-LLM SaveState's hidden_state,
+        # a Model-Optimizer dump's hidden_states, SGLang's return_hidden_states rows): the LM head's input, which no
+        # engine concatenates into an EAGLE-3 fc (they capture pre-norm aux states only)
+        n_served -= len(final)
+        notes.append(f"served slot(s) {final} ({', '.join(s0.slots[j].name for j in final)}) hold the final state "
+                     f"the {s0.format} format stores beside the aux states (not an fc input): left out of the fc "
+                     "comparison")
+    if n_served == 0:
+        findings.append(Finding(FindingKind.SERVED_UNDECIDED, Severity.WARN, [],
+                                f"the served capture ({s0.format}) holds no fc input, only the final state "
+                                f"{[s.name for s in s0.slots]}: it cannot show what the engine fed the draft. Capture "
+                                "the aux states (vLLM extract_hidden_states, TensorRT-LLM SaveState "
+                                "eagle3_layers_to_capture)", {"format": s0.format, "slots": len(s0.slots)}))
     for j in range(n_served):
         want = j if j < len(fc_r) else None  # fc slice j was trained on training slot j
         fp_r = s_fp[j] if j < len(s_fp) else None
@@ -200,7 +230,11 @@ def compare_served(data: Any, trained: TrainedSide, served: Any, use_fingerprint
         f = _slot_finding(j, want, same, ev, slots_r, cos is not None)
         if f is not None:
             findings.append(f)
-    if n_served != len(fc_r):
+        if same and differ and want is not None:
+            f = _foreign_finding(j, differ[j][want], ev)
+            if f is not None:
+                findings.append(f)
+    if n_served != len(fc_r) and n_served > 0:
         findings.append(Finding(FindingKind.SERVED_DATA, Severity.FAIL, [],
                                 f"the served capture has {n_served} states, "
                                 "training fed "
@@ -219,10 +253,54 @@ def compare_served(data: Any, trained: TrainedSide, served: Any, use_fingerprint
     return out, findings
 
 
+def final_slots(cap: Capture) -> list[int]:
+    """The trailing slots a capture's format stores as the model's final state (never an fc input): every slot the
+    format claims post-norm (TensorRT-LLM SaveState ``hidden_state``, SGLang rows, a Model-Optimizer HF/TRT-LLM
+    dump), and a Model-Optimizer dump's last ``hidden_states`` slot, pre- or post-norm by its dumper."""
+    from forensics.layers import FINAL_POST
+
+    out: list[int] = []
+    for j in range(len(cap.slots) - 1, -1, -1):
+        s = cap.slots[j]
+        if s.claimed == FINAL_POST or (cap.format == "modelopt" and j == len(cap.slots) - 1
+                                       and s.key in ("hidden_states", "base_model_hidden_states")):
+            out.insert(0, j)
+        else:
+            break
+    return out
+
+
+def _mask(runs: list, n: int) -> np.ndarray:
+    """Inclusive ``(first, last)`` row runs as a bool mask of ``n`` rows."""
+    m = np.zeros(n, dtype=bool)
+    for a, b in runs:
+        m[max(0, a):min(n, b + 1)] = True
+    return m
+
+
+def _foreign_finding(j: int, differ: np.ndarray, ev: dict) -> Any:
+    """Served slot ``j`` is the trained tensor on most shared tokens but not on the rows ``differ``: those rows
+    hold another state (another request's, or garbage) — a FAIL of its own, naming the rows."""
+    from forensics.analysis.rows import runs
+    from forensics.findings import Finding, FindingKind, Severity
+
+    n = int(differ.sum())
+    if n < FOREIGN_MIN_ROWS:
+        return None
+    rs = runs(differ)
+    shown = ", ".join(f"{a}–{b}" if a != b else f"{a}" for a, b in rs[:4]) + (" …" if len(rs) > 4 else "")
+    return Finding(FindingKind.FOREIGN_ROWS, Severity.FAIL, [j],
+                   f"served capture: slot {j} is the trained tensor on most of the {ev.get('joined_tokens')} shared "
+                   f"tokens, but {n} row(s) ({shown}) are not (cosine < {SAME_TENSOR_COS}, relative error > "
+                   f"{FOREIGN_ROW_REL}): those rows fed the draft another state",
+                   {"slot": j, "rows": [list(r) for r in rs], "count": n, "source": "served rows joined on tokens"})
+
+
 def _same_text_slot(cos: np.ndarray, rel: np.ndarray, want: int | None, slots_r: list,
                     fp_r: Any) -> tuple[bool | None, Any, dict]:
     """One served slot against every training slot on shared tokens: ``(same, its r, evidence)``. Same tensor:
-    mean per-token cosine ≥ ``SAME_TENSOR_COS`` and median relative error ≤ ``SAME_TENSOR_REL``."""
+    median per-token cosine ≥ ``SAME_TENSOR_COS`` and median relative error ≤ ``SAME_TENSOR_REL`` (rows a row check
+    flagged left out)."""
     match = [i for i in range(len(cos)) if cos[i] >= SAME_TENSOR_COS and rel[i] <= SAME_TENSOR_REL]
     best = int(np.argmin(rel))
     same = want is not None and want in match
@@ -231,7 +309,7 @@ def _same_text_slot(cos: np.ndarray, rel: np.ndarray, want: int | None, slots_r:
     if best in match and want is not None and isinstance(slots_r[best], int) and isinstance(slots_r[want], int):
         off = slots_r[best] - slots_r[want]
     return same, rj, {"same_tokens": True,
-                      "mean_cosine": None if want is None else float(cos[want]),
+                      "median_cosine": None if want is None else float(cos[want]),
                       "median_rel": None if want is None else float(rel[want]),
                       "cosine_threshold": SAME_TENSOR_COS, "rel_threshold": SAME_TENSOR_REL,
                       "best_training_slot": best, "best_r": slots_r[best],
@@ -271,7 +349,7 @@ def _slot_finding(j: int, want: int | None, same: bool | None, ev: dict, slots_r
                    f"the training slot {r_label(ev['trained_r'])}")
             what = r_label(ev["served_exact_r"])
         elif same_text and want is not None:
-            val = (f"on {ev['joined_tokens']} shared tokens: mean cosine {ev['mean_cosine']:.4f}, median relative "
+            val = (f"on {ev['joined_tokens']} shared tokens: median cosine {ev['median_cosine']:.4f}, median relative "
                    f"error {ev['median_rel']:.3g} (same tensor: ≥ {SAME_TENSOR_COS}, ≤ {SAME_TENSOR_REL})")
             near = ev["best_training_slot"]
             what = (f"training slot {near} ({r_label(slots_r[near])}, offset "
