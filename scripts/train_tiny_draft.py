@@ -118,6 +118,15 @@ def held_out(name: str, every: int) -> bool:
     return every > 0 and int(hashlib.sha256(name.encode()).hexdigest(), 16) % every == 0
 
 
+def split_holdout(named: list[tuple[str, str]], every: int) -> tuple[list[tuple[str, str]], list[str]]:
+    """``(held-out (module, text) pairs, training texts)``: whole modules held out (:func:`held_out`), minus any
+    held-out text that also occurs verbatim among the training texts (the stdlib repeats a few functions across
+    modules, e.g. ``imghdr``/``sndhdr``'s ``testall``)."""
+    docs = [d for n, d in named if not held_out(n, every)]
+    seen = set(docs)
+    return [(n, d) for n, d in named if held_out(n, every) and d not in seen], docs
+
+
 def write_holdout(held: list[tuple[str, str]], folder: str, most: int) -> list[str]:
     """Write at most ``most`` held-out documents as ``holdout_NNN.txt``, taken round-robin over their groups
     (modules) so that one long module does not fill the split; returns the paths."""
@@ -284,8 +293,7 @@ def main(argv=None) -> int:
         named = []
         for d in stdlib_docstrings():
             named.append((d.split("\n", 1)[0], d))
-    held = [(n, d) for n, d in named if held_out(n, args.holdout_every)]
-    docs = [d for n, d in named if not held_out(n, args.holdout_every)]
+    held, docs = split_holdout(named, args.holdout_every)
     if args.holdout_dir:
         write_holdout(held, args.holdout_dir, args.holdout_max)
     seqs = make_sequences(tok, docs, args.seq_len, args.max_tokens, args.chat_every)
