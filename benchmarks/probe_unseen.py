@@ -14,14 +14,19 @@ And two diagnostics for 5: the draft's agreement from the token embedding alone 
 ``fc.weight`` zeroed, so the aux hidden states reach it as zeros; its shift control too), and the share of
 positions where the verifier's own argmax repeats one position later (a perfect draft's shift control).
 
-Regenerate (about 40 minutes on 2 busy cores; the first command writes the held-out texts)::
+Regenerate (about 45 minutes on 2 busy cores; the first command writes the held-out texts)::
 
     .venv/bin/python scripts/train_tiny_draft.py --out /tmp/p2/draft_code --corpus source --chat-every 0 \\
-        --holdout-every 10 --holdout-dir /tmp/p2/holdout_texts --wiring 2,15,27 --steps 900 \\
-        --max-tokens 40000 --threads 2 --seed 1
+        --holdout-every 10 --holdout-dir /tmp/p2/holdout_texts --wiring 2,15,27 --steps 350 \\
+        --max-tokens 24000 --threads 2 --seed 1 --states-cache /tmp/p2/states.pt
     hsf capture $(for f in /tmp/p2/holdout_texts/*.txt; do echo --text $f; done) --format safetensors \\
         --out /tmp/p2/holdout_caps --max-tokens 256 --dtype bf16
     .venv/bin/python benchmarks/probe_unseen.py --draft /tmp/p2/draft_code --data /tmp/p2/holdout_caps --true 2,15,27
+
+Measured 2026-12-01 (load 3.5, 396 s): all five met. True wiring 1.269 [1.242, 1.296] first of 21 (runner-up
+L1+L14+L26 1.254); position 0 = top-1 (gap 0); per position 24.4 / 2.2 / 0.3 %; lengths 1.03–1.27; shift control
+5.6 % = 0.231 of the true position 0 (random 5.7 %). Embedding only (fc zeroed) 3.9 %; the verifier's argmax
+repeats one position later at 6.4 % of positions.
 """
 
 from __future__ import annotations

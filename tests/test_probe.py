@@ -489,3 +489,33 @@ def test_a_served_wiring_outside_the_capture_says_which_layers_are_missing_and_h
     assert "no state at L2, L15, L27" in cost.why and "hsf capture --layers 2,15,27" in cost.why
     held = _served_cost(rows, [3, 16, 28], "", "sglang", None, 3, 0.05)  # scored: acceptance both ways, no why
     assert held.acceptance_length == 1.07 and held.why == "" and held.ratio < 1
+
+
+def test_train_script_holds_out_whole_modules(tmp_path, monkeypatch):
+    """The unseen-draft benchmark's split (scripts/train_tiny_draft.py --corpus source --holdout-every 10): a
+    module is held out whole (no piece of it in the training documents), the split is a fixed function of the
+    name, and the written texts take one piece per module before a second one."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "train_tiny_draft.py"
+    spec = importlib.util.spec_from_file_location("train_tiny_draft", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "train_tiny_draft", mod)
+    spec.loader.exec_module(mod)
+    named = mod.stdlib_sources()
+    held, train_docs = mod.split_holdout(named, 10)
+    train = [(n, d) for n, d in named if not mod.held_out(n, 10)]
+    assert train_docs == [d for _, d in train]
+    held_names = {n for n, _ in held}
+    assert held and train and not held_names & {n for n, _ in train}
+    assert not {d for _, d in held} & set(train_docs)  # no held-out text verbatim in training
+    assert 0.03 < len(held_names) / len({n for n, _ in named}) < 0.3  # about one module in ten
+    assert [mod.held_out(n, 10) for n in ("ast", "json", "os")] == [mod.held_out(n, 10) for n in ("ast", "json", "os")]
+    paths = mod.write_holdout(held, str(tmp_path), len(held_names) + 2)
+    texts = [Path(p).read_text() for p in paths]
+    firsts = {n: next(d for m, d in held if m == n) for n in held_names}
+    assert sorted(texts[:len(held_names)]) == sorted(firsts.values())  # one piece per module first
+    assert len(texts) == len(held_names) + 2 and all(t in {d for _, d in held} for t in texts)

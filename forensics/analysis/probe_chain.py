@@ -86,8 +86,11 @@ def _head(d: Draft, hidden: Any, tids: Any, topk: int) -> tuple[Any, Any]:
     ok, top = torch.empty(c * T, dtype=torch.bool), torch.empty(c * T, k, dtype=torch.long)
     for b in row_blocks(c * T, HEAD_ROWS):
         logits = flat[b] @ head
-        top[b] = logits.topk(k, dim=-1).indices
-        ok[b] = torch.isfinite(logits).all(-1)  # overflowing states give NaN logits: not scored
+        best = logits.topk(k, dim=-1)
+        top[b] = best.indices
+        # overflowing states give NaN/inf logits: not scored. max and min propagate NaN, so two row reductions
+        # (the max is topk's first value) say what isfinite(logits).all(-1) says without a [rows, V] mask
+        ok[b] = torch.isfinite(best.values[:, 0]) & torch.isfinite(logits.amin(-1))
     return tids[top].reshape(c, T, k), ok.reshape(c, T)
 
 
