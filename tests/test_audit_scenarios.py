@@ -102,6 +102,7 @@ def test_the_final_state_a_format_stores_is_not_an_fc_input(sc, fmt):
     assert not [f for f in other.findings if f.is_fail]
     # what settles it never asks for what was given (a served capture): the same prompts, or --model
     assert "(--served)" not in other.reason + other.settle and "--model HF_FOLDER" in other.settle
+    assert not [f for f in other.findings if "(--served)" in f.message]
     shifted = _audit(sc, write_served(sc, f"{fmt}_shifted", fmt, "same", [s["same"][r] for r in (3, 16, 30)]))
     assert shifted.wiring == "mismatch" and [x.ok for x in shifted.slices] == [False, False, False]
 

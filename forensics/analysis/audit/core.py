@@ -270,7 +270,7 @@ def audit(data: Any = None, draft: Any = None, engine: str | None = None, engine
         L = first_capture(data).num_layers
     if L is None and model is not None:  # --model is the target: its layer count is evidence the user gave
         L = _model_layers(model)
-    trained, tf, cap = training_side(data, trainer, info, L, use_fingerprint, model)
+    trained, tf, cap = training_side(data, trainer, info, L, use_fingerprint, model, served is not None)
     findings += tf
     deep = [r for r in [*(trained.fc_r or []), trained.target_r] if isinstance(r, int) and L and r > L]
     if deep:
