@@ -432,7 +432,7 @@ def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,
     Returns:
         :class:`ReportResult`.
     """
-    from forensics.io.formats import as_capture, iter_files, write_capture
+    from forensics.io.formats import as_capture, expand_paths, write_capture
 
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -451,19 +451,10 @@ def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,
     tick = progress or (lambda stage, done, total: None)
     errors: list[ReportError] = []
     files: list[FileReport] = []
-    skipped = 0
-    todo: list[str] = []
-    for p in paths:
-        try:
-            found = list(iter_files(p))
-        except ForensicsError as e:
-            files.append(FileReport(path=p, error=error_text(e)))
-            continue
-        if not found:
-            files.append(FileReport(path=p, error=f"{p}: no capture files found"))
-        room = max(0, MAX_ANALYSED_FILES - len(files) - len(todo))
-        skipped += len(found[room:])
-        todo += found[:room]
+    found, bad = expand_paths(paths)
+    files += [FileReport(path=e.path or "", error=error_text(e)) for e in bad]
+    todo = found[:max(0, MAX_ANALYSED_FILES - len(files))]
+    skipped = len(found) - len(todo)  # beyond the cap: covered by the dataset scan, not analysed one by one
     for i, f in enumerate(todo):
         tick("fingerprint files", i, len(todo))
         files.append(_analyse(f, layers, model, errors))

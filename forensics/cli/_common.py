@@ -26,22 +26,11 @@ def for_each_file(paths: Iterable[str], fn: Callable[[str], Any], out: Any = Non
     :class:`~forensics.cli._console.Out`), a progress bar on stderr counts the files.
     """
     from forensics.errors import ForensicsError
-    from forensics.io.formats import iter_files
+    from forensics.io.formats import expand_paths
 
-    entries: list[dict] = []
-    code = 0
-    todo: list[str] = []
-    for p in paths:
-        try:
-            files = list(iter_files(p))
-        except ForensicsError as e:
-            entries.append(error_entry(p, e))
-            code = 2
-            continue
-        if not files:
-            entries.append(error_entry(p, ForensicsError("no capture files found", path=p)))
-            code = 2
-        todo += files
+    todo, bad = expand_paths(paths)
+    entries: list[dict] = [error_entry(e.path or "", e) for e in bad]
+    code = 2 if bad else 0
     if out is None or len(todo) < 2:
         steps: Any = None
     else:

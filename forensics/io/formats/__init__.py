@@ -20,7 +20,7 @@ Anything a reader did not foresee still becomes a :class:`ForensicsError` naming
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from forensics.errors import ForensicsError
 from forensics.io.capture import Capture
@@ -343,6 +343,23 @@ def iter_files(path: str | os.PathLike) -> Iterator[str]:
         dirs[:] = sorted(d for d in dirs if d not in SIDE_DIRS)
         found.extend(os.path.join(root, f) for f in files if is_capture_name(f) and _regular_or_broken(root, f))
     yield from sorted(found, key=generic.natural_key)
+
+
+def expand_paths(paths: Iterable[str | os.PathLike]) -> tuple[list[str], list[ForensicsError]]:
+    """Every capture file under ``paths`` (:func:`iter_files`, in the order given), and one error per path that
+    cannot be listed or holds no capture file (its ``path`` names it)."""
+    found: list[str] = []
+    errors: list[ForensicsError] = []
+    for p in paths:
+        try:
+            files = list(iter_files(p))
+        except ForensicsError as e:
+            errors.append(e)
+            continue
+        if not files:
+            errors.append(ForensicsError("no capture files found", path=os.fspath(p)))
+        found += files
+    return found, errors
 
 
 def _regular_or_broken(root: str, name: str) -> bool:
