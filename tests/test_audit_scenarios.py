@@ -100,6 +100,9 @@ def test_the_final_state_a_format_stores_is_not_an_fc_input(sc, fmt):
     other = _audit(sc, write_served(sc, f"{fmt}_other", fmt, "other", [s["other"][r] for r in TRAINED]))
     assert (other.wiring, other.verdict.value) == ("cannot-tell", "cannot tell"), other.reason
     assert not [f for f in other.findings if f.is_fail]
+    # what settles it never asks for what was given (a served capture): the same prompts, or --model
+    assert "(--served)" not in other.reason + other.settle and "--model HF_FOLDER" in other.settle
+    assert not [f for f in other.findings if "(--served)" in f.message]
     shifted = _audit(sc, write_served(sc, f"{fmt}_shifted", fmt, "same", [s["same"][r] for r in (3, 16, 30)]))
     assert shifted.wiring == "mismatch" and [x.ok for x in shifted.slices] == [False, False, False]
 
@@ -111,6 +114,7 @@ def test_sglang_rows_hold_no_fc_input_so_cannot_tell(sc, capsys):
         res = _audit(sc, path)
         assert (res.wiring, res.verdict.value, res.slices) == ("cannot-tell", "cannot tell", []), res.reason
         assert not [f for f in res.findings if f.is_fail] and FindingKind.SERVED_UNDECIDED in _kinds(res)
+        assert res.settle is None and "aux states" in res.reason
         code = main(["audit", "--data", sc["train"], "--draft", sc["draft"], "--engine", "vllm", "--num-layers",
                      "30", "--served", path, "--json"])
         assert (code, json.loads(capsys.readouterr().out)["verdict"]) == (EXIT["cannot tell"], "cannot tell")
@@ -246,15 +250,26 @@ def test_every_rules_fix_round_trips(system, family, version):
 
 
 @pytest.mark.model
-def test_model_names_a_trtllm_served_capture_exactly(sc, smollm2, sample_data):
-    """--model: the served records carry token ids, so each aux slot gets an exact r on a text the training data
-    does not hold; the final slot is left out. The states are computed here by the model."""
+def test_model_names_served_slots_exactly_in_every_served_format(sc, smollm2, sample_data):
+    """--model: served records carry token ids, so each aux slot gets an exact r on a text the training data does not
+    hold (the final slot left out), and a slot past the fc's inputs is named by its exact r, not by the nearest
+    training slot. The states are computed here by the model."""
     from forensics.models.recorder import slot_states, tokenize
 
     model, tok = smollm2
     sample = tokenize(tok, str(sample_data / "texts" / "english_rivers.txt"), False, 256)
-    st = slot_states(model, sample.input_ids, [0, 3, 16, 28, 30], "bf16")
-    sc["ids"]["rivers"], sc["final"]["rivers"] = torch.tensor(sample.input_ids), st[4]
-    res = _audit(sc, write_served(sc, "trt_rivers", "trtllm", "rivers", st[1:4]), model="default")
+    rs = [0, 3, 16, 20, 28, 30]
+    st = dict(zip(rs, slot_states(model, sample.input_ids, rs, "bf16"), strict=True))
+    sc["ids"]["rivers"], sc["final"]["rivers"] = torch.tensor(sample.input_ids), st[30]
+    served = write_served(sc, "trt_rivers", "trtllm", "rivers", [st[r] for r in (3, 16, 28)])
+    # no --num-layers: the training file has no sidecar, so L comes from --model (the target), and with it the fix
+    res = audit(data=sc["train"], draft=sc["draft"], engine="vllm", served=served, model="default")
     assert res.wiring == "mismatch" and [x.served_r for x in res.slices] == [3, 16, 28]
+    assert res.context.num_layers == 30 and res.served.config_prediction == TRAINED
     assert res.settle is None or "--model HF_FOLDER" not in res.settle
+    # the config already holds the trained ids, so the served capture contradicts the config, and the fix says so
+    assert res.fix.ids == TRAINED and res.fix.already_set and "served capture shows" in res.fix.caveat
+    more = _audit(sc, write_served(sc, "vllm_more", "vllm", "rivers", [st[r] for r in (0, 3, 16, 20)]), model="default")
+    assert more.wiring == "mismatch" and [x.served_r for x in more.slices] == [0, 3, 16, 20]
+    assert [x.ok for x in more.slices] == [True, True, True, False]
+    assert FindingKind.SERVED_UNDECIDED not in _kinds(more)

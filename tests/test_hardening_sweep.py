@@ -168,3 +168,39 @@ def test_verify_gives_every_other_file_its_verdict_when_one_is_garbage(copy, cap
     rows = [ln for ln in out.splitlines() if "data_" in ln]
     assert any("data_1.pt" in r and "FAIL" in r for r in rows)
     assert sum(r.lstrip().startswith("ok") for r in rows) == len(list(ds.glob("data_*.pt"))) - 1
+
+
+# ------------------------------------------------------------------ N4 capture into another tool's folder
+@pytest.mark.parametrize("fmt, name", [("speculators-v1", "data_0.pt"),
+                                       ("speculators", "hidden_states/hs_0.safetensors"),
+                                       ("speculators-v1", "data_config.json"), ("specforge", "stamps.jsonl")])
+def test_capture_never_replaces_a_file_it_did_not_write(tmp_path, capsys, fmt, name):
+    """S16-b's variant through --out: no capture.json, but a file where capture would write (refused before the
+    model is loaded; the foreign file keeps its bytes)."""
+    text = tmp_path / "t.txt"
+    text.write_text("The quick brown fox.")
+    out = tmp_path / "out"
+    foreign = out / name
+    foreign.parent.mkdir(parents=True)
+    foreign.write_bytes(b"another tool's file")
+    code, _, err = run_cli(["capture", "--text", text, "--out", out, "--format", fmt, "--no-progress"], capsys)
+    assert code == 2 and "would replace" in one_error(err, str(out))
+    assert foreign.read_bytes() == b"another tool's file" and not (out / "capture.json").exists()
+
+
+def test_capture_model_default_is_the_packaged_model(tmp_path, capsys, monkeypatch):
+    """``--model default`` names the packaged SmolLM2 in capture too (it was 'default: not found')."""
+    import forensics.models.target as target
+
+    seen = []
+
+    def fake(path=None, *a, **k):
+        seen.append(path)
+        raise ForensicsError("stop here", path=path)
+
+    monkeypatch.setattr(target, "load_model", fake)
+    text = tmp_path / "t.txt"
+    text.write_text("The quick brown fox.")
+    code, _, err = run_cli(["capture", "--model", "default", "--text", text, "--out", tmp_path / "o", "--no-progress"],
+                           capsys)
+    assert code == 2 and seen == [target.default_model_path()], (seen, err)

@@ -200,6 +200,16 @@ def test_cli_exit_code_2_when_an_input_is_unreadable(tmp_path, capsys):
     assert "no capture files found" in html and "no such file or directory" in html
 
 
+def test_an_unreadable_input_is_one_stderr_line_naming_its_path_once(tmp_path, capsys):
+    from forensics.cli import main
+
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"garbage")
+    assert main(["report", str(bad), "-o", str(tmp_path / "r.html")]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if str(bad) in line]
+    assert len(err) == 1 and err[0].count(str(bad)) == 1, err
+
+
 def test_unreadable_file_is_listed_not_fatal(tmp_path, syn):
     data = pathlib.Path(syn[0]).parent / "syn"
     d = tmp_path / "mixed"

@@ -381,11 +381,15 @@ def _analyse(path: str, layers: Any, model: Any, errors: list[ReportError]) -> F
         cap = load(path)
     except ForensicsError as e:
         return FileReport(path=path, error=error_text(e))
+    from forensics.io.sigbus import FileChangedSize
+
     fp = None
     try:
         fp = fingerprint(cap, layers=layers, model=model)
-    except ForensicsError as e:  # a failing section is listed in the report, not fatal
-        errors.append(ReportError(f"fingerprint: {path}", error_text(e)))
+    except FileChangedSize as e:  # the file itself went away under us: unreadable, not a failing section
+        return FileReport(path=path, error=error_text(e))
+    except ForensicsError as e:  # a failing section is listed in the report, not fatal (the message names the file)
+        errors.append(ReportError("fingerprint", error_text(e)))
     try:
         stats = fp.stats if fp is not None else summarize(cap)
     except ForensicsError as e:
@@ -502,7 +506,7 @@ def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,
             errors.append(ReportError("model facts", error_text(e)))
     for fr in files:
         if fr.error:
-            errors.append(ReportError(fr.rel or fr.path, fr.error))
+            errors.append(ReportError("unreadable input", fr.error))  # the error names the file
     settings = {"layers": layers, "model": model, "draft": draft, "engine": engine, "engine_version": engine_version,
                 "trainer": trainer, "served": served}
     given = {**settings, "model": model_arg, "target_config": target_config, "title": title}

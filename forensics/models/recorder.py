@@ -486,6 +486,12 @@ def _check_request(texts: list[str], layers: Any, fmt: str, out: str, max_tokens
     if os.path.exists(os.path.join(out, "capture.json")):  # never mix two captures' files in one folder
         raise ForensicsError("output folder already holds a capture (capture.json); choose another --out or "
                              "delete it first", path=out)
+    ours = [sample_path(fmt, i) for i in range(len(texts))] + ["data_config.json", "sample_lengths.json",
+                                                               "stamps.jsonl"]
+    taken = next((n for n in ours if os.path.lexists(os.path.join(out, n))), None)
+    if taken is not None:  # another tool's file where capture would write: never replaced
+        raise ForensicsError(f"output folder already holds {taken}, which capture would replace (and no "
+                             "capture.json says it is one of ours); choose another --out", path=out)
     rs = parse_layer_list(layers, "--layers")
     for t in texts:
         read_text(t)  # missing / empty / undecodable text: fail before loading the model
@@ -496,13 +502,13 @@ def _load_quietly(model: str | None, progress: bool):
     """The model and tokenizer; without progress, transformers' "Loading weights" bar is silenced too."""
     from transformers.utils import logging as hf_logging
 
-    from forensics.models.target import load_model
+    from forensics.models.target import load_model, resolve_model
 
     bar = hf_logging.is_progress_bar_enabled()
     if not progress:
         hf_logging.disable_progress_bar()
     try:
-        return load_model(model)
+        return load_model(resolve_model(model))  # "default" is the packaged SmolLM2, as in every command
     finally:
         if bar:
             hf_logging.enable_progress_bar()

@@ -268,7 +268,9 @@ def audit(data: Any = None, draft: Any = None, engine: str | None = None, engine
     findings: list[Finding] = []
     if L is None and data is not None and not isinstance(data, (list, tuple)):
         L = first_capture(data).num_layers
-    trained, tf, cap = training_side(data, trainer, info, L, use_fingerprint, model)
+    if L is None and model is not None:  # --model is the target: its layer count is evidence the user gave
+        L = _model_layers(model)
+    trained, tf, cap = training_side(data, trainer, info, L, use_fingerprint, model, served is not None)
     findings += tf
     deep = [r for r in [*(trained.fc_r or []), trained.target_r] if isinstance(r, int) and L and r > L]
     if deep:
@@ -328,8 +330,29 @@ def audit(data: Any = None, draft: Any = None, engine: str | None = None, engine
         if info is not None and fix.ids is not None:  # the right ids are there; only the caveat blocks
             fix.already_set = list((info.ids_nested if fix.where == "nested" else info.ids_top) or []) \
                 == list(fix.ids)
-    settle = None if fix is not None or verdict == "match" or known else _settle(model is not None)
+        if fix.already_set and fix.caveat is None and served_side.basis == "capture":
+            fix.caveat = (f"the config is right, yet the served capture shows r = "
+                          f"{[r_label(r) if r is not None else '?' for r in served_side.r or []]}: the server did "
+                          f"not serve this config as {engine} {fix.version} reads it; check that it loaded this "
+                          "config.json, and its version (--engine-version)")
+    no_fc_served = served is not None and served_side.basis == "capture" and not served_side.r  # reason says why
+    settle = None if fix is not None or verdict == "match" or known or no_fc_served else \
+        _settle(model is not None, served is not None)
     return AuditResult(verdict, reason, slices, findings, fix, trained, served_side, context, settle)
+
+
+def _model_layers(model: Any) -> int | None:
+    """The target's L from ``--model`` (its config, or the model the fingerprint loads anyway: loads are memoised);
+    None for a reference that is not a model (a ladder capture)."""
+    from forensics.models.target import Target, target_facts
+
+    if not isinstance(model, (str, os.PathLike, Target)):
+        return None
+    try:
+        n = target_facts(model).get("num_layers")
+    except (ForensicsError, OSError):
+        return None
+    return limits.num_layers(n, what="--model num_hidden_layers") if n is not None else None
 
 
 def _known_differences(predicted: list, shown: list) -> list[int]:
@@ -382,11 +405,16 @@ SETTLE = ("run with --model HF_FOLDER (the target model: exact r per slot; --max
 
 SETTLE_WITH_MODEL = ("the reference model (--model) named no layer for these slices: check that it is the target "
                      "the data was captured from, or compare a served capture on the same prompts (--served)")
+SAME_PROMPTS = "compare a served capture on the same prompts (--served)"
+SAME_PROMPTS_GIVEN = ("serve the training prompts themselves: the --served capture given shares no token ids with "
+                      "the training data, and only same-token rows confirm a layer without --model")
 
 
-def _settle(model_given: bool) -> str:
-    """What settles an unknown slice; never asks for --model when it was given."""
-    return SETTLE_WITH_MODEL if model_given else SETTLE
+def _settle(model_given: bool, served_given: bool = False) -> str:
+    """What settles an unknown slice; never asks for what was given (--model, or a served capture: then the same
+    prompts, which the given one is not)."""
+    text = SETTLE_WITH_MODEL if model_given else SETTLE
+    return text.replace(SAME_PROMPTS, SAME_PROMPTS_GIVEN) if served_given else text
 
 
 def _shift_finding(fc: list, status: list, sr: list) -> Finding | None:
@@ -483,7 +511,7 @@ def _verdict(trained: TrainedSide, served: ServedSide, findings: list[Finding], 
         why = (f"the trained r of fc slice(s) {claimed} is only declared ({[r_label(fc[k]) for k in claimed]}), "
                "not proven by the data" if claimed else
                f"fc slice(s) {open_} cannot be named from the data or the served capture")
-        return "cannot-tell", f"{why}: {_settle(model_given)}", slices
+        return "cannot-tell", f"{why}: {_settle(model_given, served.basis == 'capture')}", slices
     return "match", f"every fc slice is served the layer it was trained on: {[r_label(r) for r in fc]}", slices
 
 

@@ -218,16 +218,19 @@ def compare_served(data: Any, trained: TrainedSide, served: Any, use_fingerprint
             # on other text that decides where norm distributions cannot (known against known only)
             same, rj = s_exact == slots_r[want], s_exact
             ev.update({"decided_by": "exact r", "served_exact_r": s_exact, "trained_r": slots_r[want]})
-        elif s_exact is not None and rj is None:
+        elif s_exact is not None:  # the reference forward names it: exact beats a nearest slot by W1 or rows
             rj = s_exact
+            ev["served_exact_r"] = s_exact
         elif same is None and s_role and s_role == t_role and s_role in STRONG_ROLES and t_known and want is not None:
             # a role the data alone names (embedding, post-norm final) on both sides: the same r, known on both
             same, rj = True, slots_r[want]
             ev.update({"decided_by": "role", "trained_r": slots_r[want]})
+        if want is None:  # a state past the fc's inputs: the counts differ (the served_data count finding says so)
+            same = False
         r_out.append(rj)
         ok.append(same)
         rows.append(ev)
-        f = _slot_finding(j, want, same, ev, slots_r, cos is not None)
+        f = _slot_finding(j, want, same, ev, slots_r, cos is not None) if want is not None else None
         if f is not None:
             findings.append(f)
         if same and differ and want is not None:

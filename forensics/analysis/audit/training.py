@@ -115,7 +115,7 @@ def slot_rs(cap: Capture, use_fingerprint: bool = True, model: Any = None
 
 
 def training_side(data: Any, trainer: str | None, draft_info, L: int | None, use_fingerprint: bool,
-                  model: Any) -> tuple[TrainedSide, list[Finding], Capture | None]:
+                  model: Any, served_given: bool = False) -> tuple[TrainedSide, list[Finding], Capture | None]:
     """What the draft's fc consumed (r per slice, in stored order) and what its target was; the training capture
     read (None for a declared layout or no data)."""
     findings: list[Finding] = []
@@ -162,11 +162,13 @@ def training_side(data: Any, trainer: str | None, draft_info, L: int | None, use
                                 f"the data alone cannot name the r of fc slice(s) {open_} "
                                 + (f"(the draft config says {[r_label(r) for r in guess]} under {view.trainer}'s "
                                    "numbering, but that is the claim being checked, not evidence) " if guess else "")
-                                + ("— run with --model default (or the target model), or compare a served "
-                                   "capture on the same prompts (--served)" if model is None else
+                                + ("— run with --model default (or the target model), or " if model is None else
                                    "— the reference model matched no state for them: check that --model is the "
-                                   "target the data was captured from, or compare a served capture on the same "
-                                   "prompts (--served)"), {"slices": open_, "config_r": guess}))
+                                   "target the data was captured from, or ")
+                                + ("serve the training prompts themselves (only same-token rows of a served capture "
+                                   "confirm a layer)" if served_given else
+                                   "compare a served capture on the same prompts (--served)"),
+                                {"slices": open_, "config_r": guess}))
     if any(r is None for r in fc) and draft_info is not None and L is not None and not use_fingerprint:
         assumed = _ids_as_trained(view.trainer, draft_info, L)
         if assumed is not None and len(assumed) == len(fc):

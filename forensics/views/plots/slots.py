@@ -56,12 +56,9 @@ LEAN_LOG_DECADES = 2.0
 # ----------------------------------------------------------------------------------------------- helpers
 def _unpack(result: Any) -> tuple[CaptureStats, Any]:
     """(CaptureStats, Fingerprint or None) from a CaptureStats or a Fingerprint."""
-    from forensics.analysis.fingerprint.core import Fingerprint
-    from forensics.analysis.stats import CaptureStats
-
-    if isinstance(result, Fingerprint):
+    if hasattr(result, "stats") and hasattr(result.stats, "slots"):  # a Fingerprint, or anything carrying stats
         return result.stats, result
-    if isinstance(result, CaptureStats):
+    if hasattr(result, "slots") and hasattr(result, "capture"):  # a CaptureStats, or one built by hand
         return result, None
     raise TypeError(f"expected CaptureStats or Fingerprint, got {type(result).__name__}")
 
