@@ -5,6 +5,7 @@ anything it does not replay goes to transformers."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
@@ -52,13 +53,45 @@ def test_plain_llama_is_transformers_bit_for_bit(tmp_path, tie, shard):
     # predictions: every sequence in one forward, and split over several packs, gives each one's argmax
     assert all(torch.equal(p, r.argmax(-1)) for p, r in zip(v.predictions(seqs), ref, strict=True))
     vf.PACK_TOKENS, old = 30, vf.PACK_TOKENS
-    try:
-        assert all(torch.equal(p, r.argmax(-1)) for p, r in zip(v.predictions(seqs), ref, strict=True))
+    try:  # the replay itself (v.predictions would read the disk cache the first call wrote)
+        assert all(torch.equal(p, r.argmax(-1)) for p, r in zip(llama.predictions(seqs), ref, strict=True))
     finally:
         vf.PACK_TOKENS = old
     assert v.plain and v.facts == model_facts(m)
     assert torch.equal(v.embed, m.get_input_embeddings().weight) and torch.equal(v.lm_head, m.lm_head.weight)
     assert torch.equal(v.norm_weight, m.model.norm.weight) and v.norm_eps == m.model.norm.variance_epsilon
+
+
+def test_predictions_are_cached_on_disk_keyed_by_weights_and_ids(tmp_path, monkeypatch):
+    """A probe run again on the same capture reads the verifier's greedy tokens back instead of running the model;
+    another id sequence, changed weights or a corrupt cache file run it again; nothing is written to the model
+    folder."""
+    import forensics.models.target as target
+
+    monkeypatch.setattr(target, "CACHE_DIR", str(tmp_path / "cache"))
+    m = _tiny_llama(tmp_path / "m")
+    v = load_plain(str(tmp_path / "m"))
+    seqs = [torch.randint(0, VOCAB, (n,), generator=torch.Generator().manual_seed(n)) for n in (7, 33)]
+    with torch.no_grad():
+        ref = [m(input_ids=s[None], use_cache=False).logits[0].argmax(-1) for s in seqs]
+    calls = []
+    llama = v.logits.__self__
+    monkeypatch.setattr(llama, "predictions", lambda xs: calls.append(len(xs)) or vf._PlainLlama.predictions(llama, xs))
+    v = vf.Verifier(**{**v.__dict__, "predictions": vf._cached_predictions(str(tmp_path / "m"), llama.predictions)})
+    assert all(torch.equal(p, r) for p, r in zip(v.predictions(seqs), ref, strict=True)) and calls == [2]
+    assert all(torch.equal(p, r) for p, r in zip(v.predictions(seqs), ref, strict=True)) and calls == [2]  # read
+    files = sorted((tmp_path / "cache" / vf.PREDICTIONS_DIR).rglob("*.npy"))
+    assert len(files) == 2 and not list((tmp_path / "m").rglob("*.npy"))
+    files[0].write_bytes(b"not numpy")  # a corrupt entry is recomputed, never trusted
+    assert all(torch.equal(p, r) for p, r in zip(v.predictions(seqs), ref, strict=True)) and calls == [2, 1]
+    other = torch.randint(0, VOCAB, (9,), generator=torch.Generator().manual_seed(99))
+    v.predictions([other])
+    assert calls == [2, 1, 1]
+    shard = tmp_path / "m" / "model.safetensors"  # new weights (a rewritten shard): the old entries are not used
+    os.utime(shard, ns=(shard.stat().st_atime_ns, shard.stat().st_mtime_ns + 10**9))
+    v = vf.Verifier(**{**v.__dict__, "predictions": vf._cached_predictions(str(tmp_path / "m"), llama.predictions)})
+    v.predictions(seqs)
+    assert calls == [2, 1, 1, 2]
 
 
 def test_packs_and_row_blocks_never_make_a_one_row_product():

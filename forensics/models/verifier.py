@@ -178,8 +178,74 @@ def load_plain(folder: str) -> Verifier:
              "tie_word_embeddings": bool(cfg.get("tie_word_embeddings", False)), "dtype": "float32"}
     _PLAIN[folder] = Verifier(facts=facts, embed=w[_PREFIX + "embed_tokens.weight"], norm_eps=eps,
                               norm_weight=w[_PREFIX + "norm.weight"], lm_head=w["lm_head.weight"],
-                              predictions=model.predictions, logits=model.logits, plain=True)
+                              predictions=_cached_predictions(folder, model.predictions), logits=model.logits,
+                              plain=True)
     return _PLAIN[folder]
+
+
+PREDICTIONS_DIR = "predictions"  # under the hsf cache: the verifier's greedy tokens per (weights, id sequence)
+MAX_CACHED_PREDICTIONS = 20_000  # files; past it nothing more is written (each is T int32: a few KB)
+
+
+def _cached_predictions(folder: str, compute: Callable[[list[torch.Tensor]], list[torch.Tensor]]
+                        ) -> Callable[[list[torch.Tensor]], list[torch.Tensor]]:
+    """``compute`` with a disk cache: the argmax tokens of a sequence are a function of the weights and the ids
+    alone, so a probe run again on the same capture (another draft, engine or ``--steps``) skips the forward.
+    Keyed by the shard files (path, size, mtime) and the ids' bytes; kept under ``HSF_CACHE``, never in the
+    model folder; a cache file that does not read back as ``T`` token ids in the vocabulary is recomputed."""
+    import hashlib
+
+    import numpy as np
+    import torch
+
+    from forensics.models.target import CACHE_DIR
+
+    base = hashlib.sha256()
+    for p in _shards(folder):
+        st = os.stat(p)
+        base.update(f"{os.path.abspath(p)}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    root = os.path.join(CACHE_DIR, PREDICTIONS_DIR)
+    vocab = int(_config(folder)["vocab_size"])
+
+    def path_of(ids: torch.Tensor) -> str:
+        h = base.copy()
+        h.update(ids.to(torch.int64).numpy().tobytes())
+        key = h.hexdigest()
+        return os.path.join(root, key[:2], key + ".npy")
+
+    def read(path: str, n: int) -> torch.Tensor | None:
+        try:
+            a = np.load(path, allow_pickle=False)
+        except (OSError, ValueError):
+            return None
+        ok = a.dtype == np.int32 and a.shape == (n,) and (n == 0 or (int(a.min()) >= 0 and int(a.max()) < vocab))
+        return torch.from_numpy(a.astype(np.int64)) if ok else None
+
+    def write(path: str, top: torch.Tensor) -> None:
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "wb") as f:
+                np.save(f, top.to(torch.int32).numpy(), allow_pickle=False)
+            os.replace(tmp, path)
+        except OSError:  # the cache is an optimisation only (read-only home, full disk)
+            return
+
+    def predictions(seqs: list[torch.Tensor]) -> list[torch.Tensor]:
+        flat = [s.reshape(-1) for s in seqs]
+        paths = [path_of(s) for s in flat]
+        got = [read(p, int(s.numel())) for p, s in zip(paths, flat, strict=True)]
+        todo = [n for n, g in enumerate(got) if g is None]
+        if todo:
+            room = MAX_CACHED_PREDICTIONS - sum(len(fs) for _, _, fs in os.walk(root))
+            for n, top in zip(todo, compute([flat[n] for n in todo]), strict=True):
+                got[n] = top
+                if room > 0:
+                    write(paths[n], top)
+                    room -= 1
+        return [g for g in got if g is not None]
+
+    return predictions
 
 
 def _packs(lens: list[int], budget: int) -> list[list[int]]:
