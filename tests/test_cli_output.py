@@ -115,3 +115,16 @@ def test_help_imports_neither_rich_nor_torch():
     assert p.returncode == 0 and "COMMAND" in p.stdout
     mods = {line.split("|")[-1].strip().split(".")[0] for line in p.stderr.splitlines() if "|" in line}
     assert not mods & {"rich", "torch", "numpy", "matplotlib"}, mods & {"rich", "torch", "numpy", "matplotlib"}
+
+
+@pytest.mark.model
+def test_loading_the_model_prints_no_library_progress_bar(sample_data):
+    """``--model default`` loads SmolLM2 through transformers; its "Loading weights" bar is not hsf's output:
+    stderr holds hsf's own lines only (here: none)."""
+    import subprocess
+
+    p = subprocess.run([sys.executable, "-m", "forensics.cli", "fingerprint", "--model", "default",
+                        str(sample_data / "speculators_v1" / "data_0.pt")], capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode in (0, 1, 3), p.stderr
+    assert "Loading weights" not in p.stderr and "it/s" not in p.stderr, p.stderr[-500:]

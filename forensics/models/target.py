@@ -124,12 +124,15 @@ def load_model(path: str | None = None, dtype: Any = None, cache: bool = True):
         if os.path.isfile(path) and path.endswith(".gguf"):
             folder = _cache_folder(path)
             if cache and os.path.isfile(os.path.join(folder, "model.safetensors")):
-                model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **LOCAL_ONLY)
-                tok = AutoTokenizer.from_pretrained(folder, **LOCAL_ONLY)
+                with quiet():  # no "Loading weights" bar on stderr: hsf's own progress says what it does
+                    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **LOCAL_ONLY)
+                    tok = AutoTokenizer.from_pretrained(folder, **LOCAL_ONLY)
             else:
                 d, name = os.path.split(os.path.abspath(path))
-                tok = AutoTokenizer.from_pretrained(d, gguf_file=name, **LOCAL_ONLY)
-                model = AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.float32, **LOCAL_ONLY)
+                with quiet():
+                    tok = AutoTokenizer.from_pretrained(d, gguf_file=name, **LOCAL_ONLY)
+                    model = AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.float32,
+                                                                 **LOCAL_ONLY)
                 if cache:
                     _write_cache(model, tok, folder)
                 model = model.to(dtype)
