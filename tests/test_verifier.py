@@ -77,7 +77,11 @@ def test_predictions_are_cached_on_disk_keyed_by_weights_and_ids(tmp_path, monke
     calls = []
     llama = v.logits.__self__
     monkeypatch.setattr(llama, "predictions", lambda xs: calls.append(len(xs)) or vf._PlainLlama.predictions(llama, xs))
-    v = vf.Verifier(**{**v.__dict__, "predictions": vf._cached_predictions(str(tmp_path / "m"), llama.predictions)})
+
+    def cached():
+        return vf._cached_predictions(vf._shards(str(tmp_path / "m")), llama.predictions, VOCAB)
+
+    v = vf.Verifier(**{**v.__dict__, "predictions": cached()})
     assert all(torch.equal(p, r) for p, r in zip(v.predictions(seqs), ref, strict=True)) and calls == [2]
     assert all(torch.equal(p, r) for p, r in zip(v.predictions(seqs), ref, strict=True)) and calls == [2]  # read
     files = sorted((tmp_path / "cache" / vf.PREDICTIONS_DIR).rglob("*.npy"))
@@ -89,7 +93,7 @@ def test_predictions_are_cached_on_disk_keyed_by_weights_and_ids(tmp_path, monke
     assert calls == [2, 1, 1]
     shard = tmp_path / "m" / "model.safetensors"  # new weights (a rewritten shard): the old entries are not used
     os.utime(shard, ns=(shard.stat().st_atime_ns, shard.stat().st_mtime_ns + 10**9))
-    v = vf.Verifier(**{**v.__dict__, "predictions": vf._cached_predictions(str(tmp_path / "m"), llama.predictions)})
+    v = vf.Verifier(**{**v.__dict__, "predictions": cached()})
     v.predictions(seqs)
     assert calls == [2, 1, 1, 2]
 

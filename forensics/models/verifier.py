@@ -155,7 +155,8 @@ def load_plain(folder: str) -> Verifier:
 
     cfg = _config(folder)
     w: dict[str, torch.Tensor] = {}
-    for p in _shards(folder):
+    shards = _shards(folder)
+    for p in shards:
         sf = SafetensorsFile(p)  # validated header; tensors read by file reads (a truncated shard: one line)
         w.update({k: sf.get(k) for k in sf.keys()})
     w = {k: v.float() if v.is_floating_point() else v for k, v in w.items()}
@@ -178,7 +179,8 @@ def load_plain(folder: str) -> Verifier:
              "tie_word_embeddings": bool(cfg.get("tie_word_embeddings", False)), "dtype": "float32"}
     _PLAIN[folder] = Verifier(facts=facts, embed=w[_PREFIX + "embed_tokens.weight"], norm_eps=eps,
                               norm_weight=w[_PREFIX + "norm.weight"], lm_head=w["lm_head.weight"],
-                              predictions=_cached_predictions(folder, model.predictions), logits=model.logits,
+                              predictions=_cached_predictions(shards, model.predictions, int(cfg["vocab_size"])),
+                              logits=model.logits,
                               plain=True)
     return _PLAIN[folder]
 
@@ -187,12 +189,12 @@ PREDICTIONS_DIR = "predictions"  # under the hsf cache: the verifier's greedy to
 MAX_CACHED_PREDICTIONS = 20_000  # files; past it nothing more is written (each is T int32: a few KB)
 
 
-def _cached_predictions(folder: str, compute: Callable[[list[torch.Tensor]], list[torch.Tensor]]
+def _cached_predictions(shards: list[str], compute: Callable[[list[torch.Tensor]], list[torch.Tensor]], vocab: int
                         ) -> Callable[[list[torch.Tensor]], list[torch.Tensor]]:
     """``compute`` with a disk cache: the argmax tokens of a sequence are a function of the weights and the ids
     alone, so a probe run again on the same capture (another draft, engine or ``--steps``) skips the forward.
     Keyed by the shard files (path, size, mtime) and the ids' bytes; kept under ``HSF_CACHE``, never in the
-    model folder; a cache file that does not read back as ``T`` token ids in the vocabulary is recomputed."""
+    model folder; a cache file that does not read back as ``T`` token ids below ``vocab`` is recomputed."""
     import hashlib
 
     import numpy as np
@@ -201,11 +203,10 @@ def _cached_predictions(folder: str, compute: Callable[[list[torch.Tensor]], lis
     from forensics.models.target import CACHE_DIR
 
     base = hashlib.sha256()
-    for p in _shards(folder):
+    for p in shards:
         st = os.stat(p)
         base.update(f"{os.path.abspath(p)}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
     root = os.path.join(CACHE_DIR, PREDICTIONS_DIR)
-    vocab = int(_config(folder)["vocab_size"])
 
     def path_of(ids: torch.Tensor) -> str:
         h = base.copy()
