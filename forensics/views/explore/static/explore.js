@@ -116,18 +116,16 @@ function render({ model, el }) {
   [["row", "log ‖x‖ per slot"], ["global", "log ‖x‖ shared"]].forEach(([v, t]) => {
     const o = h("option", null, t); o.value = v; scaleSel.appendChild(o);
   });
-  const svgBtn = h("button", "hsf-x-export", "SVG");
-  svgBtn.title = "export the view as SVG";
-  svgBtn.dataset.format = "svg";
-  const pngBtn = h("button", "hsf-x-export", "PNG");
-  pngBtn.title = "export the view as PNG";
-  pngBtn.dataset.format = "png";
-  const zoomIn = h("button", "hsf-x-zoom", "+");
-  zoomIn.title = "zoom in on the selected token (key +)";
-  zoomIn.dataset.zoom = "in";
-  const zoomOut = h("button", "hsf-x-zoom", "−");
-  zoomOut.title = "zoom out (key −)";
-  zoomOut.dataset.zoom = "out";
+  const button = (cls, text, title, key, value) => {  // a toolbar button: its action read from data-<key>
+    const b = h("button", cls, text);
+    b.title = title;
+    b.dataset[key] = value;
+    return b;
+  };
+  const svgBtn = button("hsf-x-export", "SVG", "export the view as SVG", "format", "svg");
+  const pngBtn = button("hsf-x-export", "PNG", "export the view as PNG", "format", "png");
+  const zoomIn = button("hsf-x-zoom", "+", "zoom in on the selected token (key +)", "zoom", "in");
+  const zoomOut = button("hsf-x-zoom", "−", "zoom out (key −)", "zoom", "out");
   const keys = h("span", "hsf-x-keys", "←/→ token · ↑/↓ file · +/− zoom");
   bar.append(fileSel, title, verdict, status, zoomOut, zoomIn, scaleSel, svgBtn, pngBtn, keys);
 
