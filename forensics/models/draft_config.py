@@ -24,6 +24,7 @@ import os
 from dataclasses import asdict, dataclass, field
 
 from forensics.errors import ForensicsError
+from forensics.io import limits
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.safetensors", "pytorch_model.bin")  # a draft folder's weights
 _MISSING = object()
@@ -143,12 +144,9 @@ def _int(x) -> int | None:
     return int(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
 
 
-def _size_limits() -> dict[str, int]:
-    from forensics.io import limits
-
-    return {"hidden_size": limits.MAX_HIDDEN_SIZE, "target_hidden_size": limits.MAX_HIDDEN_SIZE,
-            "num_hidden_layers": limits.MAX_NUM_LAYERS, "num_aux_hidden_states": limits.MAX_SLOTS_PER_FILE,
-            "draft_vocab_size": limits.MAX_VOCAB_SIZE, "vocab_size": limits.MAX_VOCAB_SIZE}
+SIZE_LIMITS = {"hidden_size": limits.MAX_HIDDEN_SIZE, "target_hidden_size": limits.MAX_HIDDEN_SIZE,
+               "num_hidden_layers": limits.MAX_NUM_LAYERS, "num_aux_hidden_states": limits.MAX_SLOTS_PER_FILE,
+               "draft_vocab_size": limits.MAX_VOCAB_SIZE, "vocab_size": limits.MAX_VOCAB_SIZE}  # per size field
 
 
 def _check_sizes(path: str | None, **sections: dict) -> None:
@@ -156,7 +154,7 @@ def _check_sizes(path: str | None, **sections: dict) -> None:
     ``NaN``, ``1e400`` or ``10**30`` is one line naming the file and the field, never a traceback or a loop
     sized by it)."""
     for where, section in sections.items():
-        for key, limit in _size_limits().items():
+        for key, limit in SIZE_LIMITS.items():
             v = section.get(key)
             if v is None or isinstance(v, bool) or not isinstance(v, (int, float)):
                 continue
