@@ -89,6 +89,7 @@ class FindingKind(StrEnum):
     TOKEN_SHIFT = "token_shift"
     SLOT_MISALIGNED = "slot_misaligned"
     FOREIGN_ROWS = "foreign_rows"
+    PADDING = "padding"
     # ---- one capture: a claimed layer list against the evidence ----
     COUNT_MISMATCH = "count_mismatch"
     SHIFTED = "shifted"
@@ -218,6 +219,7 @@ _MEANINGS: dict[FindingKind, str] = {
     FindingKind.TOKEN_SHIFT: "every slot's row t holds the state of token t + k, not of token t",
     FindingKind.SLOT_MISALIGNED: "one slot's rows sit at a token offset from the other slots' rows",
     FindingKind.FOREIGN_ROWS: "rows that are not the state of their token in this sequence (another request's)",
+    FindingKind.PADDING: "a batch saved without attention_mask: the pad rows at one end are named, left out of checks",
     FindingKind.COUNT_MISMATCH: "the claimed layer list has another length than the capture has slots",
     FindingKind.SHIFTED: "the whole claimed list is shifted by one slot (the embedding is or is not the first slot)",
     FindingKind.REORDERED: "the claimed layers are all there but stored in another order than claimed",

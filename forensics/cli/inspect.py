@@ -26,14 +26,16 @@ def run(args) -> int:
     from forensics.analysis.rows import check_rows
     from forensics.analysis.stats import summarize
     from forensics.findings import decide, exit_code
-    from forensics.io.formats import load
+    from forensics.io.formats import load_all
 
     results = {}
     row_findings: dict[int, list] = {}
     ids = ids_of(args)
 
-    def one(path: str) -> dict:
-        cap = load(path, input_ids=ids)
+    def one(path: str) -> list[dict]:
+        return [sample(cap) for cap in load_all(path, input_ids=ids)]  # every sample of the file, read once
+
+    def sample(cap) -> dict:
         st = summarize(cap)
         entry = st.to_dict()
         # zero blocks, rows ≠ ids, shifts, foreign rows; zero/NaN rows found from the statistics' norms

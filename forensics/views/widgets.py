@@ -136,7 +136,7 @@ def render_panel(capture: Capture | None, stats: Any, fingerprint: Any = None, s
     sel = [int(i) for i in sel if 0 <= int(i) < len(stats.slots)]
     T = capture.num_tokens
     lo, hi = (0, T - 1) if token_range is None else (max(0, int(token_range[0])), min(T - 1, int(token_range[1])))
-    head = (f"<div class='hsf-caption'><b>{esc(os.path.basename(capture.path))}</b> — {esc(capture.format)}, "
+    head = (f"<div class='hsf-caption'><b>{esc(os.path.basename(capture.name))}</b> — {esc(capture.format)}, "
             f"{T} tokens, hidden {capture.hidden_size}, {len(stats.slots)} slots</div>")
     parts = [head, verdict_html(fingerprint)]
     if not sel:

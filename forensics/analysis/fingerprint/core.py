@@ -124,7 +124,8 @@ class Fingerprint:
 
     @property
     def path(self) -> str:
-        return self.capture.path
+        """The capture's name: its path, or ``FILE#i`` for one sample of a many-sample file."""
+        return self.capture.name
 
     @property
     def verdict(self) -> Verdict | None:
@@ -168,7 +169,8 @@ class Fingerprint:
 # ---------------------------------------------------------------------------------------------- signals
 def fingerprint(capture: Any, layers: Any = None, model: Any = None,
                 num_layers: int | None = None, expected_source: str | None = None,
-                claims: Claims | None = None, input_ids: Any = None) -> Fingerprint:
+                claims: Claims | None = None, input_ids: Any = None,
+                attention_mask: Any = None) -> Fingerprint | list[Fingerprint]:
     """Role, depth order, coarse r, label (given an expected list) and evidence for every slot.
 
     Args:
@@ -185,17 +187,34 @@ def fingerprint(capture: Any, layers: Any = None, model: Any = None,
         claims: a ready claim list (``forensics.analysis.claims``: a draft config's ids, a served capture);
             wins over ``layers``. Each slot's claim gets a verdict (``SlotFingerprint.verdict``).
         input_ids: the token ids of a capture saved without them (exact mode needs them; they also decide a
-            stack's axes).
+            stack's axes). ``[B, T]`` ids make a batch (``[k, B, T, H]``, transformers' tuple of ``[B, T, H]``).
+        attention_mask: a batch's ``[B, T]`` padding mask (in memory; a file carries its own): each sample's pad
+            rows are removed before any check.
+
+    Returns:
+        A :class:`Fingerprint`; a list of them, one per sample (named ``FILE#i``), when the input holds several
+        samples (a ``[B, T]`` batch, a TensorRT-LLM record list, an SGLang JSON list).
 
     Example:
         >>> fp = fingerprint("sample_data/speculators_v1/data_0.pt")   # doctest: +SKIP
         >>> [s.label for s in fp.slots]                               # doctest: +SKIP
         ['embed', 'L3', 'L16', 'L28']
     """
-    if not isinstance(capture, Capture) or input_ids is not None:
-        from forensics.io.formats import as_capture
+    if not isinstance(capture, Capture) or input_ids is not None or attention_mask is not None:
+        from forensics.io.formats import as_captures
 
-        capture = as_capture(capture, input_ids=input_ids)
+        caps = as_captures(capture, input_ids=input_ids, attention_mask=attention_mask)
+        if len(caps) > 1:
+            from forensics.models.target import resolve_model
+
+            model = None if model is None else resolve_model(model)  # resolved once for every sample
+            return [_one(c, layers, model, num_layers, expected_source, claims) for c in caps]
+        capture = caps[0]
+    return _one(capture, layers, model, num_layers, expected_source, claims)
+
+
+def _one(capture: Capture, layers: Any, model: Any, num_layers: int | None, expected_source: str | None,
+         claims: Claims | None) -> Fingerprint:
     if not capture.slots:
         raise ForensicsError("capture has no slots to fingerprint", path=capture.path)
     from forensics.io import validate

@@ -9,7 +9,7 @@ import re
 from forensics.errors import ForensicsError
 from forensics.io.formats._common import as_2d, build, lazy_slot, provenance, tensor_slot
 from forensics.io.formats._io import FLOAT_DTYPES, SAFETENSORS_DTYPES, SafetensorsFile
-from forensics.io.layout import ID_KEYS, MASK_KEYS
+from forensics.io.layout import ATTENTION_KEYS, ID_KEYS, MASK_KEYS
 
 NAME = "generic"
 
@@ -33,19 +33,38 @@ def match(obj) -> bool:
 
 
 def read(obj, path: str, input_ids=None):
-    """Any accepted layout (``forensics.io.layout``): a tensor, a stack, a list, a dict of named tensors."""
-    from forensics.io.layout import resolve
+    """Any accepted layout (``forensics.io.layout``): a tensor, a stack, a list, a dict of named tensors. A batch
+    gives its first sample (:func:`read_samples` gives every one)."""
+    return read_samples(obj, path, input_ids)[0]
 
-    res = resolve(obj, path, input_ids)
-    slots = [tensor_slot(i, p.name, p.key, as_2d(p.tensor, path, p.name), p.claimed) for i, p in enumerate(res.parts)]
-    cap = build(slots, res.input_ids, res.loss_mask, provenance(path, NAME, layout=res.layout, notes=res.notes))
-    if res.key_layers:
-        cap.meta["key_layers"] = dict(res.key_layers)
-    return cap
+
+def read_samples(obj, path: str, input_ids=None, attention_mask=None, fmt: str = NAME, size: int | None = None):
+    """One capture per sample: one for a single sample, B for a ``[B, T]`` batch (``forensics.io.layout``)."""
+    from forensics.io.capture import Provenance
+    from forensics.io.layout import resolve_samples
+
+    caps = []
+    for res in resolve_samples(obj, path, input_ids, attention_mask):
+        slots = [tensor_slot(i, p.name, p.key, as_2d(p.tensor, path, p.name), p.claimed)
+                 for i, p in enumerate(res.parts)]
+        prov = (provenance(path, fmt, layout=res.layout, notes=res.notes) if size is None else
+                Provenance(path=path, format=fmt, size_bytes=size, layout=res.layout, notes=list(res.notes)))
+        cap = build(slots, res.input_ids, res.loss_mask, prov)
+        if res.key_layers:
+            cap.meta["key_layers"] = dict(res.key_layers)
+        if res.samples > 1:
+            prov.record = res.sample
+            cap.meta.update(records=res.samples, record=res.sample)
+        if res.padding is not None:
+            cap.meta["padding"] = dict(res.padding)
+        caps.append(cap)
+    return caps
 
 
 def _needs_resolver(sf: SafetensorsFile, keys: list[str]) -> bool:
     """A stack (3-D with k > 1, or 4-D) among the float tensors: read eagerly through the layout resolver."""
+    if any(k in keys for k in ATTENTION_KEYS):  # a padded batch (or sample): its pad rows are cut by the resolver
+        return True
     for k in keys:
         shape = sf.shape(k)
         dt = SAFETENSORS_DTYPES.get(sf.dtype_name(k), "")
@@ -59,7 +78,7 @@ def read_safetensors(sf: SafetensorsFile, path: str, input_ids=None):
 
     keys = sorted(sf.keys(), key=natural_key)
     if _needs_resolver(sf, keys):
-        return read({k: sf.get(k) for k in keys}, path, input_ids)
+        return read_samples({k: sf.get(k) for k in keys}, path, input_ids)
     ids = next((sf.get(k) for k in ID_KEYS if k in keys), None)
     if ids is None:
         ids = input_ids
