@@ -308,7 +308,7 @@ def explore_state(x: Any, fingerprint: Any = None, tokenizer: Any = "auto", stat
     tokens, col_ids, note = _tokens(cap, tokenizer, starts)
     names = [s.name for s in cap.slots]
     labels = [r_label(s.declared_r) if s.declared_r is not None else s.name for s in cap.slots]
-    state = ExploreState(path=cap.path, format=cap.format, num_tokens=T, names=names, labels=labels,
+    state = ExploreState(path=cap.name, format=cap.format, num_tokens=T, names=names, labels=labels,
                          norms=np.stack([bin_max(n, starts) for n in full]),
                          cos_prev=bin_min(cos_prev, starts), cos_same=bin_min(cos_same, starts), starts=starts,
                          tokens=tokens, ids=col_ids, tokenizer_note=note, verdicts=[None] * len(names),

@@ -372,17 +372,23 @@ def training_files(files: list[FileReport], trainer: str | None) -> list[FileRep
     return [f for f in ok if f.capture.format == best]
 
 
-def _analyse(path: str, layers: Any, model: Any, errors: list[ReportError]) -> FileReport:
-    """Load one capture, fingerprint it, and keep what the report needs."""
-    from forensics.analysis.stats import summarize
-    from forensics.io.formats import load
+def _analyse(path: str, layers: Any, model: Any, errors: list[ReportError]) -> list[FileReport]:
+    """Load every sample of one file (read once: TensorRT-LLM records, SGLang objects, ``[B, T]`` batch rows, each
+    a ``FILE#i`` entry), fingerprint each, and keep what the report needs."""
+    from forensics.io.formats import load_all
 
     try:
-        cap = load(path)
+        caps = load_all(path)
     except ForensicsError as e:
-        return FileReport(path=path, error=error_text(e))
+        return [FileReport(path=path, error=error_text(e))]
+    return [_analyse_sample(cap, layers, model, errors) for cap in caps]
+
+
+def _analyse_sample(cap: Any, layers: Any, model: Any, errors: list[ReportError]) -> FileReport:
+    from forensics.analysis.stats import summarize
     from forensics.io.sigbus import FileChangedSize
 
+    path = cap.name
     fp = None
     try:
         fp = fingerprint(cap, layers=layers, model=model)
@@ -457,7 +463,7 @@ def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,
     skipped = len(found) - len(todo)  # beyond the cap: covered by the dataset scan, not analysed one by one
     for i, f in enumerate(todo):
         tick("fingerprint files", i, len(todo))
-        files.append(_analyse(f, layers, model, errors))
+        files += _analyse(f, layers, model, errors)
     root = os.path.commonpath([os.path.dirname(os.path.abspath(p)) for p in paths]) if paths else os.getcwd()
     for fr in files:
         fr.rel = os.path.relpath(os.path.abspath(fr.path), root)

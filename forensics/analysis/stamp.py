@@ -255,9 +255,10 @@ def stamp(dataset: str | os.PathLike, layers: str | list | None = None, conventi
 def _record(path: str, rel: str, opts: dict) -> tuple[dict, list, list[str]]:
     """The stamp of one file, its r per slot and notes (reads the file; writes nothing)."""
     from forensics import __version__
-    from forensics.io.formats import load
+    from forensics.io.formats import load_all
 
-    cap = load(path)
+    caps = load_all(path)  # every sample of a many-sample file, read once
+    cap = caps[0]
     meta = cap.meta or {}
     L = opts["num_layers"] or cap.num_layers
     rs, notes = _slot_rs(cap, opts["layers"], opts["convention"], opts["layer_ids"], L)
@@ -276,7 +277,24 @@ def _record(path: str, rel: str, opts: dict) -> tuple[dict, list, list[str]]:
                           layer_ids=opts["layer_ids"] or meta.get("layer_ids") or cap.declared_layers,
                           model=opts["model"] or meta.get("model"), num_layers=L, tool_version=__version__,
                           file=rel.replace(os.sep, "/"))
+    if len(caps) > 1:
+        if len(caps) > MAX_STAMPED_SAMPLES:
+            raise ForensicsError(f"cannot stamp: the file holds {len(caps)} samples (at most {MAX_STAMPED_SAMPLES} "
+                                 "are stamped per file)", path=path)
+        rec["samples"] = [sample_digest(c) for c in caps]
+        notes.append(f"{len(caps)} samples, each one's slots and token ids stamped (slots above: sample 0)")
     return rec, rs, notes
+
+
+MAX_STAMPED_SAMPLES = 40_000  # one 16-hex digest each: the stamp line stays under stamp_store.MAX_STAMP_LINE
+
+
+def sample_digest(cap: Any) -> str:
+    """One sample of a many-sample file as one digest: its slots' checksums (stamp version 2) and token ids."""
+    import hashlib
+
+    parts = [st.checksum(s.tensor()) for s in cap.slots] + [st.token_checksum(cap.input_ids) or "-"]
+    return hashlib.sha256(",".join(parts).encode()).hexdigest()[:st.DIGEST_HEX]
 
 
 def _moved(path: str, file: str | None) -> bool:
@@ -315,8 +333,6 @@ def check_file(path: str) -> FileCheck:
 
 
 def _check_file(path: str) -> FileCheck:
-    from forensics.io.formats import load
-
     rec = store.read_stamp(path)
     if rec is None:
         return FileCheck(path, "unstamped", "no stamp (run `hsf stamp` on it)")
@@ -324,7 +340,17 @@ def _check_file(path: str) -> FileCheck:
     if _moved(path, rec.get("file")):
         return FileCheck(path, "moved", f"the stamp was made for {rec.get('file')}, not this file (a copy of "
                          "another file, or renamed: re-stamp after a rename)", stamp=rec)
-    cap = load(path)
+    from forensics.io.formats import load_all
+
+    caps = load_all(path)  # every sample, the file read once
+    cap = caps[0]
+    samples = rec.get("samples")
+    if len(caps) > 1 and not (isinstance(samples, list) and all(isinstance(x, str) for x in samples)):
+        return FileCheck(path, "unstamped", f"the file holds {len(caps)} samples but its stamp covers sample 0 only "
+                         "(stamped before hsf stamped every sample): re-stamp with `hsf stamp`", stamp=rec)
+    if isinstance(samples, list) and len(samples) != len(caps):
+        return FileCheck(path, "changed-shape", f"the stamp has {len(samples)} samples, the file {len(caps)}",
+                         stamp=rec)
     stamped = rec.get("slots") or []
     if len(stamped) != len(cap.slots):
         return FileCheck(path, "changed-shape", f"the stamp has {len(stamped)} slots, the file {len(cap.slots)}",
@@ -362,11 +388,19 @@ def _check_file(path: str) -> FileCheck:
     notes = []
     if tok.get("checksum") and st.token_checksum(cap.input_ids) != tok["checksum"]:
         notes.append("token ids changed")
+    if len(caps) > 1 and isinstance(samples, list):
+        bad = [c.name for c, want in zip(caps[1:], samples[1:], strict=True) if sample_digest(c) != want]
+        if bad:
+            shown = ", ".join(os.path.basename(b) for b in bad[:8]) + (f" and {len(bad) - 8} more" if len(bad) > 8
+                                                                      else "")
+            notes.append(f"{len(bad)} of {len(caps)} samples changed (slots or token ids): {shown}")
     if drift or notes:
         return FileCheck(path, "drifted", "; ".join([d.message for d in drift] + notes), drift, rec)
     if version == 1:
         return FileCheck(path, "ok", f"{len(stamped)} slots match the stamp (an old version-1 stamp: its checksum "
                          "misses swapped words or lanes and paired edits; re-stamp with `hsf stamp`)", [], rec)
+    if len(caps) > 1:
+        return FileCheck(path, "ok", f"{len(caps)} samples × {len(stamped)} slots match the stamp", [], rec)
     return FileCheck(path, "ok", f"{len(stamped)} slots match the stamp", [], rec)
 
 

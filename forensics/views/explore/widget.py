@@ -73,6 +73,8 @@ class Explorer(anywidget.AnyWidget):
         super().__init__()
         self._input_ids = input_ids
         self.items = _sources(x)
+        if not (isinstance(x, (str, os.PathLike)) and os.path.isdir(x)):
+            self.items = self._samples(self.items)  # a file or tensors given: every sample listed (FILE#i)
         self.layers = layers
         self._tokenizer = tokenizer
         self._model_spec = model
@@ -100,17 +102,61 @@ class Explorer(anywidget.AnyWidget):
         self.observe(self._on_file, names="file")
         self.observe(self._on_selected, names="selected")
 
+    def _samples(self, items: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+        """Each given file (or tensors) as its samples, read once: ``(NAME#i, Capture)`` per sample of a many-sample
+        file (TensorRT-LLM records, SGLang objects, a ``[B, T]`` batch); an unreadable one stays as given, so its
+        error shows when it is picked."""
+        from forensics.io.capture import Capture
+        from forensics.io.formats import as_captures
+
+        out: list[tuple[str, Any]] = []
+        for name, src in items:
+            if isinstance(src, Capture):
+                out.append((name, src))
+                continue
+            try:
+                caps = as_captures(src, self._input_ids if len(items) == 1 else None)
+            except ForensicsError:
+                out.append((name, src))
+                continue
+            if len(caps) == 1:
+                out.append((name, caps[0]))
+            else:
+                out += [(f"{name}#{c.provenance.record}", c) for c in caps]
+        return out
+
     # ----------------------------------------------------------------------------------------- one file
     def capture(self, k: int | None = None) -> Any:
-        """The ``Capture`` of file ``k`` (default: the one shown)."""
-        from forensics.analysis.explore import as_capture
+        """The ``Capture`` of file (or sample) ``k`` (default: the one shown). A folder's many-sample file is read
+        when first picked: it becomes its sample 0 and its other samples join the end of the list."""
+        from forensics.io.capture import Capture
+        from forensics.io.formats import as_captures
 
         k = self.file if k is None else k
         with self._lock:
             if k not in self._captures:
-                ids = self._input_ids if len(self.items) == 1 else None  # ids of one sample, never of a folder
-                self._captures[k] = as_capture(self.items[k][1], ids)
+                name, src = self.items[k]
+                if isinstance(src, Capture):
+                    caps = [src]
+                else:
+                    ids = self._input_ids if len(self.items) == 1 else None  # ids of one sample, never of a folder
+                    caps = as_captures(src, ids)
+                self._captures[k] = caps[0]
+                if len(caps) > 1:
+                    self._grow(k, name, caps)
             return self._captures[k]
+
+    def _grow(self, k: int, name: str, caps: list) -> None:
+        """Item ``k`` held a many-sample file: it is now ``NAME#0``, the other samples are appended."""
+        self.items[k] = (f"{name}#0", caps[0])
+        first = len(self.items)
+        for c in caps[1:]:
+            self.items.append((f"{name}#{c.provenance.record}", c))
+        files = [dict(f) for f in self.files] or [{"name": n, "verdict": None} for n, _ in self.items[:first]]
+        files[k]["name"] = self.items[k][0]
+        files += [{"name": n, "verdict": None} for n, _ in self.items[first:]]
+        self.files = files
+        self._queue.extend(i for i in range(first, len(self.items)) if i < MAX_VERDICT_FILES)
 
     def state(self, k: int | None = None) -> Any:
         """The :class:`~forensics.analysis.explore.ExploreState` of file ``k`` (default: the one shown)."""
