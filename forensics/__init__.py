@@ -21,8 +21,8 @@ Tensors in memory work as well as files: ``fingerprint``, ``summarize`` and ``as
 A batch (``[B, T]`` ``input_ids`` with ``attention_mask``) or a many-sample file is B samples: ``load_all`` and
 ``as_captures`` give them, ``fingerprint``/``summarize`` return one result per sample, commands name them ``FILE#i``.
 
-Verbs: load, load_all, as_capture, as_captures, read_ids, iter_files, summarize, fingerprint, audit, probe, scan, report, capture,
-explore.
+Verbs: load, load_all, as_capture, as_captures, read_ids, iter_files, summarize, fingerprint, audit, probe, scan,
+report, capture, explore.
 Every bad input raises one ``ForensicsError`` naming the file (or ``<in memory>``).
 """
 
@@ -31,8 +31,8 @@ from __future__ import annotations
 from forensics.errors import ForensicsError
 
 __version__ = "0.1.0"
-__all__ = ["ForensicsError", "load", "load_all", "as_capture", "as_captures", "read_ids", "iter_files", "summarize", "fingerprint", "audit",
-           "report", "scan", "probe", "capture", "explore", "__version__"]
+__all__ = ["ForensicsError", "load", "load_all", "as_capture", "as_captures", "read_ids", "iter_files", "summarize",
+           "fingerprint", "audit", "report", "scan", "probe", "capture", "explore", "__version__"]
 
 _LAZY = {
     "load": ("forensics.io.formats", "load"),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -282,6 +282,15 @@ class CaptureStats:
 
     def _repr_html_(self) -> str:
         return render(self, "html")
+
+
+@overload
+def summarize(capture: Capture, input_ids: None = None, attention_mask: None = None) -> CaptureStats: ...
+
+
+@overload
+def summarize(capture: Any, input_ids: Any = None, attention_mask: Any = None) -> CaptureStats | list[CaptureStats]:
+    ...
 
 
 def summarize(capture: Any, input_ids: Any = None, attention_mask: Any = None) -> CaptureStats | list[CaptureStats]:

@@ -13,7 +13,7 @@ r per slot. Every threshold is a named constant, shown next to the raw value.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
@@ -167,6 +167,18 @@ class Fingerprint:
 
 # ----------------------------------------------------------------------------------------- expected list
 # ---------------------------------------------------------------------------------------------- signals
+@overload
+def fingerprint(capture: Capture, layers: Any = None, model: Any = None, num_layers: int | None = None,
+                expected_source: str | None = None, claims: Claims | None = None, input_ids: None = None,
+                attention_mask: None = None) -> Fingerprint: ...
+
+
+@overload
+def fingerprint(capture: Any, layers: Any = None, model: Any = None, num_layers: int | None = None,
+                expected_source: str | None = None, claims: Claims | None = None, input_ids: Any = None,
+                attention_mask: Any = None) -> Fingerprint | list[Fingerprint]: ...
+
+
 def fingerprint(capture: Any, layers: Any = None, model: Any = None,
                 num_layers: int | None = None, expected_source: str | None = None,
                 claims: Claims | None = None, input_ids: Any = None,
