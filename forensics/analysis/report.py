@@ -37,13 +37,13 @@ from forensics.findings import (
     sort_findings,
     worst_outcome,
 )
+from forensics.io.formats import format_of_trainer
 from forensics.jsonable import json_safe
 from forensics.layers import r_label
 from forensics.models.draft import has_weights
 
 MAX_ANALYSED_FILES = 64  # files fingerprinted one by one; a larger dataset is summarised by `forensics.scan`
 OUTCOMES = ("fail", "cannot tell", "warn", "pass", "info")  # a slot's outcome words, worst first
-TRAINER_FORMATS = {"speculators-v1": "speculators-v1", "speculators": "speculators", "specforge": "specforge"}
 # fingerprint ``decided_by`` names → the evidence signals that carry its number, best first
 DECIDED_ALIASES = {"exact": ("ladder_match", "exact_embedding", "exact_gamma")}
 TOKEN_TEXT_CHARS = 64  # a token's text is kept cut to this many characters + "…" (a hostile tokenizer's
@@ -358,7 +358,7 @@ def training_files(files: list[FileReport], trainer: str | None) -> list[FileRep
     format most files share; never simply the first file found.
     """
     ok = [f for f in files if f.error is None and f.capture is not None]
-    want = TRAINER_FORMATS.get(trainer or "")
+    want = format_of_trainer(trainer)
     if want:
         chosen = [f for f in ok if f.capture.format == want]
         if chosen:
