@@ -91,6 +91,9 @@ def load(path: str | os.PathLike, input_ids=None, record: int | None = None) -> 
     if not os.path.exists(path):
         raise ForensicsError("no such file", path=path)
     ids = _outside_ids(input_ids, path)
+    from forensics.io.sigbus import watch
+
+    watched = watch(path)  # before the first read: a change from here on is caught by cap.check_unchanged()
     kind = sniff(path)
     if kind == "zip" and is_npz(path):
         kind = "npz"
@@ -129,6 +132,8 @@ def load(path: str | os.PathLike, input_ids=None, record: int | None = None) -> 
         raise ForensicsError(f"record {record} asked for, but a {cap.format} file holds one sample", path=path)
     _apply_outside_ids(cap, ids)
     _apply_sidecars(cap)
+    cap.provenance.watch = watched
+    cap.check_unchanged()
     return cap
 
 
