@@ -46,7 +46,7 @@ from forensics.errors import ForensicsError, escape
 _SA_SIGINFO = 4
 _SI_CODE_OFFSET = 8  # siginfo_t.si_code: > 0 for a fault the kernel raised, <= 0 for a signal someone sent
 _SI_ADDR_OFFSET = 16  # siginfo_t: si_signo, si_errno, si_code, padding, then the union (si_addr) on 64-bit Linux
-_PROT_READ = 1
+_PROT_READ, _PROT_WRITE = 1, 2
 _MAP_SHARED, _MAP_PRIVATE, _MAP_FIXED, _MAP_ANONYMOUS = 0x01, 0x02, 0x10, 0x20
 _EMPTY_NAME = "hsf-truncated"  # the empty memfd mapped over a range after its error was raised
 EXIT_CODE = 2  # bad input, as every one-line error of the CLI
@@ -228,6 +228,11 @@ def _recover(ctypes: Any, info: int) -> tuple[tuple[int, int], str, str] | None:
             _hand_back()
             return None
         start, end, offset, path, ino, writable = hit
+        if path is None:  # zeroed by another thread's fault while this one waited for the GIL: reads fine now
+            done = next((v for (a, b), v in _zeroed.items() if a <= addr < b), None)
+            if done is None:
+                _hand_back()
+            return done
         page = os.sysconf("SC_PAGE_SIZE")
         again = next(((a, b) for a, b in _poisoned if a <= addr < b), None)
         if again is not None and path is not None and path.startswith(f"/memfd:{_EMPTY_NAME}"):
@@ -278,13 +283,16 @@ def _key_of(path: str | None, ino: int) -> tuple[int, int] | None:
 
 def _map_over(first: int, end: int, fd: int) -> bool:
     """``[first, end)`` replaced by zero pages (``fd`` -1) or by a shared mapping of the empty file ``fd``."""
-    flags = _MAP_FIXED | (_MAP_PRIVATE | _MAP_ANONYMOUS if fd < 0 else _MAP_SHARED)
-    return bool(_state["libc"].mmap(first, end - first, _PROT_READ, flags, fd, 0) == first)
+    flags = _MAP_FIXED | (_MAP_PRIVATE | _MAP_ANONYMOUS if fd < 0 else _MAP_PRIVATE)
+    # private and writable as torch.load(mmap=True)'s own copy-on-write mapping: a write to the range changes
+    # this process's copy only, never the empty file, and never faults as a write to a read-only page would
+    return bool(_state["libc"].mmap(first, end - first, _PROT_READ | _PROT_WRITE, flags, fd, 0) == first)
 
 
 def _mapping_of(addr: int) -> tuple[int, int, int, str | None, int, bool] | None:
     """``(start, end, file offset, path, inode, writable)`` of the mapping holding ``addr`` (path None when it is
-    not a file: anonymous, heap, stack), from /proc/self/maps; None when no mapping holds it."""
+    not a file: anonymous, heap, stack; writable: a shared mapping whose writes reach the file, which a full
+    filesystem faults), from /proc/self/maps; None when no mapping holds it."""
     with open("/proc/self/maps", "rb") as f:
         for line in f:
             parts = line.split(maxsplit=5)
@@ -293,7 +301,7 @@ def _mapping_of(addr: int) -> tuple[int, int, int, str | None, int, bool] | None
             lo, hi = (int(x, 16) for x in parts[0].split(b"-"))
             if not lo <= addr < hi:
                 continue
-            writable = b"w" in parts[1]
+            writable = b"w" in parts[1] and b"s" in parts[1]  # shared and writable: writes reach the file
             path = parts[5].rstrip(b"\n") if len(parts) == 6 else b""
             if path.startswith(b"/memfd:"):
                 return lo, hi, int(parts[2], 16), os.fsdecode(path), int(parts[4]), writable
