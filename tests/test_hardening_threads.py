@@ -213,7 +213,7 @@ def test_truncation_by_another_process_while_threads_compute(tmp_path):
     files = [v1_file(tmp_path / f"data_{i}.pt") for i in range(4)]
     want = files[0][1]
     pristine = [f.read_bytes() for f, _ in files]
-    for trial in range(3):
+    for _trial in range(3):
         for (f, _), b in zip(files, pristine, strict=True):
             f.write_bytes(b)
         # every file has the same seed, so the same statistics

@@ -104,7 +104,7 @@ class Watch:
             return  # gone (deleted or renamed away): a mapping still holds the pages, a fault is counted above
         if (st.st_dev, st.st_ino) == self.key and (st.st_size, st.st_mtime_ns) != (self.size, self.mtime_ns):
             what = f"changed size while being read (was {self.size} bytes, now {st.st_size})" \
-                if st.st_size != self.size else "was rewritten in place while being read (its modification time changed)"
+                if st.st_size != self.size else "was rewritten in place while being read (its mtime changed)"
             raise FileChangedSize(f"{what}; nothing computed from it is used", path=self.path)
 
 
