@@ -189,8 +189,7 @@ def _install_native() -> None:
         _state["previous"] = old  # what a fault that is not ours is handed to
         _state["default"] = SigAction()  # SIG_DFL: a handler chain that hands a fault back to us ends there
     _state["handed_back"] = False
-    SigAction = _state["SigAction"]
-    new = SigAction()
+    new = _state["SigAction"]()
     new.handler = _state["ours"]
     new.flags = _SA_SIGINFO
     if _state["libc"].sigaction(signal.SIGBUS, ctypes.byref(new), None) != 0:
@@ -239,11 +238,11 @@ def _recover(ctypes: Any, info: int) -> tuple[tuple[int, int], str, str] | None:
             first, end = again  # read again after an error was raised for it: zeros again, counted again
             key, path, message = _poisoned.pop(again)
         else:
-            key = _key_of(path, ino)
-            if key is None or writable:  # not a file hsf mapped, or a write fault (a full tmpfs): not ours
+            found = _key_of(path, ino)
+            if found is None or path is None or writable:  # not a file hsf mapped, or a write fault: not ours
                 _hand_back()
                 return None
-            assert path is not None
+            key = found
             for table in (_zeroed, _poisoned):  # a new mapping reuses the addresses of an unmapped one
                 for a, b in [r for r in table if r[0] < end and r[1] > start]:
                     table.pop((a, b))
