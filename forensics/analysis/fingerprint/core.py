@@ -302,6 +302,7 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
     find_duplicates(fp, tensors)
     fp.findings += judge(fp, claims)
     share_identical_labels(fp, groups)
+    capture.check_unchanged()  # nothing read from a file truncated or rewritten meanwhile reaches the verdict
     return fp
 
 

@@ -152,6 +152,9 @@ def load(path: str | os.PathLike, input_ids=None, record: int | None = None) -> 
     record = rec if record is None else record
     _check_file(path)
     ids = _outside_ids(input_ids, path)
+    from forensics.io.sigbus import watch
+
+    watched = watch(path)  # before the first read: a change from here on is caught by cap.check_unchanged()
     container, content = open_container(path)
     fmt = first_match(container, content)
     if fmt is None:
@@ -161,6 +164,8 @@ def load(path: str | os.PathLike, input_ids=None, record: int | None = None) -> 
         raise ForensicsError(f"record {record} asked for, but a {cap.format} file holds one sample", path=path)
     _apply_outside_ids(cap, ids)
     _apply_sidecars(cap, fmt)
+    cap.provenance.watch = watched
+    cap.check_unchanged()
     return cap
 
 
