@@ -152,6 +152,7 @@ class FindingKind(StrEnum):
     PROBE_FEW_POSITIONS = "probe_few_positions"
     PROBE_VOCAB_MISMATCH = "probe_vocab_mismatch"
     PROBE_NO_ENGINE_IDS = "probe_no_engine_ids"
+    DRAFT_COLLAPSED = "draft_collapsed"
     # ---- stamp / verify (a file against the identity recorded when it was captured) ----
     STAMP_DRIFT = "stamp_drift"
     STAMP_SHAPE = "stamp_shape"
@@ -278,6 +279,8 @@ _MEANINGS: dict[FindingKind, str] = {
     FindingKind.PROBE_FEW_POSITIONS: "too few positions scored for a stable ranking",
     FindingKind.PROBE_VOCAB_MISMATCH: "the model's vocabulary differs from the draft's target vocabulary",
     FindingKind.PROBE_NO_ENGINE_IDS: "the best wiring cannot be written as engine ids (L unknown or slots without r)",
+    FindingKind.DRAFT_COLLAPSED: "every wiring and both controls reach acceptance length <= 1.1: the draft is "
+                                 "broken whatever it is fed (TensorRT-LLM#18905: a collapsed drafter scored 1.09)",
     FindingKind.STAMP_DRIFT: "a slot's values no longer match the checksum its stamp recorded (changed, swapped, "
                              "re-encoded)",
     FindingKind.STAMP_SHAPE: "the file has another number or shape of slots than its stamp recorded",

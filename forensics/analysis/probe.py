@@ -60,6 +60,10 @@ TOPK = 5  # top-k agreement: the verifier's token among the draft's k best guess
 STEPS = 3  # draft tokens per chain (vLLM's acceptance tests pin k = 3)
 Z95 = 1.96  # Wilson interval z for the top-1 agreement's 95 % CI
 MIN_POSITIONS = 200  # fewer scored positions than this: warn that the ranking is noisy
+# Acceptance length at or below which a draft is dead: a draft that drafts nothing scores 1.0; TensorRT-LLM's
+# acceptance references (#18905) note a drafter whose slots collapse scoring 1.09 with every accuracy gate green,
+# while correctly wired EAGLE-3 drafts there score 2.03 (Qwen3-4B) to 2.89 (GPT-OSS).
+COLLAPSED_LENGTH = 1.1
 ENGINE_PLANS = (("vllm", None), ("sglang", "pre-25454"), ("sglang", "post-25454"), ("speculators", None),
                 ("specforge", None))
 _TRAINERS = {"speculators-v1": "speculators-v1", "speculators": "speculators", "specforge": "specforge"}
@@ -71,6 +75,7 @@ KIND_FEW_POSITIONS = FindingKind.PROBE_FEW_POSITIONS
 KIND_NO_INTERVAL = FindingKind.PROBE_NO_INTERVAL
 KIND_VOCAB = FindingKind.PROBE_VOCAB_MISMATCH
 KIND_NO_ENGINE_IDS = FindingKind.PROBE_NO_ENGINE_IDS
+KIND_COLLAPSED = FindingKind.DRAFT_COLLAPSED
 
 
 def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
@@ -470,7 +475,10 @@ def _decide(rows: list[ProbeRow], by_label: dict[str, Wiring], u: _Units, served
         d, ci = _diff(u, wb, by_label[c.label])
         if ci is None or ci[0] <= 0:
             near.append(f"{c.label} {c.acceptance_length:.2f} (difference {_fmt_diff(d, ci)})")
-    if near and u.count >= 2:
+    collapsed = _collapsed(best, ctrls, u)
+    if collapsed is not None:
+        found.append(collapsed)
+    elif near and u.count >= 2:
         found.append(Finding(KIND_NEAR_CONTROLS, Severity.WARN, message=(
             f"the best wiring {best.label} ({best.acceptance_length:.2f}) is not clearly above the control(s) "
             f"{'; '.join(near)}: the draft, not the wiring, is the problem")))
@@ -494,6 +502,26 @@ def _decide(rows: list[ProbeRow], by_label: dict[str, Wiring], u: _Units, served
     else:
         verdict = Verdict.PASS
     return verdict, found
+
+
+def _collapsed(best: ProbeRow, ctrls: list[ProbeRow], u: _Units) -> Finding | None:
+    """``draft_collapsed`` (FAIL) when the draft is dead whatever its wiring: the best wiring's whole 95 %
+    interval and both controls at acceptance length ``<= COLLAPSED_LENGTH``. The interval, not the point: the
+    sample draft (a small working one) scores 1.09–1.32 on single ~100-token files against the next token, with
+    intervals reaching 1.16–1.46; a randomly initialised draft scores 1.00 [1.00, 1.01] on the same data."""
+    ci = best.acceptance_length_ci
+    if not ctrls or ci is None or u.count < 2 or ci[1] > COLLAPSED_LENGTH \
+            or any(c.acceptance_length > COLLAPSED_LENGTH for c in ctrls):
+        return None
+    ctl = ", ".join(f"{c.control} control {c.acceptance_length:.2f}" for c in ctrls)
+    return Finding(KIND_COLLAPSED, Severity.FAIL, message=(
+        f"the draft is collapsed: its best wiring {best.label} reaches acceptance length "
+        f"{best.acceptance_length:.2f} [{ci[0]:.2f}, {ci[1]:.2f}], the {ctl}: all at or below {COLLAPSED_LENGTH} "
+        "(a draft that drafts nothing scores 1.0), so no wiring fixes it; check the draft itself (untrained or "
+        "diverged, weights that did not load)"),
+        evidence={"best": best.wiring, "best_length": best.acceptance_length, "best_interval": list(ci),
+                  "controls": {str(c.control): c.acceptance_length for c in ctrls},
+                  "threshold": COLLAPSED_LENGTH})
 
 
 def _served_cost(rows: list[ProbeRow], served: list | None, why: str, engine: str, version: str | None,
