@@ -128,3 +128,34 @@ def test_a_malformed_stamp_is_a_finding_not_an_unreadable_file(sample_data, tmp_
                                                                                          "slots": "x"}}) + "\n")
     fp = fingerprint(str(path))
     assert [f.kind for f in fp.findings if f.kind.startswith("stamp")] == ["stamp_unreadable"]
+
+
+@pytest.mark.parametrize("command", ["inspect", "probe", "audit", "report"])
+def test_every_reading_command_fails_an_edited_stamped_file(stamped, sample_data, tmp_path, command, capsys):
+    """inspect, probe, audit and the report check the stamp too (a FAIL naming it, exit 1); the untouched copy
+    gets no stamp finding; ``--no-stamp-check`` skips it."""
+    clean, edited = stamped("speculators_v1")
+    draft = str(sample_data / "draft_eagle3")
+
+    def argv(path):
+        folder = str(path.parent)
+        return {"inspect": ["inspect", str(path)],
+                "probe": ["probe", "--draft", draft, "--data", folder],
+                "audit": ["audit", "--data", str(path), "--draft", draft, "--trainer", "speculators-v1"],
+                "report": ["report", str(path), "-o", str(tmp_path / f"{path.parent.parent.name}.html")]}[command]
+
+    def stamp_kinds(args) -> tuple[int, list]:
+        rc = main([*args, "--json"])
+        doc = json.loads(capsys.readouterr().out)
+        if command == "report":  # the JSON is a summary; the HTML lists each file's findings and its stamp cell
+            html = open(doc["output"], encoding="utf-8").read()
+            return rc, ["stamp_drift"] if "CHANGED SINCE STAMPING" in html and "stamp_drift" in html else []
+        found = doc.get("findings") or []
+        for e in doc.get("files") or []:
+            found = found + (e.get("findings") or [])
+        return rc, sorted(f["kind"] for f in found if f["kind"].startswith("stamp"))
+
+    rc, kinds = stamp_kinds(argv(edited))
+    assert kinds == ["stamp_drift"] and rc == 1, (rc, kinds)
+    assert stamp_kinds(argv(clean))[1] == []
+    assert stamp_kinds([*argv(edited), "--no-stamp-check"])[1] == []

@@ -546,7 +546,7 @@ def _served_cost(rows: list[ProbeRow], served: list | None, why: str, engine: st
 def probe(draft: str | os.PathLike | Draft, data: Any, candidates: str | list = "auto", model: Any = None,
           topk: int = TOPK, max_samples: int | None = None, use_loss_mask: bool = False,
           progress: Callable[[int, int], None] | None = None, steps: int = STEPS, engine: str | None = None,
-          engine_version: str | None = None, draft_cost: float = DRAFT_COST) -> ProbeResult:
+          engine_version: str | None = None, draft_cost: float = DRAFT_COST, stamp_check: bool = True) -> ProbeResult:
     """Rank candidate wirings of ``draft`` by the acceptance length of greedy chain drafting on capture ``data``.
 
     Args:
@@ -568,6 +568,8 @@ def probe(draft: str | os.PathLike | Draft, data: Any, candidates: str | list = 
         engine, engine_version: the serving engine whose wiring (resolved from the draft config as the audit
             does) is compared with the best, in acceptance length and expected speed-up.
         draft_cost: the draft's cost per token over the target's (the speed-up's cost model).
+        stamp_check: check each stamped capture file's stamp against its values (default): a file changed since
+            it was stamped is a ``stamp_drift`` FAIL (the probe scored data that is not what was stamped).
     """
     _check_options(topk, max_samples, steps, draft_cost)
     d = draft if isinstance(draft, Draft) else load_draft(draft)
@@ -608,6 +610,14 @@ def probe(draft: str | os.PathLike | Draft, data: Any, candidates: str | list = 
     rows.sort(key=lambda r: (r.control is not None, ["shift", "random"].index(r.control) if r.control else 0,
                              -r.acceptance_length, -r.top1, -r.topk))
     verdict, findings = _decide(rows, by_label, u, served, engine)
+    if stamp_check:
+        from forensics.analysis.stamp import check_in_read
+
+        for cap in caps:
+            sc = check_in_read(cap)
+            findings += [] if sc is None else sc.findings
+        if any(f.severity is Severity.FAIL for f in findings):
+            verdict = Verdict.FAIL
     best = rows[0]
     res_ids, why_no_ids = _ids_per_engine(best.wiring, L, arch)
     findings += [Finding(KIND_NO_ENGINE_IDS, Severity.INFO, message=m) for m in why_no_ids]
