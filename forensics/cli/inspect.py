@@ -39,6 +39,9 @@ def run(args) -> int:
         entry = st.to_dict()
         # zero blocks, rows ≠ ids, shifts, foreign rows; zero/NaN rows found from the statistics' norms
         found = check_rows(cap, norms=[s.norms for s in st.slots]).findings
+        from forensics.analysis.loss_mask import capture_loss_mask_findings
+
+        found = found + capture_loss_mask_findings(cap)  # a stored loss mask against the chat turns
         if args.stamp_check:  # the file's stamp against the slots just read
             from forensics.analysis.stamp import check_in_read
 

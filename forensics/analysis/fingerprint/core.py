@@ -246,6 +246,7 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
                  expected_source: str | None, claims: Claims | None, stamp_check: bool = True) -> Fingerprint:
     from forensics.analysis.fingerprint.depth import DistanceSample, angular_distance_sample
     from forensics.analysis.fingerprint.verdicts import judge
+    from forensics.analysis.loss_mask import capture_loss_mask_findings
     from forensics.analysis.rows import check_rows
     from forensics.analysis.stamp import check_in_read, stamp_claims
 
@@ -271,6 +272,7 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
         findings = [f for f in findings if f.kind not in (FindingKind.ALL_ZERO, FindingKind.OVERFLOW)] + [
             f for f in _anomalies(capture, st_all)[0] if f.kind in (FindingKind.ALL_ZERO, FindingKind.OVERFLOW)]
     findings += rows.findings
+    findings += capture_loss_mask_findings(capture, model)  # a stored loss mask against the chat turns
     if stamp is not None:
         findings += stamp.findings
     drop = sorted({0} | {p for s in st.slots for p in s.sinks} | bad_rows)

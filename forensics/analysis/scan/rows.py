@@ -225,8 +225,18 @@ def _fill(row: dict, path: str, use_fingerprint: bool, layers: Any = None, row_c
                                     "message": x.message, "evidence": x.evidence})
     if not any(x["kind"] == "duplicate" for x in row["findings"]):
         row["findings"].extend(_duplicates(st.slots))
-    if stamp_check and fp is None:  # a fingerprint checked the stamp already, on the tensors it read
-        row["findings"].extend(_stamp_findings(cap))
+    if fp is None:  # a fingerprint made these already
+        row["findings"].extend(_loss_mask_findings(cap))
+        if stamp_check:
+            row["findings"].extend(_stamp_findings(cap))
+
+
+def _loss_mask_findings(cap: Any) -> list[dict]:
+    """The stored loss mask against the chat turns its tokenizer's template marks (nothing without both)."""
+    from forensics.analysis.loss_mask import capture_loss_mask_findings
+
+    return [{"kind": x.kind.value, "severity": x.severity.value, "slots": [], "message": x.message,
+             "evidence": x.evidence} for x in capture_loss_mask_findings(cap)]
 
 
 def _stamp_findings(cap: Any) -> list[dict]:
