@@ -498,7 +498,8 @@ def stamp_claims(rec: dict | None, base: Any = None):
     ``base``'s claim (the sidecar's or the format's). None when the stamp records no r."""
     from forensics.analysis.claims import Claim, Claims, ClaimSource
 
-    slots = (rec or {}).get("slots") or []
+    rec = rec or {}
+    slots = rec.get("slots") or []
     rs = [_r_or_none(x.get("r")) for x in slots]
     if not any(r is not None for r in rs):
         return None
