@@ -270,6 +270,7 @@ def _record(path: str, rel: str, opts: dict) -> tuple[dict, list, list[str]]:
         slots.append(st.slot_record(t, s.name, r, None if r is None else r_label(r), str(s.dtype)))
         if r == 0 and embed is None:
             embed = st.embed_rows(t, cap.input_ids)
+    cap.check_unchanged()  # truncated under its map or rewritten in place while read: not stamped
     rec = st.build_record(slots, cap.input_ids, embed, fmt=cap.format,
                           producer=opts["producer"] or meta.get("tool") or cap.declared_convention,
                           convention=opts["convention"] or meta.get("convention") or cap.declared_convention,
@@ -367,6 +368,7 @@ def compare(cap, rec: dict, arrays: list | None = None) -> FileCheck:
             drift.append(SlotDrift(i, cap.slots[i].name, x.get("label"), "changed", None, smed, med,
                                    f"slot {i} (stamped {lab}) changed: median row norm {med:.4g} vs stamped "
                                    f"{smed:.4g} ({rel:+.1f} %), matching no stamped slot (another layer?)"))
+    cap.check_unchanged()  # a checksum of pages lost to a truncation is no evidence either way: an error row
     tok = rec.get("tokens") or {}
     notes = []
     if tok.get("checksum") and st.token_checksum(cap.input_ids) != tok["checksum"]:

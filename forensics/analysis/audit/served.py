@@ -160,6 +160,8 @@ def compare_served(data: Any, trained: TrainedSide, served: Any, use_fingerprint
         cos = np.array([[c for c, _, _ in row] for row in pairs])
         rel = np.array([[r for _, r, _ in row] for row in pairs])
         differ = [[d for _, _, d in row] for row in pairs]
+    for c in (*tcaps, *scaps):  # nothing read from a file truncated or rewritten meanwhile is compared
+        c.check_unchanged()
     s_fps = (fingerprint_slots(s0, model, stamp_check)[0] if use_fingerprint else None) or [{} for _ in s0.slots]
     t_status = list(trained.slots_status or [])
     t_roles = trained.roles or [None] * n_train

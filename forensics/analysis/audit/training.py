@@ -15,10 +15,9 @@ from forensics.analysis.audit.parts import TrainedSide
 from forensics.errors import ForensicsError
 from forensics.findings import Finding, FindingKind, Severity, Verdict
 from forensics.io.capture import Capture
+from forensics.io.formats import trainer_of
 from forensics.layers import FINAL_POST, parse_r, r_label
 from forensics.models import conventions as cv
-
-FORMAT_TRAINER = {"speculators-v1": "speculators-v1", "speculators": "speculators", "specforge": "specforge"}
 
 
 def first_capture(data: Any) -> Capture:
@@ -149,7 +148,7 @@ def training_side(data: Any, trainer: str | None, draft_info, L: int | None, use
         roles = [f["role"] for f in (fingerprint_slots(cap, model, stamp_check)[0] or [])] if use_fingerprint \
             else []
         source = f"{cap.format} capture {cap.path}"
-        native = FORMAT_TRAINER.get(cap.format)
+        native = trainer_of(cap.format)
         if trainer and native and cv.canonical_system(trainer) != cv.canonical_system(native):
             findings.append(Finding(FindingKind.TRAINER_VS_FORMAT, Severity.WARN, [],
                                     f"--trainer {trainer} but the data is in "

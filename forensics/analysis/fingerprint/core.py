@@ -86,7 +86,9 @@ class SlotFingerprint:
     depth_fraction: float | None = None
     label: str | None = None
     r_exact: R | None = None
-    decided_by: str = ""
+    decided_by: str = ""  # what decided the role, in words ("order (rank among layer slots) + sink, lowest norm")
+    decided_signal: str = ""  # the same as data: the deciding signal ("exact", "order", "normalizes", …)
+    decided_detail: str = ""  # and what else it rests on ("sink, lowest norm"), "" when nothing
     evidence: list[Evidence] = field(default_factory=list)
     claim: Claim | None = None  # the claim checked for this slot (with its source)
     verdict: Verdict | None = None  # PASS / FAIL / CANNOT TELL of that claim; None: nothing claimed
@@ -315,6 +317,7 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
     find_duplicates(fp, tensors)
     fp.findings += judge(fp, claims)
     share_identical_labels(fp, groups)
+    capture.check_unchanged()  # nothing read from a file truncated or rewritten meanwhile reaches the verdict
     return fp
 
 
@@ -490,6 +493,8 @@ def _slot_fingerprints(sig: _Signals, r_exact: list[R | None], L: int | None, or
         emb_i = ex == 0 if ex is not None else sig.is_embed[i]
         post_i = ex == FINAL_POST if ex is not None else sig.is_post[i]
         frac: float | None
+        signal: str | None = None  # the deciding signal, when the words say more than its name
+        detail = ""
         if emb_i:
             role, conf, frac = "embedding", max(sig.embed_score[i], 0.99 if ex == 0 else 0), 0.0
             why = "exact" if ex == 0 else "dup_rows" if sig.embed_score[i] >= 0.9 else "norm_level"
@@ -508,11 +513,12 @@ def _slot_fingerprints(sig: _Signals, r_exact: list[R | None], L: int | None, or
             role = next(b for t, b in BANDS if frac < t)
             if len(ranked) == 1:
                 role = "late" if late_signature(s) else "middle" if has_sink(s) else "early"
-            conf, why = 0.4 + 0.2 * order_conf, "order (rank among layer slots)"
+            conf, why, signal = 0.4 + 0.2 * order_conf, "order (rank among layer slots)", "order"
             if role == "late" and late_signature(s):
-                conf, why = conf + 0.2, why + " + tight sinkless spread"
+                conf, detail = conf + 0.2, "tight sinkless spread"
             elif role == "early" and has_sink(s) and pos == 0:
-                conf, why = conf + 0.1, why + " + sink, lowest norm"
+                conf, detail = conf + 0.1, "sink, lowest norm"
+            why = why + (f" + {detail}" if detail else "")
         r_est: Any = None
         if role == "embedding":
             r_est = 0
@@ -524,5 +530,6 @@ def _slot_fingerprints(sig: _Signals, r_exact: list[R | None], L: int | None, or
             r_est = int(round(frac * L)) if L else round(frac, 3)
         sfs.append(SlotFingerprint(index=s.index, name=s.name, role=role, confidence=round(float(conf), 3),
                                    depth_rank=order.index(i), r_estimate=r_est, depth_fraction=frac,
-                                   r_exact=r_exact[i], decided_by=why, evidence=sig.ev[i]))
+                                   r_exact=r_exact[i], decided_by=why, decided_signal=signal or why,
+                                   decided_detail=detail, evidence=sig.ev[i]))
     return sfs

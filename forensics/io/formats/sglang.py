@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from forensics.errors import ForensicsError
 from forensics.io.formats._common import build, provenance, tensor_slot
+from forensics.io.formats.base import CaptureFormat, Request
 from forensics.layers import FINAL_POST
 
 NAME = "sglang"
@@ -50,7 +51,8 @@ def _flatten(rows: list, path: str) -> list[list[float]]:
     return out
 
 
-def read(doc, path: str, record: int = 0, input_ids=None):
+def read(doc, req: Request):
+    path, record, input_ids = req.path, req.record, req.input_ids
     import torch
 
     items = samples(doc)
@@ -82,3 +84,6 @@ def read(doc, path: str, record: int = 0, input_ids=None):
     cap = build([slot], ids, None, prov)
     cap.meta.update(records=n, record=record)
     return cap
+
+
+FORMAT = CaptureFormat(NAME, ("json",), match, read)
