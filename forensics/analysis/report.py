@@ -454,7 +454,7 @@ def training_files(files: list[FileReport], trainer: str | None) -> list[FileRep
     return [f for f in ok if f.capture.format == best]
 
 
-def _analyse(path: str, layers: Any, model: Any, errors: list[ReportError]) -> FileReport:
+def _analyse(path: str, layers: Any, model: Any, errors: list[ReportError], stamp_check: bool = True) -> FileReport:
     """Load one capture, fingerprint it, and keep what the report needs."""
     from forensics.analysis.stats import summarize
     from forensics.io.formats import load
@@ -467,7 +467,7 @@ def _analyse(path: str, layers: Any, model: Any, errors: list[ReportError]) -> F
 
     fp = None
     try:
-        fp = fingerprint(cap, layers=layers, model=model)
+        fp = fingerprint(cap, layers=layers, model=model, stamp_check=stamp_check)
     except FileChangedSize as e:  # the file itself went away under us: unreadable, not a failing section
         return FileReport(path=path, error=error_text(e))
     except ForensicsError as e:  # a failing section is listed in the report, not fatal (the message names the file)
@@ -497,7 +497,8 @@ def _argv(paths: list[str], settings: dict, scan: Any) -> list[str]:
 def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None, engine: str | None = None,
            engine_version: str | None = None, trainer: str | None = None, target_config: Any = None,
            served: Any = None, scan: Any = None, title: str | None = None,
-           progress: Callable[[str, int, int], None] | None = None, input_ids: Any = None) -> ReportResult:
+           progress: Callable[[str, int, int], None] | None = None, input_ids: Any = None,
+           stamp_check: bool = True) -> ReportResult:
     """Analyse capture files/directories: fingerprints, the wiring audit, the draft probe, the dataset scan.
 
     Args:
@@ -510,6 +511,8 @@ def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,
         scan: a ``ScanResult`` to include, or ``True`` to scan the paths.
         title: the report title (kept for the view and the regenerating command).
         progress: called as ``progress(stage, done, total)`` while files are fingerprinted and the draft is probed.
+        stamp_check: check each stamped file's stamp against the values its fingerprint reads (default): a file
+            changed since stamping is a ``stamp_drift`` FAIL in its fingerprint, and its stamp cell says so.
 
     Returns:
         :class:`ReportResult`.
@@ -539,13 +542,17 @@ def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,
     skipped = len(found) - len(todo)  # beyond the cap: covered by the dataset scan, not analysed one by one
     for i, f in enumerate(todo):
         tick("fingerprint files", i, len(todo))
-        files.append(_analyse(f, layers, model, errors))
+        files.append(_analyse(f, layers, model, errors, stamp_check))
     root = os.path.commonpath([os.path.dirname(os.path.abspath(p)) for p in paths]) if paths else os.getcwd()
     for fr in files:
         fr.rel = os.path.relpath(os.path.abspath(fr.path), root)
         if fr.capture is not None:
             fr.tokens = load_tokens(fr.capture, errors)
             fr.stamp = stamp_status(fr.path)
+            checked = getattr(fr.fingerprint, "stamp", None)
+            if checked is not None and fr.stamp.get("status") == "stamped":  # the values, checked in the read
+                fr.stamp["check"] = checked.check.status
+                fr.stamp["message"] = checked.check.message
     for fr in [f for f in files if f.capture is not None][:MAX_EXPLORED_FILES]:
         fr.explore = explore_file(fr)
 
@@ -561,13 +568,14 @@ def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,
     if draft is not None and paths and has_weights(draft):
         try:
             probe_res = probe(draft, [f.capture for f in training] or paths[0], model=model, engine=engine,
-                              engine_version=engine_version,
+                              engine_version=engine_version, stamp_check=stamp_check,
                               progress=lambda done, total: tick("probe wirings × files", done, total))
         except ForensicsError as e:
             errors.append(ReportError("draft probe", error_text(e)))
     if (scan is True or (scan is None and skipped)) and paths:
         try:
-            scan_res = run_scan(paths if len(paths) > 1 else paths[0], progress=False, layers=layers)
+            scan_res = run_scan(paths if len(paths) > 1 else paths[0], progress=False, layers=layers,
+                                stamp_check=stamp_check)
         except ForensicsError as e:
             errors.append(ReportError("scan", error_text(e)))
     elif scan not in (None, False):

@@ -109,7 +109,8 @@ def scan(path: str | os.PathLike | list, workers: int = 2, out: str | os.PathLik
          fingerprint: bool | int | str | None = FINGERPRINT_FILES,
          tune_malloc: bool = True, prefetch: bool = False, progress: bool | None = None,
          on_row: Callable[[dict], None] | None = None, out_format: str | None = None,
-         file_seconds: float | None = FILE_TIME_BUDGET_S, layers: Any = None, rows: bool = True) -> ScanResult:
+         file_seconds: float | None = FILE_TIME_BUDGET_S, layers: Any = None, rows: bool = True,
+         stamp_check: bool = True) -> ScanResult:
     """Scan every capture file under ``path``; return rows, dataset summary and anomalies.
 
     Args:
@@ -136,6 +137,8 @@ def scan(path: str | os.PathLike | list, workers: int = 2, out: str | os.PathLik
             fingerprint --layers`` does; default: each file's own claims (sidecar, format).
         rows: run the row checks (:func:`forensics.analysis.rows.check_rows`: zero rows, rows ≠ ids, token
             shifts, foreign rows) on every file (default); False only to measure what they cost.
+        stamp_check: check each stamped file's stamp (``hsf stamp``) against the values its row reads (default);
+            a file changed since stamping is a ``stamp_drift`` anomaly (FAIL).
     """
     from forensics.io import validate
 
@@ -170,7 +173,7 @@ def scan(path: str | os.PathLike | list, workers: int = 2, out: str | os.PathLik
         stack.enter_context(_sigterm_as_interrupt())
         return _scan(path, items, bad, out, sink, resume, workers, dask, fingerprint, fmt,
                      {"tune_malloc": tune_malloc, "prefetch": prefetch, "file_seconds": file_seconds,
-                      "layers": layers, "rows": rows},
+                      "layers": layers, "rows": rows, "stamp_check": stamp_check},
                      progress, on_row, t_start)
 
 
