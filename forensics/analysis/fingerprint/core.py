@@ -395,7 +395,19 @@ def _exact(capture: Capture, tensors: list, model: Any, sig: _Signals, findings:
                                 "--text FILE (tokenised by --model), or input_ids= in Python"))
     for i, x in enumerate(exact.slots):
         exact_evidence(sig.ev[i], x)
-    unmatched = [i for i, x in enumerate(exact.slots) if x.ladder is not None and x.r_exact is None]
+    subs = {i: x.sublayer for i, x in enumerate(exact.slots) if x.sublayer is not None}
+    if subs:
+        findings.append(Finding(FindingKind.NOT_RESIDUAL, Severity.FAIL, sorted(subs), "; ".join(
+            f"slot {i} ({capture.slots[i].name}) is {s['name']}, not a residual-stream state: it equals that state "
+            f"of the reference forward (per-token cosine {s['cos']:.4f}, relative error {s['rel']:.3g}; the next "
+            f"nearest state, {s['runner_up_name']}, {s['runner_up_rel']:.3g})" for i, s in subs.items())
+            + ": the capture saved a sub-layer output where the residual stream was meant (sglang#39286, "
+              "nnsight#630, vllm#55423)",
+            {"slots": sorted(subs), "what": [subs[i]["what"] for i in sorted(subs)],
+             "block": [subs[i]["block"] for i in sorted(subs)], "rel": [subs[i]["rel"] for i in sorted(subs)],
+             "by": "reference"}))
+    unmatched = [i for i, x in enumerate(exact.slots) if x.ladder is not None and x.r_exact is None
+                 and x.sublayer is None]
     if unmatched:
         findings.append(Finding(FindingKind.NO_REFERENCE_MATCH, Severity.WARN, unmatched, f"slots {unmatched} equal "
                                 "no state of the reference on these input_ids (another model, other weights or "
