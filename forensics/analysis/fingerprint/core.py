@@ -254,6 +254,9 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
     # every row placed against the reference forward when there is a ladder (not streamed, ids given), else data only
     rows = check_rows(capture, full, reference=None if reference is None else reference[1],
                       norms=[s.norms for s in st_all.slots])
+    from forensics.analysis.context import check_context  # rows p..end without tokens 0..p-1 (vllm#52909)
+
+    context = check_context(capture, full, st_all.slots, rows, net=None if reference is None else reference[0].net)
     view = good_rows_view(capture, full, rows)  # statistics and order from the rows that are their tokens'
     st = st_all if view is capture else summarize(view)
     tensors = [s.tensor() for s in view.slots]
@@ -263,7 +266,7 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
     if view is not capture:  # a slot all zero or overflowing in the file, not only in its good rows
         findings = [f for f in findings if f.kind not in (FindingKind.ALL_ZERO, FindingKind.OVERFLOW)] + [
             f for f in _anomalies(capture, st_all)[0] if f.kind in (FindingKind.ALL_ZERO, FindingKind.OVERFLOW)]
-    findings += rows.findings
+    findings += rows.findings + context.findings
     drop = sorted({0} | {p for s in st.slots for p in s.sinks} | bad_rows)
     mask = sorted({d for s in st.slots for d in s.massive_dims})
     sample = angular_distance_sample(tensors, drop, mask) if k > 1 else \
