@@ -275,6 +275,46 @@ def ladder(model, input_ids, rs: list | None = None) -> dict:
     return states
 
 
+SUBLAYERS = ("attn", "mlp", "mid")  # a block's attention output, its MLP output, the residual between the two
+
+
+def sublayer_states(model, input_ids) -> dict:
+    """States ``[T, H]`` inside every block: ``("attn", b)`` the attention output, ``("mlp", b)`` the MLP output
+    and ``("mid", b)`` the residual after attention, before the MLP (the input of the post-attention norm),
+    for blocks b = 1..L (block b writes r = b).
+
+    These are what a capture path saves when it misses the residual add: an aux capture of the MLP output
+    (sglang#39286, nnsight#630: ``layer.output[0]`` on vLLM is the MLP output, the stream is ``out[0] + out[1]``)
+    or an intermediate inside a block (vllm#55423). Needs Llama-style blocks (``self_attn``, ``mlp``,
+    ``post_attention_layernorm``); a block without them is left out.
+    """
+    import torch
+
+    ids = torch.as_tensor(input_ids, dtype=torch.long).reshape(1, -1)
+    got: dict = {}
+    handles = []
+
+    def keep(key, value):
+        got[key] = (value[0] if isinstance(value, tuple) else value)[0].detach()
+
+    for i, block in enumerate(decoder_layers(model)):
+        b = i + 1
+        parts = [getattr(block, n, None) for n in ("self_attn", "mlp", "post_attention_layernorm")]
+        if any(p is None for p in parts):
+            continue
+        attn, mlp, post = parts
+        handles.append(attn.register_forward_hook(lambda _m, _a, o, b=b: keep(("attn", b), o)))
+        handles.append(mlp.register_forward_hook(lambda _m, _a, o, b=b: keep(("mlp", b), o)))
+        handles.append(post.register_forward_hook(lambda _m, a, _o, b=b: keep(("mid", b), a)))
+    try:
+        with torch.no_grad():
+            model(input_ids=ids, use_cache=False)
+    finally:
+        for h in handles:
+            h.remove()
+    return got
+
+
 # --- resolving `--model` and the memory budget ----------------------------------------------------------
 
 DEFAULT_TOKENS = 128  # exact mode runs the first T tokens of a sample (causal: the prefix decides those states)
