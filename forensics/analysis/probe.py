@@ -40,6 +40,7 @@ from forensics.analysis.probe_wirings import (
     Candidates,
     Wiring,
     auto_candidates,
+    candidate_lists,
     controls,
     merge,
     parse_candidates,
@@ -563,6 +564,14 @@ def probe(draft: str | os.PathLike | Draft, data: Any, candidates: str | list = 
             it was stamped is a ``stamp_drift`` FAIL (the probe scored data that is not what was stamped).
     """
     _check_options(topk, max_samples, steps, draft_cost)
+    if candidates != "auto":
+        candidate_lists(candidates)  # a malformed list is one line before any file is read
+    if engine_version is not None:  # an unknown version is one line, never silently "as if known"
+        if engine is None:
+            raise ForensicsError("engine_version (--engine-version) needs engine (--engine)")
+        from forensics.models.conventions import parse_version
+
+        parse_version(engine, engine_version)
     d = draft if isinstance(draft, Draft) else load_draft(draft)
     caps = _captures(data)[:max_samples] if max_samples else _captures(data)
     v = _verifier(model)
