@@ -92,7 +92,8 @@ def report_files(files: list) -> dict:
     items = []
     for f in files[:MAX_REPORT_FILES]:
         try:
-            st = explore_state(f.capture, fingerprint=f.fp, stats=f.stats)
+            st = explore_state(f.capture, fingerprint=f.fp, stats=f.stats,  # the report's token text, same tokenizer
+                               tokenizer="auto" if getattr(f, "tokenizer", None) is None else f.tokenizer)
         except ForensicsError:
             continue
         items.append((f.rel or os.path.basename(f.path), st, st.file_verdict))
