@@ -199,3 +199,59 @@ def test_ids_outside_the_vocabulary_and_another_layer_count_are_model_mismatches
     code = hsf_main(["fingerprint", str(d / "capture.pt"), "--model", str(folder)])
     assert code == 2
     _one_line(capsys.readouterr().err, "30", str(L), "capture.pt", "layers")
+
+
+# ----------------------------------------------------------------------------------- honest fixes (item 6)
+def _finding(fp, kind):
+    return next(f for f in fp.findings if str(f.kind) == kind)
+
+
+def test_off_by_one_claim_data_only_shows_both_readings_never_one_wrong_list(sample_data):
+    """``sample_data/speculators_v1`` is ``[embed, L3, L16, L28]`` (its capture.json). Claimed ids 1,4,17,29 read
+    as slots shifted give ``[embed, L1, L4, L17]``, as ids off by one the truth: data alone shows both."""
+    from forensics.analysis.fingerprint.core import fingerprint
+
+    truth = [0, 3, 16, 28]
+    fp = fingerprint(sample_data / "speculators_v1" / "data_0.pt", layers=[1, 4, 17, 29])
+    s = _finding(fp, "shifted")
+    assert s.severity.value == "fail" and s.evidence["corrected"] is None  # no single list is offered as the fix
+    assert s.evidence["readings"] == {"slots shifted": [0, 1, 4, 17], "ids off by one": truth}
+    assert "Corrected list" not in s.message and "--model decides" in s.message
+    assert "[embed, L1, L4, L17]" in s.message and "[embed, L3, L16, L28]" in s.message
+    assert fp.slots[0].label == "embed" and [sf.label for sf in fp.slots[1:]] == [None, None, None]
+    assert "L3" in fp.slots[1].verdict_why and "L1" in fp.slots[1].verdict_why
+    # the seed's claim [L3, L16, L28, L30]: only the shifted reading fits (ids - 1 would put L2 on the embedding)
+    seed = _finding(fingerprint(sample_data / "speculators_v1" / "data_0.pt", layers=[3, 16, 28, 30]), "shifted")
+    assert seed.evidence["corrected"] == truth and "readings" not in seed.evidence
+
+
+def test_off_by_one_claim_with_the_model_is_the_one_right_list(world):
+    from forensics.analysis.fingerprint.core import fingerprint
+
+    folder, cap, *_ = world  # [embed, L1, L2, final_post] of the tiny model
+    fp = fingerprint(cap, layers="L1,L2,L3,final_post", model=str(folder))
+    s = _finding(fp, "shifted")
+    assert s.evidence["corrected"] == [0, 1, 2, "final_post"] and "readings" not in s.evidence
+    assert "Corrected list: [embed, L1, L2, final_post]" in s.message
+
+
+def test_no_hint_asks_for_the_model_when_it_was_given(world, tmp_path, capsys):
+    folder, cap, *_ = world
+    noids = tmp_path / "noids.pt"
+    torch.save({"hidden_states": list(torch.load(cap)["hidden_states"])}, noids)
+    code = hsf_main(["fingerprint", str(noids), "--model", str(folder), "--expect", "embed,L1,L2,final_post"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert code == 3 and "settle with --ids FILE" in out and "settle with --model" not in out
+    code = hsf_main(["fingerprint", str(noids), "--expect", "embed,L1,L2,final_post"])  # without a model it is the hint
+    assert code == 3 and "settle with --model" in " ".join(capsys.readouterr().out.split())
+
+
+def test_exact_headline_states_its_tolerance(world, capsys):
+    from forensics.analysis.fingerprint.ladder import LADDER_MATCH_COS, LADDER_MATCH_REL
+
+    folder, cap, *_ = world
+    assert hsf_main(["fingerprint", str(cap), "--model", str(folder)]) == 0
+    head = " ".join(capsys.readouterr().out.split("\n")[:3])
+    head = " ".join(head.split())
+    assert head.startswith("IDENTIFIED [embed, L1, L2, final_post]")
+    assert f"relative error ≤ {LADDER_MATCH_REL:g}" in head and f"cosine ≥ {LADDER_MATCH_COS:g}" in head
