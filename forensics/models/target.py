@@ -581,6 +581,62 @@ def target_facts(spec: Any) -> dict:
 
 
 
+_GGUF_TOKENIZERS: dict[str, tuple[Any, str | None]] = {}
+
+
+def model_tokenizer(spec: Any) -> tuple[Any, str | None]:
+    """The tokenizer of ``--model``, for token text of captures saved without one: ``(tokenizer, None)`` or
+    ``(None, one-line reason)``; never loads weights for it.
+
+    An HF folder: its tokenizer files (:func:`forensics.io.tokenizer.load_tokenizer`, never its code; the size cap
+    applies to tokenizer files, not weights). A ``.gguf``: the vocabulary it carries (its fp32 cache folder's
+    tokenizer files once written, else the GGUF read by transformers). A loaded ``(model, tokenizer)`` pair: its
+    tokenizer. A ladder capture: the tokenizer found next to it. A bare model object carries none.
+
+    Example:
+        >>> tok, why = model_tokenizer("default")       # doctest: +SKIP
+        >>> tok.decode([504])                           # doctest: +SKIP
+        ' The'
+    """
+    from forensics.io.tokenizer import find_tokenizer, load_tokenizer
+
+    if spec is None:
+        return None, None
+    if isinstance(spec, tuple) and len(spec) == 2 and hasattr(spec[0], "config"):
+        return (spec[1], None) if spec[1] is not None else (None, "the (model, tokenizer) pair has no tokenizer")
+    try:
+        spec = resolve_model(spec)
+    except ForensicsError as e:
+        return None, str(e)
+    path = spec.path if isinstance(spec, Target) else spec
+    if not isinstance(path, (str, os.PathLike)):
+        return None, "a model object carries no tokenizer: pass (model, tokenizer) or tokenizer="
+    path = os.path.abspath(os.fspath(path))
+    if os.path.isdir(path):
+        return load_tokenizer(path, confined=False)
+    if not path.endswith(".gguf"):  # a ladder capture: the tokenizer saved beside it
+        return load_tokenizer(find_tokenizer(path))
+    folder = _cache_folder(path)
+    if os.path.isfile(os.path.join(folder, "tokenizer.json")):
+        return load_tokenizer(folder, confined=False)
+    for (p, _), (_, tok) in list(_LOADED.items()):  # the model is loaded already: its tokenizer
+        if p == path and tok is not None:
+            return tok, None
+    if path not in _GGUF_TOKENIZERS:
+        from forensics.models.folder import LOCAL_ONLY, quiet
+
+        try:
+            from transformers import AutoTokenizer
+
+            d, name = os.path.split(path)
+            with quiet():
+                _GGUF_TOKENIZERS[path] = (AutoTokenizer.from_pretrained(d, gguf_file=name, **LOCAL_ONLY), None)
+        except Exception as e:  # noqa: BLE001 - no vocabulary in the GGUF costs the token text, never the command
+            _GGUF_TOKENIZERS[path] = (None, f"{path}: cannot read the GGUF's tokenizer: {type(e).__name__}: "
+                                            f"{str(e).splitlines()[0][:200] if str(e) else ''}")
+    return _GGUF_TOKENIZERS[path]
+
+
 def tokenize(spec: Any, text: str) -> Any:
     """``text`` as the 1-D int64 token ids the model's own tokenizer gives (``tokenizer(text).input_ids``, special
     tokens as the tokenizer adds them by default, as a plain ``tokenizer(text)`` capture did).
