@@ -317,6 +317,7 @@ def _summarize(capture: Capture) -> CaptureStats:
     from forensics.io.validate import check_capture
 
     check_capture(capture)  # dtypes, shapes and ids checked at the boundary: one line, never deep inside
+    capture.check_unchanged()
     slots = []
     for s in capture.slots:
         try:
@@ -326,4 +327,5 @@ def _summarize(capture: Capture) -> CaptureStats:
         except Exception as e:  # noqa: BLE001 - a tensor we cannot reduce is bad input, not a crash
             raise ForensicsError(f"cannot compute statistics of {list(s.shape)} {short_dtype(s.dtype)}: "
                                  f"{type(e).__name__}: {str(e)[:200]}", path=capture.path, slot=s.name) from None
+    capture.check_unchanged()  # truncated under its map (any thread) or rewritten in place: no statistics of it
     return CaptureStats(capture=capture, slots=slots)

@@ -9,7 +9,9 @@ import re
 from forensics.errors import ForensicsError
 from forensics.io.formats._common import as_2d, build, lazy_slot, provenance, tensor_slot
 from forensics.io.formats._io import FLOAT_DTYPES, SAFETENSORS_DTYPES, SafetensorsFile
+from forensics.io.formats.base import CaptureFormat, Request, Sample, Writer
 from forensics.io.layout import ATTENTION_KEYS, ID_KEYS, MASK_KEYS
+from forensics.layers import FINAL_POST, r_label
 
 NAME = "generic"
 
@@ -18,11 +20,21 @@ def natural_key(s: str):
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", s)]
 
 
+def _is_numpy(obj) -> bool:
+    """A ``.npy`` array or a ``.npz`` archive's dict of arrays (numpy files are read by this format only)."""
+    if isinstance(obj, dict):
+        return bool(obj) and all(type(v).__module__ == "numpy" for v in obj.values())
+    return type(obj).__module__ == "numpy"
+
+
 def match(obj) -> bool:
+    """The fallback of every container: any safetensors or numpy file, any torch object holding tensors."""
     import torch
 
     from forensics.io.layout import to_torch
 
+    if isinstance(obj, SafetensorsFile) or _is_numpy(obj):
+        return True
     obj = to_torch(obj)
     if isinstance(obj, torch.Tensor):
         return True
@@ -32,9 +44,28 @@ def match(obj) -> bool:
                                          (isinstance(v, (list, tuple)) and v) for v in obj.values())
 
 
-def read(obj, path: str, input_ids=None):
-    """Any accepted layout (``forensics.io.layout``): a tensor, a stack, a list, a dict of named tensors. A batch
-    gives its first sample (:func:`read_samples` gives every one)."""
+def read(obj, req: Request):
+    """A safetensors file (lazily, slot by slot) or any accepted layout (``forensics.io.layout``): a tensor, a
+    stack, a list, a dict of named tensors. A ``[B, T]`` batch gives its sample ``req.record``."""
+    caps = read_all(obj, req)
+    if len(caps) == 1:
+        return caps[0]
+    if not 0 <= req.record < len(caps):
+        raise ForensicsError(f"sample {req.record} does not exist: the batch holds {len(caps)} samples "
+                             f"(0..{len(caps) - 1})", path=req.path)
+    return caps[req.record]
+
+
+def read_all(obj, req: Request) -> list:
+    """Every sample: one capture, or B for a ``[B, T]`` batch (views of the content read once)."""
+    if isinstance(obj, SafetensorsFile):
+        return read_safetensors(obj, req.path, req.input_ids)
+    return read_samples(obj, req.path, req.input_ids)
+
+
+def read_layout(obj, path: str, input_ids=None):
+    """Any accepted layout (``forensics.io.layout``): a tensor, a stack, a list, a dict of named tensors (a batch:
+    its first sample; :func:`read_samples` gives every one)."""
     return read_samples(obj, path, input_ids)[0]
 
 
@@ -62,7 +93,8 @@ def read_samples(obj, path: str, input_ids=None, attention_mask=None, fmt: str =
 
 
 def _needs_resolver(sf: SafetensorsFile, keys: list[str]) -> bool:
-    """A stack (3-D with k > 1, or 4-D) among the float tensors: read eagerly through the layout resolver."""
+    """A stack (3-D with k > 1, or 4-D) among the float tensors, or a padding mask: read eagerly through the layout
+    resolver."""
     if any(k in keys for k in ATTENTION_KEYS):  # a padded batch (or sample): its pad rows are cut by the resolver
         return True
     for k in keys:
@@ -73,7 +105,7 @@ def _needs_resolver(sf: SafetensorsFile, keys: list[str]) -> bool:
     return False
 
 
-def read_safetensors(sf: SafetensorsFile, path: str, input_ids=None):
+def read_safetensors(sf: SafetensorsFile, path: str, input_ids=None) -> list:
     import torch
 
     keys = sorted(sf.keys(), key=natural_key)
@@ -116,18 +148,30 @@ def read_safetensors(sf: SafetensorsFile, path: str, input_ids=None):
             "hidden states must be float [tokens, hidden] or [1, tokens, hidden] tensors", path=path)
     if skipped:
         notes.append(f"skipped tensors that are not float [tokens, hidden]: {skipped[:8]}")
-    return build(slots, ids, mask, provenance(path, NAME, notes=notes))
+    return [build(slots, ids, mask, provenance(path, NAME, notes=notes))]
 
 
-def write(f, input_ids, loss_mask, states: list, rs: list, metadata: dict | None = None) -> None:
+def write(f, sample: Sample) -> None:
     """Write one sample as ``hsf capture``'s own safetensors file: ``slot_<j>.<label>`` per state, ``input_ids``,
     ``loss_mask``, and the r list in the header (``"r"``) with any extra ``metadata``."""
     import json
 
     from safetensors.torch import save
 
-    from forensics.layers import r_label
+    rs = sample.r
+    tensors = {f"slot_{j}.{r_label(r)}": t for j, (r, t) in enumerate(zip(rs, sample.states, strict=True))}
+    tensors.update(input_ids=sample.input_ids, loss_mask=sample.loss_mask)
+    f.write(save(tensors, metadata={"r": json.dumps(rs), "tool": "hsf capture", **(sample.metadata or {})}))
 
-    tensors = {f"slot_{j}.{r_label(r)}": t for j, (r, t) in enumerate(zip(rs, states, strict=True))}
-    tensors.update(input_ids=input_ids, loss_mask=loss_mask)
-    f.write(save(tensors, metadata={"r": json.dumps(rs), "tool": "hsf capture", **(metadata or {})}))
+
+def sample_path(i: int) -> str:
+    return f"capture_{i}.safetensors"
+
+
+def default_r(L: int) -> list:
+    """The whole ladder: every block output and the post-norm final."""
+    return list(range(L + 1)) + [FINAL_POST]
+
+
+WRITER = Writer("safetensors", write, sample_path, convention="r", default_r=default_r, header_metadata=True)
+FORMAT = CaptureFormat(NAME, ("torch", "safetensors", "numpy"), match, read, writer=WRITER, samples=read_all)
