@@ -467,17 +467,18 @@ def training_files(files: list[FileReport], trainer: str | None) -> list[FileRep
     return [f for f in ok if f.capture.format == best]
 
 
-def _analyse(path: str, layers: Any, model: Any, errors: list[ReportError], stamp_check: bool = True
-             ) -> list[FileReport]:
+def _analyse(path: str, layers: Any, model: Any, errors: list[ReportError], stamp_check: bool = True,
+             limit: int = MAX_ANALYSED_FILES) -> tuple[list[FileReport], int]:
     """Load every sample of one file (read once: TensorRT-LLM records, SGLang objects, ``[B, T]`` batch rows, each
-    a ``FILE#i`` entry), fingerprint each, and keep what the report needs."""
+    a ``FILE#i`` entry), fingerprint the first ``limit``, and keep what the report needs; and how many samples
+    were left to the dataset scan."""
     from forensics.io.formats import load_all
 
     try:
         caps = load_all(path)
     except ForensicsError as e:
-        return [FileReport(path=path, error=error_text(e))]
-    return [_analyse_sample(cap, layers, model, errors, stamp_check) for cap in caps]
+        return [FileReport(path=path, error=error_text(e))], 0
+    return [_analyse_sample(cap, layers, model, errors, stamp_check) for cap in caps[:limit]], max(0, len(caps) - limit)
 
 
 def _analyse_sample(cap: Any, layers: Any, model: Any, errors: list[ReportError], stamp_check: bool) -> FileReport:
@@ -562,13 +563,16 @@ def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,
     skipped = len(found) - len(todo)  # beyond the cap: covered by the dataset scan, not analysed one by one
     for i, f in enumerate(todo):
         tick("fingerprint files", i, len(todo))
-        files += _analyse(f, layers, model, errors, stamp_check)
+        room = max(1, MAX_ANALYSED_FILES - len(files))  # samples of many-sample files count against the cap too
+        got, more = _analyse(f, layers, model, errors, stamp_check, room)
+        skipped += more
+        files += got
     root = os.path.commonpath([os.path.dirname(os.path.abspath(p)) for p in paths]) if paths else os.getcwd()
     for fr in files:
         fr.rel = os.path.relpath(os.path.abspath(fr.path), root)
         if fr.capture is not None:
             fr.tokens, fr.tokenizer = file_tokens(fr.capture, errors, model)
-            fr.stamp = stamp_status(fr.path)
+            fr.stamp = stamp_status(fr.capture.path)  # the file's stamp (fr.path is FILE#i for one of its samples)
             checked = getattr(fr.fingerprint, "stamp", None)
             if checked is not None and fr.stamp.get("status") == "stamped":  # the values, checked in the read
                 fr.stamp["check"] = checked.check.status

@@ -124,7 +124,7 @@ class Explorer(anywidget.AnyWidget):
                 out.append((name, caps[0]))
             else:
                 out += [(f"{name}#{c.provenance.record}", c) for c in caps]
-        return out
+        return out[:MAX_FILES]  # listed like a folder's files: at most MAX_FILES (`hsf scan` judges every one)
 
     # ----------------------------------------------------------------------------------------- one file
     def capture(self, k: int | None = None) -> Any:
@@ -151,7 +151,7 @@ class Explorer(anywidget.AnyWidget):
         """Item ``k`` held a many-sample file: it is now ``NAME#0``, the other samples are appended."""
         self.items[k] = (f"{name}#0", caps[0])
         first = len(self.items)
-        for c in caps[1:]:
+        for c in caps[1:max(1, MAX_FILES - first + 1)]:
             self.items.append((f"{name}#{c.provenance.record}", c))
         files = [dict(f) for f in self.files] or [{"name": n, "verdict": None} for n, _ in self.items[:first]]
         files[k]["name"] = self.items[k][0]
