@@ -41,7 +41,7 @@ import itertools
 from dataclasses import dataclass
 
 from forensics.errors import ForensicsError
-from forensics.layers import FINAL_POST, parse_r, r_label
+from forensics.layers import FINAL_POST, parse_layer_list, r_label
 from forensics.models.draft import ORDER_EMB_H, ORDER_H_EMB
 
 MAX_CANDIDATES = 24  # bound on the "auto" layer-list candidates (variants and controls come on top)
@@ -134,14 +134,24 @@ def auto_candidates(refs: list, k: int, declared: list | None, trainer_fc: list 
     return list(out.items())
 
 
+def _wiring(group) -> list:
+    """One candidate wiring: a layer list (``forensics.layers.parse_layer_list``, the one parser) whose items may also
+    name a stored slot (``slot2``)."""
+    items = group.replace(",", " ").split() if isinstance(group, str) else list(group)
+    items = [x for x in items if not isinstance(x, str) or x.strip()]
+    if not items:
+        parse_layer_list(items, f"--candidates wiring {str(group)[:60]!r}")  # names no layer: the one error
+    return [x.strip() if isinstance(x, str) and x.strip().startswith("slot") else
+            (parse_layer_list([x], "--candidates") or [None])[0] for x in items]
+
+
 def parse_candidates(spec, refs: list) -> Candidates:
     """Wirings given by the user: ``"0,3,16;3,16,28"``, ``"embed,L3,L16"`` or ``[[0, 3, 16], ...]``."""
     if isinstance(spec, str):
-        groups = [g for g in spec.split(";") if g.strip()]
-        spec = [[x for x in g.replace(" ", "").split(",") if x] for g in groups]
+        spec = [g for g in spec.split(";") if g.strip()]
     out = []
     for w in spec:
-        rs = [x if isinstance(x, str) and x.startswith("slot") else parse_r(x) for x in w]
+        rs = _wiring(w)
         missing = [r for r in rs if r not in refs]
         if missing:
             raise ForensicsError(f"candidate {wiring_label(rs)}: r {[r_label(m) for m in missing]} not in the data "

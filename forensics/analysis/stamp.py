@@ -26,7 +26,7 @@ from forensics.errors import ForensicsError
 from forensics.findings import Finding, FindingKind, Severity, Verdict, exit_code
 from forensics.io import stamp_store as store
 from forensics.io import stamps as st
-from forensics.layers import parse_r, r_label
+from forensics.layers import parse_layer_list, r_label
 
 NORM_MATCH_RTOL = 1e-3  # two slots' norm quantiles "match" within 0.1 % (bf16 row norms of one layer agree
 # to ~1e-6 across reads; adjacent SmolLM2 layers differ by >= 1 % in median row norm)
@@ -185,7 +185,7 @@ def _slot_rs(cap, layers, convention: str | None, layer_ids, num_layers: int | N
     notes: list[str] = []
     n = len(cap.slots)
     if layers is not None:
-        rs: list[Any] = [parse_r(x) for x in (layers.split(",") if isinstance(layers, str) else layers)]
+        rs: list[Any] = parse_layer_list(layers, "--layers") or []
         if len(rs) != n:
             raise ForensicsError(f"--layers gives {len(rs)} values but the file has {n} slots", path=cap.path)
         return rs, notes

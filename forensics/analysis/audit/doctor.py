@@ -244,12 +244,6 @@ def _already(info, plan) -> bool:
         list(cv.get_key(info.config, plan.key) or []) == list(plan.ids)
 
 
-def _labels(layout) -> list[str]:
-    from forensics.layers import parse_r
-
-    return [r_label(parse_r(x)) for x in layout]
-
-
 def _config_ids_for(info, trainer: str, family: str) -> list | None:
     """The ids the draft config records under the key the trainer writes."""
     try:
