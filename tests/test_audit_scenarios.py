@@ -160,7 +160,7 @@ def test_served_format_scenarios_say_one_verdict_everywhere(sc, case, fmt, words
     out = capsys.readouterr().out
     assert out.startswith(f"hsf audit: {decision.upper()} (wiring {HEAD[words]}):")
     kw = {"draft": sc["draft"], "engine": "vllm", "served": served}
-    assert _report_everywhere([sc["train"]], kw, args[2:], tmp_path, capsys, browser=[None]) == \
+    assert _report_everywhere([sc["train"]], kw, args[2:], tmp_path, capsys, browser=["info"]) == \
         (decision, EXIT[decision])
 
 

@@ -46,6 +46,7 @@ class ClaimSource(StrEnum):
     USER = "user"
     DRAFT = "draft config"
     SERVED = "served capture"
+    STAMP = "stamp"
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from forensics.cli._common import (
     add_engine_arguments,
     add_model_arguments,
+    add_stamp_argument,
     add_trainer_argument,
     layer_count,
     positive_int,
@@ -50,6 +51,7 @@ def add_arguments(p) -> None:
     add_model_arguments(p, "reference model for exact r per slot (HF folder, .gguf, or a ladder capture with the "
                            "same input_ids); default: fingerprint from the data alone")
     p.add_argument("--no-fingerprint", action="store_true", help="trust declared layers; skip fingerprinting")
+    add_stamp_argument(p)
 
 
 def _preflight(args, engine, trainer) -> bool:
@@ -91,7 +93,7 @@ def run(args) -> int:
                     trainer=args.trainer, target_config=args.target_config, served=args.served,
                     num_layers=args.num_layers, hidden_size=args.hidden_size,
                     arch=arch_family([args.target_arch]) if args.target_arch else None,
-                    use_fingerprint=not args.no_fingerprint, model=target_of(args))
+                    use_fingerprint=not args.no_fingerprint, model=target_of(args), stamp_check=args.stamp_check)
     if args.json:
         print_json(res.to_dict())
     else:

@@ -249,7 +249,7 @@ def _id_list_findings(ec, engine: cv.System, L: int, trained_fc: list | None) ->
 def audit(data: Any = None, draft: Any = None, engine: str | cv.System | None = None, engine_version: str | None = None,
           trainer: str | None = None, target_config: Any = None, served: Any = None,
           num_layers: int | None = None, hidden_size: int | None = None, arch: str | None = None,
-          use_fingerprint: bool = True, model: Any = None) -> AuditResult:
+          use_fingerprint: bool = True, model: Any = None, stamp_check: bool = True) -> AuditResult:
     """Audit one draft's wiring. ``data``: capture file/folder, a ``Capture``, or a declared layout such as
     ``["embed", "L3", "L31", "L59"]``; ``draft``: checkpoint folder or config.json; ``served``: a capture
     of what the engine actually fed the draft (config-free check)."""
@@ -270,7 +270,8 @@ def audit(data: Any = None, draft: Any = None, engine: str | cv.System | None = 
         L = first_capture(data).num_layers
     if L is None and model is not None:  # --model is the target: its layer count is evidence the user gave
         L = _model_layers(model)
-    trained, tf, cap = training_side(data, trainer, info, L, use_fingerprint, model, served is not None)
+    trained, tf, cap = training_side(data, trainer, info, L, use_fingerprint, model, served is not None,
+                                     stamp_check)
     findings += tf
     deep = [r for r in [*(trained.fc_r or []), trained.target_r] if isinstance(r, int) and L and r > L]
     if deep:
@@ -298,7 +299,7 @@ def audit(data: Any = None, draft: Any = None, engine: str | cv.System | None = 
     if served is not None:
         from forensics.analysis.audit.served import compare_served
 
-        data_served, cf = compare_served(data, trained, served, use_fingerprint, model)
+        data_served, cf = compare_served(data, trained, served, use_fingerprint, model, stamp_check)
         findings += cf
         predicted = served_side.r
         shown = data_served.r or []
