@@ -26,7 +26,8 @@ from forensics.errors import ForensicsError
 from forensics.findings import Finding, FindingKind, Severity, Verdict, exit_code
 from forensics.io import stamp_store as store
 from forensics.io import stamps as st
-from forensics.layers import parse_r, r_label
+from forensics.layers import parse_layer_list, parse_r, r_label
+from forensics.models import conventions as cv
 
 NORM_MATCH_RTOL = 1e-3  # two slots' norm quantiles "match" within 0.1 % (bf16 row norms of one layer agree
 # to ~1e-6 across reads; adjacent SmolLM2 layers differ by >= 1 % in median row norm)
@@ -185,16 +186,14 @@ def _slot_rs(cap, layers, convention: str | None, layer_ids, num_layers: int | N
     notes: list[str] = []
     n = len(cap.slots)
     if layers is not None:
-        rs: list[Any] = [parse_r(x) for x in (layers.split(",") if isinstance(layers, str) else layers)]
+        rs: list[Any] = parse_layer_list(layers, "--layers") or []
         if len(rs) != n:
             raise ForensicsError(f"--layers gives {len(rs)} values but the file has {n} slots", path=cap.path)
         return rs, notes
     if layer_ids is not None and convention is not None:
-        from forensics.models.conventions import system
-
         if num_layers is None:
             raise ForensicsError("--layer-ids needs --num-layers (or a capture.json that records it)")
-        rs = system(convention).to_r([int(i) for i in layer_ids], num_layers)
+        rs = cv.system(convention).to_r([int(i) for i in layer_ids], num_layers)
         if len(rs) != n:
             raise ForensicsError(f"{len(rs)} layer ids for {n} slots", path=cap.path)
         return rs, notes

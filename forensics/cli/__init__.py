@@ -120,9 +120,9 @@ def _check_engine_version(args) -> None:
 
     if getattr(args, "engine", None) is None:
         raise ForensicsError("--engine-version needs --engine (sglang or vllm)")
-    from forensics.models.conventions import parse_version
+    from forensics.models.conventions import system
 
-    parse_version(args.engine, version)
+    system(args.engine).version(version)
 
 
 def main(argv: list[str] | None = None) -> int:

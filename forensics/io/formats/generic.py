@@ -4,6 +4,7 @@ or a dict of named tensors, in every layout ``forensics.io.layout`` accepts. Tok
 
 from __future__ import annotations
 
+import json
 import re
 
 from forensics.errors import ForensicsError
@@ -154,8 +155,6 @@ def read_safetensors(sf: SafetensorsFile, path: str, input_ids=None) -> list:
 def write(f, sample: Sample) -> None:
     """Write one sample as ``hsf capture``'s own safetensors file: ``slot_<j>.<label>`` per state, ``input_ids``,
     ``loss_mask``, and the r list in the header (``"r"``) with any extra ``metadata``."""
-    import json
-
     from safetensors.torch import save
 
     rs = sample.r
