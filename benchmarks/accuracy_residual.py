@@ -138,7 +138,7 @@ def render(s: dict, split: str) -> str:
     for key, d in s.items():
         v, m = key.split("|")
 
-        def frac(k: str) -> str:
+        def frac(k: str, d: dict = d) -> str:
             return f"{d.get(k, 0)}/{d[k + '_of']}" if d.get(k + "_of") else "–"
         lines.append(f"{v:<18} {m:<6} {d['n']:>4} {frac('detected'):>9} {frac('located'):>8} {frac('named'):>6} "
                      f"{d['fail_verdict']:>5} {d['false_alarms']:>11}")

@@ -68,8 +68,9 @@ def data_only(fp: Fingerprint, claims: list[Claim | None]) -> dict[int, str]:
         c = min(below, key=lambda j: rs[j])  # type: ignore[arg-type,return-value]
         med_a = st[a].norm_excl_sinks.median
         if med_a > 0 and med < NORM_FALL * med_a:
-            out[i] = (f"slots {a} and {c} (claimed L{rs[a]}, L{rs[c]}) carry token 0's massive activation and this "
-                      f"slot, claimed L{r} between them, has none (token 0 at {s.first_ratio:.2f}× the median), and its "
+            out[i] = (f"slots {a} and {c} (claimed L{rs[a]}, L{rs[c]}) carry token 0's massive activation and "
+                      f"this slot, claimed L{r} between them, has none (token 0 at {s.first_ratio:.2f}× the median), "
+                      "and its "
                       f"median row norm {med:.3g} is {med / med_a:.2f}× slot {a}'s (< {NORM_FALL}) where the residual "
                       "stream grows: an attention or MLP output, not the residual (or a shallower layer stored out "
                       "of order)")
