@@ -89,6 +89,7 @@ class FindingKind(StrEnum):
     TOKEN_SHIFT = "token_shift"
     SLOT_MISALIGNED = "slot_misaligned"
     FOREIGN_ROWS = "foreign_rows"
+    LOSS_MASK = "loss_mask"
     CONTEXT_LOST = "context_lost"
     # ---- one capture: a claimed layer list against the evidence ----
     COUNT_MISMATCH = "count_mismatch"
@@ -154,6 +155,7 @@ class FindingKind(StrEnum):
     PROBE_FEW_POSITIONS = "probe_few_positions"
     PROBE_VOCAB_MISMATCH = "probe_vocab_mismatch"
     PROBE_NO_ENGINE_IDS = "probe_no_engine_ids"
+    DRAFT_COLLAPSED = "draft_collapsed"
     # ---- stamp / verify (a file against the identity recorded when it was captured) ----
     STAMP_DRIFT = "stamp_drift"
     STAMP_SHAPE = "stamp_shape"
@@ -174,6 +176,7 @@ class FindingKind(StrEnum):
     DATA_TOKEN_SHIFT = "data_token_shift"
     DATA_SLOT_MISALIGNED = "data_slot_misaligned"
     DATA_FOREIGN_ROWS = "data_foreign_rows"
+    DATA_LOSS_MASK = "data_loss_mask"
     DATA_CONTEXT_LOST = "data_context_lost"
     DATA_COUNT_MISMATCH = "data_count_mismatch"
     DATA_SHIFTED = "data_shifted"
@@ -222,6 +225,8 @@ _MEANINGS: dict[FindingKind, str] = {
     FindingKind.TOKEN_SHIFT: "every slot's row t holds the state of token t + k, not of token t",
     FindingKind.SLOT_MISALIGNED: "one slot's rows sit at a token offset from the other slots' rows",
     FindingKind.FOREIGN_ROWS: "rows that are not the state of their token in this sequence (another request's)",
+    FindingKind.LOSS_MASK: "the stored loss mask is not the assistant turns its chat template marks: over the "
+                           "system/user turns (fail; SpecForge#885, EAGLE#317), one token off (warn), or partial",
     FindingKind.CONTEXT_LOST: "rows from position p on were computed without tokens 0..p-1: a chunked prefill whose "
                               "later chunk lost the earlier context (vllm#52909), or a second sequence packed in",
     FindingKind.COUNT_MISMATCH: "the claimed layer list has another length than the capture has slots",
@@ -286,6 +291,8 @@ _MEANINGS: dict[FindingKind, str] = {
     FindingKind.PROBE_FEW_POSITIONS: "too few positions scored for a stable ranking",
     FindingKind.PROBE_VOCAB_MISMATCH: "the model's vocabulary differs from the draft's target vocabulary",
     FindingKind.PROBE_NO_ENGINE_IDS: "the best wiring cannot be written as engine ids (L unknown or slots without r)",
+    FindingKind.DRAFT_COLLAPSED: "every wiring and both controls reach acceptance length <= 1.1: the draft is "
+                                 "broken whatever it is fed (TensorRT-LLM#18905: a collapsed drafter scored 1.09)",
     FindingKind.STAMP_DRIFT: "a slot's values no longer match the checksum its stamp recorded (changed, swapped, "
                              "re-encoded)",
     FindingKind.STAMP_SHAPE: "the file has another number or shape of slots than its stamp recorded",

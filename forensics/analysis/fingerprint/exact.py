@@ -28,7 +28,7 @@ from forensics.analysis.fingerprint.ladder import (  # noqa: F401 - re-exported:
     ladder_entry,
     ladder_match,
 )
-from forensics.errors import ForensicsError
+from forensics.errors import ForensicsError, ModelMismatch
 from forensics.io.capture import Capture
 from forensics.layers import FINAL_POST, R, r_label
 from forensics.models.target import DEFAULT_TOKENS
@@ -114,6 +114,16 @@ class Reference:
             return int(self.stream.vocab_size)
         if self.net is not None:
             return int(self.net.get_input_embeddings().weight.shape[0])
+        return None
+
+    def hidden_size(self) -> int | None:
+        """Width of the model's (or the ladder capture's) states, when known."""
+        if self.stream is not None:
+            return int(self.stream.hidden_size)
+        if self.net is not None:
+            return int(self.net.get_input_embeddings().weight.shape[1])
+        if self._ladder:
+            return int(next(iter(self._ladder.values())).shape[-1])
         return None
 
     def ladder(self, ids: torch.Tensor) -> dict | None:
@@ -306,6 +316,7 @@ def reference_ladder(capture: Capture, model: Any) -> tuple[Reference, dict | No
     The ids run are the first T (``Target.tokens``; all for a whole model without a limit) plus the ids the
     rows may sit after (a prefix-cache suffix: rows for tokens 32.. need the states of tokens 32..)."""
     ref = reference_for(model, capture)
+    check_sizes(capture, ref)
     ids = capture.input_ids.reshape(-1) if capture.input_ids is not None else None
     if ids is None:
         return ref, None
@@ -318,6 +329,34 @@ def reference_ladder(capture: Capture, model: Any) -> tuple[Reference, dict | No
 
         check_ids(ids, int(ref.vocab_size() or 0), capture.path, ref.source)  # before any lookup
     return ref, (None if ref.stream is not None else ref.ladder(ids))
+
+
+def check_sizes(capture: Capture, ref: Reference) -> None:
+    """A one-line :class:`~forensics.errors.ModelMismatch` naming both numbers when the capture cannot come from
+    the reference model: a slot of another hidden size, a declared layer count (``capture.json`` ``num_layers``)
+    other than the model's, or a declared r beyond the model's last block. Token ids outside the vocabulary are
+    :func:`forensics.models.folder.check_ids`'s."""
+    name = os.path.basename(ref.source.rstrip(os.sep)) or ref.source
+    H = ref.hidden_size()
+    if H is not None:
+        for s in capture.slots:
+            if s.hidden_size != H:
+                raise ModelMismatch(f"hidden size {s.hidden_size} (slot {s.index}, {s.name}) ≠ {H}, the hidden size "
+                                    f"of the model {name}: the capture comes from another model; pass the model it was "
+                                    "captured with (--model, model=)", path=capture.path)
+    L = ref.num_layers if (ref.net is not None or ref.stream is not None) else None
+    if L is None:
+        return
+    declared = capture.num_layers
+    if declared is not None and declared != L:
+        raise ModelMismatch(f"the capture declares {declared} layers (capture.json num_layers) ≠ {L}, the layer "
+                            f"count of the model {name}: pass the model it was captured with (--model, model=)",
+                            path=capture.path)
+    deep = [(s, s.declared_r) for s in capture.slots if isinstance(s.declared_r, int) and s.declared_r > L]
+    if deep:
+        s, r = deep[0]
+        raise ModelMismatch(f"slot {s.index} ({s.name}) is declared {r_label(r)}, beyond the {L} layers of the model "
+                            f"{name}: pass the model it was captured with (--model, model=)", path=capture.path)
 
 
 ROW_SHIFT_SLACK = 4  # extra ids run past T, so a row a few tokens late still has its reference state
