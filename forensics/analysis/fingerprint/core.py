@@ -297,7 +297,8 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
                       norms=[s.norms for s in st_all.slots])
     from forensics.analysis.context import check_context  # rows p..end without tokens 0..p-1 (vllm#52909)
 
-    context = check_context(capture, full, st_all.slots, rows, net=None if reference is None else reference[0].net)
+    context = check_context(capture, full, st_all.slots, rows, net=None if reference is None else reference[0].net,
+                            reference=None if reference is None else reference[1])
     view = good_rows_view(capture, full, rows)  # statistics and order from the rows that are their tokens'
     st = st_all if view is capture else summarize(view)
     tensors = [s.tensor() for s in view.slots]
