@@ -454,13 +454,14 @@ def training_files(files: list[FileReport], trainer: str | None) -> list[FileRep
     return [f for f in ok if f.capture.format == best]
 
 
-def _analyse(path: str, layers: Any, model: Any, errors: list[ReportError]) -> FileReport:
-    """Load one capture, fingerprint it, and keep what the report needs."""
+def _analyse(path: str, layers: Any, model: Any, errors: list[ReportError], input_ids: Any = None) -> FileReport:
+    """Load one capture (with ``input_ids`` from outside it, when given), fingerprint it, and keep what the report
+    needs."""
     from forensics.analysis.stats import summarize
     from forensics.io.formats import load
 
     try:
-        cap = load(path)
+        cap = load(path, input_ids=input_ids)
     except ForensicsError as e:
         return FileReport(path=path, error=error_text(e))
     from forensics.io.sigbus import FileChangedSize
@@ -510,6 +511,8 @@ def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,
         scan: a ``ScanResult`` to include, or ``True`` to scan the paths.
         title: the report title (kept for the view and the regenerating command).
         progress: called as ``progress(stage, done, total)`` while files are fingerprinted and the draft is probed.
+        input_ids: the token ids of one capture saved without them (one file path, or hidden states in memory):
+            exact mode, token text and the row checks read them (``hsf report FILE --ids IDS``).
 
     Returns:
         :class:`ReportResult`.
@@ -521,8 +524,11 @@ def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,
     elif not (isinstance(paths, (list, tuple)) and paths and all(isinstance(p, (str, os.PathLike)) for p in paths)):
         # a capture in memory (tensors, transformers' output.hidden_states, a Capture): the report reads files
         # (stamps, tokenizers, scans), so it is written once as a plain safetensors capture and read back
-        paths = [write_capture(as_capture(paths, input_ids=input_ids))]
+        paths, input_ids = [write_capture(as_capture(paths, input_ids=input_ids))], None
     paths = [os.fspath(p) for p in paths]
+    if input_ids is not None and (len(paths) != 1 or os.path.isdir(paths[0])):
+        raise ForensicsError("input_ids are the tokens of one capture file; pass exactly one file",
+                             path=paths[0] if paths else None)
     model_arg = model  # as given ("default"), for the regenerating command
     if model is not None:
         from forensics.models.target import resolve_model
@@ -539,7 +545,7 @@ def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,
     skipped = len(found) - len(todo)  # beyond the cap: covered by the dataset scan, not analysed one by one
     for i, f in enumerate(todo):
         tick("fingerprint files", i, len(todo))
-        files.append(_analyse(f, layers, model, errors))
+        files.append(_analyse(f, layers, model, errors, input_ids))
     root = os.path.commonpath([os.path.dirname(os.path.abspath(p)) for p in paths]) if paths else os.getcwd()
     for fr in files:
         fr.rel = os.path.relpath(os.path.abspath(fr.path), root)

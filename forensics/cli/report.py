@@ -1,4 +1,5 @@
-"""``hsf report PATH… [--layers …] [--model …] [--draft … --engine … --trainer …] -o report.html``."""
+"""``hsf report PATH… [--layers …] [--model …] [--ids FILE|--text FILE] [--draft … --engine … --trainer …]
+-o report.html``."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ import os
 
 from forensics.cli._common import (
     add_engine_arguments,
+    add_ids_arguments,
     add_model_arguments,
     add_trainer_argument,
+    ids_of,
     print_json,
     target_of,
 )
@@ -21,6 +24,7 @@ def add_arguments(p) -> None:
                    help="expected layers for labels, e.g. 0,3,16,28 or embed,L3,L16,L28")
     add_model_arguments(p, "model (HF folder, safetensors dir or .gguf) for exact mode ('default' = packaged "
                            "SmolLM2)")
+    add_ids_arguments(p)
     p.add_argument("--draft", metavar="PATH", help="EAGLE-3 draft folder (config.json [+ model.safetensors])")
     add_engine_arguments(p)
     add_trainer_argument(p)
@@ -62,6 +66,7 @@ def run(args) -> int:
     from forensics.views.report.core import Report
 
     check_arguments(args)
+    ids = ids_of(args)  # one capture file's tokens (refused with several files or a folder)
     con = args.console
     with con.progress("") as step:
 
@@ -70,7 +75,11 @@ def run(args) -> int:
 
         res = report(args.paths, layers=args.layers, model=target_of(args), draft=args.draft, engine=args.engine,
                      engine_version=args.engine_version, trainer=args.trainer, target_config=args.target_config,
-                     served=args.served, scan=True if args.scan else None, title=args.title, progress=tick)
+                     served=args.served, scan=True if args.scan else None, title=args.title, progress=tick,
+                     input_ids=ids)
+        for opt in ("ids", "text"):  # the regenerating command reads the same tokens
+            if getattr(args, opt):
+                res.argv += [f"--{opt}", getattr(args, opt)]
         rep = Report.of(res, tick)
         step("writing HTML", done=0, total=None)
         out = rep.save(args.output)
