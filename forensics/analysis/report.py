@@ -28,7 +28,7 @@ from forensics.analysis.probe import probe
 from forensics.analysis.scan.core import scan as run_scan
 from forensics.analysis.stamp import stamp_status
 from forensics.display import render
-from forensics.errors import ForensicsError
+from forensics.errors import ForensicsError, ModelMismatch
 from forensics.findings import (
     Finding,
     Severity,
@@ -37,13 +37,13 @@ from forensics.findings import (
     sort_findings,
     worst_outcome,
 )
+from forensics.io.formats import format_of_trainer
 from forensics.jsonable import json_safe
 from forensics.layers import r_label
 from forensics.models.draft import has_weights
 
 MAX_ANALYSED_FILES = 64  # files fingerprinted one by one; a larger dataset is summarised by `forensics.scan`
 OUTCOMES = ("fail", "cannot tell", "warn", "pass", "info")  # a slot's outcome words, worst first
-TRAINER_FORMATS = {"speculators-v1": "speculators-v1", "speculators": "speculators", "specforge": "specforge"}
 # fingerprint ``decided_by`` names → the evidence signals that carry its number, best first
 DECIDED_ALIASES = {"exact": ("ladder_match", "exact_embedding", "exact_gamma")}
 MAX_EXPLORED_FILES = 24  # files in the report's explorer (its state is ≤ 16 B × slots × 4096 columns per file)
@@ -116,6 +116,7 @@ class FileReport:
     fingerprint: Any = field(default=None, repr=False)
     error: str | None = None
     tokens: list[str] | None = field(default=None, repr=False)
+    tokenizer: Any = field(default=None, repr=False)  # the tokenizer ``tokens`` came from (its own, else --model's)
     stamp: dict | None = field(default=None, repr=False)  # ``forensics.analysis.stamp.stamp_status`` of the file
     explore: Any = field(default=None, repr=False)  # its ``ExploreState`` (the report's explorer), when drawn
     slots: list[SlotOutcome] = field(init=False, default_factory=list, repr=False)
@@ -223,25 +224,36 @@ def error_text(e: BaseException) -> str:
     return str(e) if isinstance(e, ForensicsError) else f"{type(e).__name__}: {e}"
 
 
-def load_tokens(cap: Any, errors: list[ReportError]) -> list[str] | None:
-    """Token text per position (the capture's own local tokenizer, never remote code), or None when unknown;
-    each distinct id decoded once, its text cut to ``TOKEN_TEXT_CHARS`` characters + "…"."""
+def load_tokens(cap: Any, errors: list[ReportError], model: Any = None) -> list[str] | None:
+    """Token text per position (the capture's own local tokenizer, never remote code; else the tokenizer of
+    ``model``, the ``--model`` given), or None when unknown; each distinct id decoded once, its text cut to
+    ``TOKEN_TEXT_CHARS`` characters + "…"."""
+    return file_tokens(cap, errors, model)[0]
+
+
+def file_tokens(cap: Any, errors: list[ReportError], model: Any = None) -> tuple[list[str] | None, Any]:
+    """:func:`load_tokens` and the tokenizer the text came from (None when there is no text)."""
     from forensics.io.tokenizer import decode_tokens, find_tokenizer, load_tokenizer
 
     if cap.input_ids is None:
-        return None
+        return None, None
     folder = find_tokenizer(cap.path, cap.meta)
     tok, why = load_tokenizer(folder)
+    if tok is None and model is not None:
+        from forensics.models.target import model_tokenizer
+
+        tok, why_model = model_tokenizer(model)
+        why, folder = (why, folder) if why else (why_model, "of --model")
     if tok is None:
         if why and not any(_message(e) == why for e in errors):
             errors.append(ReportError(f"tokenizer {folder}", why))
-        return None
+        return None, None
     ids = [int(i) for i in cap.input_ids.tolist()]
     text = {}
     for i in dict.fromkeys(ids):
         t = decode_tokens(tok, [i])[0]
         text[i] = t if len(t) <= TOKEN_TEXT_CHARS else t[:TOKEN_TEXT_CHARS] + "…"
-    return [text[i] for i in ids]
+    return [text[i] for i in ids], tok
 
 
 def explore_file(fr: FileReport) -> Any:
@@ -252,7 +264,8 @@ def explore_file(fr: FileReport) -> Any:
     from forensics.analysis.explore import explore_state
 
     try:
-        st = explore_state(fr.capture, fingerprint=fr.fp, stats=fr.stats)
+        st = explore_state(fr.capture, fingerprint=fr.fp, stats=fr.stats,  # the report's token text, same tokenizer
+                           tokenizer="auto" if fr.tokenizer is None else fr.tokenizer)
     except ForensicsError:
         return None
     for s in fr.slots[:len(st.verdicts)]:
@@ -440,7 +453,7 @@ def training_files(files: list[FileReport], trainer: str | None) -> list[FileRep
     format most files share; never simply the first file found.
     """
     ok = [f for f in files if f.error is None and f.capture is not None]
-    want = TRAINER_FORMATS.get(trainer or "")
+    want = format_of_trainer(trainer)
     if want:
         chosen = [f for f in ok if f.capture.format == want]
         if chosen:
@@ -454,7 +467,8 @@ def training_files(files: list[FileReport], trainer: str | None) -> list[FileRep
     return [f for f in ok if f.capture.format == best]
 
 
-def _analyse(path: str, layers: Any, model: Any, errors: list[ReportError], input_ids: Any = None) -> FileReport:
+def _analyse(path: str, layers: Any, model: Any, errors: list[ReportError], stamp_check: bool = True,
+             input_ids: Any = None) -> FileReport:
     """Load one capture (with ``input_ids`` from outside it, when given), fingerprint it, and keep what the report
     needs."""
     from forensics.analysis.stats import summarize
@@ -468,9 +482,9 @@ def _analyse(path: str, layers: Any, model: Any, errors: list[ReportError], inpu
 
     fp = None
     try:
-        fp = fingerprint(cap, layers=layers, model=model)
-    except FileChangedSize as e:  # the file itself went away under us: unreadable, not a failing section
-        return FileReport(path=path, error=error_text(e))
+        fp = fingerprint(cap, layers=layers, model=model, stamp_check=stamp_check)
+    except (FileChangedSize, ModelMismatch) as e:  # the file went away under us, or cannot be from --model (a
+        return FileReport(path=path, error=error_text(e))  # size that differs): unreadable, not a failing section
     except ForensicsError as e:  # a failing section is listed in the report, not fatal (the message names the file)
         errors.append(ReportError("fingerprint", error_text(e)))
     try:
@@ -498,7 +512,8 @@ def _argv(paths: list[str], settings: dict, scan: Any) -> list[str]:
 def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None, engine: str | None = None,
            engine_version: str | None = None, trainer: str | None = None, target_config: Any = None,
            served: Any = None, scan: Any = None, title: str | None = None,
-           progress: Callable[[str, int, int], None] | None = None, input_ids: Any = None) -> ReportResult:
+           progress: Callable[[str, int, int], None] | None = None, input_ids: Any = None,
+           stamp_check: bool = True) -> ReportResult:
     """Analyse capture files/directories: fingerprints, the wiring audit, the draft probe, the dataset scan.
 
     Args:
@@ -511,6 +526,8 @@ def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,
         scan: a ``ScanResult`` to include, or ``True`` to scan the paths.
         title: the report title (kept for the view and the regenerating command).
         progress: called as ``progress(stage, done, total)`` while files are fingerprinted and the draft is probed.
+        stamp_check: check each stamped file's stamp against the values its fingerprint reads (default): a file
+            changed since stamping is a ``stamp_drift`` FAIL in its fingerprint, and its stamp cell says so.
         input_ids: the token ids of one capture saved without them (one file path, or hidden states in memory):
             exact mode, token text and the row checks read them (``hsf report FILE --ids IDS``).
 
@@ -545,13 +562,17 @@ def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,
     skipped = len(found) - len(todo)  # beyond the cap: covered by the dataset scan, not analysed one by one
     for i, f in enumerate(todo):
         tick("fingerprint files", i, len(todo))
-        files.append(_analyse(f, layers, model, errors, input_ids))
+        files.append(_analyse(f, layers, model, errors, stamp_check, input_ids))
     root = os.path.commonpath([os.path.dirname(os.path.abspath(p)) for p in paths]) if paths else os.getcwd()
     for fr in files:
         fr.rel = os.path.relpath(os.path.abspath(fr.path), root)
         if fr.capture is not None:
-            fr.tokens = load_tokens(fr.capture, errors)
+            fr.tokens, fr.tokenizer = file_tokens(fr.capture, errors, model)
             fr.stamp = stamp_status(fr.path)
+            checked = getattr(fr.fingerprint, "stamp", None)
+            if checked is not None and fr.stamp.get("status") == "stamped":  # the values, checked in the read
+                fr.stamp["check"] = checked.check.status
+                fr.stamp["message"] = checked.check.message
     for fr in [f for f in files if f.capture is not None][:MAX_EXPLORED_FILES]:
         fr.explore = explore_file(fr)
 
@@ -567,13 +588,14 @@ def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,
     if draft is not None and paths and has_weights(draft):
         try:
             probe_res = probe(draft, [f.capture for f in training] or paths[0], model=model, engine=engine,
-                              engine_version=engine_version,
+                              engine_version=engine_version, stamp_check=stamp_check,
                               progress=lambda done, total: tick("probe wirings × files", done, total))
         except ForensicsError as e:
             errors.append(ReportError("draft probe", error_text(e)))
     if (scan is True or (scan is None and skipped)) and paths:
         try:
-            scan_res = run_scan(paths if len(paths) > 1 else paths[0], progress=False, layers=layers)
+            scan_res = run_scan(paths if len(paths) > 1 else paths[0], progress=False, layers=layers,
+                                stamp_check=stamp_check)
         except ForensicsError as e:
             errors.append(ReportError("scan", error_text(e)))
     elif scan not in (None, False):

@@ -337,14 +337,18 @@ def build_provenance(res: ReportResult) -> dict:
 
 
 def _stamp(s: dict | None) -> str:
-    """The file's stamp (``hsf stamp``, read by the report) in one cell: what it declares, or that there is none;
-    values are checked by ``hsf verify``, not here."""
+    """The file's stamp (``hsf stamp``, read by the report) in one cell: what it declares, or that there is none,
+    and whether the values still match it (checked in the fingerprint's read; ``--no-stamp-check``: not checked)."""
     from forensics.views.stamp import summary
 
     if s is None:
         return "not stamped"
     if s["status"] == "stamped":
-        return "stamped: " + (summary(s["stamp"]) or "")
+        check = s.get("check")
+        said = "stamped: " + (summary(s["stamp"]) or "")
+        if check is None:
+            return said
+        return said + ("; values match" if check == "ok" else f"; CHANGED SINCE STAMPING: {s.get('message')}")
     return "unreadable stamp: " + s["error"] if s["status"] == "error" else "not stamped"
 
 
