@@ -468,14 +468,14 @@ def training_files(files: list[FileReport], trainer: str | None) -> list[FileRep
 
 
 def _analyse(path: str, layers: Any, model: Any, errors: list[ReportError], stamp_check: bool = True,
-             limit: int = MAX_ANALYSED_FILES) -> tuple[list[FileReport], int]:
+             limit: int = MAX_ANALYSED_FILES, input_ids: Any = None) -> tuple[list[FileReport], int]:
     """Load every sample of one file (read once: TensorRT-LLM records, SGLang objects, ``[B, T]`` batch rows, each
-    a ``FILE#i`` entry), fingerprint the first ``limit``, and keep what the report needs; and how many samples
-    were left to the dataset scan."""
+    a ``FILE#i`` entry; with ``input_ids`` from outside it, when given), fingerprint the first ``limit``, and keep
+    what the report needs; and how many samples were left to the dataset scan."""
     from forensics.io.formats import load_all
 
     try:
-        caps = load_all(path)
+        caps = load_all(path, input_ids=input_ids)
     except ForensicsError as e:
         return [FileReport(path=path, error=error_text(e))], 0
     return [_analyse_sample(cap, layers, model, errors, stamp_check) for cap in caps[:limit]], max(0, len(caps) - limit)
@@ -534,6 +534,8 @@ def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,
         progress: called as ``progress(stage, done, total)`` while files are fingerprinted and the draft is probed.
         stamp_check: check each stamped file's stamp against the values its fingerprint reads (default): a file
             changed since stamping is a ``stamp_drift`` FAIL in its fingerprint, and its stamp cell says so.
+        input_ids: the token ids of one capture saved without them (one file path, or hidden states in memory):
+            exact mode, token text and the row checks read them (``hsf report FILE --ids IDS``).
 
     Returns:
         :class:`ReportResult`.
@@ -545,8 +547,11 @@ def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,
     elif not (isinstance(paths, (list, tuple)) and paths and all(isinstance(p, (str, os.PathLike)) for p in paths)):
         # a capture in memory (tensors, transformers' output.hidden_states, a Capture): the report reads files
         # (stamps, tokenizers, scans), so it is written once as a plain safetensors capture and read back
-        paths = [write_capture(as_capture(paths, input_ids=input_ids))]
+        paths, input_ids = [write_capture(as_capture(paths, input_ids=input_ids))], None
     paths = [os.fspath(p) for p in paths]
+    if input_ids is not None and (len(paths) != 1 or os.path.isdir(paths[0])):
+        raise ForensicsError("input_ids are the tokens of one capture file; pass exactly one file",
+                             path=paths[0] if paths else None)
     model_arg = model  # as given ("default"), for the regenerating command
     if model is not None:
         from forensics.models.target import resolve_model
@@ -564,7 +569,7 @@ def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,
     for i, f in enumerate(todo):
         tick("fingerprint files", i, len(todo))
         room = max(1, MAX_ANALYSED_FILES - len(files))  # samples of many-sample files count against the cap too
-        got, more = _analyse(f, layers, model, errors, stamp_check, room)
+        got, more = _analyse(f, layers, model, errors, stamp_check, room, input_ids)
         skipped += more
         files += got
     root = os.path.commonpath([os.path.dirname(os.path.abspath(p)) for p in paths]) if paths else os.getcwd()

@@ -147,8 +147,8 @@ def _shape(x: Any) -> str:
 def ambiguous(path: str, found: str, why: str) -> ForensicsError:
     """The one error of a layout nothing decides: shapes found, layouts accepted, a two-line re-save recipe."""
     return ForensicsError(f"cannot tell which axis is the layers and which the tokens: {why}; found {found}; "
-                          f"accepted layouts: {', '.join(ACCEPTED)}; pass the token ids (--ids FILE, or "
-                          f"input_ids=) or {RECIPE}", path=path)
+                          f"accepted layouts: {', '.join(ACCEPTED)}; pass the token ids (input_ids= in "
+                          f"Python, hsf fingerprint/hsf report --ids FILE) or {RECIPE}", path=path)
 
 
 def n_tokens(ids: Any) -> int | None:

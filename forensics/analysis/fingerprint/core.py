@@ -375,8 +375,8 @@ def _anomalies(capture: Capture, st: CaptureStats) -> tuple[list[Finding], set[i
                                     "zeros: nothing was captured there (padding, or a hook that never fired)"))
     if capture.num_tokens < MIN_TOKENS:
         findings.append(Finding(FindingKind.FEW_TOKENS, Severity.WARN, list(range(len(capture.slots))), f"only "
-                                f"{capture.num_tokens} tokens (< {MIN_TOKENS}): the data-only signals are weak; use "
-                                "--model for exact checks"))
+                                f"{capture.num_tokens} tokens (< {MIN_TOKENS}): the data-only signals are weak; the "
+                                "model's reference forward (exact mode) decides"))
     return findings, bad_rows
 
 
@@ -442,8 +442,8 @@ def _exact(capture: Capture, tensors: list, model: Any, sig: _Signals, findings:
     if not exact.ran:  # the reference cannot run without the tokens: say so, name no slot from it
         findings.append(Finding(FindingKind.NO_TOKEN_IDS, Severity.WARN, list(range(len(tensors))),
                                 "exact mode cannot run: the capture has no token ids, so the model cannot be run "
-                                "on its tokens (only the final-norm γ test ran); give them with --ids FILE or "
-                                "--text FILE (tokenised by --model), or input_ids= in Python"))
+                                "on its tokens (only the final-norm γ test ran); give them: input_ids= in Python, "
+                                "hsf fingerprint/hsf report --ids FILE or --text FILE (tokenised by the model)"))
     for i, x in enumerate(exact.slots):
         exact_evidence(sig.ev[i], x)
     subs = {i: x.sublayer for i, x in enumerate(exact.slots) if x.sublayer is not None}

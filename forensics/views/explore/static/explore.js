@@ -360,7 +360,7 @@ function render({ model, el }) {
     list.forEach((f, k) => {
       const row = h("div", "hsf-x-file" + (k === cur ? " current" : ""));
       const b = h("span", "hsf-x-badge " + (VERDICT_CLASS[f.verdict] ? "v-" + VERDICT_CLASS[f.verdict] : "v-none"),
-        f.verdict !== undefined ? verdictWord(f.verdict) : "…");
+        f.verdict ? verdictWord(f.verdict) : "…");  // null: not fingerprinted yet (the widget)
       // cut from the left (CSS direction rtl); the marks keep the name's own left-to-right order
       row.append(b, h("span", "hsf-x-fname", "\u200e" + f.name + "\u200e"));
       row.title = f.name + ": " + (f.verdict || "not fingerprinted yet");
