@@ -27,11 +27,14 @@ RS = (0, 1, 2, 3)
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory, sample_data):
-    """``(model folder, capture path, ids, wide capture path)``."""
+    return make_world(tmp_path_factory.mktemp("tokens"), sample_data)
+
+
+def make_world(root, sample_data):
+    """``(model folder, capture path, ids, wide capture path, tokenizer, model)``."""
     import tokenizers
     import transformers
 
-    root = tmp_path_factory.mktemp("tokens")
     folder = root / "tiny-hf"
     tok = tokenizers.Tokenizer.from_file(str(sample_data / "tokenizer" / "tokenizer.json"))
     vocab = tok.get_vocab_size(with_added_tokens=True)
@@ -328,3 +331,22 @@ def test_to_dataframe_without_pandas_is_one_line_naming_the_extra(sample_data, m
     with pytest.raises(ImportError) as e:
         fp.to_dataframe()
     assert "[dataframe]" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_lens_overview_is_the_top1_of_every_slot_and_token_in_float64(world):
+    folder, cap, ids, _, tok, model = world
+    ex = forensics.explore(cap, model=str(folder), background=False)
+    m = ex.lens_map
+    capture = forensics.load(cap)
+    labels = ex.state().labels
+    assert m["file"] == 0 and m["positions"] == list(range(len(ids))) and m["num_tokens"] == len(ids)
+    agree = total = 0
+    for s, slot in enumerate(capture.slots):
+        for c, pos in enumerate(m["positions"]):
+            want = _lens_top1(model, slot.tensor()[pos], post=labels[s] == "final_post")
+            total += 1
+            agree += m["ids"][s][c] == want
+            if m["ids"][s][c] == want:
+                assert m["texts"][s][c] == tok.decode([want])
+    assert agree == total  # float32 vs float64 top-1 on a random model: no near-ties at this size
+    assert all(0 < p <= 1 for row in m["probs"] for p in row)
