@@ -370,6 +370,7 @@ def explore_state(x: Any, fingerprint: Any = None, tokenizer: Any = "auto", stat
     if any(bool((n == 0).any()) or not bool(np.isfinite(n).all()) for n in full):
         state.row_findings = check_rows(cap, norms=[s.norms for s in stats.slots]).findings
     _set_bands(state, finding_bands(state.row_findings, len(names), T) + stat_bands(stats))
+    cap.check_unchanged()  # nothing read from a file truncated or rewritten meanwhile is shown
     return with_fingerprint(state, fingerprint) if fingerprint is not None else state
 
 
@@ -441,6 +442,7 @@ def logit_lens(capture: Capture, pos: int, verifier: Any, tokenizer: Any = None,
             ids = [int(i) for i in top.indices]
             rows.append(LensRow(s.index, ids=ids, texts=_decode(tokenizer, ids), probs=[float(v) for v in top.values],
                                 normed=not post))
+    capture.check_unchanged()
     return rows
 
 

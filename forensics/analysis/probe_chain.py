@@ -190,3 +190,4 @@ def score_file(cap: Capture, d: Draft, E: Any, v: Verifier | None, L: int | None
                     tl.hitk.setdefault(w, []).append(hitk[i])
                 done += c
                 tick(done)
+    cap.check_unchanged()  # a file truncated under its map (any thread) or rewritten meanwhile scores nothing

@@ -300,6 +300,7 @@ def summarize(capture: Any, input_ids: Any = None) -> CaptureStats:
     from forensics.io.validate import check_capture
 
     check_capture(capture)  # dtypes, shapes and ids checked at the boundary: one line, never deep inside
+    capture.check_unchanged()
     slots = []
     for s in capture.slots:
         try:
@@ -309,4 +310,5 @@ def summarize(capture: Any, input_ids: Any = None) -> CaptureStats:
         except Exception as e:  # noqa: BLE001 - a tensor we cannot reduce is bad input, not a crash
             raise ForensicsError(f"cannot compute statistics of {list(s.shape)} {short_dtype(s.dtype)}: "
                                  f"{type(e).__name__}: {str(e)[:200]}", path=capture.path, slot=s.name) from None
+    capture.check_unchanged()  # truncated under its map (any thread) or rewritten in place: no statistics of it
     return CaptureStats(capture=capture, slots=slots)

@@ -53,6 +53,8 @@ class Provenance:
     layout: str | None = None  # e.g. "[seq, k, H]" or "[k, seq, H] (transposed on read)"
     notes: list[str] = field(default_factory=list)
     record: int | None = None  # which record of a many-sample file (TensorRT-LLM, SGLang JSON); None: one sample
+    # what the file was when its reading began (``forensics.io.sigbus.Watch``): checked before a result is returned
+    watch: Any = field(default=None, repr=False, compare=False)
     _sha256: str | None = field(default=None, repr=False)
 
     def sha256(self) -> str:
@@ -94,6 +96,9 @@ class Slot:
 
     def tensor(self) -> torch.Tensor:
         """The ``[tokens, hidden]`` tensor (mmap-backed where the format allows; not upcast)."""
+        from forensics.io.sigbus import front
+
+        front()  # a SIGBUS handler installed since the load goes behind the guard again
         return self.getter()
 
     @property
@@ -174,6 +179,14 @@ class Capture:
             return num_layers(n, self.path, "capture.json num_layers")
         except ForensicsError:  # a side file never makes a capture unreadable: an implausible L is unknown
             return None
+
+    def check_unchanged(self) -> None:
+        """Raise ``forensics.io.sigbus.FileChangedSize`` when the file this capture was read from was truncated
+        under its memory map or rewritten in place since its reading began: the verbs call it before and after
+        they compute, so that no value read from a changed file reaches a result (code of your own that computes
+        on ``slot.tensor()`` of a mapped ``.pt`` should call it after computing, too)."""
+        if self.provenance.watch is not None:
+            self.provenance.watch.check()
 
     def __len__(self) -> int:
         return len(self.slots)

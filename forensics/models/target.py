@@ -68,25 +68,32 @@ def _prune_stale(folder: str) -> None:
             shutil.rmtree(os.path.join(base, other), ignore_errors=True)
 
 
-def _write_cache(model, tok, folder: str) -> None:
-    """Write a plain fp32 safetensors copy of a GGUF-loaded model (atomic rename; best effort)."""
+def _save_plain(model, tok, folder: str) -> None:
+    """Write ``model`` as a plain fp32 HF folder: ``model.safetensors``, ``config.json`` (no quantization config)
+    and the tokenizer. A GGUF-loaded model cannot ``save_pretrained`` (transformers refuses "quantized with
+    gguf"), so its state dict is written as it is in memory: already dequantized."""
     import torch
     from safetensors.torch import save_file
 
+    sd = {k: v.detach().to(torch.float32).contiguous() for k, v in model.state_dict().items()}
+    if getattr(model.config, "tie_word_embeddings", False):
+        sd.pop("lm_head.weight", None)
+    save_file(sd, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
+    cfg = model.config.to_dict()
+    cfg.pop("quantization_config", None)
+    cfg["torch_dtype"] = "float32"
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=1)
+    if tok is not None:
+        tok.save_pretrained(folder)
+
+
+def _write_cache(model, tok, folder: str) -> None:
+    """Write a plain fp32 safetensors copy of a GGUF-loaded model (atomic rename; best effort)."""
     os.makedirs(CACHE_DIR, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".tmp-", dir=CACHE_DIR)
     try:
-        sd = {k: v.detach().to(torch.float32).contiguous() for k, v in model.state_dict().items()}
-        if getattr(model.config, "tie_word_embeddings", False):
-            sd.pop("lm_head.weight", None)
-        save_file(sd, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
-        cfg = model.config.to_dict()
-        cfg.pop("quantization_config", None)
-        cfg["torch_dtype"] = "float32"
-        with open(os.path.join(tmp, "config.json"), "w") as f:
-            json.dump(cfg, f, indent=1)
-        if tok is not None:
-            tok.save_pretrained(tmp)
+        _save_plain(model, tok, tmp)
         try:
             os.rename(tmp, folder)
         except OSError:  # another process won the race
@@ -266,6 +273,46 @@ def ladder(model, input_ids, rs: list | None = None) -> dict:
                                  "final_post)")
         states = {r: states[r] for r in rs}
     return states
+
+
+SUBLAYERS = ("attn", "mlp", "mid")  # a block's attention output, its MLP output, the residual between the two
+
+
+def sublayer_states(model, input_ids) -> dict:
+    """States ``[T, H]`` inside every block: ``("attn", b)`` the attention output, ``("mlp", b)`` the MLP output
+    and ``("mid", b)`` the residual after attention, before the MLP (the input of the post-attention norm),
+    for blocks b = 1..L (block b writes r = b).
+
+    These are what a capture path saves when it misses the residual add: an aux capture of the MLP output
+    (sglang#39286, nnsight#630: ``layer.output[0]`` on vLLM is the MLP output, the stream is ``out[0] + out[1]``)
+    or an intermediate inside a block (vllm#55423). Needs Llama-style blocks (``self_attn``, ``mlp``,
+    ``post_attention_layernorm``); a block without them is left out.
+    """
+    import torch
+
+    ids = torch.as_tensor(input_ids, dtype=torch.long).reshape(1, -1)
+    got: dict = {}
+    handles = []
+
+    def keep(key, value):
+        got[key] = (value[0] if isinstance(value, tuple) else value)[0].detach()
+
+    for i, block in enumerate(decoder_layers(model)):
+        b = i + 1
+        parts = [getattr(block, n, None) for n in ("self_attn", "mlp", "post_attention_layernorm")]
+        if any(p is None for p in parts):
+            continue
+        attn, mlp, post = parts
+        handles.append(attn.register_forward_hook(lambda _m, _a, o, b=b: keep(("attn", b), o)))
+        handles.append(mlp.register_forward_hook(lambda _m, _a, o, b=b: keep(("mlp", b), o)))
+        handles.append(post.register_forward_hook(lambda _m, a, _o, b=b: keep(("mid", b), a)))
+    try:
+        with torch.no_grad():
+            model(input_ids=ids, use_cache=False)
+    finally:
+        for h in handles:
+            h.remove()
+    return got
 
 
 # --- resolving `--model` and the memory budget ----------------------------------------------------------
@@ -639,9 +686,11 @@ def export_model(spec: Any, out: str | os.PathLike) -> str:
     model, tok = load_model(os.fspath(path))
     tmp = tempfile.mkdtemp(prefix=".hsf-export-", dir=parent)
     try:
-        model.save_pretrained(tmp, safe_serialization=True)
-        if tok is not None:
-            tok.save_pretrained(tmp)
+        _save_plain(model, tok, tmp)  # not save_pretrained: a GGUF-loaded model refuses it
+        umask = os.umask(0)
+        os.umask(umask)
+        for name in [".", *os.listdir(tmp)]:  # mkdtemp and safetensors create owner-only modes
+            os.chmod(os.path.join(tmp, name), (0o777 if name == "." else 0o666) & ~umask)
         os.rename(tmp, out)
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)

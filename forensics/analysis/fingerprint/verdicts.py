@@ -48,6 +48,10 @@ def settle_hint(fp: Fingerprint) -> str | None:
         return SETTLE_EXACT
     return SETTLE_IDS if fp.capture.input_ids is None else None
 
+SETTLE_RAN = ("the reference forward ran and this slot equals none of its states (residual r, attention or MLP "
+              "output, residual after attention): check that --model holds the captured weights and dtype and "
+              "that the ids are the captured tokens")
+
 
 @dataclass
 class SlotVerdict:
@@ -134,9 +138,22 @@ def not_postnorm(fp: Fingerprint, i: int) -> bool:
     return sf.role in ("embedding", "final_prenorm") or has_sink(fp.stats.slots[i])
 
 
-def _judge_slot(fp: Fingerprint, i: int, c: Claim, L: int | None) -> tuple[Verdict, str, FindingKind | None]:
+def sublayer(fp: Fingerprint, i: int) -> dict | None:
+    """The state inside a block that slot ``i`` equals in the reference forward (exact mode), or None."""
+    if fp.exact is None or i >= len(fp.exact.slots):
+        return None
+    return fp.exact.slots[i].sublayer
+
+
+def _judge_slot(fp: Fingerprint, i: int, c: Claim, L: int | None,
+                not_residual: dict[int, str] | None = None) -> tuple[Verdict, str, FindingKind | None]:
     """(verdict, why, finding kind when FAIL)."""
     sf = fp.slots[i]
+    sub = sublayer(fp, i)
+    if sub is not None:  # the not_residual finding itself is made by exact mode, claim or not
+        return Verdict.FAIL, f"{sub['name']} of the reference forward, not the residual stream ({c.label})", None
+    if sf.r_exact is None and not_residual and i in not_residual:
+        return Verdict.FAIL, f"not the residual stream: {not_residual[i]}", FindingKind.NOT_RESIDUAL
     if sf.r_exact is not None:
         if sf.r_exact == c.r:
             return Verdict.PASS, f"equals {r_label(sf.r_exact)} of the reference forward", None
@@ -187,19 +204,26 @@ def judge(fp: Fingerprint, claims: Claims | None) -> list[Finding]:
         return findings
     verdicts: list[SlotVerdict] = []
     kinds: dict[FindingKind, list[int]] = {}
+    from .residual import data_only
+
+    not_residual = data_only(fp, cl)
+    settle = settle_hint(fp) or (SETTLE_RAN if fp.exact is not None and fp.exact.ran else None)
     for i, c in enumerate(cl):
         if c is None:
             verdicts.append(SlotVerdict(i, None, None, "nothing claimed"))
             continue
-        v, why, kind = _judge_slot(fp, i, c, L)
-        verdicts.append(SlotVerdict(i, c, v, why, settle_hint(fp) if v is Verdict.CANNOT_TELL else None))
+        v, why, kind = _judge_slot(fp, i, c, L, not_residual)
+        verdicts.append(SlotVerdict(i, c, v, why, settle if v is Verdict.CANNOT_TELL else None))
         if kind:
             kinds.setdefault(kind, []).append(i)
     _duplicate_claims(fp, verdicts)
     corrected: list | None = None
-    whole = _shift(fp, cl)
+    # a slot that is not the residual stream has no place in the depth order: the list-wide checks skip it
+    skip = set(not_residual) | {i for i in range(k) if sublayer(fp, i) is not None}
+    cl_whole = [None if i in skip else c for i, c in enumerate(cl)]
+    whole = _shift(fp, cl_whole) if any(c is not None for c in cl_whole) else None
     if whole is None:
-        whole = _reordered(fp, cl, verdicts, kinds)
+        whole = _reordered(fp, cl_whole, verdicts, kinds)
     readings: dict = {}
     if whole is not None:
         corrected = whole.evidence["corrected"]
