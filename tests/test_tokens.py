@@ -153,6 +153,12 @@ def test_report_with_model_shows_the_token_text(world, tmp_path):
 
     state = json.loads(html.unescape(re.search(r'data-state="([^"]*)"', out.read_text()).group(1)))
     assert state["states"][0]["tokens"] == [tok.decode([i]) for i in ids.tolist()]  # the static explorer too
+    lm = state["states"][0]["lens_map"]  # --model: the report's explorer carries the logit-lens overview
+    model = world[5]
+    slots = forensics.load(cap).slots
+    labels = state["states"][0]["meta"]["labels"]
+    for s, c in ((1, 2), (2, 5), (3, 9)):
+        assert lm["ids"][s][c] == _lens_top1(model, slots[s].tensor()[c], post=labels[s] == "final_post")
 
 
 def _one_line(text: str, *needles: str) -> str:
