@@ -356,3 +356,19 @@ def test_lens_overview_is_the_top1_of_every_slot_and_token_in_float64(world):
                 assert m["texts"][s][c] == tok.decode([want])
     assert agree == total  # float32 vs float64 top-1 on a random model: no near-ties at this size
     assert all(0 < p <= 1 for row in m["probs"] for p in row)
+
+
+@pytest.mark.timeout(120)
+def test_a_fifo_named_tokenizer_json_in_a_named_folder_is_refused_not_waited_on(world, tmp_path):
+    import os
+
+    from forensics.io.tokenizer import load_tokenizer
+
+    folder, cap, *_ = world
+    d = tmp_path / "fifo"
+    d.mkdir()
+    os.mkfifo(d / "tokenizer.json")
+    tok, why = load_tokenizer(str(d), confined=False)
+    assert tok is None and "FIFO" in why and "tokenizer.json" in why
+    st = explore_state(cap, tokenizer=str(d))
+    assert st.tokens is None and "FIFO" in st.tokenizer_note
