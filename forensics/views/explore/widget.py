@@ -170,11 +170,15 @@ class Explorer(anywidget.AnyWidget):
                 self._thread.start()
 
     def _work(self) -> None:
-        """Fingerprint the shown file first, then load the model (if any), then the other listed files."""
+        """Fingerprint the shown file first, then take the model's tokenizer and load the model for the lens (if
+        any: the exact fingerprint has loaded it, and written a GGUF's fp32 cache, by then), then the other files."""
         try:
-            self._model_tokenizer()
             model_done = self._model_spec is None
+            tok_done = model_done
             while True:
+                if not tok_done and (self.file in self._fps or not self._queue):
+                    self._model_tokenizer()
+                    tok_done = True
                 with self._lock:
                     k = self._queue.popleft() if self._queue else None
                 if k is None and model_done:
