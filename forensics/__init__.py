@@ -20,15 +20,16 @@ Tensors in memory work as well as files: ``fingerprint``, ``summarize`` and ``as
 
 Verbs: load, as_capture, read_ids, iter_files, summarize, fingerprint, audit, probe, scan, report, capture,
 explore.
-Every bad input raises one ``ForensicsError`` naming the file (or ``<in memory>``).
+Every bad input raises one ``ForensicsError`` naming the file (or ``<in memory>``); a capture that cannot come
+from ``model=`` (another hidden size, vocabulary or layer count) raises its subclass ``ModelMismatch``.
 """
 
 from __future__ import annotations
 
-from forensics.errors import ForensicsError
+from forensics.errors import ForensicsError, ModelMismatch
 
 __version__ = "0.1.0"
-__all__ = ["ForensicsError", "load", "as_capture", "read_ids", "iter_files", "summarize", "fingerprint", "audit",
+__all__ = ["ForensicsError", "ModelMismatch", "load", "as_capture", "read_ids", "iter_files", "summarize", "fingerprint", "audit",
            "report", "scan", "probe", "capture", "explore", "__version__"]
 
 _LAZY = {
