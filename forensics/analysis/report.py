@@ -274,6 +274,32 @@ def explore_file(fr: FileReport) -> Any:
     return st
 
 
+LENS_MAP_REPORT_ROWS = 2048  # slot × token rows of lm_head the report's lens overviews may cost (≈ 2 s on CPU for
+# SmolLM2's 49,152 × 576 head); files past the budget show none
+
+
+def add_lens_maps(files: list[FileReport], model: Any, errors: list[ReportError]) -> None:
+    """The logit-lens overview of each explored file (``--model``: the model the exact fingerprint ran), within
+    ``LENS_MAP_REPORT_ROWS`` rows in all; a model the lens cannot read is one report error."""
+    from forensics.analysis.explore import LENS_MAP_COLUMNS, lens_map
+    from forensics.models.verifier import open_verifier
+
+    budget = LENS_MAP_REPORT_ROWS
+    verifier = None
+    for fr in files:
+        rows = len(fr.capture.slots) * min(fr.capture.num_tokens, LENS_MAP_COLUMNS)
+        if rows > budget:
+            break
+        try:
+            verifier = verifier or open_verifier(model)
+            st = fr.explore
+            st.lens_map = lens_map(fr.capture, verifier, st.tokenizer, labels=st.labels).to_dict()
+        except ForensicsError as e:
+            errors.append(ReportError("logit lens", error_text(e)))
+            return
+        budget -= rows
+
+
 def _message(e: Any) -> str | None:
     return e.get("message") if isinstance(e, dict) else getattr(e, "message", None)
 
@@ -584,6 +610,8 @@ def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,
                 fr.stamp["message"] = checked.check.message
     for fr in [f for f in files if f.capture is not None][:MAX_EXPLORED_FILES]:
         fr.explore = explore_file(fr)
+    if model is not None:
+        add_lens_maps([f for f in files if f.explore is not None and f.fingerprint is not None], model, errors)
 
     audit_res = probe_res = scan_res = facts = None
     training = training_files(files, trainer)

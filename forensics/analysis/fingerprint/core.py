@@ -158,6 +158,26 @@ class Fingerprint:
                  verdict=None if self.verdict is None else self.verdict.value)
         return d
 
+    def to_dataframe(self) -> Any:
+        """One row per slot (``pandas.DataFrame``; pandas is the ``dataframe`` extra): the slot, what it is
+        (role, depth rank, r estimate, label, exact r), what is claimed and by whom, the verdict and why, and its
+        norm statistics."""
+        from forensics.jsonable import data_frame
+
+        rows = []
+        for sf, ss in zip(self.slots, self.stats.slots, strict=True):
+            n = ss.norm
+            rows.append({"path": self.path, "slot": sf.index, "name": sf.name, "tokens": ss.shape[0],
+                         "hidden": ss.shape[1], "dtype": ss.dtype, "role": sf.role, "confidence": sf.confidence,
+                         "depth_rank": sf.depth_rank, "r_estimate": sf.r_estimate, "label": sf.label,
+                         "r_exact": sf.r_exact, "claimed": None if sf.claim is None else sf.claim.label,
+                         "claim_source": None if sf.claim is None else sf.claim.source.value,
+                         "verdict": None if sf.verdict is None else sf.verdict.value, "why": sf.verdict_why,
+                         "decided_by": sf.decided_by, "settle": sf.settle, "norm_mean": n.mean,
+                         "norm_median": n.median, "norm_std": n.std, "token0_ratio": ss.first_ratio,
+                         "nan": ss.nan, "inf": ss.inf})
+        return data_frame(rows)
+
     def __repr__(self) -> str:
         return render(self, "text")
 
