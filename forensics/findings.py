@@ -90,6 +90,7 @@ class FindingKind(StrEnum):
     SLOT_MISALIGNED = "slot_misaligned"
     FOREIGN_ROWS = "foreign_rows"
     LOSS_MASK = "loss_mask"
+    CONTEXT_LOST = "context_lost"
     # ---- one capture: a claimed layer list against the evidence ----
     COUNT_MISMATCH = "count_mismatch"
     SHIFTED = "shifted"
@@ -101,6 +102,7 @@ class FindingKind(StrEnum):
     UNEXPECTED_EMBEDDING = "unexpected_embedding"
     PRENORM = "prenorm"
     POSTNORM = "postnorm"
+    NOT_RESIDUAL = "not_residual"
     # ---- audit: the training side ----
     DECLARED_VS_DATA = "declared_vs_data"
     UNKNOWN_SLICES = "unknown_slices"
@@ -175,6 +177,7 @@ class FindingKind(StrEnum):
     DATA_SLOT_MISALIGNED = "data_slot_misaligned"
     DATA_FOREIGN_ROWS = "data_foreign_rows"
     DATA_LOSS_MASK = "data_loss_mask"
+    DATA_CONTEXT_LOST = "data_context_lost"
     DATA_COUNT_MISMATCH = "data_count_mismatch"
     DATA_SHIFTED = "data_shifted"
     DATA_REORDERED = "data_reordered"
@@ -184,6 +187,7 @@ class FindingKind(StrEnum):
     DATA_UNEXPECTED_EMBEDDING = "data_unexpected_embedding"
     DATA_PRENORM = "data_prenorm"
     DATA_POSTNORM = "data_postnorm"
+    DATA_NOT_RESIDUAL = "data_not_residual"
 
     @property
     def meaning(self) -> str:
@@ -223,6 +227,8 @@ _MEANINGS: dict[FindingKind, str] = {
     FindingKind.FOREIGN_ROWS: "rows that are not the state of their token in this sequence (another request's)",
     FindingKind.LOSS_MASK: "the stored loss mask is not the assistant turns its chat template marks: over the "
                            "system/user turns (fail; SpecForge#885, EAGLE#317), one token off (warn), or partial",
+    FindingKind.CONTEXT_LOST: "rows from position p on were computed without tokens 0..p-1: a chunked prefill whose "
+                              "later chunk lost the earlier context (vllm#52909), or a second sequence packed in",
     FindingKind.COUNT_MISMATCH: "the claimed layer list has another length than the capture has slots",
     FindingKind.SHIFTED: "the whole claimed list is shifted by one slot (the embedding is or is not the first slot)",
     FindingKind.REORDERED: "the claimed layers are all there but stored in another order than claimed",
@@ -233,6 +239,8 @@ _MEANINGS: dict[FindingKind, str] = {
     FindingKind.UNEXPECTED_EMBEDDING: "a slot claimed to be a block's output is the embedding output",
     FindingKind.PRENORM: "a slot claimed post-final-norm is a pre-norm state",
     FindingKind.POSTNORM: "a slot claimed to be a block's pre-norm output is post-final-norm",
+    FindingKind.NOT_RESIDUAL: "a slot is not the residual stream: a block's attention or MLP output, or the state "
+                              "inside a block (sglang#39286, nnsight#630, vLLM-Hook#11, vllm#55423)",
     FindingKind.DECLARED_VS_DATA: "the training data's declared layer for a slot is excluded by the data",
     FindingKind.UNKNOWN_SLICES: "the data alone cannot name the layer of some fc slices (--model or --served settles)",
     FindingKind.ASSUMED_FROM_CONFIG: "the data declares no layers: the fc inputs were assumed from the draft config",

@@ -40,6 +40,7 @@ from forensics.analysis.probe_wirings import (
     Candidates,
     Wiring,
     auto_candidates,
+    candidate_lists,
     controls,
     merge,
     parse_candidates,
@@ -50,7 +51,9 @@ from forensics.display import render
 from forensics.errors import ForensicsError
 from forensics.findings import Finding, FindingKind, Severity, Verdict
 from forensics.io.capture import Capture
+from forensics.io.formats import trainer_of
 from forensics.layers import FINAL_POST, r_label
+from forensics.models import conventions as cv
 from forensics.models.draft import Draft, load_draft
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -66,7 +69,6 @@ MIN_POSITIONS = 200  # fewer scored positions than this: warn that the ranking i
 COLLAPSED_LENGTH = 1.1
 ENGINE_PLANS = (("vllm", None), ("sglang", "pre-25454"), ("sglang", "post-25454"), ("speculators", None),
                 ("specforge", None))
-_TRAINERS = {"speculators-v1": "speculators-v1", "speculators": "speculators", "specforge": "specforge"}
 KIND_DECLARED_BEATEN = FindingKind.PROBE_DECLARED_BEATEN
 KIND_SERVED_BEATEN = FindingKind.PROBE_SERVED_BEATEN
 KIND_NEAR_CONTROLS = FindingKind.PROBE_NEAR_CONTROLS
@@ -234,8 +236,6 @@ def _captures(data) -> list[Capture]:
 
 
 def _declared_r(d: Draft, L: int | None) -> tuple[list | None, str]:
-    from forensics.models import conventions as cv
-
     if L is None:
         return None, "no L"
     if d.declared_ids is None:
@@ -269,8 +269,6 @@ def _verifier(model: Any) -> Verifier | None:
 
 
 def _ids_per_engine(best: list, L: int | None, arch: str | None) -> tuple[dict | None, list[str]]:
-    from forensics.models import conventions as cv
-
     if L is None:
         return None, ["L (the verifier's layer count) is unknown: no engine ids (pass --model or a capture.json)"]
     if not all(isinstance(r, int) for r in best):
@@ -279,7 +277,7 @@ def _ids_per_engine(best: list, L: int | None, arch: str | None) -> tuple[dict |
     for system, version in ENGINE_PLANS:
         name = system if version is None else f"{system} {version}"
         try:
-            out[name] = cv.from_r(system, best, L, version=version, arch=arch).to_dict()
+            out[name] = cv.system(system).from_r(best, L, version=version, arch=arch).to_dict()
         except ForensicsError as e:
             out[name] = {"ids": None, "key": None, "caveat": str(e)}
     return out, []
@@ -304,9 +302,7 @@ def _target_context(v: Verifier | None, caps: list[Capture]) -> tuple[int | None
     """The verifier's layer count L and its architecture family (for the engines' id rules)."""
     facts = v.facts if v is not None else None
     L = facts["num_layers"] if facts else next((c.num_layers for c in caps if c.num_layers), None)
-    from forensics.models.conventions import arch_family
-
-    arch = arch_family([facts["architecture"]], facts["model_type"]) if facts else None
+    arch = cv.arch_family([facts["architecture"]], facts["model_type"]) if facts else None
     return L, arch
 
 
@@ -317,10 +313,8 @@ def _served_r(d: Draft, engine: str | None, version: str | None, L: int | None, 
         return None, ""
     if L is None:
         return None, "L (the verifier's layer count) is unknown: pass --model or a capture.json"
-    from forensics.models.conventions import engine_capture
-
     try:
-        ec = engine_capture(engine, d.config, L, version, arch)
+        ec = cv.system(engine).capture(d.config, L, version, arch)  # the engine's name resolved here, once
     except ForensicsError as e:
         return None, e.message
     if len(ec.r) != d.num_aux:
@@ -335,11 +329,9 @@ def _candidate_wirings(d: Draft, caps: list[Capture], candidates: str | list, L:
     refs = slot_refs(caps[0])
     k = d.num_aux
     declared, declared_how = _declared_r(d, L)
-    trainer = _TRAINERS.get(caps[0].format)
+    trainer = trainer_of(caps[0].format)
     if trainer is not None:
-        from forensics.models.conventions import trainer_view
-
-        fc = [refs[i] for i in trainer_view(trainer, len(refs)).fc_slots][:k]
+        fc = [refs[i] for i in cv.system(trainer).trainer_view(len(refs)).fc_slots][:k]
     else:
         fc = [r for r in refs if r != FINAL_POST][:k]
     auto = candidates == "auto"
@@ -572,6 +564,14 @@ def probe(draft: str | os.PathLike | Draft, data: Any, candidates: str | list = 
             it was stamped is a ``stamp_drift`` FAIL (the probe scored data that is not what was stamped).
     """
     _check_options(topk, max_samples, steps, draft_cost)
+    if candidates != "auto":
+        candidate_lists(candidates)  # a malformed list is one line before any file is read
+    if engine_version is not None:  # an unknown version is one line, never silently "as if known"
+        if engine is None:
+            raise ForensicsError("engine_version (--engine-version) needs engine (--engine)")
+        from forensics.models.conventions import parse_version
+
+        parse_version(engine, engine_version)
     d = draft if isinstance(draft, Draft) else load_draft(draft)
     caps = _captures(data)[:max_samples] if max_samples else _captures(data)
     v = _verifier(model)

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from typing import Any
 
 from forensics.errors import ForensicsError
 from forensics.layers import FINAL_POST, parse_r, r_label
@@ -134,14 +135,35 @@ def auto_candidates(refs: list, k: int, declared: list | None, trainer_fc: list 
     return list(out.items())
 
 
-def parse_candidates(spec, refs: list) -> Candidates:
-    """Wirings given by the user: ``"0,3,16;3,16,28"``, ``"embed,L3,L16"`` or ``[[0, 3, 16], ...]``."""
+MAX_GIVEN_CANDIDATES = 64  # wirings a user may list (each is scored on every file: the cost grows with it)
+
+
+def candidate_lists(spec: Any) -> list[list]:
+    """The r lists of user-given wirings (``"0,3,16;3,16,28"``, ``"embed,L3,L16"`` or ``[[0, 3, 16], ...]``),
+    checked before any file is read: an item that is not an r value, an empty or over-long list is one line."""
+    what, given = "--candidates", spec
     if isinstance(spec, str):
         groups = [g for g in spec.split(";") if g.strip()]
         spec = [[x for x in g.replace(" ", "").split(",") if x] for g in groups]
+    if not isinstance(spec, (list, tuple)) or not spec:
+        raise ForensicsError(f"{what}: expected 'auto' or wirings such as '0,3,16;3,16,28', got {str(given)[:80]!r}")
+    if len(spec) > MAX_GIVEN_CANDIDATES:
+        raise ForensicsError(f"{what}: {len(spec)} wirings, more than the {MAX_GIVEN_CANDIDATES} a probe scores")
     out = []
     for w in spec:
-        rs = [x if isinstance(x, str) and x.startswith("slot") else parse_r(x) for x in w]
+        if not isinstance(w, (list, tuple)) or not w or len(w) > MAX_GIVEN_CANDIDATES:
+            raise ForensicsError(f"{what}: a wiring is a non-empty list of r values, got {str(w)[:80]!r}")
+        try:
+            out.append([x if isinstance(x, str) and x.startswith("slot") else parse_r(x) for x in w])
+        except ValueError as e:
+            raise ForensicsError(f"{what}: {str(e)[:200]}") from None
+    return out
+
+
+def parse_candidates(spec, refs: list) -> Candidates:
+    """Wirings given by the user: ``"0,3,16;3,16,28"``, ``"embed,L3,L16"`` or ``[[0, 3, 16], ...]``."""
+    out = []
+    for rs in candidate_lists(spec):
         missing = [r for r in rs if r not in refs]
         if missing:
             raise ForensicsError(f"candidate {wiring_label(rs)}: r {[r_label(m) for m in missing]} not in the data "

@@ -28,7 +28,7 @@ from forensics.analysis.probe import probe
 from forensics.analysis.scan.core import scan as run_scan
 from forensics.analysis.stamp import stamp_status
 from forensics.display import render
-from forensics.errors import ForensicsError
+from forensics.errors import ForensicsError, ModelMismatch
 from forensics.findings import (
     Finding,
     Severity,
@@ -116,6 +116,7 @@ class FileReport:
     fingerprint: Any = field(default=None, repr=False)
     error: str | None = None
     tokens: list[str] | None = field(default=None, repr=False)
+    tokenizer: Any = field(default=None, repr=False)  # the tokenizer ``tokens`` came from (its own, else --model's)
     stamp: dict | None = field(default=None, repr=False)  # ``forensics.analysis.stamp.stamp_status`` of the file
     explore: Any = field(default=None, repr=False)  # its ``ExploreState`` (the report's explorer), when drawn
     slots: list[SlotOutcome] = field(init=False, default_factory=list, repr=False)
@@ -223,25 +224,36 @@ def error_text(e: BaseException) -> str:
     return str(e) if isinstance(e, ForensicsError) else f"{type(e).__name__}: {e}"
 
 
-def load_tokens(cap: Any, errors: list[ReportError]) -> list[str] | None:
-    """Token text per position (the capture's own local tokenizer, never remote code), or None when unknown;
-    each distinct id decoded once, its text cut to ``TOKEN_TEXT_CHARS`` characters + "…"."""
+def load_tokens(cap: Any, errors: list[ReportError], model: Any = None) -> list[str] | None:
+    """Token text per position (the capture's own local tokenizer, never remote code; else the tokenizer of
+    ``model``, the ``--model`` given), or None when unknown; each distinct id decoded once, its text cut to
+    ``TOKEN_TEXT_CHARS`` characters + "…"."""
+    return file_tokens(cap, errors, model)[0]
+
+
+def file_tokens(cap: Any, errors: list[ReportError], model: Any = None) -> tuple[list[str] | None, Any]:
+    """:func:`load_tokens` and the tokenizer the text came from (None when there is no text)."""
     from forensics.io.tokenizer import decode_tokens, find_tokenizer, load_tokenizer
 
     if cap.input_ids is None:
-        return None
+        return None, None
     folder = find_tokenizer(cap.path, cap.meta)
     tok, why = load_tokenizer(folder)
+    if tok is None and model is not None:
+        from forensics.models.target import model_tokenizer
+
+        tok, why_model = model_tokenizer(model)
+        why, folder = (why, folder) if why else (why_model, "of --model")
     if tok is None:
         if why and not any(_message(e) == why for e in errors):
             errors.append(ReportError(f"tokenizer {folder}", why))
-        return None
+        return None, None
     ids = [int(i) for i in cap.input_ids.tolist()]
     text = {}
     for i in dict.fromkeys(ids):
         t = decode_tokens(tok, [i])[0]
         text[i] = t if len(t) <= TOKEN_TEXT_CHARS else t[:TOKEN_TEXT_CHARS] + "…"
-    return [text[i] for i in ids]
+    return [text[i] for i in ids], tok
 
 
 def explore_file(fr: FileReport) -> Any:
@@ -252,7 +264,8 @@ def explore_file(fr: FileReport) -> Any:
     from forensics.analysis.explore import explore_state
 
     try:
-        st = explore_state(fr.capture, fingerprint=fr.fp, stats=fr.stats)
+        st = explore_state(fr.capture, fingerprint=fr.fp, stats=fr.stats,  # the report's token text, same tokenizer
+                           tokenizer="auto" if fr.tokenizer is None else fr.tokenizer)
     except ForensicsError:
         return None
     for s in fr.slots[:len(st.verdicts)]:
@@ -468,8 +481,8 @@ def _analyse(path: str, layers: Any, model: Any, errors: list[ReportError], stam
     fp = None
     try:
         fp = fingerprint(cap, layers=layers, model=model, stamp_check=stamp_check)
-    except FileChangedSize as e:  # the file itself went away under us: unreadable, not a failing section
-        return FileReport(path=path, error=error_text(e))
+    except (FileChangedSize, ModelMismatch) as e:  # the file went away under us, or cannot be from --model (a
+        return FileReport(path=path, error=error_text(e))  # size that differs): unreadable, not a failing section
     except ForensicsError as e:  # a failing section is listed in the report, not fatal (the message names the file)
         errors.append(ReportError("fingerprint", error_text(e)))
     try:
@@ -547,7 +560,7 @@ def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,
     for fr in files:
         fr.rel = os.path.relpath(os.path.abspath(fr.path), root)
         if fr.capture is not None:
-            fr.tokens = load_tokens(fr.capture, errors)
+            fr.tokens, fr.tokenizer = file_tokens(fr.capture, errors, model)
             fr.stamp = stamp_status(fr.path)
             checked = getattr(fr.fingerprint, "stamp", None)
             if checked is not None and fr.stamp.get("status") == "stamped":  # the values, checked in the read

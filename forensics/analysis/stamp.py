@@ -190,11 +190,11 @@ def _slot_rs(cap, layers, convention: str | None, layer_ids, num_layers: int | N
             raise ForensicsError(f"--layers gives {len(rs)} values but the file has {n} slots", path=cap.path)
         return rs, notes
     if layer_ids is not None and convention is not None:
-        from forensics.models.conventions import to_r
+        from forensics.models.conventions import system
 
         if num_layers is None:
             raise ForensicsError("--layer-ids needs --num-layers (or a capture.json that records it)")
-        rs = to_r(convention, [int(i) for i in layer_ids], num_layers)
+        rs = system(convention).to_r([int(i) for i in layer_ids], num_layers)
         if len(rs) != n:
             raise ForensicsError(f"{len(rs)} layer ids for {n} slots", path=cap.path)
         return rs, notes

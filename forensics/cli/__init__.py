@@ -94,6 +94,21 @@ def _one_line_streams() -> None:
                 pass
 
 
+def _check_engine_version(args) -> None:
+    """``--engine-version`` in every command that takes it: known for its ``--engine``, before any work (an unknown
+    one was taken as if known, and one without ``--engine`` was ignored)."""
+    version = getattr(args, "engine_version", None)
+    if version is None:
+        return
+    from forensics.errors import ForensicsError
+
+    if getattr(args, "engine", None) is None:
+        raise ForensicsError("--engine-version needs --engine (sglang or vllm)")
+    from forensics.models.conventions import parse_version
+
+    parse_version(args.engine, version)
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("OMP_WAIT_POLICY", OMP_WAIT_POLICY)
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -121,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
 
     install(f"hsf {command}")  # a mapped file truncated under us: one line, exit 2, never a SIGBUS death
     try:
+        _check_engine_version(args)
         with warnings.catch_warnings():
             # library warnings (torch's pickle-protocol note, matplotlib layout, numpy all-NaN slices) are not
             # the user's business; what matters reaches them as findings or one-line errors

@@ -181,11 +181,13 @@ def _ids_of(args) -> Any:
         return None
     if getattr(args, "model", None) is None:
         raise ForensicsError("--text needs --model (its tokenizer turns the text into token ids)", path=text_file)
+    from forensics.io.limits import MAX_TEXT_BYTES, read_bounded
+
+    raw = read_bounded(text_file, MAX_TEXT_BYTES, "the text")  # a regular file only: a FIFO never blocks
     try:
-        with open(text_file, encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as e:
-        raise ForensicsError(f"cannot read the text: {e}", path=text_file) from None
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ForensicsError(f"the text is not UTF-8 ({e.reason} at byte {e.start})", path=text_file) from None
     from forensics.models.target import tokenize
 
     return tokenize(args.model, text)

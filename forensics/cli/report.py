@@ -48,7 +48,7 @@ def check_arguments(args) -> None:
     if args.engine_version is not None:
         if args.engine is None:
             raise ForensicsError("--engine-version needs --engine (sglang or vllm)")
-        cv.parse_version(args.engine, args.engine_version)
+        cv.system(args.engine).version(args.engine_version)
     for opt in ("draft", "served", "target_config", "model"):
         path = getattr(args, opt)
         if path is not None and not (opt == "model" and path == "default") and not os.path.exists(path):

@@ -149,7 +149,7 @@ def training_side(data: Any, trainer: str | None, draft_info, L: int | None, use
             else []
         source = f"{cap.format} capture {cap.path}"
         native = trainer_of(cap.format)
-        if trainer and native and cv.canonical_system(trainer) != cv.canonical_system(native):
+        if trainer and native and cv.system(trainer) != cv.system(native):
             findings.append(Finding(FindingKind.TRAINER_VS_FORMAT, Severity.WARN, [],
                                     f"--trainer {trainer} but the data is in "
                                     f"{cap.format} format, which {native} reads; check which trainer consumed it",
@@ -158,7 +158,7 @@ def training_side(data: Any, trainer: str | None, draft_info, L: int | None, use
     if trainer is None:
         raise ForensicsError("the trainer is needed to know which slots fed the fc: pass --trainer "
                              f"({', '.join(cv.TRAINERS)})")
-    view = cv.trainer_view(trainer, len(rs))
+    view = cv.system(trainer).trainer_view(len(rs))
     fc = [rs[i] for i in view.fc_slots]
     open_ = [k for k, i in enumerate(view.fc_slots) if status[i] not in KNOWN]
     if open_ and cap is not None and use_fingerprint:

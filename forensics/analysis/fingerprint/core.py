@@ -264,6 +264,9 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
     # every row placed against the reference forward when there is a ladder (not streamed, ids given), else data only
     rows = check_rows(capture, full, reference=None if reference is None else reference[1],
                       norms=[s.norms for s in st_all.slots])
+    from forensics.analysis.context import check_context  # rows p..end without tokens 0..p-1 (vllm#52909)
+
+    context = check_context(capture, full, st_all.slots, rows, net=None if reference is None else reference[0].net)
     view = good_rows_view(capture, full, rows)  # statistics and order from the rows that are their tokens'
     st = st_all if view is capture else summarize(view)
     tensors = [s.tensor() for s in view.slots]
@@ -273,7 +276,7 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
     if view is not capture:  # a slot all zero or overflowing in the file, not only in its good rows
         findings = [f for f in findings if f.kind not in (FindingKind.ALL_ZERO, FindingKind.OVERFLOW)] + [
             f for f in _anomalies(capture, st_all)[0] if f.kind in (FindingKind.ALL_ZERO, FindingKind.OVERFLOW)]
-    findings += rows.findings
+    findings += rows.findings + context.findings
     findings += capture_loss_mask_findings(capture, model)  # a stored loss mask against the chat turns
     if stamp is not None:
         findings += stamp.findings
@@ -411,7 +414,19 @@ def _exact(capture: Capture, tensors: list, model: Any, sig: _Signals, findings:
                                 "--text FILE (tokenised by --model), or input_ids= in Python"))
     for i, x in enumerate(exact.slots):
         exact_evidence(sig.ev[i], x)
-    unmatched = [i for i, x in enumerate(exact.slots) if x.ladder is not None and x.r_exact is None]
+    subs = {i: x.sublayer for i, x in enumerate(exact.slots) if x.sublayer is not None}
+    if subs:
+        findings.append(Finding(FindingKind.NOT_RESIDUAL, Severity.FAIL, sorted(subs), "; ".join(
+            f"slot {i} ({capture.slots[i].name}) is {s['name']}, not a residual-stream state: it equals that state "
+            f"of the reference forward (per-token cosine {s['cos']:.4f}, relative error {s['rel']:.3g}; the next "
+            f"nearest state, {s['runner_up_name']}, {s['runner_up_rel']:.3g})" for i, s in subs.items())
+            + ": the capture saved a sub-layer output where the residual stream was meant (sglang#39286, "
+              "nnsight#630, vllm#55423)",
+            {"slots": sorted(subs), "what": [subs[i]["what"] for i in sorted(subs)],
+             "block": [subs[i]["block"] for i in sorted(subs)], "rel": [subs[i]["rel"] for i in sorted(subs)],
+             "by": "reference"}))
+    unmatched = [i for i, x in enumerate(exact.slots) if x.ladder is not None and x.r_exact is None
+                 and x.sublayer is None]
     if unmatched:
         findings.append(Finding(FindingKind.NO_REFERENCE_MATCH, Severity.WARN, unmatched, f"slots {unmatched} equal "
                                 "no state of the reference on these input_ids (another model, other weights or "

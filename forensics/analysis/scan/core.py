@@ -29,7 +29,7 @@ from forensics.analysis.scan.result import ScanResult
 from forensics.analysis.scan.rows import FILE_TIME_BUDGET_S, empty_row, read_rows
 from forensics.analysis.scan.sinks import ParquetSink, drop_superseded_lines
 from forensics.analysis.scan.summary import Aggregator
-from forensics.analysis.scan.workers import batches, run_dask, run_inline, run_pool
+from forensics.analysis.scan.workers import DASK_MIN_FILES, batches, run_dask, run_inline, run_pool
 from forensics.errors import ForensicsError
 from forensics.io.output import append_line, check_output, lock_output, output_target
 from forensics.jsonable import json_safe
@@ -217,7 +217,7 @@ def _scan(path: Any, items: list[Item], bad: list[dict], out: str | None, sink: 
     bar = _progress(len(items), resumed, progress)
     t_work, new_bytes = time.perf_counter(), 0
     if dask is not None:
-        runner = run_dask(batches(todo), opts, workers, dask)
+        runner = run_dask(batches(todo, DASK_MIN_FILES), opts, workers, dask)
     elif workers <= 0:
         runner = run_inline(batches(todo), opts)
     else:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator
 
-from forensics.errors import ForensicsError
+from forensics.errors import ForensicsError, escape
 from forensics.io.capture import Capture
 from forensics.io.formats import (
     eagle,
@@ -431,9 +431,9 @@ def read_ids(path: str | os.PathLike):
     from forensics.io.layout import ID_KEYS
 
     path = os.fspath(path)
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise ForensicsError("no such ids file", path=path)
-    kind = sniff(path)
+    kind = sniff(path)  # a FIFO, device or socket is refused here, before its first read
     if kind == "zip" and is_npz(path):
         kind = "npz"
     obj: object
@@ -442,14 +442,18 @@ def read_ids(path: str | os.PathLike):
     elif kind in ("npy", "npz"):
         obj = numpy_load(path, kind)
     else:
-        if os.path.getsize(path) > MAX_IDS_TEXT_BYTES:
-            raise ForensicsError(f"ids file larger than {MAX_IDS_TEXT_BYTES} bytes", path=path)
-        with open(path, "rb") as f:
-            raw = f.read().decode("utf-8", "replace")
+        from forensics.io.limits import MAX_ID_DIGITS, MAX_IDS_TEXT_BYTES, read_bounded
+
+        raw = read_bounded(path, MAX_IDS_TEXT_BYTES, "the ids file").decode("utf-8", "replace")
         words = [w for w in re.split(r"[\s,\[\]]+", raw) if w]
-        if not words or not all(re.fullmatch(r"-?\d+", w) for w in words):
+        bad = next((w for w in words if not re.fullmatch(r"-?\d+", w)), None)
+        if not words or bad is not None:
             raise ForensicsError("not an ids file: expected a .pt/.npy tensor or integers separated by spaces, "
-                                 "commas or newlines", path=path)
+                                 f"commas or newlines (found {escape(bad or '')[:40]!r})", path=path)
+        long = next((w for w in words if len(w.lstrip("-")) > MAX_ID_DIGITS), None)
+        if long is not None:
+            raise ForensicsError(f"not a token id: an integer of {len(long.lstrip('-'))} digits (ids have at most "
+                                 f"{MAX_ID_DIGITS})", path=path)
         obj = [int(w) for w in words]
     if isinstance(obj, dict):
         obj = next((obj[k] for k in ID_KEYS if k in obj), None)
