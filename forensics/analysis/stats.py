@@ -207,7 +207,7 @@ def exact_norms(h: Any, norms: Any) -> Any:
     return out
 
 
-def slot_stats(slot: Slot, block: int = NORM_BLOCK_ROWS) -> SlotStats:
+def slot_stats(slot: Slot, block: int = NORM_BLOCK_ROWS, on_block: Any = None) -> SlotStats:
     """All statistics of one slot: one chunked norm pass, plus re-reads of only the rows that need it.
 
     Per-token norms come from :func:`token_norms` (row blocks, float32 accumulation); median ``|x|`` from
@@ -217,7 +217,7 @@ def slot_stats(slot: Slot, block: int = NORM_BLOCK_ROWS) -> SlotStats:
     h = slot.tensor()
     T, H = int(h.shape[0]), int(h.shape[1])
     with intra_op_threads():
-        norms_t, median_abs = norms_and_median_abs(h, block)  # one pass: norms + the median-|x| sample
+        norms_t, median_abs = norms_and_median_abs(h, block, on_block)  # one pass: norms + the median-|x| sample
         norms_t = exact_norms(h, norms_t)
         nan, inf = nonfinite_rows(h, norms_t, block)
         threshold = max(MASSIVE_ABS_THRESHOLD, MASSIVE_REL_THRESHOLD * median_abs) \
@@ -284,9 +284,10 @@ class CaptureStats:
         return render(self, "html")
 
 
-def summarize(capture: Any, input_ids: Any = None) -> CaptureStats:
+def summarize(capture: Any, input_ids: Any = None, on_block: Any = None) -> CaptureStats:
     """Statistics of every slot of a capture, of the file at a path, or of hidden states in memory (any layout
-    ``forensics.io.layout`` accepts; ``input_ids`` decide a stack's axes).
+    ``forensics.io.layout`` accepts; ``input_ids`` decide a stack's axes). ``on_block(slot index, start, rows)``
+    sees every row block of the norm pass (a stamp check: :func:`forensics.analysis.stamp.StampReader`).
 
     Example:
         >>> st = summarize("sample_data/speculators_v1/data_0.pt")   # doctest: +SKIP
@@ -304,7 +305,8 @@ def summarize(capture: Any, input_ids: Any = None) -> CaptureStats:
     slots = []
     for s in capture.slots:
         try:
-            slots.append(slot_stats(s))
+            feed = None if on_block is None else (lambda start, rows, i=s.index: on_block(i, start, rows))
+            slots.append(slot_stats(s, on_block=feed))
         except ForensicsError:
             raise
         except Exception as e:  # noqa: BLE001 - a tensor we cannot reduce is bad input, not a crash
