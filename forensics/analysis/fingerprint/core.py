@@ -301,13 +301,15 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
     from forensics.analysis.fingerprint.verdicts import judge
     from forensics.analysis.loss_mask import capture_loss_mask_findings
     from forensics.analysis.rows import check_rows
-    from forensics.analysis.stamp import check_in_read, stamp_claims
+    from forensics.analysis.stamp import StampReader, stamp_claims
 
     k = len(capture.slots)
     full = [s.tensor() for s in capture.slots]
-    stamp = check_in_read(capture, full) if stamp_check else None  # the tensors this fingerprint reads anyway
+    reader = StampReader(capture) if stamp_check else None  # the stamp, checked on this fingerprint's own pass
     reference = None
-    st_all = summarize(capture)  # what the file holds (NaN counts, norms of every row): shown and scanned
+    # what the file holds (NaN counts, norms of every row): shown and scanned; the stamp's checksums ride on it
+    st_all = summarize(capture, taps=reader.taps if reader is not None and reader.feeds else None)
+    stamp = reader.check(full) if reader is not None else None
     if model is not None:
         from forensics.analysis.fingerprint.exact import reference_ladder
 
