@@ -97,6 +97,31 @@ def ids_1d(t: Any, path: str, name: str):
     return t
 
 
+def stored_ids(get: Any, keys: Any, path: str) -> Any:
+    """The token ids a file stores under the first of ``ID_KEYS`` it has (``get(key)`` reads one), or None. A
+    file that stores ids under two keys (``input_ids`` and ``token_ids``) that disagree is one line: which of them
+    are the capture's tokens cannot be told, and reading one silently would pair rows with the wrong tokens."""
+    import torch
+
+    present = [k for k in ID_KEYS if k in keys]
+    values = [(k, get(k)) for k in present]
+    values = [(k, v) for k, v in values if v is not None]
+    if len(values) < 2:
+        return values[0][1] if values else None
+    k0, v0 = values[0]
+    a = ids_1d(to_torch(v0), path, k0)
+    for k, v in values[1:]:
+        b = ids_1d(to_torch(v), path, k)
+        same = a.numel() == b.numel() and not a.is_floating_point() and not b.is_floating_point() \
+            and bool(torch.equal(a.long(), b.long()))
+        if not same:
+            at = next((i for i, (x, y) in enumerate(zip(a.tolist(), b.tolist())) if x != y), min(a.numel(), b.numel()))
+            raise ForensicsError(f"the file stores token ids twice and they disagree: {k0} ({a.numel()} ids) and {k} "
+                                 f"({b.numel()} ids) differ from position {at}; which are this capture's tokens "
+                                 "cannot be told", path=path)
+    return v0
+
+
 def to_torch(x: Any) -> Any:
     """A numpy array as a torch tensor (shared memory); anything else unchanged."""
     if type(x).__module__ == "numpy" and type(x).__name__ in ("ndarray", "memmap"):
@@ -193,7 +218,7 @@ def resolve(obj: Any, path: str, input_ids: Any = None) -> Resolved:
     file_ids = mask = None
     if isinstance(obj, dict):
         obj = {k: to_torch(v) for k, v in obj.items()}
-        file_ids = next((obj[k] for k in ID_KEYS if k in obj and obj[k] is not None), None)
+        file_ids = stored_ids(obj.get, obj, path)
         mask = next((obj[k] for k in MASK_KEYS if k in obj and obj[k] is not None), None)
         items = [(str(k), v) for k, v in obj.items() if k not in ID_KEYS + MASK_KEYS]
     elif isinstance(obj, (list, tuple)):

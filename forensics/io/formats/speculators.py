@@ -11,6 +11,7 @@ from __future__ import annotations
 from forensics.errors import ForensicsError
 from forensics.io.formats._common import build, lazy_slot, provenance
 from forensics.io.formats._io import FLOAT_DTYPES, SAFETENSORS_DTYPES, SafetensorsFile
+from forensics.io.layout import stored_ids
 
 NAME = "speculators"
 
@@ -48,7 +49,7 @@ def read_safetensors(sf: SafetensorsFile, path: str, input_ids=None):
 
     shape = _stack_shape(sf)
     batched = len(sf.shape("hidden_states")) == 4
-    ids = sf.get("token_ids") if "token_ids" in sf.keys() else None
+    ids = stored_ids(sf.get, sf.keys(), path) if "token_ids" in sf.keys() else None  # another id key must agree
     n_ids = _n_ids(sf)
     if ids is None and input_ids is not None:  # ids given from outside the file (--ids) decide the token axis
         ids, n_ids = input_ids, int(input_ids.numel())
