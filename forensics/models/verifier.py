@@ -190,7 +190,7 @@ def load_plain(folder: str) -> Verifier:
 def _file_stamps(paths: list[str]) -> tuple:
     """(path, inode, size, mtime, ctime) of each file: whether a memoised load still describes the folder (ctime
     too: ``cp -p`` over a file keeps its inode, size and mtime, and nothing can set a ctime back)."""
-    out = []
+    out: list[tuple] = []
     for p in paths:
         try:
             st = os.stat(p)
