@@ -115,7 +115,8 @@ def stored_ids(get: Any, keys: Any, path: str) -> Any:
         same = a.numel() == b.numel() and not a.is_floating_point() and not b.is_floating_point() \
             and bool(torch.equal(a.long(), b.long()))
         if not same:
-            at = next((i for i, (x, y) in enumerate(zip(a.tolist(), b.tolist(), strict=False)) if x != y), min(a.numel(), b.numel()))
+            pairs = enumerate(zip(a.tolist(), b.tolist(), strict=False))
+            at = next((i for i, (x, y) in pairs if x != y), min(a.numel(), b.numel()))
             raise ForensicsError(f"the file stores token ids twice and they disagree: {k0} ({a.numel()} ids) and {k} "
                                  f"({b.numel()} ids) differ from position {at}; which are this capture's tokens "
                                  "cannot be told", path=path)
