@@ -298,16 +298,17 @@ def read_entry(path: str, n: int, vocab: int) -> torch.Tensor | None:
 def write_entry(path: str, top: torch.Tensor) -> None:
     """Write one entry atomically (a temporary file in the same folder, renamed); any failure writes nothing and
     leaves no temporary file."""
-    import tempfile
-
     import numpy as np
     import torch
+
+    from forensics.io.tempfiles import clean_stale, temp_path
 
     tmp = None
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".hsf-", suffix=".tmp", dir=os.path.dirname(path))
-        with os.fdopen(fd, "wb") as f:
+        clean_stale(path)
+        tmp = temp_path(path)
+        with open(tmp, "xb") as f:
             np.save(f, top.to(torch.int32).numpy(), allow_pickle=False)
         os.replace(tmp, path)
         tmp = None
