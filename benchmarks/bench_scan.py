@@ -19,8 +19,15 @@ over the process and all its descendants (fork server and workers), sampled ever
 The larger file count reuses the N distinct files through hard links (same inodes: the page cache is
 shared, so it measures per-file overheads and memory growth with the number of files, not a bigger cache).
 
+Interleaved rounds (issue 32; the default): on a shared machine a mode timed minutes after another is timed
+under another load, so each of ``--rounds`` rounds times, back to back on the same files, ``cat``, the naive
+loop (its own process) and every scan mode (``--modes``: one process per round, whose fork server is warmed by
+an untimed scan first, then the default scan, ``--fingerprint none`` and ``--fingerprint all`` one after the
+other, peak memory reset between them). Every ratio is formed within a round, with the 1-minute load read at
+each measurement, and the median over rounds is reported with the range.
+
     nice .venv/bin/python benchmarks/bench_scan.py            # 32 distinct files, then 128 (hard links)
-    nice .venv/bin/python benchmarks/bench_scan.py --files 32 --links 0 --keep /tmp/kimi
+    nice .venv/bin/python benchmarks/bench_scan.py --files 32 --links 0 --keep /tmp/kimi --rounds 5
 """
 
 from __future__ import annotations
@@ -126,6 +133,10 @@ class PeakMemory:
     def cpu_children(self) -> float:
         return sum(self._cpu.values())
 
+    def reset(self) -> None:
+        """Start a new peak (the CPU seen so far is kept: CPU is measured as a difference)."""
+        self.rss = self.pss = 0
+
     def __enter__(self):
         self._t.start()
         return self
@@ -186,7 +197,146 @@ def child(mode: str, list_file: str, out_dir: str) -> dict:
     return res
 
 
-CPU_KERNELS = ("naive", "chunked-norms", "summarize", "scan-row", "scan-row-norows", "fingerprint-row")
+SCAN_FP = {"scan": None, "scan-none": False, "scan-all": True, "scan-norows": None, "scan-parquet": None}
+
+
+def scan_round(modes: list[str], list_file: str, out_dir: str) -> list[dict]:
+    """Every scan mode once, one after the other, in this (child) process: an untimed warm-up scan starts the
+    fork server first; the peak memory (all processes) is reset before each mode."""
+    from forensics import scan
+    from forensics.analysis.scan.core import FINGERPRINT_FILES
+
+    with open(list_file) as f:
+        files = f.read().split()
+    nbytes = sum(os.path.getsize(p) for p in files)
+    out = []
+
+    def cpu(mem) -> float:
+        return sum(os.times()[:2]) + mem.cpu_children - mem.own_cpu
+
+    with PeakMemory() as mem:
+        scan(files[:4], workers=2, out=os.path.join(out_dir, "warm.jsonl"), fingerprint=False, progress=False)
+        for mode in modes:
+            fmt = "parquet" if mode == "scan-parquet" else "jsonl"
+            dest = os.path.join(out_dir, f"rows_{mode}_{len(files)}.{fmt}")
+            time.sleep(0.3)  # the previous call's workers are gone from the sampler's view
+            mem.reset()
+            load1 = os.getloadavg()[0]
+            c0, t0 = cpu(mem), time.perf_counter()
+            fp = SCAN_FP[mode]
+            r = scan(files, workers=2, out=dest, progress=False, out_format=fmt, rows=mode != "scan-norows",
+                     fingerprint=FINGERPRINT_FILES if fp is None else fp)
+            seconds = time.perf_counter() - t0
+            time.sleep(0.3)
+            assert r.summary["files"] == len(files) and r.summary["errors"] == 0, r.summary
+            out.append({"mode": mode, "files": len(files), "bytes": nbytes, "seconds": seconds,
+                        "cpu_s": cpu(mem) - c0, "peak_rss_sum": mem.rss, "peak_pss_sum": mem.pss, "load1": load1,
+                        "load1_after": os.getloadavg()[0],
+                        "fingerprinted": sum(1 for row in r.rows if row.get("basis") == "fingerprint")})
+    return out
+
+
+def run_scan_round(modes: list[str], files: list[str], tmp: str) -> list[dict]:
+    lst = os.path.join(tmp, f"list_round_{len(files)}.txt")
+    with open(lst, "w") as f:
+        f.write("\n".join(files))
+    out = subprocess.run([sys.executable, __file__, "--scan-round", ",".join(modes), lst, tmp], capture_output=True,
+                         text=True)
+    if out.returncode:
+        raise RuntimeError(f"scan round failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _median_range(xs: list[float]) -> str:
+    import statistics
+
+    return f"{statistics.median(xs):.2f}× ({min(xs):.2f}–{max(xs):.2f})" if xs else "n/a"
+
+
+def round_table(results: list[dict]) -> str:
+    """One line per round and file count: every mode's GB/s and its ratio to the naive loop and to cat measured
+    in the same round, with the 1-minute load at each measurement."""
+    lines = ["| files | round | mode | GB/s | × naive (same round) | × cat (same round) | CPU ms/file | peak RSS Σ "
+             "| peak PSS Σ | load (1 min) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    by = {(r["files"], r.get("round"), r["mode"]): r for r in results}
+    mb = (lambda v: "" if not v else f"{v / 1e6:.0f} MB")
+    for r in results:
+        if r.get("round") is None:
+            continue
+        gbps = r["bytes"] / r["seconds"] / 1e9
+        nv, ct = by.get((r["files"], r["round"], "naive")), by.get((r["files"], r["round"], "cat"))
+        xn = gbps / (nv["bytes"] / nv["seconds"] / 1e9) if nv and r["mode"] != "naive" else None
+        xc = gbps / (ct["bytes"] / ct["seconds"] / 1e9) if ct and r["mode"] != "cat" else None
+        ms = r["cpu_s"] / (r.get("cpu_bytes", r["bytes"]) / r["bytes"] * r["files"]) * 1e3 if r.get("cpu_s") else None
+        lines.append(f"| {r['files']} | {r['round']} | {r['mode']} | {gbps:.2f} | "
+                     f"{'' if xn is None else f'{xn:.2f}×'} | {'' if xc is None else f'{xc:.2f}×'} | "
+                     f"{'' if ms is None else f'{ms:.1f}'} | {mb(r.get('peak_rss_sum'))} | "
+                     f"{mb(r.get('peak_pss_sum'))} | {r.get('load1', 0):.1f} |")
+    return "\n".join(lines)
+
+
+GOAL_R_X_NAIVE = 2.0  # issue 32: the default scan ≥ 2 × the naive loop …
+GOAL_R_X_CAT = 0.25  # … and ≥ 0.25 × cat (aim 0.5)
+GOAL_R_ALL_X_NAIVE = 1.0  # --fingerprint all ≥ 1 × the naive loop
+GOAL_R_MEM = 0.5e9  # peak memory of the scan's process tree ≤ 0.5 GB (PSS Σ: shared pages counted once) …
+GOAL_R_FLAT = 1.15  # … flat: the largest file count's peak ≤ this × the smallest's
+GOAL_FP_X_STATS = 2.0  # a fingerprint's CPU ≤ 2 × its file's statistics
+
+
+def round_goals(results: list[dict], cpu_rows: list[dict] | None = None) -> list[str]:
+    """Issue 32's goals from the interleaved rounds: medians (and ranges) over rounds of same-round ratios."""
+    import statistics
+
+    out = []
+    sizes = sorted({r["files"] for r in results if r.get("round") is not None})
+    by = {(r["files"], r.get("round"), r["mode"]): r for r in results}
+    rate = (lambda r: r["bytes"] / r["seconds"])
+    for n in sizes:
+        rounds = sorted({r["round"] for r in results if r["files"] == n and r.get("round") is not None})
+
+        def ratios(mode: str, ref: str, n: int = n, rounds: list = rounds) -> list[float]:
+            return [rate(by[(n, k, mode)]) / rate(by[(n, k, ref)]) for k in rounds
+                    if (n, k, mode) in by and (n, k, ref) in by]
+
+        loads = [r["load1"] for r in results if r["files"] == n and r.get("round") is not None]
+        lo = f"load (1 min) {min(loads):.1f}–{max(loads):.1f}"
+        sn, sc, an, nn = ratios("scan", "naive"), ratios("scan", "cat"), ratios("scan-all", "naive"), \
+            ratios("scan-none", "naive")
+        fpd = [by[(n, k, "scan")]["fingerprinted"] for k in rounds if (n, k, "scan") in by]
+        if sn and sc:
+            out.append(f"GOAL hsf scan (default, {fpd[0]} of {n} fingerprinted) ≥ {GOAL_R_X_NAIVE:g}× naive: "
+                       f"{_median_range(sn)} — {'met' if statistics.median(sn) >= GOAL_R_X_NAIVE else 'MISSED'}; "
+                       f"≥ {GOAL_R_X_CAT:g}× cat: {_median_range(sc)} — "
+                       f"{'met' if statistics.median(sc) >= GOAL_R_X_CAT else 'MISSED'}; {len(sn)} rounds, {lo}")
+        if an:
+            out.append(f"GOAL hsf scan --fingerprint all ≥ {GOAL_R_ALL_X_NAIVE:g}× naive ({n} files): "
+                       f"{_median_range(an)} — {'met' if statistics.median(an) >= GOAL_R_ALL_X_NAIVE else 'MISSED'}"
+                       f"; {lo}")
+        if nn:
+            out.append(f"REPORT hsf scan --fingerprint none ({n} files): {_median_range(nn)} the naive loop, "
+                       f"{_median_range(ratios('scan-none', 'cat'))} cat; {lo}")
+    peaks = {n: [r for r in results if r["files"] == n and r["mode"].startswith("scan") and r.get("peak_pss_sum")
+                 and r.get("round") is not None] for n in sizes}
+    if all(peaks.values()) and peaks:
+        pss = {n: max(r["peak_pss_sum"] for r in v) for n, v in peaks.items()}
+        rss = {n: max(r["peak_rss_sum"] for r in v) for n, v in peaks.items()}
+        flat = pss[sizes[-1]] / pss[sizes[0]] if len(sizes) > 1 else 1.0
+        worst = max(pss.values())
+        out.append(f"GOAL peak memory of the scan's processes ≤ {GOAL_R_MEM / 1e9:g} GB (PSS Σ, shared pages once): "
+                   + ", ".join(f"{n} files {pss[n] / 1e6:.0f} MB" for n in sizes)
+                   + f" — {'met' if worst <= GOAL_R_MEM else 'MISSED'}; flat {flat:.2f}× "
+                   f"(≤ {GOAL_R_FLAT:g}×) — {'met' if flat <= GOAL_R_FLAT else 'MISSED'}; RSS Σ (shared pages "
+                   "counted in every process): " + ", ".join(f"{n} files {rss[n] / 1e6:.0f} MB" for n in sizes))
+    cpu = {r["kernel"]: r["cpu_ms"] for r in cpu_rows or []}
+    if "fingerprint" in cpu and "summarize" in cpu:
+        x = cpu["fingerprint"] / cpu["summarize"]
+        out.append(f"GOAL fingerprint CPU ≤ {GOAL_FP_X_STATS:g}× its file's statistics (one process, ms/file): "
+                   f"{x:.2f}× ({cpu['fingerprint']:.1f} vs {cpu['summarize']:.1f} ms) — "
+                   f"{'met' if x <= GOAL_FP_X_STATS else 'MISSED'}")
+    return out
+
+
+CPU_KERNELS = ("naive", "chunked-norms", "summarize", "fingerprint", "scan-row", "scan-row-norows", "fingerprint-row")
 
 
 def cpu_per_file(kernel: str, files: list[str]) -> float:
@@ -212,6 +362,8 @@ def cpu_per_file(kernel: str, files: list[str]) -> float:
             [token_norms(s.tensor()) for s in forensics.load(p).slots]
         elif kernel == "summarize":
             summarize(forensics.load(p))
+        elif kernel == "fingerprint":
+            forensics.fingerprint(forensics.load(p))
         else:
             st = os.stat(p)
             file_row(p, st.st_size, st.st_mtime_ns, use_fingerprint=kernel == "fingerprint-row",
@@ -405,6 +557,9 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         print(json.dumps(child(*sys.argv[2:5])))
         return
+    if len(sys.argv) > 1 and sys.argv[1] == "--scan-round":
+        print(json.dumps(scan_round(sys.argv[2].split(","), sys.argv[3], sys.argv[4])))
+        return
     if len(sys.argv) > 1 and sys.argv[1] == "--cpu-child":
         with open(sys.argv[3]) as f:
             print(json.dumps({"kernel": sys.argv[2], "cpu_ms": cpu_per_file(sys.argv[2], f.read().split())}))
@@ -413,7 +568,11 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=32, help="distinct generated files (default 32, ~2.4 GB)")
     ap.add_argument("--links", type=int, default=128, help="also run on this many files via hard links (0: no)")
     ap.add_argument("--keep", help="folder to generate into and keep (default: a temp folder, removed)")
-    ap.add_argument("--modes", default="naive,scan,scan-norows,scan-none,scan-all,scan-parquet")
+    ap.add_argument("--modes", default="scan,scan-none,scan-all",
+                    help="scan modes timed in each round (also: scan-norows, scan-parquet)")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (cat, naive, the scan modes)")
+    ap.add_argument("--sequential", action="store_true",
+                    help="the pre-issue-32 layout: each mode once, in its own process, one after the other")
     ap.add_argument("--no-cold", action="store_true", help="skip the cold-cache runs")
     ap.add_argument("--no-cpu", action="store_true", help="skip the per-kernel CPU table")
     args = ap.parse_args()
@@ -434,8 +593,16 @@ def main() -> None:
         results = []
         for fs in sets:
             subprocess.run(["cat", *fs], stdout=subprocess.DEVNULL, check=True)  # warm the page cache
+            if not args.sequential:
+                for k in range(args.rounds):
+                    print(f"# round {k + 1}/{args.rounds} on {len(fs)} files: cat, naive, {args.modes} "
+                          f"(load {os.getloadavg()[0]:.1f})", file=sys.stderr)
+                    results.append({**time_cat(fs, reps=1), "round": k})
+                    results.append({**run_child("naive", fs, root), "round": k})
+                    results.extend({**r, "round": k} for r in run_scan_round(args.modes.split(","), fs, root))
+                continue
             results.append(time_cat(fs))
-            for mode in args.modes.split(","):
+            for mode in ["naive"] + args.modes.split(","):
                 print(f"# {mode} on {len(fs)} files …", file=sys.stderr)
                 results.append(run_child(mode, fs, root))
             results.append(time_cat(fs))  # cat again: shows how much the machine's load moved meanwhile
@@ -457,7 +624,9 @@ def main() -> None:
                                      text=True, check=True)
                 cpu_rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
         print(f"# load average after: {os.getloadavg()}", file=sys.stderr)
-        print(table(results))
+        rounds = [r for r in results if r.get("round") is not None]
+        print(round_table(rounds) if rounds else "")
+        print(table([r for r in results if r.get("round") is None]) if len(rounds) < len(results) else "")
         if cpu_rows:
             size = os.path.getsize(files[0])
             naive = cpu_rows[0]["cpu_ms"]
@@ -468,7 +637,9 @@ def main() -> None:
                 print(f"| {r['kernel']} | {r['cpu_ms']:.1f} | {size / r['cpu_ms'] / 1e6:.2f} | "
                       f"{naive / r['cpu_ms']:.2f}× |")
         print()
-        print("\n".join(goals(results) + rows_goal(results, cpu_rows)))
+        rest = [r for r in results if r.get("round") is None]
+        print("\n".join(round_goals(rounds, cpu_rows) + (goals(rest) if any(r["mode"] == "scan" for r in rest)
+                                                          else []) + rows_goal(results, cpu_rows)))
         print(json.dumps(results), file=sys.stderr)
     finally:
         if not args.keep:

@@ -350,7 +350,8 @@ def write_cases(texts: list[dict], split: dict[str, str], out: str, log) -> list
     """Write every case file from the ladders; returns the manifest's case list."""
     from safetensors.torch import load_file
 
-    from forensics.models.recorder import TextSample, sample_path, write_sample
+    from forensics.io.formats import writer
+    from forensics.models.recorder import TextSample, write_sample
 
     cases = []
     for t in texts:
@@ -368,7 +369,7 @@ def write_cases(texts: list[dict], split: dict[str, str], out: str, log) -> list
             rng = random.Random(f"{SEED}-{t['id']}-{fmt}")
             for c in cases_for(fmt, L, rng):
                 folder = os.path.join(split[t["id"]], fmt, f"{t['id']}__{c['kind']}")
-                rel = os.path.join(folder, sample_path(fmt, 0))
+                rel = os.path.join(folder, writer(fmt).sample_path(0))
                 path = os.path.join(out, rel)
                 sl = [states[r].clone() for r in c["truth"]]  # own storage per slot, as a direct capture
                 write_sample(fmt, path, sample, sl, c["truth"])
@@ -525,7 +526,8 @@ def write_row_cases(texts: list[dict], split: dict[str, str], out: str, log,
     from safetensors import safe_open
     from safetensors.torch import load_file
 
-    from forensics.models.recorder import TextSample, sample_path, write_sample
+    from forensics.io.formats import writer
+    from forensics.models.recorder import TextSample, write_sample
 
     tokens, layers_of = {}, {}
     for t in texts:
@@ -558,7 +560,7 @@ def write_row_cases(texts: list[dict], split: dict[str, str], out: str, log,
                     continue
                 st, fids, fmask, expected = got
                 sample = TextSample(s0["text_file"], s0["text_sha256"], s0["chat"], fids.tolist(), fmask.tolist())
-                rel = os.path.join(split[t["id"]], fmt, "rows", f"{t['id']}__{v}", sample_path(fmt, 0))
+                rel = os.path.join(split[t["id"]], fmt, "rows", f"{t['id']}__{v}", writer(fmt).sample_path(0))
                 if write:
                     write_sample(fmt, os.path.join(out, rel), sample, st, rs)
                 cases.append({"file": rel, "format": fmt, "text": t["id"], "text_kind": t["kind"],
@@ -575,8 +577,8 @@ def verify_identical(texts: list[dict], paths: dict[str, str], cases: list[dict]
     """Capture ``n`` texts' cases directly with the recorder and assert the derived files hold the same tensors."""
     import torch
 
-    from forensics.io.formats import load
-    from forensics.models.recorder import capture, sample_path
+    from forensics.io.formats import load, writer
+    from forensics.models.recorder import capture
 
     chosen = [t["id"] for t in texts[:: max(1, len(texts) // max(1, n))][:n]]
     checked = 0
@@ -587,7 +589,7 @@ def verify_identical(texts: list[dict], paths: dict[str, str], cases: list[dict]
                 d = os.path.join(tmp, f"{tid}-{fmt}")
                 capture([paths[tid]], layers=list(c["truth"]), fmt=fmt, out=d, max_tokens=MAX_TOKENS, dtype="bf16",
                         tokenizer_dir=os.path.join(tmp, "tok"), progress=False)
-                direct, derived = load(os.path.join(d, sample_path(fmt, 0))), load(os.path.join(out, c["file"]))
+                direct, derived = load(os.path.join(d, writer(fmt).sample_path(0))), load(os.path.join(out, c["file"]))
                 assert len(direct.slots) == len(derived.slots), (tid, fmt)
                 for a, b in zip(direct.slots, derived.slots, strict=True):
                     x, y = a.tensor(), b.tensor()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 
@@ -128,3 +129,25 @@ def test_loading_the_model_prints_no_library_progress_bar(sample_data):
                        timeout=300)
     assert p.returncode in (0, 1, 3), p.stderr
     assert "Loading weights" not in p.stderr and "it/s" not in p.stderr, p.stderr[-500:]
+
+
+@pytest.mark.model
+def test_export_model_from_the_gguf_writes_a_plain_folder_and_no_progress_bar(tmp_path, monkeypatch, capfd):
+    """``hsf export-model`` on the packaged GGUF with no fp32 cache: transformers refuses ``save_pretrained`` of a
+    GGUF-loaded model ("quantized with gguf and is not serializable"), and its GGUF reader draws a plain tqdm bar
+    on stderr. The folder is written from the dequantized weights, loads back with the same config, and stderr
+    stays empty."""
+    from forensics.models import target
+
+    monkeypatch.setattr(target, "CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(target, "_write_cache", lambda *a: None)  # the GGUF is read every time
+    monkeypatch.setattr(target, "_LOADED", {})
+    out = target.export_model("default", tmp_path / "hf")
+    assert sorted(p for p in os.listdir(out) if not p.endswith(".jinja")) == \
+        ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
+    cfg = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert cfg["num_hidden_layers"] == 30 and cfg["hidden_size"] == 576 and "quantization_config" not in cfg
+    err = capfd.readouterr().err
+    assert "it/s" not in err and "GGUF" not in err, err[-300:]
+    model, _ = target.load_model(out)
+    assert model.config.hidden_size == 576

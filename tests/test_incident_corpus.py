@@ -355,7 +355,8 @@ def _row_file(case: RowCase, fmt: str, row_states, folder):
     """Write ``case``'s corrupted file in ``fmt``; returns (path, r list, number of ids)."""
     import dataclasses
 
-    from forensics.models.recorder import sample_path, write_sample
+    from forensics.io.formats import writer
+    from forensics.models.recorder import write_sample
 
     sample, states, foreign, _, _ = row_states
     rs = ROW_FORMATS[fmt]
@@ -392,7 +393,7 @@ def _row_file(case: RowCase, fmt: str, row_states, folder):
             s[120:170] = foreign[r][120:170]
     elif case.id == "specforge-104":
         sl[3][50, 0] = sl[3][51, 9] = float("nan")
-    path = folder / fmt / sample_path(fmt, 0)
+    path = folder / fmt / writer(fmt).sample_path(0)
     write_sample(fmt, str(path), dataclasses.replace(sample, input_ids=ids, loss_mask=mask), sl, rs)
     return path, rs, len(ids)
 
@@ -454,12 +455,12 @@ def test_row_checks_find_and_locate_the_row_incident(case, row_states, tmp_path)
 @pytest.mark.model
 def test_the_clean_capture_has_no_row_finding(row_states, tmp_path):
     from forensics.analysis.rows import ROW_KINDS, check_rows
-    from forensics.io.formats import load
-    from forensics.models.recorder import sample_path, write_sample
+    from forensics.io.formats import load, writer
+    from forensics.models.recorder import write_sample
 
     sample, states, _, reference, _ = row_states
     for fmt, rs in ROW_FORMATS.items():
-        path = tmp_path / fmt / sample_path(fmt, 0)
+        path = tmp_path / fmt / writer(fmt).sample_path(0)
         write_sample(fmt, str(path), sample, [states[r] for r in rs], rs)
         cap = load(path)
         for ref in (None, reference) if fmt == "speculators" else (None,):

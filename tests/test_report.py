@@ -4,6 +4,7 @@ raw check values against independent float64 references, and the ``hsf report`` 
 from __future__ import annotations
 
 import functools
+import html as htmllib
 import json
 import math
 import os
@@ -147,7 +148,10 @@ def test_sections_and_verdict_rows(syn):
     assert len(slot_rows) >= 8  # 2 files × 4 slots in the verdict block
     assert {r[2] for r in slot_rows} >= {"embed", "L3", "L16", "L28"}  # claimed identities from data_config
     assert "hsf report " in html and "Regenerate this report" in html
-    assert "sample-select" in doc.ids and "sample-0" in doc.ids and "sample-1" in doc.ids
+    # one sample browser: the explorer (every readable file in its state), not the superseded sparkline panels
+    assert "sample-select" not in doc.ids and "sample-0" not in doc.ids
+    state = re.search(r'<div class="hsf-explore-static" data-state="([^"]*)"', html)
+    assert state and len(json.loads(htmllib.unescape(state.group(1)))["files"]) == 2
 
 
 def test_offline_only(syn):
@@ -297,7 +301,8 @@ def test_shuffled_real_capture_fails_with_the_right_labels(sample_data, tmp_path
     assert got[1] == ("L3", "L16", "fail") and got[2] == ("L16", "L3", "fail")
     assert rep.counts["fail"] == 2 and rep.context["overall"] == "fail"
     assert "reordered" in rep.html
-    assert rep.context["verdicts"]["headline"][0].startswith("FAIL: 2 slot(s) in 1 file(s) fail (reordered)")
+    assert rep.context["verdicts"]["headline"][0].startswith("FAIL: 1 file fails (2 slots): the claimed layers are "
+                                                             "all there but stored in another order than claimed")
 
 
 def test_audit_verdict_and_fix_in_the_verdict_block(sample_data, tmp_path):

@@ -56,7 +56,7 @@ def test_header_is_red_whenever_anything_fails(reports):
         assert sentence.startswith(colour.replace("-", " ").upper() + ":"), (name, sentence)
     assert _header(reports["clean"])[0] in ("pass", "cannot-tell")  # sidecar claims: consistent, maybe unproven
     colour, sentence = _header(reports["bad_slots"])
-    assert colour == "fail" and "2 slot(s)" in sentence
+    assert colour == "fail" and "1 file fails (2 slots: " in sentence
     colour, sentence = _header(reports["audit_only"])
     assert colour == "fail" and "not served the layers it was trained on" in sentence
     # what failed, named: trained → served for every fc slice the audit proves wrong (SGLang serves r = 2, 15, 27)

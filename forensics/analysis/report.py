@@ -28,7 +28,7 @@ from forensics.analysis.probe import probe
 from forensics.analysis.scan.core import scan as run_scan
 from forensics.analysis.stamp import stamp_status
 from forensics.display import render
-from forensics.errors import ForensicsError
+from forensics.errors import ForensicsError, ModelMismatch
 from forensics.findings import (
     Finding,
     Severity,
@@ -37,15 +37,16 @@ from forensics.findings import (
     sort_findings,
     worst_outcome,
 )
+from forensics.io.formats import format_of_trainer
 from forensics.jsonable import json_safe
 from forensics.layers import r_label
 from forensics.models.draft import has_weights
 
 MAX_ANALYSED_FILES = 64  # files fingerprinted one by one; a larger dataset is summarised by `forensics.scan`
 OUTCOMES = ("fail", "cannot tell", "warn", "pass", "info")  # a slot's outcome words, worst first
-TRAINER_FORMATS = {"speculators-v1": "speculators-v1", "speculators": "speculators", "specforge": "specforge"}
 # fingerprint ``decided_by`` names → the evidence signals that carry its number, best first
 DECIDED_ALIASES = {"exact": ("ladder_match", "exact_embedding", "exact_gamma")}
+MAX_EXPLORED_FILES = 24  # files in the report's explorer (its state is ≤ 16 B × slots × 4096 columns per file)
 TOKEN_TEXT_CHARS = 64  # a token's text is kept cut to this many characters + "…" (a hostile tokenizer's
 # 2,000,000-character token at 1,000 positions made a 384 MB report; hardening round 3, N6 S15)
 
@@ -68,7 +69,8 @@ class Deciding:
     ``kind``: ``nonfinite`` (``value`` = [NaN count, Inf count], ``threshold`` 0), ``claim`` (the fingerprint's
     claim verdict excluded the claim ``value``: ``message`` = why), ``undecided`` (its claim verdict is cannot
     tell: ``message`` = why), ``finding`` (``signal`` = the finding kind, ``message`` its message), ``order`` (the
-    file's depth order decided; ``message`` = what else), ``evidence`` (a fingerprint evidence line: ``signal``,
+    file's depth order decided: ``signal`` = the fingerprint's deciding signal, ``message`` = its detail, such as
+    "sink, lowest norm"), ``evidence`` (a fingerprint evidence line: ``signal``,
     ``value``, ``threshold``, ``message`` = what it says), ``token0`` (no evidence: ``value`` = token-0 norm ÷
     median of the rest), ``none``.
     """
@@ -114,9 +116,11 @@ class FileReport:
     fingerprint: Any = field(default=None, repr=False)
     error: str | None = None
     tokens: list[str] | None = field(default=None, repr=False)
+    tokenizer: Any = field(default=None, repr=False)  # the tokenizer ``tokens`` came from (its own, else --model's)
     stamp: dict | None = field(default=None, repr=False)  # ``forensics.analysis.stamp.stamp_status`` of the file
+    explore: Any = field(default=None, repr=False)  # its ``ExploreState`` (the report's explorer), when drawn
     slots: list[SlotOutcome] = field(init=False, default_factory=list, repr=False)
-    outcome: str = field(init=False, default="info")
+    outcome: str = field(init=False, default="info")  # the file's one badge, everywhere the report shows the file
 
     def __post_init__(self) -> None:
         if self.error is not None or self.stats is None:
@@ -126,8 +130,20 @@ class FileReport:
         findings = list(fp.findings) if fp is not None else []
         fslots = {s.index: s for s in (fp.slots if fp is not None else [])}
         order = list(fp.order_evidence or []) if fp is not None else []
-        self.slots = [slot_outcome(fslots.get(ss.index), ss, findings, order) for ss in self.stats.slots]
+        # a file-level fact (no ids, too few tokens) is the file's, said once; a fail stays on every slot it names
+        facts = {id(x) for x in self.facts}
+        on_slots = [x for x in findings if x.severity is Severity.FAIL or id(x) not in facts]
+        self.slots = [slot_outcome(fslots.get(ss.index), ss, on_slots, order) for ss in self.stats.slots]
         self.outcome = worst_outcome([s.outcome for s in self.slots] + [x.severity.value for x in findings])
+
+    @property
+    def facts(self) -> list[Finding]:
+        """The findings about the whole file: those naming no slot or every slot (a capture without token ids, too
+        few tokens, a shifted list), counted once per file, not once per slot."""
+        if self.stats is None:
+            return []
+        every = {ss.index for ss in self.stats.slots}
+        return [x for x in self.findings if not x.slots or every <= set(x.slots)]
 
     @property
     def fp(self) -> Any:
@@ -172,7 +188,8 @@ def slot_outcome(fs: Any, ss: Any, findings: list[Finding], order: list | None =
     elif v is Verdict.PASS:
         outcome = "pass"  # the deciding evidence line carries its raw value and threshold
     if decided is None:
-        decided = _deciding_evidence(evidence, fs.decided_by if fs is not None else None, order)
+        decided = _deciding_evidence(evidence, (fs.decided_signal or fs.decided_by) if fs is not None else None,
+                                     fs.decided_detail if fs is not None else "", order)
     if decided is None:
         decided = (Deciding("token0", signal="token-0 norm / median of the rest", value=ss.first_ratio)
                    if math.isfinite(ss.first_ratio) else Deciding("none"))
@@ -181,18 +198,17 @@ def slot_outcome(fs: Any, ss: Any, findings: list[Finding], order: list | None =
                        deciding=decided)
 
 
-def _deciding_evidence(evidence: list, decided_by: str | None, order: list | None) -> Deciding | None:
-    """The evidence line the fingerprint says decided (``decided_by``; ``order`` = the depth chain), else the
-    first one."""
+def _deciding_evidence(evidence: list, signal: str | None, detail: str, order: list | None) -> Deciding | None:
+    """The evidence line of the signal the fingerprint says decided (``signal``, ``detail``; ``order`` = the depth
+    chain), else the first one."""
     pool = list(evidence)
-    if decided_by and decided_by.split()[0] == "order" and order:
+    if signal == "order" and order:
         # the depth chain decided: its evidence is the file's, said once in the file's row, not on every slot
-        return Deciding("order", message=decided_by.split(")", 1)[1] if ")" in decided_by else "")
-    if decided_by:  # a signal name, possibly followed by words: "order (rank among layer slots) + sink"
-        decided_by = decided_by.split()[0]
-        names = DECIDED_ALIASES.get(decided_by, (decided_by,))
+        return Deciding("order", message=detail, signal=signal)
+    if signal:
+        names = DECIDED_ALIASES.get(signal, (signal,))
         pool = sorted((e for e in evidence if e.signal in names), key=lambda e: names.index(e.signal)) or \
-            (list(order or []) if decided_by == "order" else []) or pool
+            (list(order or []) if signal == "order" else []) or pool
     for e in pool:
         return Deciding("evidence", message=str(e.verdict) if getattr(e, "verdict", None) else "",
                         signal=str(e.signal), value=e.value, threshold=getattr(e, "threshold", None))
@@ -208,29 +224,72 @@ def error_text(e: BaseException) -> str:
     return str(e) if isinstance(e, ForensicsError) else f"{type(e).__name__}: {e}"
 
 
-def load_tokens(cap: Any, errors: list[ReportError]) -> list[str] | None:
-    """Token text per position (the capture's own local tokenizer, never remote code), or None when unknown;
-    each distinct id decoded once, its text cut to ``TOKEN_TEXT_CHARS`` characters + "…"."""
+def load_tokens(cap: Any, errors: list[ReportError], model: Any = None) -> list[str] | None:
+    """Token text per position (the capture's own local tokenizer, never remote code; else the tokenizer of
+    ``model``, the ``--model`` given), or None when unknown; each distinct id decoded once, its text cut to
+    ``TOKEN_TEXT_CHARS`` characters + "…"."""
+    return file_tokens(cap, errors, model)[0]
+
+
+def file_tokens(cap: Any, errors: list[ReportError], model: Any = None) -> tuple[list[str] | None, Any]:
+    """:func:`load_tokens` and the tokenizer the text came from (None when there is no text)."""
     from forensics.io.tokenizer import decode_tokens, find_tokenizer, load_tokenizer
 
     if cap.input_ids is None:
-        return None
+        return None, None
     folder = find_tokenizer(cap.path, cap.meta)
     tok, why = load_tokenizer(folder)
+    if tok is None and model is not None:
+        from forensics.models.target import model_tokenizer
+
+        tok, why_model = model_tokenizer(model)
+        why, folder = (why, folder) if why else (why_model, "of --model")
     if tok is None:
         if why and not any(_message(e) == why for e in errors):
             errors.append(ReportError(f"tokenizer {folder}", why))
-        return None
+        return None, None
     ids = [int(i) for i in cap.input_ids.tolist()]
     text = {}
     for i in dict.fromkeys(ids):
         t = decode_tokens(tok, [i])[0]
         text[i] = t if len(t) <= TOKEN_TEXT_CHARS else t[:TOKEN_TEXT_CHARS] + "…"
-    return [text[i] for i in ids]
+    return [text[i] for i in ids], tok
+
+
+def explore_file(fr: FileReport) -> Any:
+    """The explorer's state of one readable file as the report decided it: the fingerprint's labels, and each
+    slot's verdict the report's own slot outcome (a slot without a claim shows none), so the explorer, the
+    verdict table and every badge agree. None when the state cannot be computed (the file's other sections
+    still show it)."""
+    from forensics.analysis.explore import explore_state
+
+    try:
+        st = explore_state(fr.capture, fingerprint=fr.fp, stats=fr.stats,  # the report's token text, same tokenizer
+                           tokenizer="auto" if fr.tokenizer is None else fr.tokenizer)
+    except ForensicsError:
+        return None
+    for s in fr.slots[:len(st.verdicts)]:
+        st.verdicts[s.index] = None if s.outcome == "info" else s.outcome
+    st.file_verdict = fr.outcome
+    return st
 
 
 def _message(e: Any) -> str | None:
     return e.get("message") if isinstance(e, dict) else getattr(e, "message", None)
+
+
+@dataclass
+class FileFact:
+    """One kind of file-level finding (:attr:`FileReport.facts`) across the report: the files it holds for, each
+    counted once, with each file's own message."""
+
+    kind: str
+    severity: str
+    files: list[str] = field(default_factory=list)
+    messages: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "severity": self.severity, "files": self.files, "messages": self.messages}
 
 
 @dataclass
@@ -274,6 +333,42 @@ class ReportResult:
                 counts["fail"] += 1
             for s in f.slots:
                 counts[s.outcome] += 1
+        return counts
+
+    @property
+    def file_facts(self) -> list[FileFact]:
+        """The file-level findings grouped by kind, worst first: "3 files have no token ids", once per file."""
+        groups: dict[tuple[str, str], FileFact] = {}
+        for f in self.files:
+            for x in f.facts:
+                g = groups.setdefault((str(x.kind), x.severity.value), FileFact(str(x.kind), x.severity.value))
+                name = f.rel or f.path
+                if name not in g.files:
+                    g.files.append(name)
+                    g.messages.append(x.message)
+        return sorted(groups.values(), key=lambda g: -Severity(g.severity).rank)
+
+    @property
+    def items(self) -> list[tuple[str, str]]:
+        """Everything the report decides, each once with its one outcome word: every file (its badge; an unreadable
+        file is a fail), the wiring audit (its wiring and its findings), the draft probe, the dataset scan."""
+        out = [(f.rel or f.path, f.outcome) for f in self.files]
+        if self.audit is not None:
+            out.append(("wiring audit", worst_outcome([self.audit.outcome.value] + [
+                x.severity.value for x in self.audit.findings if x.severity is not Severity.INFO])))
+        if self.probe is not None:
+            out.append(("draft probe", self.probe.verdict.value))
+        if self.scan is not None:
+            out.append(("dataset scan", self.scan.verdict.value))
+        return out
+
+    @property
+    def item_counts(self) -> dict[str, int]:
+        """:attr:`items` by outcome word (every word present, worst first): the report's tiles. The worst word
+        with a count is :attr:`overall`."""
+        counts = {k: 0 for k in OUTCOMES}
+        for _, word in self.items:
+            counts[word] += 1
         return counts
 
     @property
@@ -358,7 +453,7 @@ def training_files(files: list[FileReport], trainer: str | None) -> list[FileRep
     format most files share; never simply the first file found.
     """
     ok = [f for f in files if f.error is None and f.capture is not None]
-    want = TRAINER_FORMATS.get(trainer or "")
+    want = format_of_trainer(trainer)
     if want:
         chosen = [f for f in ok if f.capture.format == want]
         if chosen:
@@ -372,7 +467,7 @@ def training_files(files: list[FileReport], trainer: str | None) -> list[FileRep
     return [f for f in ok if f.capture.format == best]
 
 
-def _analyse(path: str, layers: Any, model: Any, errors: list[ReportError]) -> FileReport:
+def _analyse(path: str, layers: Any, model: Any, errors: list[ReportError], stamp_check: bool = True) -> FileReport:
     """Load one capture, fingerprint it, and keep what the report needs."""
     from forensics.analysis.stats import summarize
     from forensics.io.formats import load
@@ -385,9 +480,9 @@ def _analyse(path: str, layers: Any, model: Any, errors: list[ReportError]) -> F
 
     fp = None
     try:
-        fp = fingerprint(cap, layers=layers, model=model)
-    except FileChangedSize as e:  # the file itself went away under us: unreadable, not a failing section
-        return FileReport(path=path, error=error_text(e))
+        fp = fingerprint(cap, layers=layers, model=model, stamp_check=stamp_check)
+    except (FileChangedSize, ModelMismatch) as e:  # the file went away under us, or cannot be from --model (a
+        return FileReport(path=path, error=error_text(e))  # size that differs): unreadable, not a failing section
     except ForensicsError as e:  # a failing section is listed in the report, not fatal (the message names the file)
         errors.append(ReportError("fingerprint", error_text(e)))
     try:
@@ -415,7 +510,8 @@ def _argv(paths: list[str], settings: dict, scan: Any) -> list[str]:
 def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None, engine: str | None = None,
            engine_version: str | None = None, trainer: str | None = None, target_config: Any = None,
            served: Any = None, scan: Any = None, title: str | None = None,
-           progress: Callable[[str, int, int], None] | None = None, input_ids: Any = None) -> ReportResult:
+           progress: Callable[[str, int, int], None] | None = None, input_ids: Any = None,
+           stamp_check: bool = True) -> ReportResult:
     """Analyse capture files/directories: fingerprints, the wiring audit, the draft probe, the dataset scan.
 
     Args:
@@ -428,6 +524,8 @@ def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,
         scan: a ``ScanResult`` to include, or ``True`` to scan the paths.
         title: the report title (kept for the view and the regenerating command).
         progress: called as ``progress(stage, done, total)`` while files are fingerprinted and the draft is probed.
+        stamp_check: check each stamped file's stamp against the values its fingerprint reads (default): a file
+            changed since stamping is a ``stamp_drift`` FAIL in its fingerprint, and its stamp cell says so.
 
     Returns:
         :class:`ReportResult`.
@@ -457,13 +555,19 @@ def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,
     skipped = len(found) - len(todo)  # beyond the cap: covered by the dataset scan, not analysed one by one
     for i, f in enumerate(todo):
         tick("fingerprint files", i, len(todo))
-        files.append(_analyse(f, layers, model, errors))
+        files.append(_analyse(f, layers, model, errors, stamp_check))
     root = os.path.commonpath([os.path.dirname(os.path.abspath(p)) for p in paths]) if paths else os.getcwd()
     for fr in files:
         fr.rel = os.path.relpath(os.path.abspath(fr.path), root)
         if fr.capture is not None:
-            fr.tokens = load_tokens(fr.capture, errors)
+            fr.tokens, fr.tokenizer = file_tokens(fr.capture, errors, model)
             fr.stamp = stamp_status(fr.path)
+            checked = getattr(fr.fingerprint, "stamp", None)
+            if checked is not None and fr.stamp.get("status") == "stamped":  # the values, checked in the read
+                fr.stamp["check"] = checked.check.status
+                fr.stamp["message"] = checked.check.message
+    for fr in [f for f in files if f.capture is not None][:MAX_EXPLORED_FILES]:
+        fr.explore = explore_file(fr)
 
     audit_res = probe_res = scan_res = facts = None
     training = training_files(files, trainer)
@@ -477,13 +581,14 @@ def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,
     if draft is not None and paths and has_weights(draft):
         try:
             probe_res = probe(draft, [f.capture for f in training] or paths[0], model=model, engine=engine,
-                              engine_version=engine_version,
+                              engine_version=engine_version, stamp_check=stamp_check,
                               progress=lambda done, total: tick("probe wirings × files", done, total))
         except ForensicsError as e:
             errors.append(ReportError("draft probe", error_text(e)))
     if (scan is True or (scan is None and skipped)) and paths:
         try:
-            scan_res = run_scan(paths if len(paths) > 1 else paths[0], progress=False, layers=layers)
+            scan_res = run_scan(paths if len(paths) > 1 else paths[0], progress=False, layers=layers,
+                                stamp_check=stamp_check)
         except ForensicsError as e:
             errors.append(ReportError("scan", error_text(e)))
     elif scan not in (None, False):

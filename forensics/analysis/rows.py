@@ -64,6 +64,11 @@ CROSS_MIN_PAIRS = 2  # a slot's offset needs this many decisive pairs that agree
 EMBED_NORM_LEVEL = 0.2  # a slot whose median row norm is ≤ this × every other slot's is embedding-like: it is
 #                         most like the layers one row *earlier* (the next-token prediction) and is left out
 CROSS_MARGIN = 0.05  # best offset's mean centered cosine must beat the runner-up offset's by this
+CROSS_SCREEN_BLOCKS = 8  # the cheap cross-slot test: this many blocks of consecutive rows …
+CROSS_SCREEN_BLOCK_ROWS = 16  # … of this many rows each (their ±CROSS_SHIFT neighbours are read too)
+CROSS_SCREEN_MARGIN = 0.05  # every pair best at offset 0 by at least this on the blocks: no row is late, the full
+#                             sample is not read (set on the tuning half: see benchmarks/README.md)
+CROSS_SCREEN_SAVES = 2  # the screen runs when the full sample reads at least this × its rows
 ROW_MATCH_REL = 0.05  # exact mode: a row equals the reference state when ‖x − y‖/‖y‖ ≤ this (bf16 ≈ 0.003)
 SCREEN_ROWS = 48  # exact mode: rows sampled to pick each slot's (r, offset) before all its rows are compared
 ROW_MATCH_MIN_SHARE = 0.5  # exact mode: a slot is placed (r, offset) when at least this share of its rows match
@@ -262,10 +267,16 @@ def _row_hashes(h: Any) -> np.ndarray:
     """A 64-bit hash of ``HASH_COLS`` evenly strided columns of every row (bit patterns)."""
     import torch
 
+    from forensics.analysis.kernels import _bits_view
+
     H = int(h.shape[1])
-    cols = torch.from_numpy(np.unique(np.linspace(0, H - 1, min(H, HASH_COLS)).round().astype(np.int64)))
-    sub = h[:, cols].contiguous()
-    bits = sub.view({1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[sub.element_size()]).numpy()
+    cols = np.unique(np.linspace(0, H - 1, min(H, HASH_COLS)).round().astype(np.int64))
+    stored = _bits_view(h)
+    if stored is not None:  # numpy's take on the stored bits: ~7× cheaper than torch's gather on a mapped slot
+        bits = np.take(stored, cols, axis=1)
+    else:
+        sub = h[:, torch.from_numpy(cols)].contiguous()
+        bits = sub.view({1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[sub.element_size()]).numpy()
     acc = np.zeros(bits.shape[0], dtype=np.uint64)
     b64 = bits.astype(np.int64).view(np.uint64)
     with np.errstate(over="ignore"):
@@ -373,11 +384,18 @@ def _foreign_runs(label: np.ndarray) -> Runs:
     return out
 
 
-def cross_offsets(ts: list, ok: np.ndarray, max_shift: int = CROSS_SHIFT) -> tuple[np.ndarray, np.ndarray]:
+def cross_offsets(ts: list, ok: np.ndarray, max_shift: int = CROSS_SHIFT,
+                  screen: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Pairwise best row offsets: ``d[i, j]`` = the d at which slot i's row t is most like slot j's row t + d
-    (mean centered cosine on a row sample), ``margin[i, j]`` its lead over the runner-up offset."""
-    import torch
+    (mean centered cosine on a row sample), ``margin[i, j]`` its lead over the runner-up offset.
 
+    With ``screen`` (default) a cheap test runs first (:func:`screen_quiet`: the same centered cosines on
+    ``CROSS_SCREEN_BLOCKS`` contiguous blocks of rows, each row converted once, 1/8 of the rows of the full
+    sample on a long capture). When it finds every pair best at offset 0 by at least ``CROSS_SCREEN_MARGIN``,
+    no slot can be decided late and every offset is 0 (margins 0); otherwise the full sample decides, as
+    without the screen. Short captures, whose blocks would read about as many rows as the full sample, go
+    straight to the full sample.
+    """
     k, n = len(ts), int(ts[0].shape[0])
     good = np.flatnonzero(ok[max_shift:n - max_shift]) + max_shift if n > 2 * max_shift else np.zeros(0, np.int64)
     d = np.zeros((k, k), dtype=np.int64)
@@ -386,8 +404,96 @@ def cross_offsets(ts: list, ok: np.ndarray, max_shift: int = CROSS_SHIFT) -> tup
         return d, margin
     rows = good[np.linspace(0, good.size - 1, min(CROSS_ROWS, good.size)).round().astype(np.int64)]
     rows = np.unique(rows)
+    if screen and screen_quiet(ts, good, max_shift, full_rows=_span(rows, max_shift).size):
+        return d, margin
+    return _best_offsets(_cross_sims(ts, rows, max_shift), max_shift)
+
+
+def screen_starts(good: np.ndarray, max_shift: int = CROSS_SHIFT) -> np.ndarray | None:
+    """First rows of the cheap test's blocks: ``CROSS_SCREEN_BLOCKS`` runs of ``CROSS_SCREEN_BLOCK_ROWS``
+    consecutive rows evenly spread over ``good``'s range, apart by at least a block and its ±``max_shift``
+    neighbours (None: the range is too short for that)."""
+    R, B = CROSS_SCREEN_BLOCK_ROWS, CROSS_SCREEN_BLOCKS
+    lo, hi = int(good[0]), int(good[-1]) - R + 1
+    if hi < lo or (hi - lo) < (B - 1) * (R + 2 * max_shift):
+        return None
+    return np.linspace(lo, hi, B).round().astype(np.int64)
+
+
+def screen_rows(good: np.ndarray, max_shift: int = CROSS_SHIFT) -> np.ndarray | None:
+    """The cheap test's base rows: the rows of its blocks that ``good`` holds (None: no blocks, or fewer than
+    ``CROSS_MIN_ROWS`` good rows in them)."""
+    starts = screen_starts(good, max_shift)
+    if starts is None:
+        return None
+    cand = (starts[:, None] + np.arange(CROSS_SCREEN_BLOCK_ROWS)[None, :]).ravel()
+    rows = cand[np.isin(cand, good)]
+    return rows if rows.size >= CROSS_MIN_ROWS else None
+
+
+def screen_quiet(ts: list, good: np.ndarray, max_shift: int = CROSS_SHIFT, full_rows: int | None = None) -> bool:
+    """The cheap cross-slot test: True when, on the blocks of :func:`screen_rows`, every ordered pair of slots
+    is best at offset 0 by at least ``CROSS_SCREEN_MARGIN``, every value finite (:func:`screen_sims`). False
+    (run the full test) when it is not, when there are no blocks, or when the full sample would read fewer
+    than ``CROSS_SCREEN_SAVES`` × the blocks' rows (``full_rows``: the rows the full sample reads)."""
+    starts = screen_starts(good, max_shift)
+    rows = screen_rows(good, max_shift)
+    if starts is None or rows is None or (full_rows is not None and len(starts) * (
+            CROSS_SCREEN_BLOCK_ROWS + 2 * max_shift) * CROSS_SCREEN_SAVES > full_rows):
+        return False
+    sims = screen_sims(ts, starts, rows, max_shift)
+    if not np.isfinite(sims).all():
+        return False
+    off = ~np.eye(len(ts), dtype=bool)
+    others = np.delete(sims, max_shift, axis=2).max(axis=2)
+    return bool((sims[:, :, max_shift] - others >= CROSS_SCREEN_MARGIN)[off].all())
+
+
+def screen_sims(ts: list, starts: np.ndarray, rows: np.ndarray, max_shift: int = CROSS_SHIFT) -> np.ndarray:
+    """``sims[i, j, s]`` of :func:`_cross_sims` on the base ``rows`` (inside the blocks that begin at ``starts``),
+    computed block by block: each block's rows and their ±``max_shift`` neighbours are read from the stored
+    bytes and converted to float32 once, and one batched matmul per unordered pair of slots gives every row
+    cosine both ways."""
+    import torch
+
+    R, m = CROSS_SCREEN_BLOCK_ROWS, max_shift
+    P = R + 2 * m
+    base = np.zeros((len(starts), P), dtype=bool)  # rows that count, in each block with its neighbours
+    base[:, m:m + R] = np.isin(starts[:, None] + np.arange(R)[None, :], rows)
+    count = int(base.sum())
+    w = torch.from_numpy(base.reshape(1, -1) / count).to(torch.float32)
+    base_t = torch.from_numpy(base)
+    xs = []
+    for h in ts:
+        x = torch.stack([h[a - m:a + R + m] for a in starts.tolist()]).to(torch.float32)  # [B, P, H]
+        x -= w @ x.reshape(-1, x.shape[-1])  # centered on the counted rows' mean
+        x /= torch.linalg.vector_norm(x, dim=-1, keepdim=True).clamp_min(1e-30)
+        xs.append(x)
+    k = len(ts)
+    sims = np.zeros((k, k, 2 * m + 1))
+    for i in range(k):
+        for j in range(i + 1, k):
+            g = torch.bmm(xs[i], xs[j].transpose(1, 2))  # [B, P, P]: every row of i · every row of j
+            for a_, b_, gg in ((i, j, g), (j, i, g.transpose(1, 2))):
+                # shift o - m: the counted rows t of slot a_ against rows t + o - m of slot b_ (a diagonal of gg)
+                sims[a_, b_] = [float(torch.diagonal(gg, offset=o - m, dim1=1, dim2=2)[
+                    base_t[:, max(0, m - o):P - max(0, o - m)]].sum(dtype=torch.float64)) / count
+                    for o in range(2 * m + 1)]
+    return sims
+
+
+def _span(rows: np.ndarray, max_shift: int) -> np.ndarray:
+    return np.unique((rows[:, None] + np.arange(-max_shift, max_shift + 1)[None, :]).ravel())
+
+
+def _cross_sims(ts: list, rows: np.ndarray, max_shift: int) -> np.ndarray:
+    """``sims[i, j, s]``: mean over ``rows`` of the centered cosine of slot i's row t and slot j's row t + shift
+    ``s - max_shift``; each row of the span converted to float32 once per slot."""
+    import torch
+
+    k = len(ts)
     shifts = list(range(-max_shift, max_shift + 1))
-    span = np.unique(np.concatenate([rows + s for s in shifts]))  # one gather per slot, float32
+    span = _span(rows, max_shift)  # one gather per slot, float32
     pos = {s: np.searchsorted(span, rows + s) for s in shifts}
     base, moved = [], []
     for h in ts:
@@ -396,14 +502,26 @@ def cross_offsets(ts: list, ok: np.ndarray, max_shift: int = CROSS_SHIFT) -> tup
         x /= np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-30)
         base.append(x[pos[0]])
         moved.append({s: x[pos[s]] for s in shifts})
+    sims = np.zeros((k, k, len(shifts)))
     for i in range(k):
         for j in range(k):
             if i == j:
                 continue
             # mean over rows of the row cosines = one dot product of the flattened blocks (BLAS, no temporary)
-            sims = np.array([float(np.dot(base[i].ravel(), moved[j][s].ravel())) / len(rows) for s in shifts])
-            o = np.argsort(-sims)
-            d[i, j], margin[i, j] = shifts[o[0]], sims[o[0]] - sims[o[1]]
+            sims[i, j] = [float(np.dot(base[i].ravel(), moved[j][s].ravel())) / len(rows) for s in shifts]
+    return sims
+
+
+def _best_offsets(sims: np.ndarray, max_shift: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per pair: the best offset and its lead over the runner-up (diagonal: 0, 0)."""
+    k = sims.shape[0]
+    d = np.zeros((k, k), dtype=np.int64)
+    margin = np.zeros((k, k))
+    for i in range(k):
+        for j in range(k):
+            if i != j:
+                o = np.argsort(-sims[i, j])
+                d[i, j], margin[i, j] = int(o[0]) - max_shift, sims[i, j, o[0]] - sims[i, j, o[1]]
     return d, margin
 
 

@@ -190,11 +190,11 @@ def _slot_rs(cap, layers, convention: str | None, layer_ids, num_layers: int | N
             raise ForensicsError(f"--layers gives {len(rs)} values but the file has {n} slots", path=cap.path)
         return rs, notes
     if layer_ids is not None and convention is not None:
-        from forensics.models.conventions import to_r
+        from forensics.models.conventions import system
 
         if num_layers is None:
             raise ForensicsError("--layer-ids needs --num-layers (or a capture.json that records it)")
-        rs = to_r(convention, [int(i) for i in layer_ids], num_layers)
+        rs = system(convention).to_r([int(i) for i in layer_ids], num_layers)
         if len(rs) != n:
             raise ForensicsError(f"{len(rs)} layer ids for {n} slots", path=cap.path)
         return rs, notes
@@ -321,11 +321,21 @@ def _check_file(path: str) -> FileCheck:
     rec = store.read_stamp(path)
     if rec is None:
         return FileCheck(path, "unstamped", "no stamp (run `hsf stamp` on it)")
-    version = rec.get("version", 1)
     if _moved(path, rec.get("file")):
         return FileCheck(path, "moved", f"the stamp was made for {rec.get('file')}, not this file (a copy of "
                          "another file, or renamed: re-stamp after a rename)", stamp=rec)
     cap = load(path)
+    raw = store.raw_slot_arrays(path, cap)  # one memory map instead of one full read per slot
+    return compare(cap, rec, raw if raw is not None else None)
+
+
+def compare(cap, rec: dict, arrays: list | None = None) -> FileCheck:
+    """``cap`` (a capture read from its file) against its stamp ``rec``: slot count and shapes, every slot's
+    checksum over ``arrays`` (the slots' values as stored, already read by the caller: tensors or integer
+    views; default: each ``slot.tensor()``), the token ids; a slot whose checksum changed is described by its
+    norm profile (swapped with another stamped slot, re-encoded, or changed)."""
+    path = cap.path
+    version = rec.get("version", 1)
     stamped = rec.get("slots") or []
     if len(stamped) != len(cap.slots):
         return FileCheck(path, "changed-shape", f"the stamp has {len(stamped)} slots, the file {len(cap.slots)}",
@@ -335,10 +345,9 @@ def _check_file(path: str) -> FileCheck:
         return FileCheck(path, "changed-shape", f"slot shapes {shapes} differ from the stamp's "
                          f"{[x.get('shape') for x in stamped]}", stamp=rec)
     drift: list[SlotDrift] = []
-    raw = store.raw_slot_arrays(path, cap)  # one memory map instead of one full read per slot
     checksum = st.checksum_for(version)
     changed = [i for i, (s, x) in enumerate(zip(cap.slots, stamped, strict=True))
-               if checksum(raw[i] if raw is not None else s.tensor()) != x.get("checksum")]
+               if checksum(arrays[i] if arrays is not None else s.tensor()) != x.get("checksum")]
     for i in changed:
         x = stamped[i]
         q = st.norm_quantiles(cap.slots[i].tensor())
@@ -370,6 +379,136 @@ def _check_file(path: str) -> FileCheck:
         return FileCheck(path, "ok", f"{len(stamped)} slots match the stamp (an old version-1 stamp: its checksum "
                          "misses swapped words or lanes and paired edits; re-stamp with `hsf stamp`)", [], rec)
     return FileCheck(path, "ok", f"{len(stamped)} slots match the stamp", [], rec)
+
+
+# ---- the stamp read by every command that reads the file (fingerprint, inspect, scan, audit, probe, report) ----
+
+_READ_KINDS = {"drifted": (FindingKind.STAMP_DRIFT, Severity.FAIL),
+               "changed-shape": (FindingKind.STAMP_SHAPE, Severity.FAIL),
+               "error": (FindingKind.STAMP_UNREADABLE, Severity.FAIL),
+               "moved": (FindingKind.STAMP_MOVED, Severity.WARN)}
+
+
+def describe_stamp(rec: dict | None, path: str) -> str:
+    """``its stamp (hsf 0.1.0, in the safetensors header: embed, L3, L16, L28)``: which stamp, where, what it
+    says each slot is."""
+    if not rec:
+        return "its stamp"
+    where = "in the safetensors header" if store.is_safetensors(path) else f"in {store.STAMPS_FILE}"
+    labels = ", ".join(str(x.get("label") or "?") for x in rec.get("slots") or [])
+    return f"its stamp ({rec.get('tool') or 'hsf'}, {where}: {labels})"
+
+
+@dataclass
+class StampCheck:
+    """A file's stamp checked inside another command's read of the file (no second read of its values): the
+    ``verify`` answer for it, and the findings that command reports (``stamp_drift``, ``stamp_shape``,
+    ``stamp_unreadable``: FAIL; ``stamp_moved``: WARN, the values were still checked)."""
+
+    check: FileCheck
+    moved: bool = False
+
+    @property
+    def stamp(self) -> dict | None:
+        return self.check.stamp
+
+    @property
+    def findings(self) -> list[Finding]:
+        c = self.check
+        out = []
+        if c.status in _READ_KINDS:
+            kind, sev = _READ_KINDS[c.status]
+            who = describe_stamp(c.stamp, c.path)
+            if c.status == "error":
+                msg = f"the file's stamp cannot be read: {c.message}"
+            else:
+                msg = f"the values differ from {who}: {c.message}; the file changed after it was stamped " \
+                    "(`hsf verify` checks a whole folder; `--no-stamp-check` skips this)"
+            out.append(Finding(kind, sev, sorted({d.slot for d in c.drift}), msg,
+                               {"file": c.path, "status": c.status, "stamp": brief(c.stamp)}))
+        if self.moved:
+            out.append(Finding(FindingKind.STAMP_MOVED, Severity.WARN, [], (
+                f"{describe_stamp(c.stamp, c.path)} was made for {(c.stamp or {}).get('file')}, not this path (a "
+                "copy, or renamed); its values were checked against it"),
+                {"file": c.path, "stamp": brief(c.stamp)}))
+        return out
+
+    @property
+    def claim_rs(self) -> list | None:
+        """The stamp's r per slot (None where it recorded none), when it matches the file's slots."""
+        rec = self.stamp
+        if not rec or self.check.status in ("changed-shape", "error"):
+            return None
+        rs = [_r_or_none(x.get("r")) for x in rec.get("slots") or []]
+        return rs if any(r is not None for r in rs) else None
+
+    def to_dict(self) -> dict:
+        return {"status": self.check.status, "moved": self.moved, "message": self.check.message,
+                "stamp": brief(self.stamp), "findings": [f.to_dict() for f in self.findings]}
+
+
+def read_file_stamp(cap) -> tuple[dict | None, FileCheck | None]:
+    """The stamp of the file ``cap`` was read from (its header or the stamps.jsonl beside it; never its values),
+    or ``(None, None)`` when there is none or ``cap`` is not one whole file (in memory, one record of many);
+    ``(None, error check)`` for a malformed stamp."""
+    path = getattr(cap, "path", None)
+    if not isinstance(path, str) or cap.provenance.record is not None or not os.path.isfile(path):
+        return None, None
+    try:
+        return store.read_stamp(path), None
+    except ForensicsError as e:
+        return None, FileCheck(path, "error", e.message)
+    except OSError as e:
+        return None, FileCheck(path, "error", f"cannot read: {e.strerror or type(e).__name__}")
+
+
+def check_in_read(cap, arrays: list | None = None, rec: Any = None) -> StampCheck | None:
+    """Check ``cap``'s stamp against the values the caller has already read (``arrays``: one tensor or integer
+    view per slot, as stored; default each ``slot.tensor()``). None when the file has no stamp. ``rec``: the
+    stamp already read by :func:`read_file_stamp` (read here otherwise)."""
+    err = None
+    if rec is None:
+        rec, err = read_file_stamp(cap)
+    if err is not None:
+        return StampCheck(err)
+    if rec is None:
+        return None
+    try:
+        if arrays is None:  # a safetensors file: its slots as one memory map (get_tensor would copy each)
+            arrays = store.raw_slot_arrays(cap.path, cap)
+        fc = compare(cap, rec, arrays)
+    except ForensicsError as e:
+        fc = FileCheck(cap.path, "error", e.message, stamp=rec)
+    return StampCheck(fc, moved=_moved(cap.path, rec.get("file")))
+
+
+def _r_or_none(r: Any) -> Any:
+    """A stamp's r as a valid r (an int layer or ``final_post``), else None (a stamp is untrusted input)."""
+    if r is None or isinstance(r, bool) or not isinstance(r, (int, str)):
+        return None
+    from forensics.io.limits import MAX_NUM_LAYERS
+
+    try:
+        v = parse_r(r)
+    except (ForensicsError, ValueError, TypeError):
+        return None
+    return None if isinstance(v, int) and not 0 <= v <= MAX_NUM_LAYERS else v
+
+
+def stamp_claims(rec: dict | None, base: Any = None):
+    """The stamp's r per slot as the file's claims (``ClaimSource.STAMP``); a slot the stamp left without r keeps
+    ``base``'s claim (the sidecar's or the format's). None when the stamp records no r."""
+    from forensics.analysis.claims import Claim, Claims, ClaimSource
+
+    rec = rec or {}
+    slots = rec.get("slots") or []
+    rs = [_r_or_none(x.get("r")) for x in slots]
+    if not any(r is not None for r in rs):
+        return None
+    detail = f"{rec.get('tool') or 'hsf'} stamp r = [{', '.join('?' if r is None else r_label(r) for r in rs)}]"
+    prior = list(base.slots) if base is not None and len(base.slots) == len(rs) else [None] * len(rs)
+    out = [Claim(r, ClaimSource.STAMP, detail) if r is not None else p for r, p in zip(rs, prior, strict=True)]
+    return Claims(out, ClaimSource.STAMP, detail)
 
 
 def verify(dataset: str | os.PathLike) -> VerifyResult:

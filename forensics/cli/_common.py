@@ -191,3 +191,12 @@ def _ids_of(args) -> Any:
     from forensics.models.target import tokenize
 
     return tokenize(args.model, text)
+
+
+def add_stamp_argument(p) -> None:
+    """``--no-stamp-check``: every command that reads a capture's values checks its stamp (``hsf stamp``) in the
+    same read; this skips it."""
+    p.add_argument("--no-stamp-check", dest="stamp_check", action="store_false",
+                   help="do not check the files' stamps (hsf stamp) against the values read (default: a file "
+                        "changed since it was stamped is a stamp_drift FAIL, and the stamp's layers are its "
+                        "claim when none is given)")

@@ -14,7 +14,8 @@ from forensics.cli._common import print_json
 
 
 def add_arguments(p) -> None:
-    from forensics.models.recorder import DEFAULT_MAX_TOKENS, FORMATS
+    from forensics.io.formats import WRITERS
+    from forensics.models.recorder import DEFAULT_FORMAT, DEFAULT_MAX_TOKENS
 
     p.add_argument("--model", metavar="PATH", default=None,
                    help="Hugging Face model folder or .gguf file (default: the SmolLM2-135M-Instruct GGUF "
@@ -28,8 +29,8 @@ def add_arguments(p) -> None:
     p.add_argument("--layers", metavar="R,R,...", default=None,
                    help="r values in stored order: 0/embed, k/Lk (output of block k), L (last block, "
                         "pre-norm), final_post. Default: the format's own default layers")
-    p.add_argument("--format", dest="fmt", choices=FORMATS, default="speculators-v1",
-                   help="file layout to write (default: speculators-v1)")
+    p.add_argument("--format", dest="fmt", choices=WRITERS, default=DEFAULT_FORMAT,
+                   help=f"file layout to write (default: {DEFAULT_FORMAT})")
     p.add_argument("--out", metavar="DIR", required=True,
                    help="output folder (created; refused if it already holds a capture.json)")
     p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, metavar="N",

@@ -13,6 +13,7 @@ from forensics.cli._common import (
     add_engine_arguments,
     add_ids_arguments,
     add_model_arguments,
+    add_stamp_argument,
     add_trainer_argument,
     exit_code_of,
     for_each_file,
@@ -38,6 +39,7 @@ def add_arguments(p) -> None:
                            "same input_ids ('default' = packaged SmolLM2)")
     p.add_argument("--num-layers", type=layer_count, help="L of the model (for the coarse r estimate)")
     add_ids_arguments(p)
+    add_stamp_argument(p)
 
 
 def _claims(args, capture):
@@ -63,7 +65,7 @@ def _claims(args, capture):
         return draft_claims(info, args.trainer, L, capture)
     from forensics.models import conventions as cv
 
-    ec = cv.engine_capture(args.engine, info.config, L, args.engine_version)
+    ec = cv.system(args.engine).capture(info.config, L, args.engine_version)
     detail = (f"draft config `{ec.key}` = {ec.ids} as {args.engine} {ec.version} captures it"
               if ec.ids is not None else f"no ids under `{ec.key}`: {args.engine} {ec.version}'s default")
     served = Claims([Claim(r, ClaimSource.DRAFT, detail) for r in ec.r], ClaimSource.DRAFT, detail)
@@ -79,7 +81,8 @@ def run(args) -> int:
     results = {}
 
     def fp_of(cap) -> dict:
-        fp = fingerprint(cap, model=model, num_layers=args.num_layers, claims=_claims(args, cap))
+        fp = fingerprint(cap, model=model, num_layers=args.num_layers, claims=_claims(args, cap),
+                         stamp_check=args.stamp_check)
         key = fp.path if cap.provenance.record is None else f"{fp.path}#{cap.provenance.record}"
         results[key] = fp
         d = fp.to_dict()

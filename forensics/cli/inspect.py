@@ -13,13 +13,14 @@ file), so the row checks can place its rows.
 
 from __future__ import annotations
 
-from forensics.cli._common import for_each_file, ids_of, print_json, verdict_of
+from forensics.cli._common import add_stamp_argument, for_each_file, ids_of, print_json, verdict_of
 
 
 def add_arguments(p) -> None:
     p.add_argument("paths", nargs="+", metavar="PATH", help="capture files or directories (searched recursively)")
     p.add_argument("--ids", metavar="FILE", help="token ids of a capture saved without them (one file): a .pt/.npy "
                                                  "tensor or list, or a text file of integers")
+    add_stamp_argument(p)
 
 
 def run(args) -> int:
@@ -38,6 +39,14 @@ def run(args) -> int:
         entry = st.to_dict()
         # zero blocks, rows ≠ ids, shifts, foreign rows; zero/NaN rows found from the statistics' norms
         found = check_rows(cap, norms=[s.norms for s in st.slots]).findings
+        from forensics.analysis.loss_mask import capture_loss_mask_findings
+
+        found = found + capture_loss_mask_findings(cap)  # a stored loss mask against the chat turns
+        if args.stamp_check:  # the file's stamp against the slots just read
+            from forensics.analysis.stamp import check_in_read
+
+            sc = check_in_read(cap)
+            found = found + ([] if sc is None else sc.findings)
         entry["findings"] = [f.to_dict() for f in found]
         entry["verdict"] = decide(found).value
         results[id(entry)] = st

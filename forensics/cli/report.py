@@ -7,6 +7,7 @@ import os
 from forensics.cli._common import (
     add_engine_arguments,
     add_model_arguments,
+    add_stamp_argument,
     add_trainer_argument,
     print_json,
     target_of,
@@ -28,6 +29,7 @@ def add_arguments(p) -> None:
     p.add_argument("--served", metavar="PATH", help="a capture of what the server actually fed the draft")
     p.add_argument("--scan", action="store_true", help="also scan the first PATH as a dataset (hsf scan)")
     p.add_argument("--title", metavar="TEXT", help="report title")
+    add_stamp_argument(p)
     p.add_argument("--fail-on", choices=("warn", "fail"), default="fail",
                    help="exit 1 on a fail (default), or on a warn too; 3 when a claim cannot be decided, 2 when an "
                         "input or a section could not be read")
@@ -46,7 +48,7 @@ def check_arguments(args) -> None:
     if args.engine_version is not None:
         if args.engine is None:
             raise ForensicsError("--engine-version needs --engine (sglang or vllm)")
-        cv.parse_version(args.engine, args.engine_version)
+        cv.system(args.engine).version(args.engine_version)
     for opt in ("draft", "served", "target_config", "model"):
         path = getattr(args, opt)
         if path is not None and not (opt == "model" and path == "default") and not os.path.exists(path):
@@ -70,7 +72,8 @@ def run(args) -> int:
 
         res = report(args.paths, layers=args.layers, model=target_of(args), draft=args.draft, engine=args.engine,
                      engine_version=args.engine_version, trainer=args.trainer, target_config=args.target_config,
-                     served=args.served, scan=True if args.scan else None, title=args.title, progress=tick)
+                     served=args.served, scan=True if args.scan else None, title=args.title, progress=tick,
+                     stamp_check=args.stamp_check)
         rep = Report.of(res, tick)
         step("writing HTML", done=0, total=None)
         out = rep.save(args.output)

@@ -186,9 +186,10 @@ def write_speculators_v1(cap: Capture, path: str | os.PathLike) -> str:
     in it says "synthetic", so keep such files out of real datasets and out of ``sample_data/``.
     """
     from forensics.io.formats import speculators_v1
+    from forensics.io.formats.base import Sample
     from forensics.io.output import atomic_output
 
     path = os.fspath(path)
     with atomic_output(path, "wb") as f:
-        speculators_v1.write(f, cap.input_ids, cap.loss_mask, [s.tensor() for s in cap.slots])
+        speculators_v1.write(f, Sample(cap.input_ids, cap.loss_mask, [s.tensor() for s in cap.slots], []))
     return path

@@ -7,19 +7,10 @@ r values (``forensics.models.target.ladder``: r=0 embedding output, r=k output o
 format plus a ``capture.json`` provenance sidecar. Everything is validated before the first byte is
 written, so bad input leaves nothing behind.
 
-Formats (each file exactly as that system writes it):
-
-- ``speculators-v1``: ``data_{i}.pt`` = ``{input_ids, hidden_states: [[seq, H] ...], loss_mask}`` plus
-  ``data_config.json`` and ``sample_lengths.json`` (speculators ``scripts/data_generation_offline.py``
-  and ``data_generation/config_generator.py`` before #433). Layer ids use the legacy generator's
-  numbering: capture **after** block id, so ``id = r - 1`` (embedding → -1).
-- ``speculators``: ``hidden_states/hs_{i}.safetensors`` = ``{hidden_states [seq, k, H], token_ids [seq]}``
-  (speculators ``train/data.py`` ``_get_raw_data``; vLLM ids, r = id).
-- ``specforge``: ``rows_{g}-{g+2000}/data_{i}.ckpt`` = ``{input_ids, loss_mask, hidden_state [1, seq, H],
-  aux_hidden_state [1, seq, 3H]}`` (SpecForge ``scripts/prepare_hidden_states.py``; aux ids = r - 1,
-  final state post-norm).
-- ``safetensors``: ``capture_{i}.safetensors`` with one ``[seq, H]`` tensor per slot named
-  ``slot_{j}.{label}`` plus ``input_ids``/``loss_mask``; the r list is also in the header metadata.
+Formats: every format of ``forensics.io.formats`` that has a ``Writer`` (``WRITERS``, the ``--format`` choices),
+each file exactly as that system writes it; the writer also names the sample files,
+chooses the default layers, checks what the format can hold, states the layer ids in the format's own numbering
+and writes the dataset's side files (see each format module for its source).
 """
 
 from __future__ import annotations
@@ -32,17 +23,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forensics.errors import ForensicsError
+from forensics.io.formats import WRITERS, WRITTEN_SIDE_FILES, writer  # noqa: F401 - WRITERS: the choices
+from forensics.io.formats.base import Dataset, Sample
 from forensics.io.output import atomic_output
 from forensics.layers import FINAL_POST, parse_layer_list, r_label
 
-FORMATS = ("speculators-v1", "speculators", "specforge", "safetensors")
-# the layer-id numbering each format's own metadata uses
-CONVENTIONS = {"speculators-v1": "speculators-legacy", "speculators": "vllm", "specforge": "specforge",
-               "safetensors": "r"}
+DEFAULT_FORMAT = WRITERS[0]
 DTYPES = ("bf16", "fp32")
 DEFAULT_MAX_TOKENS = 256
-SPECFORGE_GROUP = 2000  # SpecForge HiddenStatesGenerator file_group_size default
-SPECFORGE_AUX = 3  # SpecForge requires exactly 3 aux ids; the draft fc is 3·H wide
 
 
 @dataclass
@@ -86,14 +74,7 @@ class CaptureRun:
 
 def default_layers(fmt: str, num_layers: int) -> list:
     """The r list each system captures by default for a model with L = ``num_layers`` blocks."""
-    L = num_layers
-    if fmt == "speculators-v1":  # legacy VllmHiddenStatesGenerator ids [2, L//2, L-3, L-1], r = id + 1
-        return [3, L // 2 + 1, L - 2, L]
-    if fmt == "speculators":  # vLLM default aux ids [2, L//2, L-3] (r = id) + the last layer L
-        return [2, L // 2, L - 3, L]
-    if fmt == "specforge":  # SpecForge ids [1, L//2-1, L-4] + SGLang's +1 -> r {2, L//2, L-3}; final post-norm
-        return [2, L // 2, L - 3, FINAL_POST]
-    return list(range(L + 1)) + [FINAL_POST]  # safetensors: the whole ladder
+    return writer(fmt).default_r(num_layers)
 
 
 def check_layers(rs: list, fmt: str, num_layers: int) -> list[str]:
@@ -108,33 +89,12 @@ def check_layers(rs: list, fmt: str, num_layers: int) -> list[str]:
     if dup:
         notes.append(f"r listed more than once: {dup}: those slots hold identical tensors (the fingerprint will "
                      "report them as duplicate captures)")
-    if fmt == "specforge":
-        if len(rs) != SPECFORGE_AUX + 1 or FINAL_POST in rs[:-1]:
-            raise ForensicsError(
-                f"specforge stores exactly {SPECFORGE_AUX} aux states (aux_hidden_state [1, seq, 3H]) plus the "
-                f"final state (hidden_state): give 4 r values, the last being the final (normally "
-                f"final_post), e.g. --layers 2,{L // 2},{L - 3},final_post; got {[r_label(r) for r in rs]}")
-        if rs[-1] != FINAL_POST:
-            notes.append(f"SpecForge stores the final POST-norm state as hidden_state; this file stores "
-                         f"{r_label(rs[-1])} there instead (deliberately non-standard)")
-        if 0 in rs[:-1]:
-            notes.append("SpecForge cannot capture the embedding (aux ids must be >= 0, r = id + 1); "
-                         "this file is non-standard")
-    if fmt in ("speculators-v1", "speculators") and FINAL_POST in rs:
-        notes.append(f"{fmt} never stores a post-norm state (its target is pre-norm r = L); "
-                     "final_post has no layer id there (null in the metadata)")
-    return notes
+    return notes + writer(fmt).check_r(rs, L)
 
 
 def layer_ids(rs: list, fmt: str) -> list | None:
-    """The layer ids the format's own metadata would state for these r values (None for safetensors)."""
-    if fmt == "speculators-v1":  # legacy generator captures after block id: r = id + 1 (speculators <#433)
-        return [None if r == FINAL_POST else int(r) - 1 for r in rs]
-    if fmt == "speculators":  # vLLM semantics: r = id (vllm-project/vllm#36063 EagleModelMixin)
-        return [None if r == FINAL_POST else int(r) for r in rs]
-    if fmt == "specforge":  # aux ids only, SGLang adds 1: r = id + 1 (SpecForge v0.1.0 prepare_hidden_states)
-        return [int(r) - 1 for r in rs[:-1]]
-    return None
+    """The layer ids the format's own metadata would state for these r values (None: it states none)."""
+    return writer(fmt).layer_ids(rs)
 
 
 # --- texts --------------------------------------------------------------------------------------------
@@ -240,100 +200,28 @@ def slot_states(model, input_ids: list[int], rs: list, dtype: str) -> list:
     return [states[r].detach().to(to).contiguous().clone() for r in rs]
 
 
-def sample_path(fmt: str, i: int) -> str:
-    """Relative path of sample ``i`` inside the output folder, as each system names it."""
-    if fmt == "speculators-v1":
-        return f"data_{i}.pt"
-    if fmt == "speculators":
-        return os.path.join("hidden_states", f"hs_{i}.safetensors")
-    if fmt == "specforge":
-        g = (i // SPECFORGE_GROUP) * SPECFORGE_GROUP
-        return os.path.join(f"rows_{g}-{g + SPECFORGE_GROUP}", f"data_{i}.ckpt")
-    return f"capture_{i}.safetensors"
-
-
 def write_sample(fmt: str, path: str, sample: TextSample, states: list, rs: list, stamp: dict | None = None) -> None:
-    """Write one sample file exactly as ``fmt``'s own generator writes it; a safetensors file also carries
-    ``stamp`` in its header metadata (torch files get theirs in stamps.jsonl). Each format's writer lives beside
-    its reader in ``forensics.io.formats``."""
+    """Write one sample file exactly as ``fmt``'s own generator writes it (its ``Writer`` in
+    ``forensics.io.formats``); a format whose header holds metadata also carries ``stamp`` there (torch files get
+    theirs in stamps.jsonl)."""
     import torch
 
-    from forensics.io.formats import generic, specforge, speculators, speculators_v1
     from forensics.io.stamps import metadata_entry
 
-    stamp_meta = metadata_entry(stamp) if stamp is not None else None
-
+    w = writer(fmt)
+    meta = metadata_entry(stamp) if stamp is not None and w.header_metadata else None
     ids = torch.tensor(sample.input_ids, dtype=torch.long)
     mask = torch.tensor(sample.loss_mask, dtype=torch.long)
     with atomic_output(path, "wb") as f:  # written whole or not at all (a killed capture leaves no torn file)
-        if fmt == "speculators-v1":
-            speculators_v1.write(f, ids, mask, states)
-        elif fmt == "speculators":
-            speculators.write(f, ids, states, stamp_meta)
-        elif fmt == "specforge":
-            specforge.write(f, ids, mask, states)
-        else:
-            generic.write(f, ids, mask, states, rs, stamp_meta)
+        w.write(f, Sample(ids, mask, states, rs, meta))
 
 
-def write_arrow_dataset(out: str, samples: list) -> list[str]:
-    """The token side of speculators' current format: a HF ``datasets`` Arrow dataset at ``out`` with
-    columns ``input_ids``, ``loss_mask``, ``seq_len`` (torch format), as ``speculators prepare_data``
-    writes it (``preprocessing.py`` ``_append_row`` + ``save_to_disk``); ``ArrowDataset`` then reads
-    ``out/hidden_states/hs_{i}.safetensors`` for row i. Returns notes (the dataset is skipped, and
-    said so, when ``datasets`` is not installed)."""
-    try:
-        from datasets import Dataset
-    except ImportError:
-        return ["Arrow dataset (input_ids/loss_mask/seq_len) not written: `pip install datasets` to get the "
-                "token side that speculators' ArrowDataset reads"]
-    ds = Dataset.from_dict({"input_ids": [list(s.input_ids) for s in samples],
-                            "loss_mask": [list(s.loss_mask) for s in samples],
-                            "seq_len": [len(s.input_ids) for s in samples]})
-    ds.set_format(type="torch")
-    ds.save_to_disk(out)
-    return []
-
-
-def _generated_at() -> str:
-    from datetime import UTC, datetime
-
-    epoch = os.environ.get("SOURCE_DATE_EPOCH")  # reproducible-builds convention
-    when = datetime.fromtimestamp(int(epoch), UTC) if epoch else datetime.now(UTC)
-    return when.isoformat()
-
-
-def data_config(ids: list, hidden_size: int, dtype: str, model_name: str, texts: list[str], max_tokens: int,
-                num_samples: int, command: str) -> dict:
-    """speculators' ``DataGenerationConfig.to_dict()`` (config_generator.py, version "2.0"), filled honestly:
-    vLLM/speculators/GPU fields say they were not involved."""
+def _versions() -> dict[str, str]:
+    """The versions of the packages that computed the states (recorded in a format's side files)."""
     import torch
     import transformers
 
-    na = "n/a (written by hsf capture with HF transformers)"
-    return {
-        "version": "2.0",
-        "generated_at": _generated_at(),
-        "speculators_version": na,
-        "reproducibility": {"command": command,
-                            "package_versions": {"torch": torch.__version__, "vllm": na,
-                                                 "transformers": transformers.__version__, "speculators": na},
-                            "gpu": "CPU ONLY"},
-        "model": {"target_model_path": model_name, "tensor_parallel_size": 1, "gpu_memory_utilization": 0.0,
-                  "hidden_size": hidden_size},
-        "data": {"train_data_path": texts, "seq_length": max_tokens, "max_samples": None,
-                 "num_samples": num_samples, "seed": 0,
-                 "chat_template_note": "Uses tokenizer's built-in chat template"},
-        "hidden_states": {"layer_ids": ids, "description": "Layers selected for EAGLE3 fusion and target logits"},
-        "generation": {"cache_dir": na},
-        "format": {"file_pattern": "data_{idx}.pt", "schema": {
-            "input_ids": {"dtype": "torch.long", "shape": "[seq_len]", "description": "Tokenized input sequence"},
-            "hidden_states": {"dtype": f"list[torch.{'bfloat16' if dtype == 'bf16' else 'float32'}]",
-                              "shape": f"list of [seq_len, {hidden_size}]", "num_tensors": len(ids),
-                              "description": f"Hidden states from {len(ids)} layers"},
-            "loss_mask": {"dtype": "torch.long", "shape": "[seq_len]",
-                          "description": "1 for assistant tokens to train on, 0 elsewhere"}}},
-    }
+    return {"torch": torch.__version__, "transformers": transformers.__version__}
 
 
 def _write_json(path: str, doc: Any) -> None:
@@ -413,15 +301,15 @@ def save_tokenizer(tokenizer, folder: str) -> None:
 
 # --- the verb -----------------------------------------------------------------------------------------
 
-def capture(texts: list[str], layers: str | list | None = None, fmt: str = "speculators-v1",
+def capture(texts: list[str], layers: str | list | None = None, fmt: str = DEFAULT_FORMAT,
             out: str = "capture_out", model: str | None = None, chat: bool = False,
             max_tokens: int = DEFAULT_MAX_TOKENS, dtype: str = "bf16", tokenizer_dir: str | None = None,
             progress: bool = True, command: str | None = None) -> CaptureRun:
     """Capture hidden states of ``model`` (default: packaged SmolLM2) on each text file, one sample each.
 
     Example:
-        >>> run = capture(["a.txt"], layers="0,3,16,28", fmt="speculators-v1", out="caps")  # doctest: +SKIP
-        >>> run.files                                                                       # doctest: +SKIP
+        >>> run = capture(["a.txt"], layers="0,3,16,28", out="caps")  # doctest: +SKIP
+        >>> run.files                                                 # doctest: +SKIP
         ['data_0.pt']
     """
     t0 = time.time()
@@ -448,21 +336,16 @@ def capture(texts: list[str], layers: str | list | None = None, fmt: str = "spec
     os.makedirs(out, exist_ok=True)
     name = _model_name(model)
     entries, stamps = _write_samples(run, net, samples, dtype, name, L, progress)
-    if fmt == "speculators-v1" and ids is not None:  # layer_ids() gives v1 ids for every r
-        _write_json(os.path.join(out, "data_config.json"),
-                    data_config(ids, H, dtype, name, [os.path.relpath(t, out) for t in texts], max_tokens,
-                                len(samples), command))
-        _write_json(os.path.join(out, "sample_lengths.json"),
-                    {str(i): e["num_tokens"] for i, e in enumerate(entries)})
-    if fmt == "speculators":
-        run.notes += write_arrow_dataset(out, samples)
+    run.notes += writer(fmt).side_files(Dataset(
+        out, samples, [e["num_tokens"] for e in entries], ids, H, dtype, name,
+        [os.path.relpath(t, out) for t in texts], max_tokens, command, _write_json, _versions()))
     tok_rel = None
     if tok is not None:
         save_tokenizer(tok, folder)
         tok_rel = os.path.relpath(folder, out)
     run.meta = {
         "tool": "hsf capture", "tool_version": __version__, "model": name, "num_layers": L, "hidden_size": H,
-        "r": rs, "labels": [r_label(r) for r in rs], "format": fmt, "convention": CONVENTIONS[fmt],
+        "r": rs, "labels": [r_label(r) for r in rs], "format": fmt, "convention": writer(fmt).convention,
         "layer_ids": ids, "dtype": "bfloat16" if dtype == "bf16" else "float32", "compute_dtype": "float32",
         "tokenizer": tok_rel, "samples": entries, "command": command, "notes": notes,
     }
@@ -477,8 +360,7 @@ def capture(texts: list[str], layers: str | list | None = None, fmt: str = "spec
 
 def _check_request(texts: list[str], layers: Any, fmt: str, out: str, max_tokens: int, dtype: str) -> list | None:
     """Every argument checked before the model is loaded; the parsed layer list (None: the format's default)."""
-    if fmt not in FORMATS:
-        raise ForensicsError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
+    w = writer(fmt)  # an unknown format: one error naming the choices
     if dtype not in DTYPES:
         raise ForensicsError(f"unknown dtype {dtype!r} (choose bf16 or fp32)")
     if not texts:
@@ -490,8 +372,7 @@ def _check_request(texts: list[str], layers: Any, fmt: str, out: str, max_tokens
     if os.path.exists(os.path.join(out, "capture.json")):  # never mix two captures' files in one folder
         raise ForensicsError("output folder already holds a capture (capture.json); choose another --out or "
                              "delete it first", path=out)
-    ours = [sample_path(fmt, i) for i in range(len(texts))] + ["data_config.json", "sample_lengths.json",
-                                                               "stamps.jsonl"]
+    ours = [w.sample_path(i) for i in range(len(texts))] + [*WRITTEN_SIDE_FILES, "stamps.jsonl"]
     taken = next((n for n in ours if os.path.lexists(os.path.join(out, n))), None)
     if taken is not None:  # another tool's file where capture would write: never replaced
         raise ForensicsError(f"output folder already holds {taken}, which capture would replace (and no "
@@ -528,15 +409,16 @@ def _write_samples(run: CaptureRun, net: Any, samples: list, dtype: str, name: s
     from forensics.io.stamps import record_for_states
 
     fmt, rs, ids = run.format, run.r, run.layer_ids
+    w = writer(fmt)
     entries, stamps = [], {}
     for i, s in enumerate(tqdm(samples, desc="hsf capture", unit="sample", disable=not progress)):
-        rel = sample_path(fmt, i)
+        rel = w.sample_path(i)
         states = slot_states(net, s.input_ids, rs, dtype)
         rec = record_for_states(states, rs, torch.tensor(s.input_ids, dtype=torch.long), fmt=fmt,
-                                producer=f"hsf capture {__version__}", convention=CONVENTIONS[fmt], layer_ids=ids,
+                                producer=f"hsf capture {__version__}", convention=w.convention, layer_ids=ids,
                                 model=name, num_layers=L, tool_version=__version__, file=rel)
         write_sample(fmt, os.path.join(run.out, rel), s, states, rs, rec)
-        if fmt in ("speculators-v1", "specforge"):  # torch files: the stamp goes into stamps.jsonl
+        if not w.header_metadata:  # torch files: the stamp goes into stamps.jsonl
             stamps[rel] = rec
         run.files.append(rel)
         entries.append({"file": rel, "text_file": os.path.relpath(s.text_file, run.out), "text_sha256": s.sha256,

@@ -67,11 +67,28 @@ def _prune_stale(folder: str) -> None:
             shutil.rmtree(os.path.join(base, other), ignore_errors=True)
 
 
-def _write_cache(model, tok, folder: str) -> None:
-    """Write a plain fp32 safetensors copy of a GGUF-loaded model (atomic rename; best effort)."""
+def _save_plain(model, tok, folder: str) -> None:
+    """Write ``model`` as a plain fp32 HF folder: ``model.safetensors``, ``config.json`` (no quantization config)
+    and the tokenizer. A GGUF-loaded model cannot ``save_pretrained`` (transformers refuses "quantized with
+    gguf"), so its state dict is written as it is in memory: already dequantized."""
     import torch
     from safetensors.torch import save_file
 
+    sd = {k: v.detach().to(torch.float32).contiguous() for k, v in model.state_dict().items()}
+    if getattr(model.config, "tie_word_embeddings", False):
+        sd.pop("lm_head.weight", None)
+    save_file(sd, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
+    cfg = model.config.to_dict()
+    cfg.pop("quantization_config", None)
+    cfg["torch_dtype"] = "float32"
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=1)
+    if tok is not None:
+        tok.save_pretrained(folder)
+
+
+def _write_cache(model, tok, folder: str) -> None:
+    """Write a plain fp32 safetensors copy of a GGUF-loaded model (atomic rename; best effort)."""
     from forensics.io.tempfiles import clean_stale, temp_path
 
     try:
@@ -82,17 +99,7 @@ def _write_cache(model, tok, folder: str) -> None:
     except OSError:  # the cache is an optimisation only (a read-only or full HSF_CACHE)
         return
     try:
-        sd = {k: v.detach().to(torch.float32).contiguous() for k, v in model.state_dict().items()}
-        if getattr(model.config, "tie_word_embeddings", False):
-            sd.pop("lm_head.weight", None)
-        save_file(sd, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
-        cfg = model.config.to_dict()
-        cfg.pop("quantization_config", None)
-        cfg["torch_dtype"] = "float32"
-        with open(os.path.join(tmp, "config.json"), "w") as f:
-            json.dump(cfg, f, indent=1)
-        if tok is not None:
-            tok.save_pretrained(tmp)
+        _save_plain(model, tok, tmp)
         try:
             os.rename(tmp, folder)
         except OSError:  # another process won the race
@@ -272,6 +279,46 @@ def ladder(model, input_ids, rs: list | None = None) -> dict:
                                  "final_post)")
         states = {r: states[r] for r in rs}
     return states
+
+
+SUBLAYERS = ("attn", "mlp", "mid")  # a block's attention output, its MLP output, the residual between the two
+
+
+def sublayer_states(model, input_ids) -> dict:
+    """States ``[T, H]`` inside every block: ``("attn", b)`` the attention output, ``("mlp", b)`` the MLP output
+    and ``("mid", b)`` the residual after attention, before the MLP (the input of the post-attention norm),
+    for blocks b = 1..L (block b writes r = b).
+
+    These are what a capture path saves when it misses the residual add: an aux capture of the MLP output
+    (sglang#39286, nnsight#630: ``layer.output[0]`` on vLLM is the MLP output, the stream is ``out[0] + out[1]``)
+    or an intermediate inside a block (vllm#55423). Needs Llama-style blocks (``self_attn``, ``mlp``,
+    ``post_attention_layernorm``); a block without them is left out.
+    """
+    import torch
+
+    ids = torch.as_tensor(input_ids, dtype=torch.long).reshape(1, -1)
+    got: dict = {}
+    handles = []
+
+    def keep(key, value):
+        got[key] = (value[0] if isinstance(value, tuple) else value)[0].detach()
+
+    for i, block in enumerate(decoder_layers(model)):
+        b = i + 1
+        parts = [getattr(block, n, None) for n in ("self_attn", "mlp", "post_attention_layernorm")]
+        if any(p is None for p in parts):
+            continue
+        attn, mlp, post = parts
+        handles.append(attn.register_forward_hook(lambda _m, _a, o, b=b: keep(("attn", b), o)))
+        handles.append(mlp.register_forward_hook(lambda _m, _a, o, b=b: keep(("mlp", b), o)))
+        handles.append(post.register_forward_hook(lambda _m, a, _o, b=b: keep(("mid", b), a)))
+    try:
+        with torch.no_grad():
+            model(input_ids=ids, use_cache=False)
+    finally:
+        for h in handles:
+            h.remove()
+    return got
 
 
 # --- resolving `--model` and the memory budget ----------------------------------------------------------
@@ -540,6 +587,62 @@ def target_facts(spec: Any) -> dict:
 
 
 
+_GGUF_TOKENIZERS: dict[str, tuple[Any, str | None]] = {}
+
+
+def model_tokenizer(spec: Any) -> tuple[Any, str | None]:
+    """The tokenizer of ``--model``, for token text of captures saved without one: ``(tokenizer, None)`` or
+    ``(None, one-line reason)``; never loads weights for it.
+
+    An HF folder: its tokenizer files (:func:`forensics.io.tokenizer.load_tokenizer`, never its code; the size cap
+    applies to tokenizer files, not weights). A ``.gguf``: the vocabulary it carries (its fp32 cache folder's
+    tokenizer files once written, else the GGUF read by transformers). A loaded ``(model, tokenizer)`` pair: its
+    tokenizer. A ladder capture: the tokenizer found next to it. A bare model object carries none.
+
+    Example:
+        >>> tok, why = model_tokenizer("default")       # doctest: +SKIP
+        >>> tok.decode([504])                           # doctest: +SKIP
+        ' The'
+    """
+    from forensics.io.tokenizer import find_tokenizer, load_tokenizer
+
+    if spec is None:
+        return None, None
+    if isinstance(spec, tuple) and len(spec) == 2 and hasattr(spec[0], "config"):
+        return (spec[1], None) if spec[1] is not None else (None, "the (model, tokenizer) pair has no tokenizer")
+    try:
+        spec = resolve_model(spec)
+    except ForensicsError as e:
+        return None, str(e)
+    path = spec.path if isinstance(spec, Target) else spec
+    if not isinstance(path, (str, os.PathLike)):
+        return None, "a model object carries no tokenizer: pass (model, tokenizer) or tokenizer="
+    path = os.path.abspath(os.fspath(path))
+    if os.path.isdir(path):
+        return load_tokenizer(path, confined=False)
+    if not path.endswith(".gguf"):  # a ladder capture: the tokenizer saved beside it
+        return load_tokenizer(find_tokenizer(path))
+    folder = _cache_folder(path)
+    if os.path.isfile(os.path.join(folder, "tokenizer.json")):
+        return load_tokenizer(folder, confined=False)
+    for (p, _), (_, tok) in list(_LOADED.items()):  # the model is loaded already: its tokenizer
+        if p == path and tok is not None:
+            return tok, None
+    if path not in _GGUF_TOKENIZERS:
+        from forensics.models.folder import LOCAL_ONLY, quiet
+
+        try:
+            from transformers import AutoTokenizer
+
+            d, name = os.path.split(path)
+            with quiet():
+                _GGUF_TOKENIZERS[path] = (AutoTokenizer.from_pretrained(d, gguf_file=name, **LOCAL_ONLY), None)
+        except Exception as e:  # noqa: BLE001 - no vocabulary in the GGUF costs the token text, never the command
+            _GGUF_TOKENIZERS[path] = (None, f"{path}: cannot read the GGUF's tokenizer: {type(e).__name__}: "
+                                            f"{str(e).splitlines()[0][:200] if str(e) else ''}")
+    return _GGUF_TOKENIZERS[path]
+
+
 def tokenize(spec: Any, text: str) -> Any:
     """``text`` as the 1-D int64 token ids the model's own tokenizer gives (``tokenizer(text).input_ids``, special
     tokens as the tokenizer adds them by default, as a plain ``tokenizer(text)`` capture did).
@@ -598,10 +701,12 @@ def export_model(spec: Any, out: str | os.PathLike) -> str:
         model, tok = load_model(os.fspath(path))
         from forensics.models.folder import quiet
 
-        with quiet():  # no "Writing model shards" bar on stderr: the result is hsf's one line
-            model.save_pretrained(tmp, safe_serialization=True)
-        if tok is not None:
-            tok.save_pretrained(tmp)
+        with quiet():  # nothing but hsf's one line on stderr
+            _save_plain(model, tok, tmp)  # not save_pretrained: a GGUF-loaded model refuses it
+        umask = os.umask(0)
+        os.umask(umask)
+        for name in [".", *os.listdir(tmp)]:  # safetensors creates owner-only modes
+            os.chmod(os.path.join(tmp, name), (0o777 if name == "." else 0o666) & ~umask)
         os.rename(tmp, out)
     except ForensicsError:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -51,6 +51,18 @@ def stream_line(s: dict) -> str:
             + (f", {spb:.2f} s/block" if spb is not None else "") + f", {s['seconds']:.1f} s")
 
 
+def tolerance(fp: Fingerprint) -> str:
+    """What "exact" means here, with the worst value this file reached: ``within median per-token relative error
+    ≤ 0.05 and mean cosine ≥ 0.999; worst here 0.0031`` (``forensics.analysis.fingerprint.ladder``)."""
+    from forensics.analysis.fingerprint.ladder import LADDER_MATCH_COS, LADDER_MATCH_REL
+
+    rels = [m.ladder["best_rel"] for m in (fp.exact.slots if fp.exact else [])
+            if m.ladder and m.ladder.get("match") and m.ladder.get("best_rel") is not None]
+    worst = f"; worst here {max(rels):.2g}" if rels else ""
+    return (f"within median per-token relative error ≤ {LADDER_MATCH_REL:g} and mean cosine ≥ {LADDER_MATCH_COS:g}"
+            f"{worst}")
+
+
 def identified(fp: Fingerprint) -> list[str] | None:
     """Every slot's label when nothing is claimed, nothing fails and exact mode named every slot, else None."""
     if fp.verdict is not None or not fp.exact or not fp.exact.ran:
@@ -87,7 +99,7 @@ def headline(fp: Fingerprint) -> str:
     v = fp.verdict
     names = identified(fp)
     if names is not None:
-        return f"IDENTIFIED [{', '.join(names)}] (exact: every slot matched the reference forward)"
+        return f"IDENTIFIED [{', '.join(names)}] (exact: every slot matched the reference forward {tolerance(fp)})"
     fails = [f for f in sort_findings(fp.findings) if f.severity.value == "fail"]
     if fails:
         why = f"{fails[0].kind}: {fails[0].message}"
@@ -99,6 +111,8 @@ def headline(fp: Fingerprint) -> str:
                f"but not proven" + (f"; settle with {settle}" if settle else ""))
     elif v is Verdict.PASS:
         why = "every claimed slot is what it is claimed to be"
+        if fp.exact and fp.exact.ran:
+            why += f" (exact: matched the reference forward {tolerance(fp)})"
     else:
         why = "nothing is claimed about these slots: roles and depth order only"
     src = f" — claims from {fp.claims.source.value}: {fp.claims.detail}" if fp.claims is not None else ""

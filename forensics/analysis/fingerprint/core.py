@@ -86,7 +86,9 @@ class SlotFingerprint:
     depth_fraction: float | None = None
     label: str | None = None
     r_exact: R | None = None
-    decided_by: str = ""
+    decided_by: str = ""  # what decided the role, in words ("order (rank among layer slots) + sink, lowest norm")
+    decided_signal: str = ""  # the same as data: the deciding signal ("exact", "order", "normalizes", …)
+    decided_detail: str = ""  # and what else it rests on ("sink, lowest norm"), "" when nothing
     evidence: list[Evidence] = field(default_factory=list)
     claim: Claim | None = None  # the claim checked for this slot (with its source)
     verdict: Verdict | None = None  # PASS / FAIL / CANNOT TELL of that claim; None: nothing claimed
@@ -121,6 +123,7 @@ class Fingerprint:
     claims: Claims | None = None  # the claim list checked (user, draft config, or the capture's own)
     massive_sinks: list[int] = field(default_factory=list)  # slots whose token 0 is a massive-activation sink
     rows: Any = field(default=None, repr=False)  # the row checks' RowReport (forensics.analysis.rows), read by scan
+    stamp: Any = field(default=None, repr=False)  # the file's stamp checked in this read (analysis.stamp.StampCheck)
 
     @property
     def path(self) -> str:
@@ -150,6 +153,7 @@ class Fingerprint:
                  exact_source=None if self.exact is None else self.exact.source,
                  exact_stream=None if self.exact is None else self.exact.stream,
                  claims=None if self.claims is None else self.claims.to_dict(),
+                 stamp=None if self.stamp is None else self.stamp.to_dict(),
                  verdict=None if self.verdict is None else self.verdict.value)
         return d
 
@@ -168,7 +172,7 @@ class Fingerprint:
 # ---------------------------------------------------------------------------------------------- signals
 def fingerprint(capture: Any, layers: Any = None, model: Any = None,
                 num_layers: int | None = None, expected_source: str | None = None,
-                claims: Claims | None = None, input_ids: Any = None) -> Fingerprint:
+                claims: Claims | None = None, input_ids: Any = None, stamp_check: bool = True) -> Fingerprint:
     """Role, depth order, coarse r, label (given an expected list) and evidence for every slot.
 
     Args:
@@ -186,6 +190,9 @@ def fingerprint(capture: Any, layers: Any = None, model: Any = None,
             wins over ``layers``. Each slot's claim gets a verdict (``SlotFingerprint.verdict``).
         input_ids: the token ids of a capture saved without them (exact mode needs them; they also decide a
             stack's axes).
+        stamp_check: check the file's stamp (``hsf stamp``) against the values this fingerprint reads (no
+            second read): a slot changed since stamping is a ``stamp_drift`` FAIL; the stamp's r list is the
+            claim when none is given. False (``--no-stamp-check``) skips it.
 
     Example:
         >>> fp = fingerprint("sample_data/speculators_v1/data_0.pt")   # doctest: +SKIP
@@ -213,7 +220,7 @@ def fingerprint(capture: Any, layers: Any = None, model: Any = None,
     if small and model is None:
         torch.set_num_threads(1)  # tiny tensors: thread hand-offs cost 10× the work on a busy machine
     try:
-        return _fingerprint(capture, layers, model, num_layers, expected_source, claims)
+        return _fingerprint(capture, layers, model, num_layers, expected_source, claims, stamp_check)
     finally:
         torch.set_num_threads(threads)
 
@@ -238,13 +245,16 @@ class _Signals:
 
 
 def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | None,
-                 expected_source: str | None, claims: Claims | None) -> Fingerprint:
+                 expected_source: str | None, claims: Claims | None, stamp_check: bool = True) -> Fingerprint:
     from forensics.analysis.fingerprint.depth import DistanceSample, angular_distance_sample
     from forensics.analysis.fingerprint.verdicts import judge
+    from forensics.analysis.loss_mask import capture_loss_mask_findings
     from forensics.analysis.rows import check_rows
+    from forensics.analysis.stamp import check_in_read, stamp_claims
 
     k = len(capture.slots)
     full = [s.tensor() for s in capture.slots]
+    stamp = check_in_read(capture, full) if stamp_check else None  # the tensors this fingerprint reads anyway
     reference = None
     st_all = summarize(capture)  # what the file holds (NaN counts, norms of every row): shown and scanned
     if model is not None:
@@ -254,6 +264,9 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
     # every row placed against the reference forward when there is a ladder (not streamed, ids given), else data only
     rows = check_rows(capture, full, reference=None if reference is None else reference[1],
                       norms=[s.norms for s in st_all.slots])
+    from forensics.analysis.context import check_context  # rows p..end without tokens 0..p-1 (vllm#52909)
+
+    context = check_context(capture, full, st_all.slots, rows, net=None if reference is None else reference[0].net)
     view = good_rows_view(capture, full, rows)  # statistics and order from the rows that are their tokens'
     st = st_all if view is capture else summarize(view)
     tensors = [s.tensor() for s in view.slots]
@@ -263,7 +276,10 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
     if view is not capture:  # a slot all zero or overflowing in the file, not only in its good rows
         findings = [f for f in findings if f.kind not in (FindingKind.ALL_ZERO, FindingKind.OVERFLOW)] + [
             f for f in _anomalies(capture, st_all)[0] if f.kind in (FindingKind.ALL_ZERO, FindingKind.OVERFLOW)]
-    findings += rows.findings
+    findings += rows.findings + context.findings
+    findings += capture_loss_mask_findings(capture, model)  # a stored loss mask against the chat turns
+    if stamp is not None:
+        findings += stamp.findings
     drop = sorted({0} | {p for s in st.slots for p in s.sinks} | bad_rows)
     mask = sorted({d for s in st.slots for d in s.massive_dims})
     sample = angular_distance_sample(tensors, drop, mask) if k > 1 else \
@@ -277,6 +293,8 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
     L = num_layers or capture.num_layers
     if claims is None:
         claims = capture_claims(capture, L)
+        if stamp is not None and stamp.claim_rs is not None:  # the stamp's r list: the file's claim
+            claims = stamp_claims(stamp.stamp, claims) or claims
     r_exact: list[R | None] = [x.r_exact for x in exact.slots] if exact else [None] * k
 
     D = sample.D
@@ -298,7 +316,7 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
                      num_layers=L, expected=None if claims is None else claims.rs,
                      expected_source=None if claims is None else f"{claims.source.value}: {claims.detail}",
                      order_evidence=order_ev, exact=exact, order_confidence=order_conf, claims=claims,
-                     massive_sinks=[i for i in range(k) if sig.massive[i]], rows=rows)
+                     massive_sinks=[i for i in range(k) if sig.massive[i]], rows=rows, stamp=stamp)
     find_duplicates(fp, tensors)
     fp.findings += judge(fp, claims)
     share_identical_labels(fp, groups)
@@ -396,7 +414,19 @@ def _exact(capture: Capture, tensors: list, model: Any, sig: _Signals, findings:
                                 "--text FILE (tokenised by --model), or input_ids= in Python"))
     for i, x in enumerate(exact.slots):
         exact_evidence(sig.ev[i], x)
-    unmatched = [i for i, x in enumerate(exact.slots) if x.ladder is not None and x.r_exact is None]
+    subs = {i: x.sublayer for i, x in enumerate(exact.slots) if x.sublayer is not None}
+    if subs:
+        findings.append(Finding(FindingKind.NOT_RESIDUAL, Severity.FAIL, sorted(subs), "; ".join(
+            f"slot {i} ({capture.slots[i].name}) is {s['name']}, not a residual-stream state: it equals that state "
+            f"of the reference forward (per-token cosine {s['cos']:.4f}, relative error {s['rel']:.3g}; the next "
+            f"nearest state, {s['runner_up_name']}, {s['runner_up_rel']:.3g})" for i, s in subs.items())
+            + ": the capture saved a sub-layer output where the residual stream was meant (sglang#39286, "
+              "nnsight#630, vllm#55423)",
+            {"slots": sorted(subs), "what": [subs[i]["what"] for i in sorted(subs)],
+             "block": [subs[i]["block"] for i in sorted(subs)], "rel": [subs[i]["rel"] for i in sorted(subs)],
+             "by": "reference"}))
+    unmatched = [i for i, x in enumerate(exact.slots) if x.ladder is not None and x.r_exact is None
+                 and x.sublayer is None]
     if unmatched:
         findings.append(Finding(FindingKind.NO_REFERENCE_MATCH, Severity.WARN, unmatched, f"slots {unmatched} equal "
                                 "no state of the reference on these input_ids (another model, other weights or "
@@ -478,6 +508,8 @@ def _slot_fingerprints(sig: _Signals, r_exact: list[R | None], L: int | None, or
         emb_i = ex == 0 if ex is not None else sig.is_embed[i]
         post_i = ex == FINAL_POST if ex is not None else sig.is_post[i]
         frac: float | None
+        signal: str | None = None  # the deciding signal, when the words say more than its name
+        detail = ""
         if emb_i:
             role, conf, frac = "embedding", max(sig.embed_score[i], 0.99 if ex == 0 else 0), 0.0
             why = "exact" if ex == 0 else "dup_rows" if sig.embed_score[i] >= 0.9 else "norm_level"
@@ -496,11 +528,12 @@ def _slot_fingerprints(sig: _Signals, r_exact: list[R | None], L: int | None, or
             role = next(b for t, b in BANDS if frac < t)
             if len(ranked) == 1:
                 role = "late" if late_signature(s) else "middle" if has_sink(s) else "early"
-            conf, why = 0.4 + 0.2 * order_conf, "order (rank among layer slots)"
+            conf, why, signal = 0.4 + 0.2 * order_conf, "order (rank among layer slots)", "order"
             if role == "late" and late_signature(s):
-                conf, why = conf + 0.2, why + " + tight sinkless spread"
+                conf, detail = conf + 0.2, "tight sinkless spread"
             elif role == "early" and has_sink(s) and pos == 0:
-                conf, why = conf + 0.1, why + " + sink, lowest norm"
+                conf, detail = conf + 0.1, "sink, lowest norm"
+            why = why + (f" + {detail}" if detail else "")
         r_est: Any = None
         if role == "embedding":
             r_est = 0
@@ -512,5 +545,6 @@ def _slot_fingerprints(sig: _Signals, r_exact: list[R | None], L: int | None, or
             r_est = int(round(frac * L)) if L else round(frac, 3)
         sfs.append(SlotFingerprint(index=s.index, name=s.name, role=role, confidence=round(float(conf), 3),
                                    depth_rank=order.index(i), r_estimate=r_est, depth_fraction=frac,
-                                   r_exact=r_exact[i], decided_by=why, evidence=sig.ev[i]))
+                                   r_exact=r_exact[i], decided_by=why, decided_signal=signal or why,
+                                   decided_detail=detail, evidence=sig.ev[i]))
     return sfs

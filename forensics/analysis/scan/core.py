@@ -29,7 +29,7 @@ from forensics.analysis.scan.result import ScanResult
 from forensics.analysis.scan.rows import FILE_TIME_BUDGET_S, empty_row, read_rows
 from forensics.analysis.scan.sinks import ParquetSink, drop_superseded_lines
 from forensics.analysis.scan.summary import Aggregator
-from forensics.analysis.scan.workers import batches, run_dask, run_inline, run_pool
+from forensics.analysis.scan.workers import DASK_MIN_FILES, batches, run_dask, run_inline, run_pool
 from forensics.errors import ForensicsError
 from forensics.io.output import append_line, check_output, lock_output, output_target
 from forensics.jsonable import json_safe
@@ -109,7 +109,8 @@ def scan(path: str | os.PathLike | list, workers: int = 2, out: str | os.PathLik
          fingerprint: bool | int | str | None = FINGERPRINT_FILES,
          tune_malloc: bool = True, prefetch: bool = False, progress: bool | None = None,
          on_row: Callable[[dict], None] | None = None, out_format: str | None = None,
-         file_seconds: float | None = FILE_TIME_BUDGET_S, layers: Any = None, rows: bool = True) -> ScanResult:
+         file_seconds: float | None = FILE_TIME_BUDGET_S, layers: Any = None, rows: bool = True,
+         stamp_check: bool = True) -> ScanResult:
     """Scan every capture file under ``path``; return rows, dataset summary and anomalies.
 
     Args:
@@ -136,6 +137,8 @@ def scan(path: str | os.PathLike | list, workers: int = 2, out: str | os.PathLik
             fingerprint --layers`` does; default: each file's own claims (sidecar, format).
         rows: run the row checks (:func:`forensics.analysis.rows.check_rows`: zero rows, rows ≠ ids, token
             shifts, foreign rows) on every file (default); False only to measure what they cost.
+        stamp_check: check each stamped file's stamp (``hsf stamp``) against the values its row reads (default);
+            a file changed since stamping is a ``stamp_drift`` anomaly (FAIL).
     """
     from forensics.io import validate
 
@@ -170,7 +173,7 @@ def scan(path: str | os.PathLike | list, workers: int = 2, out: str | os.PathLik
         stack.enter_context(_sigterm_as_interrupt())
         return _scan(path, items, bad, out, sink, resume, workers, dask, fingerprint, fmt,
                      {"tune_malloc": tune_malloc, "prefetch": prefetch, "file_seconds": file_seconds,
-                      "layers": layers, "rows": rows},
+                      "layers": layers, "rows": rows, "stamp_check": stamp_check},
                      progress, on_row, t_start)
 
 
@@ -214,7 +217,7 @@ def _scan(path: Any, items: list[Item], bad: list[dict], out: str | None, sink: 
     bar = _progress(len(items), resumed, progress)
     t_work, new_bytes = time.perf_counter(), 0
     if dask is not None:
-        runner = run_dask(batches(todo), opts, workers, dask)
+        runner = run_dask(batches(todo, DASK_MIN_FILES), opts, workers, dask)
     elif workers <= 0:
         runner = run_inline(batches(todo), opts)
     else:

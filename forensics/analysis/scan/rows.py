@@ -106,7 +106,7 @@ def scan_batch(items: list[tuple[str, int, int, bool]], opts: dict) -> list[dict
             os._exit(3)
         rows.append(file_row(path, size, mtime_ns, use_fingerprint=use_fp, budget=budget,
                              _sleep=bool(sleep_on and path.endswith(sleep_on)), layers=opts.get("layers"),
-                             row_checks=opts.get("rows", True)))
+                             row_checks=opts.get("rows", True), stamp_check=opts.get("stamp_check", True)))
     return rows
 
 
@@ -124,7 +124,7 @@ def error_kind(message: str) -> str:
 
 def file_row(path: str, size: int, mtime_ns: int, use_fingerprint: bool = True,
              budget: float | None = FILE_TIME_BUDGET_S, _sleep: bool = False, layers: Any = None,
-             row_checks: bool = True) -> dict:
+             row_checks: bool = True, stamp_check: bool = True) -> dict:
     """The scan row of one file within ``budget`` seconds; every failure becomes ``error`` (never an
     exception)."""
     from forensics.errors import ForensicsError, escape, one_line
@@ -135,7 +135,7 @@ def file_row(path: str, size: int, mtime_ns: int, use_fingerprint: bool = True,
         with time_budget(budget):
             if _sleep:
                 time.sleep(10 * (budget or 1))
-            _fill(row, path, use_fingerprint, layers, row_checks)
+            _fill(row, path, use_fingerprint, layers, row_checks, stamp_check)
     except ForensicsError as e:
         row.update(error=str(e), error_kind=error_kind(str(e)), slots=[], sketch=[], findings=[])
     except FileTimeout:
@@ -165,14 +165,16 @@ def _fingerprint_fn():
     return fingerprint
 
 
-def _fill(row: dict, path: str, use_fingerprint: bool, layers: Any = None, row_checks: bool = True) -> None:
+def _fill(row: dict, path: str, use_fingerprint: bool, layers: Any = None, row_checks: bool = True,
+          stamp_check: bool = True) -> None:
     from forensics.analysis.stats import summarize
     from forensics.io.formats import load
     from forensics.layers import r_label
 
     cap = load(path)
     fp_fn = _fingerprint_fn() if use_fingerprint else None
-    fp = fp_fn(cap, layers=layers, expected_source="--layers") if fp_fn is not None else None
+    fp = fp_fn(cap, layers=layers, expected_source="--layers", stamp_check=stamp_check) if fp_fn is not None \
+        else None
     st = fp.stats if fp is not None else summarize(cap)
     row.update(format=cap.format, num_tokens=cap.num_tokens, hidden=cap.hidden_size, num_slots=len(st.slots),
                basis="fingerprint" if fp is not None else "stats")
@@ -223,6 +225,28 @@ def _fill(row: dict, path: str, use_fingerprint: bool, layers: Any = None, row_c
                                     "message": x.message, "evidence": x.evidence})
     if not any(x["kind"] == "duplicate" for x in row["findings"]):
         row["findings"].extend(_duplicates(st.slots))
+    if fp is None:  # a fingerprint made these already
+        row["findings"].extend(_loss_mask_findings(cap))
+        if stamp_check:
+            row["findings"].extend(_stamp_findings(cap))
+
+
+def _loss_mask_findings(cap: Any) -> list[dict]:
+    """The stored loss mask against the chat turns its tokenizer's template marks (nothing without both)."""
+    from forensics.analysis.loss_mask import capture_loss_mask_findings
+
+    return [{"kind": x.kind.value, "severity": x.severity.value, "slots": [], "message": x.message,
+             "evidence": x.evidence} for x in capture_loss_mask_findings(cap)]
+
+
+def _stamp_findings(cap: Any) -> list[dict]:
+    """The file's stamp (``hsf stamp``) checked against the slots this row read (a memory-mapped file: the pages
+    the statistics touched); nothing when the file has none."""
+    from forensics.analysis.stamp import check_in_read
+
+    sc = check_in_read(cap)
+    return [] if sc is None else [{"kind": x.kind.value, "severity": x.severity.value, "slots": list(x.slots),
+                                   "message": x.message, "evidence": x.evidence} for x in sc.findings]
 
 
 def _row_report(cap: Any, st: Any, fp: Any) -> Any:

@@ -45,16 +45,64 @@ from forensics.io.formats._io import (
     sniff,
     torch_load,
 )
-from forensics.layers import FINAL_POST
+from forensics.io.formats.base import CaptureFormat, Request, Writer
 
-TORCH_READERS = (trtllm, modelopt, speculators_v1, specforge, speculators_v0, eagle, generic)  # order matters
+# The registry, in the order formats are tried: within one container the first format whose ``match`` accepts the
+# content reads it (so the specific come before the general, and ``generic`` is last).
+REGISTRY: tuple[CaptureFormat, ...] = (
+    trtllm.FORMAT, modelopt.FORMAT, speculators_v1.FORMAT, vllm_connector.FORMAT, speculators.FORMAT,
+    specforge.FORMAT, speculators_v0.FORMAT, eagle.FORMAT, sglang.FORMAT, generic.FORMAT,
+)
 CAPTURE_SUFFIXES = (".pt", ".pth", ".ckpt", ".ckpt.gz", ".pt.gz", ".safetensors", ".bin", ".npy", ".npz")
 SIDE_FILES = {"token_freq.pt", "model.safetensors", "training_args.bin", "optimizer.pt", "scheduler.pt"}
 SIDE_DIRS = {"tokenizer", ".git", "__pycache__", ".ipynb_checkpoints"}
 RECORD_SEP = "#"  # ``data_20.pt#3``: record 3 of a many-sample file
 
-__all__ = ["load", "iter_files", "detect_format", "FORMATS", "as_capture"]
-FORMATS = [m.NAME for m in TORCH_READERS] + [speculators.NAME, vllm_connector.NAME, sglang.NAME]
+__all__ = ["load", "iter_files", "detect_format", "FORMATS", "as_capture", "REGISTRY", "CaptureFormat", "Writer",
+           "format_named", "writer", "WRITERS", "WRITTEN_SIDE_FILES", "trainer_of", "format_of_trainer"]
+FORMATS = [f.name for f in REGISTRY]
+WRITERS = tuple(f.writer.name for f in REGISTRY if f.writer is not None)  # ``hsf capture --format`` choices
+WRITTEN_SIDE_FILES = tuple(n for f in REGISTRY if f.writer is not None for n in f.writer.side_names)
+
+# How a sniffed container kind is opened: (container, opener). The content is opened once and offered to the
+# formats of that container.
+_OPENERS = {
+    "zip": ("torch", lambda p: torch_load(p, "zip")),
+    "gzip": ("torch", lambda p: torch_load(p, "gzip")),
+    "pickle": ("torch", lambda p: torch_load(p, "pickle")),
+    "safetensors": ("safetensors", SafetensorsFile),
+    "npy": ("numpy", lambda p: numpy_load(p, "npy")),
+    "npz": ("numpy", lambda p: numpy_load(p, "npz")),
+    "json": ("json", load_json_rows),
+}
+_UNKNOWN_CONTAINER = ("not a torch checkpoint, safetensors, numpy or JSON file (the first bytes match no supported "
+                      "container; a text file?)")
+
+
+def format_named(name: str) -> CaptureFormat:
+    """The registered format called ``name`` (KeyError for another name)."""
+    for f in REGISTRY:
+        if f.name == name:
+            return f
+    raise KeyError(name)
+
+
+def writer(name: str) -> Writer:
+    """The writer ``hsf capture --format name`` uses; a ForensicsError for a name no format writes."""
+    found = next((f.writer for f in REGISTRY if f.writer is not None and f.writer.name == name), None)
+    if found is None:
+        raise ForensicsError(f"unknown format {name!r} (choose from {', '.join(WRITERS)})")
+    return found
+
+
+def trainer_of(format_name: str) -> str | None:
+    """The trainer whose training data a format is (None: no one trainer's, or not a registered format)."""
+    return next((f.trainer for f in REGISTRY if f.name == format_name), None)
+
+
+def format_of_trainer(trainer: str | None) -> str | None:
+    """The format a trainer's training data is in (None: none registered for that name)."""
+    return next((f.name for f in REGISTRY if trainer and f.trainer == trainer), None)
 
 
 def detect_format(path: str) -> str:
@@ -68,6 +116,22 @@ def split_record(path: str) -> tuple[str, int | None]:
         return path, None
     base, _, tail = path.rpartition(RECORD_SEP)
     return (base, int(tail)) if tail.isdigit() and os.path.exists(base) else (path, None)
+
+
+def open_container(path: str) -> tuple[str, object]:
+    """Sniff the container from the first bytes, once, and open it: ``(container, content)``."""
+    kind = sniff(path)
+    if kind == "zip" and is_npz(path):
+        kind = "npz"
+    if kind not in _OPENERS:
+        raise ForensicsError(_UNKNOWN_CONTAINER, path=path)
+    container, opener = _OPENERS[kind]
+    return container, opener(path)
+
+
+def first_match(container: str, content) -> CaptureFormat | None:
+    """The first registered format of ``container`` whose ``match`` accepts ``content``."""
+    return next((f for f in REGISTRY if container in f.containers and f.match(content)), None)
 
 
 def load(path: str | os.PathLike, input_ids=None, record: int | None = None) -> Capture:
@@ -86,55 +150,40 @@ def load(path: str | os.PathLike, input_ids=None, record: int | None = None) -> 
     """
     path, rec = split_record(os.fspath(path))
     record = rec if record is None else record
-    if os.path.isdir(path):
-        raise ForensicsError("is a directory; pass a file, or use iter_files()/scan for a dataset", path=path)
-    if not os.path.exists(path):
-        raise ForensicsError("no such file", path=path)
+    _check_file(path)
     ids = _outside_ids(input_ids, path)
     from forensics.io.sigbus import watch
 
     watched = watch(path)  # before the first read: a change from here on is caught by cap.check_unchanged()
-    kind = sniff(path)
-    if kind == "zip" and is_npz(path):
-        kind = "npz"
-    if kind == "safetensors":
-        sf = SafetensorsFile(path)
-        st_reader = speculators if speculators.match_safetensors(sf) else generic
-        if st_reader is speculators and vllm_connector.match_safetensors(sf):
-            st_reader = vllm_connector
-        cap = _guarded(st_reader.NAME, path, st_reader.read_safetensors, sf, path, ids)
-    elif kind in ("npy", "npz"):
-        cap = _guarded(generic.NAME, path, generic.read, numpy_load(path, kind), path, ids)
-    elif kind == "json":
-        doc = load_json_rows(path)
-        if not sglang.match(doc):
-            raise ForensicsError("a JSON file without hidden-state rows (expected SGLang responses with "
-                                 "meta_info.hidden_states)", path=path)
-        cap = _guarded(sglang.NAME, path, sglang.read, doc, path, record or 0, ids)
-    elif kind in ("zip", "gzip", "pickle"):
-        obj = torch_load(path, kind)
-        torch_reader = next((r for r in TORCH_READERS if r.match(obj)), None)
-        if torch_reader is None:
-            what = f"dict with keys {sorted(map(str, obj))[:12]}" if isinstance(obj, dict) else type(obj).__name__
-            raise ForensicsError(f"no reader recognises this content ({what}); expected one of the formats "
-                                 f"{', '.join(FORMATS)}", path=path)
-        if torch_reader is trtllm:
-            cap = _guarded(trtllm.NAME, path, trtllm.read, obj, path, record or 0)
-        elif torch_reader is generic:
-            cap = _guarded(generic.NAME, path, generic.read, obj, path, ids)
-        else:
-            cap = _guarded(torch_reader.NAME, path, torch_reader.read, obj, path)
-    else:
-        raise ForensicsError(
-            "not a torch checkpoint, safetensors, numpy or JSON file (the first bytes match no supported "
-            "container; a text file?)", path=path)
+    container, content = open_container(path)
+    fmt = first_match(container, content)
+    if fmt is None:
+        raise _no_format(container, content, path)
+    cap = _guarded(fmt.name, path, fmt.read, content, Request(path, record or 0, ids))
     if record and cap.provenance.record is None:
         raise ForensicsError(f"record {record} asked for, but a {cap.format} file holds one sample", path=path)
     _apply_outside_ids(cap, ids)
-    _apply_sidecars(cap)
+    _apply_sidecars(cap, fmt)
     cap.provenance.watch = watched
     cap.check_unchanged()
     return cap
+
+
+def _check_file(path: str) -> None:
+    if os.path.isdir(path):
+        raise ForensicsError("is a directory; pass a file, or use iter_files()/scan for a dataset", path=path)
+    if not os.path.exists(path):
+        raise ForensicsError("no such file", path=path)
+
+
+def _no_format(container: str, content, path: str) -> ForensicsError:
+    """The error for content no registered format of its container accepts."""
+    if container == "json":
+        return ForensicsError("a JSON file without hidden-state rows (expected SGLang responses with "
+                              "meta_info.hidden_states)", path=path)
+    what = f"dict with keys {sorted(map(str, content))[:12]}" if isinstance(content, dict) else type(content).__name__
+    return ForensicsError(f"no reader recognises this content ({what}); expected one of the formats "
+                          f"{', '.join(FORMATS)}", path=path)
 
 
 def _outside_ids(ids, path: str):
@@ -287,27 +336,14 @@ def _sidecar(path: str, name: str, notes: list[str] | None = None) -> dict | Non
     return None
 
 
-def _apply_sidecars(cap: Capture) -> None:
+def _apply_sidecars(cap: Capture, fmt: CaptureFormat) -> None:
     from forensics.layers import parse_r
 
-    # data_config.json is written by speculators' legacy generator next to its data_{i}.pt files only
-    # (speculators DataGenerationConfig); it says nothing about other formats.
-    cfg = _sidecar(cap.path, "data_config.json", cap.provenance.notes) if cap.format == speculators_v1.NAME else None
-    hs_cfg = cfg.get("hidden_states") if cfg else None
-    ids = hs_cfg.get("layer_ids") if isinstance(hs_cfg, dict) else None
-    if isinstance(ids, list):
-        cap.declared_layers = ids
-        cap.declared_convention = "speculators-legacy"
-        if len(ids) == len(cap.slots) and all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-            # the legacy generator captures *after* block id (custom_worker._patched_forward), so r = id + 1;
-            # speculators' tests/datagen/test_vllm_hidden_states.py @ dd6deac9: id 2 == HF hidden_states[3]
-            for s, i in zip(cap.slots, ids, strict=True):
-                s.declared_r = i + 1
-            cap.provenance.notes.append(f"layer ids {ids} from data_config.json (speculators legacy generator: "
-                                        "r = id + 1)")
-        else:
-            cap.provenance.notes.append(f"data_config.json declares layer ids {ids} but the file has "
-                                        f"{len(cap.slots)} slots: ids not applied to slots")
+    if fmt.side_file is not None:  # a format's own side file (speculators-v1: data_config.json)
+        name, apply = fmt.side_file
+        doc = _sidecar(cap.path, name, cap.provenance.notes)
+        if doc:
+            apply(cap, doc)
     meta = _sidecar(cap.path, "capture.json", cap.provenance.notes)
     if meta:
         cap.meta = meta
@@ -327,8 +363,6 @@ def _apply_sidecars(cap: Capture) -> None:
         if meta.get("layer_ids") is not None and cap.declared_layers is None:
             cap.declared_layers = meta.get("layer_ids")
             cap.declared_convention = meta.get("convention")
-    if cap.format == "specforge" and cap.slots[-1].declared_r is None:
-        cap.slots[-1].claimed = FINAL_POST
 
 
 def is_capture_name(name: str) -> bool:

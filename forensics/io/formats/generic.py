@@ -9,7 +9,9 @@ import re
 from forensics.errors import ForensicsError
 from forensics.io.formats._common import as_2d, build, lazy_slot, provenance, tensor_slot
 from forensics.io.formats._io import FLOAT_DTYPES, SAFETENSORS_DTYPES, SafetensorsFile
+from forensics.io.formats.base import CaptureFormat, Request, Sample, Writer
 from forensics.io.layout import ID_KEYS, MASK_KEYS, stored_ids
+from forensics.layers import FINAL_POST, r_label
 
 NAME = "generic"
 
@@ -18,11 +20,21 @@ def natural_key(s: str):
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", s)]
 
 
+def _is_numpy(obj) -> bool:
+    """A ``.npy`` array or a ``.npz`` archive's dict of arrays (numpy files are read by this format only)."""
+    if isinstance(obj, dict):
+        return bool(obj) and all(type(v).__module__ == "numpy" for v in obj.values())
+    return type(obj).__module__ == "numpy"
+
+
 def match(obj) -> bool:
+    """The fallback of every container: any safetensors or numpy file, any torch object holding tensors."""
     import torch
 
     from forensics.io.layout import to_torch
 
+    if isinstance(obj, SafetensorsFile) or _is_numpy(obj):
+        return True
     obj = to_torch(obj)
     if isinstance(obj, torch.Tensor):
         return True
@@ -32,7 +44,15 @@ def match(obj) -> bool:
                                          (isinstance(v, (list, tuple)) and v) for v in obj.values())
 
 
-def read(obj, path: str, input_ids=None):
+def read(obj, req: Request):
+    """A safetensors file (lazily, slot by slot) or any accepted layout (``forensics.io.layout``): a tensor, a
+    stack, a list, a dict of named tensors."""
+    if isinstance(obj, SafetensorsFile):
+        return read_safetensors(obj, req.path, req.input_ids)
+    return read_layout(obj, req.path, req.input_ids)
+
+
+def read_layout(obj, path: str, input_ids=None):
     """Any accepted layout (``forensics.io.layout``): a tensor, a stack, a list, a dict of named tensors."""
     from forensics.io.layout import resolve
 
@@ -59,7 +79,7 @@ def read_safetensors(sf: SafetensorsFile, path: str, input_ids=None):
 
     keys = sorted(sf.keys(), key=natural_key)
     if _needs_resolver(sf, keys):
-        return read({k: sf.get(k) for k in keys}, path, input_ids)
+        return read_layout({k: sf.get(k) for k in keys}, path, input_ids)
     ids = stored_ids(sf.get, keys, path)
     if ids is None:
         ids = input_ids
@@ -100,15 +120,27 @@ def read_safetensors(sf: SafetensorsFile, path: str, input_ids=None):
     return build(slots, ids, mask, provenance(path, NAME, notes=notes))
 
 
-def write(f, input_ids, loss_mask, states: list, rs: list, metadata: dict | None = None) -> None:
+def write(f, sample: Sample) -> None:
     """Write one sample as ``hsf capture``'s own safetensors file: ``slot_<j>.<label>`` per state, ``input_ids``,
     ``loss_mask``, and the r list in the header (``"r"``) with any extra ``metadata``."""
     import json
 
     from safetensors.torch import save
 
-    from forensics.layers import r_label
+    rs = sample.r
+    tensors = {f"slot_{j}.{r_label(r)}": t for j, (r, t) in enumerate(zip(rs, sample.states, strict=True))}
+    tensors.update(input_ids=sample.input_ids, loss_mask=sample.loss_mask)
+    f.write(save(tensors, metadata={"r": json.dumps(rs), "tool": "hsf capture", **(sample.metadata or {})}))
 
-    tensors = {f"slot_{j}.{r_label(r)}": t for j, (r, t) in enumerate(zip(rs, states, strict=True))}
-    tensors.update(input_ids=input_ids, loss_mask=loss_mask)
-    f.write(save(tensors, metadata={"r": json.dumps(rs), "tool": "hsf capture", **(metadata or {})}))
+
+def sample_path(i: int) -> str:
+    return f"capture_{i}.safetensors"
+
+
+def default_r(L: int) -> list:
+    """The whole ladder: every block output and the post-norm final."""
+    return list(range(L + 1)) + [FINAL_POST]
+
+
+WRITER = Writer("safetensors", write, sample_path, convention="r", default_r=default_r, header_metadata=True)
+FORMAT = CaptureFormat(NAME, ("torch", "safetensors", "numpy"), match, read, writer=WRITER)

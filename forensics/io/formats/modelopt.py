@@ -17,6 +17,7 @@ So ``hidden_states`` is claimed post-norm only when the file names an HF or Tens
 from __future__ import annotations
 
 from forensics.io.formats._common import as_2d, build, concat_count, provenance, split_concat, tensor_slot
+from forensics.io.formats.base import CaptureFormat, Request
 from forensics.layers import FINAL_POST
 
 NAME = "modelopt"
@@ -35,7 +36,8 @@ def match(obj) -> bool:
     return isinstance(obj, dict) and "aux_hidden_states" in obj and _final_key(obj) is not None
 
 
-def read(obj: dict, path: str):
+def read(obj: dict, req: Request):
+    path = req.path
     key = _final_key(obj)
     assert key is not None
     final = as_2d(obj[key], path, key)
@@ -60,3 +62,6 @@ def read(obj: dict, path: str):
     cap = build(slots, obj.get("input_ids"), obj.get("loss_mask"), provenance(path, NAME, notes=notes))
     cap.meta.update(conversation_id=cid if isinstance(cid, (int, str)) else None, dumper=dumper)
     return cap
+
+
+FORMAT = CaptureFormat(NAME, ("torch",), match, read)

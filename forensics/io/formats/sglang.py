@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from forensics.errors import ForensicsError
 from forensics.io.formats._common import build, provenance, tensor_slot
+from forensics.io.formats.base import CaptureFormat, Request
 from forensics.layers import FINAL_POST
 
 NAME = "sglang"
@@ -78,9 +79,10 @@ def _pair_ids(x: dict, prompt: list, rows: int) -> tuple[list, str | None]:
     return (prompt + out if out and len(prompt) < rows else prompt), None
 
 
-def read(doc, path: str, record: int = 0, input_ids=None):
+def read(doc, req: Request):
     import torch
 
+    path, record, input_ids = req.path, req.record, req.input_ids
     items = samples(doc)
     n = len(items)
     if not 0 <= record < n:
@@ -109,3 +111,6 @@ def read(doc, path: str, record: int = 0, input_ids=None):
     cap = build([slot], ids, None, prov)
     cap.meta.update(records=n, record=record)
     return cap
+
+
+FORMAT = CaptureFormat(NAME, ("json",), match, read)

@@ -8,10 +8,14 @@ found by matching ``len(token_ids)``, and the layout found is recorded in the pr
 
 from __future__ import annotations
 
+import os
+
 from forensics.errors import ForensicsError
 from forensics.io.formats._common import build, lazy_slot, provenance
 from forensics.io.formats._io import FLOAT_DTYPES, SAFETENSORS_DTYPES, SafetensorsFile
+from forensics.io.formats.base import CaptureFormat, Dataset, Request, Sample, Writer
 from forensics.io.layout import stored_ids
+from forensics.layers import FINAL_POST
 
 NAME = "speculators"
 
@@ -31,7 +35,7 @@ def _n_ids(sf: SafetensorsFile) -> int | None:
     return n
 
 
-def match_safetensors(sf: SafetensorsFile) -> bool:
+def match(sf: SafetensorsFile) -> bool:
     """A 3-D ``hidden_states`` stack; ``[1, seq, H]`` (one sequence with a batch dim) is left to generic."""
     if "hidden_states" not in sf.keys():
         return False
@@ -44,9 +48,10 @@ def match_safetensors(sf: SafetensorsFile) -> bool:
     return not (shape[0] == 1 and (n_ids is None or shape[1] == n_ids) and len(sf.shape("hidden_states")) == 3)
 
 
-def read_safetensors(sf: SafetensorsFile, path: str, input_ids=None):
+def read(sf: SafetensorsFile, req: Request):
     import torch
 
+    path, input_ids = req.path, req.input_ids
     shape = _stack_shape(sf)
     batched = len(sf.shape("hidden_states")) == 4
     ids = stored_ids(sf.get, sf.keys(), path) if "token_ids" in sf.keys() else None  # another id key must agree
@@ -95,11 +100,62 @@ def read_safetensors(sf: SafetensorsFile, path: str, input_ids=None):
     return build(slots, ids, mask, provenance(path, NAME, layout=layout, notes=notes))
 
 
-def write(f, input_ids, states: list, metadata: dict | None = None) -> None:
+def write(f, sample: Sample) -> None:
     """Write one sample as speculators' ``hs_{i}.safetensors``: ``hidden_states [seq, k, H]`` + ``token_ids``
     (``metadata`` goes into the safetensors header, e.g. an ``hsf stamp``)."""
     import torch
     from safetensors.torch import save
 
-    f.write(save({"hidden_states": torch.stack(states, dim=1).contiguous(), "token_ids": input_ids},
-                 metadata=metadata))
+    f.write(save({"hidden_states": torch.stack(sample.states, dim=1).contiguous(), "token_ids": sample.input_ids},
+                 metadata=sample.metadata))
+
+
+def sample_path(i: int) -> str:
+    """speculators ``train/data.py`` ``_get_raw_data``: row i's states."""
+    return os.path.join("hidden_states", f"hs_{i}.safetensors")
+
+
+def default_r(L: int) -> list:
+    """vLLM's default aux ids [2, L//2, L-3] (r = id) + the last layer L (the training target)."""
+    return [2, L // 2, L - 3, L]
+
+
+def check_r(rs: list, L: int) -> list[str]:
+    return final_post_note(NAME, rs)
+
+
+def final_post_note(name: str, rs: list) -> list[str]:
+    """speculators (either generator) stores no post-norm state: its target is the pre-norm r = L."""
+    if FINAL_POST not in rs:
+        return []
+    return [f"{name} never stores a post-norm state (its target is pre-norm r = L); final_post has no layer id "
+            "there (null in the metadata)"]
+
+
+def layer_ids(rs: list) -> list | None:
+    """vLLM semantics: r = id (vllm-project/vllm#36063 EagleModelMixin)."""
+    return [None if r == FINAL_POST else int(r) for r in rs]
+
+
+def write_arrow_dataset(ds: Dataset) -> list[str]:
+    """The token side of speculators' current format: a HF ``datasets`` Arrow dataset at ``out`` with
+    columns ``input_ids``, ``loss_mask``, ``seq_len`` (torch format), as ``speculators prepare_data``
+    writes it (``preprocessing.py`` ``_append_row`` + ``save_to_disk``); ``ArrowDataset`` then reads
+    ``out/hidden_states/hs_{i}.safetensors`` for row i. Returns notes (the dataset is skipped, and
+    said so, when ``datasets`` is not installed)."""
+    try:
+        from datasets import Dataset as ArrowDataset
+    except ImportError:
+        return ["Arrow dataset (input_ids/loss_mask/seq_len) not written: `pip install datasets` to get the "
+                "token side that speculators' ArrowDataset reads"]
+    arrow = ArrowDataset.from_dict({"input_ids": [list(s.input_ids) for s in ds.samples],
+                                    "loss_mask": [list(s.loss_mask) for s in ds.samples],
+                                    "seq_len": [len(s.input_ids) for s in ds.samples]})
+    arrow.set_format(type="torch")
+    arrow.save_to_disk(ds.out)
+    return []
+
+
+WRITER = Writer("speculators", write, sample_path, convention="vllm", default_r=default_r, check_r=check_r,
+                layer_ids=layer_ids, side_files=write_arrow_dataset, header_metadata=True)
+FORMAT = CaptureFormat(NAME, ("safetensors",), match, read, trainer="speculators", writer=WRITER)

@@ -7,6 +7,7 @@ files ``hidden_state`` is the final post-norm state. The pair ``hidden_state`` +
 from __future__ import annotations
 
 from forensics.io.formats._common import as_2d, build, concat_count, provenance, split_concat, tensor_slot
+from forensics.io.formats.base import CaptureFormat, Request
 
 NAME = "speculators-v0"
 
@@ -15,7 +16,8 @@ def match(obj) -> bool:
     return isinstance(obj, dict) and "hidden_state" in obj and "target" in obj and "aux_hidden_state" not in obj
 
 
-def read(obj: dict, path: str):
+def read(obj: dict, req: Request):
+    path = req.path
     aux = as_2d(obj["hidden_state"], path, "hidden_state")
     target = as_2d(obj["target"], path, "target")
     h = int(target.shape[1])
@@ -23,3 +25,6 @@ def read(obj: dict, path: str):
     slots = split_concat(aux, k, path, "hidden_state")
     slots.append(tensor_slot(k, "target", "target", target, claimed="target"))
     return build(slots, obj.get("input_ids"), obj.get("loss_mask"), provenance(path, NAME))
+
+
+FORMAT = CaptureFormat(NAME, ("torch",), match, read)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from forensics.errors import ForensicsError
 from forensics.io.formats._common import as_2d, build, concat_count, provenance, split_concat, tensor_slot
+from forensics.io.formats.base import CaptureFormat, Request
 from forensics.layers import FINAL_POST
 
 NAME = "trtllm"
@@ -37,7 +38,8 @@ def records(obj) -> int:
     return len(obj)
 
 
-def read(obj, path: str, record: int = 0):
+def read(obj, req: Request):
+    path, record = req.path, req.record
     n = len(obj)
     if not 0 <= record < n:
         raise ForensicsError(f"record {record} does not exist: the file holds {n} records (0..{n - 1})", path=path)
@@ -61,3 +63,6 @@ def read(obj, path: str, record: int = 0):
     cap = build(slots, rec["input_ids"], rec.get("loss_mask"), prov)
     cap.meta.update(records=n, record=record, claim_source=SOURCE)
     return cap
+
+
+FORMAT = CaptureFormat(NAME, ("torch",), match, read)

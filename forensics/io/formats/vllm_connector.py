@@ -16,6 +16,7 @@ import re
 
 from forensics.io.formats import speculators
 from forensics.io.formats._io import SafetensorsFile
+from forensics.io.formats.base import CaptureFormat, Request
 
 NAME = "vllm-connector"
 DATASET_MARKERS = ("dataset_info.json", "state.json")
@@ -30,15 +31,18 @@ def in_speculators_dataset(path: str) -> bool:
     return any(os.path.isfile(os.path.join(parent, m)) for m in DATASET_MARKERS)
 
 
-def match_safetensors(sf: SafetensorsFile) -> bool:
-    return speculators.match_safetensors(sf) and not in_speculators_dataset(sf.path)
+def match(sf: SafetensorsFile) -> bool:
+    return speculators.match(sf) and not in_speculators_dataset(sf.path)
 
 
-def read_safetensors(sf: SafetensorsFile, path: str, input_ids=None):
-    cap = speculators.read_safetensors(sf, path, input_ids)
+def read(sf: SafetensorsFile, req: Request):
+    cap = speculators.read(sf, req)
     cap.provenance.format = NAME
     for s in cap.slots:
         s.claimed = None
     cap.provenance.notes.append("vLLM connector files carry no layer ids (save_file without metadata): the "
                                 "ids are the launch's eagle_aux_hidden_state_layer_ids, r = id")
     return cap
+
+
+FORMAT = CaptureFormat(NAME, ("safetensors",), match, read)

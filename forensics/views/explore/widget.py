@@ -76,6 +76,7 @@ class Explorer(anywidget.AnyWidget):
         self.layers = layers
         self._tokenizer = tokenizer
         self._model_spec = model
+        self._fallback: Any = None  # the tokenizer of model=, for captures saved without their own
         self._verifier: Any = None
         self._lock = threading.RLock()
         self._model_lock = threading.Lock()  # one model load, whether the thread or a click asks first
@@ -119,7 +120,7 @@ class Explorer(anywidget.AnyWidget):
         k = self.file if k is None else k
         with self._lock:
             if k not in self._states:
-                self._states[k] = explore_state(self.capture(k), tokenizer=self._tokenizer)
+                self._states[k] = explore_state(self.capture(k), tokenizer=self._tokenizer, fallback=self._fallback)
                 fp = self._fps.get(k)
                 if isinstance(fp, str):
                     failed_fingerprint(self._states[k], fp)
@@ -146,9 +147,18 @@ class Explorer(anywidget.AnyWidget):
             for key in ("tokens", "ids", *wire.BINARY):
                 setattr(self, key, p[key])
             self.meta = p["meta"]
-            self.status = "" if st.fingerprinted else "fingerprinting…"
+            self.status = self._status(k)
             if self.selected >= st.num_tokens:
                 self.selected = st.num_tokens - 1
+
+    def _status(self, k: int) -> str:
+        """The status line of file ``k``: why its fingerprint failed (a capture of another hidden size than
+        ``model=``'s, in one line), or that it is still running."""
+        fp = self._fps.get(k)
+        if isinstance(fp, str):
+            return fp
+        st = self._states.get(k)
+        return "" if st is None or st.fingerprinted else "fingerprinting…"
 
     # ------------------------------------------------------------------------------- background work
     def _start(self) -> None:
@@ -161,6 +171,7 @@ class Explorer(anywidget.AnyWidget):
     def _work(self) -> None:
         """Fingerprint the shown file first, then load the model (if any), then the other listed files."""
         try:
+            self._model_tokenizer()
             model_done = self._model_spec is None
             while True:
                 with self._lock:
@@ -179,12 +190,35 @@ class Explorer(anywidget.AnyWidget):
         finally:
             self._idle.set()
 
+    def _model_tokenizer(self) -> None:
+        """The tokenizer of ``model=`` for the files saved without one: text for the states drawn before it came."""
+        if self._model_spec is None or not (isinstance(self._tokenizer, str) and self._tokenizer == "auto"):
+            return
+        from forensics.analysis.explore import with_tokenizer
+        from forensics.models.target import model_tokenizer
+
+        tok = model_tokenizer(self._model_spec)[0]
+        if tok is None:
+            return
+        with self._lock:
+            self._fallback = tok
+            shown = [k for k, st in self._states.items() if st.tokens is None and st.ids is not None]
+            for k in shown:
+                with_tokenizer(self._states[k], tok)
+        if self.file in shown:
+            self._show(self.file)
+
+    def fingerprint(self, k: int | None = None) -> Any:
+        """The ``Fingerprint`` of file ``k`` (default: the one shown) whose labels and verdicts the explorer shows
+        (exact with ``model=``), or the one-line error it failed with; None until computed (:meth:`wait`)."""
+        return self._fps.get(self.file if k is None else k)
+
     def _fingerprint(self, k: int) -> None:
         import forensics
         from forensics.analysis.explore import failed_fingerprint, with_fingerprint
 
         try:
-            fp: Any = forensics.fingerprint(self.capture(k), layers=self.layers)
+            fp: Any = forensics.fingerprint(self.capture(k), layers=self.layers, model=self._model_spec)
             verdict = None if fp.verdict is None else fp.verdict.value
         except ForensicsError as e:
             fp, verdict = str(e), "fail"
@@ -211,7 +245,7 @@ class Explorer(anywidget.AnyWidget):
                 from forensics.models.verifier import open_verifier
 
                 self._verifier = open_verifier(self._model_spec)
-                self.status = ""
+                self.status = self._status(self.file)
             except ForensicsError as e:
                 self._verifier = e
                 self.status = f"no logit lens: {e}"
@@ -243,7 +277,7 @@ class Explorer(anywidget.AnyWidget):
 
     def logit_lens(self, pos: int) -> dict:
         """The logit lens of token ``pos`` of the shown file, as the widget shows it (``{"file", "pos", "rows"}``)."""
-        from forensics.analysis.explore import capture_tokenizer, logit_lens
+        from forensics.analysis.explore import logit_lens
 
         if self._verifier is None:
             self._load_verifier()
@@ -252,7 +286,9 @@ class Explorer(anywidget.AnyWidget):
             return {"file": self.file, "pos": pos, "error": f"no model: {v}"}
         cap = self.capture()
         try:
-            rows = logit_lens(cap, pos, v, capture_tokenizer(cap), labels=self.state().labels)
+            st = self.state()
+            tok = st.tokenizer if st.tokenizer is not None else self._fallback
+            rows = logit_lens(cap, pos, v, tok, labels=st.labels)
         except ForensicsError as e:
             return {"file": self.file, "pos": pos, "error": str(e)}
         return {"file": self.file, "pos": pos, "rows": [r.to_dict() for r in rows]}

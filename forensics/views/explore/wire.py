@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from forensics.errors import ForensicsError
 from forensics.jsonable import json_safe
 
 BINARY = ("starts", "norms", "cos_prev", "cos_same")
@@ -80,20 +79,3 @@ def report_embed(items: list[tuple[str, Any, str | None]]) -> dict:
     text = json.dumps(doc, separators=(",", ":"), allow_nan=False)
     div = f'<div class="hsf-explore-static" data-state="{html.escape(text, quote=True)}"></div>'
     return {"html": div, "css": asset("explore.css"), "js": static_script()}
-
-
-MAX_REPORT_FILES = 24  # files in the report's static explorer (the sample browser's cap)
-
-
-def report_files(files: list) -> dict:
-    """:func:`report_embed` of the report's readable files (``forensics.analysis.report.FileReport``)."""
-    from forensics.analysis.explore import explore_state
-
-    items = []
-    for f in files[:MAX_REPORT_FILES]:
-        try:
-            st = explore_state(f.capture, fingerprint=f.fp, stats=f.stats)
-        except ForensicsError:
-            continue
-        items.append((f.rel or os.path.basename(f.path), st, st.file_verdict))
-    return report_embed(items)

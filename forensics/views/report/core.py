@@ -1,12 +1,13 @@
 """The offline HTML report: verdicts first, evidence below, in one self-contained file (``hsf report``).
 
 Layout puts verdicts before evidence (the order deepchecks' reports use):
-verdict block → provenance → per-slot cards → cross-slot figures → checks table → static sample browser.
+verdict block → per-slot cards → cross-slot figures → checks table → the explorer (static) → provenance.
 Every result object contributes its own ``_repr_html_`` fragment verbatim (the notebook's view, escaped by
 its producer); everything else goes through Jinja2 autoescaping, so a ``<script>`` in a file name, token
 text or config value renders as text. Images are inline (SVG built from numbers only, as elements or base64
 data URIs); the file makes no network request and stays under ``SIZE_BUDGET_BYTES`` on ``sample_data/`` by
-capping the per-file panels (``MAX_CARD_FILES``, ``MAX_BROWSER_SAMPLES``) and summarising the rest.
+capping the per-file panels (``MAX_CARD_FILES``, ``forensics.analysis.report.MAX_EXPLORED_FILES``) and
+summarising the rest.
 
 Example:
     >>> import forensics
@@ -26,10 +27,9 @@ from forensics import __version__
 from forensics.analysis.report import MAX_ANALYSED_FILES, OUTCOMES, ReportResult
 from forensics.analysis.report import report as analyse
 from forensics.display import renders
-from forensics.views.explore.wire import report_files
+from forensics.views.explore.wire import report_embed
 from forensics.views.report.figures import Figures
 from forensics.views.report.panels import (
-    build_browser,
     build_cards,
     build_checks,
     build_cross,
@@ -162,8 +162,9 @@ def build_context(res: ReportResult, progress: Callable[[str, int, int], None] |
         "cards": build_cards(ok, focus),
         "cross": build_cross(ok, focus=focus, figures=figures),
         "checks": build_checks(ok, res.audit, res.scan),
-        "browser": build_browser(ok),
-        "explorer": report_files(ok),  # the notebook's explorer, static (forensics.views.explore)
+        # the notebook's explorer, static: the report's one sample browser (states computed with the result)
+        "explorer": report_embed([(f.rel or os.path.basename(f.path), f.explore, f.outcome) for f in ok
+                                  if f.explore is not None]),
         "audit_html": fragment(res.audit),
         "audit": res.audit,  # the result objects, for Python callers and tests
         "probe": res.probe,

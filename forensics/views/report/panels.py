@@ -1,5 +1,5 @@
-"""View models for the HTML report's evidence panels: per-slot cards, cross-slot figures, the checks table and
-the static sample browser. Numbers only go into SVG coordinates; figures are drawn by ``figures.py`` (SVG).
+"""View models for the HTML report's evidence panels: per-slot cards, cross-slot figures and the checks table (the
+samples are the explorer's, ``forensics.views.explore``). Numbers only go into SVG coordinates; figures are drawn by ``figures.py`` (SVG).
 Nothing here recomputes statistics.
 """
 
@@ -21,8 +21,6 @@ from forensics.views.report.verdicts import _label, fmt, show_token, slot_row, w
 MAX_CARD_FILES = 8  # per-slot cards for at most this many files; the rest summarised
 MAX_OPEN_CARDS = 8  # with nothing flagged, the first file with at most this many slots shows its cards unfolded
 MAX_FIGURE_FILES = 6  # files with cross-slot figures: flagged files first, then one per folder
-MAX_BROWSER_SAMPLES = 24  # panels in the static sample browser
-MAX_BROWSER_TOKENS = 192  # tokens shown per sample in the browser's token strip
 MAX_OUTLIER_ROWS = 12  # sink / massive-activation rows per slot card
 MAX_CHECK_ROWS = 1500
 HIST_BINS = 28
@@ -87,7 +85,7 @@ def build_cards(files: list[FileReport], focus: str | None = None) -> dict:
                           "stats": [(k, fmt(val)) for k, val in stats], "hist": _hist(ss.norms),
                           "outliers": _outliers(ss, f.tokens), "n_outliers": len(set(ss.sinks) |
                                                                                {t["pos"] for t in ss.massive_tokens})})
-        fv = worst([c["verdict"]["verdict"] for c in cards])
+        fv = f.outcome  # the file's one badge (forensics.analysis.report.FileReport.outcome), as everywhere
         out.append({"file": f.rel, "anchor": _anchor(f.rel), "fragment": fragment(f.fp) or fragment(f.stats),
                     "cards": cards, "verdict": fv, "open": f.rel == focus or fv == "fail"})
     if out and not any(f["open"] for f in out):  # nothing flagged: open the first small file as an example
@@ -240,10 +238,13 @@ def _file_checks(f: FileReport) -> list[dict]:
     return rows
 
 
-def _group(title: str, rows: list[dict], anchor: str) -> dict:
+def _group(title: str, rows: list[dict], anchor: str, badge: str | None = None) -> dict:
+    """A group of check rows; its badge is ``badge`` (a file's one outcome) or the worst of its rows."""
     counts = {k: sum(r["cls"] == k for r in rows) for k in OUTCOMES}
+    rows_worst = worst([r["cls"] for r in rows])
     return {"title": title, "anchor": anchor, "rows": rows[:MAX_CHECK_ROWS], "counts": counts,
-            "omitted": max(0, len(rows) - MAX_CHECK_ROWS), "worst": worst([r["cls"] for r in rows])}
+            "omitted": max(0, len(rows) - MAX_CHECK_ROWS), "worst": badge or rows_worst,
+            "open": rows_worst in ("warn", "fail", "cannot tell")}  # folded unless a row in it needs a look
 
 
 def build_checks(files: list[FileReport], audit_res, scan_res) -> dict:
@@ -259,59 +260,9 @@ def build_checks(files: list[FileReport], audit_res, scan_res) -> dict:
             rows.append(_row(str(x.kind), str(x.message), value or "—", "—", str(x.severity)))
         groups.append(_group("wiring audit", rows, "checks-audit"))
     for f in files:
-        groups.append(_group(f.rel, _file_checks(f), "checks-" + _anchor(f.rel)))
+        groups.append(_group(f.rel, _file_checks(f), "checks-" + _anchor(f.rel), f.outcome))
     if scan_res is not None:
         rows = [_row(a.file, str(a.kind), a.message, "—", a.severity) for a in scan_res.anomalies]
         groups.append(_group("dataset scan", rows, "checks-scan"))
     counts = {k: sum(g["counts"][k] for g in groups) for k in OUTCOMES}
-    for g in groups:  # folded unless something in it needs a look; the summary line carries the counts
-        g["open"] = g["worst"] in ("warn", "fail", "cannot tell")
     return {"groups": groups, "counts": counts}
-
-
-# ---------------------------------------------------------------- sample browser
-def _spark(norms: np.ndarray, sinks: list[int], w: float = 560.0, h: float = 34.0) -> dict:
-    """Norm vs position on a log-y axis as an SVG polyline (numbers only). The y range spans the non-sink
-    tokens, so one sink (25 000 vs ~150) does not flatten the rest; sinks are clipped to the top and dotted."""
-    x = np.asarray(norms, dtype=np.float64)
-    ok = np.isfinite(x) & (x > 0)
-    lx = np.where(ok, np.log10(np.where(ok, x, 1.0)), np.nan)
-    body = ok.copy()
-    body[[i for i in sinks if i < len(x)]] = False
-    ref = lx[body] if body.any() else lx[ok]
-    lo, hi = (float(np.min(ref)), float(np.max(ref))) if ref.size else (0.0, 1.0)
-    span = max(hi - lo, 1e-6)
-    n = max(len(x) - 1, 1)
-
-    def y(v: float) -> float:
-        return round(h - 2 - (h - 4) * (min(max(v, lo), hi) - lo) / span, 1)
-
-    pts = [f"{round(w * i / n, 1)},{y(v)}" for i, v in enumerate(lx) if math.isfinite(v)]
-    marks = [{"x": round(w * i / n, 1), "y": y(lx[i]), "pos": i, "norm": fmt(float(x[i]))}
-             for i in sinks if i < len(lx) and math.isfinite(lx[i])]
-    top = max((float(x[i]) for i in sinks if i < len(x) and ok[i]), default=None)
-    return {"points": " ".join(pts), "sinks": marks, "lo": fmt(10 ** lo), "hi": fmt(10 ** hi),
-            "top": fmt(top) if top is not None and top > 10 ** hi else None}
-
-
-def build_browser(files: list[FileReport]) -> dict:
-    panels = []
-    for k, f in enumerate(files[:MAX_BROWSER_SAMPLES]):
-        fslots = {s.index: s for s in (f.fp.slots if f.fp is not None else [])}
-        slots = []
-        for ss in f.stats.slots:
-            fs = fslots.get(ss.index)
-            name = (fs.label if fs is not None and fs.label else None) or _label(ss.declared_r) or ss.name
-            slots.append({"name": name, "key": ss.name, "median": fmt(ss.norm.median),
-                          "spark": _spark(ss.norms, ss.sinks)})
-        ratio = np.nanmax(np.stack([s.norms / s.norm.median if s.norm.median else s.norms * 0
-                                    for s in f.stats.slots]), axis=0)
-        n = min(len(ratio), MAX_BROWSER_TOKENS)
-        toks = [{"pos": i, "text": show_token(f.tokens[i]) if f.tokens else str(i),
-                 "ratio": fmt(float(ratio[i])),
-                 "shade": round(min(1.0, math.log10(max(float(ratio[i]), 1.0)) / 1.5), 2) if math.isfinite(ratio[i])
-                 else 1.0} for i in range(n)]
-        panels.append({"k": k, "file": f.rel, "tokens_total": len(ratio), "tokens": toks, "slots": slots,
-                       "has_text": f.tokens is not None, "format": f.capture.format,
-                       "fragment": fragment(f.stats)})
-    return {"panels": panels, "omitted": max(0, len(files) - MAX_BROWSER_SAMPLES)}

@@ -7,10 +7,11 @@ and turns them into rows, SVG coordinates (numbers only) and the inline SVG figu
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from forensics.analysis.report import Deciding, ReportResult, SlotOutcome
-from forensics.findings import Severity, sort_findings, worst_outcome
+from forensics.analysis.report import OUTCOMES, Deciding, ReportResult, SlotOutcome
+from forensics.findings import FindingKind, Severity, sort_findings, worst_outcome
 from forensics.layers import r_label
 from forensics.views.format import num
 
@@ -55,7 +56,7 @@ def decided_text(d: Deciding) -> str:
     if d.kind == "finding":
         return f"{d.signal}: {d.message}"
     if d.kind == "order":
-        return "its place in the file's depth order" + d.message
+        return "its place in the file's depth order" + (f" + {d.message}" if d.message else "")
     if d.kind == "evidence":
         text = f"{d.signal} = {_clip(fmt(d.value))}" + (f" → {_clip(d.message)}" if d.message else "")
         return text + (f" (threshold {fmt(d.threshold)})" if d.threshold is not None else "")
@@ -125,10 +126,40 @@ def build_verdicts(res: ReportResult) -> dict:
     probe = _probe_summary(res.probe)
     scan = _scan_summary(res.scan)
     counts, overall = res.counts, res.overall  # decided in forensics.analysis.report, read here
+    facts = [{"kind": g.kind, "severity": g.severity, "files": g.files, "says": plain(g.kind)}
+             for g in res.file_facts]
+    ctx = {"rows": rows, "counts": counts, "audit": audit, "probe": probe, "scan": scan, "overall": overall,
+           "facts": facts, "model": res.settings.get("model") is not None}
     return {"rows": [r for r in rows if r in shown], "hidden": hidden, "counts": counts, "audit": audit,
-            "probe": probe, "overall": overall, "nfiles": len(rows),
-            "headline": _headline(rows, counts, audit, overall, scan),
-            "sentence": _sentence(rows, counts, audit, probe, overall, scan)}
+            "probe": probe, "overall": overall, "nfiles": len(rows), "facts": facts,
+            "tiles": _tiles(res), "headline": _headline(ctx), "sentence": _sentence(ctx)}
+
+
+def plain(kind: Any) -> str:
+    """A finding kind in plain words: its one-line meaning (``forensics.findings.FindingKind.meaning``) without
+    the parenthesised aside; a kind outside the enum as its words."""
+    try:
+        text = FindingKind(str(kind)).meaning
+    except ValueError:
+        return str(kind).replace("_", " ")
+    return re.sub(r"\s*\([^)]*\)", "", text)
+
+
+def count(n: int, word: str, many: str | None = None) -> str:
+    """``1 file``, ``3 files`` (``many`` for an irregular plural)."""
+    return f"{n} {word if n == 1 else (many or word + 's')}"
+
+
+def _tiles(res: ReportResult) -> dict:
+    """The counts under the headline: everything decided (each file once with its one badge, the audit, the probe,
+    the scan) by outcome, what was counted, and the slot outcomes (file-level facts counted on the file)."""
+    items = res.items
+    nfiles = len(res.files)
+    parts = [count(nfiles, "file")] + [name for name, _ in items[nfiles:]]
+    by = {k: [name for name, w in items if w == k] for k in OUTCOMES}
+    slots = {k: v for k, v in res.counts.items() if v}
+    return {"counts": res.item_counts, "what": ", ".join(parts), "names": {k: _short(v, 6) for k, v in by.items()},
+            "slots": ", ".join(f"{v} {k}" for k, v in slots.items()) or "none"}
 
 
 def _scan_summary(scan_res: Any) -> dict | None:
@@ -158,12 +189,28 @@ def _audit_summary(audit_res: Any) -> dict | None:
             "problems": problems}
 
 
-def _sentence(rows: list[dict], counts: dict, audit: dict | None, probe: dict | None, overall: str,
-              scan: dict | None = None) -> str:
+def _also(kinds: list[str], k: int = 3) -> str:
+    """Finding kinds in plain words, at most ``k`` (the rest counted)."""
+    words = list(dict.fromkeys(plain(x) for x in kinds))
+    return "; ".join(words[:k]) + (f"; and {len(words) - k} more (below)" if len(words) > k else "")
+
+
+def _verb(n: int, one: str, many: str) -> str:
+    return one if n == 1 else many
+
+
+def _settle(model: bool) -> str:
+    """What settles an undecided claim: the reference forward, unless --model was given already."""
+    return "a ladder capture of the same text" if model else "--model (exact r per slot) or a ladder capture of " \
+        "the same text"
+
+
+def _sentence(c: dict) -> str:
     """The one sentence under the title, in the header's colour: what failed, else what is not settled, else that
-    every claim holds."""
+    every claim holds. A fact about a whole file (no token ids, too few tokens) is counted once per file."""
+    rows, counts, audit, probe, scan = c["rows"], c["counts"], c["audit"], c["probe"], c["scan"]
     bad = [r for r in rows if r["error"]]
-    failing = [r for r in rows if not r["error"] and any(s["verdict"] == "fail" for s in r["slots"])]
+    failing = [r for r in rows if not r["error"] and r["verdict"] == "fail"]
     fails, open_ = [], []
     if audit is not None and audit["wiring"] == "mismatch":
         wrong = [sl for sl in audit["slices"] if sl["ok"] is False]
@@ -175,37 +222,50 @@ def _sentence(rows: list[dict], counts: dict, audit: dict | None, probe: dict | 
     if audit is not None:
         other = [x["kind"] for x in audit["problems"] if x["cls"] == "fail" and x["kind"] != "slices"]
         if other:
-            fails.append("audit findings " + ", ".join(dict.fromkeys(other)))
+            fails.append("the wiring audit also finds: " + _also(other))
     if failing:
-        fails.append(f"{counts['fail']} slot(s) in {_short([r['file'] for r in failing], 3)}")
+        kinds = [x["kind"] for r in failing for x in r["findings"] if x["severity"] == "fail"]
+        nslots = sum(1 for r in failing for s in r["slots"] if s["verdict"] == "fail")
+        fails.append(f"{count(len(failing), 'file')} fail{'s' if len(failing) == 1 else ''} ("
+                     + (f"{count(nslots, 'slot')}: " if nslots else "")
+                     + (_also(kinds) if kinds else "a claimed identity ≠ the inferred one") + "): "
+                     + _short([r["file"] for r in failing], 3))
     if bad:
-        fails.append(f"{len(bad)} unreadable input(s)")
+        fails.append(f"{count(len(bad), 'input')} could not be read")
     if probe is not None and probe["verdict"] != "pass":
         (fails if probe["verdict"] == "fail" else open_).append(probe["says"])
     if scan is not None and scan["verdict"] == "fail":
         fails.append(scan["says"])
     if counts.get("cannot tell"):
-        open_.append(f"{counts['cannot tell']} slot(s) claimed but not proven (settle with --model or a ladder "
-                     "capture of the same text)")
-    if counts.get("warn"):
-        open_.append(f"{counts['warn']} slot(s) with a finding")
-    if overall == "fail" and not fails:  # a fail finding on no slot: the header's word, and where it is
+        n = sum(1 for r in rows if any(s["verdict"] == "cannot tell" for s in r["slots"]))
+        open_.append(f"{count(counts['cannot tell'], 'slot')} in {count(n, 'file')} claimed but not proven "
+                     f"(settle with {_settle(c['model'])})")
+    for g in c["facts"]:
+        if g["severity"] == "warn":
+            open_.append(f"{count(len(g['files']), 'file')}: {g['says']}")
+    n_warn = counts.get("warn", 0)
+    if n_warn:
+        open_.append(f"{count(n_warn, 'slot')} with a finding")
+    if c["overall"] == "fail" and not fails:  # a fail finding on no slot: the header's word, and where it is
         fails.append("findings in " + _short([r["file"] for r in rows if r["verdict"] == "fail"], 3))
     if scan is not None and scan["verdict"] == "cannot tell" and not open_:  # the scan alone leaves it open
         open_.append(scan["says"])
     if fails:
         return "FAIL: " + "; ".join(fails) + "."
-    word = {"cannot tell": "CANNOT TELL", "warn": "WARN"}.get(overall)
+    word = {"cannot tell": "CANNOT TELL", "warn": "WARN"}.get(c["overall"])
     if word or open_:
         return f"{word or 'WARN'}: no failure; " + ("; ".join(open_) or "see the findings below") + "."
     n = sum(1 for r in rows if not r["error"])
     tail = "; the draft is served the layers it was trained on" if audit is not None else ""
-    return f"PASS: every claim about {n} file(s) holds{tail}." if counts.get("pass") else \
-        f"NO CLAIM: {n} file(s) declare no slot identity; roles and depth order are listed{tail}."
+    return f"PASS: every claim about {count(n, 'file')} holds{tail}." if counts.get("pass") else \
+        f"NO CLAIM: {count(n, 'file')} declare{'s' if n == 1 else ''} no slot identity; roles and depth order are " \
+        f"listed{tail}."
 
 
-def _headline(rows: list[dict], counts: dict, audit: dict | None, overall: str, scan: dict | None = None) -> list[str]:
-    """The sentences a reviewer reads first, worst verdict first: what failed, what cannot be told, what passed."""
+def _headline(c: dict) -> list[str]:
+    """The sentences a reviewer reads first, worst verdict first: what failed, what cannot be told, what passed.
+    Slots are counted for what is about a slot, files for what is about a whole file."""
+    rows, counts, audit, scan = c["rows"], c["counts"], c["audit"], c["scan"]
     out = []
     bad = [r for r in rows if r["error"]]
     failing = [r for r in rows if not r["error"] and r["verdict"] == "fail"]
@@ -216,27 +276,39 @@ def _headline(rows: list[dict], counts: dict, audit: dict | None, overall: str, 
         why = sorted({x["kind"] for x in kinds} | {"nonfinite" for r in failing for sl in r["slots"]
                                                    if sl["nonfinite"]})
         first = next((x for x in kinds if x["kind"] == "shifted"), kinds[0] if kinds else None)
-        out.append(f"{counts['fail']} slot(s) in {len(failing)} file(s) fail" + (f" ({', '.join(why)})" if why
-                   else " (claimed identity ≠ inferred)") + f": {_short([r['file'] for r in failing], 4)}."
-                   + (f" {first['kind']}: {first['message']}" if first else ""))
+        nslots = sum(1 for r in failing for s in r["slots"] if s["verdict"] == "fail")
+        out.append(f"{count(len(failing), 'file')} fail{'s' if len(failing) == 1 else ''}"
+                   + (f" ({count(nslots, 'slot')})" if nslots else "")
+                   + (f": {_also(why, 4)}" if why else ": a claimed identity ≠ the inferred one")
+                   + f" — {_short([r['file'] for r in failing], 4)}." + (f" {first['message']}" if first else ""))
     if bad:
-        out.append(f"{len(bad)} input(s) could not be read: {_short([r['file'] for r in bad], 4)}.")
+        out.append(f"{count(len(bad), 'input')} could not be read: {_short([r['file'] for r in bad], 4)}.")
     if scan is not None:
         out.append(scan["says"][0].upper() + scan["says"][1:] + ".")
     if audit is not None and audit["wiring"] == "cannot-tell":
         out.append(f"Wiring audit: cannot tell ({audit['reason']}).")
     if counts["cannot tell"]:
-        out.append(f"{counts['cannot tell']} slot(s) carry a claim the data neither confirms nor excludes: "
-                   "settle with --model (exact r per slot) or a ladder capture of the same text.")
+        n = counts["cannot tell"]
+        out.append(f"{count(n, 'slot')} {_verb(n, 'carries', 'carry')} a claim the data neither confirms nor "
+                   f"excludes: settle with {_settle(c['model'])}.")
     if audit is not None and audit["wiring"] == "match":
         out.append("The draft is served the layers it was trained on.")
+    for g in c["facts"]:
+        if g["severity"] != "fail":  # a failing file is named above
+            out.append(f"{count(len(g['files']), 'file')} ({_short(g['files'], 3)}): {g['says']}.")
     if counts["warn"]:
-        out.append(f"{counts['warn']} slot(s) carry a finding that does not contradict their claim.")
+        n = counts["warn"]
+        out.append(f"{count(n, 'slot')} {_verb(n, 'carries', 'carry')} a finding that does not contradict "
+                   f"{_verb(n, 'its', 'their')} claim.")
     if counts["pass"]:
-        out.append(f"{counts['pass']} slot(s) are what they are claimed to be (the evidence supports the claim).")
+        n = counts["pass"]
+        out.append(f"{count(n, 'slot')} {_verb(n, 'is what it is', 'are what they are')} claimed to be (the "
+                   "evidence supports the claim).")
     if counts["info"]:
-        out.append(f"{counts['info']} slot(s) carry no claim: their inferred role and depth are listed.")
-    word = {"fail": "FAIL", "cannot tell": "CANNOT TELL", "warn": "WARN", "pass": "PASS"}.get(overall, "NO CLAIM")
+        n = counts["info"]
+        out.append(f"{count(n, 'slot')} {_verb(n, 'carries', 'carry')} no claim: {_verb(n, 'its', 'their')} "
+                   "inferred role and depth are listed.")
+    word = {"fail": "FAIL", "cannot tell": "CANNOT TELL", "warn": "WARN", "pass": "PASS"}.get(c["overall"], "NO CLAIM")
     out[0:1] = [f"{word}: {out[0]}"] if out else [f"{word}."]
     return out
 
@@ -265,14 +337,18 @@ def build_provenance(res: ReportResult) -> dict:
 
 
 def _stamp(s: dict | None) -> str:
-    """The file's stamp (``hsf stamp``, read by the report) in one cell: what it declares, or that there is none;
-    values are checked by ``hsf verify``, not here."""
+    """The file's stamp (``hsf stamp``, read by the report) in one cell: what it declares, or that there is none,
+    and whether the values still match it (checked in the fingerprint's read; ``--no-stamp-check``: not checked)."""
     from forensics.views.stamp import summary
 
     if s is None:
         return "not stamped"
     if s["status"] == "stamped":
-        return "stamped: " + (summary(s["stamp"]) or "")
+        check = s.get("check")
+        said = "stamped: " + (summary(s["stamp"]) or "")
+        if check is None:
+            return said
+        return said + ("; values match" if check == "ok" else f"; CHANGED SINCE STAMPING: {s.get('message')}")
     return "unreadable stamp: " + s["error"] if s["status"] == "error" else "not stamped"
 
 

@@ -8,7 +8,7 @@ const ZERO_RGB = [0, 0, 0];         // an all-zero row: log norm −∞
 const NONFINITE_RGB = [255, 0, 255];  // NaN / Inf
 const VERDICT_CLASS = { "pass": "pass", "fail": "fail", "cannot tell": "cannot", "warn": "warn" };
 const LABEL_W = 118;   // y-axis label column, px
-const FILES_W = 190;   // file list, px
+const FILES_W = 250;   // file list, px
 const AXIS_H = 64;     // x-axis token labels, px
 const HEAT_MAX_H = 300;  // the heatmap's height cap, px
 const CONTEXT_TOKENS = 12;  // tokens either side of the selection in the context strip
@@ -37,12 +37,35 @@ function h(tag, cls, text) {
   return e;
 }
 
+/* forensics.views.format.num's rule, the one number style of every view: 3 significant digits (4 from 100 up),
+ * whole numbers with thousands separators from 1,000 to 10 million, scientific below 1e-3 and from 1e7 up. */
 function fmt(x) {
   if (x == null || Number.isNaN(x)) return "—";
   if (!Number.isFinite(x)) return x > 0 ? "inf" : "-inf";
   const a = Math.abs(x);
-  if (a !== 0 && (a >= 1e5 || a < 1e-3)) return x.toExponential(2);
-  return a >= 100 ? x.toFixed(1) : a >= 1 ? x.toFixed(2) : x.toFixed(3);
+  if (a >= 1e3 && a < 1e7) return Math.round(x).toLocaleString("en-US");
+  return gfmt(x, a !== 0 && (a >= 1e7 || a < 1e-3) ? 3 : a >= 100 ? 4 : 3);
+}
+
+function gfmt(x, p) {  // Python's f"{x:.{p}g}": p significant digits, trailing zeros cut
+  if (x === 0) return "0";
+  const [m, e] = x.toExponential(p - 1).split("e");
+  const exp = Number(e);
+  const trim = (t) => (t.includes(".") ? t.replace(/0+$/, "").replace(/\.$/, "") : t);
+  if (exp < -4 || exp >= p) return trim(m) + "e" + (exp < 0 ? "-" : "+") + String(Math.abs(exp)).padStart(2, "0");
+  return trim(x.toFixed(Math.max(0, p - 1 - exp)));
+}
+
+function verdictWord(v) {  // a file's or a slot's outcome as every badge of the report writes it
+  return v ? v.toUpperCase() : "NO CLAIM";
+}
+
+function verdictMark(v) {  // the mark after a slot's label: ✓ pass, ? cannot tell, ! warn, ✗ fail, none without claim
+  return { "pass": " ✓", "cannot tell": " ?", "warn": " !", "fail": " ✗" }[v] || "";
+}
+
+function cutLeft(name, n) {  // a path cut from the left, so the file names of one folder stay apart
+  return name.length <= n ? name : "…" + name.slice(name.length - n + 1);
 }
 
 function showToken(t) {
@@ -264,7 +287,7 @@ function render({ model, el }) {
       (meta.binned ? ` in ${st.C} columns (max per column)` : "") + `, ${st.S} slots` + zoomNote();
     if (meta.error) title.textContent = `${meta.name || ""}: unreadable`;
     const fv = meta.file_verdict;
-    verdict.textContent = fv ? fv.toUpperCase() : (meta.fingerprinted ? "NO CLAIM" : "…");
+    verdict.textContent = fv || meta.fingerprinted ? verdictWord(fv) : "…";
     verdict.className = "hsf-x-badge " + (VERDICT_CLASS[fv] ? "v-" + VERDICT_CLASS[fv] : "v-none");
     status.textContent = model.get("status") || "";
     heat.width = Math.max(1, Math.round(plotW * dpr)); heat.height = Math.max(1, Math.round(st.S * rowH * dpr));
@@ -287,7 +310,7 @@ function render({ model, el }) {
       const lab = h("div", "hsf-x-ylabel " + (VERDICT_CLASS[v] ? "v-" + VERDICT_CLASS[v] : "v-none"));
       lab.style.height = rowH + "px"; lab.style.lineHeight = rowH + "px";
       lab.style.fontSize = Math.min(12, Math.max(8, rowH - 2)) + "px";
-      lab.textContent = (meta.labels || [])[r] + (v ? ` ${v === "cannot tell" ? "?" : v === "pass" ? "✓" : "✗"}` : "");
+      lab.textContent = (meta.labels || [])[r] + verdictMark(v);
       lab.title = `${(meta.names || [])[r]}: ${v ? v.toUpperCase() : "no claim"}` +
         ((meta.verdict_why || [])[r] ? ` — ${meta.verdict_why[r]}` : "");
       lab.dataset.slot = String(r);
@@ -329,21 +352,30 @@ function render({ model, el }) {
     files.replaceChildren();
     if (fileSel.options.length !== list.length) {
       fileSel.replaceChildren();
-      list.forEach((f, k) => { const o = h("option", null, f.name); o.value = String(k); fileSel.appendChild(o); });
+      list.forEach((f, k) => {
+        const o = h("option", null, cutLeft(f.name, 30)); o.value = String(k); o.title = f.name; fileSel.appendChild(o);
+      });
     }
     fileSel.value = String(cur);
     list.forEach((f, k) => {
       const row = h("div", "hsf-x-file" + (k === cur ? " current" : ""));
       const b = h("span", "hsf-x-badge " + (VERDICT_CLASS[f.verdict] ? "v-" + VERDICT_CLASS[f.verdict] : "v-none"),
-        f.verdict ? (f.verdict === "cannot tell" ? "?" : f.verdict.toUpperCase()) : "…");
-      row.append(b, h("span", "hsf-x-fname", f.name));
+        f.verdict !== undefined ? verdictWord(f.verdict) : "…");
+      // cut from the left (CSS direction rtl); the marks keep the name's own left-to-right order
+      row.append(b, h("span", "hsf-x-fname", "\u200e" + f.name + "\u200e"));
       row.title = f.name + ": " + (f.verdict || "not fingerprinted yet");
       row.dataset.k = String(k);
       row.addEventListener("click", () => setFile(k));
       files.appendChild(row);
     });
+  }
+
+  function showCurrentFile() {  // on a user's action only: the list scrolls itself, never the page
     const c = files.querySelector(".current");
-    if (c && c.scrollIntoView) c.scrollIntoView({ block: "nearest" });
+    if (!c) return;
+    const top = c.offsetTop - files.offsetTop, bottom = top + c.offsetHeight;
+    if (top < files.scrollTop) files.scrollTop = top;
+    else if (bottom > files.scrollTop + files.clientHeight) files.scrollTop = bottom - files.clientHeight;
   }
 
   function tokenText(c) { return st.tokens.length ? st.tokens[c] : null; }
@@ -391,7 +423,7 @@ function render({ model, el }) {
       const row = h("tr");
       const v = (st.meta.verdicts || [])[r];
       row.appendChild(h("td", "lab", st.meta.labels[r]));
-      row.appendChild(h("td", "v-" + (VERDICT_CLASS[v] || "none"), v ? v.toUpperCase() : "—"));
+      row.appendChild(h("td", "v-" + (VERDICT_CLASS[v] || "none"), v ? verdictWord(v) : "—"));
       row.appendChild(h("td", "num", fmt(st.norms[r * st.C + c])));
       row.appendChild(h("td", "num", fmt(st.cosPrev[r * st.C + c])));
       row.appendChild(h("td", "num", fmt(st.cosSame[r * st.C + c])));
@@ -424,10 +456,12 @@ function render({ model, el }) {
     if (n < 2) return;
     k = Math.max(0, Math.min(n - 1, k));
     if (k === (model.get("file") || 0)) return;
+    tip.hidden = true;  // the hovered cell belonged to the file left behind
     model.set("file", k);
     model.save_changes();
     status.textContent = "loading…";
     drawFiles();
+    showCurrentFile();
   }
 
   function cellAt(ev) {
@@ -565,7 +599,7 @@ function render({ model, el }) {
   }
   const onState = () => redraw();
   const onSel = () => drawSelection();
-  const onFiles = () => drawFiles();
+  const onFiles = () => { tip.hidden = true; drawFiles(); };
   const onStatus = () => { status.textContent = model.get("status") || ""; };
   for (const k of ["meta", "norms", "starts", "tokens"]) model.on("change:" + k, onState);
   model.on("change:lens", onSel);

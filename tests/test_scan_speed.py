@@ -1,0 +1,26 @@
+"""Issue 32's scan plumbing: Dask tasks of at least 8 files whatever their size, pool tasks as before."""
+
+from __future__ import annotations
+
+from forensics.analysis.scan.workers import BATCH_BYTES, BATCH_MAX_FILES, DASK_MIN_FILES, batches
+
+
+def _items(sizes):
+    return [(f"/d/f{i}.pt", s, 0, False) for i, s in enumerate(sizes)]
+
+
+def test_dask_tasks_hold_at_least_eight_files_of_any_size():
+    kimi = 73_480_789  # one Kimi-shaped file is more than a pool task's byte budget
+    assert kimi > BATCH_BYTES
+    items = _items([kimi] * 20)
+    pool = batches(items)
+    assert [len(b) for b in pool] == [1] * 20  # the pool: one big file per task (balance, quarantine)
+    dask = batches(items, DASK_MIN_FILES)
+    assert [len(b) for b in dask] == [8, 8, 4]
+    assert [it for b in dask for it in b] == items  # every file once, in order
+
+
+def test_small_files_still_fill_a_task_up_to_the_file_cap():
+    items = _items([1000] * (BATCH_MAX_FILES * 2 + 3))
+    for m in (1, DASK_MIN_FILES):
+        assert [len(b) for b in batches(items, m)] == [BATCH_MAX_FILES, BATCH_MAX_FILES, 3]
