@@ -1,8 +1,8 @@
 """A command never recommends an option it does not take (issue 31: ``hsf report`` told the user 63 times to pass
 ``--ids``/``--text``, then rejected ``--ids``).
 
-Two walks. Every ``--option`` named in any string of the package (docstrings aside) must be an option of some ``hsf`` command (or one
-of the few other programs' flags listed below, with why). And every ``--option`` that ``report``, ``fingerprint``,
+Two walks. Every ``--option`` named in any string of the package (docstrings aside) must be an option of some
+``hsf`` command (or one of the few other programs' flags listed below, with why). And every ``--option`` that ``report``, ``fingerprint``,
 ``inspect``, ``scan`` and ``audit`` print — text, ``--json``, stderr, and the report's HTML — on inputs that make
 them give hints (a capture saved without token ids, short captures without claims, the demo's data with a draft)
 must be one of that command's own options.
