@@ -2,10 +2,10 @@
 ``--ids``/``--text``, then rejected ``--ids``).
 
 Two walks. Every ``--option`` named in any string of the package (docstrings aside) must be an option of some
-``hsf`` command (or one of the few other programs' flags listed below, with why). And every ``--option`` that ``report``, ``fingerprint``,
-``inspect``, ``scan`` and ``audit`` print — text, ``--json``, stderr, and the report's HTML — on inputs that make
-them give hints (a capture saved without token ids, short captures without claims, the demo's data with a draft)
-must be one of that command's own options.
+``hsf`` command (or one of the few other programs' flags listed below, with why). And every ``--option`` that
+``report``, ``fingerprint``, ``inspect``, ``scan`` and ``audit`` print (text, ``--json``, stderr, and the report's
+HTML) on inputs that make them give hints (a capture saved without token ids, short captures without claims, the
+demo's data with a draft) must be one of that command's own options.
 """
 
 from __future__ import annotations
