@@ -92,8 +92,8 @@ def hinting(tmp_path_factory):
         hs = torch.stack([by_r[r].tensor()[1 + 10 * k:11 + 10 * k].clone() for r in (0, 3, 16, 28)])
         torch.save({"input_ids": lad.input_ids[1 + 10 * k:11 + 10 * k].clone(), "hidden_states": hs},
                    own / f"capture_{k}.pt")
-    noids = t / "noids.pt"  # [4, 4, H]: k and T alike, so only token ids tell the axes apart
-    torch.save(torch.stack([by_r[r].tensor()[:4].clone() for r in (0, 3, 16, 28)]), noids)
+    noids = t / "noids.pt"  # [4, 6, H] without ids: either axis could be the layers' (the ids tell them apart)
+    torch.save(torch.stack([by_r[r].tensor()[:6].clone() for r in (0, 3, 16, 28)]), noids)
     return {"own": str(own), "noids": str(noids), "out": t}
 
 
@@ -142,3 +142,23 @@ def test_a_command_recommends_only_its_own_options(command, argv, hinting, capsy
         if "--json" in extra and cap.out.strip():
             said |= _options_in(". ".join(_strings(json.loads(cap.out))), options)
     assert said - takes == set(), f"hsf {command} recommends {sorted(said - takes)}, which it does not take"
+
+
+def test_report_takes_the_ids_it_asks_for(hinting, capsys, tmp_path):
+    """``hsf report FILE --ids IDS``: the capture whose axes only its ids tell apart is unreadable without them (exit
+    2, the error names --ids), read with them (no unreadable file, 4 slots), and the regenerating command carries
+    ``--ids``; several files with one file's ids are refused (exit 2, one line)."""
+    import torch
+
+    ids = tmp_path / "ids.pt"
+    torch.save(torch.arange(5, 11), ids)
+    out = str(tmp_path / "r.html")
+    assert main(["report", hinting["noids"], "-o", out, "--json"]) == 2
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["unreadable"] == 1
+    code = main(["report", hinting["noids"], "--ids", str(ids), "-o", out, "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code != 2 and doc["unreadable"] == 0 and sum(doc["verdicts"].values()) == 4
+    assert doc["command"].endswith(f"--ids {ids} -o {out}")
+    assert main(["report", hinting["own"], "--ids", str(ids), "-o", out]) == 2
+    assert "exactly one file" in capsys.readouterr().err
