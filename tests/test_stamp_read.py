@@ -173,7 +173,7 @@ def test_the_checksums_ride_on_the_norm_pass_and_equal_the_whole_slot_ones(stamp
         cap = load(path)
         reader = StampReader(cap)
         assert reader.feeds
-        summarize(cap, on_block=reader.on_block)
+        summarize(cap, taps=reader.taps)
         got = {i: b.digest() for i, b in reader.sums.items()}
         want = [x["checksum"] for x in store.read_stamp(str(path))["slots"]]
         assert all(v is not None for v in got.values())

@@ -27,20 +27,22 @@ def run(args) -> int:
     from forensics.analysis.rows import check_rows
     from forensics.analysis.stats import summarize
     from forensics.findings import decide, exit_code
-    from forensics.io.formats import load
+    from forensics.io.formats import load_all
 
     results = {}
     row_findings: dict[int, list] = {}
     ids = ids_of(args)
 
-    def one(path: str) -> dict:
-        cap = load(path, input_ids=ids)
+    def one(path: str) -> list[dict]:
+        return [sample(cap) for cap in load_all(path, input_ids=ids)]  # every sample of the file, read once
+
+    def sample(cap) -> dict:
         reader = None
         if args.stamp_check:  # the stamp's checksums ride on the statistics' norm pass
             from forensics.analysis.stamp import StampReader
 
             reader = StampReader(cap)
-        st = summarize(cap, on_block=reader.on_block if reader is not None and reader.feeds else None)
+        st = summarize(cap, taps=reader.taps if reader is not None and reader.feeds else None)
         entry = st.to_dict()
         # zero blocks, rows ≠ ids, shifts, foreign rows; zero/NaN rows found from the statistics' norms
         found = check_rows(cap, norms=[s.norms for s in st.slots]).findings

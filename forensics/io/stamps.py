@@ -368,6 +368,9 @@ def stamp_problem(doc: Any) -> str | None:
     for key in ("producer", "convention", "file", "format", "tool"):
         if not _opt(doc.get(key), str):
             return f"'{key}' is not a string"
+    samples = doc.get("samples")
+    if not (samples is None or (isinstance(samples, list) and all(isinstance(x, str) for x in samples))):
+        return "'samples' is not a list of digests"
     if not _opt(doc.get("layer_ids"), list) or not _opt(doc.get("embed_rows"), dict):
         return "'layer_ids' or 'embed_rows' has the wrong type"
     if v == STAMP_VERSION and not isinstance(doc.get("file"), str):
