@@ -47,8 +47,9 @@ OUTCOMES = ("fail", "cannot tell", "warn", "pass", "info")  # a slot's outcome w
 # fingerprint ``decided_by`` names → the evidence signals that carry its number, best first
 DECIDED_ALIASES = {"exact": ("ladder_match", "exact_embedding", "exact_gamma")}
 MAX_EXPLORED_FILES = 24  # files in the report's explorer (its state is ≤ 16 B × slots × 4096 columns per file)
-TOKEN_TEXT_CHARS = 64  # a token's text is kept cut to this many characters + "…" (a hostile tokenizer's
-# 2,000,000-character token at 1,000 positions made a 384 MB report; hardening round 3, N6 S15)
+# a token's text is kept cut to this many characters + "…(+N chars)" (forensics.io.tokenizer.cut_text: a hostile
+# tokenizer's 2,000,000-character token at 1,000 positions made a 384 MB report)
+from forensics.io.tokenizer import MAX_TOKEN_TEXT_CHARS as TOKEN_TEXT_CHARS  # noqa: E402, F401
 
 
 @dataclass
@@ -251,8 +252,7 @@ def file_tokens(cap: Any, errors: list[ReportError], model: Any = None) -> tuple
     ids = [int(i) for i in cap.input_ids.tolist()]
     text = {}
     for i in dict.fromkeys(ids):
-        t = decode_tokens(tok, [i])[0]
-        text[i] = t if len(t) <= TOKEN_TEXT_CHARS else t[:TOKEN_TEXT_CHARS] + "…"
+        text[i] = decode_tokens(tok, [i])[0]  # cut to TOKEN_TEXT_CHARS with a count
     return [text[i] for i in ids], tok
 
 

@@ -162,8 +162,22 @@ def load_tokenizer(folder: str | None, confined: bool = True) -> tuple[Any, str 
     return _CACHE[key]
 
 
+MAX_TOKEN_TEXT_CHARS = 64  # one token's text as shown or synced (real tokens: < 20; a hostile one: 10^6)
+MAX_RUN_TEXT_CHARS = 4096  # a decoded run of tokens (the explorer's selection)
+
+
+def cut_text(text: str, limit: int = MAX_TOKEN_TEXT_CHARS) -> str:
+    """``text`` when at most ``limit`` characters, else its first ``limit`` and how many were cut:
+    ``abc…(+999,997 chars)``, never silently."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}…(+{len(text) - limit:,} chars)"
+
+
 def decode_tokens(tok: Any, ids: list[int]) -> list[str]:
-    """Text of each id on its own; an id outside the tokenizer (-100 padding, ≥ its size) is ``<id N>``."""
+    """Text of each id on its own, cut to ``MAX_TOKEN_TEXT_CHARS`` with a count (:func:`cut_text`: a hostile
+    tokenizer's 10^6-character token never reaches a report, the terminal or the explorer uncut); an id outside
+    the tokenizer (-100 padding, ≥ its size) is ``<id N>``."""
     try:
         n = len(tok)
     except TypeError:
@@ -175,7 +189,7 @@ def decode_tokens(tok: Any, ids: list[int]) -> list[str]:
             out.append(f"<id {i}>")
             continue
         try:
-            out.append(tok.decode([i]))
+            out.append(cut_text(str(tok.decode([i]))))
         except Exception:  # noqa: BLE001 - an id the tokenizer cannot decode is shown by number
             out.append(f"<id {i}>")
     return out
@@ -189,7 +203,7 @@ def decode_text(tok: Any, ids: list[int]) -> str:
         n = None
     if all(0 <= int(i) and (n is None or int(i) < n) for i in ids):
         try:
-            return tok.decode([int(i) for i in ids])
+            return cut_text(str(tok.decode([int(i) for i in ids])), MAX_RUN_TEXT_CHARS)
         except Exception:  # noqa: BLE001
             pass
-    return "".join(decode_tokens(tok, ids))
+    return cut_text("".join(decode_tokens(tok, ids)), MAX_RUN_TEXT_CHARS)

@@ -328,8 +328,9 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
         claims = user_claims(layers, expected_source or "layers=")
     findings, bad_rows = _anomalies(view, st)
     if view is not capture:  # a slot all zero or overflowing in the file, not only in its good rows
-        findings = [f for f in findings if f.kind not in (FindingKind.ALL_ZERO, FindingKind.OVERFLOW)] + [
-            f for f in _anomalies(capture, st_all)[0] if f.kind in (FindingKind.ALL_ZERO, FindingKind.OVERFLOW)]
+        whole = (FindingKind.ALL_ZERO, FindingKind.OVERFLOW, FindingKind.CONSTANT)
+        findings = [f for f in findings if f.kind not in whole] + [
+            f for f in _anomalies(capture, st_all)[0] if f.kind in whole]
     findings += rows.findings + context.findings
     findings += capture_loss_mask_findings(capture, model)  # a stored loss mask against the chat turns
     if stamp is not None:
@@ -366,6 +367,11 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
         order = rest[:at] + list(g[1:]) + rest[at:]
 
     sfs = _slot_fingerprints(sig, r_exact, L, order, chain, order_conf)
+    for f in findings:  # one row repeated: no layer can be read from it (its norms look post-norm, its rows alike)
+        if f.kind == FindingKind.CONSTANT:
+            for i in f.slots:
+                if sfs[i].r_exact is None:
+                    sfs[i].label, sfs[i].confidence = None, 0.0
     fp = Fingerprint(capture=capture, stats=st_all, slots=sfs, findings=findings, similarity=D, depth_order=order,
                      num_layers=L, expected=None if claims is None else claims.rs,
                      expected_source=None if claims is None else f"{claims.source.value}: {claims.detail}",
@@ -376,6 +382,14 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
     share_identical_labels(fp, groups)
     capture.check_unchanged()  # nothing read from a file truncated or rewritten meanwhile reaches the verdict
     return fp
+
+
+def _constant(h: Any) -> bool:
+    """Every row of ``h`` equal to its first (read only when the norms already are all equal)."""
+    import torch
+
+    with torch.inference_mode():
+        return all(bool((h[a:a + 4096] == h[:1]).all()) for a in range(0, int(h.shape[0]), 4096))
 
 
 def _anomalies(capture: Capture, st: CaptureStats) -> tuple[list[Finding], set[int]]:
@@ -395,6 +409,11 @@ def _anomalies(capture: Capture, st: CaptureStats) -> tuple[list[Finding], set[i
         if s.norm.n and s.norm.max == 0:
             findings.append(Finding(FindingKind.ALL_ZERO, Severity.FAIL, [s.index], f"slot {s.index} ({s.name}) is all "
                                     "zeros: nothing was captured there (padding, or a hook that never fired)"))
+        elif s.norm.n >= 2 and s.norm.max == s.norm.min and _constant(capture.slots[s.index].tensor()):
+            findings.append(Finding(FindingKind.CONSTANT, Severity.FAIL, [s.index], f"slot {s.index} ({s.name}) is "
+                                    f"constant across tokens: its {s.norm.n} rows are one and the same vector, so "
+                                    "it holds nothing per token (a broadcast, or one token's state copied) and takes "
+                                    "no place in the depth order", {"rows": s.norm.n}))
     if capture.num_tokens < MIN_TOKENS:
         findings.append(Finding(FindingKind.FEW_TOKENS, Severity.WARN, list(range(len(capture.slots))), f"only "
                                 f"{capture.num_tokens} tokens (< {MIN_TOKENS}): the data-only signals are weak; the "
