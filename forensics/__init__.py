@@ -23,16 +23,18 @@ A batch (``[B, T]`` ``input_ids`` with ``attention_mask``) or a many-sample file
 
 Verbs: load, load_all, as_capture, as_captures, read_ids, iter_files, summarize, fingerprint, audit, probe, scan,
 report, capture, explore.
-Every bad input raises one ``ForensicsError`` naming the file (or ``<in memory>``).
+Every bad input raises one ``ForensicsError`` naming the file (or ``<in memory>``); a capture that cannot come
+from ``model=`` (another hidden size, vocabulary or layer count) raises its subclass ``ModelMismatch``.
 """
 
 from __future__ import annotations
 
-from forensics.errors import ForensicsError
+from forensics.errors import ForensicsError, ModelMismatch
 
 __version__ = "0.1.0"
-__all__ = ["ForensicsError", "load", "load_all", "as_capture", "as_captures", "read_ids", "iter_files", "summarize",
-           "fingerprint", "audit", "report", "scan", "probe", "capture", "explore", "__version__"]
+__all__ = ["ForensicsError", "ModelMismatch", "load", "load_all", "as_capture", "as_captures", "read_ids",
+           "iter_files", "summarize", "fingerprint", "audit", "report", "scan", "probe", "capture", "explore",
+           "__version__"]
 
 _LAZY = {
     "load": ("forensics.io.formats", "load"),

@@ -79,6 +79,7 @@ class FindingKind(StrEnum):
     NONFINITE = "nonfinite"
     OVERFLOW = "overflow"
     ALL_ZERO = "all_zero"
+    CONSTANT = "constant"
     FEW_TOKENS = "few_tokens"
     NO_REFERENCE_MATCH = "no_reference_match"
     NO_TOKEN_IDS = "no_token_ids"
@@ -217,6 +218,7 @@ _MEANINGS: dict[FindingKind, str] = {
     FindingKind.NONFINITE: "a slot holds NaN or Inf values",
     FindingKind.OVERFLOW: "a slot's values sit at the dtype's limit (fp16 overflow clamped)",
     FindingKind.ALL_ZERO: "a slot is all zeros: nothing was captured into it",
+    FindingKind.CONSTANT: "every row of a slot is the same vector (a broadcast, one token copied): nothing per token",
     FindingKind.FEW_TOKENS: "too few tokens for the statistics to decide a slot's role",
     FindingKind.NO_REFERENCE_MATCH: "with --model, some slots equal no state of the reference forward",
     FindingKind.NO_TOKEN_IDS: "with --model, exact mode cannot run: the capture has no token ids (--ids, --text)",

@@ -26,7 +26,8 @@ from forensics.errors import ForensicsError
 from forensics.findings import Finding, FindingKind, Severity, Verdict, exit_code
 from forensics.io import stamp_store as store
 from forensics.io import stamps as st
-from forensics.layers import parse_r, r_label
+from forensics.layers import parse_layer_list, parse_r, r_label
+from forensics.models import conventions as cv
 
 NORM_MATCH_RTOL = 1e-3  # two slots' norm quantiles "match" within 0.1 % (bf16 row norms of one layer agree
 # to ~1e-6 across reads; adjacent SmolLM2 layers differ by >= 1 % in median row norm)
@@ -185,16 +186,14 @@ def _slot_rs(cap, layers, convention: str | None, layer_ids, num_layers: int | N
     notes: list[str] = []
     n = len(cap.slots)
     if layers is not None:
-        rs: list[Any] = [parse_r(x) for x in (layers.split(",") if isinstance(layers, str) else layers)]
+        rs: list[Any] = parse_layer_list(layers, "--layers") or []
         if len(rs) != n:
             raise ForensicsError(f"--layers gives {len(rs)} values but the file has {n} slots", path=cap.path)
         return rs, notes
     if layer_ids is not None and convention is not None:
-        from forensics.models.conventions import system
-
         if num_layers is None:
             raise ForensicsError("--layer-ids needs --num-layers (or a capture.json that records it)")
-        rs = system(convention).to_r([int(i) for i in layer_ids], num_layers)
+        rs = cv.system(convention).to_r([int(i) for i in layer_ids], num_layers)
         if len(rs) != n:
             raise ForensicsError(f"{len(rs)} layer ids for {n} slots", path=cap.path)
         return rs, notes
@@ -380,10 +379,11 @@ def _compare_samples(path: str, caps: list, rec: dict) -> FileCheck:
     return first
 
 
-def compare(cap, rec: dict, arrays: list | None = None) -> FileCheck:
+def compare(cap, rec: dict, arrays: list | None = None, digests: dict | None = None) -> FileCheck:
     """``cap`` (a capture read from its file) against its stamp ``rec``: slot count and shapes, every slot's
     checksum over ``arrays`` (the slots' values as stored, already read by the caller: tensors or integer
-    views; default: each ``slot.tensor()``), the token ids; a slot whose checksum changed is described by its
+    views; default: each ``slot.tensor()``; ``digests``: a slot's checksum already computed in the caller's own
+    pass, :class:`StampReader`), the token ids; a slot whose checksum changed is described by its
     norm profile (swapped with another stamped slot, re-encoded, or changed). Sample i > 0 of a many-sample
     file is compared by its digest (the stamp's slots are sample 0's)."""
     path = cap.path
@@ -408,8 +408,11 @@ def compare(cap, rec: dict, arrays: list | None = None) -> FileCheck:
                          f"{[x.get('shape') for x in stamped]}", stamp=rec)
     drift: list[SlotDrift] = []
     checksum = st.checksum_for(version)
-    changed = [i for i, (s, x) in enumerate(zip(cap.slots, stamped, strict=True))
-               if checksum(arrays[i] if arrays is not None else s.tensor()) != x.get("checksum")]
+    def digest(i: int, s) -> str:
+        done = (digests or {}).get(i) if version == st.STAMP_VERSION else None
+        return done if done is not None else checksum(arrays[i] if arrays is not None else s.tensor())
+
+    changed = [i for i, (s, x) in enumerate(zip(cap.slots, stamped, strict=True)) if digest(i, s) != x.get("checksum")]
     for i in changed:
         x = stamped[i]
         q = st.norm_quantiles(cap.slots[i].tensor())
@@ -524,21 +527,58 @@ def read_file_stamp(cap) -> tuple[dict | None, FileCheck | None]:
         return None, FileCheck(path, "error", f"cannot read: {e.strerror or type(e).__name__}")
 
 
-def check_in_read(cap, arrays: list | None = None, rec: Any = None) -> StampCheck | None:
+class StampReader:
+    """A file's stamp, read (header or stamps.jsonl only) before a command's pass over the values, and fed that
+    pass's row blocks (``summarize(cap, taps=reader.taps)``): each slot's checksum is computed on the
+    blocks the norm pass has in cache, not by reading the slot again. ``check()`` then compares.
+
+    Example:
+        >>> reader = StampReader(cap)                                        # doctest: +SKIP
+        >>> st = summarize(cap, taps=reader.taps if reader.feeds else None)  # doctest: +SKIP
+        >>> reader.check()                                                   # doctest: +SKIP
+    """
+
+    def __init__(self, cap) -> None:
+        self.cap = cap
+        self.rec, self.err = read_file_stamp(cap)
+        slots = (self.rec or {}).get("slots") or []
+        same = self.rec is not None and self.rec.get("version", 1) == st.STAMP_VERSION and len(slots) == len(
+            cap.slots) and all(list(x.get("shape") or []) == list(s.shape) for x, s in zip(slots, cap.slots,
+                                                                                           strict=True))
+        self.sums = {s.index: st.BlockChecksum(s.shape) for s in cap.slots} if same else {}
+
+    @property
+    def feeds(self) -> bool:
+        """Whether there is anything to compute in the pass (a version-2 stamp whose slot shapes match)."""
+        return bool(self.sums)
+
+    def taps(self, slot: int) -> list:
+        """The norm pass's consumers of slot ``slot``'s row blocks (``BlockTap``: first row, block as stored)."""
+        b = self.sums.get(slot)
+        return [] if b is None else [b.add]
+
+    def check(self, arrays: list | None = None) -> StampCheck | None:
+        """The stamp check (None without a stamp); a slot whose blocks did not all arrive is checksummed whole."""
+        digests = {i: b.digest() for i, b in self.sums.items()}
+        return check_in_read(self.cap, arrays, self.rec, self.err, digests)
+
+
+def check_in_read(cap, arrays: list | None = None, rec: Any = None, err: FileCheck | None = None,
+                  digests: dict | None = None) -> StampCheck | None:
     """Check ``cap``'s stamp against the values the caller has already read (``arrays``: one tensor or integer
-    view per slot, as stored; default each ``slot.tensor()``). None when the file has no stamp. ``rec``: the
-    stamp already read by :func:`read_file_stamp` (read here otherwise)."""
-    err = None
-    if rec is None:
+    view per slot, as stored; default each ``slot.tensor()``; ``digests``: checksums computed in the caller's
+    pass). None when the file has no stamp. ``rec``/``err``: the stamp already read by :func:`read_file_stamp`
+    (read here otherwise)."""
+    if rec is None and err is None:
         rec, err = read_file_stamp(cap)
     if err is not None:
         return StampCheck(err)
     if rec is None:
         return None
     try:
-        if arrays is None:  # a safetensors file: its slots as one memory map (get_tensor would copy each)
-            arrays = store.raw_slot_arrays(cap.path, cap)
-        fc = compare(cap, rec, arrays)
+        if arrays is None and not (digests and all(v is not None for v in digests.values())):
+            arrays = store.raw_slot_arrays(cap.path, cap)  # safetensors: one memory map (get_tensor copies each)
+        fc = compare(cap, rec, arrays, digests)
     except ForensicsError as e:
         fc = FileCheck(cap.path, "error", e.message, stamp=rec)
     return StampCheck(fc, moved=_moved(cap.path, rec.get("file")))

@@ -11,6 +11,7 @@ The row-block kernels live in :mod:`forensics.stats_blocks` and are re-exported 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, overload
 
@@ -23,6 +24,7 @@ from forensics.analysis.kernels import (  # noqa: F401 - re-exported: callers im
     NORM_BLOCK_ROWS,
     NORM_ROUNDING_SLACK,
     STATS_THREADS,
+    BlockTap,
     _token_norms,
     intra_op_threads,
     massive_activations,
@@ -207,17 +209,18 @@ def exact_norms(h: Any, norms: Any) -> Any:
     return out
 
 
-def slot_stats(slot: Slot, block: int = NORM_BLOCK_ROWS) -> SlotStats:
+def slot_stats(slot: Slot, block: int = NORM_BLOCK_ROWS, taps: Sequence[BlockTap] = ()) -> SlotStats:
     """All statistics of one slot: one chunked norm pass, plus re-reads of only the rows that need it.
 
     Per-token norms come from :func:`token_norms` (row blocks, float32 accumulation); median ``|x|`` from
     a strided column sample; NaN/Inf and massive-activation rows are found from the norms and only those
-    rows are read again, so the cost stays that of the norm pass.
+    rows are read again, so the cost stays that of the norm pass. ``taps`` see every row block of that pass
+    (:func:`~forensics.analysis.kernels.norms_and_median_abs`).
     """
     h = slot.tensor()
     T, H = int(h.shape[0]), int(h.shape[1])
     with intra_op_threads():
-        norms_t, median_abs = norms_and_median_abs(h, block)  # one pass: norms + the median-|x| sample
+        norms_t, median_abs = norms_and_median_abs(h, block, taps)  # one pass: norms, median-|x| sample, taps
         norms_t = exact_norms(h, norms_t)
         nan, inf = nonfinite_rows(h, norms_t, block)
         threshold = max(MASSIVE_ABS_THRESHOLD, MASSIVE_REL_THRESHOLD * median_abs) \
@@ -285,18 +288,24 @@ class CaptureStats:
 
 
 @overload
-def summarize(capture: Capture, input_ids: None = None, attention_mask: None = None) -> CaptureStats: ...
+def summarize(capture: Capture, input_ids: None = None, attention_mask: None = None, *,
+              taps: Callable[[int], Sequence[BlockTap]] | None = None) -> CaptureStats: ...
 
 
 @overload
-def summarize(capture: Any, input_ids: Any = None, attention_mask: Any = None) -> CaptureStats | list[CaptureStats]:
-    ...
+def summarize(capture: Any, input_ids: Any = None, attention_mask: Any = None, *,
+              taps: Callable[[int], Sequence[BlockTap]] | None = None) -> CaptureStats | list[CaptureStats]: ...
 
 
-def summarize(capture: Any, input_ids: Any = None, attention_mask: Any = None) -> CaptureStats | list[CaptureStats]:
+def summarize(capture: Any, input_ids: Any = None, attention_mask: Any = None, *,
+              taps: Callable[[int], Sequence[BlockTap]] | None = None) -> CaptureStats | list[CaptureStats]:
     """Statistics of every slot of a capture, of the file at a path, or of hidden states in memory (any layout
     ``forensics.io.layout`` accepts; ``input_ids`` decide a stack's axes). An input that holds several samples (a
     ``[B, T]`` batch, with its ``attention_mask``; a TensorRT-LLM record list) gives one result per sample.
+
+    ``taps``: slot index → further consumers of the bytes the norm pass reads (a checksum, say), called on
+    every row block of that slot as it is read (:func:`~forensics.analysis.kernels.norms_and_median_abs`), so
+    they cost no second read of the file.
 
     Example:
         >>> st = summarize("sample_data/speculators_v1/data_0.pt")   # doctest: +SKIP
@@ -308,12 +317,12 @@ def summarize(capture: Any, input_ids: Any = None, attention_mask: Any = None) -
 
         caps = as_captures(capture, input_ids=input_ids, attention_mask=attention_mask)
         if len(caps) > 1:
-            return [_summarize(c) for c in caps]
+            return [_summarize(c, taps) for c in caps]
         capture = caps[0]
-    return _summarize(capture)
+    return _summarize(capture, taps)
 
 
-def _summarize(capture: Capture) -> CaptureStats:
+def _summarize(capture: Capture, taps: Callable[[int], Sequence[BlockTap]] | None = None) -> CaptureStats:
     from forensics.io.validate import check_capture
 
     check_capture(capture)  # dtypes, shapes and ids checked at the boundary: one line, never deep inside
@@ -321,7 +330,7 @@ def _summarize(capture: Capture) -> CaptureStats:
     slots = []
     for s in capture.slots:
         try:
-            slots.append(slot_stats(s))
+            slots.append(slot_stats(s, taps=taps(s.index) if taps is not None else ()))
         except ForensicsError:
             raise
         except Exception as e:  # noqa: BLE001 - a tensor we cannot reduce is bad input, not a crash

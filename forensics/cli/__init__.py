@@ -50,13 +50,17 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser(with_commands: list[str] | None = None) -> argparse.ArgumentParser:
     from forensics import __version__
+    from forensics.findings import EXIT_BAD_INPUT, EXIT_CANNOT_TELL, EXIT_FAIL, EXIT_OK
 
     p = _Parser(
         prog="hsf",
         description="hidden-state forensics: tell which captured LLM hidden-state tensor is which, and "
                     "whether an EAGLE-3 draft is served what it was trained on. Layers are named in r: "
                     "r=0 embedding output, r=k output of block k (= HF hidden_states[k]), r=L last block "
-                    "pre-norm, final_post after the final norm.")
+                    "pre-norm, final_post after the final norm.",
+        epilog=f"exit codes, every command: {EXIT_OK} nothing failed; {EXIT_FAIL} a fail (the data contradicts a "
+               f"claim or is broken); {EXIT_BAD_INPUT} unreadable input or bad arguments; {EXIT_CANNOT_TELL} cannot "
+               "tell (a claim could not be decided). 'hsf COMMAND --help' lists a command's options.")
     p.add_argument("--version", action="version", version=f"hsf {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, help_ in COMMANDS.items():
@@ -120,9 +124,9 @@ def _check_engine_version(args) -> None:
 
     if getattr(args, "engine", None) is None:
         raise ForensicsError("--engine-version needs --engine (sglang or vllm)")
-    from forensics.models.conventions import parse_version
+    from forensics.models.conventions import system
 
-    parse_version(args.engine, version)
+    system(args.engine).version(version)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -34,6 +34,9 @@ _SHORT_DTYPES = {
 }
 
 
+MAX_SLOT_NAME_CHARS = 120  # a slot's name as shown (real ones: ``aux_hidden_state[:, 576:1152]``, 29)
+
+
 def constant_getter(t: Any) -> Callable[[], Any]:
     """A slot getter for a tensor already in memory."""
     return lambda: t
@@ -94,6 +97,14 @@ class Slot:
     getter: Callable[[], torch.Tensor] = field(repr=False)
     claimed: str | None = None
     declared_r: R | None = None
+
+    def __post_init__(self) -> None:
+        # a name comes from the file (a dict key, a tensor name): a 10^6-character one is cut with a count, so no
+        # report, terminal table or explorer sync carries it uncut (``key`` keeps the full name for reading)
+        if isinstance(self.name, str) and len(self.name) > MAX_SLOT_NAME_CHARS:
+            self.name = f"{self.name[:MAX_SLOT_NAME_CHARS]}…(+{len(self.name) - MAX_SLOT_NAME_CHARS:,} chars)"
+        if isinstance(self.claimed, str) and len(self.claimed) > MAX_SLOT_NAME_CHARS:
+            self.claimed = f"{self.claimed[:MAX_SLOT_NAME_CHARS]}…(+{len(self.claimed) - MAX_SLOT_NAME_CHARS:,} chars)"
 
     def tensor(self) -> torch.Tensor:
         """The ``[tokens, hidden]`` tensor (mmap-backed where the format allows; not upcast)."""

@@ -108,6 +108,32 @@ def ids_1d(t: Any, path: str, name: str):
     return t
 
 
+def stored_ids(get: Any, keys: Any, path: str) -> Any:
+    """The token ids a file stores under the first of ``ID_KEYS`` it has (``get(key)`` reads one), or None. A
+    file that stores ids under two keys (``input_ids`` and ``token_ids``) that disagree is one line: which of them
+    are the capture's tokens cannot be told, and reading one silently would pair rows with the wrong tokens."""
+    import torch
+
+    present = [k for k in ID_KEYS if k in keys]
+    values = [(k, get(k)) for k in present]
+    values = [(k, v) for k, v in values if v is not None]
+    if len(values) < 2:
+        return values[0][1] if values else None
+    k0, v0 = values[0]
+    a = _as_tensor(v0, path, k0).reshape(-1)  # a [B, T] batch's ids too: the values are compared, not the shape
+    for k, v in values[1:]:
+        b = _as_tensor(v, path, k).reshape(-1)
+        same = a.numel() == b.numel() and not a.is_floating_point() and not b.is_floating_point() \
+            and bool(torch.equal(a.long(), b.long()))
+        if not same:
+            pairs = enumerate(zip(a.tolist(), b.tolist(), strict=False))
+            at = next((i for i, (x, y) in pairs if x != y), min(a.numel(), b.numel()))
+            raise ForensicsError(f"the file stores token ids twice and they disagree: {k0} ({a.numel()} ids) and {k} "
+                                 f"({b.numel()} ids) differ from position {at}; which are this capture's tokens "
+                                 "cannot be told", path=path)
+    return v0
+
+
 def to_torch(x: Any) -> Any:
     """A numpy array as a torch tensor (shared memory); anything else unchanged."""
     if type(x).__module__ == "numpy" and type(x).__name__ in ("ndarray", "memmap"):
@@ -148,8 +174,8 @@ def _shape(x: Any) -> str:
 def ambiguous(path: str, found: str, why: str) -> ForensicsError:
     """The one error of a layout nothing decides: shapes found, layouts accepted, a two-line re-save recipe."""
     return ForensicsError(f"cannot tell which axis is the layers and which the tokens: {why}; found {found}; "
-                          f"accepted layouts: {', '.join(ACCEPTED)}; pass the token ids (--ids FILE, or "
-                          f"input_ids=) or {RECIPE}", path=path)
+                          f"accepted layouts: {', '.join(ACCEPTED)}; pass the token ids (input_ids= in "
+                          f"Python, hsf fingerprint/hsf report --ids FILE) or {RECIPE}", path=path)
 
 
 def n_tokens(ids: Any) -> int | None:
@@ -194,13 +220,13 @@ def _key_layer(key: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _entries(obj: Any) -> tuple[Any, Any, Any, Any, Any, list[tuple[str, Any]]]:
+def _entries(obj: Any, path: str) -> tuple[Any, Any, Any, Any, Any, list[tuple[str, Any]]]:
     """``(obj, ids, loss mask, attention mask, pad id, [(key, value)])`` of an object as given."""
     obj = _detached(to_torch(obj))
     file_ids = mask = attn = pad = None
     if isinstance(obj, dict):
         obj = {k: to_torch(v) for k, v in obj.items()}
-        file_ids = next((obj[k] for k in ID_KEYS if k in obj and obj[k] is not None), None)
+        file_ids = stored_ids(obj.get, obj, path)
         mask = next((obj[k] for k in MASK_KEYS if k in obj and obj[k] is not None), None)
         attn = next((obj[k] for k in ATTENTION_KEYS if k in obj and obj[k] is not None), None)
         pad = next((obj[k] for k in PAD_KEYS if k in obj and obj[k] is not None), None)
@@ -229,7 +255,7 @@ def _as_tensor(t: Any, path: str, name: str):
 def batch_shape(obj: Any, path: str, input_ids: Any = None, attention_mask: Any = None) -> tuple[int, int] | None:
     """``(B, T)`` when ``obj`` (or the ids / mask given beside it) holds ``[B, T]`` token ids with B > 1, or an
     ``attention_mask`` with a pad row; None for one sample."""
-    _, file_ids, _, attn, _, _ = _entries(obj)
+    _, file_ids, _, attn, _, _ = _entries(obj, path)
     for name, t in (("input_ids", input_ids), ("input_ids", file_ids), ("attention_mask", attention_mask),
                     ("attention_mask", attn)):
         if t is None:
@@ -265,7 +291,7 @@ def resolve(obj: Any, path: str, input_ids: Any = None) -> Resolved:
     ``input_ids`` (ids given from outside the file) decide ambiguous axes when the object carries none.
     """
     notes: list[str] = []
-    obj, file_ids, mask, _, _, items = _entries(obj)
+    obj, file_ids, mask, _, _, items = _entries(obj, path)
     ids = ids_1d(file_ids, path, "input_ids") if file_ids is not None else None
     if input_ids is not None:
         given = ids_1d(to_torch(input_ids), path, "input_ids")
@@ -390,7 +416,7 @@ def _resolve_batch(obj: Any, path: str, bt: tuple[int, int], input_ids: Any, att
     import torch
 
     B, T = bt
-    obj, file_ids, lmask, attn, pad, items = _entries(obj)
+    obj, file_ids, lmask, attn, pad, items = _entries(obj, path)
     ids = None
     for name, t in (("input_ids", file_ids), ("input_ids", input_ids)):
         if t is None:

@@ -164,12 +164,12 @@ def find_tokenizer(capture: Capture) -> str | None:
     return find(capture.path, capture.meta)
 
 
-def load_tokenizer(path: str | None) -> Any:
+def load_tokenizer(path: str | None, confined: bool = True) -> Any:
     """The tokenizer of a local folder (never its code: :func:`forensics.io.tokenizer.load_tokenizer`), or None
-    when absent/unloadable (ids are still shown)."""
+    when absent/unloadable (ids are still shown); ``confined=False`` for a folder the user named."""
     from forensics.io.tokenizer import load_tokenizer as load
 
-    return load(path)[0]
+    return load(path, confined=confined)[0]
 
 
 # ---------------------------------------------------------------------------------------------- browser
@@ -265,7 +265,7 @@ class SampleBrowser:
         if t == "auto":
             return load_tokenizer(find_tokenizer(cap))
         if isinstance(t, (str, os.PathLike)):
-            return load_tokenizer(os.fspath(t))
+            return load_tokenizer(os.fspath(t), confined=False)  # the user's folder: an HF model folder too
         return t
 
     def _set_controls(self, k: int) -> None:

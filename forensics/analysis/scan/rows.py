@@ -221,7 +221,12 @@ def _fill_capture(row: dict, cap: Any, use_fingerprint: bool, layers: Any = None
     fp_fn = _fingerprint_fn() if use_fingerprint else None
     fp = fp_fn(cap, layers=layers, expected_source="--layers", stamp_check=stamp_check) if fp_fn is not None \
         else None
-    st = fp.stats if fp is not None else summarize(cap)
+    reader = None
+    if fp is None and stamp_check:  # the stamp's checksums ride on the statistics' norm pass
+        from forensics.analysis.stamp import StampReader
+
+        reader = StampReader(cap)
+    st = fp.stats if fp is not None else summarize(cap, taps=reader.taps if reader and reader.feeds else None)
     row.update(format=cap.format, num_tokens=cap.num_tokens, hidden=cap.hidden_size, num_slots=len(st.slots),
                basis="fingerprint" if fp is not None else "stats")
     fps = {s.index: s for s in fp.slots} if fp is not None else {}
@@ -273,8 +278,8 @@ def _fill_capture(row: dict, cap: Any, use_fingerprint: bool, layers: Any = None
         row["findings"].extend(_duplicates(st.slots))
     if fp is None:  # a fingerprint made these already
         row["findings"].extend(_loss_mask_findings(cap))
-        if stamp_check:
-            row["findings"].extend(_stamp_findings(cap))
+        if reader is not None:
+            row["findings"].extend(_stamp_findings(reader))
 
 
 def _loss_mask_findings(cap: Any) -> list[dict]:
@@ -285,12 +290,9 @@ def _loss_mask_findings(cap: Any) -> list[dict]:
              "evidence": x.evidence} for x in capture_loss_mask_findings(cap)]
 
 
-def _stamp_findings(cap: Any) -> list[dict]:
-    """The file's stamp (``hsf stamp``) checked against the slots this row read (a memory-mapped file: the pages
-    the statistics touched); nothing when the file has none."""
-    from forensics.analysis.stamp import check_in_read
-
-    sc = check_in_read(cap)
+def _stamp_findings(reader: Any) -> list[dict]:
+    """The file's stamp (``hsf stamp``) checked on the row blocks the statistics read; nothing without one."""
+    sc = reader.check()
     return [] if sc is None else [{"kind": x.kind.value, "severity": x.severity.value, "slots": list(x.slots),
                                    "message": x.message, "evidence": x.evidence} for x in sc.findings]
 

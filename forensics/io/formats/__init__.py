@@ -280,10 +280,17 @@ def write_capture(cap: Capture, folder: str | None = None) -> str:
     tensors = {f"slot_{s.index}": s.tensor().contiguous() for s in cap.slots}
     if cap.input_ids is not None:
         tensors["input_ids"] = cap.input_ids.contiguous()
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as f:  # whole or not at all: renamed into place once written
-        f.write(save(tensors, metadata={"tool": "forensics.report (a capture given in memory)"}))
-    os.replace(tmp, path)
+    from forensics.io.tempfiles import clean_stale, temp_path
+
+    clean_stale(path)
+    tmp = temp_path(path)
+    try:
+        with open(tmp, "wb") as f:  # whole or not at all: renamed into place once written
+            f.write(save(tensors, metadata={"tool": "forensics.report (a capture given in memory)"}))
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
     return path
 
 

@@ -4,13 +4,14 @@ or a dict of named tensors, in every layout ``forensics.io.layout`` accepts. Tok
 
 from __future__ import annotations
 
+import json
 import re
 
 from forensics.errors import ForensicsError
 from forensics.io.formats._common import as_2d, build, lazy_slot, provenance, tensor_slot
 from forensics.io.formats._io import FLOAT_DTYPES, SAFETENSORS_DTYPES, SafetensorsFile
 from forensics.io.formats.base import CaptureFormat, Request, Sample, Writer
-from forensics.io.layout import ATTENTION_KEYS, ID_KEYS, MASK_KEYS
+from forensics.io.layout import ATTENTION_KEYS, ID_KEYS, MASK_KEYS, stored_ids
 from forensics.layers import FINAL_POST, r_label
 
 NAME = "generic"
@@ -111,7 +112,7 @@ def read_safetensors(sf: SafetensorsFile, path: str, input_ids=None) -> list:
     keys = sorted(sf.keys(), key=natural_key)
     if _needs_resolver(sf, keys):
         return read_samples({k: sf.get(k) for k in keys}, path, input_ids)
-    ids = next((sf.get(k) for k in ID_KEYS if k in keys), None)
+    ids = stored_ids(sf.get, keys, path)
     if ids is None:
         ids = input_ids
     mask = next((sf.get(k) for k in MASK_KEYS if k in keys), None)
@@ -154,8 +155,6 @@ def read_safetensors(sf: SafetensorsFile, path: str, input_ids=None) -> list:
 def write(f, sample: Sample) -> None:
     """Write one sample as ``hsf capture``'s own safetensors file: ``slot_<j>.<label>`` per state, ``input_ids``,
     ``loss_mask``, and the r list in the header (``"r"``) with any extra ``metadata``."""
-    import json
-
     from safetensors.torch import save
 
     rs = sample.r

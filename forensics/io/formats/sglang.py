@@ -62,7 +62,8 @@ def _pair_ids(x: dict, prompt: list, rows: int) -> tuple[list, str | None]:
     the rows of tokens 40-63)."""
     out = list(x["output_ids"]) if isinstance(x.get("output_ids"), list) else []
     prompt = list(prompt)
-    meta = x.get("meta_info") if isinstance(x.get("meta_info"), dict) else {}
+    info = x.get("meta_info")
+    meta = info if isinstance(info, dict) else {}
     cached = meta.get("cached_tokens")
     starts = [0]  # cached tokens are not recomputed, so have no rows: that reading first when the response says so
     if isinstance(cached, int) and not isinstance(cached, bool) and 0 < cached < len(prompt):

@@ -65,6 +65,7 @@ class Explorer(anywidget.AnyWidget):
     file = traitlets.Int(0).tag(sync=True)
     selected = traitlets.Int(-1).tag(sync=True)  # the clicked token (-1: none)
     lens = traitlets.Dict().tag(sync=True)  # {"file", "pos", "rows": [LensRow.to_dict()]} or {"error"}
+    lens_map = traitlets.Dict().tag(sync=True)  # {"file", LensMap.to_dict()...}: the logit-lens overview
     has_model = traitlets.Bool(False).tag(sync=True)
     status = traitlets.Unicode("").tag(sync=True)
 
@@ -215,11 +216,15 @@ class Explorer(anywidget.AnyWidget):
                 self._thread.start()
 
     def _work(self) -> None:
-        """Fingerprint the shown file first, then load the model (if any), then the other listed files."""
+        """Fingerprint the shown file first, then take the model's tokenizer and load the model for the lens (if
+        any: the exact fingerprint has loaded it, and written a GGUF's fp32 cache, by then), then the other files."""
         try:
-            self._model_tokenizer()
             model_done = self._model_spec is None
+            tok_done = model_done
             while True:
+                if not tok_done and (self.file in self._fps or not self._queue):
+                    self._model_tokenizer()
+                    tok_done = True
                 with self._lock:
                     k = self._queue.popleft() if self._queue else None
                 if k is None and model_done:
@@ -230,6 +235,7 @@ class Explorer(anywidget.AnyWidget):
                             self._queue.appendleft(k)
                     self._load_verifier()
                     model_done = True
+                    self._push_lens_map(self.file)
                     continue
                 if k not in self._fps:
                     self._fingerprint(k)
@@ -307,6 +313,8 @@ class Explorer(anywidget.AnyWidget):
         if not 0 <= k < len(self.items):
             return
         self._show(k)
+        if self._verifier is not None and not isinstance(self._verifier, Exception):
+            threading.Thread(target=self._push_lens_map, args=(k,), name="hsf-lens-map", daemon=True).start()
         if k not in self._fps:
             with self._lock:
                 if k in self._queue:
@@ -320,6 +328,31 @@ class Explorer(anywidget.AnyWidget):
         if self._model_spec is None or pos < 0:
             return
         self.lens = self.logit_lens(pos)
+
+    def lens_overview(self, k: int | None = None) -> dict:
+        """The logit-lens overview of file ``k`` (default: the one shown) as the widget draws it: the top-1 next
+        token and its probability per slot × first token (:func:`forensics.analysis.explore.lens_map`)."""
+        from forensics.analysis.explore import lens_map
+
+        k = self.file if k is None else k
+        if self._verifier is None:
+            self._load_verifier()
+        v = self._verifier
+        if isinstance(v, Exception) or v is None:
+            return {"file": k, "error": f"no model: {v}"}
+        try:
+            st = self.state(k)
+            tok = st.tokenizer if st.tokenizer is not None else self._fallback
+            return {"file": k, **lens_map(self.capture(k), v, tok, labels=st.labels).to_dict()}
+        except ForensicsError as e:
+            return {"file": k, "error": str(e)}
+
+    def _push_lens_map(self, k: int) -> None:
+        if self._model_spec is None:
+            return
+        m = self.lens_overview(k)
+        if k == self.file:
+            self.lens_map = m
 
     def logit_lens(self, pos: int) -> dict:
         """The logit lens of token ``pos`` of the shown file, as the widget shows it (``{"file", "pos", "rows"}``)."""
