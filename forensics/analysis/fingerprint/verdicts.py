@@ -381,6 +381,18 @@ def _shift(fp: Fingerprint, cl: list[Claim | None]) -> Finding | None:
         story = ("the claimed list starts with the embedding output but no slot is one: the data starts at a layer, "
                  "so every slot is the layer claimed for the slot after it (the reverse of the "
                  "Kimi-K2.5 EAGLE-3 incident, where [embed, L3, L31, L59] was served as [L3, L31, L59])")
+    step, shape = (-1 if direction == "forward" else 1), "shifted by one slot"
+    pairs = [(exact[i], rs[i]) for i in range(k)
+             if i not in post and isinstance(rs[i], int) and isinstance(exact[i], int)]
+    if known and pairs and all(e == r + step for e, r in pairs):
+        # the reference forward decided between the two readings: every slot is its claimed r one off (ids counted
+        # from the other end), not each slot the layer claimed for its neighbour
+        shape = "off by one"
+        story = ("every slot is exactly one block " + ("below" if step < 0 else "above")
+                 + " its claimed r: the ids are "
+                 + ("counted from 1 where the data counts the embedding as 0" if step < 0 else
+                    "counted from the embedding where the data starts at a layer")
+                 + " (ids off by one, not slots shifted: the reference forward rules out the slot-shift reading)")
     if alt is not None and alt != corrected:  # two readings fit the data: show both, never one as the fix
         if direction == "forward":
             what = (f"slot {emb[0]} is the embedding output (r = 0) but the claimed list starts at "
@@ -401,7 +413,7 @@ def _shift(fp: Fingerprint, cl: list[Claim | None]) -> Finding | None:
                                                                        "ids off by one": alt},
                         "direction": direction, "exact": known})
     return Finding(FindingKind.SHIFTED, Severity.FAIL, list(range(k)),
-                   f"claimed {_labels(rs)} ({src.source.value}: {src.detail}) is shifted by one slot: {story}. "
+                   f"claimed {_labels(rs)} ({src.source.value}: {src.detail}) is {shape}: {story}. "
                    f"Corrected list: {_labels(corrected)} ({how})",
                    {"claimed": rs, "corrected": corrected, "direction": direction, "exact": known})
 
