@@ -382,8 +382,8 @@ def _shift(fp: Fingerprint, cl: list[Claim | None]) -> Finding | None:
                  "so every slot is the layer claimed for the slot after it (the reverse of the "
                  "Kimi-K2.5 EAGLE-3 incident, where [embed, L3, L31, L59] was served as [L3, L31, L59])")
     step, shape = (-1 if direction == "forward" else 1), "shifted by one slot"
-    pairs = [(exact[i], rs[i]) for i in range(k)
-             if i not in post and isinstance(rs[i], int) and isinstance(exact[i], int)]
+    pairs = [(e, r) for i, (e, r) in enumerate(zip(exact, rs, strict=True))
+             if i not in post and isinstance(r, int) and isinstance(e, int)]
     if known and pairs and all(e == r + step for e, r in pairs):
         # the reference forward decided between the two readings: every slot is its claimed r one off (ids counted
         # from the other end), not each slot the layer claimed for its neighbour
