@@ -56,3 +56,16 @@ class ForensicsError(Exception):
             where = f"{where} [slot {escape(self.slot)}]" if where else f"slot {escape(self.slot)}"
         message = one_line(self.message)
         return f"{where}: {message}" if where else message
+
+
+class ModelMismatch(ForensicsError):
+    """A capture and the model it is checked against (``--model``) disagree on a size the model fixes: hidden
+    size, vocabulary or layer count. The likeliest exact-mode mistake is the wrong ``--model``: one line naming
+    both numbers and the file (exit 2), never a traceback deep in a comparison.
+
+    Example:
+        >>> raise ModelMismatch("hidden size 768 ≠ the model's 576", path="capture.pt")
+        Traceback (most recent call last):
+        ...
+        forensics.errors.ModelMismatch: capture.pt: hidden size 768 ≠ the model's 576
+    """

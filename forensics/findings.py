@@ -79,6 +79,7 @@ class FindingKind(StrEnum):
     NONFINITE = "nonfinite"
     OVERFLOW = "overflow"
     ALL_ZERO = "all_zero"
+    CONSTANT = "constant"
     FEW_TOKENS = "few_tokens"
     NO_REFERENCE_MATCH = "no_reference_match"
     NO_TOKEN_IDS = "no_token_ids"
@@ -89,6 +90,9 @@ class FindingKind(StrEnum):
     TOKEN_SHIFT = "token_shift"
     SLOT_MISALIGNED = "slot_misaligned"
     FOREIGN_ROWS = "foreign_rows"
+    LOSS_MASK = "loss_mask"
+    CONTEXT_LOST = "context_lost"
+    PADDING = "padding"
     # ---- one capture: a claimed layer list against the evidence ----
     COUNT_MISMATCH = "count_mismatch"
     SHIFTED = "shifted"
@@ -100,6 +104,7 @@ class FindingKind(StrEnum):
     UNEXPECTED_EMBEDDING = "unexpected_embedding"
     PRENORM = "prenorm"
     POSTNORM = "postnorm"
+    NOT_RESIDUAL = "not_residual"
     # ---- audit: the training side ----
     DECLARED_VS_DATA = "declared_vs_data"
     UNKNOWN_SLICES = "unknown_slices"
@@ -152,6 +157,7 @@ class FindingKind(StrEnum):
     PROBE_FEW_POSITIONS = "probe_few_positions"
     PROBE_VOCAB_MISMATCH = "probe_vocab_mismatch"
     PROBE_NO_ENGINE_IDS = "probe_no_engine_ids"
+    DRAFT_COLLAPSED = "draft_collapsed"
     # ---- stamp / verify (a file against the identity recorded when it was captured) ----
     STAMP_DRIFT = "stamp_drift"
     STAMP_SHAPE = "stamp_shape"
@@ -172,6 +178,8 @@ class FindingKind(StrEnum):
     DATA_TOKEN_SHIFT = "data_token_shift"
     DATA_SLOT_MISALIGNED = "data_slot_misaligned"
     DATA_FOREIGN_ROWS = "data_foreign_rows"
+    DATA_LOSS_MASK = "data_loss_mask"
+    DATA_CONTEXT_LOST = "data_context_lost"
     DATA_COUNT_MISMATCH = "data_count_mismatch"
     DATA_SHIFTED = "data_shifted"
     DATA_REORDERED = "data_reordered"
@@ -181,6 +189,7 @@ class FindingKind(StrEnum):
     DATA_UNEXPECTED_EMBEDDING = "data_unexpected_embedding"
     DATA_PRENORM = "data_prenorm"
     DATA_POSTNORM = "data_postnorm"
+    DATA_NOT_RESIDUAL = "data_not_residual"
 
     @property
     def meaning(self) -> str:
@@ -209,6 +218,7 @@ _MEANINGS: dict[FindingKind, str] = {
     FindingKind.NONFINITE: "a slot holds NaN or Inf values",
     FindingKind.OVERFLOW: "a slot's values sit at the dtype's limit (fp16 overflow clamped)",
     FindingKind.ALL_ZERO: "a slot is all zeros: nothing was captured into it",
+    FindingKind.CONSTANT: "every row of a slot is the same vector (a broadcast, one token copied): nothing per token",
     FindingKind.FEW_TOKENS: "too few tokens for the statistics to decide a slot's role",
     FindingKind.NO_REFERENCE_MATCH: "with --model, some slots equal no state of the reference forward",
     FindingKind.NO_TOKEN_IDS: "with --model, exact mode cannot run: the capture has no token ids (--ids, --text)",
@@ -218,6 +228,11 @@ _MEANINGS: dict[FindingKind, str] = {
     FindingKind.TOKEN_SHIFT: "every slot's row t holds the state of token t + k, not of token t",
     FindingKind.SLOT_MISALIGNED: "one slot's rows sit at a token offset from the other slots' rows",
     FindingKind.FOREIGN_ROWS: "rows that are not the state of their token in this sequence (another request's)",
+    FindingKind.LOSS_MASK: "the stored loss mask is not the assistant turns its chat template marks: over the "
+                           "system/user turns (fail; SpecForge#885, EAGLE#317), one token off (warn), or partial",
+    FindingKind.CONTEXT_LOST: "rows from position p on were computed without tokens 0..p-1: a chunked prefill whose "
+                              "later chunk lost the earlier context (vllm#52909), or a second sequence packed in",
+    FindingKind.PADDING: "a batch saved without attention_mask: the pad rows at one end are named, left out of checks",
     FindingKind.COUNT_MISMATCH: "the claimed layer list has another length than the capture has slots",
     FindingKind.SHIFTED: "the whole claimed list is shifted by one slot (the embedding is or is not the first slot)",
     FindingKind.REORDERED: "the claimed layers are all there but stored in another order than claimed",
@@ -228,6 +243,8 @@ _MEANINGS: dict[FindingKind, str] = {
     FindingKind.UNEXPECTED_EMBEDDING: "a slot claimed to be a block's output is the embedding output",
     FindingKind.PRENORM: "a slot claimed post-final-norm is a pre-norm state",
     FindingKind.POSTNORM: "a slot claimed to be a block's pre-norm output is post-final-norm",
+    FindingKind.NOT_RESIDUAL: "a slot is not the residual stream: a block's attention or MLP output, or the state "
+                              "inside a block (sglang#39286, nnsight#630, vLLM-Hook#11, vllm#55423)",
     FindingKind.DECLARED_VS_DATA: "the training data's declared layer for a slot is excluded by the data",
     FindingKind.UNKNOWN_SLICES: "the data alone cannot name the layer of some fc slices (--model or --served settles)",
     FindingKind.ASSUMED_FROM_CONFIG: "the data declares no layers: the fc inputs were assumed from the draft config",
@@ -278,6 +295,8 @@ _MEANINGS: dict[FindingKind, str] = {
     FindingKind.PROBE_FEW_POSITIONS: "too few positions scored for a stable ranking",
     FindingKind.PROBE_VOCAB_MISMATCH: "the model's vocabulary differs from the draft's target vocabulary",
     FindingKind.PROBE_NO_ENGINE_IDS: "the best wiring cannot be written as engine ids (L unknown or slots without r)",
+    FindingKind.DRAFT_COLLAPSED: "every wiring and both controls reach acceptance length <= 1.1: the draft is "
+                                 "broken whatever it is fed (TensorRT-LLM#18905: a collapsed drafter scored 1.09)",
     FindingKind.STAMP_DRIFT: "a slot's values no longer match the checksum its stamp recorded (changed, swapped, "
                              "re-encoded)",
     FindingKind.STAMP_SHAPE: "the file has another number or shape of slots than its stamp recorded",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pathlib
 import sys
 
-from forensics.models.convention_rules import RULES
+from forensics.models.conventions.rules import RULES
 from forensics.views.conventions import MARKDOWN_BEGIN, MARKDOWN_END, markdown
 
 

@@ -1,7 +1,7 @@
 """Tests for forensics.analysis.audit.core / ``hsf audit``: each verdict from the registry.
 
 Expected values are worked out by hand from the engines' public code (the PRs cited in
-forensics/models/conventions.py), and the
+forensics/models/conventions/), and the
 real SmolLM2 sample data's ground truth is its recorded capture (sample_data/README.md: slots
 r = [0, 3, 16, 28] of a 30-layer model; the ladder holds every r of one other text).
 """

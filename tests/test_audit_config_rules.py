@@ -1,6 +1,6 @@
 """The two config scenarios of issue 24, decided by the registry's ``CONFIG_RULES`` with their public sources.
 
-Expected values worked out by hand from the engines' capture loops (``forensics.models.convention_rules``):
+Expected values worked out by hand from the engines' capture loops (``forensics.models.conventions.rules``):
 vLLM reads the top-level ids as r = id and captures each block index once (membership test), in ascending
 order; since vllm#36063 id L (the last block's pre-norm output) is captured too. speculators trains the fc on
 its ids *without* the final layer L that ``--include-last-layer`` appends for the data (speculators#839).
@@ -17,7 +17,7 @@ from forensics.analysis.audit.core import audit
 from forensics.analysis.audit.doctor import preflight
 from forensics.cli import main
 from forensics.findings import FindingKind
-from forensics.models.convention_rules import CONFIG_RULES
+from forensics.models.conventions.rules import CONFIG_RULES
 
 
 def _draft(tmp_path, ids):

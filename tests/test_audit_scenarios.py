@@ -10,7 +10,7 @@ the data alone only slot 0 (the embedding) has a known r; the fc was trained on 
 Expected values are worked out by hand: which slots a format stores as the final state (TensorRT-LLM SaveState's
 ``hidden_state``, a Model-Optimizer dump's ``hidden_states``, SGLang's ``return_hidden_states`` rows: never an fc
 input), which rows were overwritten (compared with the original tensor here), and each engine's id → r rule
-(``forensics.models.convention_rules``).
+(``forensics.models.conventions.rules``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from forensics.analysis.rows import runs
 from forensics.cli import main
 from forensics.findings import FindingKind
 from forensics.models import conventions as cv
-from forensics.models.convention_rules import IGNORED, RULES
+from forensics.models.conventions.rules import IGNORED, RULES
 from forensics.views.audit import HEAD
 
 SHARED = 24  # tokens the two chat samples share (the system prompt)
@@ -160,7 +160,7 @@ def test_served_format_scenarios_say_one_verdict_everywhere(sc, case, fmt, words
     out = capsys.readouterr().out
     assert out.startswith(f"hsf audit: {decision.upper()} (wiring {HEAD[words]}):")
     kw = {"draft": sc["draft"], "engine": "vllm", "served": served}
-    assert _report_everywhere([sc["train"]], kw, args[2:], tmp_path, capsys, browser=[None]) == \
+    assert _report_everywhere([sc["train"]], kw, args[2:], tmp_path, capsys, browser=["info"]) == \
         (decision, EXIT[decision])
 
 
@@ -176,7 +176,7 @@ def _latest_engines():
     a verdict that depends on the version is CANNOT TELL (``readings``)."""
     return [(r.system, r.versions[-1] if r.versions else None) for r in RULES
             if r.kind == "engine" and r.family == "eagle3" and r.keys and r.offset not in (IGNORED, None)
-            and r == cv.rule_for(r.system, "eagle3")]
+            and r == cv.system(r.system).rule("eagle3")]
 
 
 def _config(key: str, ids) -> dict:
@@ -190,13 +190,13 @@ def _config(key: str, ids) -> dict:
 
 
 def _served_by(engine, key, ids, version=None, family=None):
-    return cv.engine_capture(engine, _config(key, ids), L, version, "generic", family).r
+    return cv.system(engine).capture(_config(key, ids), L, version, "generic", family).r
 
 
 @pytest.mark.parametrize(("engine", "version"), _latest_engines())
 @pytest.mark.parametrize("repeat", ["one", "all"])
 def test_repeated_ids_are_a_duplicate_fail_under_every_engine(engine, version, repeat, tmp_path):
-    plan = cv.from_r(engine, FC, L, version)
+    plan = cv.system(engine).from_r(FC, L, version)
     ids = [plan.ids[0], plan.ids[1] + 9, plan.ids[1] + 9] if repeat == "one" else [5, 5, 5]
     draft = make_draft(tmp_path / "d", _config(plan.key, ids), H=576, V=49152, Vd=8192)
     res = preflight(draft=draft, engine=engine, engine_version=version, num_layers=L,
@@ -213,7 +213,7 @@ def test_the_final_layer_among_aux_ids(engine, version, tmp_path):
     """The fc was trained on [2, 15, 27]; the config still lists the id of r = L. Engines whose capture reaches L
     serve it as a fourth fc input (``ids_include_last``); the others drop it. Either way a FAIL with a fix that
     round-trips."""
-    plan = cv.from_r(engine, FC, L, version)
+    plan = cv.system(engine).from_r(FC, L, version)
     ids = plan.ids + [L - (FC[-1] - plan.ids[-1])]  # the id of r = L in the engine's own numbering
     draft = make_draft(tmp_path / "d", _config(plan.key, ids), H=576, V=49152, Vd=8192)
     res = preflight(draft=draft, engine=engine, engine_version=version, num_layers=L,
@@ -242,7 +242,7 @@ def _every_rule():
 @pytest.mark.parametrize(("system", "family", "version"), _every_rule())
 def test_every_rules_fix_round_trips(system, family, version):
     """``from_r`` then ``engine_capture`` is the identity on the trained r, for every engine rule the registry has."""
-    plan = cv.from_r(system, FC, L, version, "generic", family)
+    plan = cv.system(system).from_r(FC, L, version, "generic", family)
     if plan.ids is None:  # the rule cannot reach one of the r: said why, never a wrong list
         assert plan.caveat
         return

@@ -35,7 +35,7 @@ DATA_KEYS = {"fc_r", "target_r", "source", "slot_source", "trainer", "view", "ta
              "slots_status", "fc_status", "target_status", "roles"}
 CONTEXT_KEYS = {"engine", "engine_version", "trainer", "num_layers", "hidden_size", "arch", "draft", "target"}
 FIX_KEYS = {"ids", "key", "where", "engine", "version", "r", "caveat", "family", "snippet"}
-V1_VIEW = cv.trainer_view("speculators-v1", 4)  # fc = slots 0..2, target = slot 3
+V1_VIEW = cv.system("speculators-v1").trainer_view(4)  # fc = slots 0..2, target = slot 3
 
 
 def _pin(actual: dict, expected: dict, wording: tuple = ()) -> None:
@@ -53,7 +53,7 @@ def _slices(trained, served, ok, status) -> list[dict]:
 
 
 def _config_side(ids: list) -> dict:
-    v = cv.parse_version("vllm", None)
+    v = cv.system("vllm").version(None)
     return {"r": list(ids), "engine": "vllm", "version": v, "arch": "generic", "key": cv.TOP_KEY, "ids": list(ids),
             "id_source": "config", "notes": []}
 
@@ -81,7 +81,7 @@ def test_audit_without_model_json_is_unchanged(sample_data):
     assert set(d["trained"]) == DATA_KEYS
     ctx = {k: v for k, v in d["context"].items() if k != "draft"}
     assert set(d["context"]) == CONTEXT_KEYS and d["context"]["draft"]["ids_top"] == [0, 3, 16]
-    assert ctx == {"engine": "vllm", "engine_version": cv.parse_version("vllm", None), "trainer": "speculators-v1",
+    assert ctx == {"engine": "vllm", "engine_version": cv.system("vllm").version(None), "trainer": "speculators-v1",
                    "num_layers": 30, "hidden_size": 576, "arch": "generic", "target": {}}
     assert d["fix"] is None and d["wiring"] == "cannot-tell" and "--model" in d["settle"]
 
@@ -142,7 +142,7 @@ def test_preflight_fix_json_is_unchanged(sample_data):
     _check_audit(res, d)
     assert isinstance(res.fix, Fix)
     assert d["fix"] == {"ids": [2, 15, 27], "key": cv.TOP_KEY, "where": "top-level", "engine": "vllm",
-                        "version": cv.parse_version("vllm", None), "r": [2, 15, 27], "caveat": None,
+                        "version": cv.system("vllm").version(None), "r": [2, 15, 27], "caveat": None,
                         "family": "eagle3", "snippet": {cv.TOP_KEY: [2, 15, 27]}, "already_set": False}
     assert set(d["fix"]) == FIX_KEYS | {"already_set"}
     assert set(d["context"]) == CONTEXT_KEYS | {"family"} and d["context"]["family"] == "eagle3"

@@ -11,7 +11,7 @@ a sidecar (with one declaring those r for the probe, which needs the embedding s
 
 The report states its verdict five ways, each checked against the single command's: ``ReportResult.verdict`` and
 ``.exit_code()``, the HTML header (the sentence's first word and colour), ``hsf report --json``'s ``verdict`` and
-exit code, and the static sample browser's per-file colour (each file's fingerprint verdict).
+exit code, and the explorer's per-file badge (each file's one outcome, as its verdict row shows it).
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ def _report_everywhere(paths: list[str], kw: dict, flags: list[str], tmp, capsys
     state = re.search(r'<div class="hsf-explore-static" data-state="([^"]*)"', page)
     files = json.loads(html_lib.unescape(state.group(1)))["files"]
     assert [f["verdict"] for f in files] == (browser if browser is not None else [v] * len(files))
+    assert [f["verdict"] for f in files] == [f.outcome for f in res.readable]  # the verdict rows' badges
     return v, code
 
 
@@ -102,8 +103,8 @@ def test_audit_says_one_verdict_everywhere(inputs, case, decision, words, tmp_pa
     assert main(["audit", *args]) == code
     assert capsys.readouterr().out.startswith(f"hsf audit: {decision.upper()} (wiring {HEAD[words]}):")
     kw = {"draft": inputs["draft"], "engine": "vllm", "target_config": inputs["target"], "served": inputs[case]}
-    # the training file declares no slot: its browser colour is "no claim"; the report's verdict is the audit's
-    assert _report_everywhere([inputs["train"]], kw, args[2:], tmp_path, capsys, browser=[None]) == \
+    # the training file declares no slot: its badge is info (no claim); the report's verdict is the audit's
+    assert _report_everywhere([inputs["train"]], kw, args[2:], tmp_path, capsys, browser=["info"]) == \
         (decision, EXIT[decision])
     rep = Report.of(analyse([inputs["train"]], **kw))
     assert rep.context["audit_verdict"] == words and rep.context["verdicts"]["audit"]["wiring"] == words
@@ -206,7 +207,7 @@ def test_an_unreadable_input_is_a_fail_everywhere_and_exit_2(inputs, tmp_path, c
     res = analyse([inputs["train"], str(bad)])
     assert (res.verdict.value, res.exit_code(), res.counts["fail"], res.overall) == ("fail", 2, 1, "fail")
     page = Report.of(res).html
-    assert 'id="verdict-sentence">FAIL: 1 unreadable input(s).' in page
+    assert 'id="verdict-sentence">FAIL: 1 input could not be read.' in page
     code = main(["report", inputs["train"], str(bad), "-o", str(tmp_path / "r.html"), "--json"])
     doc = json.loads(capsys.readouterr().out)
     assert (code, doc["verdict"], doc["unreadable"]) == (2, "fail", 1)
@@ -227,5 +228,5 @@ def test_a_file_only_the_scan_reads_decides_the_report(inputs, tmp_path, monkeyp
     res = analyse([str(folder)])
     assert res.skipped == 1 and [f.rel for f in res.files] == ["ds/a.pt"] and res.files[0].outcome != "fail"
     assert (res.scan.verdict.value, res.verdict.value, res.exit_code(), res.overall) == ("fail", "fail", 1, "fail")
-    assert _report_everywhere([str(folder)], {}, [], tmp_path, capsys, browser=[None]) == ("fail", EXIT_FAIL)
+    assert _report_everywhere([str(folder)], {}, [], tmp_path, capsys, browser=["info"]) == ("fail", EXIT_FAIL)
     assert "dataset scan of 2 files: fail" in Report.of(res).context["verdicts"]["sentence"]

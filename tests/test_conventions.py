@@ -29,7 +29,7 @@ KIMI_L = 61
     ("specforge", [1, 29, 57], None, None, [2, 30, 58]),
 ])
 def test_to_r_rules(system, ids, version, arch, want):
-    assert cv.to_r(system, ids, KIMI_L, version, arch) == want
+    assert cv.system(system).to_r(ids, KIMI_L, version, arch) == want
 
 
 @pytest.mark.parametrize("system, L, want", [
@@ -38,14 +38,14 @@ def test_to_r_rules(system, ids, version, arch, want):
     ("speculators-v1", 30, [3, 16, 28, 30]),
 ])
 def test_defaults_without_ids(system, L, want):
-    assert cv.to_r(system, None, L) == want
+    assert cv.system(system).to_r(None, L) == want
 
 
 def test_specforge_needs_exactly_three_non_negative_ids():
     with pytest.raises(ForensicsError, match="exactly 3"):
-        cv.to_r("specforge", [1, 2], 30)
+        cv.system("specforge").to_r([1, 2], 30)
     with pytest.raises(ForensicsError, match="exactly 3"):
-        cv.to_r("specforge", [-1, 2, 3], 30)
+        cv.system("specforge").to_r([-1, 2, 3], 30)
 
 
 @pytest.mark.parametrize("text, want", [
@@ -53,7 +53,7 @@ def test_specforge_needs_exactly_three_non_negative_ids():
     ("pre-25454", "pre-25454"), (">=25454", "post-25454"), ("sglang>=#25454", "post-25454"), ("old", "pre-25454"),
 ])
 def test_sglang_versions(text, want):
-    assert cv.parse_version("sglang", text) == want
+    assert cv.system("sglang").version(text) == want
 
 
 @pytest.mark.parametrize("text, want", [
@@ -61,13 +61,13 @@ def test_sglang_versions(text, want):
     ("vllm>=36063", "post-36063"),
 ])
 def test_vllm_versions(text, want):
-    assert cv.parse_version("vllm", text) == want
+    assert cv.system("vllm").version(text) == want
 
 
 @pytest.mark.parametrize("bad", ["0.5.3", "pre-12345", "yesterday"])
 def test_unknown_versions_are_refused_with_the_accepted_list(bad):
     with pytest.raises(ForensicsError, match="accepted: pre-25454, post-25454"):
-        cv.parse_version("sglang", bad)
+        cv.system("sglang").version(bad)
 
 
 def test_arch_family():
@@ -79,47 +79,47 @@ def test_arch_family():
 def test_sglang_reads_only_the_nested_key_vllm_only_the_top_level():
     top = {"eagle_aux_hidden_state_layer_ids": [0, 3, 16]}
     nested = {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 15, 27]}}
-    s = cv.engine_capture("sglang", top, 30, "pre-25454")
+    s = cv.system("sglang").capture(top, 30, "pre-25454")
     assert s.source == "default" and s.r == [2, 15, 27] and s.key == cv.NESTED_KEY
-    v = cv.engine_capture("vllm", nested, 30)
+    v = cv.system("vllm").capture(nested, 30)
     assert v.source == "default" and v.r == [2, 15, 27] and v.key == cv.TOP_KEY
-    s2 = cv.engine_capture("sglang", nested, 30, "pre-25454")
+    s2 = cv.system("sglang").capture(nested, 30, "pre-25454")
     assert s2.source == "config" and s2.r == [3, 16, 28]
 
 
 def test_empty_lists_sglang_captures_nothing_vllm_falls_back():
-    assert cv.engine_capture("sglang", {"eagle_config": {"eagle_aux_hidden_state_layer_ids": []}}, 30).r == []
-    v = cv.engine_capture("vllm", {"eagle_aux_hidden_state_layer_ids": []}, 30)
+    assert cv.system("sglang").capture({"eagle_config": {"eagle_aux_hidden_state_layer_ids": []}}, 30).r == []
+    v = cv.system("vllm").capture({"eagle_aux_hidden_state_layer_ids": []}, 30)
     assert v.source == "default" and v.r == [2, 15, 27]
 
 
 def test_engine_capture_is_ascending_and_reports_uncapturable():
-    e = cv.engine_capture("sglang", {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [30, -1, 2]}},
+    e = cv.system("sglang").capture({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [30, -1, 2]}},
                           KIMI_L, "pre-25454")
     assert e.r == [0, 3, 31]
     assert any("residual is None" in p for p in e.problems)  # embedding needs a patch
-    old = cv.engine_capture("vllm", {"eagle_aux_hidden_state_layer_ids": [2, 30, 61]}, KIMI_L, "pre-46973",
+    old = cv.system("vllm").capture({"eagle_aux_hidden_state_layer_ids": [2, 30, 61]}, KIMI_L, "pre-46973",
                             "deepseek")
     assert old.r == [2, 30] and old.dropped == [61] and any("match no layer" in p for p in old.problems)
-    new = cv.engine_capture("vllm", {"eagle_aux_hidden_state_layer_ids": [2, 30, 61]}, KIMI_L, None, "deepseek")
+    new = cv.system("vllm").capture({"eagle_aux_hidden_state_layer_ids": [2, 30, 61]}, KIMI_L, None, "deepseek")
     assert new.problems == []
 
 
 def test_from_r_kimi_fixes():
-    pre = cv.from_r("sglang", [0, 3, 31], KIMI_L, "pre-25454", "deepseek")
+    pre = cv.system("sglang").from_r([0, 3, 31], KIMI_L, "pre-25454", "deepseek")
     assert pre.ids == [-1, 2, 30] and pre.where == "nested" and "patch" in pre.caveat
-    post = cv.from_r("sglang", [0, 3, 31], KIMI_L, "post-25454", "deepseek")
+    post = cv.system("sglang").from_r([0, 3, 31], KIMI_L, "post-25454", "deepseek")
     assert post.ids == [0, 3, 31] and "patch" in post.caveat
-    v = cv.from_r("vllm", [0, 3, 31], KIMI_L)
+    v = cv.system("vllm").from_r([0, 3, 31], KIMI_L)
     assert v.ids == [0, 3, 31] and v.where == "top-level" and v.key == cv.TOP_KEY
 
 
 def test_from_r_impossible_cases_say_why():
-    assert cv.from_r("sglang", [3, 31, 61], KIMI_L, "pre-25454").ids is None  # r = L never captured
-    p = cv.from_r("vllm", [3, 0, 31], KIMI_L)
+    assert cv.system("sglang").from_r([3, 31, 61], KIMI_L, "pre-25454").ids is None  # r = L never captured
+    p = cv.system("vllm").from_r([3, 0, 31], KIMI_L)
     assert p.ids is None and "ascending" in p.caveat
-    assert cv.from_r("specforge", [0, 3, 31], KIMI_L).ids is None
-    assert cv.from_r("sglang", [1], KIMI_L, "post-25454", "deepseek").ids is None
+    assert cv.system("specforge").from_r([0, 3, 31], KIMI_L).ids is None
+    assert cv.system("sglang").from_r([1], KIMI_L, "post-25454", "deepseek").ids is None
 
 
 @pytest.mark.parametrize("system, version, arch", [
@@ -130,21 +130,21 @@ def test_from_r_impossible_cases_say_why():
 def test_round_trip_from_r_then_to_r(system, version, arch):
     L = 12
     for rs in itertools.combinations(range(0, L + 1), 3):
-        plan = cv.from_r(system, list(rs), L, version, arch)
+        plan = cv.system(system).from_r(list(rs), L, version, arch)
         if plan.ids is None:
             continue
-        got = cv.to_r(system, plan.ids, L, version, arch)
+        got = cv.system(system).to_r(plan.ids, L, version, arch)
         if system in ("sglang", "vllm"):
             got = sorted(got)  # engines concatenate in ascending layer order
         assert got == list(rs), (system, version, arch, rs, plan.ids)
 
 
 def test_trainer_views():
-    v1 = cv.trainer_view("speculators-v1", 4)
+    v1 = cv.system("speculators-v1").trainer_view(4)
     assert v1.fc_slots == [0, 1, 2] and v1.target_slot == 3 and v1.target_norm == "pre"
-    assert cv.trainer_view("specforge", 4).target_norm == "post"
+    assert cv.system("specforge").trainer_view(4).target_norm == "post"
     with pytest.raises(ForensicsError):
-        cv.trainer_view("medusa", 4)
+        cv.system("medusa").trainer_view(4)
 
 
 # ---- the 2026 registry: families, engines, readings (values worked out by hand from each rule's source) ------
@@ -168,7 +168,7 @@ def test_trainer_views():
     ("vllm", [2, 15, 27], 30, None, "p-eagle", [2, 15, 27]),  # vllm#41826 maps P-EAGLE to Eagle3
 ])
 def test_registry_rules(system, ids, L, version, family, want):
-    assert cv.to_r(system, ids, L, version, family=family) == want
+    assert cv.system(system).to_r(ids, L, version, family=family) == want
 
 
 def test_dflash_default_spreads_one_id_per_draft_layer_over_blocks_1_to_L_minus_3():
@@ -179,26 +179,26 @@ def test_dflash_default_spreads_one_id_per_draft_layer_over_blocks_1_to_L_minus_
 
 def test_unsettled_numbering_refuses_to_pick_and_readings_lists_both():
     with pytest.raises(ForensicsError, match="not settled"):
-        cv.to_r("llama.cpp", [1, 21, 40], 43, family="dflash")  # llama.cpp DFlash: still not settled
-    got = cv.readings("llama.cpp", [1, 21, 40], 43, family="dflash")
+        cv.system("llama.cpp").to_r([1, 21, 40], 43, family="dflash")  # llama.cpp DFlash: still not settled
+    got = cv.system("llama.cpp").readings([1, 21, 40], 43, family="dflash")
     assert got["llama.cpp post-25794 if r = id"] == [1, 21, 40]
     assert got["llama.cpp post-25794 if r = id + 1"] == [2, 22, 41]
-    plan = cv.from_r("llama.cpp", [2, 22, 41], 43, family="dflash")
+    plan = cv.system("llama.cpp").from_r([2, 22, 41], 43, family="dflash")
     assert plan.ids is None and "[1, 21, 40]" in plan.caveat and "[2, 22, 41]" in plan.caveat
 
 
 def test_trtllm_is_settled_capture_after_block_id_and_minus_one_is_final_post():
     # eagle3.py captures at the end of decoder layer id (r = id + 1), default (1, N//2-1, N-4); SaveHiddenStates:
     # "-1 to indicate the final post-norm hidden state"
-    assert cv.to_r("tensorrt-llm", [1, 21, 39, -1], 43) == [2, 22, 40, "final_post"]
-    assert cv.to_r("trtllm", None, 43) == [2, 21, 40]
-    assert cv.from_r("trtllm", [2, 22, 41], 43).ids == [1, 21, 40]
+    assert cv.system("tensorrt-llm").to_r([1, 21, 39, -1], 43) == [2, 22, 40, "final_post"]
+    assert cv.system("trtllm").to_r(None, 43) == [2, 21, 40]
+    assert cv.system("trtllm").from_r([2, 22, 41], 43).ids == [1, 21, 40]
 
 
 def test_modelopt_is_split_by_dumper():
     # the same --aux-layers give tensors one layer apart: HF dumper r = id + 1, vLLM dumper r = id
-    assert cv.to_r("modelopt-hf", [1, 15, 26], 30) == [2, 16, 27]
-    assert cv.to_r("modelopt-vllm", [1, 15, 26], 30) == [1, 15, 26]
+    assert cv.system("modelopt-hf").to_r([1, 15, 26], 30) == [2, 16, 27]
+    assert cv.system("modelopt-vllm").to_r([1, 15, 26], 30) == [1, 15, 26]
 
 
 @pytest.mark.parametrize("config, family", [
@@ -213,7 +213,7 @@ def test_detect_family(config, family):
 
 
 def test_fix_snippet_and_apply_use_the_familys_own_key():
-    plan = cv.from_r("vllm", [2, 10, 18], 36, family="dflash")
+    plan = cv.system("vllm").from_r([2, 10, 18], 36, family="dflash")
     assert plan.ids == [1, 9, 17] and plan.snippet == {"dflash_config": {"target_layer_ids": [1, 9, 17]}}
     cfg = {"dflash_config": {"block_size": 16}}
     assert plan.apply(cfg) == {"dflash_config": {"block_size": 16, "target_layer_ids": [1, 9, 17]}}
@@ -221,7 +221,7 @@ def test_fix_snippet_and_apply_use_the_familys_own_key():
 
 
 def test_every_rule_cites_a_public_url_and_the_docs_table_is_generated_from_the_registry(repo_root):
-    from forensics.models.convention_rules import RULES
+    from forensics.models.conventions.rules import RULES
     from forensics.views.conventions import MARKDOWN_BEGIN, MARKDOWN_END, markdown
 
     assert all(r.source.startswith("https://") for r in RULES)

@@ -519,3 +519,55 @@ def test_train_script_holds_out_whole_modules(tmp_path, monkeypatch):
     firsts = {n: next(d for m, d in held if m == n) for n in held_names}
     assert sorted(texts[:len(held_names)]) == sorted(firsts.values())  # one piece per module first
     assert len(texts) == len(held_names) + 2 and all(t in {d for _, d in held} for t in texts)
+
+
+# ------------------------------------------------------------------------- a collapsed draft --
+
+@pytest.fixture(scope="module")
+def random_draft(draft_dir, tmp_path_factory):
+    """A randomly initialised draft of the sample draft's config (linears N(0, 0.02), norms 1, its vocabulary
+    maps kept): what a checkpoint whose weights never trained, or never loaded, drafts."""
+    from safetensors.torch import load_file, save_file
+
+    out = tmp_path_factory.mktemp("random_draft")
+    shutil.copy(draft_dir / "config.json", out / "config.json")
+    g = torch.Generator().manual_seed(0)
+    sd = {}
+    for k, t in load_file(str(draft_dir / "model.safetensors")).items():
+        if not t.is_floating_point():
+            sd[k] = t
+        elif t.ndim == 1:
+            sd[k] = torch.ones_like(t)
+        else:
+            sd[k] = (torch.randn(t.shape, generator=g) * 0.02).to(t.dtype)
+    save_file(sd, str(out / "model.safetensors"), metadata={"format": "pt"})
+    return out
+
+
+@pytest.mark.parametrize("data", ["", "data_0.pt", "data_4.pt"])
+def test_a_random_draft_is_a_collapse_fail_whatever_its_wiring(random_draft, sample_data, data, capsys):
+    """Issue 33: a randomly initialised draft scored CANNOT TELL (exit 3), acceptance 1.00 for every wiring. It is
+    a FAIL naming the collapse (exit 1): every candidate's interval and both controls at or below 1.1."""
+    from forensics.analysis.probe import COLLAPSED_LENGTH
+
+    res = probe(random_draft, sample_data / "speculators_v1" / data)
+    assert res.verdict.value == "fail"
+    hit = [f for f in res.findings if f.kind == "draft_collapsed"]
+    assert len(hit) == 1 and hit[0].severity.value == "fail" and "collapsed" in hit[0].message
+    assert all(r.acceptance_length <= COLLAPSED_LENGTH for r in res.rows)  # the ground truth the rule claims
+    assert res.best.acceptance_length_ci[1] <= COLLAPSED_LENGTH
+    assert main(["probe", "--draft", str(random_draft), "--data", str(sample_data / "speculators_v1" / data)]) == 1
+    assert "collapsed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("data", ["", "data_0.pt", "data_1.pt", "data_2.pt", "data_3.pt", "data_4.pt"])
+def test_the_sample_draft_never_collapses(draft_dir, sample_data, data):
+    """The working sample draft scores 1.09-1.32 on single ~100-token files against the next token (points near
+    the threshold, intervals well above it): never ``draft_collapsed``, whichever file."""
+    res = probe(draft_dir, sample_data / "speculators_v1" / data)
+    assert not any(f.kind == "draft_collapsed" for f in res.findings)
+    assert res.best.acceptance_length_ci[1] > 1.1
+
+
+def test_the_sample_draft_with_the_verifier_is_not_collapsed(proof):
+    assert not any(f.kind == "draft_collapsed" for f in proof.findings) and proof.verdict.value == "pass"

@@ -46,6 +46,7 @@ class ClaimSource(StrEnum):
     USER = "user"
     DRAFT = "draft config"
     SERVED = "served capture"
+    STAMP = "stamp"
 
 
 @dataclass(frozen=True)
@@ -141,13 +142,13 @@ def resolve_trainer(name: str | None) -> str | None:
     if key in TRAINERS and key != "speculators-legacy":
         return key
     try:
-        canon = cv.canonical_system(key)
+        sys_ = cv.system(key)
     except ForensicsError:
-        canon = None
-    if canon == "speculators-legacy":
+        sys_ = None
+    if sys_ is not None and sys_.name == "speculators-legacy":
         return "speculators-v1"
-    if canon in TRAINERS:
-        return canon
+    if sys_ is not None and sys_.name in TRAINERS:
+        return sys_.name
     raise ForensicsError(f"unknown trainer {name!r}; expected one of {list(TRAINERS)}")
 
 
@@ -156,7 +157,7 @@ def resolve_engine(name: str | None) -> str | None:
     if name is None:
         return None
     try:
-        key = cv.canonical_system(str(name))
+        key = cv.system(str(name)).name
     except ForensicsError:
         key = None
     if key not in ENGINES:
@@ -188,10 +189,11 @@ def draft_ids_r(trainer: str, info: Any, num_layers: int) -> DraftIds | None:
     """
     t = resolve_trainer(trainer) or "speculators"
     L = int(num_layers)
+    tsys = cv.system(t)
     if t in ("speculators-v1", "speculators", "specforge"):
         order = [cv.NESTED_KEY, cv.TOP_KEY] if t == "specforge" else [cv.TOP_KEY, cv.NESTED_KEY]
     else:  # the key the registry says this trainer writes, then the two EAGLE-3 keys
-        order = [*cv.rule_for(t).keys, cv.TOP_KEY, cv.NESTED_KEY]
+        order = [*tsys.rule().keys, cv.TOP_KEY, cv.NESTED_KEY]
     found = {cv.TOP_KEY: info.ids_top, cv.NESTED_KEY: info.ids_nested}
     key, ids = next(((k, found.get(k, cv.get_key(info.config, k))) for k in dict.fromkeys(order)
                      if found.get(k, cv.get_key(info.config, k))), (None, None))
@@ -201,12 +203,12 @@ def draft_ids_r(trainer: str, info: Any, num_layers: int) -> DraftIds | None:
     rs: list[R | None]
     if t == "specforge":
         try:
-            rs = list(cv.to_r("specforge", ids, L))
+            rs = list(tsys.to_r(ids, L))
         except ForensicsError:  # not a list SpecForge would accept: read as SGLang would (+1)
             rs = [i + 1 if 0 <= i + 1 <= L else None for i in ids]
         rule = "SpecForge nested ids, r = id + 1 (SGLang's +1 / HF hook on layers[id])"
     elif t in ("speculators-v1", "speculators"):
-        rs = list(cv.to_r("vllm", ids, L))
+        rs = list(cv.system("vllm").to_r(ids, L))
         rule = f"{t} records vLLM ids, r = id (speculators#379)"
         fc = getattr(info, "fc_aux_count", None)
         if len(ids) >= 2 and ids[-1] == L and (fc is None or fc == len(ids) - 1):
@@ -215,8 +217,8 @@ def draft_ids_r(trainer: str, info: Any, num_layers: int) -> DraftIds | None:
             rule += (f"; the last id {L} is the final layer, the training target that --include-last-layer "
                      "appends, not an fc input (speculators#839)")
     else:
-        rs = list(cv.to_r(t, ids, L))
-        rule = f"{t}'s numbering ({cv.rule_for(t).source})"
+        rs = list(tsys.to_r(ids, L))
+        rule = f"{t}'s numbering ({tsys.rule().source})"
     return DraftIds(t, key, ids, rs, rule)
 
 

@@ -39,6 +39,7 @@ from forensics.layers import FINAL_POST, r_label
 MAX_COLUMNS = 4096  # heatmap columns; more tokens are binned (the widget's payload stays ≤ 16 B × slots × 4096)
 COS_BLOCK_ROWS = 256  # rows per block of the cosine passes (float32 working set ≤ 2 × 256 × H)
 LENS_TOP_K = 5
+LENS_MAP_COLUMNS = 96  # tokens in the logit-lens overview (the first ones): slots × 96 rows of lm_head, ≈ 1 s on CPU
 MAX_BANDS = 400  # row bands drawn; more are counted, not drawn
 
 
@@ -83,6 +84,8 @@ class ExploreState:
     tokenizer_note: str | None = None  # why there is no token text, when there is none
     bands_omitted: int = 0
     row_findings: list[Finding] = field(default_factory=list, repr=False)  # forensics.analysis.rows.check_rows
+    tokenizer: Any = field(default=None, repr=False)  # where the token text came from (the lens decodes with it)
+    lens_map: dict | None = field(default=None, repr=False)  # LensMap.to_dict() when a model read it (the report)
 
     @property
     def binned(self) -> bool:
@@ -115,6 +118,27 @@ class LensRow:
     def to_dict(self) -> dict:
         return {"slot": self.slot, "ids": self.ids, "texts": self.texts, "probs": [round(p, 5) for p in self.probs],
                 "normed": self.normed, "note": self.note}
+
+
+@dataclass
+class LensMap:
+    """The logit-lens overview of one capture: for each slot (row) and each of the first tokens (column), the
+    top-1 next token of ``softmax(lm_head(final_norm(h)))`` and its probability (tuned-lens' layers × tokens
+    plot). ``ids[s][c]`` is -1 and ``probs[s][c]`` NaN where the slot cannot be read (``notes[s]`` says why)."""
+
+    positions: list[int]
+    ids: list[list[int]]
+    texts: list[list[str]]
+    probs: list[list[float]]
+    notes: list[str | None]
+    num_tokens: int
+
+    def to_dict(self) -> dict:
+        from forensics.jsonable import json_safe
+
+        return json_safe({"positions": self.positions, "ids": self.ids, "texts": self.texts,
+                          "probs": [[float(f"{p:.4g}") if p == p else None for p in row] for row in self.probs],
+                          "notes": self.notes, "num_tokens": self.num_tokens})
 
 
 # ------------------------------------------------------------------------------------------------- inputs
@@ -257,35 +281,63 @@ def finding_bands(findings: list[Finding], num_slots: int, num_tokens: int) -> l
     return bands
 
 
-def _tokens(capture: Capture, tokenizer: Any, starts: np.ndarray) -> tuple[list | None, list | None, str | None]:
+def resolve_tokenizer(capture: Capture, tokenizer: Any = "auto", fallback: Any = None) -> tuple[Any, str | None]:
+    """``(tokenizer, None)`` or ``(None, why there is none)`` for ``capture``: ``tokenizer`` is ``"auto"`` (the
+    capture's own local tokenizer, else ``fallback``: the tokenizer of ``model=``), a folder the user names, a
+    tokenizer object, or None."""
+    from forensics.io.tokenizer import find_tokenizer, load_tokenizer
+
+    if isinstance(tokenizer, str) and tokenizer == "auto":
+        tok, note = load_tokenizer(find_tokenizer(capture.path, capture.meta))
+        if tok is None and fallback is not None:
+            return fallback, None
+        return tok, note or (None if tok is not None else "no tokenizer found next to the capture (model= or "
+                                                          "tokenizer= gives one)")
+    if isinstance(tokenizer, (str, os.PathLike)):
+        return load_tokenizer(os.fspath(tokenizer), confined=False)
+    if tokenizer is None:
+        return None, "no tokenizer given"
+    return tokenizer, None
+
+
+def _tokens(capture: Capture, tokenizer: Any, starts: np.ndarray,
+            fallback: Any = None) -> tuple[list | None, list | None, str | None, Any]:
     ids = capture.input_ids
     if ids is None:
-        return None, None, "no token ids in this capture"
+        return None, None, "no token ids in this capture", None
     flat = [int(i) for i in ids.flatten().tolist()]
     col_ids = [flat[int(p)] for p in starts[:-1]] if len(flat) >= capture.num_tokens else None
     if col_ids is None:
-        return None, None, f"{len(flat)} token ids for {capture.num_tokens} tokens"
-    from forensics.io.tokenizer import decode_tokens, find_tokenizer, load_tokenizer
+        return None, None, f"{len(flat)} token ids for {capture.num_tokens} tokens", None
+    tok, note = resolve_tokenizer(capture, tokenizer, fallback)
+    if tok is None:
+        return None, col_ids, note, None
+    from forensics.io.tokenizer import decode_tokens
 
-    note = None
-    if isinstance(tokenizer, str) and tokenizer == "auto":
-        tokenizer, note = load_tokenizer(find_tokenizer(capture.path, capture.meta))
-        note = note or (None if tokenizer is not None else "no tokenizer found next to the capture")
-    elif isinstance(tokenizer, (str, os.PathLike)):
-        tokenizer, note = load_tokenizer(os.fspath(tokenizer))
-    if tokenizer is None:
-        return None, col_ids, note or "no tokenizer given"
-    return decode_tokens(tokenizer, col_ids), col_ids, None
+    return decode_tokens(tok, col_ids), col_ids, None, tok
+
+
+def with_tokenizer(state: ExploreState, tokenizer: Any) -> ExploreState:
+    """``state`` with token text from ``tokenizer`` where it has ids but no text yet (in place): the tokenizer of
+    ``model=`` arriving after the heatmap was drawn."""
+    if tokenizer is None or state.tokens is not None or state.ids is None:
+        return state
+    from forensics.io.tokenizer import decode_tokens
+
+    state.tokens, state.tokenizer, state.tokenizer_note = decode_tokens(tokenizer, state.ids), tokenizer, None
+    return state
 
 
 def explore_state(x: Any, fingerprint: Any = None, tokenizer: Any = "auto", stats: Any = None,
-                  max_columns: int = MAX_COLUMNS, input_ids: Any = None) -> ExploreState:
+                  max_columns: int = MAX_COLUMNS, input_ids: Any = None, fallback: Any = None) -> ExploreState:
     """The explorer's state of one capture (a path, a ``Capture`` or tensors, as :func:`as_capture` reads them).
 
     Args:
         fingerprint: a ``Fingerprint`` of the capture (labels, verdicts, row findings), or None (add it later
             with :func:`with_fingerprint`).
         tokenizer: ``"auto"`` (the capture's own local tokenizer), a folder, a tokenizer object, or None.
+        fallback: the tokenizer ``"auto"`` takes when the capture has none (the model's:
+            :func:`forensics.models.target.model_tokenizer`).
         stats: the capture's ``CaptureStats`` when already computed (else :func:`forensics.summarize`).
         input_ids: the token ids of hidden states given in memory (token text, the same-id cosine).
     """
@@ -305,14 +357,14 @@ def explore_state(x: Any, fingerprint: Any = None, tokenizer: Any = "auto", stat
         cos_prev, cos_same = _cosines(cap.slots, full, partner)
     except (RuntimeError, ValueError, TypeError) as e:  # a tensor torch cannot reduce: norms only
         raise ForensicsError(f"cannot compute cosines: {type(e).__name__}: {str(e)[:200]}", path=cap.path) from None
-    tokens, col_ids, note = _tokens(cap, tokenizer, starts)
+    tokens, col_ids, note, tok = _tokens(cap, tokenizer, starts, fallback)
     names = [s.name for s in cap.slots]
     labels = [r_label(s.declared_r) if s.declared_r is not None else s.name for s in cap.slots]
-    state = ExploreState(path=cap.path, format=cap.format, num_tokens=T, names=names, labels=labels,
+    state = ExploreState(path=cap.name, format=cap.format, num_tokens=T, names=names, labels=labels,
                          norms=np.stack([bin_max(n, starts) for n in full]),
                          cos_prev=bin_min(cos_prev, starts), cos_same=bin_min(cos_same, starts), starts=starts,
                          tokens=tokens, ids=col_ids, tokenizer_note=note, verdicts=[None] * len(names),
-                         verdict_why=[""] * len(names))
+                         verdict_why=[""] * len(names), tokenizer=tok)
     # zero blocks and NaN/Inf rows as bands before any fingerprint: check_rows reads every slot again, so only when
     # the norms already show such a row (a norm is 0 or non-finite exactly then); the fingerprint brings the rest
     if any(bool((n == 0).any()) or not bool(np.isfinite(n).all()) for n in full):
@@ -402,8 +454,37 @@ def _decode(tokenizer: Any, ids: list[int]) -> list[str]:
     return decode_tokens(tokenizer, ids)
 
 
-def capture_tokenizer(capture: Capture) -> Any:
-    """The capture's own local tokenizer (never remote code), or None."""
-    from forensics.io.tokenizer import find_tokenizer, load_tokenizer
+def lens_map(capture: Capture, verifier: Any, tokenizer: Any = None, labels: list | None = None,
+             max_columns: int = LENS_MAP_COLUMNS) -> LensMap:
+    """The logit lens of every slot at each of the first ``max_columns`` tokens, top-1 only (the explorer's
+    overview): what :func:`logit_lens` gives one token at a time, for a row of tokens at once, in float32."""
+    import torch
 
-    return load_tokenizer(find_tokenizer(capture.path, capture.meta))[0]
+    W, g, eps = verifier.lm_head, verifier.norm_weight, float(verifier.norm_eps)
+    n = min(int(capture.num_tokens), int(max_columns))
+    pos = list(range(n))
+    ids: list[list[int]] = []
+    probs: list[list[float]] = []
+    notes: list[str | None] = []
+    with torch.inference_mode():
+        Wf = W.float()
+        for s in capture.slots:
+            if s.hidden_size != W.shape[1]:
+                ids.append([-1] * n)
+                probs.append([float("nan")] * n)
+                notes.append(f"hidden size {s.hidden_size} ≠ the model's {W.shape[1]}")
+                continue
+            h = s.tensor()[:n].float()
+            post = labels is not None and s.index < len(labels) and labels[s.index] == FINAL_POST
+            if not post:
+                h = g.float() * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps))
+            p = torch.softmax(torch.nn.functional.linear(h, Wf), dim=-1)
+            top = p.max(dim=-1)
+            ok = torch.isfinite(top.values)
+            ids.append([int(i) if bool(f) else -1 for i, f in zip(top.indices, ok, strict=True)])
+            probs.append([float(v) if bool(f) else float("nan") for v, f in zip(top.values, ok, strict=True)])
+            notes.append(None if bool(ok.all()) else "non-finite logits")
+    seen = sorted({i for row in ids for i in row if i >= 0})
+    text = dict(zip(seen, _decode(tokenizer, seen), strict=True))
+    return LensMap(positions=pos, ids=ids, texts=[[text.get(i, "") for i in row] for row in ids], probs=probs,
+                   notes=notes, num_tokens=int(capture.num_tokens))

@@ -40,6 +40,7 @@ from forensics.analysis.probe_wirings import (
     Candidates,
     Wiring,
     auto_candidates,
+    candidate_lists,
     controls,
     merge,
     parse_candidates,
@@ -50,7 +51,9 @@ from forensics.display import render
 from forensics.errors import ForensicsError
 from forensics.findings import Finding, FindingKind, Severity, Verdict
 from forensics.io.capture import Capture
+from forensics.io.formats import trainer_of
 from forensics.layers import FINAL_POST, r_label
+from forensics.models import conventions as cv
 from forensics.models.draft import Draft, load_draft
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -60,9 +63,12 @@ TOPK = 5  # top-k agreement: the verifier's token among the draft's k best guess
 STEPS = 3  # draft tokens per chain (vLLM's acceptance tests pin k = 3)
 Z95 = 1.96  # Wilson interval z for the top-1 agreement's 95 % CI
 MIN_POSITIONS = 200  # fewer scored positions than this: warn that the ranking is noisy
+# Acceptance length at or below which a draft is dead: a draft that drafts nothing scores 1.0; TensorRT-LLM's
+# acceptance references (#18905) note a drafter whose slots collapse scoring 1.09 with every accuracy gate green,
+# while correctly wired EAGLE-3 drafts there score 2.03 (Qwen3-4B) to 2.89 (GPT-OSS).
+COLLAPSED_LENGTH = 1.1
 ENGINE_PLANS = (("vllm", None), ("sglang", "pre-25454"), ("sglang", "post-25454"), ("speculators", None),
                 ("specforge", None))
-_TRAINERS = {"speculators-v1": "speculators-v1", "speculators": "speculators", "specforge": "specforge"}
 KIND_DECLARED_BEATEN = FindingKind.PROBE_DECLARED_BEATEN
 KIND_SERVED_BEATEN = FindingKind.PROBE_SERVED_BEATEN
 KIND_NEAR_CONTROLS = FindingKind.PROBE_NEAR_CONTROLS
@@ -71,6 +77,7 @@ KIND_FEW_POSITIONS = FindingKind.PROBE_FEW_POSITIONS
 KIND_NO_INTERVAL = FindingKind.PROBE_NO_INTERVAL
 KIND_VOCAB = FindingKind.PROBE_VOCAB_MISMATCH
 KIND_NO_ENGINE_IDS = FindingKind.PROBE_NO_ENGINE_IDS
+KIND_COLLAPSED = FindingKind.DRAFT_COLLAPSED
 
 
 def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
@@ -191,6 +198,23 @@ class ProbeResult:
     def warnings(self) -> list[str]:
         return [f.message for f in self.findings if f.severity is not Severity.INFO]
 
+    def to_dataframe(self) -> Any:
+        """One row per wiring scored (``pandas.DataFrame``; pandas is the ``dataframe`` extra), best candidate first,
+        then the controls: its rank, label, tags, top-1 agreement and its interval, top-k, acceptance length and its
+        interval, and what kind of control it is."""
+        from forensics.jsonable import data_frame
+
+        rows = []
+        for i, r in enumerate(self.rows):
+            lo, hi = (list(r.top1_ci) + [None, None])[:2]
+            alo, ahi = (list(r.acceptance_length_ci or []) + [None, None])[:2]
+            rows.append({"rank": i + 1 if r.control is None else None, "wiring": r.label, "refs": list(r.wiring),
+                         "tags": ", ".join(r.tags), "control": r.control, "top1": r.top1, "top1_low": lo,
+                         "top1_high": hi, "topk": r.topk, "n": r.n, "acceptance_length": r.acceptance_length,
+                         "acceptance_length_low": alo, "acceptance_length_high": ahi, "norm": r.norm,
+                         "order": r.order, "pairing": r.pairing})
+        return data_frame(rows)
+
     def to_dict(self) -> dict:
         best = self.best
         return {"verdict": self.verdict.value, "findings": [f.to_dict() for f in self.findings],
@@ -229,8 +253,6 @@ def _captures(data) -> list[Capture]:
 
 
 def _declared_r(d: Draft, L: int | None) -> tuple[list | None, str]:
-    from forensics.models import conventions as cv
-
     if L is None:
         return None, "no L"
     if d.declared_ids is None:
@@ -264,8 +286,6 @@ def _verifier(model: Any) -> Verifier | None:
 
 
 def _ids_per_engine(best: list, L: int | None, arch: str | None) -> tuple[dict | None, list[str]]:
-    from forensics.models import conventions as cv
-
     if L is None:
         return None, ["L (the verifier's layer count) is unknown: no engine ids (pass --model or a capture.json)"]
     if not all(isinstance(r, int) for r in best):
@@ -274,7 +294,7 @@ def _ids_per_engine(best: list, L: int | None, arch: str | None) -> tuple[dict |
     for system, version in ENGINE_PLANS:
         name = system if version is None else f"{system} {version}"
         try:
-            out[name] = cv.from_r(system, best, L, version=version, arch=arch).to_dict()
+            out[name] = cv.system(system).from_r(best, L, version=version, arch=arch).to_dict()
         except ForensicsError as e:
             out[name] = {"ids": None, "key": None, "caveat": str(e)}
     return out, []
@@ -299,9 +319,7 @@ def _target_context(v: Verifier | None, caps: list[Capture]) -> tuple[int | None
     """The verifier's layer count L and its architecture family (for the engines' id rules)."""
     facts = v.facts if v is not None else None
     L = facts["num_layers"] if facts else next((c.num_layers for c in caps if c.num_layers), None)
-    from forensics.models.conventions import arch_family
-
-    arch = arch_family([facts["architecture"]], facts["model_type"]) if facts else None
+    arch = cv.arch_family([facts["architecture"]], facts["model_type"]) if facts else None
     return L, arch
 
 
@@ -312,10 +330,8 @@ def _served_r(d: Draft, engine: str | None, version: str | None, L: int | None, 
         return None, ""
     if L is None:
         return None, "L (the verifier's layer count) is unknown: pass --model or a capture.json"
-    from forensics.models.conventions import engine_capture
-
     try:
-        ec = engine_capture(engine, d.config, L, version, arch)
+        ec = cv.system(engine).capture(d.config, L, version, arch)  # the engine's name resolved here, once
     except ForensicsError as e:
         return None, e.message
     if len(ec.r) != d.num_aux:
@@ -330,11 +346,9 @@ def _candidate_wirings(d: Draft, caps: list[Capture], candidates: str | list, L:
     refs = slot_refs(caps[0])
     k = d.num_aux
     declared, declared_how = _declared_r(d, L)
-    trainer = _TRAINERS.get(caps[0].format)
+    trainer = trainer_of(caps[0].format)
     if trainer is not None:
-        from forensics.models.conventions import trainer_view
-
-        fc = [refs[i] for i in trainer_view(trainer, len(refs)).fc_slots][:k]
+        fc = [refs[i] for i in cv.system(trainer).trainer_view(len(refs)).fc_slots][:k]
     else:
         fc = [r for r in refs if r != FINAL_POST][:k]
     auto = candidates == "auto"
@@ -470,7 +484,10 @@ def _decide(rows: list[ProbeRow], by_label: dict[str, Wiring], u: _Units, served
         d, ci = _diff(u, wb, by_label[c.label])
         if ci is None or ci[0] <= 0:
             near.append(f"{c.label} {c.acceptance_length:.2f} (difference {_fmt_diff(d, ci)})")
-    if near and u.count >= 2:
+    collapsed = _collapsed(best, ctrls, u)
+    if collapsed is not None:
+        found.append(collapsed)
+    elif near and u.count >= 2:
         found.append(Finding(KIND_NEAR_CONTROLS, Severity.WARN, message=(
             f"the best wiring {best.label} ({best.acceptance_length:.2f}) is not clearly above the control(s) "
             f"{'; '.join(near)}: the draft, not the wiring, is the problem")))
@@ -496,6 +513,26 @@ def _decide(rows: list[ProbeRow], by_label: dict[str, Wiring], u: _Units, served
     return verdict, found
 
 
+def _collapsed(best: ProbeRow, ctrls: list[ProbeRow], u: _Units) -> Finding | None:
+    """``draft_collapsed`` (FAIL) when the draft is dead whatever its wiring: the best wiring's whole 95 %
+    interval and both controls at acceptance length ``<= COLLAPSED_LENGTH``. The interval, not the point: the
+    sample draft (a small working one) scores 1.09–1.32 on single ~100-token files against the next token, with
+    intervals reaching 1.16–1.46; a randomly initialised draft scores 1.00 [1.00, 1.01] on the same data."""
+    ci = best.acceptance_length_ci
+    if not ctrls or ci is None or u.count < 2 or ci[1] > COLLAPSED_LENGTH \
+            or any(c.acceptance_length > COLLAPSED_LENGTH for c in ctrls):
+        return None
+    ctl = ", ".join(f"{c.control} control {c.acceptance_length:.2f}" for c in ctrls)
+    return Finding(KIND_COLLAPSED, Severity.FAIL, message=(
+        f"the draft is collapsed: its best wiring {best.label} reaches acceptance length "
+        f"{best.acceptance_length:.2f} [{ci[0]:.2f}, {ci[1]:.2f}], the {ctl}: all at or below {COLLAPSED_LENGTH} "
+        "(a draft that drafts nothing scores 1.0), so no wiring fixes it; check the draft itself (untrained or "
+        "diverged, weights that did not load)"),
+        evidence={"best": best.wiring, "best_length": best.acceptance_length, "best_interval": list(ci),
+                  "controls": {str(c.control): c.acceptance_length for c in ctrls},
+                  "threshold": COLLAPSED_LENGTH})
+
+
 def _served_cost(rows: list[ProbeRow], served: list | None, why: str, engine: str, version: str | None,
                  steps: int, cost: float) -> ServedCost:
     best = next(r for r in rows if r.control is None)
@@ -518,7 +555,7 @@ def _served_cost(rows: list[ProbeRow], served: list | None, why: str, engine: st
 def probe(draft: str | os.PathLike | Draft, data: Any, candidates: str | list = "auto", model: Any = None,
           topk: int = TOPK, max_samples: int | None = None, use_loss_mask: bool = False,
           progress: Callable[[int, int], None] | None = None, steps: int = STEPS, engine: str | None = None,
-          engine_version: str | None = None, draft_cost: float = DRAFT_COST) -> ProbeResult:
+          engine_version: str | None = None, draft_cost: float = DRAFT_COST, stamp_check: bool = True) -> ProbeResult:
     """Rank candidate wirings of ``draft`` by the acceptance length of greedy chain drafting on capture ``data``.
 
     Args:
@@ -540,8 +577,16 @@ def probe(draft: str | os.PathLike | Draft, data: Any, candidates: str | list = 
         engine, engine_version: the serving engine whose wiring (resolved from the draft config as the audit
             does) is compared with the best, in acceptance length and expected speed-up.
         draft_cost: the draft's cost per token over the target's (the speed-up's cost model).
+        stamp_check: check each stamped capture file's stamp against its values (default): a file changed since
+            it was stamped is a ``stamp_drift`` FAIL (the probe scored data that is not what was stamped).
     """
     _check_options(topk, max_samples, steps, draft_cost)
+    if candidates != "auto":
+        candidate_lists(candidates)  # a malformed list is one line before any file is read
+    if engine_version is not None:  # an unknown version is one line, never silently "as if known"
+        if engine is None:
+            raise ForensicsError("engine_version (--engine-version) needs engine (--engine)")
+        cv.system(engine).version(engine_version)
     d = draft if isinstance(draft, Draft) else load_draft(draft)
     caps = _captures(data)[:max_samples] if max_samples else _captures(data)
     v = _verifier(model)
@@ -580,6 +625,14 @@ def probe(draft: str | os.PathLike | Draft, data: Any, candidates: str | list = 
     rows.sort(key=lambda r: (r.control is not None, ["shift", "random"].index(r.control) if r.control else 0,
                              -r.acceptance_length, -r.top1, -r.topk))
     verdict, findings = _decide(rows, by_label, u, served, engine)
+    if stamp_check:
+        from forensics.analysis.stamp import check_in_read
+
+        for cap in caps:
+            sc = check_in_read(cap)
+            findings += [] if sc is None else sc.findings
+        if any(f.severity is Severity.FAIL for f in findings):
+            verdict = Verdict.FAIL
     best = rows[0]
     res_ids, why_no_ids = _ids_per_engine(best.wiring, L, arch)
     findings += [Finding(KIND_NO_ENGINE_IDS, Severity.INFO, message=m) for m in why_no_ids]

@@ -28,7 +28,7 @@ from forensics.analysis.probe import probe
 from forensics.analysis.scan.core import scan as run_scan
 from forensics.analysis.stamp import stamp_status
 from forensics.display import render
-from forensics.errors import ForensicsError
+from forensics.errors import ForensicsError, ModelMismatch
 from forensics.findings import (
     Finding,
     Severity,
@@ -47,8 +47,9 @@ OUTCOMES = ("fail", "cannot tell", "warn", "pass", "info")  # a slot's outcome w
 # fingerprint ``decided_by`` names → the evidence signals that carry its number, best first
 DECIDED_ALIASES = {"exact": ("ladder_match", "exact_embedding", "exact_gamma")}
 MAX_EXPLORED_FILES = 24  # files in the report's explorer (its state is ≤ 16 B × slots × 4096 columns per file)
-TOKEN_TEXT_CHARS = 64  # a token's text is kept cut to this many characters + "…" (a hostile tokenizer's
-# 2,000,000-character token at 1,000 positions made a 384 MB report; hardening round 3, N6 S15)
+# a token's text is kept cut to this many characters + "…(+N chars)" (forensics.io.tokenizer.cut_text: a hostile
+# tokenizer's 2,000,000-character token at 1,000 positions made a 384 MB report)
+from forensics.io.tokenizer import MAX_TOKEN_TEXT_CHARS as TOKEN_TEXT_CHARS  # noqa: E402, F401
 
 
 @dataclass
@@ -116,6 +117,7 @@ class FileReport:
     fingerprint: Any = field(default=None, repr=False)
     error: str | None = None
     tokens: list[str] | None = field(default=None, repr=False)
+    tokenizer: Any = field(default=None, repr=False)  # the tokenizer ``tokens`` came from (its own, else --model's)
     stamp: dict | None = field(default=None, repr=False)  # ``forensics.analysis.stamp.stamp_status`` of the file
     explore: Any = field(default=None, repr=False)  # its ``ExploreState`` (the report's explorer), when drawn
     slots: list[SlotOutcome] = field(init=False, default_factory=list, repr=False)
@@ -223,25 +225,35 @@ def error_text(e: BaseException) -> str:
     return str(e) if isinstance(e, ForensicsError) else f"{type(e).__name__}: {e}"
 
 
-def load_tokens(cap: Any, errors: list[ReportError]) -> list[str] | None:
-    """Token text per position (the capture's own local tokenizer, never remote code), or None when unknown;
-    each distinct id decoded once, its text cut to ``TOKEN_TEXT_CHARS`` characters + "…"."""
+def load_tokens(cap: Any, errors: list[ReportError], model: Any = None) -> list[str] | None:
+    """Token text per position (the capture's own local tokenizer, never remote code; else the tokenizer of
+    ``model``, the ``--model`` given), or None when unknown; each distinct id decoded once, its text cut to
+    ``TOKEN_TEXT_CHARS`` characters + "…"."""
+    return file_tokens(cap, errors, model)[0]
+
+
+def file_tokens(cap: Any, errors: list[ReportError], model: Any = None) -> tuple[list[str] | None, Any]:
+    """:func:`load_tokens` and the tokenizer the text came from (None when there is no text)."""
     from forensics.io.tokenizer import decode_tokens, find_tokenizer, load_tokenizer
 
     if cap.input_ids is None:
-        return None
+        return None, None
     folder = find_tokenizer(cap.path, cap.meta)
     tok, why = load_tokenizer(folder)
+    if tok is None and model is not None:
+        from forensics.models.target import model_tokenizer
+
+        tok, why_model = model_tokenizer(model)
+        why, folder = (why, folder) if why else (why_model, "of --model")
     if tok is None:
         if why and not any(_message(e) == why for e in errors):
             errors.append(ReportError(f"tokenizer {folder}", why))
-        return None
+        return None, None
     ids = [int(i) for i in cap.input_ids.tolist()]
     text = {}
     for i in dict.fromkeys(ids):
-        t = decode_tokens(tok, [i])[0]
-        text[i] = t if len(t) <= TOKEN_TEXT_CHARS else t[:TOKEN_TEXT_CHARS] + "…"
-    return [text[i] for i in ids]
+        text[i] = decode_tokens(tok, [i])[0]  # cut to TOKEN_TEXT_CHARS with a count
+    return [text[i] for i in ids], tok
 
 
 def explore_file(fr: FileReport) -> Any:
@@ -252,13 +264,40 @@ def explore_file(fr: FileReport) -> Any:
     from forensics.analysis.explore import explore_state
 
     try:
-        st = explore_state(fr.capture, fingerprint=fr.fp, stats=fr.stats)
+        st = explore_state(fr.capture, fingerprint=fr.fp, stats=fr.stats,  # the report's token text, same tokenizer
+                           tokenizer="auto" if fr.tokenizer is None else fr.tokenizer)
     except ForensicsError:
         return None
     for s in fr.slots[:len(st.verdicts)]:
         st.verdicts[s.index] = None if s.outcome == "info" else s.outcome
     st.file_verdict = fr.outcome
     return st
+
+
+LENS_MAP_REPORT_ROWS = 2048  # slot × token rows of lm_head the report's lens overviews may cost (≈ 2 s on CPU for
+# SmolLM2's 49,152 × 576 head); files past the budget show none
+
+
+def add_lens_maps(files: list[FileReport], model: Any, errors: list[ReportError]) -> None:
+    """The logit-lens overview of each explored file (``--model``: the model the exact fingerprint ran), within
+    ``LENS_MAP_REPORT_ROWS`` rows in all; a model the lens cannot read is one report error."""
+    from forensics.analysis.explore import LENS_MAP_COLUMNS, lens_map
+    from forensics.models.verifier import open_verifier
+
+    budget = LENS_MAP_REPORT_ROWS
+    verifier = None
+    for fr in files:
+        rows = len(fr.capture.slots) * min(fr.capture.num_tokens, LENS_MAP_COLUMNS)
+        if rows > budget:
+            break
+        try:
+            verifier = verifier or open_verifier(model)
+            st = fr.explore
+            st.lens_map = lens_map(fr.capture, verifier, st.tokenizer, labels=st.labels).to_dict()
+        except ForensicsError as e:
+            errors.append(ReportError("logit lens", error_text(e)))
+            return
+        budget -= rows
 
 
 def _message(e: Any) -> str | None:
@@ -454,22 +493,30 @@ def training_files(files: list[FileReport], trainer: str | None) -> list[FileRep
     return [f for f in ok if f.capture.format == best]
 
 
-def _analyse(path: str, layers: Any, model: Any, errors: list[ReportError]) -> FileReport:
-    """Load one capture, fingerprint it, and keep what the report needs."""
-    from forensics.analysis.stats import summarize
-    from forensics.io.formats import load
+def _analyse(path: str, layers: Any, model: Any, errors: list[ReportError], stamp_check: bool = True,
+             limit: int = MAX_ANALYSED_FILES, input_ids: Any = None) -> tuple[list[FileReport], int]:
+    """Load every sample of one file (read once: TensorRT-LLM records, SGLang objects, ``[B, T]`` batch rows, each
+    a ``FILE#i`` entry; with ``input_ids`` from outside it, when given), fingerprint the first ``limit``, and keep
+    what the report needs; and how many samples were left to the dataset scan."""
+    from forensics.io.formats import load_all
 
     try:
-        cap = load(path)
+        caps = load_all(path, input_ids=input_ids)
     except ForensicsError as e:
-        return FileReport(path=path, error=error_text(e))
+        return [FileReport(path=path, error=error_text(e))], 0
+    return [_analyse_sample(cap, layers, model, errors, stamp_check) for cap in caps[:limit]], max(0, len(caps) - limit)
+
+
+def _analyse_sample(cap: Any, layers: Any, model: Any, errors: list[ReportError], stamp_check: bool) -> FileReport:
+    from forensics.analysis.stats import summarize
     from forensics.io.sigbus import FileChangedSize
 
+    path = cap.name
     fp = None
     try:
-        fp = fingerprint(cap, layers=layers, model=model)
-    except FileChangedSize as e:  # the file itself went away under us: unreadable, not a failing section
-        return FileReport(path=path, error=error_text(e))
+        fp = fingerprint(cap, layers=layers, model=model, stamp_check=stamp_check)
+    except (FileChangedSize, ModelMismatch) as e:  # the file went away under us, or cannot be from --model (a
+        return FileReport(path=path, error=error_text(e))  # size that differs): unreadable, not a failing section
     except ForensicsError as e:  # a failing section is listed in the report, not fatal (the message names the file)
         errors.append(ReportError("fingerprint", error_text(e)))
     try:
@@ -497,7 +544,8 @@ def _argv(paths: list[str], settings: dict, scan: Any) -> list[str]:
 def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None, engine: str | None = None,
            engine_version: str | None = None, trainer: str | None = None, target_config: Any = None,
            served: Any = None, scan: Any = None, title: str | None = None,
-           progress: Callable[[str, int, int], None] | None = None, input_ids: Any = None) -> ReportResult:
+           progress: Callable[[str, int, int], None] | None = None, input_ids: Any = None,
+           stamp_check: bool = True) -> ReportResult:
     """Analyse capture files/directories: fingerprints, the wiring audit, the draft probe, the dataset scan.
 
     Args:
@@ -510,6 +558,10 @@ def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,
         scan: a ``ScanResult`` to include, or ``True`` to scan the paths.
         title: the report title (kept for the view and the regenerating command).
         progress: called as ``progress(stage, done, total)`` while files are fingerprinted and the draft is probed.
+        stamp_check: check each stamped file's stamp against the values its fingerprint reads (default): a file
+            changed since stamping is a ``stamp_drift`` FAIL in its fingerprint, and its stamp cell says so.
+        input_ids: the token ids of one capture saved without them (one file path, or hidden states in memory):
+            exact mode, token text and the row checks read them (``hsf report FILE --ids IDS``).
 
     Returns:
         :class:`ReportResult`.
@@ -521,8 +573,11 @@ def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,
     elif not (isinstance(paths, (list, tuple)) and paths and all(isinstance(p, (str, os.PathLike)) for p in paths)):
         # a capture in memory (tensors, transformers' output.hidden_states, a Capture): the report reads files
         # (stamps, tokenizers, scans), so it is written once as a plain safetensors capture and read back
-        paths = [write_capture(as_capture(paths, input_ids=input_ids))]
+        paths, input_ids = [write_capture(as_capture(paths, input_ids=input_ids))], None
     paths = [os.fspath(p) for p in paths]
+    if input_ids is not None and (len(paths) != 1 or os.path.isdir(paths[0])):
+        raise ForensicsError("input_ids are the tokens of one capture file; pass exactly one file",
+                             path=paths[0] if paths else None)
     model_arg = model  # as given ("default"), for the regenerating command
     if model is not None:
         from forensics.models.target import resolve_model
@@ -539,15 +594,24 @@ def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,
     skipped = len(found) - len(todo)  # beyond the cap: covered by the dataset scan, not analysed one by one
     for i, f in enumerate(todo):
         tick("fingerprint files", i, len(todo))
-        files.append(_analyse(f, layers, model, errors))
+        room = max(1, MAX_ANALYSED_FILES - len(files))  # samples of many-sample files count against the cap too
+        got, more = _analyse(f, layers, model, errors, stamp_check, room, input_ids)
+        skipped += more
+        files += got
     root = os.path.commonpath([os.path.dirname(os.path.abspath(p)) for p in paths]) if paths else os.getcwd()
     for fr in files:
         fr.rel = os.path.relpath(os.path.abspath(fr.path), root)
         if fr.capture is not None:
-            fr.tokens = load_tokens(fr.capture, errors)
-            fr.stamp = stamp_status(fr.path)
+            fr.tokens, fr.tokenizer = file_tokens(fr.capture, errors, model)
+            fr.stamp = stamp_status(fr.capture.path)  # the file's stamp (fr.path is FILE#i for one of its samples)
+            checked = getattr(fr.fingerprint, "stamp", None)
+            if checked is not None and fr.stamp.get("status") == "stamped":  # the values, checked in the read
+                fr.stamp["check"] = checked.check.status
+                fr.stamp["message"] = checked.check.message
     for fr in [f for f in files if f.capture is not None][:MAX_EXPLORED_FILES]:
         fr.explore = explore_file(fr)
+    if model is not None:
+        add_lens_maps([f for f in files if f.explore is not None and f.fingerprint is not None], model, errors)
 
     audit_res = probe_res = scan_res = facts = None
     training = training_files(files, trainer)
@@ -561,13 +625,14 @@ def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,
     if draft is not None and paths and has_weights(draft):
         try:
             probe_res = probe(draft, [f.capture for f in training] or paths[0], model=model, engine=engine,
-                              engine_version=engine_version,
+                              engine_version=engine_version, stamp_check=stamp_check,
                               progress=lambda done, total: tick("probe wirings × files", done, total))
         except ForensicsError as e:
             errors.append(ReportError("draft probe", error_text(e)))
     if (scan is True or (scan is None and skipped)) and paths:
         try:
-            scan_res = run_scan(paths if len(paths) > 1 else paths[0], progress=False, layers=layers)
+            scan_res = run_scan(paths if len(paths) > 1 else paths[0], progress=False, layers=layers,
+                                stamp_check=stamp_check)
         except ForensicsError as e:
             errors.append(ReportError("scan", error_text(e)))
     elif scan not in (None, False):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -266,14 +266,14 @@ class CaptureStats:
 
     @property
     def path(self) -> str:
-        return self.capture.path
+        return self.capture.name
 
     def __repr__(self) -> str:
         return render(self, "text")
 
     def to_dict(self) -> dict:
         c = self.capture
-        return {"path": c.path, "format": c.format, "num_tokens": c.num_tokens, "hidden_size": c.hidden_size,
+        return {"path": c.name, "format": c.format, "num_tokens": c.num_tokens, "hidden_size": c.hidden_size,
                 "layout": c.provenance.layout, "declared_layers": c.declared_layers,
                 "declared_convention": c.declared_convention, "declared_r": c.declared_r,
                 "notes": list(c.provenance.notes), "error": None,
@@ -287,10 +287,21 @@ class CaptureStats:
         return render(self, "html")
 
 
-def summarize(capture: Any, input_ids: Any = None, *,
-              taps: Callable[[int], Sequence[BlockTap]] | None = None) -> CaptureStats:
+@overload
+def summarize(capture: Capture, input_ids: None = None, attention_mask: None = None, *,
+              taps: Callable[[int], Sequence[BlockTap]] | None = None) -> CaptureStats: ...
+
+
+@overload
+def summarize(capture: Any, input_ids: Any = None, attention_mask: Any = None, *,
+              taps: Callable[[int], Sequence[BlockTap]] | None = None) -> CaptureStats | list[CaptureStats]: ...
+
+
+def summarize(capture: Any, input_ids: Any = None, attention_mask: Any = None, *,
+              taps: Callable[[int], Sequence[BlockTap]] | None = None) -> CaptureStats | list[CaptureStats]:
     """Statistics of every slot of a capture, of the file at a path, or of hidden states in memory (any layout
-    ``forensics.io.layout`` accepts; ``input_ids`` decide a stack's axes).
+    ``forensics.io.layout`` accepts; ``input_ids`` decide a stack's axes). An input that holds several samples (a
+    ``[B, T]`` batch, with its ``attention_mask``; a TensorRT-LLM record list) gives one result per sample.
 
     ``taps``: slot index → further consumers of the bytes the norm pass reads (a checksum, say), called on
     every row block of that slot as it is read (:func:`~forensics.analysis.kernels.norms_and_median_abs`), so
@@ -301,10 +312,17 @@ def summarize(capture: Any, input_ids: Any = None, *,
         >>> st.slots[1].first_ratio > 5                              # doctest: +SKIP
         True
     """
-    if not isinstance(capture, Capture) or input_ids is not None:
-        from forensics.io.formats import as_capture
+    if not isinstance(capture, Capture) or input_ids is not None or attention_mask is not None:
+        from forensics.io.formats import as_captures
 
-        capture = as_capture(capture, input_ids=input_ids)
+        caps = as_captures(capture, input_ids=input_ids, attention_mask=attention_mask)
+        if len(caps) > 1:
+            return [_summarize(c, taps) for c in caps]
+        capture = caps[0]
+    return _summarize(capture, taps)
+
+
+def _summarize(capture: Capture, taps: Callable[[int], Sequence[BlockTap]] | None = None) -> CaptureStats:
     from forensics.io.validate import check_capture
 
     check_capture(capture)  # dtypes, shapes and ids checked at the boundary: one line, never deep inside

@@ -181,11 +181,22 @@ def _ids_of(args) -> Any:
         return None
     if getattr(args, "model", None) is None:
         raise ForensicsError("--text needs --model (its tokenizer turns the text into token ids)", path=text_file)
+    from forensics.io.limits import MAX_TEXT_BYTES, read_bounded
+
+    raw = read_bounded(text_file, MAX_TEXT_BYTES, "the text")  # a regular file only: a FIFO never blocks
     try:
-        with open(text_file, encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as e:
-        raise ForensicsError(f"cannot read the text: {e}", path=text_file) from None
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ForensicsError(f"the text is not UTF-8 ({e.reason} at byte {e.start})", path=text_file) from None
     from forensics.models.target import tokenize
 
     return tokenize(args.model, text)
+
+
+def add_stamp_argument(p) -> None:
+    """``--no-stamp-check``: every command that reads a capture's values checks its stamp (``hsf stamp``) in the
+    same read; this skips it."""
+    p.add_argument("--no-stamp-check", dest="stamp_check", action="store_false",
+                   help="do not check the files' stamps (hsf stamp) against the values read (default: a file "
+                        "changed since it was stamped is a stamp_drift FAIL, and the stamp's layers are its "
+                        "claim when none is given)")

@@ -13,7 +13,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from dataclasses import asdict
 
-    from forensics.models.convention_rules import RULES
+    from forensics.models.conventions.rules import RULES
     from forensics.views.conventions import markdown, text
 
     if args.json:

@@ -13,6 +13,7 @@ from forensics.cli._common import (
     add_engine_arguments,
     add_ids_arguments,
     add_model_arguments,
+    add_stamp_argument,
     add_trainer_argument,
     exit_code_of,
     for_each_file,
@@ -38,6 +39,7 @@ def add_arguments(p) -> None:
                            "same input_ids ('default' = packaged SmolLM2)")
     p.add_argument("--num-layers", type=layer_count, help="L of the model (for the coarse r estimate)")
     add_ids_arguments(p)
+    add_stamp_argument(p)
 
 
 def _claims(args, capture):
@@ -63,7 +65,7 @@ def _claims(args, capture):
         return draft_claims(info, args.trainer, L, capture)
     from forensics.models import conventions as cv
 
-    ec = cv.engine_capture(args.engine, info.config, L, args.engine_version)
+    ec = cv.system(args.engine).capture(info.config, L, args.engine_version)
     detail = (f"draft config `{ec.key}` = {ec.ids} as {args.engine} {ec.version} captures it"
               if ec.ids is not None else f"no ids under `{ec.key}`: {args.engine} {ec.version}'s default")
     served = Claims([Claim(r, ClaimSource.DRAFT, detail) for r in ec.r], ClaimSource.DRAFT, detail)
@@ -72,26 +74,23 @@ def _claims(args, capture):
 
 def run(args) -> int:
     from forensics.analysis.fingerprint.core import fingerprint
-    from forensics.io.formats import load, split_record
+    from forensics.io.formats import load_all
 
     model = target_of(args)  # resolved once; streamed per file when it does not fit --max-memory
     ids = ids_of(args)  # one file's tokens (refused with several files)
     results = {}
 
     def fp_of(cap) -> dict:
-        fp = fingerprint(cap, model=model, num_layers=args.num_layers, claims=_claims(args, cap))
-        key = fp.path if cap.provenance.record is None else f"{fp.path}#{cap.provenance.record}"
-        results[key] = fp
+        fp = fingerprint(cap, model=model, num_layers=args.num_layers, claims=_claims(args, cap),
+                         stamp_check=args.stamp_check)
+        results[fp.path] = fp  # FILE#i for one sample of a many-sample file
         d = fp.to_dict()
-        d["path"] = key
+        d["path"] = fp.path
         return d
 
-    def one(path: str) -> dict | list[dict]:
-        cap = load(path, input_ids=ids)
-        n = int(cap.meta.get("records", 1))
-        if n == 1 or cap.provenance.record is None or split_record(path)[1] is not None:
-            return fp_of(cap)  # one sample, or the one record asked for (FILE#i)
-        return [fp_of(cap)] + [fp_of(load(path, input_ids=ids, record=i)) for i in range(1, n)]
+    def one(path: str) -> list[dict]:
+        # every sample (TensorRT-LLM records, SGLang objects, [B, T] batch rows), the file read once; FILE#i: one
+        return [fp_of(cap) for cap in load_all(path, input_ids=ids)]
 
     entries, code = for_each_file(args.paths, one, out=args.console, what="fingerprint")
     code = exit_code_of(entries, unreadable=code == 2)

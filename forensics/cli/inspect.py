@@ -13,31 +13,44 @@ file), so the row checks can place its rows.
 
 from __future__ import annotations
 
-from forensics.cli._common import for_each_file, ids_of, print_json, verdict_of
+from forensics.cli._common import add_stamp_argument, for_each_file, ids_of, print_json, verdict_of
 
 
 def add_arguments(p) -> None:
     p.add_argument("paths", nargs="+", metavar="PATH", help="capture files or directories (searched recursively)")
     p.add_argument("--ids", metavar="FILE", help="token ids of a capture saved without them (one file): a .pt/.npy "
                                                  "tensor or list, or a text file of integers")
+    add_stamp_argument(p)
 
 
 def run(args) -> int:
     from forensics.analysis.rows import check_rows
     from forensics.analysis.stats import summarize
     from forensics.findings import decide, exit_code
-    from forensics.io.formats import load
+    from forensics.io.formats import load_all
 
     results = {}
     row_findings: dict[int, list] = {}
     ids = ids_of(args)
 
-    def one(path: str) -> dict:
-        cap = load(path, input_ids=ids)
-        st = summarize(cap)
+    def one(path: str) -> list[dict]:
+        return [sample(cap) for cap in load_all(path, input_ids=ids)]  # every sample of the file, read once
+
+    def sample(cap) -> dict:
+        reader = None
+        if args.stamp_check:  # the stamp's checksums ride on the statistics' norm pass
+            from forensics.analysis.stamp import StampReader
+
+            reader = StampReader(cap)
+        st = summarize(cap, taps=reader.taps if reader is not None and reader.feeds else None)
         entry = st.to_dict()
         # zero blocks, rows ≠ ids, shifts, foreign rows; zero/NaN rows found from the statistics' norms
         found = check_rows(cap, norms=[s.norms for s in st.slots]).findings
+        from forensics.analysis.loss_mask import capture_loss_mask_findings
+
+        found = found + capture_loss_mask_findings(cap)  # a stored loss mask against the chat turns
+        sc = reader.check() if reader is not None else None  # the file's stamp against the slots just read
+        found = found + ([] if sc is None else sc.findings)
         entry["findings"] = [f.to_dict() for f in found]
         entry["verdict"] = decide(found).value
         results[id(entry)] = st

@@ -10,7 +10,14 @@ no interval), 2 on unreadable input.
 
 from __future__ import annotations
 
-from forensics.cli._common import add_engine_arguments, add_model_arguments, positive_int, print_json, target_of
+from forensics.cli._common import (
+    add_engine_arguments,
+    add_model_arguments,
+    add_stamp_argument,
+    positive_int,
+    print_json,
+    target_of,
+)
 
 
 def add_arguments(p) -> None:
@@ -28,6 +35,7 @@ def add_arguments(p) -> None:
     p.add_argument("--steps", type=positive_int, default=None, metavar="K",
                    help="draft tokens per chain (default 3): acceptance length lies in [1, K + 1]")
     add_engine_arguments(p, "the serving engine whose wiring (from the draft config) is compared with the best")
+    add_stamp_argument(p)
     p.add_argument("--draft-cost", type=float, default=None, metavar="C",
                    help="draft cost per token over the target's, for the expected speed-up τ / (1 + K·C) "
                         "(default 0.05)")
@@ -43,7 +51,8 @@ def run(args) -> int:
                     use_loss_mask=args.loss_mask, progress=lambda done, total: step(done=done, total=total),
                     steps=STEPS if args.steps is None else args.steps, engine=args.engine,
                     engine_version=args.engine_version,
-                    draft_cost=DRAFT_COST if args.draft_cost is None else args.draft_cost)
+                    draft_cost=DRAFT_COST if args.draft_cost is None else args.draft_cost,
+                    stamp_check=args.stamp_check)
     if args.json:
         print_json(res.to_dict())
     else:

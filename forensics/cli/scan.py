@@ -6,7 +6,7 @@ unreadable files or bad arguments; 3 a claim no fingerprinted file could decide 
 
 from __future__ import annotations
 
-from forensics.cli._common import print_json
+from forensics.cli._common import add_stamp_argument, print_json
 
 
 def add_arguments(p) -> None:
@@ -33,6 +33,7 @@ def add_arguments(p) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--file-timeout", type=float, default=None, metavar="SECONDS",
                    help="time budget per file (default 300); a file that takes longer becomes an error row")
+    add_stamp_argument(p)
 
 
 def run(args) -> int:
@@ -52,7 +53,7 @@ def run(args) -> int:
                    **budget,
                    resume=args.resume, sample=args.sample, dask=dask, fingerprint=args.fingerprint,
                    progress=False if (args.no_progress or args.json or args.quiet) else None,
-                   out_format=args.out_format, layers=args.layers)
+                   out_format=args.out_format, layers=args.layers, stamp_check=args.stamp_check)
     except KeyboardInterrupt:
         if args.out:
             args.console.error(f"interrupted; rows so far are in {args.out}: continue with --resume")

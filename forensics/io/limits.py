@@ -100,3 +100,33 @@ def model_config(cfg: Any, path: str | None = None) -> dict:
         if cfg.get(name) is None and inner.get(name) is None:
             raise ForensicsError(f"config.json has no {name}", path=path)
     return cfg
+
+
+# ``--text`` of one capture: the text its token ids come from. 4 MiB is ~10^6 tokens (~4 characters a token),
+# longer than any capture's context; tokenizing it costs well under a GiB (a 66 MB text aborted the tokenizer).
+MAX_TEXT_BYTES = 4 << 20
+# ``--ids`` as text: ~10^6 ids of up to 7 digits. An id has at most 18 digits (int64 holds 19; a vocabulary 7).
+MAX_IDS_TEXT_BYTES = 16 << 20
+MAX_ID_DIGITS = 18
+
+
+def read_bounded(path: str, limit: int, what: str) -> bytes:
+    """The bytes of the regular file ``path``, at most ``limit`` of them; a FIFO, device or socket (which would
+    block or never end), a larger file or a read error is one line naming the file."""
+    import os
+
+    from forensics.io.safetensors import open_regular
+
+    fd = open_regular(path)
+    try:
+        with os.fdopen(fd, "rb") as f:
+            fd = -1
+            data = f.read(limit + 1)
+    except OSError as e:
+        raise ForensicsError(f"cannot read {what}: {e.strerror}", path=path) from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    if len(data) > limit:
+        raise ForensicsError(f"{what} is larger than {limit} bytes; refused", path=path)
+    return data

@@ -6,6 +6,10 @@ inside the folder of the ``capture.json`` that names it, every file it holds mus
 symlink out), a tokenizer that asks for its own code is refused before ``transformers`` sees it, and the
 load itself passes ``trust_remote_code=False`` and ``local_files_only=True`` (transformers then raises
 instead of prompting, and never reaches the network).
+
+A folder the user names (``tokenizer="FOLDER"``, an HF model folder given as ``--model``) is loaded the same way,
+except that its files may link elsewhere (a Hugging Face cache snapshot is links into its blob store). The size cap
+applies to the files a tokenizer reads, never to a model folder's weights (``WEIGHT_SUFFIXES``).
 """
 
 from __future__ import annotations
@@ -29,7 +33,11 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 # 2026-12-01). Equal decodes for every id of the SmolLM2 vocabulary: tests/test_tokenizer.py.
 TOKENIZER_JSON_CLASSES = (None, "TokenizersBackend", "PreTrainedTokenizerFast")
 
-_CACHE: dict[str, tuple[Any, str | None]] = {}
+# files a tokenizer never reads (a model folder's weights): the tokenizer-file size cap does not apply to them
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth", ".ckpt", ".msgpack", ".h5", ".onnx", ".npz",
+                   ".npy")
+
+_CACHE: dict[tuple[str, bool], tuple[Any, str | None]] = {}
 
 
 def _inside(path: str, root: str) -> bool:
@@ -64,14 +72,20 @@ def find_tokenizer(path: str, meta: dict | None = None) -> str | None:
     return None
 
 
-def _check_folder(folder: str) -> dict:
-    """Refuse a folder whose files resolve outside it, or whose config asks transformers to run code; return
-    its ``tokenizer_config.json`` (``{}`` when absent)."""
+def _check_folder(folder: str, confined: bool = True) -> dict:
+    """Refuse a folder whose files resolve outside it (``confined``: a folder a dataset names), holds a tokenizer
+    file above the size cap, or whose config asks transformers to run code; return its ``tokenizer_config.json``
+    (``{}`` when absent). A FIFO or device named like a tokenizer file is refused before any open (it would block)."""
+    from .safetensors import refuse_special_files
+
+    refuse_special_files(folder)
     for name in os.listdir(folder):
-        if not _inside(os.path.join(folder, name), folder):
+        if confined and not _inside(os.path.join(folder, name), folder):
             raise ForensicsError(f"tokenizer file {name!r} links outside the tokenizer folder; not loaded",
                                  path=folder)
         p = os.path.join(folder, name)
+        if name.lower().endswith(WEIGHT_SUFFIXES):  # a model folder's weights: no tokenizer reads them
+            continue
         if os.path.isfile(p) and os.path.getsize(p) > MAX_TOKENIZER_FILE_BYTES:  # read whole, with no limit
             raise ForensicsError(f"tokenizer file of {os.path.getsize(p)} bytes is larger than a tokenizer can be "
                                  f"(limit {MAX_TOKENIZER_FILE_BYTES}); not loaded", path=p)
@@ -117,33 +131,53 @@ def _tokenizer_json(folder: str, cfg: dict) -> TokenizerFile | None:
         return None
 
 
-def load_tokenizer(folder: str | None) -> tuple[Any, str | None]:
-    """``(tokenizer, None)`` from the local folder, or ``(None, one-line reason)``; cached per folder."""
+def load_tokenizer(folder: str | None, confined: bool = True) -> tuple[Any, str | None]:
+    """``(tokenizer, None)`` from the local folder, or ``(None, one-line reason)``; cached per folder.
+
+    ``confined=False`` for a folder the user named (its files may link outside it, as a Hugging Face cache
+    snapshot's do); a folder a dataset names stays confined."""
     if folder is None:
         return None, None
-    folder = os.path.realpath(folder)
-    if folder not in _CACHE:
+    if not os.path.isdir(folder):
+        return None, f"{folder}: no such tokenizer folder"
+    key = (os.path.realpath(folder) if confined else os.path.abspath(folder), confined)
+    folder = key[0]
+    if key not in _CACHE:
         try:
-            fast = _tokenizer_json(folder, _check_folder(folder))
+            fast = _tokenizer_json(folder, _check_folder(folder, confined))
             if fast is not None:
-                _CACHE[folder] = (fast, None)
-                return _CACHE[folder]
+                _CACHE[key] = (fast, None)
+                return _CACHE[key]
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             from transformers import AutoTokenizer
             from transformers.utils import logging as hf_logging
 
             hf_logging.set_verbosity_error()  # library warnings stay off the user's stderr
             tok = AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
-            _CACHE[folder] = (tok, None)
+            _CACHE[key] = (tok, None)
         except ForensicsError as e:
-            _CACHE[folder] = (None, str(e))
+            _CACHE[key] = (None, str(e))
         except Exception as e:  # noqa: BLE001 - a broken tokenizer costs the token text, never the command
-            _CACHE[folder] = (None, f"{folder}: cannot load tokenizer: {type(e).__name__}: {one_line(e)[:300]}")
-    return _CACHE[folder]
+            _CACHE[key] = (None, f"{folder}: cannot load tokenizer: {type(e).__name__}: {one_line(e)[:300]}")
+    return _CACHE[key]
+
+
+MAX_TOKEN_TEXT_CHARS = 64  # one token's text as shown or synced (real tokens: < 20; a hostile one: 10^6)
+MAX_RUN_TEXT_CHARS = 4096  # a decoded run of tokens (the explorer's selection)
+
+
+def cut_text(text: str, limit: int = MAX_TOKEN_TEXT_CHARS) -> str:
+    """``text`` when at most ``limit`` characters, else its first ``limit`` and how many were cut:
+    ``abc…(+999,997 chars)``, never silently."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}…(+{len(text) - limit:,} chars)"
 
 
 def decode_tokens(tok: Any, ids: list[int]) -> list[str]:
-    """Text of each id on its own; an id outside the tokenizer (-100 padding, ≥ its size) is ``<id N>``."""
+    """Text of each id on its own, cut to ``MAX_TOKEN_TEXT_CHARS`` with a count (:func:`cut_text`: a hostile
+    tokenizer's 10^6-character token never reaches a report, the terminal or the explorer uncut); an id outside
+    the tokenizer (-100 padding, ≥ its size) is ``<id N>``."""
     try:
         n = len(tok)
     except TypeError:
@@ -155,7 +189,7 @@ def decode_tokens(tok: Any, ids: list[int]) -> list[str]:
             out.append(f"<id {i}>")
             continue
         try:
-            out.append(tok.decode([i]))
+            out.append(cut_text(str(tok.decode([i]))))
         except Exception:  # noqa: BLE001 - an id the tokenizer cannot decode is shown by number
             out.append(f"<id {i}>")
     return out
@@ -169,7 +203,7 @@ def decode_text(tok: Any, ids: list[int]) -> str:
         n = None
     if all(0 <= int(i) and (n is None or int(i) < n) for i in ids):
         try:
-            return tok.decode([int(i) for i in ids])
+            return cut_text(str(tok.decode([int(i) for i in ids])), MAX_RUN_TEXT_CHARS)
         except Exception:  # noqa: BLE001
             pass
-    return "".join(decode_tokens(tok, ids))
+    return cut_text("".join(decode_tokens(tok, ids)), MAX_RUN_TEXT_CHARS)

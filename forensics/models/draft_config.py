@@ -208,7 +208,7 @@ def _read_family(info: DraftInfo, cfg: dict, inner: dict) -> None:
     ``dflash_config.target_layer_ids`` (z-lab, vLLM, SGLang) or speculators' ``aux_hidden_state_layer_ids``,
     DSpark ``dspark_target_layer_ids`` (vLLM) or ``target_layer_ids`` (NeMo Automodel)."""
     from forensics.models import conventions as cv
-    from forensics.models.convention_rules import FAMILY_KEYS
+    from forensics.models.conventions.rules import FAMILY_KEYS
 
     info.family = cv.detect_family(cfg)
     info.family_ids = {k: v for k in FAMILY_KEYS[info.family] if (v := cv.get_key(cfg, k)) is not None}

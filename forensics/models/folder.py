@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from forensics.errors import ForensicsError, escape
+from forensics.errors import ForensicsError, ModelMismatch, escape
 from forensics.io.formats._io import load_json
 from forensics.io.limits import MAX_TOKENIZER_FILE_BYTES, model_config
 from forensics.io.safetensors import refuse_special_files
@@ -111,7 +111,8 @@ class quiet:
         self._bar = hf_logging.is_progress_bar_enabled()
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()
-        self._gguf = self._tqdm = None
+        self._gguf: Any = None
+        self._tqdm: Any = None
         try:
             self._gguf = importlib.import_module(self.GGUF_MODULE)
             self._tqdm = self._gguf.tqdm
@@ -139,7 +140,7 @@ def check_ids(ids: Any, vocab_size: int, path: str | None = None, model: str | N
         >>> check_ids([5, -7], 300, "model/")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        forensics.errors.ForensicsError: model/: input_ids hold 1 id outside the model's vocabulary 0..299 (first: ...
+        forensics.errors.ModelMismatch: model/: input_ids hold 1 id outside the model's vocabulary 0..299 (first: ...
     """
     import torch
 
@@ -153,6 +154,6 @@ def check_ids(ids: Any, vocab_size: int, path: str | None = None, model: str | N
     if n:
         i = int(bad.nonzero()[0, 0])
         of = f" of {model}" if model else ""
-        raise ForensicsError(f"input_ids hold {n} id{'s' if n > 1 else ''} outside the model's vocabulary "
+        raise ModelMismatch(f"input_ids hold {n} id{'s' if n > 1 else ''} outside the model's vocabulary "
                              f"0..{int(vocab_size) - 1}{of} (first: {int(t[i])} at position {i}); exact mode needs "
                              "the model the ids were tokenized for", path=path)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forensics.errors import ForensicsError
-from forensics.io.formats import WRITERS, WRITTEN_SIDE_FILES, writer  # noqa: F401 - WRITERS: the choices
+from forensics.io.formats import WRITERS, WRITTEN_SIDE_FILES, writer
 from forensics.io.formats.base import Dataset, Sample
 from forensics.io.output import atomic_output
 from forensics.layers import FINAL_POST, parse_layer_list, r_label
@@ -99,12 +99,16 @@ def layer_ids(rs: list, fmt: str) -> list | None:
 
 # --- texts --------------------------------------------------------------------------------------------
 
+MAX_CAPTURE_TEXT_BYTES = 256 << 20  # read whole for its sha256; only a prefix of it is tokenized (_encode_prefix)
+
+
 def read_text(path: str) -> tuple[str | list, str]:
     """The text (or chat messages from a ``.json`` file) and the sha256 of the file's bytes."""
     if not os.path.isfile(path):
         raise ForensicsError("text file not found (or not a regular file)", path=path)
-    with open(path, "rb") as f:
-        raw = f.read()
+    from forensics.io.limits import read_bounded
+
+    raw = read_bounded(path, MAX_CAPTURE_TEXT_BYTES, "the text file")  # only a prefix is tokenized, see below
     sha = hashlib.sha256(raw).hexdigest()
     try:
         text = raw.decode("utf-8")

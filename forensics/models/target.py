@@ -18,7 +18,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,8 +89,15 @@ def _save_plain(model, tok, folder: str) -> None:
 
 def _write_cache(model, tok, folder: str) -> None:
     """Write a plain fp32 safetensors copy of a GGUF-loaded model (atomic rename; best effort)."""
-    os.makedirs(CACHE_DIR, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".tmp-", dir=CACHE_DIR)
+    from forensics.io.tempfiles import clean_stale, temp_path
+
+    try:
+        os.makedirs(CACHE_DIR, exist_ok=True)
+        clean_stale(folder)  # a ~0.5 GB copy a killed run left
+        tmp = temp_path(folder)
+        os.mkdir(tmp)
+    except OSError:  # the cache is an optimisation only (a read-only or full HSF_CACHE)
+        return
     try:
         _save_plain(model, tok, tmp)
         try:
@@ -273,6 +279,45 @@ def ladder(model, input_ids, rs: list | None = None) -> dict:
                                  "final_post)")
         states = {r: states[r] for r in rs}
     return states
+
+
+SUBLAYERS = ("attn", "mlp", "mid")  # a block's attention output, its MLP output, the residual between the two
+
+
+def sublayer_states(model, input_ids) -> dict:
+    """States ``[T, H]`` inside every block: ``("attn", b)`` the attention output, ``("mlp", b)`` the MLP output
+    and ``("mid", b)`` the residual after attention, before the MLP (the input of the post-attention norm),
+    for blocks b = 1..L (block b writes r = b).
+
+    These are what a capture path saves when it misses the residual add: an aux capture of the MLP output
+    (sglang#39286, nnsight#630: ``layer.output[0]`` on vLLM is the MLP output, the stream is ``out[0] + out[1]``)
+    or an intermediate inside a block (vllm#55423). Needs Llama-style blocks (``self_attn``, ``mlp``,
+    ``post_attention_layernorm``); a block without them is left out.
+    """
+    import torch
+
+    ids = torch.as_tensor(input_ids, dtype=torch.long).reshape(1, -1)
+    got: dict = {}
+    handles = []
+
+    def keep(key, value):
+        got[key] = (value[0] if isinstance(value, tuple) else value)[0].detach()
+
+    for i, block in enumerate(decoder_layers(model)):
+        b = i + 1
+        attn, mlp, post = (getattr(block, n, None) for n in ("self_attn", "mlp", "post_attention_layernorm"))
+        if attn is None or mlp is None or post is None:
+            continue
+        handles.append(attn.register_forward_hook(lambda _m, _a, o, b=b: keep(("attn", b), o)))
+        handles.append(mlp.register_forward_hook(lambda _m, _a, o, b=b: keep(("mlp", b), o)))
+        handles.append(post.register_forward_hook(lambda _m, a, _o, b=b: keep(("mid", b), a)))
+    try:
+        with torch.no_grad():
+            model(input_ids=ids, use_cache=False)
+    finally:
+        for h in handles:
+            h.remove()
+    return got
 
 
 # --- resolving `--model` and the memory budget ----------------------------------------------------------
@@ -541,6 +586,62 @@ def target_facts(spec: Any) -> dict:
 
 
 
+_GGUF_TOKENIZERS: dict[str, tuple[Any, str | None]] = {}
+
+
+def model_tokenizer(spec: Any) -> tuple[Any, str | None]:
+    """The tokenizer of ``--model``, for token text of captures saved without one: ``(tokenizer, None)`` or
+    ``(None, one-line reason)``; never loads weights for it.
+
+    An HF folder: its tokenizer files (:func:`forensics.io.tokenizer.load_tokenizer`, never its code; the size cap
+    applies to tokenizer files, not weights). A ``.gguf``: the vocabulary it carries (its fp32 cache folder's
+    tokenizer files once written, else the GGUF read by transformers). A loaded ``(model, tokenizer)`` pair: its
+    tokenizer. A ladder capture: the tokenizer found next to it. A bare model object carries none.
+
+    Example:
+        >>> tok, why = model_tokenizer("default")       # doctest: +SKIP
+        >>> tok.decode([504])                           # doctest: +SKIP
+        ' The'
+    """
+    from forensics.io.tokenizer import find_tokenizer, load_tokenizer
+
+    if spec is None:
+        return None, None
+    if isinstance(spec, tuple) and len(spec) == 2 and hasattr(spec[0], "config"):
+        return (spec[1], None) if spec[1] is not None else (None, "the (model, tokenizer) pair has no tokenizer")
+    try:
+        spec = resolve_model(spec)
+    except ForensicsError as e:
+        return None, str(e)
+    path = spec.path if isinstance(spec, Target) else spec
+    if not isinstance(path, (str, os.PathLike)):
+        return None, "a model object carries no tokenizer: pass (model, tokenizer) or tokenizer="
+    path = os.path.abspath(os.fspath(path))
+    if os.path.isdir(path):
+        return load_tokenizer(path, confined=False)
+    if not path.endswith(".gguf"):  # a ladder capture: the tokenizer saved beside it
+        return load_tokenizer(find_tokenizer(path))
+    folder = _cache_folder(path)
+    if os.path.isfile(os.path.join(folder, "tokenizer.json")):
+        return load_tokenizer(folder, confined=False)
+    for (p, _), (_, tok) in list(_LOADED.items()):  # the model is loaded already: its tokenizer
+        if p == path and tok is not None:
+            return tok, None
+    if path not in _GGUF_TOKENIZERS:
+        from forensics.models.folder import LOCAL_ONLY, quiet
+
+        try:
+            from transformers import AutoTokenizer
+
+            d, name = os.path.split(path)
+            with quiet():
+                _GGUF_TOKENIZERS[path] = (AutoTokenizer.from_pretrained(d, gguf_file=name, **LOCAL_ONLY), None)
+        except Exception as e:  # noqa: BLE001 - no vocabulary in the GGUF costs the token text, never the command
+            _GGUF_TOKENIZERS[path] = (None, f"{path}: cannot read the GGUF's tokenizer: {type(e).__name__}: "
+                                            f"{str(e).splitlines()[0][:200] if str(e) else ''}")
+    return _GGUF_TOKENIZERS[path]
+
+
 def tokenize(spec: Any, text: str) -> Any:
     """``text`` as the 1-D int64 token ids the model's own tokenizer gives (``tokenizer(text).input_ids``, special
     tokens as the tokenizer adds them by default, as a plain ``tokenizer(text)`` capture did).
@@ -586,19 +687,33 @@ def export_model(spec: Any, out: str | os.PathLike) -> str:
     parent = os.path.dirname(os.path.abspath(out))
     if not os.path.isdir(parent):
         raise ForensicsError("its parent folder does not exist", path=out)
-    path = resolve_model(spec)
-    model, tok = load_model(os.fspath(path))
-    tmp = tempfile.mkdtemp(prefix=".hsf-export-", dir=parent)
+    from forensics.io.tempfiles import clean_stale, temp_path
+
+    clean_stale(out)  # the temporary folder of an export killed before its rename (kill -9), named for ``out``
+    tmp = temp_path(out)
+    try:  # before the (slow) load: a read-only parent is one line at once
+        os.mkdir(tmp, 0o755)
+    except OSError as e:
+        raise ForensicsError(f"cannot write the model folder: {e.strerror or e}", path=out) from None
     try:
-        _save_plain(model, tok, tmp)  # not save_pretrained: a GGUF-loaded model refuses it
+        path = resolve_model(spec)
+        model, tok = load_model(os.fspath(path))
+        from forensics.models.folder import quiet
+
+        with quiet():  # nothing but hsf's one line on stderr
+            _save_plain(model, tok, tmp)  # not save_pretrained: a GGUF-loaded model refuses it
         umask = os.umask(0)
         os.umask(umask)
-        for name in [".", *os.listdir(tmp)]:  # mkdtemp and safetensors create owner-only modes
+        for name in [".", *os.listdir(tmp)]:  # safetensors creates owner-only modes
             os.chmod(os.path.join(tmp, name), (0o777 if name == "." else 0o666) & ~umask)
         os.rename(tmp, out)
-    except OSError as e:
+    except ForensicsError:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise ForensicsError(f"cannot write the model folder: {e.strerror or e}", path=out) from None
+        raise
+    except Exception as e:  # noqa: BLE001 - no room, a size limit (EFBIG), safetensors' own SafetensorError
+        shutil.rmtree(tmp, ignore_errors=True)
+        why = e.strerror if isinstance(e, OSError) and e.strerror else (str(e).splitlines() or [type(e).__name__])[0]
+        raise ForensicsError(f"cannot write the model folder: {why[:200]}", path=out) from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -37,7 +37,7 @@ def _head(fp: Fingerprint) -> str:
         ex = f"; exact mode vs {os.path.basename(str(fp.exact.source))}"
     elif fp.exact:
         ex = "; exact mode could not run (no token ids: give --ids FILE or --text FILE)"
-    return (f"{os.path.basename(c.path)}: {c.format}, {c.num_tokens} tokens, hidden {c.hidden_size}, "
+    return (f"{os.path.basename(c.name)}: {c.format}, {c.num_tokens} tokens, hidden {c.hidden_size}, "
             f"{len(fp.slots)} slots{L}{exp}{ex}")
 
 
@@ -49,6 +49,18 @@ def stream_line(s: dict) -> str:
             f"{s['weights_bytes'] / 1e9:.2f} GB, peak RSS {s['peak_rss'] / 1e9:.2f} GB"
             + (f" (budget {s['max_memory'] / 1e9:.2f} GB)" if s.get("max_memory") else "")
             + (f", {spb:.2f} s/block" if spb is not None else "") + f", {s['seconds']:.1f} s")
+
+
+def tolerance(fp: Fingerprint) -> str:
+    """What "exact" means here, with the worst value this file reached: ``within median per-token relative error
+    ≤ 0.05 and mean cosine ≥ 0.999; worst here 0.0031`` (``forensics.analysis.fingerprint.ladder``)."""
+    from forensics.analysis.fingerprint.ladder import LADDER_MATCH_COS, LADDER_MATCH_REL
+
+    rels = [m.ladder["best_rel"] for m in (fp.exact.slots if fp.exact else [])
+            if m.ladder and m.ladder.get("match") and m.ladder.get("best_rel") is not None]
+    worst = f"; worst here {max(rels):.2g}" if rels else ""
+    return (f"within median per-token relative error ≤ {LADDER_MATCH_REL:g} and mean cosine ≥ {LADDER_MATCH_COS:g}"
+            f"{worst}")
 
 
 def identified(fp: Fingerprint) -> list[str] | None:
@@ -87,7 +99,7 @@ def headline(fp: Fingerprint) -> str:
     v = fp.verdict
     names = identified(fp)
     if names is not None:
-        return f"IDENTIFIED [{', '.join(names)}] (exact: every slot matched the reference forward)"
+        return f"IDENTIFIED [{', '.join(names)}] (exact: every slot matched the reference forward {tolerance(fp)})"
     fails = [f for f in sort_findings(fp.findings) if f.severity.value == "fail"]
     if fails:
         why = f"{fails[0].kind}: {fails[0].message}"
@@ -99,6 +111,8 @@ def headline(fp: Fingerprint) -> str:
                f"but not proven" + (f"; settle with {settle}" if settle else ""))
     elif v is Verdict.PASS:
         why = "every claimed slot is what it is claimed to be"
+        if fp.exact and fp.exact.ran:
+            why += f" (exact: matched the reference forward {tolerance(fp)})"
     else:
         why = "nothing is claimed about these slots: roles and depth order only"
     src = f" — claims from {fp.claims.source.value}: {fp.claims.detail}" if fp.claims is not None else ""

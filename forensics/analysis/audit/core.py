@@ -32,7 +32,7 @@ from forensics.io import limits
 from forensics.jsonable import json_safe
 from forensics.layers import r_label
 from forensics.models import conventions as cv
-from forensics.models.convention_rules import CONFIG_RULES
+from forensics.models.conventions.rules import CONFIG_RULES
 from forensics.models.draft_config import load_json_object, sub_dict
 
 WIRING_KINDS = {FindingKind.SLICES, FindingKind.IDS_IGNORED_KEY, FindingKind.IDS_MISSING,
@@ -78,6 +78,19 @@ class AuditResult:
     def decision(self) -> Verdict:
         """The same as :attr:`verdict` (kept for callers written before ``verdict`` took the common vocabulary)."""
         return self.verdict
+
+    def to_dataframe(self) -> Any:
+        """One row per fc input slice (``pandas.DataFrame``; pandas is the ``dataframe`` extra): the r training fed
+        it and how that is known, the r serving feeds it, whether they agree (None: cannot tell), and the id the fix
+        writes for it."""
+        from forensics.jsonable import data_frame
+
+        fix = self.fix.ids if self.fix is not None and self.fix.ids is not None else None
+        return data_frame([{"slice": sl.slice, "trained_r": sl.trained_r, "trained": _r_label(sl.trained_r),
+                            "trained_status": sl.trained_status, "served_r": sl.served_r,
+                            "served": _r_label(sl.served_r), "ok": sl.ok,
+                            "fix_id": fix[sl.slice] if fix is not None and sl.slice < len(fix) else None,
+                            "wiring": self.wiring} for sl in self.slices])
 
     def to_dict(self) -> dict:
         """JSON-safe (NaN/inf → None, numpy → Python): the ``hsf audit --json`` document."""
@@ -135,14 +148,15 @@ def target_facts(target_config: Any) -> dict:
 # ---- serving side ----------------------------------------------------------------------------------------
 
 
-def serving_side(info, engine: str, version: str | None, L: int, H: int | None, arch: str,
+def serving_side(info, engine: cv.System, version: str | None, L: int, H: int | None, arch: str,
                  trained_fc: list | None) -> tuple[ServedSide, list[Finding]]:
     """What ``engine`` captures for this draft, and every config/checkpoint problem on the way."""
     findings: list[Finding] = []
-    ec = cv.engine_capture(engine, info.config, L, version, arch)
+    ec = engine.capture(info.config, L, version, arch)
     findings += _id_list_findings(ec, engine, L, trained_fc)
-    other = cv.TOP_KEY if engine == "sglang" else cv.NESTED_KEY
-    other_ids = info.ids_top if engine == "sglang" else info.ids_nested
+    sglang = engine.name == "sglang"
+    other = cv.TOP_KEY if sglang else cv.NESTED_KEY
+    other_ids = info.ids_top if sglang else info.ids_nested
     other_ids = other_ids if isinstance(other_ids, list) else None
     ev = {"key_read": ec.key, "ids_read": ec.ids, "other_key": other, "other_ids": other_ids,
           "default_r": cv.default_r(L)}
@@ -159,7 +173,7 @@ def serving_side(info, engine: str, version: str | None, L: int, H: int | None, 
         findings.append(Finding(FindingKind.IDS_DISAGREE, Severity.WARN, [],
                                 f"top-level ids {info.ids_top} and nested ids {info.ids_nested} disagree; {engine} "
                                 f"reads `{ec.key}`, the other engine would read the other list", ev))
-    if info.use_aux_hidden_state is False and engine == "sglang":
+    if info.use_aux_hidden_state is False and sglang:
         findings.append(Finding(FindingKind.AUX_DISABLED, Severity.FAIL, [],
                                 "eagle_config.use_aux_hidden_state is false: SGLang "
                                 "does not feed aux states to the draft", {}))
@@ -193,7 +207,7 @@ def serving_side(info, engine: str, version: str | None, L: int, H: int | None, 
         findings.append(Finding(FindingKind.WEIGHT_NAMES, Severity.FAIL, [],
                                 "weights mix `layers.0.*` and `midlayer.*` "
                                 "names", {}))
-    elif engine == "sglang" and info.name_scheme == "layers.0" and arch != "deepseek":
+    elif sglang and info.name_scheme == "layers.0" and arch != "deepseek":
         findings.append(Finding(FindingKind.WEIGHT_NAMES, Severity.WARN, [],
                                 "speculators-style `layers.0.*` names: SGLang's "
                                 "llama_eagle3.py (d737979c) skips unmatched names without error; only "
@@ -201,26 +215,25 @@ def serving_side(info, engine: str, version: str | None, L: int, H: int | None, 
                                 {"scheme": info.name_scheme}))
     served = ServedSide(r=ec.r, source=f"{engine} {ec.version} reading `{ec.key}`"
                         + (f" = {ec.ids}" if ec.ids is not None else " (absent: default)"),
-                        engine=engine, version=ec.version, arch=arch, key=ec.key, ids=ec.ids,
+                        engine=engine.name, version=ec.version, arch=arch, key=ec.key, ids=ec.ids,
                         id_source=ec.source, notes=ec.notes, basis="config")
     return served, findings
 
 
-def _id_list_findings(ec, engine: str, L: int, trained_fc: list | None) -> list[Finding]:
+def _id_list_findings(ec, engine: cv.System, L: int, trained_fc: list | None) -> list[Finding]:
     """The id list as a whole, by the registry's ``CONFIG_RULES``: a repeated id (captured once), and the final
     layer L left among the aux ids where the trainer's fc never took it (``ec``: ``engine_capture``'s answer)."""
     from forensics.analysis.audit.training import _repeated
-    from forensics.models.convention_rules import CONFIG_RULES
 
     out: list[Finding] = []
     ids = list(ec.ids or []) if ec.source == "config" else []
     try:  # the list's own rule, id by id (None: an id the engine never captures)
-        per_id = cv.to_r(engine, ids, L, ec.version, ec.arch, ec.family) if ids else []
+        per_id = engine.to_r(ids, L, ec.version, ec.arch, ec.family) if ids else []
     except ForensicsError:  # a numbering the sources do not settle: ids are named without their r
         per_id = [None] * len(ids)
     rep = _repeated(ids)
     rule = CONFIG_RULES["duplicate"]
-    if rep and engine in rule.engines:
+    if rep and engine.name in rule.engines:
         r_of = dict(zip(ids, per_id, strict=True))
         named = ", ".join(f"id {i}" + (f" (r = {r_label(r_of[i])})" if r_of[i] is not None else "") for i in rep)
         out.append(Finding(FindingKind.DUPLICATE, Severity.FAIL, [],
@@ -231,7 +244,7 @@ def _id_list_findings(ec, engine: str, L: int, trained_fc: list | None) -> list[
                             "source": rule.source}))
     last = CONFIG_RULES["last_layer_aux"]
     # in r, by the engine's own numbering: vLLM's id L, TensorRT-LLM's id L - 1 (r = id + 1) both name r = L
-    if ids and per_id and per_id[-1] == L and L in ec.r and engine in last.engines and trained_fc is not None \
+    if ids and per_id and per_id[-1] == L and L in ec.r and engine.name in last.engines and trained_fc is not None \
             and L not in trained_fc and len(trained_fc) == len(ids) - 1:
         out.append(Finding(FindingKind.IDS_INCLUDE_LAST, Severity.FAIL, [],
                            f"`{ec.key}` = {ids} ends with id {ids[-1]}, the final layer (r = {L}): {engine} "
@@ -246,19 +259,19 @@ def _id_list_findings(ec, engine: str, L: int, trained_fc: list | None) -> list[
 # ---- verdict ---------------------------------------------------------------------------------------------
 
 
-def audit(data: Any = None, draft: Any = None, engine: str | None = None, engine_version: str | None = None,
+def audit(data: Any = None, draft: Any = None, engine: str | cv.System | None = None, engine_version: str | None = None,
           trainer: str | None = None, target_config: Any = None, served: Any = None,
           num_layers: int | None = None, hidden_size: int | None = None, arch: str | None = None,
-          use_fingerprint: bool = True, model: Any = None) -> AuditResult:
+          use_fingerprint: bool = True, model: Any = None, stamp_check: bool = True) -> AuditResult:
     """Audit one draft's wiring. ``data``: capture file/folder, a ``Capture``, or a declared layout such as
     ``["embed", "L3", "L31", "L59"]``; ``draft``: checkpoint folder or config.json; ``served``: a capture
     of what the engine actually fed the draft (config-free check)."""
     from forensics.analysis.audit.training import first_capture, training_side
     from forensics.models.draft_config import read_draft
 
-    engine = cv.canonical_system(engine) if engine else None
-    if engine is not None and engine not in cv.ENGINES:
-        raise ForensicsError(f"engine must be one of {cv.ENGINES}, found {engine!r}")
+    eng = cv.system(engine) if engine else None  # the engine's name resolved once, here
+    if eng is not None and not eng.is_engine:
+        raise ForensicsError(f"engine must be one of {cv.ENGINES}, found {eng.name!r}")
     facts = target_facts(target_config)
     info = read_draft(draft) if draft is not None else None
     L = limits.num_layers(num_layers, what="num_layers") if num_layers is not None else facts.get("num_layers")
@@ -270,7 +283,8 @@ def audit(data: Any = None, draft: Any = None, engine: str | None = None, engine
         L = first_capture(data).num_layers
     if L is None and model is not None:  # --model is the target: its layer count is evidence the user gave
         L = _model_layers(model)
-    trained, tf, cap = training_side(data, trainer, info, L, use_fingerprint, model, served is not None)
+    trained, tf, cap = training_side(data, trainer, info, L, use_fingerprint, model, served is not None,
+                                     stamp_check)
     findings += tf
     deep = [r for r in [*(trained.fc_r or []), trained.target_r] if isinstance(r, int) and L and r > L]
     if deep:
@@ -286,18 +300,19 @@ def audit(data: Any = None, draft: Any = None, engine: str | None = None, engine
                                 f"{cap.hidden_size} but "
                                 f"the target has {H}: data and target are different models",
                                 {"data_hidden_size": cap.hidden_size, "target_hidden_size": H}))
-    context = AuditContext(engine=engine, engine_version=cv.parse_version(engine, engine_version) if engine else None,
+    context = AuditContext(engine=eng.name if eng else None,
+                           engine_version=eng.version(engine_version) if eng else None,
                            trainer=trained.trainer or trainer, num_layers=L, hidden_size=H, arch=arch,
                            draft=info.to_dict() if info else None, target=facts)
     served_side = ServedSide()
-    if info is not None and engine is not None and L is not None:
-        served_side, sf = serving_side(info, engine, engine_version, L, H, arch, trained.fc_r)
+    if info is not None and eng is not None and L is not None:
+        served_side, sf = serving_side(info, eng, engine_version, L, H, arch, trained.fc_r)
         findings += sf
-        findings += _assumption_findings(info, engine, engine_version, L, arch, arch_given, served_side.r or [])
+        findings += _assumption_findings(info, eng, engine_version, L, arch, arch_given, served_side.r or [])
     if served is not None:
         from forensics.analysis.audit.served import compare_served
 
-        data_served, cf = compare_served(data, trained, served, use_fingerprint, model)
+        data_served, cf = compare_served(data, trained, served, use_fingerprint, model, stamp_check)
         findings += cf
         predicted = served_side.r
         shown = data_served.r or []
@@ -310,22 +325,22 @@ def audit(data: Any = None, draft: Any = None, engine: str | None = None, engine
                                         {"predicted": list(predicted), "served": list(shown), "slices": differ}))
         data_served.config_prediction = predicted
         served_side = data_served
-    verdict, reason, slices = _verdict(trained, served_side, findings, info, engine, L, model is not None)
+    verdict, reason, slices = _verdict(trained, served_side, findings, info, eng, L, model is not None)
     fix = None
     fc_r = trained.fc_r
     fc_status = trained.fc_status or ["declared"] * len(fc_r or [])
     known = all(st in KNOWN_TRAINED for st in fc_status)
-    if verdict == "mismatch" and engine and L and fc_r and known and all(isinstance(r, int) for r in fc_r):
-        fix = Fix.from_plan(cv.from_r(engine, fc_r, L, engine_version, arch,
+    if verdict == "mismatch" and eng and L and fc_r and known and all(isinstance(r, int) for r in fc_r):
+        fix = Fix.from_plan(eng.from_r(fc_r, L, engine_version, arch,
                                       family=info.family if info is not None else None))
         if info is not None and info.ids_top is not None and info.ids_nested is not None:
             other = cv.NESTED_KEY if fix.where == "top-level" else cv.TOP_KEY
             fix.also = f"make `{other}` agree (or remove it) so the other engine reads the same layers"
         rep = _repeated(fc_r)
-        if rep and engine in CONFIG_RULES["duplicate"].engines:  # no id list serves one layer twice
+        if rep and eng.name in CONFIG_RULES["duplicate"].engines:  # no id list serves one layer twice
             fix.ids, fix.snippet = None, None
             fix.caveat = (f"the fc was trained on {[r_label(r) for r in fc_r]}, "
-                          f"which repeats {', '.join(r_label(r) for r in rep)}; {engine} captures each layer once "
+                          f"which repeats {', '.join(r_label(r) for r in rep)}; {eng} captures each layer once "
                           f"({CONFIG_RULES['duplicate'].source}): retrain on distinct layers")
         if info is not None and fix.ids is not None:  # the right ids are there; only the caveat blocks
             fix.already_set = list((info.ids_nested if fix.where == "nested" else info.ids_top) or []) \
@@ -333,7 +348,7 @@ def audit(data: Any = None, draft: Any = None, engine: str | None = None, engine
         if fix.already_set and fix.caveat is None and served_side.basis == "capture":
             fix.caveat = (f"the config is right, yet the served capture shows r = "
                           f"{[r_label(r) if r is not None else '?' for r in served_side.r or []]}: the server did "
-                          f"not serve this config as {engine} {fix.version} reads it; check that it loaded this "
+                          f"not serve this config as {eng} {fix.version} reads it; check that it loaded this "
                           "config.json, and its version (--engine-version)")
     no_fc_served = served is not None and served_side.basis == "capture" and not served_side.r  # reason says why
     settle = None if fix is not None or verdict == "match" or known or no_fc_served else \
@@ -375,23 +390,22 @@ def _known_differences(predicted: list, shown: list) -> list[int]:
     return out
 
 
-def _assumption_findings(info, engine: str, version: str | None, L: int, arch: str, arch_given: bool,
+def _assumption_findings(info, engine: cv.System, version: str | None, L: int, arch: str, arch_given: bool,
                          served_r: list) -> list[Finding]:
     """When the engine version or the target architecture was not given and the answer depends on it, say
     what the other readings would serve (the registry's rules differ by version and model file)."""
     versions = [version] if version is not None else \
-        sorted({cv.parse_version(engine, f"pre-{p}") for p in cv._TIMELINES[engine]} |
-               {cv.parse_version(engine, None)})
+        sorted({engine.version(f"pre-{p}") for p in engine.timeline} | {engine.version(None)})
     archs = [arch] if arch_given else ["generic", "deepseek"]
     alts = {}
     for v in versions:
         for a in archs:
-            r = cv.engine_capture(engine, info.config, L, v, a).r
+            r = engine.capture(info.config, L, v, a).r
             if r != served_r:
                 alts[f"{engine} {v}, {a} path"] = r
     if not alts:
         return []
-    assumed = ", ".join(x for x, given in (("version " + cv.parse_version(engine, version), version is None),
+    assumed = ", ".join(x for x, given in (("version " + engine.version(version), version is None),
                                            (f"{arch} model path", not arch_given)) if given)
     return [Finding(FindingKind.ASSUMPTION, Severity.WARN, [], f"assumed {assumed}; the served layers depend on it: "
                     + "; ".join(f"{k} would serve r = {v}" for k, v in alts.items())
@@ -516,3 +530,7 @@ def _verdict(trained: TrainedSide, served: ServedSide, findings: list[Finding], 
 
 
 __all__ = ["audit", "AuditResult", "Finding", "target_facts"]
+
+
+def _r_label(r: Any) -> str | None:
+    return None if r is None else r_label(r)

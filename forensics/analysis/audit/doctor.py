@@ -56,13 +56,13 @@ def _f(kind: FindingKind, severity: Severity, message: str, **evidence: Any) -> 
                    {**evidence, "source": ISSUES.get(kind)})
 
 
-def id_findings(system: str, family: str, ids: list[int] | None, L: int, where: str) -> list[Finding]:
+def id_findings(system: cv.System, family: str, ids: list[int] | None, L: int, where: str) -> list[Finding]:
     """What is wrong with an id list in ``system``'s numbering, before any engine reads it."""
     if ids is None:
         return []
     out: list[Finding] = []
     try:
-        rule = cv.rule_for(system, family)
+        rule = system.rule(family)
     except ForensicsError:
         return []
     if rule.offset in (cv.IGNORED, None) or not rule.keys:
@@ -89,13 +89,14 @@ def id_findings(system: str, family: str, ids: list[int] | None, L: int, where: 
     return out
 
 
-def trainer_fc_r(trainer: str, family: str, ids: list[int] | None, L: int, include_last_layer: bool | None
+def trainer_fc_r(trainer: str | cv.System, family: str, ids: list[int] | None, L: int, include_last_layer: bool | None
                  ) -> tuple[list | None, list[Finding]]:
     """The r the fc was trained on, from the trainer's invocation, with its silent-default findings."""
-    system = cv.canonical_system(trainer)
+    tsys = cv.system(trainer)  # a public verb: a name is resolved here, once
+    system = tsys.name
     found: list[Finding] = []
     if ids is None:
-        default = cv.to_r(system, None, L, family=family)
+        default = tsys.to_r(None, L, family=family)
         if system == "speculators" and len(default) == 4:
             default = default[:-1]  # the appended L is the training target, not an fc input
         found.append(_f(FindingKind.TRAINER_IDS_MISSING, Severity.WARN,
@@ -110,9 +111,9 @@ def trainer_fc_r(trainer: str, family: str, ids: list[int] | None, L: int, inclu
                         "layer; launch_vllm.py --include-last-layer appends it for the data, but training must get "
                         "the ids excluding the final layer, else the target is fed to the fc as an aux state",
                         ids=ids, num_layers=L))
-    found += id_findings(system, family, ids, L, f"{trainer} --target-layer-ids")
+    found += id_findings(tsys, family, ids, L, f"{trainer} --target-layer-ids")
     try:
-        rs = cv.to_r(system, ids, L, family=family)
+        rs = tsys.to_r(ids, L, family=family)
     except ForensicsError as e:
         found.append(Finding(FindingKind.TRAINER_IDS_INVALID, Severity.FAIL, [], e.message, {"ids": ids}))
         return None, found
@@ -121,13 +122,13 @@ def trainer_fc_r(trainer: str, family: str, ids: list[int] | None, L: int, inclu
     return rs, found
 
 
-def config_findings(info, engine: str, family: str, L: int, version: str | None = None,
+def config_findings(info, engine: cv.System, family: str, L: int, version: str | None = None,
                     arch: str | None = None) -> list[Finding]:
     """The draft config's ids read in the engine's numbering: count-as-index, range, order, duplicates; ids in
     a key the engine does not read; and the fc width against the id count (vllm#48524)."""
     out: list[Finding] = []
     try:
-        rule = cv.rule_for(engine, family, cv.parse_version(engine, version))
+        rule = engine.rule(family, engine.version(version))
     except ForensicsError as e:
         return [Finding(FindingKind.NO_RULE, Severity.WARN, [], e.message, {})]
     for key, ids in (info.family_ids or {}).items():
@@ -149,13 +150,17 @@ def config_findings(info, engine: str, family: str, L: int, version: str | None 
     return out
 
 
-def preflight(draft: Any, engine: str, engine_version: str | None = None, trained_layout: list | None = None,
+def preflight(draft: Any, engine: str | cv.System, engine_version: str | None = None,
+              trained_layout: list | None = None,
               trainer: str | None = None, target_layer_ids: list[int] | None = None,
               include_last_layer: bool | None = None, target_config: Any = None, num_layers: int | None = None,
               hidden_size: int | None = None, arch: str | None = None, family: str | None = None) -> AuditResult:
     """The data-free audit: draft config + engine (+ version) + what the trainer was given."""
     from forensics.models.draft_config import read_draft
 
+    eng = cv.system(engine)  # the names resolved once, here
+    engine = eng.name
+    tsys = cv.system(trainer) if trainer is not None else None
     info = read_draft(draft)
     facts = target_facts(target_config)
     L = num_layers or facts.get("num_layers")
@@ -168,14 +173,14 @@ def preflight(draft: Any, engine: str, engine_version: str | None = None, traine
     if trainer is not None:
         trained_fc, tf = trainer_fc_r(trainer, fam, target_layer_ids, L, include_last_layer)
         findings += tf
-        cfg_ids = _config_ids_for(info, trainer, fam)
+        cfg_ids = _config_ids_for(info, tsys, fam)
         if target_layer_ids is not None and cfg_ids is not None and list(cfg_ids) != list(target_layer_ids):
             findings.append(_f(FindingKind.TRAINER_IDS_VS_CONFIG, Severity.WARN, f"{trainer} was invoked with ids "
                                f"{list(target_layer_ids)} but the draft config records {list(cfg_ids)}",
                                trainer_ids=list(target_layer_ids), config_ids=list(cfg_ids)))
-    findings += config_findings(info, engine, fam, L, engine_version, arch)
+    findings += config_findings(info, eng, fam, L, engine_version, arch)
     if trained_layout is not None:
-        data, view = list(trained_layout), trainer if trainer and _has_view(trainer) else None
+        data, view = list(trained_layout), trainer if tsys is not None and tsys.data_format is not None else None
         if view is None:  # a trainer without a known data layout: the layout lists the fc inputs only
             data, view = data + [r_label(L)], "speculators"
     elif trained_fc is not None:
@@ -183,7 +188,7 @@ def preflight(draft: Any, engine: str, engine_version: str | None = None, traine
     else:
         data, view = None, None
     try:
-        res = audit(data=data, draft=draft, engine=engine, engine_version=engine_version, trainer=view,
+        res = audit(data=data, draft=draft, engine=eng, engine_version=engine_version, trainer=view,
                     target_config=target_config, num_layers=L, hidden_size=hidden_size, arch=arch,
                     use_fingerprint=False)
     except ForensicsError as e:
@@ -219,19 +224,11 @@ def preflight(draft: Any, engine: str, engine_version: str | None = None, traine
         bad = next(f for f in findings if f.severity is Severity.FAIL and f.kind in DOCTOR_WIRING_KINDS)
         res.wiring, res.reason = "mismatch", bad.message
     if res.wiring == "mismatch" and fc and all(isinstance(r, int) for r in fc):
-        plan = cv.from_r(engine, fc, L, engine_version, arch or "generic", fam)
+        plan = eng.from_r(fc, L, engine_version, arch or "generic", fam)
         res.fix = Fix.from_plan(plan, already_set=_already(info, plan))
-    _apply_readings(res, info, engine, engine_version, L, arch, fam)
+    _apply_readings(res, info, eng, engine_version, L, arch, fam)
     res.context.family, res.context.basis = fam, "preflight"
     return res
-
-
-def _has_view(trainer: str) -> bool:
-    try:
-        cv.trainer_view(trainer, 2)
-    except ForensicsError:
-        return False
-    return True
 
 
 def _already(info, plan) -> bool:
@@ -239,16 +236,12 @@ def _already(info, plan) -> bool:
         list(cv.get_key(info.config, plan.key) or []) == list(plan.ids)
 
 
-def _labels(layout) -> list[str]:
-    from forensics.layers import parse_r
-
-    return [r_label(parse_r(x)) for x in layout]
-
-
-def _config_ids_for(info, trainer: str, family: str) -> list | None:
+def _config_ids_for(info, trainer: cv.System | None, family: str) -> list | None:
     """The ids the draft config records under the key the trainer writes."""
+    if trainer is None:
+        return None
     try:
-        rule = cv.rule_for(trainer, family)
+        rule = trainer.rule(family)
     except ForensicsError:
         return None
     for k in rule.keys:
@@ -258,15 +251,16 @@ def _config_ids_for(info, trainer: str, family: str) -> list | None:
     return None
 
 
-def _apply_readings(res: AuditResult, info, engine: str, version: str | None, L: int, arch: str | None,
+def _apply_readings(res: AuditResult, info, eng: cv.System, version: str | None, L: int, arch: str | None,
                     family: str) -> None:
     """Unknown version or unsettled numbering: list every reading; decide only if all readings agree."""
+    engine = eng.name
     fc = res.trained.fc_r
     if fc is None or any(not isinstance(r, int) for r in fc):
         return
     alts: dict[str, list] = {}
-    for v in ([version] if version is not None else cv.versions(engine)):
-        ec = cv.engine_capture(engine, info.config, L, None if v == "any" else v, arch, family)
+    for v in ([version] if version is not None else eng.versions()):
+        ec = eng.capture(info.config, L, None if v == "any" else v, arch, family)
         label = f"{engine} {ec.version}" if ec.version != "any" else engine
         alts.update({f"{label} ({k.split(' ', 2)[-1]})" if k.startswith(engine) and " if " in k else k: r
                      for k, r in ec.readings.items()} if ec.readings else {label: ec.r})
@@ -280,8 +274,8 @@ def _apply_readings(res: AuditResult, info, engine: str, version: str | None, L:
     ok = [k for k, m in matches.items() if m]
     config_ids = res.served.ids
     plans = set()
-    for v in ([version] if version is not None else cv.versions(engine)):
-        ids = cv.from_r(engine, fc, L, None if v == "any" else v, arch or "generic", family).ids
+    for v in ([version] if version is not None else eng.versions()):
+        ids = eng.from_r(fc, L, None if v == "any" else v, arch or "generic", family).ids
         plans.add(None if ids is None else tuple(ids))
     fix_ids = res.fix.ids if res.fix is not None else None
     if ok and len(ok) < len(matches) and res.wiring == "mismatch" and fix_ids is not None and len(plans) == 1 \

@@ -123,7 +123,7 @@ def _caps(path_or_cap: Any) -> list[Capture]:
 
 
 def compare_served(data: Any, trained: TrainedSide, served: Any, use_fingerprint: bool = True,
-                   model: Any = None) -> tuple[ServedSide, list]:
+                   model: Any = None, stamp_check: bool = True) -> tuple[ServedSide, list]:
     """Slot-by-slot comparison of a served capture with the training ``data`` (path or Capture);
     returns (served side, findings)."""
     from forensics.analysis.audit.training import KNOWN, STRONG_ROLES, fingerprint_slots
@@ -162,7 +162,7 @@ def compare_served(data: Any, trained: TrainedSide, served: Any, use_fingerprint
         differ = [[d for _, _, d in row] for row in pairs]
     for c in (*tcaps, *scaps):  # nothing read from a file truncated or rewritten meanwhile is compared
         c.check_unchanged()
-    s_fps = (fingerprint_slots(s0, model)[0] if use_fingerprint else None) or [{} for _ in s0.slots]
+    s_fps = (fingerprint_slots(s0, model, stamp_check)[0] if use_fingerprint else None) or [{} for _ in s0.slots]
     t_status = list(trained.slots_status or [])
     t_roles = trained.roles or [None] * n_train
     s_fp = [f.get("r_exact") if f.get("r_exact") is not None else s.declared_r

@@ -16,7 +16,7 @@ from forensics.errors import ForensicsError
 from forensics.findings import Finding, FindingKind, Severity, Verdict
 from forensics.io.capture import Capture
 from forensics.io.formats import trainer_of
-from forensics.layers import FINAL_POST, parse_r, r_label
+from forensics.layers import FINAL_POST, parse_layer_list, parse_r, r_label
 from forensics.models import conventions as cv
 
 
@@ -32,19 +32,22 @@ def first_capture(data: Any) -> Capture:
 
 
 STRONG_ROLES = ("embedding", "final_postnorm")  # roles a fingerprint names without a reference model
-_FP_CACHE: list = []  # [(capture, model, result)]: one entry, held by identity (ids can be reused after GC)
+_FP_CACHE: list = []  # [(capture, model, stamp_check, result)]: one entry, held by identity (ids can be reused
+# after GC)
 
 
-def fingerprint_slots(cap: Capture, model: Any = None) -> tuple[list[dict] | None, list[Finding]]:
+def fingerprint_slots(cap: Capture, model: Any = None, stamp_check: bool = True
+                      ) -> tuple[list[dict] | None, list[Finding]]:
     """Per-slot {r_exact, label, role, confidence, decided_by} from ``forensics.fingerprint`` plus its
-    findings (``data_<kind>``); ``(None, [])`` when the fingerprint module is not installed."""
-    if _FP_CACHE and _FP_CACHE[0][0] is cap and _FP_CACHE[0][1] is model:
-        return _FP_CACHE[0][2]
+    findings (``data_<kind>``; a ``stamp_*`` finding keeps its kind: it is about the file, not the data's
+    meaning); ``(None, [])`` when the fingerprint module is not installed."""
+    if _FP_CACHE and _FP_CACHE[0][0] is cap and _FP_CACHE[0][1] is model and _FP_CACHE[0][2] == stamp_check:
+        return _FP_CACHE[0][3]
     try:
         from forensics.analysis.fingerprint.core import fingerprint
     except ImportError:
         return None, []
-    fp = fingerprint(cap, model=model, num_layers=cap.num_layers)
+    fp = fingerprint(cap, model=model, num_layers=cap.num_layers, stamp_check=stamp_check)
     from forensics.analysis.fingerprint.verdicts import is_postnorm
 
     whole = next((f.kind for f in fp.findings if f.kind in ("shifted", "reordered") and f.is_fail), None)
@@ -52,16 +55,17 @@ def fingerprint_slots(cap: Capture, model: Any = None) -> tuple[list[dict] | Non
               "decided_by": s.decided_by, "verdict": None if s.verdict is None else s.verdict.value,
               "verdict_why": s.verdict_why, "certain_post": is_postnorm(fp, s.index), "whole_list": whole}
              for s in fp.slots]
-    found = [Finding(f.kind.on_training_data(), f.severity, f.slots, f"training data: {f.message}",
+    found = [Finding(f.kind if f.kind.value.startswith("stamp_") else f.kind.on_training_data(), f.severity,
+                     f.slots, f"training data: {f.message}",
                      {**f.evidence, "source": "fingerprint"}) for f in fp.findings]
-    _FP_CACHE[:] = [(cap, model, (slots, found))]  # one entry: captures are large and short-lived
+    _FP_CACHE[:] = [(cap, model, stamp_check, (slots, found))]  # one entry: captures are large and short-lived
     return slots, found
 
 
 KNOWN = ("exact", "measured", "declared", "layout")  # r statuses a verdict may rest on ("claimed": unproven)
 
 
-def slot_rs(cap: Capture, use_fingerprint: bool = True, model: Any = None
+def slot_rs(cap: Capture, use_fingerprint: bool = True, model: Any = None, stamp_check: bool = True
             ) -> tuple[list, list[str], list[Finding], list[str]]:
     """r of every slot, where it came from, findings, and its status (``KNOWN`` or ``claimed``/``unknown``).
 
@@ -75,7 +79,7 @@ def slot_rs(cap: Capture, use_fingerprint: bool = True, model: Any = None
 
     claims = capture_claims(cap, cap.num_layers)
     declared = claims.rs if claims is not None else [None] * len(cap.slots)
-    fps, findings = fingerprint_slots(cap, model) if use_fingerprint else (None, [])
+    fps, findings = fingerprint_slots(cap, model, stamp_check) if use_fingerprint else (None, [])
     findings = list(findings)
     rs: list = []
     src: list[str] = []
@@ -114,7 +118,8 @@ def slot_rs(cap: Capture, use_fingerprint: bool = True, model: Any = None
 
 
 def training_side(data: Any, trainer: str | None, draft_info, L: int | None, use_fingerprint: bool,
-                  model: Any, served_given: bool = False) -> tuple[TrainedSide, list[Finding], Capture | None]:
+                  model: Any, served_given: bool = False, stamp_check: bool = True
+                  ) -> tuple[TrainedSide, list[Finding], Capture | None]:
     """What the draft's fc consumed (r per slice, in stored order) and what its target was; the training capture
     read (None for a declared layout or no data)."""
     findings: list[Finding] = []
@@ -130,20 +135,18 @@ def training_side(data: Any, trainer: str | None, draft_info, L: int | None, use
                            slot_source=["draft config"] * len(fc), fc_status=["config"] * len(fc),
                            basis="config"), findings, None
     if isinstance(data, (list, tuple)) and all(isinstance(x, (int, str)) for x in data):
-        try:
-            rs = [parse_r(x) for x in data]
-        except ValueError as e:  # a typo in --trained-layout is bad input: one line, exit 2
-            raise ForensicsError(f"trained layout {list(data)}: {e}") from None
+        rs = parse_layer_list(list(data), "trained layout") or []  # a typo is bad input: one line, exit 2
         src, roles, status = ["layout"] * len(data), None, ["layout"] * len(data)
         source = "declared layout"
     else:
         cap = first_capture(data)
-        rs, src, fps, status = slot_rs(cap, use_fingerprint, model)
+        rs, src, fps, status = slot_rs(cap, use_fingerprint, model, stamp_check)
         findings += fps
-        roles = [f["role"] for f in (fingerprint_slots(cap, model)[0] or [])] if use_fingerprint else []
+        roles = [f["role"] for f in (fingerprint_slots(cap, model, stamp_check)[0] or [])] if use_fingerprint \
+            else []
         source = f"{cap.format} capture {cap.path}"
         native = trainer_of(cap.format)
-        if trainer and native and cv.canonical_system(trainer) != cv.canonical_system(native):
+        if trainer and native and cv.system(trainer) != cv.system(native):
             findings.append(Finding(FindingKind.TRAINER_VS_FORMAT, Severity.WARN, [],
                                     f"--trainer {trainer} but the data is in "
                                     f"{cap.format} format, which {native} reads; check which trainer consumed it",
@@ -152,7 +155,7 @@ def training_side(data: Any, trainer: str | None, draft_info, L: int | None, use
     if trainer is None:
         raise ForensicsError("the trainer is needed to know which slots fed the fc: pass --trainer "
                              f"({', '.join(cv.TRAINERS)})")
-    view = cv.trainer_view(trainer, len(rs))
+    view = cv.system(trainer).trainer_view(len(rs))
     fc = [rs[i] for i in view.fc_slots]
     open_ = [k for k, i in enumerate(view.fc_slots) if status[i] not in KNOWN]
     if open_ and cap is not None and use_fingerprint:

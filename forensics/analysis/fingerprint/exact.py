@@ -28,7 +28,7 @@ from forensics.analysis.fingerprint.ladder import (  # noqa: F401 - re-exported:
     ladder_entry,
     ladder_match,
 )
-from forensics.errors import ForensicsError
+from forensics.errors import ForensicsError, ModelMismatch
 from forensics.io.capture import Capture
 from forensics.layers import FINAL_POST, R, r_label
 from forensics.models.target import DEFAULT_TOKENS
@@ -46,7 +46,8 @@ class ExactMatch:
     """One slot against the reference: the direct checks, the ladder match, the logit lens, and the r it equals.
 
     ``embedding``: ``{"equal_rows", "rows", "max_rel_err", "verdict"}`` (rows vs ``E[ids]``); ``postnorm``:
-    ``{"max_abs_dev", "verdict"}`` (the final-norm γ test); ``ladder``: :func:`ladder_match`'s per-token cosine
+    ``{"max_abs_dev", "verdict"}`` (the final-norm γ test); ``sublayer``: for a slot that equals no r, the
+    block-internal state it equals (:func:`sublayer_match`); ``ladder``: :func:`ladder_match`'s per-token cosine
     and relative error at every reference r (best, runner-up, table, tolerance); ``lens``: ``{"agreement",
     "rows", "near"}``. ``r_exact``: the ladder's match, else 0 (embedding) or ``final_post`` (γ), else None.
     """
@@ -56,10 +57,11 @@ class ExactMatch:
     ladder: dict | None = None
     r_exact: R | None = None
     lens: dict | None = None
+    sublayer: dict | None = None  # a slot that equals no r: the state inside a block it equals (sublayer_match)
 
     def to_dict(self) -> dict:
         return {"embedding": self.embedding, "postnorm": self.postnorm, "ladder": self.ladder,
-                "r_exact": self.r_exact, "lens": self.lens}
+                "r_exact": self.r_exact, "lens": self.lens, "sublayer": self.sublayer}
 
 
 @dataclass(slots=True)
@@ -112,6 +114,17 @@ class Reference:
             return int(self.stream.vocab_size)
         if self.net is not None:
             return int(self.net.get_input_embeddings().weight.shape[0])
+        return None
+
+    def hidden_size(self) -> int | None:
+        """Width of the model's (or the ladder capture's) states, when known."""
+        if self.stream is not None:
+            return int(self.stream.hidden_size)
+        if self.net is not None:  # the config's width (an embedding may be narrower, ALBERT-style), else the table's
+            h = getattr(getattr(self.net, "config", None), "hidden_size", None)
+            return int(h) if isinstance(h, int) else int(self.net.get_input_embeddings().weight.shape[1])
+        if self._ladder:
+            return int(next(iter(self._ladder.values())).shape[-1])
         return None
 
     def ladder(self, ids: torch.Tensor) -> dict | None:
@@ -304,6 +317,7 @@ def reference_ladder(capture: Capture, model: Any) -> tuple[Reference, dict | No
     The ids run are the first T (``Target.tokens``; all for a whole model without a limit) plus the ids the
     rows may sit after (a prefix-cache suffix: rows for tokens 32.. need the states of tokens 32..)."""
     ref = reference_for(model, capture)
+    check_sizes(capture, ref)
     ids = capture.input_ids.reshape(-1) if capture.input_ids is not None else None
     if ids is None:
         return ref, None
@@ -316,6 +330,34 @@ def reference_ladder(capture: Capture, model: Any) -> tuple[Reference, dict | No
 
         check_ids(ids, int(ref.vocab_size() or 0), capture.path, ref.source)  # before any lookup
     return ref, (None if ref.stream is not None else ref.ladder(ids))
+
+
+def check_sizes(capture: Capture, ref: Reference) -> None:
+    """A one-line :class:`~forensics.errors.ModelMismatch` naming both numbers when the capture cannot come from
+    the reference model: a slot of another hidden size, a declared layer count (``capture.json`` ``num_layers``)
+    other than the model's, or a declared r beyond the model's last block. Token ids outside the vocabulary are
+    :func:`forensics.models.folder.check_ids`'s."""
+    name = os.path.basename(ref.source.rstrip(os.sep)) or ref.source
+    H = ref.hidden_size()
+    if H is not None:
+        for s in capture.slots:
+            if s.hidden_size != H:
+                raise ModelMismatch(f"hidden size {s.hidden_size} (slot {s.index}, {s.name}) ≠ {H}, the hidden size "
+                                    f"of the model {name}: the capture comes from another model; pass the model it was "
+                                    "captured with (--model, model=)", path=capture.path)
+    L = ref.num_layers if (ref.net is not None or ref.stream is not None) else None
+    if L is None:
+        return
+    declared = capture.num_layers
+    if declared is not None and declared != L:
+        raise ModelMismatch(f"the capture declares {declared} layers (capture.json num_layers) ≠ {L}, the layer "
+                            f"count of the model {name}: pass the model it was captured with (--model, model=)",
+                            path=capture.path)
+    deep = [(s, s.declared_r) for s in capture.slots if isinstance(s.declared_r, int) and s.declared_r > L]
+    if deep:
+        s, r = deep[0]
+        raise ModelMismatch(f"slot {s.index} ({s.name}) is declared {r_label(r)}, beyond the {L} layers of the model "
+                            f"{name}: pass the model it was captured with (--model, model=)", path=capture.path)
 
 
 ROW_SHIFT_SLACK = 4  # extra ids run past T, so a row a few tokens late still has its reference state
@@ -400,6 +442,9 @@ def exact_checks(capture: Capture, tensors: list, model: Any, rows: Any = None,
         elif p and p["verdict"]:
             r = FINAL_POST
         out.append(ExactMatch(embedding=e, postnorm=p, ladder=m, r_exact=r))
+    if ref.net is not None and lad is not None and ids_all is not None and any(
+            x.r_exact is None and x.ladder is not None for x in out):
+        _sublayers(ref.net, ids_all, tensors, full, sel, lad, out)
     if ref.net is not None and lad is not None and FINAL_POST in lad and all(x is None for x in sel):
         common = min(*(int(h.shape[0]) for h in tensors), *(int(y.shape[0]) for y in lad.values()))
         logit_lens(ref.net, [h[:common] for h in tensors], {r: y[:common] for r, y in lad.items()}, out)
@@ -420,6 +465,56 @@ def exact_checks(capture: Capture, tensors: list, model: Any, rows: Any = None,
                                       str(next(ref.net.parameters()).dtype).replace("torch.", "")
                                       if ref.net is not None else None),
                        stream=streamed["provenance"] if streamed else None)
+
+
+SUBLAYER_NAMES = {"attn": "attention output", "mlp": "MLP output", "mid": "residual after attention, before the MLP"}
+
+
+def _sublayers(net: Any, ids: Any, tensors: list, full: list, sel: list, lad: dict, out: list) -> None:
+    """For each slot that equals no residual r: does it equal a state inside a block (attention output, MLP
+    output, residual after attention) of the same forward? Sets ``ExactMatch.sublayer``."""
+    from forensics.models.target import sublayer_states
+
+    T = min(int(y.shape[0]) for y in lad.values())
+    subs = sublayer_states(net, ids[:T])
+    for i, x in enumerate(out):
+        if x.r_exact is not None or x.ladder is None:
+            continue
+        if sel[i] is not None:
+            h, cands = full[i][sel[i][0]], {k: v[sel[i][1]] for k, v in subs.items()}
+            base = {r: y[sel[i][1]] for r, y in lad.items()}
+        else:
+            common = min(int(tensors[i].shape[0]), T)
+            h, cands = tensors[i][:common], {k: v[:common] for k, v in subs.items()}
+            base = {r: y[:common] for r, y in lad.items()}
+        x.sublayer = sublayer_match(h, base, cands)
+
+
+def sublayer_match(h: torch.Tensor, lad: dict, subs: dict) -> dict | None:
+    """The block-internal state ``h`` equals, decided over the residual ladder and every sub-layer candidate
+    together (the same cosine, relative-error and separation rule as the ladder): ``{"what", "block",
+    "name", "cos", "rel", "runner_up", "runner_up_rel"}``, or None when it equals none of them."""
+    import torch
+
+    x = h.to(torch.float32)
+    table = [ladder_entry(x, y, r) for r, y in lad.items() if tuple(y.shape) == tuple(x.shape)]
+    table += [ladder_entry(x, y, f"{k[0]}:{k[1]}") for k, y in subs.items() if tuple(y.shape) == tuple(x.shape)]
+    d = decide(table)
+    best = d.get("best")
+    if not d["match"] or not isinstance(best, str) or ":" not in best:
+        return None
+    what, block = best.split(":")
+    return {"what": what, "block": int(block), "name": _state_name(best), "cos": d["best_cos"],
+            "rel": d["best_rel"], "runner_up": d["runner_up"], "runner_up_name": _state_name(d["runner_up"]),
+            "runner_up_rel": d["runner_up_rel"]}
+
+
+def _state_name(key: Any) -> str:
+    """``"mlp:16"`` → "block 16's MLP output"; a residual r → its label (``L16``)."""
+    if isinstance(key, str) and ":" in key:
+        what, block = key.split(":")
+        return f"block {block}'s {SUBLAYER_NAMES[what]}"
+    return "none" if key is None else r_label(key)
 
 
 def _lens_top1(net: Any, x: torch.Tensor, post: bool) -> torch.Tensor:

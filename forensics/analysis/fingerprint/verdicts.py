@@ -38,6 +38,19 @@ POSTNORM_DECIDES = 0.8  # post-norm score at/above this (RMSNorm identity 0.99, 
 #   Tuning half: 500 of the 514 post-norm finals reach it, no other slot does (a candidate ranked last has 0.6)
 SETTLE_EXACT = ("--model HF_FOLDER (exact r per slot against the reference forward; add --max-memory 1GB to stream "
                 "a target larger than memory block by block), or a ladder capture of the same text")
+SETTLE_IDS = "--ids FILE or --text FILE (exact mode runs the model on the capture's token ids)"
+
+
+def settle_hint(fp: Fingerprint) -> str | None:
+    """What would settle an undecided claim, never what was already given: the model (``SETTLE_EXACT``) when exact
+    mode did not run, the token ids (``SETTLE_IDS``) when it ran without them; None when it ran on the ids."""
+    if fp.exact is None:
+        return SETTLE_EXACT
+    return SETTLE_IDS if fp.capture.input_ids is None else None
+
+SETTLE_RAN = ("the reference forward ran and this slot equals none of its states (residual r, attention or MLP "
+              "output, residual after attention): check that --model holds the captured weights and dtype and "
+              "that the ids are the captured tokens")
 
 
 @dataclass
@@ -125,9 +138,22 @@ def not_postnorm(fp: Fingerprint, i: int) -> bool:
     return sf.role in ("embedding", "final_prenorm") or has_sink(fp.stats.slots[i])
 
 
-def _judge_slot(fp: Fingerprint, i: int, c: Claim, L: int | None) -> tuple[Verdict, str, FindingKind | None]:
+def sublayer(fp: Fingerprint, i: int) -> dict | None:
+    """The state inside a block that slot ``i`` equals in the reference forward (exact mode), or None."""
+    if fp.exact is None or i >= len(fp.exact.slots):
+        return None
+    return fp.exact.slots[i].sublayer
+
+
+def _judge_slot(fp: Fingerprint, i: int, c: Claim, L: int | None,
+                not_residual: dict[int, str] | None = None) -> tuple[Verdict, str, FindingKind | None]:
     """(verdict, why, finding kind when FAIL)."""
     sf = fp.slots[i]
+    sub = sublayer(fp, i)
+    if sub is not None:  # the not_residual finding itself is made by exact mode, claim or not
+        return Verdict.FAIL, f"{sub['name']} of the reference forward, not the residual stream ({c.label})", None
+    if sf.r_exact is None and not_residual and i in not_residual:
+        return Verdict.FAIL, f"not the residual stream: {not_residual[i]}", FindingKind.NOT_RESIDUAL
     if sf.r_exact is not None:
         if sf.r_exact == c.r:
             return Verdict.PASS, f"equals {r_label(sf.r_exact)} of the reference forward", None
@@ -178,21 +204,34 @@ def judge(fp: Fingerprint, claims: Claims | None) -> list[Finding]:
         return findings
     verdicts: list[SlotVerdict] = []
     kinds: dict[FindingKind, list[int]] = {}
+    from .residual import data_only
+
+    not_residual = data_only(fp, cl)
+    for f in fp.findings:  # a slot with one row repeated has no depth: named, and out of the list-wide checks
+        if f.kind == FindingKind.CONSTANT:
+            for i in f.slots:
+                not_residual[i] = "constant across tokens (every row the same vector): nothing per token was captured"
+    settle = settle_hint(fp) or (SETTLE_RAN if fp.exact is not None and fp.exact.ran else None)
     for i, c in enumerate(cl):
         if c is None:
             verdicts.append(SlotVerdict(i, None, None, "nothing claimed"))
             continue
-        v, why, kind = _judge_slot(fp, i, c, L)
-        verdicts.append(SlotVerdict(i, c, v, why, SETTLE_EXACT if v is Verdict.CANNOT_TELL else None))
+        v, why, kind = _judge_slot(fp, i, c, L, not_residual)
+        verdicts.append(SlotVerdict(i, c, v, why, settle if v is Verdict.CANNOT_TELL else None))
         if kind:
             kinds.setdefault(kind, []).append(i)
     _duplicate_claims(fp, verdicts)
     corrected: list | None = None
-    whole = _shift(fp, cl)
+    # a slot that is not the residual stream has no place in the depth order: the list-wide checks skip it
+    skip = set(not_residual) | {i for i in range(k) if sublayer(fp, i) is not None}
+    cl_whole = [None if i in skip else c for i, c in enumerate(cl)]
+    whole = _shift(fp, cl_whole) if any(c is not None for c in cl_whole) else None
     if whole is None:
-        whole = _reordered(fp, cl, verdicts, kinds)
+        whole = _reordered(fp, cl_whole, verdicts, kinds)
+    readings: dict = {}
     if whole is not None:
         corrected = whole.evidence["corrected"]
+        readings = whole.evidence.get("readings") or {}
         findings.append(whole)
     for kind, idx in kinds.items():
         findings.append(Finding(kind, Severity.FAIL, idx, "; ".join(
@@ -208,6 +247,13 @@ def judge(fp: Fingerprint, claims: Claims | None) -> list[Finding]:
                 sf.label = r_label(r)
             if sv.verdict is Verdict.CANNOT_TELL and r is not None and sv.claim is not None and r != sv.claim.r:
                 sf.verdict_why += f"; the list is {whole.kind} (see `{whole.kind}`): most likely {r_label(r)}"
+        elif readings and whole is not None:  # two readings of the shift: the slot is one of them, not named
+            alts = list(dict.fromkeys(r_label(v[sv.index]) for v in readings.values() if v[sv.index] is not None))
+            if sv.verdict is Verdict.CANNOT_TELL and len(alts) > 1:
+                sf.verdict_why += (f"; the list is {whole.kind} (see `{whole.kind}`): "
+                                   + " or ".join(f"{a} ({w})" for a, w in zip(alts, readings, strict=False)))
+            elif sf.label is None and len(alts) == 1:
+                sf.label = alts[0]
         elif sv.claim is not None and sv.verdict is not Verdict.FAIL and sf.label is None:
             sf.label = sv.claim.label  # a claim the evidence does not contradict names the slot
     return findings
@@ -253,7 +299,8 @@ def _reordered(fp: Fingerprint, cl: list[Claim | None], verdicts: list[SlotVerdi
                    f"file order ≠ depth order: stored slots are [{', '.join(r_label(r) for r in assigned)}], claimed "
                    f"{_labels(rs)} ({src.source.value}: {src.detail})"
                    + ("" if decided else f"; the depth chain is a near-tie (order confidence "
-                                         f"{fp.order_confidence:.2f} < {ORDER_DECIDES}): settle with {SETTLE_EXACT}"),
+                                         f"{fp.order_confidence:.2f} < {ORDER_DECIDES})"
+                                         + (f": settle with {settle_hint(fp)}" if settle_hint(fp) else "")),
                    {"claimed": rs, "corrected": assigned, "order_confidence": fp.order_confidence,
                     "decided": decided})
 
@@ -314,6 +361,7 @@ def _shift(fp: Fingerprint, cl: list[Claim | None]) -> Finding | None:
                 corrected[i] = layer_claims[pos] if pos < len(layer_claims) else None
     else:
         return None
+    alt = None if known else _ids_off_by_one(fp, rs, post, direction)
     src = next(c for c in cl if c is not None)
     how = "exact r against the reference forward" if known else (
         "the embedding role is measured; the other slots are read one claim along" if direction == "forward" else
@@ -328,10 +376,52 @@ def _shift(fp: Fingerprint, cl: list[Claim | None]) -> Finding | None:
         story = ("the claimed list starts with the embedding output but no slot is one: the data starts at a layer, "
                  "so every slot is the layer claimed for the slot after it (the reverse of the "
                  "Kimi-K2.5 EAGLE-3 incident, where [embed, L3, L31, L59] was served as [L3, L31, L59])")
+    if alt is not None and alt != corrected:  # two readings fit the data: show both, never one as the fix
+        if direction == "forward":
+            what = (f"slot {emb[0]} is the embedding output (r = 0) but the claimed list starts at "
+                    f"{r_label(layer_claims[0])}")
+            shifted = ("the embedding and then the claimed layers one slot later, as in the Kimi-K2.5 EAGLE-3 "
+                       "incident where [embed, L3, L31, L59] was served as [L3, L31, L59]")
+            ids = "every claimed r one too high: ids counted from 1 where the data counts the embedding as 0"
+        else:
+            what = "the claimed list starts with the embedding output but no slot is one"
+            shifted = "each slot the layer claimed for the slot after it"
+            ids = "every claimed r one too low: ids counted from the embedding where the data starts at a layer"
+        return Finding(FindingKind.SHIFTED, Severity.FAIL, list(range(k)),
+                       f"claimed {_labels(rs)} ({src.source.value}: {src.detail}) is off by one: {what}. Two "
+                       f"readings fit the data: slots shifted — {_labels(corrected)} ({shifted}); or ids off by "
+                       f"one — {_labels(alt)} ({ids}). The data alone cannot tell them apart: --model decides "
+                       "(exact r per slot)",
+                       {"claimed": rs, "corrected": None, "readings": {"slots shifted": corrected,
+                                                                       "ids off by one": alt},
+                        "direction": direction, "exact": known})
     return Finding(FindingKind.SHIFTED, Severity.FAIL, list(range(k)),
                    f"claimed {_labels(rs)} ({src.source.value}: {src.detail}) is shifted by one slot: {story}. "
                    f"Corrected list: {_labels(corrected)} ({how})",
                    {"claimed": rs, "corrected": corrected, "direction": direction, "exact": known})
 
 
-__all__ = ["judge", "SlotVerdict", "ORDER_DECIDES", "POSTNORM_DECIDES", "SETTLE_EXACT"]
+def _ids_off_by_one(fp: Fingerprint, rs: list, post: list[int], direction: str) -> list | None:
+    """The other reading of a data-only shift: every claimed r one too high (``forward``: the slot claimed L1 is
+    the embedding) or one too low (``backward``: the slot claimed ``embed`` is L1), the slots where they are
+    claimed. None when the measured roles contradict it (an embedding slot that would read as a layer, a layer
+    past the model's last block)."""
+    step = -1 if direction == "forward" else 1
+    alt: list = []
+    for i, r in enumerate(rs):
+        if i in post or r == FINAL_POST:
+            alt.append(r)
+        elif not isinstance(r, int):
+            return None
+        else:
+            alt.append(r + step)
+    L = fp.num_layers
+    for i, r in enumerate(alt):
+        if not isinstance(r, int) or i in post:
+            continue
+        if r < 0 or (L is not None and r > L) or (is_embedding(fp, i) != (r == 0)):
+            return None
+    return alt
+
+
+__all__ = ["judge", "SlotVerdict", "ORDER_DECIDES", "POSTNORM_DECIDES", "SETTLE_EXACT", "SETTLE_IDS", "settle_hint"]

@@ -31,7 +31,7 @@ MAD_TO_SIGMA = 1.4826  # MAD × this = σ for a normal distribution
 MINORITY_FINDING_SHARE = 0.5  # a fingerprint finding in fewer files than this share is an anomaly per file
 # findings that are anomalies even when most files have them: each names what is wrong in that file (the slot
 # stored twice, its bad rows), so every file is listed
-ALWAYS_ANOMALY = {"duplicate", *ROW_KINDS}
+ALWAYS_ANOMALY = {"duplicate", *ROW_KINDS, "loss_mask", "stamp_drift", "stamp_shape", "stamp_moved", "stamp_unreadable"}
 HIST_BINS_PER_DECADE = 20  # resolution of the per-slot histogram in the summary (for plots)
 QUANTILES = {"p01": 0.01, "p05": 0.05, "p25": 0.25, "median": 0.5, "p75": 0.75, "p95": 0.95, "p99": 0.99}
 

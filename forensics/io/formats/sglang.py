@@ -51,11 +51,51 @@ def _flatten(rows: list, path: str) -> list[list[float]]:
     return out
 
 
+def _pair_ids(x: dict, prompt: list, rows: int) -> tuple[list, str | None]:
+    """The token ids of the ``rows`` rows of one response, and a note when some ids have no row.
+
+    The rows are the prompt's then one per generated token but the last (its state is never computed). With
+    SGLang's prefix cache, the cached prompt prefix is not recomputed, so the rows start after it: the response's
+    ``meta_info.cached_tokens`` says how many. The rows are paired with the ids after that prefix only when
+    ``cached_tokens`` accounts for the missing rows exactly; any other shortfall keeps every id, and the count
+    mismatch is reported (``row_count``), never paired by guess (pairing ``ids[:rows]`` put tokens 0-23 beside
+    the rows of tokens 40-63)."""
+    out = list(x["output_ids"]) if isinstance(x.get("output_ids"), list) else []
+    prompt = list(prompt)
+    info = x.get("meta_info")
+    meta = info if isinstance(info, dict) else {}
+    cached = meta.get("cached_tokens")
+    starts = [0]  # cached tokens are not recomputed, so have no rows: that reading first when the response says so
+    if isinstance(cached, int) and not isinstance(cached, bool) and 0 < cached < len(prompt):
+        starts.insert(0, cached)
+    for start in starts:
+        # the prompt's rows only, or the prompt's then the generated tokens' (the last one's, or all of them)
+        options = [(prompt[start:], 0)] + ([((prompt + out)[start:], 1), ((prompt + out)[start:], 0)] if out else [])
+        for ids, extra in options:
+            if len(ids) - extra == rows:
+                note = None if start == 0 else (
+                    f"the first {start} prompt tokens came from SGLang's prefix cache (meta_info.cached_tokens): "
+                    "they have no rows; the rows are paired with the tokens after them")
+                return ids[:rows], note
+    return (prompt + out if out and len(prompt) < rows else prompt), None
+
+
 def read(doc, req: Request):
-    path, record, input_ids = req.path, req.record, req.input_ids
-    import torch
+    return _read_item(samples(doc), req)
+
+
+def read_all(doc, req: Request) -> list:
+    """Every response object, the document parsed once."""
+    from dataclasses import replace
 
     items = samples(doc)
+    return [_read_item(items, replace(req, record=i)) for i in range(len(items))]
+
+
+def _read_item(items: list, req: Request):
+    import torch
+
+    path, record, input_ids = req.path, req.record, req.input_ids
     n = len(items)
     if not 0 <= record < n:
         raise ForensicsError(f"record {record} does not exist: the file holds {n} samples (0..{n - 1})", path=path)
@@ -71,13 +111,12 @@ def read(doc, req: Request):
     except (TypeError, ValueError, OverflowError) as e:
         raise ForensicsError(f"hidden-state rows are not numbers: {e}", path=path) from None
     ids = next((x[k] for k in ID_KEYS if isinstance(x.get(k), list)), None)
-    if ids is not None and isinstance(x.get("output_ids"), list) and len(ids) < t.shape[0]:
-        ids = ids + x["output_ids"]
+    notes = [f"sample {record} of {n}"] if n > 1 else []
     if ids is None:
         ids = input_ids
-    elif ids is not None and isinstance(ids, list) and len(ids) > t.shape[0]:
-        ids = ids[:t.shape[0]]  # the last generated token has no state yet
-    notes = [f"sample {record} of {n}"] if n > 1 else []
+    else:
+        ids, note = _pair_ids(x, ids, int(t.shape[0]))
+        notes += [note] if note else []
     slot = tensor_slot(0, "meta_info.hidden_states", "hidden_states", t, claimed=FINAL_POST)
     prov = provenance(path, NAME, layout="JSON rows [T][H]", notes=notes)
     prov.record = record
@@ -86,4 +125,4 @@ def read(doc, req: Request):
     return cap
 
 
-FORMAT = CaptureFormat(NAME, ("json",), match, read)
+FORMAT = CaptureFormat(NAME, ("json",), match, read, samples=read_all)

@@ -24,12 +24,15 @@ def explore(x: Any, model: Any = None, layers: Any = None, tokenizer: Any = "aut
 
     Args:
         x: what to explore (a folder lists every capture file under it).
-        model: ``"default"`` (SmolLM2), a model path or a loaded model: adds the logit lens of the clicked token.
+        model: ``"default"`` (SmolLM2), a model path or a loaded model: the slot labels and verdicts are
+            ``forensics.fingerprint(x, model=model)``'s (exact mode: ``Explorer.fingerprint()`` is that object),
+            its tokenizer gives text to captures saved without one, and a click shows the logit lens.
         layers: the expected layer list, passed to ``forensics.fingerprint`` (the slot claims and verdicts).
-        tokenizer: ``"auto"`` (the capture's own local tokenizer), a folder, a tokenizer object, or None.
+        tokenizer: ``"auto"`` (the capture's own local tokenizer, else the model's), a folder (an HF model folder
+            too: its tokenizer files), a tokenizer object, or None.
         background: fingerprint (verdicts, row findings) and load the model in a background thread, so the
             heatmap shows at once; ``Explorer.wait()`` waits for them.
-        input_ids: the token ids of hidden states given in memory (their text needs ``tokenizer=``).
+        input_ids: the token ids of hidden states given in memory (their text needs ``tokenizer=`` or ``model=``).
 
     Returns:
         :class:`forensics.views.explore.widget.Explorer` (an ``anywidget.AnyWidget``).

@@ -65,6 +65,7 @@ class Explorer(anywidget.AnyWidget):
     file = traitlets.Int(0).tag(sync=True)
     selected = traitlets.Int(-1).tag(sync=True)  # the clicked token (-1: none)
     lens = traitlets.Dict().tag(sync=True)  # {"file", "pos", "rows": [LensRow.to_dict()]} or {"error"}
+    lens_map = traitlets.Dict().tag(sync=True)  # {"file", LensMap.to_dict()...}: the logit-lens overview
     has_model = traitlets.Bool(False).tag(sync=True)
     status = traitlets.Unicode("").tag(sync=True)
 
@@ -73,9 +74,12 @@ class Explorer(anywidget.AnyWidget):
         super().__init__()
         self._input_ids = input_ids
         self.items = _sources(x)
+        if not (isinstance(x, (str, os.PathLike)) and os.path.isdir(x)):
+            self.items = self._samples(self.items)  # a file or tensors given: every sample listed (FILE#i)
         self.layers = layers
         self._tokenizer = tokenizer
         self._model_spec = model
+        self._fallback: Any = None  # the tokenizer of model=, for captures saved without their own
         self._verifier: Any = None
         self._lock = threading.RLock()
         self._model_lock = threading.Lock()  # one model load, whether the thread or a click asks first
@@ -100,17 +104,61 @@ class Explorer(anywidget.AnyWidget):
         self.observe(self._on_file, names="file")
         self.observe(self._on_selected, names="selected")
 
+    def _samples(self, items: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+        """Each given file (or tensors) as its samples, read once: ``(NAME#i, Capture)`` per sample of a many-sample
+        file (TensorRT-LLM records, SGLang objects, a ``[B, T]`` batch); an unreadable one stays as given, so its
+        error shows when it is picked."""
+        from forensics.io.capture import Capture
+        from forensics.io.formats import as_captures
+
+        out: list[tuple[str, Any]] = []
+        for name, src in items:
+            if isinstance(src, Capture):
+                out.append((name, src))
+                continue
+            try:
+                caps = as_captures(src, self._input_ids if len(items) == 1 else None)
+            except ForensicsError:
+                out.append((name, src))
+                continue
+            if len(caps) == 1:
+                out.append((name, caps[0]))
+            else:
+                out += [(f"{name}#{c.provenance.record}", c) for c in caps]
+        return out[:MAX_FILES]  # listed like a folder's files: at most MAX_FILES (`hsf scan` judges every one)
+
     # ----------------------------------------------------------------------------------------- one file
     def capture(self, k: int | None = None) -> Any:
-        """The ``Capture`` of file ``k`` (default: the one shown)."""
-        from forensics.analysis.explore import as_capture
+        """The ``Capture`` of file (or sample) ``k`` (default: the one shown). A folder's many-sample file is read
+        when first picked: it becomes its sample 0 and its other samples join the end of the list."""
+        from forensics.io.capture import Capture
+        from forensics.io.formats import as_captures
 
         k = self.file if k is None else k
         with self._lock:
             if k not in self._captures:
-                ids = self._input_ids if len(self.items) == 1 else None  # ids of one sample, never of a folder
-                self._captures[k] = as_capture(self.items[k][1], ids)
+                name, src = self.items[k]
+                if isinstance(src, Capture):
+                    caps = [src]
+                else:
+                    ids = self._input_ids if len(self.items) == 1 else None  # ids of one sample, never of a folder
+                    caps = as_captures(src, ids)
+                self._captures[k] = caps[0]
+                if len(caps) > 1:
+                    self._grow(k, name, caps)
             return self._captures[k]
+
+    def _grow(self, k: int, name: str, caps: list) -> None:
+        """Item ``k`` held a many-sample file: it is now ``NAME#0``, the other samples are appended."""
+        self.items[k] = (f"{name}#0", caps[0])
+        first = len(self.items)
+        for c in caps[1:max(1, MAX_FILES - first + 1)]:
+            self.items.append((f"{name}#{c.provenance.record}", c))
+        files = [dict(f) for f in self.files] or [{"name": n, "verdict": None} for n, _ in self.items[:first]]
+        files[k]["name"] = self.items[k][0]
+        files += [{"name": n, "verdict": None} for n, _ in self.items[first:]]
+        self.files = files
+        self._queue.extend(i for i in range(first, len(self.items)) if i < MAX_VERDICT_FILES)
 
     def state(self, k: int | None = None) -> Any:
         """The :class:`~forensics.analysis.explore.ExploreState` of file ``k`` (default: the one shown)."""
@@ -119,7 +167,7 @@ class Explorer(anywidget.AnyWidget):
         k = self.file if k is None else k
         with self._lock:
             if k not in self._states:
-                self._states[k] = explore_state(self.capture(k), tokenizer=self._tokenizer)
+                self._states[k] = explore_state(self.capture(k), tokenizer=self._tokenizer, fallback=self._fallback)
                 fp = self._fps.get(k)
                 if isinstance(fp, str):
                     failed_fingerprint(self._states[k], fp)
@@ -146,9 +194,18 @@ class Explorer(anywidget.AnyWidget):
             for key in ("tokens", "ids", *wire.BINARY):
                 setattr(self, key, p[key])
             self.meta = p["meta"]
-            self.status = "" if st.fingerprinted else "fingerprinting…"
+            self.status = self._status(k)
             if self.selected >= st.num_tokens:
                 self.selected = st.num_tokens - 1
+
+    def _status(self, k: int) -> str:
+        """The status line of file ``k``: why its fingerprint failed (a capture of another hidden size than
+        ``model=``'s, in one line), or that it is still running."""
+        fp = self._fps.get(k)
+        if isinstance(fp, str):
+            return fp
+        st = self._states.get(k)
+        return "" if st is None or st.fingerprinted else "fingerprinting…"
 
     # ------------------------------------------------------------------------------- background work
     def _start(self) -> None:
@@ -159,10 +216,15 @@ class Explorer(anywidget.AnyWidget):
                 self._thread.start()
 
     def _work(self) -> None:
-        """Fingerprint the shown file first, then load the model (if any), then the other listed files."""
+        """Fingerprint the shown file first, then take the model's tokenizer and load the model for the lens (if
+        any: the exact fingerprint has loaded it, and written a GGUF's fp32 cache, by then), then the other files."""
         try:
             model_done = self._model_spec is None
+            tok_done = model_done
             while True:
+                if not tok_done and (self.file in self._fps or not self._queue):
+                    self._model_tokenizer()
+                    tok_done = True
                 with self._lock:
                     k = self._queue.popleft() if self._queue else None
                 if k is None and model_done:
@@ -173,18 +235,42 @@ class Explorer(anywidget.AnyWidget):
                             self._queue.appendleft(k)
                     self._load_verifier()
                     model_done = True
+                    self._push_lens_map(self.file)
                     continue
                 if k not in self._fps:
                     self._fingerprint(k)
         finally:
             self._idle.set()
 
+    def _model_tokenizer(self) -> None:
+        """The tokenizer of ``model=`` for the files saved without one: text for the states drawn before it came."""
+        if self._model_spec is None or not (isinstance(self._tokenizer, str) and self._tokenizer == "auto"):
+            return
+        from forensics.analysis.explore import with_tokenizer
+        from forensics.models.target import model_tokenizer
+
+        tok = model_tokenizer(self._model_spec)[0]
+        if tok is None:
+            return
+        with self._lock:
+            self._fallback = tok
+            shown = [k for k, st in self._states.items() if st.tokens is None and st.ids is not None]
+            for k in shown:
+                with_tokenizer(self._states[k], tok)
+        if self.file in shown:
+            self._show(self.file)
+
+    def fingerprint(self, k: int | None = None) -> Any:
+        """The ``Fingerprint`` of file ``k`` (default: the one shown) whose labels and verdicts the explorer shows
+        (exact with ``model=``), or the one-line error it failed with; None until computed (:meth:`wait`)."""
+        return self._fps.get(self.file if k is None else k)
+
     def _fingerprint(self, k: int) -> None:
         import forensics
         from forensics.analysis.explore import failed_fingerprint, with_fingerprint
 
         try:
-            fp: Any = forensics.fingerprint(self.capture(k), layers=self.layers)
+            fp: Any = forensics.fingerprint(self.capture(k), layers=self.layers, model=self._model_spec)
             verdict = None if fp.verdict is None else fp.verdict.value
         except ForensicsError as e:
             fp, verdict = str(e), "fail"
@@ -211,7 +297,7 @@ class Explorer(anywidget.AnyWidget):
                 from forensics.models.verifier import open_verifier
 
                 self._verifier = open_verifier(self._model_spec)
-                self.status = ""
+                self.status = self._status(self.file)
             except ForensicsError as e:
                 self._verifier = e
                 self.status = f"no logit lens: {e}"
@@ -227,6 +313,8 @@ class Explorer(anywidget.AnyWidget):
         if not 0 <= k < len(self.items):
             return
         self._show(k)
+        if self._verifier is not None and not isinstance(self._verifier, Exception):
+            threading.Thread(target=self._push_lens_map, args=(k,), name="hsf-lens-map", daemon=True).start()
         if k not in self._fps:
             with self._lock:
                 if k in self._queue:
@@ -241,9 +329,34 @@ class Explorer(anywidget.AnyWidget):
             return
         self.lens = self.logit_lens(pos)
 
+    def lens_overview(self, k: int | None = None) -> dict:
+        """The logit-lens overview of file ``k`` (default: the one shown) as the widget draws it: the top-1 next
+        token and its probability per slot × first token (:func:`forensics.analysis.explore.lens_map`)."""
+        from forensics.analysis.explore import lens_map
+
+        k = self.file if k is None else k
+        if self._verifier is None:
+            self._load_verifier()
+        v = self._verifier
+        if isinstance(v, Exception) or v is None:
+            return {"file": k, "error": f"no model: {v}"}
+        try:
+            st = self.state(k)
+            tok = st.tokenizer if st.tokenizer is not None else self._fallback
+            return {"file": k, **lens_map(self.capture(k), v, tok, labels=st.labels).to_dict()}
+        except ForensicsError as e:
+            return {"file": k, "error": str(e)}
+
+    def _push_lens_map(self, k: int) -> None:
+        if self._model_spec is None:
+            return
+        m = self.lens_overview(k)
+        if k == self.file:
+            self.lens_map = m
+
     def logit_lens(self, pos: int) -> dict:
         """The logit lens of token ``pos`` of the shown file, as the widget shows it (``{"file", "pos", "rows"}``)."""
-        from forensics.analysis.explore import capture_tokenizer, logit_lens
+        from forensics.analysis.explore import logit_lens
 
         if self._verifier is None:
             self._load_verifier()
@@ -252,7 +365,9 @@ class Explorer(anywidget.AnyWidget):
             return {"file": self.file, "pos": pos, "error": f"no model: {v}"}
         cap = self.capture()
         try:
-            rows = logit_lens(cap, pos, v, capture_tokenizer(cap), labels=self.state().labels)
+            st = self.state()
+            tok = st.tokenizer if st.tokenizer is not None else self._fallback
+            rows = logit_lens(cap, pos, v, tok, labels=st.labels)
         except ForensicsError as e:
             return {"file": self.file, "pos": pos, "error": str(e)}
         return {"file": self.file, "pos": pos, "rows": [r.to_dict() for r in rows]}

@@ -1,7 +1,8 @@
 """The conventions registry's vocabulary: system and family names, version timelines, config-key access, drafter
 family detection, defaults, and the result types (``EngineCapture``, ``IdPlan``, ``TrainerView``).
 
-``forensics.models.conventions`` re-exports all of it and computes with it.
+Every function here takes a system's canonical name (``forensics.models.conventions.system`` resolves a name
+once); ``forensics.models.conventions`` re-exports what other layers use.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forensics.errors import ForensicsError
-from forensics.models import convention_rules as rules
-from forensics.models.convention_rules import DSPARK_KEY, FAMILIES
+from forensics.models.conventions import rules
+from forensics.models.conventions.rules import DSPARK_KEY, FAMILIES
 
 ENGINES = ("sglang", "vllm", "llama.cpp", "tokenspeed", "trtllm", "atlas")
 TRAINERS = ("speculators-v1", "speculators", "specforge")  # trainers whose stored data layout is known
@@ -41,7 +42,7 @@ LLAMACPP_IDS_PR = 25794  # ggml-org/llama.cpp#25794: eagle_aux_hidden_state_laye
 LLAMACPP_NESTED_PR = 27040  # ggml-org/llama.cpp#27040: nested fallback (closed upstream when read)
 TOKENSPEED_IDS_PR = 526  # lightseekorg/tokenspeed#526: capture layers from the draft config
 ATLAS_OFFSET_PR = 394  # Avarok-Cybersecurity/atlas#394: DFlash -1 capture offset removed
-_TIMELINES: dict[str, tuple[int, ...]] = {
+TIMELINES: dict[str, tuple[int, ...]] = {
     "sglang": (SGLANG_PLUS1_PR,), "vllm": (VLLM_MIXIN_PR, VLLM_DFLASH_PR, VLLM_DEEPSEEK_FINAL_PR),
     "llama.cpp": (LLAMACPP_IDS_PR, LLAMACPP_NESTED_PR), "tokenspeed": (TOKENSPEED_IDS_PR,),
     "atlas": (ATLAS_OFFSET_PR,), "trtllm": ()}
@@ -65,8 +66,7 @@ def canonical_system(system: str) -> str:
 
 def parse_version(system: str, version: str | None) -> str:
     """Canonical version string: ``pre-<PR>``/``post-<PR>`` on the system's timeline (see module doc)."""
-    system = canonical_system(system)
-    prs = _TIMELINES.get(system)
+    prs = TIMELINES.get(system)
     if not prs:
         return "any"  # trainers, EAGLE, TensorRT-LLM: no version-dependent rule in the sources
     if version is None or str(version).strip().lower() in _NEWEST:
@@ -89,7 +89,7 @@ def parse_version(system: str, version: str | None) -> str:
     return f"post-{pr}"
 
 
-def _has(version: str, pr: int) -> bool:
+def has_pr(version: str, pr: int) -> bool:
     """Whether the canonical version includes PR ``pr`` (``any``: the newest state)."""
     if version == "any":
         return True
@@ -99,8 +99,7 @@ def _has(version: str, pr: int) -> bool:
 
 def versions(system: str) -> list[str]:
     """Every canonical version of a system's timeline, oldest first (``["any"]`` without a timeline)."""
-    system = canonical_system(system)
-    prs = _TIMELINES.get(system) or ()
+    prs = TIMELINES.get(system) or ()
     return [f"pre-{prs[0]}"] + [f"post-{p}" for p in prs] if prs else ["any"]
 
 
@@ -148,7 +147,7 @@ def detect_family(config: dict) -> str:
 
 def rule_for(system: str, family: str | None = None, version: str | None = None) -> rules.Rule:
     """The registry rule a system applies to a family's ids at a canonical version."""
-    system, family = canonical_system(system), canonical_family(family)
+    family = canonical_family(family)
     v = parse_version(system, version)
     found = rules.rules_for(system, family, v)
     if not found:
@@ -185,7 +184,7 @@ def sglang_plus_one(ids: list[int], version: str, arch: str | None) -> bool:
     """Whether SGLang adds 1 to config ids. Before sglang#25454 always (``set_eagle3_layers_to_capture``:
     "for the ith layer, it takes the output of the (i-1)th layer"); after it, on the DeepSeek/Kimi path,
     only when ``ids[0] == 1`` ("Disambiguate by the first id"); other model files keep the +1."""
-    if not _has(version, SGLANG_PLUS1_PR) or arch != "deepseek":
+    if not has_pr(version, SGLANG_PLUS1_PR) or arch != "deepseek":
         return True
     return bool(ids) and ids[0] == 1
 

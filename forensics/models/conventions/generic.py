@@ -1,6 +1,6 @@
-"""The registry's generic path: every (system, family) pair whose rule is data in ``convention_rules`` rather than
-the hand-written EAGLE-3 code of SGLang and vLLM in ``forensics.models.conventions``: id → r, the default when no
-ids are given, what an engine captures from a draft config, and the ids that make it capture given r.
+"""The registry's generic path: every (system, family) pair whose rule is data in ``rules`` rather than the
+hand-written EAGLE-3 code of SGLang and vLLM in ``compute``: id → r, the default when no ids are given, what an
+engine captures from a draft config, and the ids that make it capture given r.
 """
 
 from __future__ import annotations
@@ -10,11 +10,10 @@ from typing import Any
 
 from forensics.errors import ForensicsError
 from forensics.layers import FINAL_POST
-from forensics.models import convention_rules as rules
-from forensics.models.convention_names import (
+from forensics.models.conventions import rules
+from forensics.models.conventions.names import (
     EngineCapture,
     IdPlan,
-    canonical_system,
     default_r,
     dflash_default_ids,
     get_key,
@@ -23,7 +22,7 @@ from forensics.models.convention_names import (
     rule_for,
     versions,
 )
-from forensics.models.convention_rules import FIRST_ID, IGNORED
+from forensics.models.conventions.rules import FIRST_ID, IGNORED
 
 
 def rule_default_r(rule: rules.Rule, num_layers: int, num_draft_layers: int | None = None) -> list[int] | None:
@@ -43,7 +42,7 @@ def rule_default_r(rule: rules.Rule, num_layers: int, num_draft_layers: int | No
     return None
 
 
-def _rule_to_r(rule: rules.Rule, ids, L: int, arch: str | None, num_draft_layers: int | None
+def rule_to_r(rule: rules.Rule, ids, L: int, arch: str | None, num_draft_layers: int | None
                ) -> list[Any]:
     if rule.offset == IGNORED or ids is None or not rule.keys:
         default = rule_default_r(rule, L, num_draft_layers)
@@ -61,14 +60,14 @@ def _rule_to_r(rule: rules.Rule, ids, L: int, arch: str | None, num_draft_layers
         return [0 if i == -1 else FINAL_POST if i == L - 1 else i + 1 if 0 <= i < L - 1 else None for i in ids]
     if rule.system == "trtllm":
         # SaveHiddenStatesDecodingConfig: "Use -1 to indicate the final post-norm hidden state"
-        lo, hi = _reach(rule, L)
+        lo, hi = reach(rule, L)
         return [FINAL_POST if i == -1 else i + 1 if lo <= i + 1 <= hi else None for i in ids]
     plus = (1 if ids and ids[0] == 1 else 0) if rule.offset == FIRST_ID else int(rule.offset)
-    lo, hi = _reach(rule, L)
+    lo, hi = reach(rule, L)
     return [i + plus if lo <= i + plus <= hi else None for i in ids]
 
 
-def _reach(rule: rules.Rule, L: int) -> tuple[int, int]:
+def reach(rule: rules.Rule, L: int) -> tuple[int, int]:
     """The r range a rule's ``reach`` text states (``"1..L-1"`` → (1, L-1)); unknown → (0, L)."""
     m = re.match(r"\s*(\d+)\.\.L(-1)?", rule.reach)
     if not m:
@@ -87,14 +86,14 @@ def rule_readings(system: str, family: str, ids, L: int, arch: str | None, num_d
             if rule.offset is None:
                 for plus in (0, 1):
                     trial = rules.Rule(**{**rule.__dict__, "offset": plus})
-                    out[f"{label} if r = id{' + 1' if plus else ''}"] = _rule_to_r(trial, ids, L, arch,
+                    out[f"{label} if r = id{' + 1' if plus else ''}"] = rule_to_r(trial, ids, L, arch,
                                                                                   num_draft_layers)
             else:
-                out[label] = _rule_to_r(rule, ids, L, arch, num_draft_layers)
+                out[label] = rule_to_r(rule, ids, L, arch, num_draft_layers)
     return out
 
 
-def _read_ids(config: dict, keys: tuple[str, ...]) -> tuple[str | None, object]:
+def read_ids(config: dict, keys: tuple[str, ...]) -> tuple[str | None, object]:
     """(key, value) of the first key present in the config, else (None, None)."""
     for k in keys:
         v = get_key(config, k)
@@ -103,10 +102,9 @@ def _read_ids(config: dict, keys: tuple[str, ...]) -> tuple[str | None, object]:
     return None, None
 
 
-def _rule_capture(engine: str, config: dict, num_layers: int, version: str | None, arch: str,
+def rule_capture(engine: str, config: dict, num_layers: int, version: str | None, arch: str,
                   family: str) -> EngineCapture:
     """engine_capture for every (engine, family) the registry holds beyond EAGLE-3 in SGLang/vLLM."""
-    engine = canonical_system(engine)
     v = parse_version(engine, version)
     rule = rule_for(engine, family, v)
     L = int(num_layers)
@@ -120,7 +118,7 @@ def _rule_capture(engine: str, config: dict, num_layers: int, version: str | Non
                else f"{family} reads no id list")
         return EngineCapture(engine, v, arch, key_text, None, "default", sorted(set(r)), [], [],
                              [f"{engine} {v}: {why}; r = {r} ({rule.source})"], family)
-    key, ids = _read_ids(config, rule.keys)
+    key, ids = read_ids(config, rule.keys)
     if ids is not None and not isinstance(ids, (list, tuple)):
         problems.append(f"{key} is {type(ids).__name__}, not a list; the engine falls back or fails")
         ids = None
@@ -144,7 +142,7 @@ def _rule_capture(engine: str, config: dict, num_layers: int, version: str | Non
         notes.append(f"{engine} {family} numbering is not settled by the sources ({rule.source}): "
                      + "; ".join(f"{k} → r = {x}" for k, x in alts.items()))
     else:
-        per_id = _rule_to_r(rule, ids, L, arch, n_draft)
+        per_id = rule_to_r(rule, ids, L, arch, n_draft)
     dropped = [i for i, r in zip(ids, per_id, strict=True) if r is None]
     captured = sorted({r for r in per_id if isinstance(r, int)}) + [r for r in per_id if isinstance(r, str)]
     if dropped:
@@ -159,7 +157,7 @@ def _rule_capture(engine: str, config: dict, num_layers: int, version: str | Non
                          family, alts)
 
 
-def _rule_from_r(system: str, rs: list, num_layers: int, version: str | None, arch: str | None,
+def rule_from_r(system: str, rs: list, num_layers: int, version: str | None, arch: str | None,
                  family: str) -> IdPlan:
     """from_r for every (system, family) the registry holds beyond EAGLE-3 in the original six systems."""
     v = parse_version(system, version)
@@ -179,7 +177,7 @@ def _rule_from_r(system: str, rs: list, num_layers: int, version: str | None, ar
     if rs != sorted(rs):
         return plan(None, f"the draft was trained on r = {rs}, not in ascending order; {system} concatenates in "
                     "ascending layer order, so no id list reproduces it")
-    lo, hi = _reach(rule, L)
+    lo, hi = reach(rule, L)
     if any(not lo <= r <= hi for r in rs):
         return plan(None, f"{system} {v} captures r in {rule.reach} only ({rule.source}); r = {rs} is outside")
     if rule.offset is None:

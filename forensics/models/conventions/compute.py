@@ -1,40 +1,8 @@
-"""Conventions registry: how each trainer and engine numbers target layers, for every drafter family, in r.
-
-One coordinate (see ``forensics.layers``): ``r = 0`` embedding output, ``r = k`` output of block k
-(= HF ``hidden_states[k]``), ``r = L`` last block before the final norm. The rules themselves, each with its
-public source, are data in ``forensics.models.convention_rules`` (``RULES``); this module computes with them.
-
-Example:
-    >>> to_r("sglang", [2, 30, 58], 61, version="pre-25454")
-    [3, 31, 59]
-    >>> from_r("sglang", [0, 3, 31], 61, version="pre-25454").ids
-    [-1, 2, 30]
-    >>> to_r("vllm", None, 80)            # no ids in the draft config: the engine's default
-    [2, 40, 77]
-    >>> to_r("vllm", [7, 14, 21], 28, family="dflash")   # DFlash ids name block outputs (vllm#40727)
-    [8, 15, 22]
-
-Systems (``SYSTEMS``; aliases in ``ALIASES``): engines ``vllm``, ``sglang``, ``llama.cpp``, ``tokenspeed``,
-``trtllm`` (TensorRT-LLM serving a Model-Optimizer export), ``atlas``; trainers ``speculators`` (online,
-offline and hybrid modes share one numbering), ``speculators-legacy`` (alias ``speculators-v1``),
-``specforge``, ``modelopt``, ``nemo-automodel``, ``eagle`` (SafeAILab). Families: ``FAMILIES`` (EAGLE-3,
-EAGLE-3.1, P-EAGLE, DFlash, DSpark, MTP).
-
-Versions (``version=``), a point on the system's PR timeline; ``None`` means the newest state known:
-- sglang: ``pre-25454`` (aliases ``sglang<25454``, ``<25454``, ``before-25454``, ``old``) or ``post-25454``.
-- vllm: ``pre-36063`` (old capture loop), ``post-36063`` (``EagleModelMixin`` in Llama-family models),
-  ``post-40727`` (DFlash ids + 1), ``post-46973`` (= ``latest``: DeepSeek/Kimi can capture id L too).
-- llama.cpp: ``pre-25794`` (hard-coded layers), ``post-25794`` (top-level ids), ``post-27040`` (a build with
-  the nested-key fallback of llama.cpp#27040, closed upstream when read).
-- tokenspeed: ``pre-526`` (hard-coded layers) or ``post-526`` (ids from the draft config).
-- atlas: ``pre-394`` (DFlash ids used raw) or ``post-394`` (ids + 1).
-Semantic versions (``0.5.3``) are refused with this list: which release first carried each PR is not
-pinned in the sources, and a guess would turn into a wrong verdict. :func:`readings` lists what every
-version would capture when the version is not given.
-
-Architecture (``arch=``): ``"deepseek"`` for the DeepSeek-V2/V3/Kimi code path, anything else
-(or None) for the generic Llama-style path; :func:`arch_family` maps HF ``architectures`` /
-``model_type`` to it.
+"""The hand-written EAGLE-3 rules of the six systems read line by line in their code (SGLang's and vLLM's capture
+loops, the speculators generators, SpecForge, SafeAILab/EAGLE): id → r, the r each can capture, what an engine
+captures from a draft config, and the ids that make it capture given r. Every other (system, family) pair goes
+through the registry rules (``generic``). Every function takes a system's canonical name
+(``forensics.models.conventions.system`` resolves a name once).
 """
 
 from __future__ import annotations
@@ -42,69 +10,25 @@ from __future__ import annotations
 from typing import Any
 
 from forensics.errors import ForensicsError
-from forensics.models.convention_generic import (
-    _reach,
-    _read_ids,
-    _rule_capture,
-    _rule_from_r,
-    _rule_to_r,
-    rule_default_r,
-    rule_readings,
-)
-from forensics.models.convention_names import (
-    _TIMELINES,
-    ALIASES,
-    ATLAS_OFFSET_PR,
-    DEEPSEEK_ARCH_PATTERNS,
+from forensics.models.conventions.generic import reach, rule_capture, rule_from_r, rule_readings, rule_to_r
+from forensics.models.conventions.names import (
     ENGINES,
-    ID_TRAINERS,
-    LLAMACPP_IDS_PR,
-    LLAMACPP_NESTED_PR,
     SGLANG_PLUS1_PR,
-    SYSTEMS,
-    TOKENSPEED_IDS_PR,
-    TRAINERS,
     VLLM_DEEPSEEK_FINAL_PR,
-    VLLM_DFLASH_PR,
     VLLM_MIXIN_PR,
     EngineCapture,
     IdPlan,
-    TrainerView,
-    _has,
-    arch_family,
     canonical_family,
-    canonical_system,
     default_r,
     detect_family,
-    dflash_default_ids,
-    get_key,
+    has_pr,
     int_ids,
     parse_version,
     rule_for,
     sglang_plus_one,
-    trainer_view,
     versions,
 )
-from forensics.models.convention_rules import (
-    DFLASH_KEY,
-    DSPARK_KEY,
-    EAGLE_FAMILIES,
-    FAMILIES,
-    FIRST_ID,
-    IGNORED,
-    NESTED_KEY,
-    TOP_KEY,
-)
-
-__all__ = ["FAMILIES", "ENGINES", "TRAINERS", "ID_TRAINERS", "SYSTEMS", "ALIASES", "NESTED_KEY", "TOP_KEY",
-           "DFLASH_KEY", "DSPARK_KEY", "EAGLE_FAMILIES", "FIRST_ID", "IGNORED", "DEEPSEEK_ARCH_PATTERNS",
-           "SGLANG_PLUS1_PR", "VLLM_MIXIN_PR", "VLLM_DFLASH_PR", "VLLM_DEEPSEEK_FINAL_PR", "LLAMACPP_IDS_PR",
-           "LLAMACPP_NESTED_PR", "TOKENSPEED_IDS_PR", "ATLAS_OFFSET_PR", "_TIMELINES", "_has",
-           "EngineCapture", "IdPlan", "TrainerView", "to_r", "from_r", "engine_capture", "reachable_r", "readings",
-           "rule_readings", "rule_default_r", "detect_family", "trainer_view", "canonical_system", "canonical_family",
-           "parse_version", "versions", "get_key", "rule_for", "dflash_default_ids", "default_r", "arch_family",
-           "sglang_plus_one", "int_ids", "_read_ids", "_reach", "_rule_capture", "_rule_from_r", "_rule_to_r"]
-
+from forensics.models.conventions.rules import EAGLE_FAMILIES, NESTED_KEY, TOP_KEY
 
 _LEGACY_SYSTEMS = ("speculators-legacy", "speculators", "vllm", "specforge", "sglang", "eagle")
 
@@ -119,11 +43,10 @@ def to_r(system: str, ids: list[int] | None, num_layers: int, version: str | Non
     ``family`` defaults to EAGLE-3; ``num_draft_layers`` sizes DFlash's default. A rule whose numbering the
     sources do not settle raises; :func:`readings` lists its possible readings instead.
     """
-    system = canonical_system(system)
     family = canonical_family(family)
     L = int(num_layers)
     if family not in EAGLE_FAMILIES or system not in _LEGACY_SYSTEMS:
-        return _rule_to_r(rule_for(system, family, version), ids, L, arch, num_draft_layers)
+        return rule_to_r(rule_for(system, family, version), ids, L, arch, num_draft_layers)
     if ids is None:
         if system == "speculators-legacy":  # VllmHiddenStatesGenerator default [2, L//2, L-3, L-1]
             return [3, L // 2 + 1, L - 2, L]
@@ -161,7 +84,7 @@ def readings(system: str, ids: list[int] | None, num_layers: int, family: str | 
     """What every known version (and, where the sources do not settle the numbering, every numbering) of a
     system makes of ``ids``: ``{"vllm post-46973": [2, 15, 27], ...}``. The audit lists these instead of
     picking one when the version is not given."""
-    system, family = canonical_system(system), canonical_family(family)
+    family = canonical_family(family)
     if not (family in EAGLE_FAMILIES and system in _LEGACY_SYSTEMS and system != "eagle"):
         return rule_readings(system, family, ids, int(num_layers), arch, num_draft_layers, versions(system))
     out: dict[str, list] = {}
@@ -178,7 +101,6 @@ def readings(system: str, ids: list[int] | None, num_layers: int, family: str | 
 def reachable_r(engine: str, num_layers: int, version: str | None = None, arch: str | None = None
                 ) -> tuple[set[int], dict[int, str]]:
     """The r an engine can capture without a code change, and why the others need one."""
-    engine = canonical_system(engine)
     L = int(num_layers)
     why: dict[int, str] = {}
     if engine == "sglang":
@@ -193,8 +115,8 @@ def reachable_r(engine: str, num_layers: int, version: str | None = None, arch: 
         return set(range(1, L)), why
     if engine in ("vllm", "speculators"):
         v = parse_version("vllm", version)
-        mixin = _has(v, VLLM_MIXIN_PR)
-        deepseek_final = _has(v, VLLM_DEEPSEEK_FINAL_PR)
+        mixin = has_pr(v, VLLM_MIXIN_PR)
+        deepseek_final = has_pr(v, VLLM_DEEPSEEK_FINAL_PR)
         ok = set(range(1, L))
         if arch == "deepseek":
             if deepseek_final:  # vllm#46973 migrated DeepSeek-V2 family: id L reachable
@@ -212,7 +134,7 @@ def reachable_r(engine: str, num_layers: int, version: str | None = None, arch: 
         return ok, why
     if engine in ENGINES:
         rule = rule_for(engine, "eagle3", parse_version(engine, version))
-        lo, hi = _reach(rule, L)
+        lo, hi = reach(rule, L)
         for r in (0, L):
             if not lo <= r <= hi:
                 why[r] = f"{engine}: r = {r} is outside what it captures ({rule.reach}; {rule.source})"
@@ -228,12 +150,11 @@ def engine_capture(engine: str, config: dict, num_layers: int, version: str | No
     @ e6123ca2); vLLM only the top-level key (``eagle3_utils.py`` ``get_eagle3_aux_layers_from_config``
     @ da844450, speculators configs via ``update_eagle3``). Both concatenate in layer-loop
     (ascending) order whatever the list order (§3.1, §4.1). Other engines and families follow their
-    registry rule (``convention_rules.RULES``); ``family`` defaults to :func:`detect_family`.
+    registry rule (``rules.RULES``); ``family`` defaults to :func:`detect_family`.
     """
     family = canonical_family(family or detect_family(config))
-    if family not in EAGLE_FAMILIES or canonical_system(engine) not in ("sglang", "vllm"):
-        return _rule_capture(engine, config, num_layers, version, arch or "generic", family)
-    engine = canonical_system(engine)
+    if family not in EAGLE_FAMILIES or engine not in ("sglang", "vllm"):
+        return rule_capture(engine, config, num_layers, version, arch or "generic", family)
     v = parse_version(engine, version)
     arch = arch or "generic"
     if engine == "sglang":
@@ -282,7 +203,7 @@ def engine_capture(engine: str, config: dict, num_layers: int, version: str | No
     if engine == "sglang":
         plus = sglang_plus_one(ids, v, arch)
         notes.append(f"SGLang {v} ({arch} path) reads ids {ids} as {'id + 1' if plus else 'raw layer index'}"
-                     + (" (sglang#25454: +1 only when the first id is 1)" if _has(v, SGLANG_PLUS1_PR)
+                     + (" (sglang#25454: +1 only when the first id is 1)" if has_pr(v, SGLANG_PLUS1_PR)
                         and arch == "deepseek" else ""))
     if dropped:
         problems.append(f"ids {dropped} match no layer in {engine} {v}: fewer states than ids are captured")
@@ -294,10 +215,9 @@ def engine_capture(engine: str, config: dict, num_layers: int, version: str | No
 def from_r(system: str, rs: list[int], num_layers: int, version: str | None = None,
            arch: str | None = None, family: str | None = None) -> IdPlan:
     """The ids to write so ``system`` captures r = ``rs`` (inverse of :func:`to_r`), or why it can't."""
-    system = canonical_system(system)
     family = canonical_family(family)
     if family not in EAGLE_FAMILIES or system not in _LEGACY_SYSTEMS:
-        return _rule_from_r(system, rs, num_layers, version, arch, family)
+        return rule_from_r(system, rs, num_layers, version, arch, family)
     v = parse_version(system, version)
     arch = arch or "generic"
     L = int(num_layers)
@@ -316,7 +236,7 @@ def from_r(system: str, rs: list[int], num_layers: int, version: str | None = No
                                                                        for r in hard))
         if 0 in rs:
             caveats.append(why[0])
-        if not (_has(v, SGLANG_PLUS1_PR) and arch == "deepseek"):
+        if not (has_pr(v, SGLANG_PLUS1_PR) and arch == "deepseek"):
             ids = [r - 1 for r in rs]  # unconditional +1 (pre-#25454, or a non-DeepSeek model file)
         else:
             ids = list(rs)  # post-#25454 DeepSeek/Kimi path: raw ids unless the first is 1
