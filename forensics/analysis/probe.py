@@ -569,7 +569,7 @@ def probe(draft: str | os.PathLike | Draft, data: Any, candidates: str | list = 
     if engine_version is not None:  # an unknown version is one line, never silently "as if known"
         if engine is None:
             raise ForensicsError("engine_version (--engine-version) needs engine (--engine)")
-        from forensics.models.conventions import parse_version
+        from forensics.models.conventions.names import parse_version
 
         parse_version(engine, engine_version)
     d = draft if isinstance(draft, Draft) else load_draft(draft)

@@ -104,7 +104,7 @@ def _check_engine_version(args) -> None:
 
     if getattr(args, "engine", None) is None:
         raise ForensicsError("--engine-version needs --engine (sglang or vllm)")
-    from forensics.models.conventions import parse_version
+    from forensics.models.conventions.names import parse_version
 
     parse_version(args.engine, version)
 
