@@ -383,3 +383,20 @@ def test_a_notebook_folder_with_its_own_renderers_module_cannot_shadow_the_regis
                           env=env)
     assert proc.returncode == 0 and "rendered" in proc.stdout, proc
     assert not (tmp_path / "SHADOWED").exists()
+
+
+# ---- degenerate shapes: bounded time --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("rows", "h", "n_ids"), [(300_000, 2, 10), (5_000, 16, 6_000_000), (1_000_000, 1, None)])
+def test_degenerate_shapes_are_inspected_and_fingerprinted_in_bounded_time(tmp_path, capsys, rows, h, n_ids):
+    g = torch.Generator().manual_seed(0)
+    doc = {"hidden_states": [torch.randn(rows, h, generator=g) * (k + 1) for k in range(3)]}
+    if n_ids is not None:
+        doc["input_ids"] = torch.arange(n_ids)
+    torch.save(doc, tmp_path / "d.pt")
+    for command in ("inspect", "fingerprint"):
+        t0 = time.monotonic()
+        code, _, err = run_cli([command, tmp_path / "d.pt"], capsys)
+        assert code in (0, 1, 3) and "Traceback" not in err, err
+        assert time.monotonic() - t0 < 120, command
