@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 from forensics.layers import R, r_label
 
+RECORD_SEP = "#"  # ``data_20.pt#3``: sample 3 of a many-sample file
 _SHORT_DTYPES = {
     "torch.bfloat16": "bf16",
     "torch.float16": "f16",
@@ -151,6 +152,15 @@ class Capture:
         return self.provenance.path
 
     @property
+    def name(self) -> str:
+        """How commands name this sample: the path, or ``FILE#i`` for sample i of a file that holds several (a
+        TensorRT-LLM record list, an SGLang JSON list, a ``[B, T]`` batch)."""
+        rec = self.provenance.record
+        if rec is None or int(self.meta.get("records", 1)) <= 1:
+            return self.path
+        return f"{self.path}{RECORD_SEP}{rec}"
+
+    @property
     def format(self) -> str:
         return self.provenance.format
 
@@ -203,7 +213,7 @@ class Capture:
         return len(self.slots)
 
     def __repr__(self) -> str:
-        name = os.path.basename(self.path)
+        name = os.path.basename(self.name)
         slots = ", ".join(f"{s.name}{list(s.shape)}" for s in self.slots)
         return f"Capture({name}, format={self.format}, tokens={self.num_tokens}, slots=[{slots}])"
 

@@ -75,7 +75,10 @@ def find_tokenizer(path: str, meta: dict | None = None) -> str | None:
 def _check_folder(folder: str, confined: bool = True) -> dict:
     """Refuse a folder whose files resolve outside it (``confined``: a folder a dataset names), holds a tokenizer
     file above the size cap, or whose config asks transformers to run code; return its ``tokenizer_config.json``
-    (``{}`` when absent)."""
+    (``{}`` when absent). A FIFO or device named like a tokenizer file is refused before any open (it would block)."""
+    from .safetensors import refuse_special_files
+
+    refuse_special_files(folder)
     for name in os.listdir(folder):
         if confined and not _inside(os.path.join(folder, name), folder):
             raise ForensicsError(f"tokenizer file {name!r} links outside the tokenizer folder; not loaded",

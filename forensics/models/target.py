@@ -305,10 +305,9 @@ def sublayer_states(model, input_ids) -> dict:
 
     for i, block in enumerate(decoder_layers(model)):
         b = i + 1
-        parts = [getattr(block, n, None) for n in ("self_attn", "mlp", "post_attention_layernorm")]
-        if any(p is None for p in parts):
+        attn, mlp, post = (getattr(block, n, None) for n in ("self_attn", "mlp", "post_attention_layernorm"))
+        if attn is None or mlp is None or post is None:
             continue
-        attn, mlp, post = parts
         handles.append(attn.register_forward_hook(lambda _m, _a, o, b=b: keep(("attn", b), o)))
         handles.append(mlp.register_forward_hook(lambda _m, _a, o, b=b: keep(("mlp", b), o)))
         handles.append(post.register_forward_hook(lambda _m, a, _o, b=b: keep(("mid", b), a)))
