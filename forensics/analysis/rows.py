@@ -361,18 +361,15 @@ def _foreign_from_embedding(hs: np.ndarray, ok: np.ndarray, ids: np.ndarray, k: 
     inv_k = inv_k.reshape(-1)
     confirmed = cnt_k[inv_k] > 1
     label[rows[confirmed]] = 1
-    # (a) the same row as a confirmed row of another id
-    conf_hash_id: dict[int, int] = {}
-    for h_, i_ in zip(rh[confirmed].tolist(), rid[confirmed].tolist(), strict=True):
-        conf_hash_id[h_] = i_
-    # (b) an id whose confirmed rows have another hash
+    # an id whose confirmed rows have another hash: this row is not that id's embedding. The same row as a
+    # confirmed row of another id is no evidence on its own: tokens whose embedding rows are bit-identical
+    # (reserved or untrained ids share one initial row) look exactly like that in a clean capture
     conf_id_hash: dict[int, set[int]] = {}
     for h_, i_ in zip(rh[confirmed].tolist(), rid[confirmed].tolist(), strict=True):
         conf_id_hash.setdefault(i_, set()).add(h_)
     for j in np.flatnonzero(~confirmed):
         h_, i_ = int(rh[j]), int(rid[j])
-        other = conf_hash_id.get(h_)
-        if (other is not None and other != i_) or (i_ in conf_id_hash and h_ not in conf_id_hash[i_]):
+        if i_ in conf_id_hash and h_ not in conf_id_hash[i_]:
             label[rows[j]] = -1
     return label
 
