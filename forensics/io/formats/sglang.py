@@ -81,10 +81,21 @@ def _pair_ids(x: dict, prompt: list, rows: int) -> tuple[list, str | None]:
 
 
 def read(doc, req: Request):
+    return _read_item(samples(doc), req)
+
+
+def read_all(doc, req: Request) -> list:
+    """Every response object, the document parsed once."""
+    from dataclasses import replace
+
+    items = samples(doc)
+    return [_read_item(items, replace(req, record=i)) for i in range(len(items))]
+
+
+def _read_item(items: list, req: Request):
     import torch
 
     path, record, input_ids = req.path, req.record, req.input_ids
-    items = samples(doc)
     n = len(items)
     if not 0 <= record < n:
         raise ForensicsError(f"record {record} does not exist: the file holds {n} samples (0..{n - 1})", path=path)
@@ -114,4 +125,4 @@ def read(doc, req: Request):
     return cap
 
 
-FORMAT = CaptureFormat(NAME, ("json",), match, read)
+FORMAT = CaptureFormat(NAME, ("json",), match, read, samples=read_all)
