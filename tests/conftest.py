@@ -50,9 +50,9 @@ MODEL_FIXTURES = {"smollm2"}
 # ``slow``: left out of ``make test-fast``. Whole files of hostile-input sweeps, and single tests over 1 s of CPU each
 # (a console script in a subprocess, a whole report or scan, a Dask cluster), measured per test with
 # process + children CPU time on the 2-core machine (scripts/cpu_times.py); None: every test of the file.
+SLOW_PREFIXES = ("test_hardening",)  # every hostile-input sweep file (test_hardening_threads: seconds per test)
 SLOW: dict[str, set[str] | None] = {
-    "test_hardening.py": None, "test_hardening_mapped.py": None, "test_hardening_models.py": None,
-    "test_hardening_outputs.py": None, "test_fuzz.py": None,
+    "test_fuzz.py": None,
     "test_audit_scenarios.py": {"test_served_format_scenarios_say_one_verdict_everywhere",
                                 "test_the_final_state_a_format_stores_is_not_an_fc_input"},
     "test_bad_input.py": {"test_real_console_script_has_no_traceback"},
@@ -80,7 +80,7 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.model)
-        names = SLOW.get(item.path.name, set())
+        names = None if item.path.name.startswith(SLOW_PREFIXES) else SLOW.get(item.path.name, set())
         if names is None or getattr(item, "originalname", item.name) in names:
             item.add_marker(pytest.mark.slow)
 
