@@ -92,6 +92,8 @@ def test_report_and_lens_overview_show_words_for_a_capture_without_a_tokenizer(t
             assert shown == pytest.approx(p, rel=0.02, abs=2e-3), (slot, pos, shown, p)
         lm.locator("td.hsf-x-lmcell[data-slot='2'][data-pos='7']").click()
         assert root.locator(".hsf-x-sel").inner_text().startswith(f"token 7 “{_visible(words[7])}”")
+        wrap, box = lm.locator(".hsf-x-lmwrap").bounding_box(), root.bounding_box()
+        assert box["height"] <= 800 and wrap["y"] + wrap["height"] <= box["y"] + box["height"]  # in view, not cut
         page.screenshot(path=str(ARTIFACTS / "explorer_lens_overview.png"), full_page=True)
         ctx.close()
         assert errors == [], errors

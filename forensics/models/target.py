@@ -42,17 +42,23 @@ def default_model_path() -> str:
 
 
 CACHE_KEY_BYTES = 1 << 22  # the cache key hashes this much of the GGUF's start and of its end, and its size
+CACHE_KEY_SAMPLES, CACHE_KEY_BLOCK = 64, 1 << 16  # ... and 64 blocks of 64 KiB spread between them (4 MiB)
 
 
 def _cache_folder(gguf: str) -> str:
-    """The fp32 cache of ``gguf``, keyed by its content (size, first and last 4 MiB: the header with every
-    tensor's metadata, and the last tensor's data), not its path: every checkout and virtualenv holding the
-    same GGUF shares one ~540 MB copy."""
+    """The fp32 cache of ``gguf``, keyed by its content, not its path or mtime: its size, first and last 4 MiB (the
+    header with every tensor's metadata, and the last tensor's data) and ``CACHE_KEY_SAMPLES`` blocks spread over
+    the rest (any other model of the same size and layout, e.g. a fine-tune copied over it with ``cp -p``, differs
+    there). Every checkout and virtualenv holding the same GGUF shares one ~540 MB copy."""
     h = hashlib.sha1()
     with open(gguf, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         h.update(f"{size}|".encode())
         h.update(f.read(CACHE_KEY_BYTES))
+        inner = size - 2 * CACHE_KEY_BYTES
+        if inner > 0:
+            for i in range(CACHE_KEY_SAMPLES):
+                h.update(os.pread(f.fileno(), CACHE_KEY_BLOCK, CACHE_KEY_BYTES + inner * i // CACHE_KEY_SAMPLES))
         f.seek(max(0, size - CACHE_KEY_BYTES))
         h.update(f.read(CACHE_KEY_BYTES))
     return os.path.join(CACHE_DIR, f"{os.path.basename(gguf)}-{h.hexdigest()[:12]}-fp32")

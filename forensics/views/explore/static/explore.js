@@ -13,6 +13,9 @@ const AXIS_H = 64;     // x-axis token labels, px
 const HEAT_MAX_H = 300;  // the heatmap's height cap, px
 const CONTEXT_TOKENS = 12;  // tokens either side of the selection in the context strip
 const MIN_WINDOW = 16;  // the narrowest zoom, in columns
+const ROOT_MAX_H = 800;  // the explorer's height cap (explore.css .hsf-x max-height), px
+const LENS_LINKED_H = 110;  // the linked table's height while the lens overview is open, px
+const LENS_MIN_H = 90;  // the lens overview's smallest scroll box, px
 
 function floats(v) {
   if (v == null) return new Float32Array(0);
@@ -168,6 +171,7 @@ function render({ model, el }) {
   const linked = h("div", "hsf-x-linked");
   const lensBox = h("details", "hsf-x-lensmap");
   lensBox.hidden = true;
+  lensBox.addEventListener("toggle", () => fitLensMap());
   main.append(plot, context, linked, lensBox);
   body.append(files, main);
   const tip = h("div", "hsf-x-tip");
@@ -504,6 +508,17 @@ function render({ model, el }) {
     table.appendChild(tbody);
     wrap.appendChild(table);
     lensBox.appendChild(wrap);
+    fitLensMap();
+  }
+
+  function fitLensMap() {  // the open overview fits the explorer's 800 px: the linked table gives up height for it
+    linked.style.maxHeight = lensBox.open && !lensBox.hidden ? LENS_LINKED_H + "px" : "";
+    const wrap = lensBox.querySelector(".hsf-x-lmwrap");
+    if (!wrap || !lensBox.open) return;
+    // measured as if the linked table were at its full LENS_LINKED_H: a click that fills it moves nothing out of view
+    const top = wrap.getBoundingClientRect().top - root.getBoundingClientRect().top + LENS_LINKED_H -
+      linked.getBoundingClientRect().height;
+    wrap.style.maxHeight = Math.max(LENS_MIN_H, ROOT_MAX_H - top - 8) + "px";
   }
 
   function select(pos) {
