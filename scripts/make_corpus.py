@@ -621,7 +621,8 @@ def write_residual_cases(texts: list[dict], split: dict[str, str], out: str, log
     import torch
     from safetensors import safe_open
 
-    from forensics.models.recorder import TextSample, sample_path, write_sample
+    from forensics.io.formats import writer
+    from forensics.models.recorder import TextSample, write_sample
     from forensics.models.target import ladder, load_model, sublayer_states
 
     net = load_model()[0]
@@ -646,7 +647,7 @@ def write_residual_cases(texts: list[dict], split: dict[str, str], out: str, log
         for v in variants:
             states, rs, expected = residual_case(v, bf, subs, chunk, p, L, FP if fmt == "specforge" else L,
                                                  random.Random(f"{SEED}-residual-{t['id']}-{v}"))
-            rel = os.path.join(split[t["id"]], fmt, "residual", f"{t['id']}__{v}", sample_path(fmt, 0))
+            rel = os.path.join(split[t["id"]], fmt, "residual", f"{t['id']}__{v}", writer(fmt).sample_path(0))
             write_sample(fmt, os.path.join(out, rel), sample, [x.contiguous() for x in states], rs)
             cases.append({"file": rel, "format": fmt, "text": t["id"], "text_kind": t["kind"],
                           "split": split[t["id"]], "variant": v, "claim": rs, "num_tokens": T,
