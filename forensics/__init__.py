@@ -18,21 +18,28 @@ Tensors in memory work as well as files: ``fingerprint``, ``summarize`` and ``as
     print(fp)                                   # IDENTIFIED [embed, L1, ..., final_post] (exact)
     print(fp.explain())                         # the evidence behind it
 
-Verbs: load, as_capture, read_ids, iter_files, summarize, fingerprint, audit, probe, scan, report, capture,
-explore.
-Every bad input raises one ``ForensicsError`` naming the file (or ``<in memory>``).
+A batch (``[B, T]`` ``input_ids`` with ``attention_mask``) or a many-sample file is B samples: ``load_all`` and
+``as_captures`` give them, ``fingerprint``/``summarize`` return one result per sample, commands name them ``FILE#i``.
+
+Verbs: load, load_all, as_capture, as_captures, read_ids, iter_files, summarize, fingerprint, audit, probe, scan,
+report, capture, explore.
+Every bad input raises one ``ForensicsError`` naming the file (or ``<in memory>``); a capture that cannot come
+from ``model=`` (another hidden size, vocabulary or layer count) raises its subclass ``ModelMismatch``.
 """
 
 from __future__ import annotations
 
-from forensics.errors import ForensicsError
+from forensics.errors import ForensicsError, ModelMismatch
 
 __version__ = "0.1.0"
-__all__ = ["ForensicsError", "load", "as_capture", "read_ids", "iter_files", "summarize", "fingerprint", "audit",
-           "report", "scan", "probe", "capture", "explore", "__version__"]
+__all__ = ["ForensicsError", "ModelMismatch", "load", "load_all", "as_capture", "as_captures", "read_ids",
+           "iter_files", "summarize", "fingerprint", "audit", "report", "scan", "probe", "capture", "explore",
+           "__version__"]
 
 _LAZY = {
     "load": ("forensics.io.formats", "load"),
+    "load_all": ("forensics.io.formats", "load_all"),
+    "as_captures": ("forensics.io.formats", "as_captures"),
     "iter_files": ("forensics.io.formats", "iter_files"),
     "as_capture": ("forensics.io.formats", "as_capture"),
     "read_ids": ("forensics.io.formats", "read_ids"),

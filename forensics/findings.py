@@ -79,6 +79,7 @@ class FindingKind(StrEnum):
     NONFINITE = "nonfinite"
     OVERFLOW = "overflow"
     ALL_ZERO = "all_zero"
+    CONSTANT = "constant"
     FEW_TOKENS = "few_tokens"
     NO_REFERENCE_MATCH = "no_reference_match"
     NO_TOKEN_IDS = "no_token_ids"
@@ -91,6 +92,7 @@ class FindingKind(StrEnum):
     FOREIGN_ROWS = "foreign_rows"
     LOSS_MASK = "loss_mask"
     CONTEXT_LOST = "context_lost"
+    PADDING = "padding"
     # ---- one capture: a claimed layer list against the evidence ----
     COUNT_MISMATCH = "count_mismatch"
     SHIFTED = "shifted"
@@ -216,6 +218,7 @@ _MEANINGS: dict[FindingKind, str] = {
     FindingKind.NONFINITE: "a slot holds NaN or Inf values",
     FindingKind.OVERFLOW: "a slot's values sit at the dtype's limit (fp16 overflow clamped)",
     FindingKind.ALL_ZERO: "a slot is all zeros: nothing was captured into it",
+    FindingKind.CONSTANT: "every row of a slot is the same vector (a broadcast, one token copied): nothing per token",
     FindingKind.FEW_TOKENS: "too few tokens for the statistics to decide a slot's role",
     FindingKind.NO_REFERENCE_MATCH: "with --model, some slots equal no state of the reference forward",
     FindingKind.NO_TOKEN_IDS: "with --model, exact mode cannot run: the capture has no token ids (--ids, --text)",
@@ -229,6 +232,7 @@ _MEANINGS: dict[FindingKind, str] = {
                            "system/user turns (fail; SpecForge#885, EAGLE#317), one token off (warn), or partial",
     FindingKind.CONTEXT_LOST: "rows from position p on were computed without tokens 0..p-1: a chunked prefill whose "
                               "later chunk lost the earlier context (vllm#52909), or a second sequence packed in",
+    FindingKind.PADDING: "a batch saved without attention_mask: the pad rows found at one end were removed, not judged",
     FindingKind.COUNT_MISMATCH: "the claimed layer list has another length than the capture has slots",
     FindingKind.SHIFTED: "the whole claimed list is shifted by one slot (the embedding is or is not the first slot)",
     FindingKind.REORDERED: "the claimed layers are all there but stored in another order than claimed",

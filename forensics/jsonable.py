@@ -32,3 +32,21 @@ def json_safe(x: Any) -> Any:
     if hasattr(x, "tolist"):  # numpy arrays and scalars, torch tensors
         return json_safe(x.tolist())
     return str(x)
+
+
+DATAFRAME_EXTRA = "dataframe"  # the pyproject extra that brings pandas
+
+
+def data_frame(rows: list[dict], columns: list[str] | None = None) -> Any:
+    """A ``pandas.DataFrame`` of ``rows`` (one dict per slot, file, slice or wiring: a result's ``to_dataframe()``),
+    each value made JSON-safe first (NaN stays missing). pandas is imported here, only when asked for.
+
+    >>> data_frame([{"slot": 0, "label": "embed"}, {"slot": 1, "label": None}]).shape   # doctest: +SKIP
+    (2, 2)
+    """
+    try:
+        import pandas as pd
+    except ImportError:
+        raise ImportError(f"to_dataframe() needs pandas: pip install 'hidden-state-forensics[{DATAFRAME_EXTRA}]' "
+                          "(or pip install pandas)") from None
+    return pd.DataFrame([json_safe(r) for r in rows], columns=columns)

@@ -689,7 +689,7 @@ def test_report_token_text_is_cut(monkeypatch):
 
     text = verdicts.load_tokens(Cap(), [])
     assert len(text) == 1001 and text[-1] == "ab"
-    assert text[0] == "x" * verdicts.TOKEN_TEXT_CHARS + "…"
+    assert text[0] == "x" * verdicts.TOKEN_TEXT_CHARS + f"…(+{2_000_000 - verdicts.TOKEN_TEXT_CHARS:,} chars)"
     assert sum(map(len, text)) < 100_000
 
 

@@ -27,11 +27,14 @@ RS = (0, 1, 2, 3)
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory, sample_data):
-    """``(model folder, capture path, ids, wide capture path)``."""
+    return make_world(tmp_path_factory.mktemp("tokens"), sample_data)
+
+
+def make_world(root, sample_data):
+    """``(model folder, capture path, ids, wide capture path, tokenizer, model)``."""
     import tokenizers
     import transformers
 
-    root = tmp_path_factory.mktemp("tokens")
     folder = root / "tiny-hf"
     tok = tokenizers.Tokenizer.from_file(str(sample_data / "tokenizer" / "tokenizer.json"))
     vocab = tok.get_vocab_size(with_added_tokens=True)
@@ -150,6 +153,12 @@ def test_report_with_model_shows_the_token_text(world, tmp_path):
 
     state = json.loads(html.unescape(re.search(r'data-state="([^"]*)"', out.read_text()).group(1)))
     assert state["states"][0]["tokens"] == [tok.decode([i]) for i in ids.tolist()]  # the static explorer too
+    lm = state["states"][0]["lens_map"]  # --model: the report's explorer carries the logit-lens overview
+    model = world[5]
+    slots = forensics.load(cap).slots
+    labels = state["states"][0]["meta"]["labels"]
+    for s, c in ((1, 2), (2, 5), (3, 9)):
+        assert lm["ids"][s][c] == _lens_top1(model, slots[s].tensor()[c], post=labels[s] == "final_post")
 
 
 def _one_line(text: str, *needles: str) -> str:
@@ -255,3 +264,111 @@ def test_exact_headline_states_its_tolerance(world, capsys):
     head = " ".join(head.split())
     assert head.startswith("IDENTIFIED [embed, L1, L2, final_post]")
     assert f"relative error ≤ {LADDER_MATCH_REL:g}" in head and f"cosine ≥ {LADDER_MATCH_COS:g}" in head
+
+
+# ----------------------------------------------------------------------------------- to_dataframe (item 9)
+def test_fingerprint_dataframe_has_a_row_per_slot_with_independent_values(sample_data):
+    from forensics.analysis.fingerprint.core import fingerprint
+
+    path = sample_data / "speculators_v1" / "data_0.pt"
+    df = fingerprint(path).to_dataframe()
+    cap = forensics.load(path)
+    assert list(df["slot"]) == [0, 1, 2, 3] and list(df["label"]) == ["embed", "L3", "L16", "L28"]  # capture.json r
+    for i, s in enumerate(cap.slots):
+        n = s.tensor().double().norm(dim=-1)
+        assert df["tokens"][i] == n.numel() and df["hidden"][i] == s.hidden_size
+        assert abs(df["norm_mean"][i] - float(n.mean())) <= 1e-4 * float(n.mean())
+        assert abs(df["norm_median"][i] - float(n.median())) <= 1e-2 * float(n.median())
+    assert list(df["verdict"]) == ["pass", "cannot tell", "cannot tell", "cannot tell"]
+
+
+def test_scan_dataframe_has_a_row_per_file(sample_data):
+    folder = sample_data / "speculators_v1"
+    df = forensics.scan(str(folder), progress=False, workers=0).to_dataframe()
+    files = sorted(folder.glob("data_*.pt"))
+    assert len(df) == len(files)
+    want = {str(f.resolve()): forensics.load(f).num_tokens for f in files}
+    got = {str(__import__("pathlib").Path(p).resolve()): n for p, n in zip(df["path"], df["num_tokens"], strict=True)}
+    assert got == want and set(df["hidden"]) == {576}
+    assert all(list(x) == ["embed", "L3", "L16", "L28"] for x in df["labels"])
+
+
+def test_audit_dataframe_has_a_row_per_fc_slice(sample_data):
+    import json
+
+    from forensics.analysis.audit.core import audit
+
+    draft = sample_data / "draft_eagle3"
+    ids = json.loads((draft / "config.json").read_text())
+    res = audit(draft=str(draft), trainer="speculators-v1", engine="vllm", num_layers=30, hidden_size=576)
+    df = res.to_dataframe()
+    assert list(df["slice"]) == list(range(len(res.slices))) == [0, 1, 2]
+    assert list(df["trained_r"]) == [0, 3, 16]  # speculators-v1 reads the draft's ids as r = id (speculators#379)
+    assert list(df["trained"]) == ["embed", "L3", "L16"] and set(df["wiring"]) == {res.wiring}
+    assert ids  # the config is read (its ids are what the trained column restates)
+
+
+def test_probe_dataframe_has_a_row_per_wiring_in_rank_order():
+    from forensics.analysis.probe import ProbeResult, ProbeRow
+    from forensics.findings import Verdict
+
+    def row(label, top1, control=None):
+        return ProbeRow(wiring=[0, 3, 16], label=label, tags=["declared"] if label == "a" else [], top1=top1,
+                        top1_ci=[top1 - 0.1, top1 + 0.1], topk=top1 + 0.2, n=100, correct=int(top1 * 100),
+                        acceptance=[top1], acceptance_length=1 + top1, acceptance_length_ci=[1.0, 2.0],
+                        control=control)
+
+    res = ProbeResult(draft={}, rows=[row("a", 0.6), row("b", 0.3), row("c", 0.01, control="shuffled")],
+                      target="verifier", target_source="x", embed_source="y", files=["f"], positions=100,
+                      num_layers=30, verdict=Verdict.PASS)
+    df = res.to_dataframe()
+    assert list(df["wiring"]) == ["a", "b", "c"] and list(df["rank"][:2]) == [1, 2] and df["rank"].isna()[2]
+    assert list(df["top1"]) == [0.6, 0.3, 0.01] and df["control"][:2].isna().all() and df["control"][2] == "shuffled"
+    assert abs(df["top1_low"][0] - 0.5) < 1e-12 and df["tags"][0] == "declared"
+
+
+def test_to_dataframe_without_pandas_is_one_line_naming_the_extra(sample_data, monkeypatch):
+    import sys
+
+    from forensics.analysis.fingerprint.core import fingerprint
+
+    fp = fingerprint(sample_data / "speculators_v1" / "data_0.pt")
+    monkeypatch.setitem(sys.modules, "pandas", None)
+    with pytest.raises(ImportError) as e:
+        fp.to_dataframe()
+    assert "[dataframe]" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_lens_overview_is_the_top1_of_every_slot_and_token_in_float64(world):
+    folder, cap, ids, _, tok, model = world
+    ex = forensics.explore(cap, model=str(folder), background=False)
+    m = ex.lens_map
+    capture = forensics.load(cap)
+    labels = ex.state().labels
+    assert m["file"] == 0 and m["positions"] == list(range(len(ids))) and m["num_tokens"] == len(ids)
+    agree = total = 0
+    for s, slot in enumerate(capture.slots):
+        for c, pos in enumerate(m["positions"]):
+            want = _lens_top1(model, slot.tensor()[pos], post=labels[s] == "final_post")
+            total += 1
+            agree += m["ids"][s][c] == want
+            if m["ids"][s][c] == want:
+                assert m["texts"][s][c] == tok.decode([want])
+    assert agree == total  # float32 vs float64 top-1 on a random model: no near-ties at this size
+    assert all(0 < p <= 1 for row in m["probs"] for p in row)
+
+
+@pytest.mark.timeout(120)
+def test_a_fifo_named_tokenizer_json_in_a_named_folder_is_refused_not_waited_on(world, tmp_path):
+    import os
+
+    from forensics.io.tokenizer import load_tokenizer
+
+    folder, cap, *_ = world
+    d = tmp_path / "fifo"
+    d.mkdir()
+    os.mkfifo(d / "tokenizer.json")
+    tok, why = load_tokenizer(str(d), confined=False)
+    assert tok is None and "FIFO" in why and "tokenizer.json" in why
+    st = explore_state(cap, tokenizer=str(d))
+    assert st.tokens is None and "FIFO" in st.tokenizer_note

@@ -64,24 +64,22 @@ def test_plain_llama_is_transformers_bit_for_bit(tmp_path, tie, shard):
 
 def test_predictions_are_cached_on_disk_keyed_by_weights_and_ids(tmp_path, monkeypatch):
     """A probe run again on the same capture reads the verifier's greedy tokens back instead of running the model;
-    another id sequence, changed weights or a corrupt cache file run it again; nothing is written to the model
-    folder."""
+    another id sequence, another config or other weights of the same size (``cp -p``: same size and mtime) run it
+    again, a touched shard does not; a corrupt cache file is recomputed; nothing is written to the model folder."""
+    import shutil
+
     import forensics.models.target as target
 
     monkeypatch.setattr(target, "CACHE_DIR", str(tmp_path / "cache"))
     m = _tiny_llama(tmp_path / "m")
-    v = load_plain(str(tmp_path / "m"))
+    folder = str(tmp_path / "m")
     seqs = [torch.randint(0, VOCAB, (n,), generator=torch.Generator().manual_seed(n)) for n in (7, 33)]
     with torch.no_grad():
         ref = [m(input_ids=s[None], use_cache=False).logits[0].argmax(-1) for s in seqs]
     calls = []
-    llama = v.logits.__self__
-    monkeypatch.setattr(llama, "predictions", lambda xs: calls.append(len(xs)) or vf._PlainLlama.predictions(llama, xs))
-
-    def cached():
-        return vf._cached_predictions(vf._shards(str(tmp_path / "m")), llama.predictions, VOCAB)
-
-    v = vf.Verifier(**{**v.__dict__, "predictions": cached()})
+    real = vf._PlainLlama.predictions
+    monkeypatch.setattr(vf._PlainLlama, "predictions", lambda self, xs: calls.append(len(xs)) or real(self, xs))
+    v = load_plain(folder)
     assert all(torch.equal(p, r) for p, r in zip(v.predictions(seqs), ref, strict=True)) and calls == [2]
     assert all(torch.equal(p, r) for p, r in zip(v.predictions(seqs), ref, strict=True)) and calls == [2]  # read
     files = sorted((tmp_path / "cache" / vf.PREDICTIONS_DIR).rglob("*.npy"))
@@ -91,11 +89,83 @@ def test_predictions_are_cached_on_disk_keyed_by_weights_and_ids(tmp_path, monke
     other = torch.randint(0, VOCAB, (9,), generator=torch.Generator().manual_seed(99))
     v.predictions([other])
     assert calls == [2, 1, 1]
-    shard = tmp_path / "m" / "model.safetensors"  # new weights (a rewritten shard): the old entries are not used
+    shard = tmp_path / "m" / "model.safetensors"  # touched, same bytes: the same model, read from the cache
     os.utime(shard, ns=(shard.stat().st_atime_ns, shard.stat().st_mtime_ns + 10**9))
-    v = vf.Verifier(**{**v.__dict__, "predictions": cached()})
-    v.predictions(seqs)
-    assert calls == [2, 1, 1, 2]
+    load_plain(folder).predictions(seqs)
+    assert calls == [2, 1, 1]
+    # another model's weights of the same size copied over with cp -p (size and mtime kept): not the old tokens
+    torch.manual_seed(1)
+    m2 = _tiny_llama(tmp_path / "m2")
+    with torch.no_grad():
+        for p in m2.parameters():
+            p.copy_(torch.randn_like(p) * 3)
+        m2.save_pretrained(tmp_path / "m2")
+        ref2 = [m2(input_ids=s[None], use_cache=False).logits[0].argmax(-1) for s in seqs]
+    st = shard.stat()
+    shutil.copyfile(tmp_path / "m2" / "model.safetensors", shard)
+    os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert shard.stat().st_size == st.st_size
+    got = load_plain(folder).predictions(seqs)
+    assert calls == [2, 1, 1, 2] and all(torch.equal(p, r) for p, r in zip(got, ref2, strict=True))
+    cfg = tmp_path / "m" / "config.json"  # an edited config (another norm eps) is another model too
+    cfg.write_text(cfg.read_text().replace('"rms_norm_eps": 1e-05', '"rms_norm_eps": 0.5'))
+    load_plain(folder).predictions(seqs)
+    assert calls == [2, 1, 1, 2, 2]
+
+
+@pytest.mark.parametrize("entry", ["empty", "fifo", "npz", "object", "pickle", "float", "huge", "dir"])
+def test_a_damaged_or_crafted_cache_entry_is_a_miss(tmp_path, monkeypatch, entry):
+    """A zero-length entry (a crash after the rename), a FIFO (never opened for a blocking read), an ``.npz``, an
+    object or pickled array, another dtype, an oversized file or a folder where an entry goes: recomputed, the
+    right tokens, no error, no hang."""
+    import numpy as np
+
+    import forensics.models.target as target
+
+    monkeypatch.setattr(target, "CACHE_DIR", str(tmp_path / "cache"))
+    m = _tiny_llama(tmp_path / "m")
+    v = load_plain(str(tmp_path / "m"))
+    seq = torch.randint(0, VOCAB, (11,), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        ref = m(input_ids=seq[None], use_cache=False).logits[0].argmax(-1)
+    v.predictions([seq])
+    (path,) = (tmp_path / "cache" / vf.PREDICTIONS_DIR).rglob("*.npy")
+    path.unlink()
+    if entry == "empty":
+        path.write_bytes(b"")
+    elif entry == "fifo":
+        os.mkfifo(path)
+    elif entry == "npz":
+        np.savez(open(path, "wb"), a=np.zeros(11, np.int32))
+    elif entry == "object":
+        np.save(path, np.array([None] * 11, dtype=object), allow_pickle=True)
+    elif entry == "pickle":
+        import pickle
+
+        path.write_bytes(pickle.dumps(list(range(11))))
+    elif entry == "float":
+        np.save(path, np.zeros(11, np.float32))
+    elif entry == "huge":
+        np.save(path, np.zeros(1 << 20, np.int32))
+    else:
+        path.mkdir()
+    (got,) = v.predictions([seq])
+    assert torch.equal(got, ref)
+
+
+def test_a_read_only_cache_folder_is_skipped(tmp_path, monkeypatch):
+    import forensics.models.target as target
+
+    ro = tmp_path / "cache"
+    ro.mkdir()
+    monkeypatch.setattr(target, "CACHE_DIR", str(ro / "below-a-file"))
+    (ro / "below-a-file").write_text("not a folder")  # makedirs fails whatever the user's privileges
+    m = _tiny_llama(tmp_path / "m")
+    seq = torch.randint(0, VOCAB, (5,), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        ref = m(input_ids=seq[None], use_cache=False).logits[0].argmax(-1)
+    (got,) = load_plain(str(tmp_path / "m")).predictions([seq])
+    assert torch.equal(got, ref) and not list(ro.rglob("*hsf-tmp*"))
 
 
 def test_packs_and_row_blocks_never_make_a_one_row_product():

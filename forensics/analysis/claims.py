@@ -189,10 +189,11 @@ def draft_ids_r(trainer: str, info: Any, num_layers: int) -> DraftIds | None:
     """
     t = resolve_trainer(trainer) or "speculators"
     L = int(num_layers)
+    tsys = cv.system(t)
     if t in ("speculators-v1", "speculators", "specforge"):
         order = [cv.NESTED_KEY, cv.TOP_KEY] if t == "specforge" else [cv.TOP_KEY, cv.NESTED_KEY]
     else:  # the key the registry says this trainer writes, then the two EAGLE-3 keys
-        order = [*cv.system(t).rule().keys, cv.TOP_KEY, cv.NESTED_KEY]
+        order = [*tsys.rule().keys, cv.TOP_KEY, cv.NESTED_KEY]
     found = {cv.TOP_KEY: info.ids_top, cv.NESTED_KEY: info.ids_nested}
     key, ids = next(((k, found.get(k, cv.get_key(info.config, k))) for k in dict.fromkeys(order)
                      if found.get(k, cv.get_key(info.config, k))), (None, None))
@@ -202,7 +203,7 @@ def draft_ids_r(trainer: str, info: Any, num_layers: int) -> DraftIds | None:
     rs: list[R | None]
     if t == "specforge":
         try:
-            rs = list(cv.system("specforge").to_r(ids, L))
+            rs = list(tsys.to_r(ids, L))
         except ForensicsError:  # not a list SpecForge would accept: read as SGLang would (+1)
             rs = [i + 1 if 0 <= i + 1 <= L else None for i in ids]
         rule = "SpecForge nested ids, r = id + 1 (SGLang's +1 / HF hook on layers[id])"
@@ -216,8 +217,8 @@ def draft_ids_r(trainer: str, info: Any, num_layers: int) -> DraftIds | None:
             rule += (f"; the last id {L} is the final layer, the training target that --include-last-layer "
                      "appends, not an fc input (speculators#839)")
     else:
-        rs = list(cv.system(t).to_r(ids, L))
-        rule = f"{t}'s numbering ({cv.system(t).rule().source})"
+        rs = list(tsys.to_r(ids, L))
+        rule = f"{t}'s numbering ({tsys.rule().source})"
     return DraftIds(t, key, ids, rs, rule)
 
 

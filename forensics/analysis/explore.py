@@ -39,6 +39,7 @@ from forensics.layers import FINAL_POST, r_label
 MAX_COLUMNS = 4096  # heatmap columns; more tokens are binned (the widget's payload stays ≤ 16 B × slots × 4096)
 COS_BLOCK_ROWS = 256  # rows per block of the cosine passes (float32 working set ≤ 2 × 256 × H)
 LENS_TOP_K = 5
+LENS_MAP_COLUMNS = 96  # tokens in the logit-lens overview (the first ones): slots × 96 rows of lm_head, ≈ 1 s on CPU
 MAX_BANDS = 400  # row bands drawn; more are counted, not drawn
 
 
@@ -84,6 +85,7 @@ class ExploreState:
     bands_omitted: int = 0
     row_findings: list[Finding] = field(default_factory=list, repr=False)  # forensics.analysis.rows.check_rows
     tokenizer: Any = field(default=None, repr=False)  # where the token text came from (the lens decodes with it)
+    lens_map: dict | None = field(default=None, repr=False)  # LensMap.to_dict() when a model read it (the report)
 
     @property
     def binned(self) -> bool:
@@ -116,6 +118,27 @@ class LensRow:
     def to_dict(self) -> dict:
         return {"slot": self.slot, "ids": self.ids, "texts": self.texts, "probs": [round(p, 5) for p in self.probs],
                 "normed": self.normed, "note": self.note}
+
+
+@dataclass
+class LensMap:
+    """The logit-lens overview of one capture: for each slot (row) and each of the first tokens (column), the
+    top-1 next token of ``softmax(lm_head(final_norm(h)))`` and its probability (tuned-lens' layers × tokens
+    plot). ``ids[s][c]`` is -1 and ``probs[s][c]`` NaN where the slot cannot be read (``notes[s]`` says why)."""
+
+    positions: list[int]
+    ids: list[list[int]]
+    texts: list[list[str]]
+    probs: list[list[float]]
+    notes: list[str | None]
+    num_tokens: int
+
+    def to_dict(self) -> dict:
+        from forensics.jsonable import json_safe
+
+        return json_safe({"positions": self.positions, "ids": self.ids, "texts": self.texts,
+                          "probs": [[float(f"{p:.4g}") if p == p else None for p in row] for row in self.probs],
+                          "notes": self.notes, "num_tokens": self.num_tokens})
 
 
 # ------------------------------------------------------------------------------------------------- inputs
@@ -337,7 +360,7 @@ def explore_state(x: Any, fingerprint: Any = None, tokenizer: Any = "auto", stat
     tokens, col_ids, note, tok = _tokens(cap, tokenizer, starts, fallback)
     names = [s.name for s in cap.slots]
     labels = [r_label(s.declared_r) if s.declared_r is not None else s.name for s in cap.slots]
-    state = ExploreState(path=cap.path, format=cap.format, num_tokens=T, names=names, labels=labels,
+    state = ExploreState(path=cap.name, format=cap.format, num_tokens=T, names=names, labels=labels,
                          norms=np.stack([bin_max(n, starts) for n in full]),
                          cos_prev=bin_min(cos_prev, starts), cos_same=bin_min(cos_same, starts), starts=starts,
                          tokens=tokens, ids=col_ids, tokenizer_note=note, verdicts=[None] * len(names),
@@ -429,3 +452,39 @@ def _decode(tokenizer: Any, ids: list[int]) -> list[str]:
     from forensics.io.tokenizer import decode_tokens
 
     return decode_tokens(tokenizer, ids)
+
+
+def lens_map(capture: Capture, verifier: Any, tokenizer: Any = None, labels: list | None = None,
+             max_columns: int = LENS_MAP_COLUMNS) -> LensMap:
+    """The logit lens of every slot at each of the first ``max_columns`` tokens, top-1 only (the explorer's
+    overview): what :func:`logit_lens` gives one token at a time, for a row of tokens at once, in float32."""
+    import torch
+
+    W, g, eps = verifier.lm_head, verifier.norm_weight, float(verifier.norm_eps)
+    n = min(int(capture.num_tokens), int(max_columns))
+    pos = list(range(n))
+    ids: list[list[int]] = []
+    probs: list[list[float]] = []
+    notes: list[str | None] = []
+    with torch.inference_mode():
+        Wf = W.float()
+        for s in capture.slots:
+            if s.hidden_size != W.shape[1]:
+                ids.append([-1] * n)
+                probs.append([float("nan")] * n)
+                notes.append(f"hidden size {s.hidden_size} ≠ the model's {W.shape[1]}")
+                continue
+            h = s.tensor()[:n].float()
+            post = labels is not None and s.index < len(labels) and labels[s.index] == FINAL_POST
+            if not post:
+                h = g.float() * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps))
+            p = torch.softmax(torch.nn.functional.linear(h, Wf), dim=-1)
+            top = p.max(dim=-1)
+            ok = torch.isfinite(top.values)
+            ids.append([int(i) if bool(f) else -1 for i, f in zip(top.indices, ok, strict=True)])
+            probs.append([float(v) if bool(f) else float("nan") for v, f in zip(top.values, ok, strict=True)])
+            notes.append(None if bool(ok.all()) else "non-finite logits")
+    seen = sorted({i for row in ids for i in row if i >= 0})
+    text = dict(zip(seen, _decode(tokenizer, seen), strict=True))
+    return LensMap(positions=pos, ids=ids, texts=[[text.get(i, "") for i in row] for row in ids], probs=probs,
+                   notes=notes, num_tokens=int(capture.num_tokens))

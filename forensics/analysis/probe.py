@@ -198,6 +198,23 @@ class ProbeResult:
     def warnings(self) -> list[str]:
         return [f.message for f in self.findings if f.severity is not Severity.INFO]
 
+    def to_dataframe(self) -> Any:
+        """One row per wiring scored (``pandas.DataFrame``; pandas is the ``dataframe`` extra), best candidate first,
+        then the controls: its rank, label, tags, top-1 agreement and its interval, top-k, acceptance length and its
+        interval, and what kind of control it is."""
+        from forensics.jsonable import data_frame
+
+        rows = []
+        for i, r in enumerate(self.rows):
+            lo, hi = (list(r.top1_ci) + [None, None])[:2]
+            alo, ahi = (list(r.acceptance_length_ci or []) + [None, None])[:2]
+            rows.append({"rank": i + 1 if r.control is None else None, "wiring": r.label, "refs": list(r.wiring),
+                         "tags": ", ".join(r.tags), "control": r.control, "top1": r.top1, "top1_low": lo,
+                         "top1_high": hi, "topk": r.topk, "n": r.n, "acceptance_length": r.acceptance_length,
+                         "acceptance_length_low": alo, "acceptance_length_high": ahi, "norm": r.norm,
+                         "order": r.order, "pairing": r.pairing})
+        return data_frame(rows)
+
     def to_dict(self) -> dict:
         best = self.best
         return {"verdict": self.verdict.value, "findings": [f.to_dict() for f in self.findings],
@@ -569,9 +586,7 @@ def probe(draft: str | os.PathLike | Draft, data: Any, candidates: str | list = 
     if engine_version is not None:  # an unknown version is one line, never silently "as if known"
         if engine is None:
             raise ForensicsError("engine_version (--engine-version) needs engine (--engine)")
-        from forensics.models.conventions import parse_version
-
-        parse_version(engine, engine_version)
+        cv.system(engine).version(engine_version)
     d = draft if isinstance(draft, Draft) else load_draft(draft)
     caps = _captures(data)[:max_samples] if max_samples else _captures(data)
     v = _verifier(model)

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from forensics.errors import ForensicsError
-from forensics.layers import FINAL_POST, parse_r, r_label
+from forensics.layers import FINAL_POST, R, parse_layer_list, r_label
 from forensics.models.draft import ORDER_EMB_H, ORDER_H_EMB
 
 MAX_CANDIDATES = 24  # bound on the "auto" layer-list candidates (variants and controls come on top)
@@ -138,26 +138,35 @@ def auto_candidates(refs: list, k: int, declared: list | None, trainer_fc: list 
 MAX_GIVEN_CANDIDATES = 64  # wirings a user may list (each is scored on every file: the cost grows with it)
 
 
+def _wiring(group) -> list:
+    """One candidate wiring: a layer list (``forensics.layers.parse_layer_list``, the one parser) whose items may also
+    name a stored slot (``slot2``); empty or longer than ``MAX_GIVEN_CANDIDATES``: one error."""
+    if isinstance(group, str):
+        items = group.replace(",", " ").split()
+    else:
+        items = [x for x in group if not isinstance(x, str) or x.strip()] if isinstance(group, (list, tuple)) else []
+    if not items or len(items) > MAX_GIVEN_CANDIDATES:
+        raise ForensicsError(f"--candidates: a wiring is a non-empty list of r values, got {str(group)[:80]!r}")
+    return [x.strip() if isinstance(x, str) and x.strip().startswith("slot") else _one_r(x) for x in items]
+
+
+def _one_r(x) -> R:
+    rs = parse_layer_list([x], "--candidates")  # one item: the list parser's one error message
+    assert rs is not None
+    return rs[0]
+
+
 def candidate_lists(spec: Any) -> list[list]:
     """The r lists of user-given wirings (``"0,3,16;3,16,28"``, ``"embed,L3,L16"`` or ``[[0, 3, 16], ...]``),
     checked before any file is read: an item that is not an r value, an empty or over-long list is one line."""
     what, given = "--candidates", spec
     if isinstance(spec, str):
-        groups = [g for g in spec.split(";") if g.strip()]
-        spec = [[x for x in g.replace(" ", "").split(",") if x] for g in groups]
+        spec = [g for g in spec.split(";") if g.strip()]
     if not isinstance(spec, (list, tuple)) or not spec:
         raise ForensicsError(f"{what}: expected 'auto' or wirings such as '0,3,16;3,16,28', got {str(given)[:80]!r}")
     if len(spec) > MAX_GIVEN_CANDIDATES:
         raise ForensicsError(f"{what}: {len(spec)} wirings, more than the {MAX_GIVEN_CANDIDATES} a probe scores")
-    out = []
-    for w in spec:
-        if not isinstance(w, (list, tuple)) or not w or len(w) > MAX_GIVEN_CANDIDATES:
-            raise ForensicsError(f"{what}: a wiring is a non-empty list of r values, got {str(w)[:80]!r}")
-        try:
-            out.append([x if isinstance(x, str) and x.startswith("slot") else parse_r(x) for x in w])
-        except ValueError as e:
-            raise ForensicsError(f"{what}: {str(e)[:200]}") from None
-    return out
+    return [_wiring(w) for w in spec]
 
 
 def parse_candidates(spec, refs: list) -> Candidates:

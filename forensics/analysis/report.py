@@ -47,8 +47,9 @@ OUTCOMES = ("fail", "cannot tell", "warn", "pass", "info")  # a slot's outcome w
 # fingerprint ``decided_by`` names → the evidence signals that carry its number, best first
 DECIDED_ALIASES = {"exact": ("ladder_match", "exact_embedding", "exact_gamma")}
 MAX_EXPLORED_FILES = 24  # files in the report's explorer (its state is ≤ 16 B × slots × 4096 columns per file)
-TOKEN_TEXT_CHARS = 64  # a token's text is kept cut to this many characters + "…" (a hostile tokenizer's
-# 2,000,000-character token at 1,000 positions made a 384 MB report; hardening round 3, N6 S15)
+# a token's text is kept cut to this many characters + "…(+N chars)" (forensics.io.tokenizer.cut_text: a hostile
+# tokenizer's 2,000,000-character token at 1,000 positions made a 384 MB report)
+from forensics.io.tokenizer import MAX_TOKEN_TEXT_CHARS as TOKEN_TEXT_CHARS  # noqa: E402, F401
 
 
 @dataclass
@@ -251,8 +252,7 @@ def file_tokens(cap: Any, errors: list[ReportError], model: Any = None) -> tuple
     ids = [int(i) for i in cap.input_ids.tolist()]
     text = {}
     for i in dict.fromkeys(ids):
-        t = decode_tokens(tok, [i])[0]
-        text[i] = t if len(t) <= TOKEN_TEXT_CHARS else t[:TOKEN_TEXT_CHARS] + "…"
+        text[i] = decode_tokens(tok, [i])[0]  # cut to TOKEN_TEXT_CHARS with a count
     return [text[i] for i in ids], tok
 
 
@@ -272,6 +272,32 @@ def explore_file(fr: FileReport) -> Any:
         st.verdicts[s.index] = None if s.outcome == "info" else s.outcome
     st.file_verdict = fr.outcome
     return st
+
+
+LENS_MAP_REPORT_ROWS = 2048  # slot × token rows of lm_head the report's lens overviews may cost (≈ 2 s on CPU for
+# SmolLM2's 49,152 × 576 head); files past the budget show none
+
+
+def add_lens_maps(files: list[FileReport], model: Any, errors: list[ReportError]) -> None:
+    """The logit-lens overview of each explored file (``--model``: the model the exact fingerprint ran), within
+    ``LENS_MAP_REPORT_ROWS`` rows in all; a model the lens cannot read is one report error."""
+    from forensics.analysis.explore import LENS_MAP_COLUMNS, lens_map
+    from forensics.models.verifier import open_verifier
+
+    budget = LENS_MAP_REPORT_ROWS
+    verifier = None
+    for fr in files:
+        rows = len(fr.capture.slots) * min(fr.capture.num_tokens, LENS_MAP_COLUMNS)
+        if rows > budget:
+            break
+        try:
+            verifier = verifier or open_verifier(model)
+            st = fr.explore
+            st.lens_map = lens_map(fr.capture, verifier, st.tokenizer, labels=st.labels).to_dict()
+        except ForensicsError as e:
+            errors.append(ReportError("logit lens", error_text(e)))
+            return
+        budget -= rows
 
 
 def _message(e: Any) -> str | None:
@@ -467,17 +493,25 @@ def training_files(files: list[FileReport], trainer: str | None) -> list[FileRep
     return [f for f in ok if f.capture.format == best]
 
 
-def _analyse(path: str, layers: Any, model: Any, errors: list[ReportError], stamp_check: bool = True) -> FileReport:
-    """Load one capture, fingerprint it, and keep what the report needs."""
-    from forensics.analysis.stats import summarize
-    from forensics.io.formats import load
+def _analyse(path: str, layers: Any, model: Any, errors: list[ReportError], stamp_check: bool = True,
+             limit: int = MAX_ANALYSED_FILES, input_ids: Any = None) -> tuple[list[FileReport], int]:
+    """Load every sample of one file (read once: TensorRT-LLM records, SGLang objects, ``[B, T]`` batch rows, each
+    a ``FILE#i`` entry; with ``input_ids`` from outside it, when given), fingerprint the first ``limit``, and keep
+    what the report needs; and how many samples were left to the dataset scan."""
+    from forensics.io.formats import load_all
 
     try:
-        cap = load(path)
+        caps = load_all(path, input_ids=input_ids)
     except ForensicsError as e:
-        return FileReport(path=path, error=error_text(e))
+        return [FileReport(path=path, error=error_text(e))], 0
+    return [_analyse_sample(cap, layers, model, errors, stamp_check) for cap in caps[:limit]], max(0, len(caps) - limit)
+
+
+def _analyse_sample(cap: Any, layers: Any, model: Any, errors: list[ReportError], stamp_check: bool) -> FileReport:
+    from forensics.analysis.stats import summarize
     from forensics.io.sigbus import FileChangedSize
 
+    path = cap.name
     fp = None
     try:
         fp = fingerprint(cap, layers=layers, model=model, stamp_check=stamp_check)
@@ -526,6 +560,8 @@ def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,
         progress: called as ``progress(stage, done, total)`` while files are fingerprinted and the draft is probed.
         stamp_check: check each stamped file's stamp against the values its fingerprint reads (default): a file
             changed since stamping is a ``stamp_drift`` FAIL in its fingerprint, and its stamp cell says so.
+        input_ids: the token ids of one capture saved without them (one file path, or hidden states in memory):
+            exact mode, token text and the row checks read them (``hsf report FILE --ids IDS``).
 
     Returns:
         :class:`ReportResult`.
@@ -537,8 +573,11 @@ def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,
     elif not (isinstance(paths, (list, tuple)) and paths and all(isinstance(p, (str, os.PathLike)) for p in paths)):
         # a capture in memory (tensors, transformers' output.hidden_states, a Capture): the report reads files
         # (stamps, tokenizers, scans), so it is written once as a plain safetensors capture and read back
-        paths = [write_capture(as_capture(paths, input_ids=input_ids))]
+        paths, input_ids = [write_capture(as_capture(paths, input_ids=input_ids))], None
     paths = [os.fspath(p) for p in paths]
+    if input_ids is not None and (len(paths) != 1 or os.path.isdir(paths[0])):
+        raise ForensicsError("input_ids are the tokens of one capture file; pass exactly one file",
+                             path=paths[0] if paths else None)
     model_arg = model  # as given ("default"), for the regenerating command
     if model is not None:
         from forensics.models.target import resolve_model
@@ -555,19 +594,24 @@ def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,
     skipped = len(found) - len(todo)  # beyond the cap: covered by the dataset scan, not analysed one by one
     for i, f in enumerate(todo):
         tick("fingerprint files", i, len(todo))
-        files.append(_analyse(f, layers, model, errors, stamp_check))
+        room = max(1, MAX_ANALYSED_FILES - len(files))  # samples of many-sample files count against the cap too
+        got, more = _analyse(f, layers, model, errors, stamp_check, room, input_ids)
+        skipped += more
+        files += got
     root = os.path.commonpath([os.path.dirname(os.path.abspath(p)) for p in paths]) if paths else os.getcwd()
     for fr in files:
         fr.rel = os.path.relpath(os.path.abspath(fr.path), root)
         if fr.capture is not None:
             fr.tokens, fr.tokenizer = file_tokens(fr.capture, errors, model)
-            fr.stamp = stamp_status(fr.path)
+            fr.stamp = stamp_status(fr.capture.path)  # the file's stamp (fr.path is FILE#i for one of its samples)
             checked = getattr(fr.fingerprint, "stamp", None)
             if checked is not None and fr.stamp.get("status") == "stamped":  # the values, checked in the read
                 fr.stamp["check"] = checked.check.status
                 fr.stamp["message"] = checked.check.message
     for fr in [f for f in files if f.capture is not None][:MAX_EXPLORED_FILES]:
         fr.explore = explore_file(fr)
+    if model is not None:
+        add_lens_maps([f for f in files if f.explore is not None and f.fingerprint is not None], model, errors)
 
     audit_res = probe_res = scan_res = facts = None
     training = training_files(files, trainer)

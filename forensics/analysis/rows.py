@@ -130,8 +130,8 @@ class RowReport:
 
     @property
     def ok(self) -> bool:
-        """No row finding."""
-        return not self.findings
+        """No failing row finding (padding named in a batch is information, not a fault)."""
+        return not any(f.severity is Severity.FAIL for f in self.findings)
 
     def kinds(self) -> list[str]:
         return [f.kind for f in self.findings]
@@ -208,7 +208,22 @@ def check_rows(capture: Capture, tensors: Sequence[Any] | None = None, *,
             _with_reference(ts, ids, reference, broken, rep)
         else:
             _data_only(ts, ids, broken, rep, cross_slots, norms)
+    pad = capture.meta.get("padding")
+    if isinstance(pad, dict) and isinstance(pad.get("rows"), (list, tuple)) and len(pad["rows"]) == 2:
+        _name_padding(rep, len(ts), (int(pad["rows"][0]), int(pad["rows"][1])), pad.get("id"), pad.get("side"))
     return rep
+
+
+def _name_padding(rep: RowReport, k: int, rows: tuple[int, int], pad_id: Any, side: Any) -> None:
+    """A batch sample saved without its attention mask had its pad rows removed on reading
+    (``forensics.io.layout``, rows in the file's numbering): named here, so a reader sees what was not judged."""
+    a, b = rows
+    n = b - a + 1
+    rep.findings.append(Finding(
+        FindingKind.PADDING, Severity.INFO, list(range(k)),
+        f"rows {a}–{b} of the batch row ({n} row{'s' if n != 1 else ''}) are {side or 'edge'} padding (pad id "
+        f"{pad_id}) of a batch saved without attention_mask: removed, not judged; save the mask with the batch to "
+        "say which rows are real", {"rows": [[a, b]], "count": n, "pad_id": pad_id, "side": side}))
 
 
 def _add_bad(rep: RowReport, slot: int, rs: Runs) -> None:

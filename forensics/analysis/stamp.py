@@ -26,7 +26,8 @@ from forensics.errors import ForensicsError
 from forensics.findings import Finding, FindingKind, Severity, Verdict, exit_code
 from forensics.io import stamp_store as store
 from forensics.io import stamps as st
-from forensics.layers import parse_r, r_label
+from forensics.layers import parse_layer_list, parse_r, r_label
+from forensics.models import conventions as cv
 
 NORM_MATCH_RTOL = 1e-3  # two slots' norm quantiles "match" within 0.1 % (bf16 row norms of one layer agree
 # to ~1e-6 across reads; adjacent SmolLM2 layers differ by >= 1 % in median row norm)
@@ -185,16 +186,14 @@ def _slot_rs(cap, layers, convention: str | None, layer_ids, num_layers: int | N
     notes: list[str] = []
     n = len(cap.slots)
     if layers is not None:
-        rs: list[Any] = [parse_r(x) for x in (layers.split(",") if isinstance(layers, str) else layers)]
+        rs: list[Any] = parse_layer_list(layers, "--layers") or []
         if len(rs) != n:
             raise ForensicsError(f"--layers gives {len(rs)} values but the file has {n} slots", path=cap.path)
         return rs, notes
     if layer_ids is not None and convention is not None:
-        from forensics.models.conventions import system
-
         if num_layers is None:
             raise ForensicsError("--layer-ids needs --num-layers (or a capture.json that records it)")
-        rs = system(convention).to_r([int(i) for i in layer_ids], num_layers)
+        rs = cv.system(convention).to_r([int(i) for i in layer_ids], num_layers)
         if len(rs) != n:
             raise ForensicsError(f"{len(rs)} layer ids for {n} slots", path=cap.path)
         return rs, notes
@@ -255,9 +254,10 @@ def stamp(dataset: str | os.PathLike, layers: str | list | None = None, conventi
 def _record(path: str, rel: str, opts: dict) -> tuple[dict, list, list[str]]:
     """The stamp of one file, its r per slot and notes (reads the file; writes nothing)."""
     from forensics import __version__
-    from forensics.io.formats import load
+    from forensics.io.formats import load_all
 
-    cap = load(path)
+    caps = load_all(path)  # every sample of a many-sample file, read once
+    cap = caps[0]
     meta = cap.meta or {}
     L = opts["num_layers"] or cap.num_layers
     rs, notes = _slot_rs(cap, opts["layers"], opts["convention"], opts["layer_ids"], L)
@@ -277,7 +277,24 @@ def _record(path: str, rel: str, opts: dict) -> tuple[dict, list, list[str]]:
                           layer_ids=opts["layer_ids"] or meta.get("layer_ids") or cap.declared_layers,
                           model=opts["model"] or meta.get("model"), num_layers=L, tool_version=__version__,
                           file=rel.replace(os.sep, "/"))
+    if len(caps) > 1:
+        if len(caps) > MAX_STAMPED_SAMPLES:
+            raise ForensicsError(f"cannot stamp: the file holds {len(caps)} samples (at most {MAX_STAMPED_SAMPLES} "
+                                 "are stamped per file)", path=path)
+        rec["samples"] = [sample_digest(c) for c in caps]
+        notes.append(f"{len(caps)} samples, each one's slots and token ids stamped (slots above: sample 0)")
     return rec, rs, notes
+
+
+MAX_STAMPED_SAMPLES = 40_000  # one 16-hex digest each: the stamp line stays under stamp_store.MAX_STAMP_LINE
+
+
+def sample_digest(cap: Any) -> str:
+    """One sample of a many-sample file as one digest: its slots' checksums (stamp version 2) and token ids."""
+    import hashlib
+
+    parts = [st.checksum(s.tensor()) for s in cap.slots] + [st.token_checksum(cap.input_ids) or "-"]
+    return hashlib.sha256(",".join(parts).encode()).hexdigest()[:st.DIGEST_HEX]
 
 
 def _moved(path: str, file: str | None) -> bool:
@@ -316,26 +333,71 @@ def check_file(path: str) -> FileCheck:
 
 
 def _check_file(path: str) -> FileCheck:
-    from forensics.io.formats import load
-
     rec = store.read_stamp(path)
     if rec is None:
         return FileCheck(path, "unstamped", "no stamp (run `hsf stamp` on it)")
     if _moved(path, rec.get("file")):
         return FileCheck(path, "moved", f"the stamp was made for {rec.get('file')}, not this file (a copy of "
                          "another file, or renamed: re-stamp after a rename)", stamp=rec)
-    cap = load(path)
+    from forensics.io.formats import load_all
+
+    caps = load_all(path)  # every sample of a many-sample file, the file read once
+    if len(caps) > 1:
+        return _compare_samples(path, caps, rec)
+    cap = caps[0]
     raw = store.raw_slot_arrays(path, cap)  # one memory map instead of one full read per slot
     return compare(cap, rec, raw if raw is not None else None)
 
 
-def compare(cap, rec: dict, arrays: list | None = None) -> FileCheck:
+def _stamped_samples(rec: dict) -> list[str] | None:
+    samples = rec.get("samples")
+    return samples if isinstance(samples, list) and all(isinstance(x, str) for x in samples) else None
+
+
+def _compare_samples(path: str, caps: list, rec: dict) -> FileCheck:
+    """Every sample of a many-sample file against its stamp: sample 0 slot by slot (the stamp's slots are its),
+    each other sample by its digest (:func:`sample_digest`); one check for the file naming the samples changed."""
+    samples = _stamped_samples(rec)
+    if samples is None:
+        return FileCheck(path, "unstamped", f"the file holds {len(caps)} samples but its stamp covers sample 0 only "
+                         "(stamped before hsf stamped every sample): re-stamp with `hsf stamp`", stamp=rec)
+    if len(samples) != len(caps):
+        return FileCheck(path, "changed-shape", f"the stamp has {len(samples)} samples, the file {len(caps)}",
+                         stamp=rec)
+    first = compare(caps[0], rec)
+    bad = [c.name for c, want in zip(caps[1:], samples[1:], strict=True) if sample_digest(c) != want]
+    if not bad:
+        if first.status != "ok":
+            return first
+        return FileCheck(path, "ok", f"{len(caps)} samples × {len(caps[0].slots)} slots match the stamp", [], rec)
+    shown = ", ".join(os.path.basename(b) for b in bad[:8]) + (f" and {len(bad) - 8} more" if len(bad) > 8 else "")
+    msg = f"{len(bad)} of {len(caps)} samples changed (slots or token ids): {shown}"
+    if first.status == "ok":
+        return FileCheck(path, "drifted", msg, [], rec)
+    if first.status == "drifted":
+        return FileCheck(path, "drifted", f"{first.message}; {msg}", first.drift, rec)
+    return first
+
+
+def compare(cap, rec: dict, arrays: list | None = None, digests: dict | None = None) -> FileCheck:
     """``cap`` (a capture read from its file) against its stamp ``rec``: slot count and shapes, every slot's
     checksum over ``arrays`` (the slots' values as stored, already read by the caller: tensors or integer
-    views; default: each ``slot.tensor()``), the token ids; a slot whose checksum changed is described by its
-    norm profile (swapped with another stamped slot, re-encoded, or changed)."""
+    views; default: each ``slot.tensor()``; ``digests``: a slot's checksum already computed in the caller's own
+    pass, :class:`StampReader`), the token ids; a slot whose checksum changed is described by its
+    norm profile (swapped with another stamped slot, re-encoded, or changed). Sample i > 0 of a many-sample
+    file is compared by its digest (the stamp's slots are sample 0's)."""
     path = cap.path
     version = rec.get("version", 1)
+    if cap.provenance.record and int(cap.meta.get("records", 1)) > 1:
+        samples = _stamped_samples(rec)
+        i = int(cap.provenance.record)
+        if samples is None or len(samples) <= i:
+            return FileCheck(path, "unstamped", f"the stamp does not cover sample {i} (stamped before hsf stamped "
+                             "every sample, or with fewer samples): re-stamp with `hsf stamp`", stamp=rec)
+        if sample_digest(cap) != samples[i]:
+            return FileCheck(path, "drifted", f"{os.path.basename(cap.name)} changed since stamping (slots or token "
+                             "ids)", [], rec)
+        return FileCheck(path, "ok", f"sample {i} matches the stamp", [], rec)
     stamped = rec.get("slots") or []
     if len(stamped) != len(cap.slots):
         return FileCheck(path, "changed-shape", f"the stamp has {len(stamped)} slots, the file {len(cap.slots)}",
@@ -346,8 +408,11 @@ def compare(cap, rec: dict, arrays: list | None = None) -> FileCheck:
                          f"{[x.get('shape') for x in stamped]}", stamp=rec)
     drift: list[SlotDrift] = []
     checksum = st.checksum_for(version)
-    changed = [i for i, (s, x) in enumerate(zip(cap.slots, stamped, strict=True))
-               if checksum(arrays[i] if arrays is not None else s.tensor()) != x.get("checksum")]
+    def digest(i: int, s) -> str:
+        done = (digests or {}).get(i) if version == st.STAMP_VERSION else None
+        return done if done is not None else checksum(arrays[i] if arrays is not None else s.tensor())
+
+    changed = [i for i, (s, x) in enumerate(zip(cap.slots, stamped, strict=True)) if digest(i, s) != x.get("checksum")]
     for i in changed:
         x = stamped[i]
         q = st.norm_quantiles(cap.slots[i].tensor())
@@ -462,21 +527,58 @@ def read_file_stamp(cap) -> tuple[dict | None, FileCheck | None]:
         return None, FileCheck(path, "error", f"cannot read: {e.strerror or type(e).__name__}")
 
 
-def check_in_read(cap, arrays: list | None = None, rec: Any = None) -> StampCheck | None:
+class StampReader:
+    """A file's stamp, read (header or stamps.jsonl only) before a command's pass over the values, and fed that
+    pass's row blocks (``summarize(cap, taps=reader.taps)``): each slot's checksum is computed on the
+    blocks the norm pass has in cache, not by reading the slot again. ``check()`` then compares.
+
+    Example:
+        >>> reader = StampReader(cap)                                        # doctest: +SKIP
+        >>> st = summarize(cap, taps=reader.taps if reader.feeds else None)  # doctest: +SKIP
+        >>> reader.check()                                                   # doctest: +SKIP
+    """
+
+    def __init__(self, cap) -> None:
+        self.cap = cap
+        self.rec, self.err = read_file_stamp(cap)
+        slots = (self.rec or {}).get("slots") or []
+        same = self.rec is not None and self.rec.get("version", 1) == st.STAMP_VERSION and len(slots) == len(
+            cap.slots) and all(list(x.get("shape") or []) == list(s.shape) for x, s in zip(slots, cap.slots,
+                                                                                           strict=True))
+        self.sums = {s.index: st.BlockChecksum(s.shape) for s in cap.slots} if same else {}
+
+    @property
+    def feeds(self) -> bool:
+        """Whether there is anything to compute in the pass (a version-2 stamp whose slot shapes match)."""
+        return bool(self.sums)
+
+    def taps(self, slot: int) -> list:
+        """The norm pass's consumers of slot ``slot``'s row blocks (``BlockTap``: first row, block as stored)."""
+        b = self.sums.get(slot)
+        return [] if b is None else [b.add]
+
+    def check(self, arrays: list | None = None) -> StampCheck | None:
+        """The stamp check (None without a stamp); a slot whose blocks did not all arrive is checksummed whole."""
+        digests = {i: b.digest() for i, b in self.sums.items()}
+        return check_in_read(self.cap, arrays, self.rec, self.err, digests)
+
+
+def check_in_read(cap, arrays: list | None = None, rec: Any = None, err: FileCheck | None = None,
+                  digests: dict | None = None) -> StampCheck | None:
     """Check ``cap``'s stamp against the values the caller has already read (``arrays``: one tensor or integer
-    view per slot, as stored; default each ``slot.tensor()``). None when the file has no stamp. ``rec``: the
-    stamp already read by :func:`read_file_stamp` (read here otherwise)."""
-    err = None
-    if rec is None:
+    view per slot, as stored; default each ``slot.tensor()``; ``digests``: checksums computed in the caller's
+    pass). None when the file has no stamp. ``rec``/``err``: the stamp already read by :func:`read_file_stamp`
+    (read here otherwise)."""
+    if rec is None and err is None:
         rec, err = read_file_stamp(cap)
     if err is not None:
         return StampCheck(err)
     if rec is None:
         return None
     try:
-        if arrays is None:  # a safetensors file: its slots as one memory map (get_tensor would copy each)
-            arrays = store.raw_slot_arrays(cap.path, cap)
-        fc = compare(cap, rec, arrays)
+        if arrays is None and not (digests and all(v is not None for v in digests.values())):
+            arrays = store.raw_slot_arrays(cap.path, cap)  # safetensors: one memory map (get_tensor copies each)
+        fc = compare(cap, rec, arrays, digests)
     except ForensicsError as e:
         fc = FileCheck(cap.path, "error", e.message, stamp=rec)
     return StampCheck(fc, moved=_moved(cap.path, rec.get("file")))

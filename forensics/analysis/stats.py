@@ -11,8 +11,9 @@ The row-block kernels live in :mod:`forensics.stats_blocks` and are re-exported 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -23,6 +24,7 @@ from forensics.analysis.kernels import (  # noqa: F401 - re-exported: callers im
     NORM_BLOCK_ROWS,
     NORM_ROUNDING_SLACK,
     STATS_THREADS,
+    BlockTap,
     _token_norms,
     intra_op_threads,
     massive_activations,
@@ -207,17 +209,18 @@ def exact_norms(h: Any, norms: Any) -> Any:
     return out
 
 
-def slot_stats(slot: Slot, block: int = NORM_BLOCK_ROWS) -> SlotStats:
+def slot_stats(slot: Slot, block: int = NORM_BLOCK_ROWS, taps: Sequence[BlockTap] = ()) -> SlotStats:
     """All statistics of one slot: one chunked norm pass, plus re-reads of only the rows that need it.
 
     Per-token norms come from :func:`token_norms` (row blocks, float32 accumulation); median ``|x|`` from
     a strided column sample; NaN/Inf and massive-activation rows are found from the norms and only those
-    rows are read again, so the cost stays that of the norm pass.
+    rows are read again, so the cost stays that of the norm pass. ``taps`` see every row block of that pass
+    (:func:`~forensics.analysis.kernels.norms_and_median_abs`).
     """
     h = slot.tensor()
     T, H = int(h.shape[0]), int(h.shape[1])
     with intra_op_threads():
-        norms_t, median_abs = norms_and_median_abs(h, block)  # one pass: norms + the median-|x| sample
+        norms_t, median_abs = norms_and_median_abs(h, block, taps)  # one pass: norms, median-|x| sample, taps
         norms_t = exact_norms(h, norms_t)
         nan, inf = nonfinite_rows(h, norms_t, block)
         threshold = max(MASSIVE_ABS_THRESHOLD, MASSIVE_REL_THRESHOLD * median_abs) \
@@ -263,14 +266,14 @@ class CaptureStats:
 
     @property
     def path(self) -> str:
-        return self.capture.path
+        return self.capture.name
 
     def __repr__(self) -> str:
         return render(self, "text")
 
     def to_dict(self) -> dict:
         c = self.capture
-        return {"path": c.path, "format": c.format, "num_tokens": c.num_tokens, "hidden_size": c.hidden_size,
+        return {"path": c.name, "format": c.format, "num_tokens": c.num_tokens, "hidden_size": c.hidden_size,
                 "layout": c.provenance.layout, "declared_layers": c.declared_layers,
                 "declared_convention": c.declared_convention, "declared_r": c.declared_r,
                 "notes": list(c.provenance.notes), "error": None,
@@ -284,19 +287,42 @@ class CaptureStats:
         return render(self, "html")
 
 
-def summarize(capture: Any, input_ids: Any = None) -> CaptureStats:
+@overload
+def summarize(capture: Capture, input_ids: None = None, attention_mask: None = None, *,
+              taps: Callable[[int], Sequence[BlockTap]] | None = None) -> CaptureStats: ...
+
+
+@overload
+def summarize(capture: Any, input_ids: Any = None, attention_mask: Any = None, *,
+              taps: Callable[[int], Sequence[BlockTap]] | None = None) -> CaptureStats | list[CaptureStats]: ...
+
+
+def summarize(capture: Any, input_ids: Any = None, attention_mask: Any = None, *,
+              taps: Callable[[int], Sequence[BlockTap]] | None = None) -> CaptureStats | list[CaptureStats]:
     """Statistics of every slot of a capture, of the file at a path, or of hidden states in memory (any layout
-    ``forensics.io.layout`` accepts; ``input_ids`` decide a stack's axes).
+    ``forensics.io.layout`` accepts; ``input_ids`` decide a stack's axes). An input that holds several samples (a
+    ``[B, T]`` batch, with its ``attention_mask``; a TensorRT-LLM record list) gives one result per sample.
+
+    ``taps``: slot index → further consumers of the bytes the norm pass reads (a checksum, say), called on
+    every row block of that slot as it is read (:func:`~forensics.analysis.kernels.norms_and_median_abs`), so
+    they cost no second read of the file.
 
     Example:
         >>> st = summarize("sample_data/speculators_v1/data_0.pt")   # doctest: +SKIP
         >>> st.slots[1].first_ratio > 5                              # doctest: +SKIP
         True
     """
-    if not isinstance(capture, Capture) or input_ids is not None:
-        from forensics.io.formats import as_capture
+    if not isinstance(capture, Capture) or input_ids is not None or attention_mask is not None:
+        from forensics.io.formats import as_captures
 
-        capture = as_capture(capture, input_ids=input_ids)
+        caps = as_captures(capture, input_ids=input_ids, attention_mask=attention_mask)
+        if len(caps) > 1:
+            return [_summarize(c, taps) for c in caps]
+        capture = caps[0]
+    return _summarize(capture, taps)
+
+
+def _summarize(capture: Capture, taps: Callable[[int], Sequence[BlockTap]] | None = None) -> CaptureStats:
     from forensics.io.validate import check_capture
 
     check_capture(capture)  # dtypes, shapes and ids checked at the boundary: one line, never deep inside
@@ -304,7 +330,7 @@ def summarize(capture: Any, input_ids: Any = None) -> CaptureStats:
     slots = []
     for s in capture.slots:
         try:
-            slots.append(slot_stats(s))
+            slots.append(slot_stats(s, taps=taps(s.index) if taps is not None else ()))
         except ForensicsError:
             raise
         except Exception as e:  # noqa: BLE001 - a tensor we cannot reduce is bad input, not a crash

@@ -54,19 +54,6 @@ def add_arguments(p) -> None:
     add_stamp_argument(p)
 
 
-def _ids(text: str | None) -> list[int] | None:
-    """``2,15,27`` (or space-separated) → ``[2, 15, 27]``; a typo is bad input (exit 2)."""
-    from forensics.errors import ForensicsError
-
-    if text is None:
-        return None
-    parts = [x for x in text.replace(",", " ").split() if x]
-    try:
-        return [int(x) for x in parts]
-    except ValueError:
-        raise ForensicsError(f"--target-layer-ids {text!r}: expected integers such as 2,15,27") from None
-
-
 def _preflight(args, engine, trainer) -> bool:
     """Data-free, and the question is the pre-flight doctor's: what the trainer was invoked with, a drafter
     family, an engine whose capture is a registry rule rather than modelled from its code, or a trainer whose
@@ -79,18 +66,20 @@ def _preflight(args, engine, trainer) -> bool:
 
 def run(args) -> int:
     from forensics.analysis.audit.core import audit
+    from forensics.layers import parse_id_list, parse_layer_list, r_label
     from forensics.models.conventions import arch_family, system
 
     data = args.data
-    if args.trained_layout:
-        data = [x for x in args.trained_layout.replace(" ", "").split(",") if x]
+    if args.trained_layout:  # the one layer-list parser: a typo is one line, exit 2
+        data = [r_label(r) for r in parse_layer_list(args.trained_layout, "--trained-layout") or []]
+    target_layer_ids = parse_id_list(args.target_layer_ids, "--target-layer-ids")
     engine = system(args.engine) if args.engine else None  # names resolved once, here
     trainer = system(args.trainer) if args.trainer else None
     if _preflight(args, engine, trainer):
         from forensics.analysis.audit.doctor import preflight
         res = preflight(draft=args.draft, engine=engine, engine_version=args.engine_version,
                         trained_layout=data, trainer=args.trainer,
-                        target_layer_ids=_ids(args.target_layer_ids),
+                        target_layer_ids=target_layer_ids,
                         include_last_layer=args.include_last_layer or None, target_config=args.target_config,
                         num_layers=args.num_layers, hidden_size=args.hidden_size,
                         arch=arch_family([args.target_arch]) if args.target_arch else None, family=args.family)

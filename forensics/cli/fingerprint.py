@@ -74,7 +74,7 @@ def _claims(args, capture):
 
 def run(args) -> int:
     from forensics.analysis.fingerprint.core import fingerprint
-    from forensics.io.formats import load, split_record
+    from forensics.io.formats import load_all
 
     model = target_of(args)  # resolved once; streamed per file when it does not fit --max-memory
     ids = ids_of(args)  # one file's tokens (refused with several files)
@@ -83,18 +83,14 @@ def run(args) -> int:
     def fp_of(cap) -> dict:
         fp = fingerprint(cap, model=model, num_layers=args.num_layers, claims=_claims(args, cap),
                          stamp_check=args.stamp_check)
-        key = fp.path if cap.provenance.record is None else f"{fp.path}#{cap.provenance.record}"
-        results[key] = fp
+        results[fp.path] = fp  # FILE#i for one sample of a many-sample file
         d = fp.to_dict()
-        d["path"] = key
+        d["path"] = fp.path
         return d
 
-    def one(path: str) -> dict | list[dict]:
-        cap = load(path, input_ids=ids)
-        n = int(cap.meta.get("records", 1))
-        if n == 1 or cap.provenance.record is None or split_record(path)[1] is not None:
-            return fp_of(cap)  # one sample, or the one record asked for (FILE#i)
-        return [fp_of(cap)] + [fp_of(load(path, input_ids=ids, record=i)) for i in range(1, n)]
+    def one(path: str) -> list[dict]:
+        # every sample (TensorRT-LLM records, SGLang objects, [B, T] batch rows), the file read once; FILE#i: one
+        return [fp_of(cap) for cap in load_all(path, input_ids=ids)]
 
     entries, code = for_each_file(args.paths, one, out=args.console, what="fingerprint")
     code = exit_code_of(entries, unreadable=code == 2)

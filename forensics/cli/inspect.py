@@ -27,26 +27,30 @@ def run(args) -> int:
     from forensics.analysis.rows import check_rows
     from forensics.analysis.stats import summarize
     from forensics.findings import decide, exit_code
-    from forensics.io.formats import load
+    from forensics.io.formats import load_all
 
     results = {}
     row_findings: dict[int, list] = {}
     ids = ids_of(args)
 
-    def one(path: str) -> dict:
-        cap = load(path, input_ids=ids)
-        st = summarize(cap)
+    def one(path: str) -> list[dict]:
+        return [sample(cap) for cap in load_all(path, input_ids=ids)]  # every sample of the file, read once
+
+    def sample(cap) -> dict:
+        reader = None
+        if args.stamp_check:  # the stamp's checksums ride on the statistics' norm pass
+            from forensics.analysis.stamp import StampReader
+
+            reader = StampReader(cap)
+        st = summarize(cap, taps=reader.taps if reader is not None and reader.feeds else None)
         entry = st.to_dict()
         # zero blocks, rows ≠ ids, shifts, foreign rows; zero/NaN rows found from the statistics' norms
         found = check_rows(cap, norms=[s.norms for s in st.slots]).findings
         from forensics.analysis.loss_mask import capture_loss_mask_findings
 
         found = found + capture_loss_mask_findings(cap)  # a stored loss mask against the chat turns
-        if args.stamp_check:  # the file's stamp against the slots just read
-            from forensics.analysis.stamp import check_in_read
-
-            sc = check_in_read(cap)
-            found = found + ([] if sc is None else sc.findings)
+        sc = reader.check() if reader is not None else None  # the file's stamp against the slots just read
+        found = found + ([] if sc is None else sc.findings)
         entry["findings"] = [f.to_dict() for f in found]
         entry["verdict"] = decide(found).value
         results[id(entry)] = st

@@ -1,4 +1,5 @@
-"""``hsf report PATH… [--layers …] [--model …] [--draft … --engine … --trainer …] -o report.html``."""
+"""``hsf report PATH… [--layers …] [--model …] [--ids FILE|--text FILE] [--draft … --engine … --trainer …]
+-o report.html``."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ import os
 
 from forensics.cli._common import (
     add_engine_arguments,
+    add_ids_arguments,
     add_model_arguments,
     add_stamp_argument,
     add_trainer_argument,
+    ids_of,
     print_json,
     target_of,
 )
@@ -22,6 +25,7 @@ def add_arguments(p) -> None:
                    help="expected layers for labels, e.g. 0,3,16,28 or embed,L3,L16,L28")
     add_model_arguments(p, "model (HF folder, safetensors dir or .gguf) for exact mode ('default' = packaged "
                            "SmolLM2)")
+    add_ids_arguments(p)
     p.add_argument("--draft", metavar="PATH", help="EAGLE-3 draft folder (config.json [+ model.safetensors])")
     add_engine_arguments(p)
     add_trainer_argument(p)
@@ -64,6 +68,7 @@ def run(args) -> int:
     from forensics.views.report.core import Report
 
     check_arguments(args)
+    ids = ids_of(args)  # one capture file's tokens (refused with several files or a folder)
     con = args.console
     with con.progress("") as step:
 
@@ -73,7 +78,10 @@ def run(args) -> int:
         res = report(args.paths, layers=args.layers, model=target_of(args), draft=args.draft, engine=args.engine,
                      engine_version=args.engine_version, trainer=args.trainer, target_config=args.target_config,
                      served=args.served, scan=True if args.scan else None, title=args.title, progress=tick,
-                     stamp_check=args.stamp_check)
+                     stamp_check=args.stamp_check, input_ids=ids)
+        for opt in ("ids", "text"):  # the regenerating command reads the same tokens
+            if getattr(args, opt):
+                res.argv += [f"--{opt}", getattr(args, opt)]
         rep = Report.of(res, tick)
         step("writing HTML", done=0, total=None)
         out = rep.save(args.output)
@@ -89,10 +97,12 @@ def run(args) -> int:
     elif args.output != "-":  # with -o - stdout is the HTML itself
         c = res.counts
         con.text(sentence or res.overall.upper())
-        con.text(f"  {doc['files']} files" + (f" ({doc['unreadable']} unreadable)" if doc["unreadable"] else "") +
+        n = doc["files"]
+        con.text(f"  {n} file{'' if n == 1 else 's'}" + (f" ({doc['unreadable']} unreadable)" if doc["unreadable"]
+                                                         else "") +
                  "; slots: " + ", ".join(f"{c[k]} {k}" for k in ("fail", "cannot tell", "warn", "pass", "info")
                                          if k in c) + (f"; audit: {doc['audit']}" if doc["audit"] else ""))
-        con.text(f"report written: {out} ({size / 1e6:.2f} MB)")
+        con.text(f"report written: {args.output} ({size / 1e6:.2f} MB)")  # the path as the user gave it
     for e in res.errors:  # what could not be done is said here too, not only at the bottom of the HTML
         con.error(f"{e.where}: {e.message}")
     return res.exit_code(args.fail_on)

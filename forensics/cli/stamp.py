@@ -31,16 +31,14 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from forensics.analysis.stamp import stamp
     from forensics.errors import ForensicsError
+    from forensics.layers import parse_id_list
     from forensics.views.stamp import stamp_text
 
     ids = None
     if args.layer_ids is not None:
         if args.convention is None:
             raise ForensicsError("--layer-ids needs --convention (which system's numbering the ids use)")
-        try:
-            ids = [int(x) for x in args.layer_ids.replace(",", " ").split()]
-        except ValueError:
-            raise ForensicsError(f"--layer-ids {args.layer_ids!r}: expected integers such as 2,15,27") from None
+        ids = parse_id_list(args.layer_ids, "--layer-ids")
     res = stamp(args.dataset, layers=args.layers, convention=args.convention, layer_ids=ids, producer=args.producer,
                 model=args.model_name, num_layers=args.num_layers)
     if args.json:

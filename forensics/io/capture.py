@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 from forensics.layers import R, r_label
 
+RECORD_SEP = "#"  # ``data_20.pt#3``: sample 3 of a many-sample file
 _SHORT_DTYPES = {
     "torch.bfloat16": "bf16",
     "torch.float16": "f16",
@@ -31,6 +32,9 @@ _SHORT_DTYPES = {
     "torch.int32": "i32",
     "torch.bool": "bool",
 }
+
+
+MAX_SLOT_NAME_CHARS = 120  # a slot's name as shown (real ones: ``aux_hidden_state[:, 576:1152]``, 29)
 
 
 def constant_getter(t: Any) -> Callable[[], Any]:
@@ -94,6 +98,14 @@ class Slot:
     claimed: str | None = None
     declared_r: R | None = None
 
+    def __post_init__(self) -> None:
+        # a name comes from the file (a dict key, a tensor name): a 10^6-character one is cut with a count, so no
+        # report, terminal table or explorer sync carries it uncut (``key`` keeps the full name for reading)
+        if isinstance(self.name, str) and len(self.name) > MAX_SLOT_NAME_CHARS:
+            self.name = f"{self.name[:MAX_SLOT_NAME_CHARS]}…(+{len(self.name) - MAX_SLOT_NAME_CHARS:,} chars)"
+        if isinstance(self.claimed, str) and len(self.claimed) > MAX_SLOT_NAME_CHARS:
+            self.claimed = f"{self.claimed[:MAX_SLOT_NAME_CHARS]}…(+{len(self.claimed) - MAX_SLOT_NAME_CHARS:,} chars)"
+
     def tensor(self) -> torch.Tensor:
         """The ``[tokens, hidden]`` tensor (mmap-backed where the format allows; not upcast)."""
         from forensics.io.sigbus import front
@@ -138,6 +150,15 @@ class Capture:
     @property
     def path(self) -> str:
         return self.provenance.path
+
+    @property
+    def name(self) -> str:
+        """How commands name this sample: the path, or ``FILE#i`` for sample i of a file that holds several (a
+        TensorRT-LLM record list, an SGLang JSON list, a ``[B, T]`` batch)."""
+        rec = self.provenance.record
+        if rec is None or int(self.meta.get("records", 1)) <= 1:
+            return self.path
+        return f"{self.path}{RECORD_SEP}{rec}"
 
     @property
     def format(self) -> str:
@@ -192,7 +213,7 @@ class Capture:
         return len(self.slots)
 
     def __repr__(self) -> str:
-        name = os.path.basename(self.path)
+        name = os.path.basename(self.name)
         slots = ", ".join(f"{s.name}{list(s.shape)}" for s in self.slots)
         return f"Capture({name}, format={self.format}, tokens={self.num_tokens}, slots=[{slots}])"
 

@@ -6,7 +6,13 @@ Accepted (one sample per file; ``T`` tokens, ``H`` hidden size, ``k`` captured l
 * a stack ``[k, T, H]``, ``[T, k, H]`` (speculators), ``[k, 1, T, H]`` (``torch.stack(out.hidden_states)``, the
   whole transformers tuple ``[L+1, 1, T, H]`` included) or ``[1, T, k, H]`` / ``[1, k, T, H]``;
 * a list or tuple of ``[T, H]`` / ``[1, T, H]`` tensors (transformers' ``output.hidden_states``);
-* a dict of named tensors or stacks, with the token ids under ``input_ids`` / ``token_ids`` / ``ids``.
+* a dict of named tensors or stacks, with the token ids under ``input_ids`` / ``token_ids`` / ``ids``;
+* a **batch**: ``[B, T]`` token ids with ``[k, B, T, H]`` (``torch.stack(out.hidden_states)``), ``[B, T, H]`` per
+  slot, or transformers' tuple of ``[B, T, H]``: :func:`resolve_samples` splits it into B samples (``FILE#b``).
+  ``attention_mask`` ``[B, T]`` removes each sample's pad rows (left or right padding) before any check; without
+  it, the run of the pad id at the padded end (the file's ``pad_token_id`` when it has one, else the id that ends
+  the shorter samples in a run of two or more) is removed and named as padding (``Resolved.padding``), never
+  judged as the sample's own rows.
 
 Where a stack's first two axes could be either ``k`` or ``T``, the token ids' length decides; where nothing
 decides, one :class:`ForensicsError` shows the shapes found, the layouts accepted and how to re-save.
@@ -31,6 +37,8 @@ from forensics.errors import ForensicsError
 
 ID_KEYS = ("input_ids", "token_ids", "ids", "prompt_token_ids")
 MASK_KEYS = ("loss_mask", "attention_mask_loss")
+ATTENTION_KEYS = ("attention_mask",)  # a batch's padding mask (1 = a real token): pad rows are removed
+PAD_KEYS = ("pad_token_id", "pad_id")  # the tokenizer's pad id saved beside a batch without its mask
 ACCEPTED = ("[T, H]", "[1, T, H]", "[k, T, H]", "[T, k, H]", "[k, 1, T, H]", "[1, T, k, H]",
             "a list/tuple of [T, H] or [1, T, H]", "a dict of named [T, H] tensors")
 RECIPE = ("re-save one sample per file with its token ids, e.g.\n"
@@ -60,6 +68,9 @@ class Resolved:
     layout: str
     notes: list[str] = field(default_factory=list)
     key_layers: dict[int, int] = field(default_factory=dict)  # slot index -> the number its key names
+    sample: int | None = None  # which sample of a batch (None: the object holds one sample)
+    samples: int = 1  # how many samples the object holds
+    padding: dict | None = None  # pad rows removed without a mask: {"rows": [first, last] of the file, "id", "side"}
 
 
 def check_storage(t: Any, path: str, name: str) -> None:
@@ -95,6 +106,32 @@ def ids_1d(t: Any, path: str, name: str):
     if t.dim() != 1:
         raise ForensicsError(f"{name} must be 1-D, found shape {list(t.shape)}", path=path)
     return t
+
+
+def stored_ids(get: Any, keys: Any, path: str) -> Any:
+    """The token ids a file stores under the first of ``ID_KEYS`` it has (``get(key)`` reads one), or None. A
+    file that stores ids under two keys (``input_ids`` and ``token_ids``) that disagree is one line: which of them
+    are the capture's tokens cannot be told, and reading one silently would pair rows with the wrong tokens."""
+    import torch
+
+    present = [k for k in ID_KEYS if k in keys]
+    values = [(k, get(k)) for k in present]
+    values = [(k, v) for k, v in values if v is not None]
+    if len(values) < 2:
+        return values[0][1] if values else None
+    k0, v0 = values[0]
+    a = _as_tensor(v0, path, k0).reshape(-1)  # a [B, T] batch's ids too: the values are compared, not the shape
+    for k, v in values[1:]:
+        b = _as_tensor(v, path, k).reshape(-1)
+        same = a.numel() == b.numel() and not a.is_floating_point() and not b.is_floating_point() \
+            and bool(torch.equal(a.long(), b.long()))
+        if not same:
+            pairs = enumerate(zip(a.tolist(), b.tolist(), strict=False))
+            at = next((i for i, (x, y) in pairs if x != y), min(a.numel(), b.numel()))
+            raise ForensicsError(f"the file stores token ids twice and they disagree: {k0} ({a.numel()} ids) and {k} "
+                                 f"({b.numel()} ids) differ from position {at}; which are this capture's tokens "
+                                 "cannot be told", path=path)
+    return v0
 
 
 def to_torch(x: Any) -> Any:
@@ -137,8 +174,8 @@ def _shape(x: Any) -> str:
 def ambiguous(path: str, found: str, why: str) -> ForensicsError:
     """The one error of a layout nothing decides: shapes found, layouts accepted, a two-line re-save recipe."""
     return ForensicsError(f"cannot tell which axis is the layers and which the tokens: {why}; found {found}; "
-                          f"accepted layouts: {', '.join(ACCEPTED)}; pass the token ids (--ids FILE, or "
-                          f"input_ids=) or {RECIPE}", path=path)
+                          f"accepted layouts: {', '.join(ACCEPTED)}; pass the token ids (input_ids= in "
+                          f"Python, hsf fingerprint/hsf report --ids FILE) or {RECIPE}", path=path)
 
 
 def n_tokens(ids: Any) -> int | None:
@@ -183,23 +220,78 @@ def _key_layer(key: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def _entries(obj: Any, path: str) -> tuple[Any, Any, Any, Any, Any, list[tuple[str, Any]]]:
+    """``(obj, ids, loss mask, attention mask, pad id, [(key, value)])`` of an object as given."""
+    obj = _detached(to_torch(obj))
+    file_ids = mask = attn = pad = None
+    if isinstance(obj, dict):
+        obj = {k: to_torch(v) for k, v in obj.items()}
+        file_ids = stored_ids(obj.get, obj, path)
+        mask = next((obj[k] for k in MASK_KEYS if k in obj and obj[k] is not None), None)
+        attn = next((obj[k] for k in ATTENTION_KEYS if k in obj and obj[k] is not None), None)
+        pad = next((obj[k] for k in PAD_KEYS if k in obj and obj[k] is not None), None)
+        skip = ID_KEYS + MASK_KEYS + ATTENTION_KEYS + PAD_KEYS
+        items = [(str(k), v) for k, v in obj.items() if k not in skip]
+    elif isinstance(obj, (list, tuple)):
+        items = [("", obj)]
+    else:
+        items = [("tensor", obj)]
+    return obj, file_ids, mask, attn, pad, items
+
+
+def _as_tensor(t: Any, path: str, name: str):
+    import torch
+
+    t = to_torch(t)
+    if not isinstance(t, torch.Tensor):
+        try:
+            t = torch.as_tensor(t)
+        except (TypeError, ValueError, RuntimeError, OverflowError):
+            raise ForensicsError(f"{name} is not a tensor or list of ints ({type(t).__name__})", path=path) from None
+    check_storage(t, path, name)
+    return t
+
+
+def batch_shape(obj: Any, path: str, input_ids: Any = None, attention_mask: Any = None) -> tuple[int, int] | None:
+    """``(B, T)`` when ``obj`` (or the ids / mask given beside it) holds ``[B, T]`` token ids with B > 1, or an
+    ``attention_mask`` with a pad row; None for one sample."""
+    _, file_ids, _, attn, _, _ = _entries(obj, path)
+    for name, t in (("input_ids", input_ids), ("input_ids", file_ids), ("attention_mask", attention_mask),
+                    ("attention_mask", attn)):
+        if t is None:
+            continue
+        t = _as_tensor(t, path, name)
+        if t.dim() == 2 and (t.shape[0] > 1 or name == "attention_mask"):
+            return int(t.shape[0]), int(t.shape[1])
+    return None
+
+
+def resolve_samples(obj: Any, path: str, input_ids: Any = None, attention_mask: Any = None) -> list[Resolved]:
+    """Every sample of ``obj``: one :class:`Resolved` for one sample, B for a batch (``[B, T]`` ids with
+    ``[k, B, T, H]``, ``[B, T, H]`` per slot or a tuple of ``[B, T, H]``), each cut to its real rows.
+
+    Example:
+        >>> import torch
+        >>> hs = torch.randn(3, 2, 5, 8)                                   # [k, B, T, H]
+        >>> ids = torch.tensor([[5, 6, 7, 0, 0], [5, 6, 7, 8, 9]])
+        >>> mask = (torch.arange(5) < torch.tensor([[3], [5]])).long()     # right padding
+        >>> [r.parts[0].tensor.shape[0] for r in resolve_samples(
+        ...     {"input_ids": ids, "attention_mask": mask, "hidden_states": hs}, "x.pt")]
+        [3, 5]
+    """
+    bt = batch_shape(obj, path, input_ids, attention_mask)
+    if bt is None:
+        return [resolve(obj, path, input_ids)]
+    return _resolve_batch(obj, path, bt, input_ids, attention_mask)
+
+
 def resolve(obj: Any, path: str, input_ids: Any = None) -> Resolved:
     """The slots of ``obj`` (tensor, array, list, tuple or dict) in stored order.
 
     ``input_ids`` (ids given from outside the file) decide ambiguous axes when the object carries none.
     """
-    obj = _detached(to_torch(obj))
     notes: list[str] = []
-    file_ids = mask = None
-    if isinstance(obj, dict):
-        obj = {k: to_torch(v) for k, v in obj.items()}
-        file_ids = next((obj[k] for k in ID_KEYS if k in obj and obj[k] is not None), None)
-        mask = next((obj[k] for k in MASK_KEYS if k in obj and obj[k] is not None), None)
-        items = [(str(k), v) for k, v in obj.items() if k not in ID_KEYS + MASK_KEYS]
-    elif isinstance(obj, (list, tuple)):
-        items = [("", obj)]
-    else:
-        items = [("tensor", obj)]
+    obj, file_ids, mask, _, _, items = _entries(obj, path)
     ids = ids_1d(file_ids, path, "input_ids") if file_ids is not None else None
     if input_ids is not None:
         given = ids_1d(to_torch(input_ids), path, "input_ids")
@@ -241,11 +333,170 @@ def resolve(obj: Any, path: str, input_ids: Any = None) -> Resolved:
                              f" accepted layouts: {', '.join(ACCEPTED)}", path=path)
     if skipped:
         notes.append(f"skipped entries that are not float hidden states: {skipped[:8]}")
-    key_layers = {}
+    key_layers = _key_layers(obj, items, parts, notes)
+    layout = layouts[0] if len(set(layouts)) == 1 else ", ".join(layouts)
+    return Resolved(parts, ids, mask, layout, notes, key_layers)
+
+
+def _key_layers(obj: Any, items: list, parts: list[Part], notes: list[str]) -> dict[int, int]:
+    key_layers: dict[int, int] = {}
     if isinstance(obj, dict) and len(items) > 1:
         key_layers = {i: n for i, p in enumerate(parts) if (n := _key_layer(p.key)) is not None}
         if key_layers:
             notes.append(f"keys name layers {list(key_layers.values())} in the file's own numbering: shown as "
                          "names, not used as evidence (check them with --layers)")
+    return key_layers
+
+
+def _batch_views(key: str, v: Any, B: int, T: int, path: str) -> tuple[list[tuple[str, Any]], str] | None:
+    """``([(name, [B, T, H] view)], layout)`` of one entry of a batch; None for an entry that holds no states."""
+    if isinstance(v, (list, tuple)):
+        if not v:
+            raise ForensicsError(f"'{key or 'the list'}' is an empty list (no layers were captured)", path=path)
+        out = []
+        for i, t in enumerate(v):
+            t = to_torch(t)
+            nm = f"{key}[{i}]" if key else f"[{i}]"
+            if not _is_tensor(t) or t.dim() != 3 or tuple(t.shape[:2]) != (B, T):
+                raise ForensicsError(f"list element {nm} has shape {_shape(t)}; with [{B}, {T}] token ids a list "
+                                     f"holds one [B, T, H] = [{B}, {T}, H] tensor per layer", path=path)
+            check_storage(t, path, nm)
+            out.append((nm, t))
+        return out, "list of [B, T, H]"
+    if not _is_tensor(v) or not v.is_floating_point() or v.dim() < 3:
+        return None
+    check_storage(v, path, key)
+    shape = tuple(int(x) for x in v.shape)
+    if v.dim() == 3 and shape[:2] == (B, T):
+        return [(key, v)], "[B, T, H]"
+    if v.dim() == 4:
+        kbth = shape[1:3] == (B, T)
+        bkth = shape[0] == B and shape[2] == T
+        if kbth and bkth and shape[0] != shape[1]:
+            raise ForensicsError(f"{key} {list(shape)} reads as [k, B, T, H] and as [B, k, T, H] with [{B}, {T}] "
+                                 "token ids; re-save as torch.stack(out.hidden_states) ([k, B, T, H])", path=path)
+        if kbth:
+            return [(f"{key}[{i}]", v[i]) for i in range(shape[0])], "[k, B, T, H]"
+        if bkth:
+            return [(f"{key}[:, {i}]", v[:, i]) for i in range(shape[1])], "[B, k, T, H]"
+    raise ForensicsError(f"{key} has shape {list(shape)}, which is no batch layout for [{B}, {T}] token ids "
+                         "(accepted: [k, B, T, H], [B, k, T, H], [B, T, H] per slot, a list of [B, T, H])", path=path)
+
+
+def _edge_run(row: Any, side: str) -> tuple[int, int]:
+    """``(id, length)`` of the run of one id at the ``side`` end of a 1-D id row."""
+    vals = row.tolist() if side == "left" else row.flip(0).tolist()
+    n = 1
+    while n < len(vals) and vals[n] == vals[0]:
+        n += 1
+    return int(vals[0]), n
+
+
+def guess_padding(ids: Any, pad_id: int | None) -> tuple[str, int] | None:
+    """``(side, pad id)`` of a batch saved without its attention mask, or None when no padding is seen.
+
+    The pad id is the one saved with the batch, else the id that ends (or starts) the samples in the longest run:
+    padding is one id repeated at one end, and in a batch of different lengths at least one sample carries
+    more than one pad row. Rows named so are removed and said to be padding; they are never taken as evidence.
+    """
+    best: tuple[int, str, int] | None = None
+    for side in ("right", "left"):
+        edge = [_edge_run(r, side) for r in ids]
+        cand = [(n, side, v) for v, n in edge if (pad_id is None or v == pad_id)]
+        if pad_id is None:  # a guess: a run of 2+ rows, and some sample (the longest) ends in another id
+            cand = [c for c in cand if c[0] >= 2 and any(v != c[2] for v, _ in edge)]
+        if cand:
+            top = max(cand)
+            if best is None or top[0] > best[0]:
+                best = top
+    return None if best is None else (best[1], best[2])
+
+
+def _resolve_batch(obj: Any, path: str, bt: tuple[int, int], input_ids: Any, attention_mask: Any) -> list[Resolved]:
+    import torch
+
+    B, T = bt
+    obj, file_ids, lmask, attn, pad, items = _entries(obj, path)
+    ids = None
+    for name, t in (("input_ids", file_ids), ("input_ids", input_ids)):
+        if t is None:
+            continue
+        t = _as_tensor(t, path, name)
+        if t.dim() == 1 and B == 1:
+            t = t[None]
+        if tuple(t.shape) != (B, T):
+            raise ForensicsError(f"{name} has shape {list(t.shape)} but the batch is [{B}, {T}]", path=path)
+        if t.is_floating_point() or t.dtype == torch.bool:
+            raise ForensicsError(f"token ids must be integers, found {t.dtype}", path=path)
+        if ids is not None and not bool((ids == t.long()).all()):
+            raise ForensicsError("the token ids given differ from the input_ids stored in the file", path=path)
+        ids = t.long()
+    amask = attention_mask if attention_mask is not None else attn
+    if amask is not None:
+        amask = _as_tensor(amask, path, "attention_mask")
+        if amask.dim() == 1 and B == 1:
+            amask = amask[None]
+        if tuple(amask.shape) != (B, T):
+            raise ForensicsError(f"attention_mask has shape {list(amask.shape)} but the batch is [{B}, {T}]",
+                                 path=path)
+        amask = amask != 0
+    if lmask is not None:
+        lmask = _as_tensor(lmask, path, "loss_mask")
+        if lmask.dim() != 2 or tuple(lmask.shape) != (B, T):
+            raise ForensicsError(f"loss_mask has shape {list(lmask.shape)} but the batch is [{B}, {T}]", path=path)
+    pad_id = None
+    if pad is not None:
+        try:
+            pad_id = int(_as_tensor(pad, path, "pad_token_id").reshape(-1)[0])
+        except (IndexError, ValueError, RuntimeError):
+            raise ForensicsError("pad_token_id is not one integer", path=path) from None
+    views: list[tuple[str, str, Any]] = []  # (name, key, [B, T, H])
+    layouts: list[str] = []
+    skipped: list[str] = []
+    for key, v in items:
+        got = _batch_views(key, v, B, T, path)
+        if got is None:
+            if v is not None and not isinstance(v, (int, float, str, bool)):
+                skipped.append(f"{key}: {_shape(v)}")
+            continue
+        views += [(nm, key or "list", t) for nm, t in got[0]]
+        layouts.append(got[1])
+    if not views:
+        raise ForensicsError(f"no floating-point hidden-state tensors of a [{B}, {T}] batch found "
+                             f"({', '.join(skipped[:8]) or 'nothing'})", path=path)
     layout = layouts[0] if len(set(layouts)) == 1 else ", ".join(layouts)
-    return Resolved(parts, ids, mask, layout, notes, key_layers)
+    padding = guess_padding(ids, pad_id) if ids is not None and amask is None else None
+    out: list[Resolved] = []
+    for b in range(B):
+        notes = [f"sample {b} of {B} of a {layout} batch"]
+        keep: Any = slice(None)
+        pad_rows = None
+        if amask is not None:
+            rows = torch.nonzero(amask[b]).reshape(-1)
+            if rows.numel() == 0:
+                raise ForensicsError(f"sample {b}: attention_mask marks no real token", path=path)
+            first, last = int(rows[0]), int(rows[-1])
+            keep = slice(first, last + 1) if last - first + 1 == rows.numel() else rows
+            cut = T - int(rows.numel())
+            if cut:
+                side = "right" if first == 0 else "left" if last == T - 1 else "both ends"
+                notes.append(f"{cut} pad row{'s' if cut != 1 else ''} removed by attention_mask ({side} padding)")
+        elif padding is not None and ids is not None:
+            side, pid = padding
+            v, n = _edge_run(ids[b], side)
+            if v == pid and n < T:
+                pad_rows = [T - n, T - 1] if side == "right" else [0, n - 1]
+                keep = slice(0, T - n) if side == "right" else slice(n, T)
+                notes.append(f"rows {pad_rows[0]}–{pad_rows[1]} hold the pad id {pid} ({side} padding, no "
+                             "attention_mask saved): removed as padding, not judged")
+        parts = [Part(nm, key, t[b][keep]) for nm, key, t in views]
+        res = Resolved(parts, None if ids is None else ids[b][keep], None if lmask is None else lmask[b][keep],
+                       layout, notes, sample=b, samples=B)
+        res.key_layers = _key_layers(obj, items, parts, res.notes)
+        if pad_rows is not None:
+            res.padding = {"rows": pad_rows, "id": padding[1] if padding else None,
+                           "side": padding[0] if padding else None}
+        out.append(res)
+    if skipped:
+        out[0].notes.append(f"skipped entries that are not float hidden states: {skipped[:8]}")
+    return out

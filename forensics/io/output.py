@@ -14,6 +14,10 @@ What ``-o`` may be (:func:`output_target`):
   is refused instead of blocking);
 - a block device, a socket or a directory: refused in one line.
 
+Temporary files and folders are named ``.NAME.hsf-tmp-PID-XXXXXXXX`` beside their target (:func:`temp_path`):
+one a killed run left (``kill -9``, a lost machine) is removed by the next write of the same target once its PID
+is no longer running (:func:`clean_stale`), and its name says which target and which process it was.
+
 A write that fails for lack of room (``ENOSPC``, ``EDQUOT``) or over the file-size limit (``EFBIG``,
 ``ulimit -f``) is one line, ``cannot write OUT: <reason>``: a whole-file output is left as it was, an appended
 one keeps every complete row written before.
@@ -26,12 +30,12 @@ import errno
 import os
 import stat
 import sys
-import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import IO
 
 from ..errors import ForensicsError
+from .tempfiles import clean_stale, temp_path
 
 CAPTURE_CONTAINERS = ("zip", "gzip", "safetensors", "pickle")  # what _io.sniff calls a possible capture
 TEXT_ERRORS = "hsf-escape"  # codec error handler of text outputs (registered below)
@@ -225,7 +229,9 @@ def atomic_output(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
     folder = os.path.dirname(os.path.abspath(out))
     try:
         os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(out)}.", suffix=".tmp", dir=folder)
+        clean_stale(out)  # what a killed run of this output left
+        tmp = temp_path(out)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
     except OSError as e:
         raise ForensicsError(f"cannot write: {e.strerror}", path=shown) from None
     try:

@@ -60,7 +60,7 @@ def raw_slot_arrays(path: str, cap) -> list | None:
     ``safe_open(...).get_tensor`` would copy the whole stack once per slot."""
     import numpy as np
 
-    if not is_safetensors(path):
+    if not is_safetensors(path) or cap.provenance.record is not None:  # one sample of a batch: its own rows
         return None
     header = safetensors_header(path)
     with open(path, "rb") as f:

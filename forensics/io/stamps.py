@@ -171,6 +171,67 @@ def checksum(t) -> str:
     return h.hexdigest()[:DIGEST_HEX]
 
 
+MIX_BATCH_ROWS = 256  # rows per int8 product when fed in blocks: 64-row products cost ~1.5x per byte (small M)
+
+
+class BlockChecksum:
+    """:func:`checksum` of a ``[rows, cols]`` slot fed in row blocks, in order (``add(start, block)``), as another
+    pass reads them (the statistics' norm pass): the same digest, without reading the slot a second time. Blocks
+    are gathered into ``MIX_BATCH_ROWS``-row products (still in cache). ``digest()`` is None unless every row
+    arrived exactly once, in order.
+
+    Example:
+        >>> import torch
+        >>> x = torch.arange(24, dtype=torch.float32).reshape(6, 4)
+        >>> b = BlockChecksum(x.shape)
+        >>> for s in range(0, 6, 4):
+        ...     b.add(s, x[s:s + 4])
+        >>> b.digest() == checksum(x)
+        True
+    """
+
+    def __init__(self, shape) -> None:
+        self.rows, self.cols = int(shape[0]), int(shape[1])
+        self.next = 0
+        self.parts: list = []
+        self.pending: list = []
+        self.pending_rows = 0
+        self.broken = False
+
+    def add(self, start: int, block) -> None:
+        if self.broken or start != self.next:
+            self.broken = True
+            return
+        a = _rows(block)
+        if a.shape[1] != self.cols:
+            self.broken = True
+            return
+        self.pending.append(a)
+        self.pending_rows += a.shape[0]
+        self.next = start + a.shape[0]
+        if self.pending_rows >= MIX_BATCH_ROWS or self.next == self.rows:
+            self._flush()
+
+    def _flush(self) -> None:
+        import numpy as np
+
+        if self.pending:
+            a = self.pending[0] if len(self.pending) == 1 else np.concatenate(self.pending)
+            self.parts.append(row_mix(a))
+        self.pending, self.pending_rows = [], 0
+
+    def digest(self) -> str | None:
+        import numpy as np
+
+        self._flush()
+        if self.broken or self.next != self.rows:
+            return None
+        h = hashlib.sha256(struct.pack("<QQ", self.rows, self.cols) + b"mix8")
+        m = np.concatenate(self.parts) if self.parts else np.zeros((0, MIX_LANES), np.int32)
+        h.update(m.astype("<i4").tobytes())
+        return h.hexdigest()[:DIGEST_HEX]
+
+
 def checksum_for(version: int):
     """The checksum function a stamp of ``version`` was made with."""
     return checksum_v1 if version == 1 else checksum
@@ -307,6 +368,9 @@ def stamp_problem(doc: Any) -> str | None:
     for key in ("producer", "convention", "file", "format", "tool"):
         if not _opt(doc.get(key), str):
             return f"'{key}' is not a string"
+    samples = doc.get("samples")
+    if not (samples is None or (isinstance(samples, list) and all(isinstance(x, str) for x in samples))):
+        return "'samples' is not a list of digests"
     if not _opt(doc.get("layer_ids"), list) or not _opt(doc.get("embed_rows"), dict):
         return "'layer_ids' or 'embed_rows' has the wrong type"
     if v == STAMP_VERSION and not isinstance(doc.get("file"), str):

@@ -75,7 +75,10 @@ def find_tokenizer(path: str, meta: dict | None = None) -> str | None:
 def _check_folder(folder: str, confined: bool = True) -> dict:
     """Refuse a folder whose files resolve outside it (``confined``: a folder a dataset names), holds a tokenizer
     file above the size cap, or whose config asks transformers to run code; return its ``tokenizer_config.json``
-    (``{}`` when absent)."""
+    (``{}`` when absent). A FIFO or device named like a tokenizer file is refused before any open (it would block)."""
+    from .safetensors import refuse_special_files
+
+    refuse_special_files(folder)
     for name in os.listdir(folder):
         if confined and not _inside(os.path.join(folder, name), folder):
             raise ForensicsError(f"tokenizer file {name!r} links outside the tokenizer folder; not loaded",
@@ -159,8 +162,22 @@ def load_tokenizer(folder: str | None, confined: bool = True) -> tuple[Any, str 
     return _CACHE[key]
 
 
+MAX_TOKEN_TEXT_CHARS = 64  # one token's text as shown or synced (real tokens: < 20; a hostile one: 10^6)
+MAX_RUN_TEXT_CHARS = 4096  # a decoded run of tokens (the explorer's selection)
+
+
+def cut_text(text: str, limit: int = MAX_TOKEN_TEXT_CHARS) -> str:
+    """``text`` when at most ``limit`` characters, else its first ``limit`` and how many were cut:
+    ``abc…(+999,997 chars)``, never silently."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}…(+{len(text) - limit:,} chars)"
+
+
 def decode_tokens(tok: Any, ids: list[int]) -> list[str]:
-    """Text of each id on its own; an id outside the tokenizer (-100 padding, ≥ its size) is ``<id N>``."""
+    """Text of each id on its own, cut to ``MAX_TOKEN_TEXT_CHARS`` with a count (:func:`cut_text`: a hostile
+    tokenizer's 10^6-character token never reaches a report, the terminal or the explorer uncut); an id outside
+    the tokenizer (-100 padding, ≥ its size) is ``<id N>``."""
     try:
         n = len(tok)
     except TypeError:
@@ -172,7 +189,7 @@ def decode_tokens(tok: Any, ids: list[int]) -> list[str]:
             out.append(f"<id {i}>")
             continue
         try:
-            out.append(tok.decode([i]))
+            out.append(cut_text(str(tok.decode([i]))))
         except Exception:  # noqa: BLE001 - an id the tokenizer cannot decode is shown by number
             out.append(f"<id {i}>")
     return out
@@ -186,7 +203,7 @@ def decode_text(tok: Any, ids: list[int]) -> str:
         n = None
     if all(0 <= int(i) and (n is None or int(i) < n) for i in ids):
         try:
-            return tok.decode([int(i) for i in ids])
+            return cut_text(str(tok.decode([int(i) for i in ids])), MAX_RUN_TEXT_CHARS)
         except Exception:  # noqa: BLE001
             pass
-    return "".join(decode_tokens(tok, ids))
+    return cut_text("".join(decode_tokens(tok, ids)), MAX_RUN_TEXT_CHARS)

@@ -111,7 +111,8 @@ class quiet:
         self._bar = hf_logging.is_progress_bar_enabled()
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()
-        self._gguf = self._tqdm = None
+        self._gguf: Any = None
+        self._tqdm: Any = None
         try:
             self._gguf = importlib.import_module(self.GGUF_MODULE)
             self._tqdm = self._gguf.tqdm

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forensics.errors import ForensicsError
-from forensics.io.formats import WRITERS, WRITTEN_SIDE_FILES, writer  # noqa: F401 - WRITERS: the choices
+from forensics.io.formats import WRITERS, WRITTEN_SIDE_FILES, writer
 from forensics.io.formats.base import Dataset, Sample
 from forensics.io.output import atomic_output
 from forensics.layers import FINAL_POST, parse_layer_list, r_label

@@ -18,7 +18,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,8 +89,15 @@ def _save_plain(model, tok, folder: str) -> None:
 
 def _write_cache(model, tok, folder: str) -> None:
     """Write a plain fp32 safetensors copy of a GGUF-loaded model (atomic rename; best effort)."""
-    os.makedirs(CACHE_DIR, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".tmp-", dir=CACHE_DIR)
+    from forensics.io.tempfiles import clean_stale, temp_path
+
+    try:
+        os.makedirs(CACHE_DIR, exist_ok=True)
+        clean_stale(folder)  # a ~0.5 GB copy a killed run left
+        tmp = temp_path(folder)
+        os.mkdir(tmp)
+    except OSError:  # the cache is an optimisation only (a read-only or full HSF_CACHE)
+        return
     try:
         _save_plain(model, tok, tmp)
         try:
@@ -681,19 +687,33 @@ def export_model(spec: Any, out: str | os.PathLike) -> str:
     parent = os.path.dirname(os.path.abspath(out))
     if not os.path.isdir(parent):
         raise ForensicsError("its parent folder does not exist", path=out)
-    path = resolve_model(spec)
-    model, tok = load_model(os.fspath(path))
-    tmp = tempfile.mkdtemp(prefix=".hsf-export-", dir=parent)
+    from forensics.io.tempfiles import clean_stale, temp_path
+
+    clean_stale(out)  # the temporary folder of an export killed before its rename (kill -9), named for ``out``
+    tmp = temp_path(out)
+    try:  # before the (slow) load: a read-only parent is one line at once
+        os.mkdir(tmp, 0o755)
+    except OSError as e:
+        raise ForensicsError(f"cannot write the model folder: {e.strerror or e}", path=out) from None
     try:
-        _save_plain(model, tok, tmp)  # not save_pretrained: a GGUF-loaded model refuses it
+        path = resolve_model(spec)
+        model, tok = load_model(os.fspath(path))
+        from forensics.models.folder import quiet
+
+        with quiet():  # nothing but hsf's one line on stderr
+            _save_plain(model, tok, tmp)  # not save_pretrained: a GGUF-loaded model refuses it
         umask = os.umask(0)
         os.umask(umask)
-        for name in [".", *os.listdir(tmp)]:  # mkdtemp and safetensors create owner-only modes
+        for name in [".", *os.listdir(tmp)]:  # safetensors creates owner-only modes
             os.chmod(os.path.join(tmp, name), (0o777 if name == "." else 0o666) & ~umask)
         os.rename(tmp, out)
-    except OSError as e:
+    except ForensicsError:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise ForensicsError(f"cannot write the model folder: {e.strerror or e}", path=out) from None
+        raise
+    except Exception as e:  # noqa: BLE001 - no room, a size limit (EFBIG), safetensors' own SafetensorError
+        shutil.rmtree(tmp, ignore_errors=True)
+        why = e.strerror if isinstance(e, OSError) and e.strerror else (str(e).splitlines() or [type(e).__name__])[0]
+        raise ForensicsError(f"cannot write the model folder: {why[:200]}", path=out) from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -31,7 +31,7 @@ from forensics.errors import ForensicsError
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-_PLAIN: dict[str, Verifier] = {}  # plain-torch verifiers loaded in this process, by folder
+_PLAIN: dict[str, tuple[tuple, Verifier]] = {}  # plain-torch verifiers loaded in this process: folder -> (files, v)
 _PREFIX = "model."
 PACK_TOKENS = 4096  # rows per packed verifier forward: activations ≤ 4096 × (H + 2·intermediate) floats
 HEAD_ROWS = 1024  # rows per lm_head block: ≤ 1024 × V × 4 B of logits (0.2 GB at V = 49152)
@@ -149,13 +149,14 @@ def _unsupported(cfg: dict) -> str | None:
 
 def load_plain(folder: str) -> Verifier:
     """Load a Llama safetensors folder as a plain-torch :class:`Verifier` (fp32 weights; memoised per process)."""
-    if folder in _PLAIN:
-        return _PLAIN[folder]
     from forensics.io.safetensors import SafetensorsFile
 
+    shards = _shards(folder)
+    files = _file_stamps([os.path.join(folder, "config.json"), *shards])
+    if folder in _PLAIN and _PLAIN[folder][0] == files:  # the same files as when it was loaded: no second load
+        return _PLAIN[folder][1]
     cfg = _config(folder)
     w: dict[str, torch.Tensor] = {}
-    shards = _shards(folder)
     for p in shards:
         sf = SafetensorsFile(p)  # validated header; tensors read by file reads (a truncated shard: one line)
         w.update({k: sf.get(k) for k in sf.keys()})
@@ -177,76 +178,148 @@ def load_plain(folder: str) -> Verifier:
     facts = {"architecture": "LlamaForCausalLM", "model_type": "llama", "num_layers": L, "hidden_size": H,
              "vocab_size": int(cfg["vocab_size"]), "rms_norm_eps": eps,
              "tie_word_embeddings": bool(cfg.get("tie_word_embeddings", False)), "dtype": "float32"}
-    _PLAIN[folder] = Verifier(facts=facts, embed=w[_PREFIX + "embed_tokens.weight"], norm_eps=eps,
-                              norm_weight=w[_PREFIX + "norm.weight"], lm_head=w["lm_head.weight"],
-                              predictions=_cached_predictions(shards, model.predictions, int(cfg["vocab_size"])),
-                              logits=model.logits,
-                              plain=True)
-    return _PLAIN[folder]
+    v = Verifier(facts=facts, embed=w[_PREFIX + "embed_tokens.weight"], norm_eps=eps,
+                 norm_weight=w[_PREFIX + "norm.weight"], lm_head=w["lm_head.weight"],
+                 predictions=_cached_predictions(lambda: weights_digest(cfg, w), model.predictions,
+                                                 int(cfg["vocab_size"])),
+                 logits=model.logits, plain=True)
+    _PLAIN[folder] = (files, v)
+    return v
+
+
+def _file_stamps(paths: list[str]) -> tuple:
+    """(path, inode, size, mtime, ctime) of each file: whether a memoised load still describes the folder (ctime
+    too: ``cp -p`` over a file keeps its inode, size and mtime, and nothing can set a ctime back)."""
+    out: list[tuple] = []
+    for p in paths:
+        try:
+            st = os.stat(p)
+            out.append((p, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+        except OSError:
+            out.append((p, None))
+    return tuple(out)
 
 
 PREDICTIONS_DIR = "predictions"  # under the hsf cache: the verifier's greedy tokens per (weights, id sequence)
 MAX_CACHED_PREDICTIONS = 20_000  # files; past it nothing more is written (each is T int32: a few KB)
+NPY_HEADER_MAX = 4096  # bytes an entry may hold beyond its T int32 ids (numpy's header is 128)
 
 
-def _cached_predictions(shards: list[str], compute: Callable[[list[torch.Tensor]], list[torch.Tensor]], vocab: int
-                        ) -> Callable[[list[torch.Tensor]], list[torch.Tensor]]:
+def weights_digest(cfg: dict, weights: dict[str, torch.Tensor]) -> str:
+    """SHA-256 of the model's content: its checked config and every weight tensor's name, dtype, shape and bytes
+    (in name order). The predictions cache is keyed by it, never by file paths, sizes or mtimes: an edited
+    ``config.json`` or another checkpoint of the same size copied with ``cp -p`` is another model."""
+    import hashlib
+    import json
+
+    import torch
+
+    h = hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode())
+    for name in sorted(weights):
+        t = weights[name].detach().contiguous()
+        h.update(f"\0{name}\0{t.dtype}\0{tuple(t.shape)}\0".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().data if t.numel() else b"")
+    return h.hexdigest()
+
+
+def _cached_predictions(key: Callable[[], str], compute: Callable[[list[torch.Tensor]], list[torch.Tensor]],
+                        vocab: int) -> Callable[[list[torch.Tensor]], list[torch.Tensor]]:
     """``compute`` with a disk cache: the argmax tokens of a sequence are a function of the weights and the ids
     alone, so a probe run again on the same capture (another draft, engine or ``--steps``) skips the forward.
-    Keyed by the shard files (path, size, mtime) and the ids' bytes; kept under ``HSF_CACHE``, never in the
-    model folder; a cache file that does not read back as ``T`` token ids below ``vocab`` is recomputed."""
+
+    Keyed by the model's content (``key()``: :func:`weights_digest`, computed on first use) and the ids' bytes;
+    kept under ``HSF_CACHE``, never in the model folder. Entries are written to a temporary file renamed into
+    place (two probes at once never see half an entry) and read defensively: only a regular file (a FIFO is never
+    opened for a blocking read), at most ``4 T + NPY_HEADER_MAX`` bytes, a plain ``.npy`` (no pickle, no object
+    array, no ``.npz``) of exactly ``T`` int32 ids below ``vocab``. Anything else, and any error reading or
+    writing (a read-only or full cache, a zero-length entry left by a crash), is a cache miss: recomputed."""
     import hashlib
 
-    import numpy as np
     import torch
 
     from forensics.models.target import CACHE_DIR
 
-    base = hashlib.sha256()
-    for p in shards:
-        st = os.stat(p)
-        base.update(f"{os.path.abspath(p)}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
     root = os.path.join(CACHE_DIR, PREDICTIONS_DIR)
+    memo: list[str] = []
 
     def path_of(ids: torch.Tensor) -> str:
-        h = base.copy()
+        if not memo:
+            memo.append(key())
+        h = hashlib.sha256(memo[0].encode())
         h.update(ids.to(torch.int64).numpy().tobytes())
-        key = h.hexdigest()
-        return os.path.join(root, key[:2], key + ".npy")
-
-    def read(path: str, n: int) -> torch.Tensor | None:
-        try:
-            a = np.load(path, allow_pickle=False)
-        except (OSError, ValueError):
-            return None
-        ok = a.dtype == np.int32 and a.shape == (n,) and (n == 0 or (int(a.min()) >= 0 and int(a.max()) < vocab))
-        return torch.from_numpy(a.astype(np.int64)) if ok else None
-
-    def write(path: str, top: torch.Tensor) -> None:
-        try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            tmp = f"{path}.{os.getpid()}.tmp"
-            with open(tmp, "wb") as f:
-                np.save(f, top.to(torch.int32).numpy(), allow_pickle=False)
-            os.replace(tmp, path)
-        except OSError:  # the cache is an optimisation only (read-only home, full disk)
-            return
+        k = h.hexdigest()
+        return os.path.join(root, k[:2], k + ".npy")
 
     def predictions(seqs: list[torch.Tensor]) -> list[torch.Tensor]:
         flat = [s.reshape(-1) for s in seqs]
         paths = [path_of(s) for s in flat]
-        got = [read(p, int(s.numel())) for p, s in zip(paths, flat, strict=True)]
+        got = [read_entry(p, int(s.numel()), vocab) for p, s in zip(paths, flat, strict=True)]
         todo = [n for n, g in enumerate(got) if g is None]
         if todo:
             room = MAX_CACHED_PREDICTIONS - sum(len(fs) for _, _, fs in os.walk(root))
             for n, top in zip(todo, compute([flat[n] for n in todo]), strict=True):
                 got[n] = top
                 if room > 0:
-                    write(paths[n], top)
+                    write_entry(paths[n], top)
                     room -= 1
         return [g for g in got if g is not None]
 
     return predictions
+
+
+def read_entry(path: str, n: int, vocab: int) -> torch.Tensor | None:
+    """A cached prediction of ``n`` token ids, or None for anything that is not exactly that (see
+    :func:`_cached_predictions`)."""
+    import io
+    import stat
+
+    import numpy as np
+    import torch
+
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or not 0 < st.st_size <= 4 * n + NPY_HEADER_MAX:
+            return None
+        data = os.pread(fd, st.st_size, 0)
+        a = np.load(io.BytesIO(data), allow_pickle=False)
+    except Exception:  # noqa: BLE001 - a damaged or crafted entry is a miss, whatever numpy makes of it
+        return None
+    finally:
+        os.close(fd)
+    ok = isinstance(a, np.ndarray) and a.dtype == np.int32 and a.shape == (n,) and \
+        (n == 0 or (int(a.min()) >= 0 and int(a.max()) < vocab))
+    return torch.from_numpy(a.astype(np.int64)) if ok else None
+
+
+def write_entry(path: str, top: torch.Tensor) -> None:
+    """Write one entry atomically (a temporary file in the same folder, renamed); any failure writes nothing and
+    leaves no temporary file."""
+    import numpy as np
+    import torch
+
+    from forensics.io.tempfiles import clean_stale, temp_path
+
+    tmp = None
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        clean_stale(path)
+        tmp = temp_path(path)
+        with open(tmp, "xb") as f:
+            np.save(f, top.to(torch.int32).numpy(), allow_pickle=False)
+        os.replace(tmp, path)
+        tmp = None
+    except (OSError, ValueError):  # the cache is an optimisation only (read-only home, full disk, a FIFO there)
+        return
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
 
 
 def _packs(lens: list[int], budget: int) -> list[list[int]]:

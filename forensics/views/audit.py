@@ -8,7 +8,7 @@ from forensics.analysis.audit.core import AuditResult
 from forensics.display import renders
 from forensics.findings import Severity, sort_findings
 from forensics.layers import r_label
-from forensics.views.format import TEXT_WIDTH, badge, columns, esc, fit, headline_word, html_table
+from forensics.views.format import TEXT_WIDTH, badge, columns, count, esc, fit, headline_word, html_table
 
 
 @renders(AuditResult, "line")
@@ -98,7 +98,7 @@ def text(res, width: int = TEXT_WIDTH, verbose: bool = False) -> str:
     other = [f for f in res.findings if f.severity is Severity.FAIL and f.kind not in
              ("slices", "off_by_one", "shifted", "served_data")]
     if res.wiring == "match" and other:
-        out.append(f"note: the wiring matches, but {len(other)} other problem(s) above still need fixing")
+        out.append(f"note: the wiring matches, but {count(len(other), 'other problem')} above still need fixing")
     out.append("")
     ctx = [f"engine {c.engine} {c.engine_version or ''}".strip() if c.engine else "engine ?",
            f"trainer {c.trainer or '?'}",

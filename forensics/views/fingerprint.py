@@ -37,7 +37,7 @@ def _head(fp: Fingerprint) -> str:
         ex = f"; exact mode vs {os.path.basename(str(fp.exact.source))}"
     elif fp.exact:
         ex = "; exact mode could not run (no token ids: give --ids FILE or --text FILE)"
-    return (f"{os.path.basename(c.path)}: {c.format}, {c.num_tokens} tokens, hidden {c.hidden_size}, "
+    return (f"{os.path.basename(c.name)}: {c.format}, {c.num_tokens} tokens, hidden {c.hidden_size}, "
             f"{len(fp.slots)} slots{L}{exp}{ex}")
 
 

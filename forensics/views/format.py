@@ -122,6 +122,15 @@ def num(x: Any) -> str:
     return f"{v:.4g}" if av >= 100 else f"{v:.3g}"
 
 
+def count(n: int, word: str, many: str | None = None) -> str:
+    """A count with its noun, plural right: ``1 file``, ``3 files`` (``many`` for an irregular plural).
+
+    >>> count(1, "file"), count(3, "file"), count(2, "problem"), count(0, "match", "matches")
+    ('1 file', '3 files', '2 problems', '0 matches')
+    """
+    return f"{n} {word if n == 1 else (many or word + 's')}"
+
+
 def pct(x: float | None, digits: int = 1) -> str:
     """A fraction as a percentage (``0.5204`` → ``52.0%``); ``—`` when missing."""
     return "—" if x is None else f"{100 * x:.{digits}f}%"

@@ -9,7 +9,7 @@ import os
 
 from forensics.analysis.probe import TARGET_VERIFIER, ProbeResult
 from forensics.display import renders
-from forensics.views.format import TEXT_WIDTH, badge, columns, esc, fit, headline_word, html_table, num, pct
+from forensics.views.format import TEXT_WIDTH, badge, columns, count, esc, fit, headline_word, html_table, num, pct
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
 
@@ -97,7 +97,7 @@ def text(res, width: int = TEXT_WIDTH, verbose: bool = False) -> str:
     sl = served_line(res)
     if sl:
         lines.append(f"  {sl}")
-    lines.append(f"  {len(res.candidates)} wirings + {len(res.controls)} controls on {len(res.files)} file(s), "
+    lines.append(f"  {len(res.candidates)} wirings + {len(res.controls)} controls on {count(len(res.files), 'file')}, "
                  f"{res.positions} positions, chains of k = {res.steps}; target = {what} ({res.target_source}); "
                  f"embedding from {res.embed_source}; intervals: 95% t over {res.units} units ({res.ci_unit})")
     lines += columns(headers(res), table(res), width=width, right=(0, 2, 5, 7, 8), drop=PROBE_DROP)
@@ -125,8 +125,8 @@ def html(res) -> str:
     what = "verifier prediction" if res.target == TARGET_VERIFIER else "actual next token"
     parts = [f"<div class='hsf-probe'><p>{badge(res.verdict)} <b>Draft probe</b> {esc(res.draft['path'])}: "
              f"greedy chains of k = {res.steps}, target = {esc(what)} ({esc(res.target_source)}), embedding from "
-             f"{esc(res.embed_source)}, {res.positions} positions in {len(res.files)} file(s); intervals 95% t over "
-             f"{res.units} units ({esc(res.ci_unit)}). Controls are greyed.</p>"]
+             f"{esc(res.embed_source)}, {res.positions} positions in {count(len(res.files), 'file')}; intervals "
+             f"95% t over {res.units} units ({esc(res.ci_unit)}). Controls are greyed.</p>"]
     rows = table(res)
     body = html_table(headers(res), rows)
     for r in res.controls:  # grey the control rows (their label is unique in the table)

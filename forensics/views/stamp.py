@@ -6,13 +6,13 @@ import os
 
 from forensics.analysis.stamp import StampResult, VerifyResult
 from forensics.display import renders
-from forensics.views.format import headline_word
+from forensics.views.format import count, headline_word
 
 
 @renders(StampResult, "line")
 def stamp_line(res) -> str:
     bad = len(res.failed)
-    return f"StampResult({len(res.files) - bad} file(s) stamped" + (f", {bad} left unchanged)" if bad else ")")
+    return f"StampResult({count(len(res.files) - bad, 'file')} stamped" + (f", {bad} left unchanged)" if bad else ")")
 
 
 @renders(VerifyResult, "line")
@@ -32,7 +32,7 @@ def stamp_text(res) -> str:
     from forensics.layers import r_label
 
     bad = res.failed
-    out = [f"hsf stamp: {len(res.files) - len(bad)} file(s) stamped"
+    out = [f"hsf stamp: {count(len(res.files) - len(bad), 'file')} stamped"
            + (f", {len(bad)} NOT stamped (left unchanged)" if bad else "")]
     for f in res.files:
         if f.error is not None:

@@ -82,7 +82,7 @@ def table(res, width: int | None = None) -> str:
     ``width``, it fits that many columns (less important columns are left out, the flags fold)."""
     width = width or 10**6
     c = res.capture
-    head = [f"{c.path}", f"  format {c.format}, {c.num_tokens} tokens, hidden {c.hidden_size}, "
+    head = [f"{c.name}", f"  format {c.format}, {c.num_tokens} tokens, hidden {c.hidden_size}, "
                          f"{len(res.slots)} slots" + (f", layout {c.provenance.layout}" if c.provenance.layout
                                                       else "")]
     lines = head + columns(HEADERS, table_rows(res), width=width, right=(0, 5, 6, 7, 8, 9, 10, 11, 12),

@@ -136,7 +136,7 @@ def render_panel(capture: Capture | None, stats: Any, fingerprint: Any = None, s
     sel = [int(i) for i in sel if 0 <= int(i) < len(stats.slots)]
     T = capture.num_tokens
     lo, hi = (0, T - 1) if token_range is None else (max(0, int(token_range[0])), min(T - 1, int(token_range[1])))
-    head = (f"<div class='hsf-caption'><b>{esc(os.path.basename(capture.path))}</b> — {esc(capture.format)}, "
+    head = (f"<div class='hsf-caption'><b>{esc(os.path.basename(capture.name))}</b> — {esc(capture.format)}, "
             f"{T} tokens, hidden {capture.hidden_size}, {len(stats.slots)} slots</div>")
     parts = [head, verdict_html(fingerprint)]
     if not sel:
@@ -164,12 +164,12 @@ def find_tokenizer(capture: Capture) -> str | None:
     return find(capture.path, capture.meta)
 
 
-def load_tokenizer(path: str | None) -> Any:
+def load_tokenizer(path: str | None, confined: bool = True) -> Any:
     """The tokenizer of a local folder (never its code: :func:`forensics.io.tokenizer.load_tokenizer`), or None
-    when absent/unloadable (ids are still shown)."""
+    when absent/unloadable (ids are still shown); ``confined=False`` for a folder the user named."""
     from forensics.io.tokenizer import load_tokenizer as load
 
-    return load(path)[0]
+    return load(path, confined=confined)[0]
 
 
 # ---------------------------------------------------------------------------------------------- browser
@@ -265,7 +265,7 @@ class SampleBrowser:
         if t == "auto":
             return load_tokenizer(find_tokenizer(cap))
         if isinstance(t, (str, os.PathLike)):
-            return load_tokenizer(os.fspath(t))
+            return load_tokenizer(os.fspath(t), confined=False)  # the user's folder: an HF model folder too
         return t
 
     def _set_controls(self, k: int) -> None:

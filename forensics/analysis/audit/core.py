@@ -79,6 +79,19 @@ class AuditResult:
         """The same as :attr:`verdict` (kept for callers written before ``verdict`` took the common vocabulary)."""
         return self.verdict
 
+    def to_dataframe(self) -> Any:
+        """One row per fc input slice (``pandas.DataFrame``; pandas is the ``dataframe`` extra): the r training fed
+        it and how that is known, the r serving feeds it, whether they agree (None: cannot tell), and the id the fix
+        writes for it."""
+        from forensics.jsonable import data_frame
+
+        fix = self.fix.ids if self.fix is not None and self.fix.ids is not None else None
+        return data_frame([{"slice": sl.slice, "trained_r": sl.trained_r, "trained": _r_label(sl.trained_r),
+                            "trained_status": sl.trained_status, "served_r": sl.served_r,
+                            "served": _r_label(sl.served_r), "ok": sl.ok,
+                            "fix_id": fix[sl.slice] if fix is not None and sl.slice < len(fix) else None,
+                            "wiring": self.wiring} for sl in self.slices])
+
     def to_dict(self) -> dict:
         """JSON-safe (NaN/inf → None, numpy → Python): the ``hsf audit --json`` document."""
         return json_safe({"verdict": self.verdict.value, "wiring": self.wiring,
@@ -517,3 +530,7 @@ def _verdict(trained: TrainedSide, served: ServedSide, findings: list[Finding], 
 
 
 __all__ = ["audit", "AuditResult", "Finding", "target_facts"]
+
+
+def _r_label(r: Any) -> str | None:
+    return None if r is None else r_label(r)

@@ -56,13 +56,13 @@ def _f(kind: FindingKind, severity: Severity, message: str, **evidence: Any) -> 
                    {**evidence, "source": ISSUES.get(kind)})
 
 
-def id_findings(system: str | cv.System, family: str, ids: list[int] | None, L: int, where: str) -> list[Finding]:
+def id_findings(system: cv.System, family: str, ids: list[int] | None, L: int, where: str) -> list[Finding]:
     """What is wrong with an id list in ``system``'s numbering, before any engine reads it."""
     if ids is None:
         return []
     out: list[Finding] = []
     try:
-        rule = cv.system(system).rule(family)
+        rule = system.rule(family)
     except ForensicsError:
         return []
     if rule.offset in (cv.IGNORED, None) or not rule.keys:
@@ -89,7 +89,7 @@ def id_findings(system: str | cv.System, family: str, ids: list[int] | None, L: 
     return out
 
 
-def trainer_fc_r(trainer: str, family: str, ids: list[int] | None, L: int, include_last_layer: bool | None
+def trainer_fc_r(trainer: str | cv.System, family: str, ids: list[int] | None, L: int, include_last_layer: bool | None
                  ) -> tuple[list | None, list[Finding]]:
     """The r the fc was trained on, from the trainer's invocation, with its silent-default findings."""
     tsys = cv.system(trainer)  # a public verb: a name is resolved here, once
@@ -122,14 +122,13 @@ def trainer_fc_r(trainer: str, family: str, ids: list[int] | None, L: int, inclu
     return rs, found
 
 
-def config_findings(info, engine: str | cv.System, family: str, L: int, version: str | None = None,
+def config_findings(info, engine: cv.System, family: str, L: int, version: str | None = None,
                     arch: str | None = None) -> list[Finding]:
     """The draft config's ids read in the engine's numbering: count-as-index, range, order, duplicates; ids in
     a key the engine does not read; and the fc width against the id count (vllm#48524)."""
     out: list[Finding] = []
     try:
-        eng = cv.system(engine)
-        rule = eng.rule(family, eng.version(version))
+        rule = engine.rule(family, engine.version(version))
     except ForensicsError as e:
         return [Finding(FindingKind.NO_RULE, Severity.WARN, [], e.message, {})]
     for key, ids in (info.family_ids or {}).items():
@@ -159,8 +158,9 @@ def preflight(draft: Any, engine: str | cv.System, engine_version: str | None = 
     """The data-free audit: draft config + engine (+ version) + what the trainer was given."""
     from forensics.models.draft_config import read_draft
 
-    eng = cv.system(engine)  # the engine's name resolved once, here
+    eng = cv.system(engine)  # the names resolved once, here
     engine = eng.name
+    tsys = cv.system(trainer) if trainer is not None else None
     info = read_draft(draft)
     facts = target_facts(target_config)
     L = num_layers or facts.get("num_layers")
@@ -173,14 +173,14 @@ def preflight(draft: Any, engine: str | cv.System, engine_version: str | None = 
     if trainer is not None:
         trained_fc, tf = trainer_fc_r(trainer, fam, target_layer_ids, L, include_last_layer)
         findings += tf
-        cfg_ids = _config_ids_for(info, trainer, fam)
+        cfg_ids = _config_ids_for(info, tsys, fam)
         if target_layer_ids is not None and cfg_ids is not None and list(cfg_ids) != list(target_layer_ids):
             findings.append(_f(FindingKind.TRAINER_IDS_VS_CONFIG, Severity.WARN, f"{trainer} was invoked with ids "
                                f"{list(target_layer_ids)} but the draft config records {list(cfg_ids)}",
                                trainer_ids=list(target_layer_ids), config_ids=list(cfg_ids)))
     findings += config_findings(info, eng, fam, L, engine_version, arch)
     if trained_layout is not None:
-        data, view = list(trained_layout), trainer if trainer and _has_view(trainer) else None
+        data, view = list(trained_layout), trainer if tsys is not None and tsys.data_format is not None else None
         if view is None:  # a trainer without a known data layout: the layout lists the fc inputs only
             data, view = data + [r_label(L)], "speculators"
     elif trained_fc is not None:
@@ -231,29 +231,17 @@ def preflight(draft: Any, engine: str | cv.System, engine_version: str | None = 
     return res
 
 
-def _has_view(trainer: str) -> bool:
-    try:
-        cv.system(trainer).trainer_view(2)
-    except ForensicsError:
-        return False
-    return True
-
-
 def _already(info, plan) -> bool:
     return plan.ids is not None and plan.key is not None and \
         list(cv.get_key(info.config, plan.key) or []) == list(plan.ids)
 
 
-def _labels(layout) -> list[str]:
-    from forensics.layers import parse_r
-
-    return [r_label(parse_r(x)) for x in layout]
-
-
-def _config_ids_for(info, trainer: str, family: str) -> list | None:
+def _config_ids_for(info, trainer: cv.System | None, family: str) -> list | None:
     """The ids the draft config records under the key the trainer writes."""
+    if trainer is None:
+        return None
     try:
-        rule = cv.system(trainer).rule(family)
+        rule = trainer.rule(family)
     except ForensicsError:
         return None
     for k in rule.keys:

@@ -16,7 +16,7 @@ from forensics.errors import ForensicsError
 from forensics.findings import Finding, FindingKind, Severity, Verdict
 from forensics.io.capture import Capture
 from forensics.io.formats import trainer_of
-from forensics.layers import FINAL_POST, parse_r, r_label
+from forensics.layers import FINAL_POST, parse_layer_list, parse_r, r_label
 from forensics.models import conventions as cv
 
 
@@ -135,10 +135,7 @@ def training_side(data: Any, trainer: str | None, draft_info, L: int | None, use
                            slot_source=["draft config"] * len(fc), fc_status=["config"] * len(fc),
                            basis="config"), findings, None
     if isinstance(data, (list, tuple)) and all(isinstance(x, (int, str)) for x in data):
-        try:
-            rs = [parse_r(x) for x in data]
-        except ValueError as e:  # a typo in --trained-layout is bad input: one line, exit 2
-            raise ForensicsError(f"trained layout {list(data)}: {e}") from None
+        rs = parse_layer_list(list(data), "trained layout") or []  # a typo is bad input: one line, exit 2
         src, roles, status = ["layout"] * len(data), None, ["layout"] * len(data)
         source = "declared layout"
     else:

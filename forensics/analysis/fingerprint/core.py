@@ -13,7 +13,7 @@ r per slot. Every threshold is a named constant, shown next to the raw value.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
@@ -127,7 +127,8 @@ class Fingerprint:
 
     @property
     def path(self) -> str:
-        return self.capture.path
+        """The capture's name: its path, or ``FILE#i`` for one sample of a many-sample file."""
+        return self.capture.name
 
     @property
     def verdict(self) -> Verdict | None:
@@ -157,6 +158,26 @@ class Fingerprint:
                  verdict=None if self.verdict is None else self.verdict.value)
         return d
 
+    def to_dataframe(self) -> Any:
+        """One row per slot (``pandas.DataFrame``; pandas is the ``dataframe`` extra): the slot, what it is
+        (role, depth rank, r estimate, label, exact r), what is claimed and by whom, the verdict and why, and its
+        norm statistics."""
+        from forensics.jsonable import data_frame
+
+        rows = []
+        for sf, ss in zip(self.slots, self.stats.slots, strict=True):
+            n = ss.norm
+            rows.append({"path": self.path, "slot": sf.index, "name": sf.name, "tokens": ss.shape[0],
+                         "hidden": ss.shape[1], "dtype": ss.dtype, "role": sf.role, "confidence": sf.confidence,
+                         "depth_rank": sf.depth_rank, "r_estimate": sf.r_estimate, "label": sf.label,
+                         "r_exact": sf.r_exact, "claimed": None if sf.claim is None else sf.claim.label,
+                         "claim_source": None if sf.claim is None else sf.claim.source.value,
+                         "verdict": None if sf.verdict is None else sf.verdict.value, "why": sf.verdict_why,
+                         "decided_by": sf.decided_by, "settle": sf.settle, "norm_mean": n.mean,
+                         "norm_median": n.median, "norm_std": n.std, "token0_ratio": ss.first_ratio,
+                         "nan": ss.nan, "inf": ss.inf})
+        return data_frame(rows)
+
     def __repr__(self) -> str:
         return render(self, "text")
 
@@ -170,9 +191,22 @@ class Fingerprint:
 
 # ----------------------------------------------------------------------------------------- expected list
 # ---------------------------------------------------------------------------------------------- signals
+@overload
+def fingerprint(capture: Capture, layers: Any = None, model: Any = None, num_layers: int | None = None,
+                expected_source: str | None = None, claims: Claims | None = None, input_ids: None = None,
+                stamp_check: bool = True, attention_mask: None = None) -> Fingerprint: ...
+
+
+@overload
+def fingerprint(capture: Any, layers: Any = None, model: Any = None, num_layers: int | None = None,
+                expected_source: str | None = None, claims: Claims | None = None, input_ids: Any = None,
+                stamp_check: bool = True, attention_mask: Any = None) -> Fingerprint | list[Fingerprint]: ...
+
+
 def fingerprint(capture: Any, layers: Any = None, model: Any = None,
                 num_layers: int | None = None, expected_source: str | None = None,
-                claims: Claims | None = None, input_ids: Any = None, stamp_check: bool = True) -> Fingerprint:
+                claims: Claims | None = None, input_ids: Any = None, stamp_check: bool = True,
+                attention_mask: Any = None) -> Fingerprint | list[Fingerprint]:
     """Role, depth order, coarse r, label (given an expected list) and evidence for every slot.
 
     Args:
@@ -189,20 +223,37 @@ def fingerprint(capture: Any, layers: Any = None, model: Any = None,
         claims: a ready claim list (``forensics.analysis.claims``: a draft config's ids, a served capture);
             wins over ``layers``. Each slot's claim gets a verdict (``SlotFingerprint.verdict``).
         input_ids: the token ids of a capture saved without them (exact mode needs them; they also decide a
-            stack's axes).
+            stack's axes). ``[B, T]`` ids make a batch (``[k, B, T, H]``, transformers' tuple of ``[B, T, H]``).
         stamp_check: check the file's stamp (``hsf stamp``) against the values this fingerprint reads (no
             second read): a slot changed since stamping is a ``stamp_drift`` FAIL; the stamp's r list is the
             claim when none is given. False (``--no-stamp-check``) skips it.
+        attention_mask: a batch's ``[B, T]`` padding mask (in memory; a file carries its own): each sample's pad
+            rows are removed before any check.
+
+    Returns:
+        A :class:`Fingerprint`; a list of them, one per sample (named ``FILE#i``), when the input holds several
+        samples (a ``[B, T]`` batch, a TensorRT-LLM record list, an SGLang JSON list).
 
     Example:
         >>> fp = fingerprint("sample_data/speculators_v1/data_0.pt")   # doctest: +SKIP
         >>> [s.label for s in fp.slots]                               # doctest: +SKIP
         ['embed', 'L3', 'L16', 'L28']
     """
-    if not isinstance(capture, Capture) or input_ids is not None:
-        from forensics.io.formats import as_capture
+    if not isinstance(capture, Capture) or input_ids is not None or attention_mask is not None:
+        from forensics.io.formats import as_captures
 
-        capture = as_capture(capture, input_ids=input_ids)
+        caps = as_captures(capture, input_ids=input_ids, attention_mask=attention_mask)
+        if len(caps) > 1:
+            from forensics.models.target import resolve_model
+
+            model = None if model is None else resolve_model(model)  # resolved once for every sample
+            return [_one(c, layers, model, num_layers, expected_source, claims, stamp_check) for c in caps]
+        capture = caps[0]
+    return _one(capture, layers, model, num_layers, expected_source, claims, stamp_check)
+
+
+def _one(capture: Capture, layers: Any, model: Any, num_layers: int | None, expected_source: str | None,
+         claims: Claims | None, stamp_check: bool = True) -> Fingerprint:
     if not capture.slots:
         raise ForensicsError("capture has no slots to fingerprint", path=capture.path)
     from forensics.io import validate
@@ -250,13 +301,15 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
     from forensics.analysis.fingerprint.verdicts import judge
     from forensics.analysis.loss_mask import capture_loss_mask_findings
     from forensics.analysis.rows import check_rows
-    from forensics.analysis.stamp import check_in_read, stamp_claims
+    from forensics.analysis.stamp import StampReader, stamp_claims
 
     k = len(capture.slots)
     full = [s.tensor() for s in capture.slots]
-    stamp = check_in_read(capture, full) if stamp_check else None  # the tensors this fingerprint reads anyway
+    reader = StampReader(capture) if stamp_check else None  # the stamp, checked on this fingerprint's own pass
     reference = None
-    st_all = summarize(capture)  # what the file holds (NaN counts, norms of every row): shown and scanned
+    # what the file holds (NaN counts, norms of every row): shown and scanned; the stamp's checksums ride on it
+    st_all = summarize(capture, taps=reader.taps if reader is not None and reader.feeds else None)
+    stamp = reader.check(full) if reader is not None else None
     if model is not None:
         from forensics.analysis.fingerprint.exact import reference_ladder
 
@@ -275,8 +328,9 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
         claims = user_claims(layers, expected_source or "layers=")
     findings, bad_rows = _anomalies(view, st)
     if view is not capture:  # a slot all zero or overflowing in the file, not only in its good rows
-        findings = [f for f in findings if f.kind not in (FindingKind.ALL_ZERO, FindingKind.OVERFLOW)] + [
-            f for f in _anomalies(capture, st_all)[0] if f.kind in (FindingKind.ALL_ZERO, FindingKind.OVERFLOW)]
+        whole = (FindingKind.ALL_ZERO, FindingKind.OVERFLOW, FindingKind.CONSTANT)
+        findings = [f for f in findings if f.kind not in whole] + [
+            f for f in _anomalies(capture, st_all)[0] if f.kind in whole]
     findings += rows.findings + context.findings
     findings += capture_loss_mask_findings(capture, model)  # a stored loss mask against the chat turns
     if stamp is not None:
@@ -313,6 +367,11 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
         order = rest[:at] + list(g[1:]) + rest[at:]
 
     sfs = _slot_fingerprints(sig, r_exact, L, order, chain, order_conf)
+    for f in findings:  # one row repeated: no layer can be read from it (its norms look post-norm, its rows alike)
+        if f.kind == FindingKind.CONSTANT:
+            for i in f.slots:
+                if sfs[i].r_exact is None:
+                    sfs[i].label, sfs[i].confidence = None, 0.0
     fp = Fingerprint(capture=capture, stats=st_all, slots=sfs, findings=findings, similarity=D, depth_order=order,
                      num_layers=L, expected=None if claims is None else claims.rs,
                      expected_source=None if claims is None else f"{claims.source.value}: {claims.detail}",
@@ -323,6 +382,14 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
     share_identical_labels(fp, groups)
     capture.check_unchanged()  # nothing read from a file truncated or rewritten meanwhile reaches the verdict
     return fp
+
+
+def _constant(h: Any) -> bool:
+    """Every row of ``h`` equal to its first (read only when the norms already are all equal)."""
+    import torch
+
+    with torch.inference_mode():
+        return all(bool((h[a:a + 4096] == h[:1]).all()) for a in range(0, int(h.shape[0]), 4096))
 
 
 def _anomalies(capture: Capture, st: CaptureStats) -> tuple[list[Finding], set[int]]:
@@ -342,10 +409,15 @@ def _anomalies(capture: Capture, st: CaptureStats) -> tuple[list[Finding], set[i
         if s.norm.n and s.norm.max == 0:
             findings.append(Finding(FindingKind.ALL_ZERO, Severity.FAIL, [s.index], f"slot {s.index} ({s.name}) is all "
                                     "zeros: nothing was captured there (padding, or a hook that never fired)"))
+        elif s.norm.n >= 2 and s.norm.max == s.norm.min and _constant(capture.slots[s.index].tensor()):
+            findings.append(Finding(FindingKind.CONSTANT, Severity.FAIL, [s.index], f"slot {s.index} ({s.name}) is "
+                                    f"constant across tokens: its {s.norm.n} rows are one and the same vector, so "
+                                    "it holds nothing per token (a broadcast, or one token's state copied) and takes "
+                                    "no place in the depth order", {"rows": s.norm.n}))
     if capture.num_tokens < MIN_TOKENS:
         findings.append(Finding(FindingKind.FEW_TOKENS, Severity.WARN, list(range(len(capture.slots))), f"only "
-                                f"{capture.num_tokens} tokens (< {MIN_TOKENS}): the data-only signals are weak; use "
-                                "--model for exact checks"))
+                                f"{capture.num_tokens} tokens (< {MIN_TOKENS}): the data-only signals are weak; the "
+                                "model's reference forward (exact mode) decides"))
     return findings, bad_rows
 
 
@@ -411,8 +483,8 @@ def _exact(capture: Capture, tensors: list, model: Any, sig: _Signals, findings:
     if not exact.ran:  # the reference cannot run without the tokens: say so, name no slot from it
         findings.append(Finding(FindingKind.NO_TOKEN_IDS, Severity.WARN, list(range(len(tensors))),
                                 "exact mode cannot run: the capture has no token ids, so the model cannot be run "
-                                "on its tokens (only the final-norm γ test ran); give them with --ids FILE or "
-                                "--text FILE (tokenised by --model), or input_ids= in Python"))
+                                "on its tokens (only the final-norm γ test ran); give them: input_ids= in Python, "
+                                "hsf fingerprint/hsf report --ids FILE or --text FILE (tokenised by the model)"))
     for i, x in enumerate(exact.slots):
         exact_evidence(sig.ev[i], x)
     subs = {i: x.sublayer for i, x in enumerate(exact.slots) if x.sublayer is not None}

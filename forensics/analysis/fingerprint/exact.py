@@ -120,8 +120,9 @@ class Reference:
         """Width of the model's (or the ladder capture's) states, when known."""
         if self.stream is not None:
             return int(self.stream.hidden_size)
-        if self.net is not None:
-            return int(self.net.get_input_embeddings().weight.shape[1])
+        if self.net is not None:  # the config's width (an embedding may be narrower, ALBERT-style), else the table's
+            h = getattr(getattr(self.net, "config", None), "hidden_size", None)
+            return int(h) if isinstance(h, int) else int(self.net.get_input_embeddings().weight.shape[1])
         if self._ladder:
             return int(next(iter(self._ladder.values())).shape[-1])
         return None

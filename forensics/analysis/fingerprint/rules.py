@@ -155,6 +155,10 @@ def embedding_signals(st_slots: Sequence[SlotStats], tensors: list, ids: Any, me
     k = len(st_slots)
     embed_score = [0.0] * k
     for i, (s, h) in enumerate(zip(st_slots, tensors, strict=True)):
+        if s.norm.n >= 2 and s.norm.max == s.norm.min and bool((h == h[:1]).all()):
+            ev[i].append(Evidence("dup_rows", None, None, "every row is the same vector (a constant slot): no "
+                                  "lookup evidence"))
+            continue
         dup = duplicate_rows(h, ids)
         others = [meds[j] for j in range(k) if j != i and math.isfinite(meds[j])]
         ratio = meds[i] / min(others) if others and min(others) > 0 else float("nan")

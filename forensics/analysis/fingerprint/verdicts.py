@@ -207,6 +207,10 @@ def judge(fp: Fingerprint, claims: Claims | None) -> list[Finding]:
     from .residual import data_only
 
     not_residual = data_only(fp, cl)
+    for f in fp.findings:  # a slot with one row repeated has no depth: named, and out of the list-wide checks
+        if f.kind == FindingKind.CONSTANT:
+            for i in f.slots:
+                not_residual[i] = "constant across tokens (every row the same vector): nothing per token was captured"
     settle = settle_hint(fp) or (SETTLE_RAN if fp.exact is not None and fp.exact.ran else None)
     for i, c in enumerate(cl):
         if c is None:

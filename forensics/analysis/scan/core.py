@@ -214,8 +214,8 @@ def _scan(path: Any, items: list[Item], bad: list[dict], out: str | None, sink: 
         sink = ParquetSink(out, resume)
     elif out is not None and sink is not None and resume:
         _end_torn_line(out, sink)
-    bar = _progress(len(items), resumed, progress)
-    t_work, new_bytes = time.perf_counter(), 0
+    bar: Any = None  # drawn from the first file done: the pool's start-up (workers importing torch) is not in it
+    t_work, new_bytes, t_bar, bar_bytes = time.perf_counter(), 0, 0.0, 0
     if dask is not None:
         runner = run_dask(batches(todo, DASK_MIN_FILES), opts, workers, dask)
     elif workers <= 0:
@@ -232,11 +232,15 @@ def _scan(path: Any, items: list[Item], bad: list[dict], out: str | None, sink: 
                 _write(sink, row, out)
                 fold(number[row["path"]], row)
                 new_bytes += row.get("size") or 0
-                if bar is not None:
-                    dt = max(time.perf_counter() - t_work, 1e-9)
-                    rate = new_bytes / dt
-                    bar.set_postfix_str(f"{rate / 1e9:.2f} GB/s" if rate >= 1e8 else f"{rate / 1e6:.1f} MB/s",
-                                        refresh=False)
+                if bar is None:  # the first file done: the bar starts here, or never (False: no terminal)
+                    bar = _progress(len(items), len(done) - 1, progress) or False
+                    t_bar, bar_bytes = time.perf_counter(), new_bytes
+                if bar is not None and bar is not False:
+                    dt = time.perf_counter() - t_bar
+                    rate = (new_bytes - bar_bytes) / dt if dt > 0 else 0.0
+                    if rate:
+                        bar.set_postfix_str(f"{rate / 1e9:.2f} GB/s" if rate >= 1e8 else f"{rate / 1e6:.1f} MB/s",
+                                            refresh=False)
                     bar.update(1)
                 if on_row is not None:
                     on_row(_public(row))
@@ -247,7 +251,7 @@ def _scan(path: Any, items: list[Item], bad: list[dict], out: str | None, sink: 
         runner.close()  # shuts the pool / cluster down at once, however the loop ended
         if sink is not None:
             sink.close()  # a JSON Lines sink is closed again by its lock, harmlessly
-        if bar is not None:
+        if bar is not None and bar is not False:
             bar.close()
     summary, anomalies = agg.finish()
     wall, work = time.perf_counter() - t_start, time.perf_counter() - t_work

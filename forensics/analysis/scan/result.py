@@ -96,6 +96,24 @@ class ScanResult:
         """No anomaly in any file and no finding shared by the whole dataset."""
         return not self.anomalies and not self.summary.get("dataset_findings")
 
+    def to_dataframe(self) -> Any:
+        """One row per file (``pandas.DataFrame``; pandas is the ``dataframe`` extra): its format, tokens, hidden
+        size, slots, verdict, the slot labels, its findings' kinds and worst severity, and any read error."""
+        from forensics.jsonable import data_frame
+
+        rank = {"fail": 0, "warn": 1, "info": 2}
+        out = []
+        for r in self.rows:
+            kinds = [f.get("kind") for f in r.get("findings") or [] if isinstance(f, dict)]
+            sev = sorted((str(f.get("severity")) for f in r.get("findings") or [] if isinstance(f, dict)
+                          and f.get("severity") in rank), key=lambda x: rank[x])
+            out.append({"path": r.get("path"), "format": r.get("format"), "num_tokens": r.get("num_tokens"),
+                        "hidden": r.get("hidden"), "num_slots": r.get("num_slots"), "verdict": r.get("verdict"),
+                        "labels": [sl.get("label") for sl in r.get("slots") or [] if isinstance(sl, dict)],
+                        "findings": kinds, "worst": sev[0] if sev else None, "error": r.get("error"),
+                        "basis": r.get("basis"), "size": r.get("size"), "seconds": r.get("elapsed")})
+        return data_frame(out)
+
     def _headline(self) -> str:
         return render(self, "headline")
 

@@ -167,15 +167,66 @@ def _fingerprint_fn():
 
 def _fill(row: dict, path: str, use_fingerprint: bool, layers: Any = None, row_checks: bool = True,
           stamp_check: bool = True) -> None:
+    """The row of one file: of its one sample, or of every sample of a many-sample file (TensorRT-LLM records,
+    SGLang objects, ``[B, T]`` batch rows: ``FILE#i``), the file read once (:func:`forensics.io.formats.load_all`)."""
+    from forensics.io.formats import load_all
+
+    caps = load_all(path)
+    _fill_capture(row, caps[0], use_fingerprint, layers, row_checks, stamp_check)
+    if len(caps) > 1:
+        _fold_samples(row, caps, use_fingerprint, layers, row_checks, stamp_check)
+
+
+def _fold_samples(row: dict, caps: list, use_fingerprint: bool, layers: Any, row_checks: bool,
+                  stamp_check: bool = True) -> None:
+    """Every sample judged: each one's findings join the file's row, named by its sample (``sample``: ``FILE#i``,
+    the message led by it); its norms join the slot sketches when it has the same slots; ``samples`` lists each
+    sample's tokens, verdict and finding count; the row's verdict is the worst sample's."""
+    from forensics.analysis.scan.sketch import LogHistogram
+    from forensics.findings import worst_verdict
+
+    def tag(fs: list[dict], name: str) -> list[dict]:
+        base = os.path.basename(name)
+        return [{**f, "sample": name, "message": f"{base}: {f['message']}"} for f in fs]
+
+    row["findings"] = tag(row["findings"], caps[0].name)
+    row["samples"] = [{"path": caps[0].name, "num_tokens": caps[0].num_tokens, "verdict": row.get("verdict"),
+                       "findings": len(row["findings"])}]
+    verdicts = [row.get("verdict")]
+    for cap in caps[1:]:
+        sub = empty_row(row["path"], row["size"], row["mtime_ns"])
+        _fill_capture(sub, cap, use_fingerprint, layers, row_checks, stamp_check)
+        found = tag(sub["findings"], cap.name)
+        row["findings"] += found
+        verdicts.append(sub.get("verdict"))
+        row["samples"].append({"path": cap.name, "num_tokens": cap.num_tokens, "verdict": sub.get("verdict"),
+                               "findings": len(found)})
+        if len(sub["slots"]) != len(row["slots"]):
+            continue  # another slot layout: judged (findings above), its norms not merged into these slots
+        for s, t, a, b in zip(row["slots"], sub["slots"], row["sketch"], sub["sketch"], strict=True):
+            s["nan"] += t["nan"]
+            s["inf"] += t["inf"]
+            h = LogHistogram.from_dict(a["hist"])
+            h.merge(LogHistogram.from_dict(b["hist"]))
+            a.update(n=a["n"] + b["n"], s1=a["s1"] + b["s1"], s2=a["s2"] + b["s2"], hist=h.to_dict())
+    v = worst_verdict(verdicts)
+    row["verdict"] = None if v is None else v.value
+
+
+def _fill_capture(row: dict, cap: Any, use_fingerprint: bool, layers: Any = None, row_checks: bool = True,
+                  stamp_check: bool = True) -> None:
     from forensics.analysis.stats import summarize
-    from forensics.io.formats import load
     from forensics.layers import r_label
 
-    cap = load(path)
     fp_fn = _fingerprint_fn() if use_fingerprint else None
     fp = fp_fn(cap, layers=layers, expected_source="--layers", stamp_check=stamp_check) if fp_fn is not None \
         else None
-    st = fp.stats if fp is not None else summarize(cap)
+    reader = None
+    if fp is None and stamp_check:  # the stamp's checksums ride on the statistics' norm pass
+        from forensics.analysis.stamp import StampReader
+
+        reader = StampReader(cap)
+    st = fp.stats if fp is not None else summarize(cap, taps=reader.taps if reader and reader.feeds else None)
     row.update(format=cap.format, num_tokens=cap.num_tokens, hidden=cap.hidden_size, num_slots=len(st.slots),
                basis="fingerprint" if fp is not None else "stats")
     fps = {s.index: s for s in fp.slots} if fp is not None else {}
@@ -227,8 +278,8 @@ def _fill(row: dict, path: str, use_fingerprint: bool, layers: Any = None, row_c
         row["findings"].extend(_duplicates(st.slots))
     if fp is None:  # a fingerprint made these already
         row["findings"].extend(_loss_mask_findings(cap))
-        if stamp_check:
-            row["findings"].extend(_stamp_findings(cap))
+        if reader is not None:
+            row["findings"].extend(_stamp_findings(reader))
 
 
 def _loss_mask_findings(cap: Any) -> list[dict]:
@@ -239,12 +290,9 @@ def _loss_mask_findings(cap: Any) -> list[dict]:
              "evidence": x.evidence} for x in capture_loss_mask_findings(cap)]
 
 
-def _stamp_findings(cap: Any) -> list[dict]:
-    """The file's stamp (``hsf stamp``) checked against the slots this row read (a memory-mapped file: the pages
-    the statistics touched); nothing when the file has none."""
-    from forensics.analysis.stamp import check_in_read
-
-    sc = check_in_read(cap)
+def _stamp_findings(reader: Any) -> list[dict]:
+    """The file's stamp (``hsf stamp``) checked on the row blocks the statistics read; nothing without one."""
+    sc = reader.check()
     return [] if sc is None else [{"kind": x.kind.value, "severity": x.severity.value, "slots": list(x.slots),
                                    "message": x.message, "evidence": x.evidence} for x in sc.findings]
 

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from forensics.errors import ForensicsError, escape
-from forensics.io.capture import Capture
+from forensics.io.capture import RECORD_SEP, Capture
 from forensics.io.formats import (
     eagle,
     generic,
@@ -56,10 +57,10 @@ REGISTRY: tuple[CaptureFormat, ...] = (
 CAPTURE_SUFFIXES = (".pt", ".pth", ".ckpt", ".ckpt.gz", ".pt.gz", ".safetensors", ".bin", ".npy", ".npz")
 SIDE_FILES = {"token_freq.pt", "model.safetensors", "training_args.bin", "optimizer.pt", "scheduler.pt"}
 SIDE_DIRS = {"tokenizer", ".git", "__pycache__", ".ipynb_checkpoints"}
-RECORD_SEP = "#"  # ``data_20.pt#3``: record 3 of a many-sample file
 
-__all__ = ["load", "iter_files", "detect_format", "FORMATS", "as_capture", "REGISTRY", "CaptureFormat", "Writer",
-           "format_named", "writer", "WRITERS", "WRITTEN_SIDE_FILES", "trainer_of", "format_of_trainer"]
+__all__ = ["load", "load_all", "iter_files", "detect_format", "FORMATS", "as_capture", "as_captures", "REGISTRY",
+           "CaptureFormat", "Writer", "format_named", "writer", "WRITERS", "WRITTEN_SIDE_FILES", "trainer_of",
+           "format_of_trainer"]
 FORMATS = [f.name for f in REGISTRY]
 WRITERS = tuple(f.writer.name for f in REGISTRY if f.writer is not None)  # ``hsf capture --format`` choices
 WRITTEN_SIDE_FILES = tuple(n for f in REGISTRY if f.writer is not None for n in f.writer.side_names)
@@ -138,10 +139,11 @@ def load(path: str | os.PathLike, input_ids=None, record: int | None = None) -> 
     """Read one capture file, whatever its format.
 
     Args:
-        path: the file (``FILE#i`` picks record ``i`` of a many-sample file: TensorRT-LLM, SGLang JSON).
+        path: the file (``FILE#i`` picks sample ``i`` of a many-sample file: a TensorRT-LLM record list, an
+            SGLang JSON list, a ``[B, T]`` batch).
         input_ids: token ids from outside the file (a tensor, array or list) for a capture saved without them;
             they decide a stack's axes and let exact mode run. Ids stored in the file must agree.
-        record: the record of a many-sample file (default 0).
+        record: the sample of a many-sample file (default 0; :func:`load_all` reads every one).
 
     Example:
         >>> cap = load("sample_data/speculators_v1/data_0.pt")      # doctest: +SKIP
@@ -149,7 +151,24 @@ def load(path: str | os.PathLike, input_ids=None, record: int | None = None) -> 
         ['hidden_states[0]', 'hidden_states[1]', 'hidden_states[2]', 'hidden_states[3]']
     """
     path, rec = split_record(os.fspath(path))
-    record = rec if record is None else record
+    return _read(path, input_ids, rec if record is None else record)[0]
+
+
+def load_all(path: str | os.PathLike, input_ids=None) -> list[Capture]:
+    """Every sample of a file, the file read once: one capture per TensorRT-LLM record, SGLang JSON object or
+    row of a ``[B, T]`` batch (each named ``FILE#i``: :attr:`Capture.name`), ``[capture]`` for a one-sample
+    file; ``FILE#i`` gives ``[sample i]``.
+
+    Example:
+        >>> [c.name for c in load_all("sample_data/speculators_v1/data_0.pt")]   # doctest: +SKIP
+        ['.../sample_data/speculators_v1/data_0.pt']
+    """
+    path, rec = split_record(os.fspath(path))
+    return _read(path, input_ids, rec)
+
+
+def _read(path: str, input_ids, record: int | None) -> list[Capture]:
+    """The samples of ``path``, the file opened once: every one when ``record`` is None, else ``[sample record]``."""
     _check_file(path)
     ids = _outside_ids(input_ids, path)
     from forensics.io.sigbus import watch
@@ -159,14 +178,27 @@ def load(path: str | os.PathLike, input_ids=None, record: int | None = None) -> 
     fmt = first_match(container, content)
     if fmt is None:
         raise _no_format(container, content, path)
-    cap = _guarded(fmt.name, path, fmt.read, content, Request(path, record or 0, ids))
-    if record and cap.provenance.record is None:
-        raise ForensicsError(f"record {record} asked for, but a {cap.format} file holds one sample", path=path)
-    _apply_outside_ids(cap, ids)
-    _apply_sidecars(cap, fmt)
-    cap.provenance.watch = watched
-    cap.check_unchanged()
-    return cap
+    if ids is not None and ids.dim() == 2 and fmt is not generic.FORMAT:
+        raise ForensicsError(f"[{ids.shape[0]}, {ids.shape[1]}] token ids (a batch) given for a {fmt.name} file, "
+                             "which holds its own samples", path=path)
+    req = Request(path, record or 0, ids)
+    if record is None and fmt.samples is not None:
+        caps = _guarded(fmt.name, path, fmt.samples, content, req)
+    else:
+        caps = [_guarded(fmt.name, path, fmt.read, content, req)]
+    if record and caps[0].provenance.record is None:
+        raise ForensicsError(f"record {record} asked for, but a {caps[0].format} file holds one sample", path=path)
+    for cap in caps:
+        if ids is not None and ids.dim() == 1:
+            _apply_outside_ids(cap, ids)
+        _apply_sidecars(cap, fmt)
+        cap.provenance.watch = watched
+        cap.check_unchanged()
+    if len(caps) > 1 and caps[0].provenance._sha256 is None:
+        first = caps[0].provenance  # the samples of one file hash the file once between them
+        for c in caps[1:]:
+            c.provenance.sha256 = first.sha256  # type: ignore[method-assign]
+    return caps
 
 
 def _check_file(path: str) -> None:
@@ -194,7 +226,12 @@ def _outside_ids(ids, path: str):
 
     from forensics.io.layout import ids_1d, to_torch
 
-    t = ids_1d(to_torch(ids), path, "input_ids")
+    t = to_torch(ids)
+    if isinstance(t, torch.Tensor) and t.dim() == 2 and t.shape[0] > 1:
+        if t.is_floating_point() or t.dtype == torch.bool:  # a [B, T] batch of ids: split by the layout resolver
+            raise ForensicsError(f"token ids must be integers, found {t.dtype}", path=path)
+        return t.long()
+    t = ids_1d(t, path, "input_ids")
     if t.is_floating_point() or t.dtype == torch.bool:
         raise ForensicsError(f"token ids must be integers, found {t.dtype}", path=path)
     return t.long()
@@ -243,22 +280,31 @@ def write_capture(cap: Capture, folder: str | None = None) -> str:
     tensors = {f"slot_{s.index}": s.tensor().contiguous() for s in cap.slots}
     if cap.input_ids is not None:
         tensors["input_ids"] = cap.input_ids.contiguous()
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as f:  # whole or not at all: renamed into place once written
-        f.write(save(tensors, metadata={"tool": "forensics.report (a capture given in memory)"}))
-    os.replace(tmp, path)
+    from forensics.io.tempfiles import clean_stale, temp_path
+
+    clean_stale(path)
+    tmp = temp_path(path)
+    try:
+        with open(tmp, "wb") as f:  # whole or not at all: renamed into place once written
+            f.write(save(tensors, metadata={"tool": "forensics.report (a capture given in memory)"}))
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
     return path
 
 
 def records(path: str | os.PathLike) -> int:
-    """How many samples a file holds (TensorRT-LLM record lists, SGLang JSON lists; 1 for every other format)."""
+    """How many samples a file holds (TensorRT-LLM record lists, SGLang JSON lists, ``[B, T]`` batches; 1 for
+    every other file)."""
     cap = load(path)
     return int(cap.meta.get("records", 1))
 
 
-def as_capture(obj, input_ids=None, name: str = "<in memory>") -> Capture:
+def as_capture(obj, input_ids=None, name: str = "<in memory>", attention_mask=None) -> Capture:
     """A ``Capture`` of what a notebook has: a path, a ``Capture``, or tensors in memory in any layout
     (``forensics.io.layout``: transformers' ``output.hidden_states`` tuple, a stack, a list, a dict).
+    A batch (``[B, T]`` ids, B > 1) holds B captures: :func:`as_captures` gives them; here it is an error.
 
     Example:
         >>> import torch
@@ -266,15 +312,38 @@ def as_capture(obj, input_ids=None, name: str = "<in memory>") -> Capture:
         >>> cap.format, len(cap.slots), cap.num_tokens
         ('in-memory', 2, 6)
     """
+    if isinstance(obj, (str, os.PathLike)) and attention_mask is None:
+        return load(obj, input_ids=input_ids)
+    caps = as_captures(obj, input_ids=input_ids, name=name, attention_mask=attention_mask)
+    if len(caps) > 1:
+        raise ForensicsError(f"holds a batch of {len(caps)} samples; take them one by one with "
+                             "forensics.as_captures(...) (or pick one: FILE#i)", path=caps[0].path)
+    return caps[0]
+
+
+def as_captures(obj, input_ids=None, name: str = "<in memory>", attention_mask=None) -> list[Capture]:
+    """Every sample of what a notebook has (a path: :func:`load_all`; a ``Capture``; tensors in memory): one
+    capture, or B for a batch (``[B, T]`` ``input_ids`` with ``[k, B, T, H]``, a tuple of ``[B, T, H]``...), each
+    cut to its real rows by ``attention_mask`` and named ``<in memory>#b``.
+
+    Example:
+        >>> import torch
+        >>> hs = tuple(torch.randn(2, 5, 8) for _ in range(3))             # transformers' tuple, B = 2
+        >>> ids = torch.tensor([[5, 6, 7, 0, 0], [5, 6, 7, 8, 9]])
+        >>> caps = as_captures(hs, input_ids=ids, attention_mask=ids != 0)
+        >>> [(c.name, c.num_tokens) for c in caps]
+        [('<in memory>#0', 3), ('<in memory>#1', 5)]
+    """
     if isinstance(obj, Capture):
         if input_ids is not None:
             _apply_outside_ids(obj, _outside_ids(input_ids, obj.path))
-        return obj
+        return [obj]
     if isinstance(obj, (str, os.PathLike)):
-        return load(obj, input_ids=input_ids)
-    from forensics.io.capture import Provenance
-    from forensics.io.formats._common import as_2d, build, tensor_slot
-    from forensics.io.layout import resolve
+        if attention_mask is not None:
+            raise ForensicsError("attention_mask= goes with tensors in memory; a file carries its own mask",
+                                 path=os.fspath(obj))
+        return load_all(obj, input_ids=input_ids)
+    from forensics.io.layout import to_torch
 
     hs = getattr(obj, "hidden_states", None)  # a transformers ModelOutput (a dict subclass): its hidden_states
     if isinstance(hs, (list, tuple)) and type(obj) is not dict:
@@ -284,18 +353,14 @@ def as_capture(obj, input_ids=None, name: str = "<in memory>") -> Capture:
                              f"tuple of tensors, a dict of tensors, a numpy array), got {type(obj).__name__}",
                              path=name)
     ids = _outside_ids(input_ids, name)
-    res = resolve(obj, name, ids)
-    slots = [tensor_slot(i, p.name, p.key, as_2d(p.tensor, name, p.name), p.claimed)
-             for i, p in enumerate(res.parts)]
-    prov = Provenance(path=name, format="in-memory", size_bytes=0, layout=res.layout, notes=list(res.notes))
-    prov._sha256 = _digest([s.tensor() for s in slots] + [t for t in (res.input_ids,) if t is not None])
-    cap = build(slots, res.input_ids, res.loss_mask, prov)
-    if res.key_layers:
-        cap.meta["key_layers"] = dict(res.key_layers)
-    return cap
+    caps = generic.read_samples(obj, name, ids, to_torch(attention_mask), fmt="in-memory", size=0)
+    for cap in caps:
+        slots = [s.tensor() for s in cap.slots]
+        cap.provenance._sha256 = _digest(slots + [t for t in (cap.input_ids,) if t is not None])
+    return caps
 
 
-def _guarded(fmt: str, path: str, fn, *args) -> Capture:
+def _guarded(fmt: str, path: str, fn, *args) -> Any:
     """Run a reader; anything it did not foresee still becomes a ForensicsError naming the file."""
     try:
         return fn(*args)

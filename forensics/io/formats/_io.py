@@ -132,8 +132,13 @@ def gunzip_to_temp(path: str) -> str:
     import tempfile
     import zlib
 
+    from forensics.io.tempfiles import clean_stale, temp_path
+
     limit = max(GZIP_MIN_LIMIT_BYTES, GZIP_MAX_RATIO * os.path.getsize(path))
-    fd, tmp = tempfile.mkstemp(prefix="hsf-gunzip-", suffix=".pt")
+    target = os.path.join(tempfile.gettempdir(), "hsf-gunzip")
+    clean_stale(target)  # what a killed run left (up to GZIP_MAX_RATIO × a compressed file)
+    tmp = temp_path(target)
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
     written = 0
     try:
         with os.fdopen(fd, "wb") as out, gzip.open(os_path(path), "rb") as g:

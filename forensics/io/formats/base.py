@@ -96,3 +96,6 @@ class CaptureFormat:
     trainer: str | None = None
     side_file: tuple[str, Callable[[Capture, dict], None]] | None = None  # (file name, apply(capture, doc))
     writer: Writer | None = None
+    # every sample of content that holds several (a record list, a JSON list, a [B, T] batch), read once: one
+    # Capture each, ``provenance.record`` = its index. None: ``read`` gives the content's one sample.
+    samples: Callable[[Any, Request], list[Capture]] | None = None

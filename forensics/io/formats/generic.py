@@ -4,13 +4,14 @@ or a dict of named tensors, in every layout ``forensics.io.layout`` accepts. Tok
 
 from __future__ import annotations
 
+import json
 import re
 
 from forensics.errors import ForensicsError
 from forensics.io.formats._common import as_2d, build, lazy_slot, provenance, tensor_slot
 from forensics.io.formats._io import FLOAT_DTYPES, SAFETENSORS_DTYPES, SafetensorsFile
 from forensics.io.formats.base import CaptureFormat, Request, Sample, Writer
-from forensics.io.layout import ID_KEYS, MASK_KEYS
+from forensics.io.layout import ATTENTION_KEYS, ID_KEYS, MASK_KEYS, stored_ids
 from forensics.layers import FINAL_POST, r_label
 
 NAME = "generic"
@@ -46,26 +47,57 @@ def match(obj) -> bool:
 
 def read(obj, req: Request):
     """A safetensors file (lazily, slot by slot) or any accepted layout (``forensics.io.layout``): a tensor, a
-    stack, a list, a dict of named tensors."""
+    stack, a list, a dict of named tensors. A ``[B, T]`` batch gives its sample ``req.record``."""
+    caps = read_all(obj, req)
+    if len(caps) == 1:
+        return caps[0]
+    if not 0 <= req.record < len(caps):
+        raise ForensicsError(f"sample {req.record} does not exist: the batch holds {len(caps)} samples "
+                             f"(0..{len(caps) - 1})", path=req.path)
+    return caps[req.record]
+
+
+def read_all(obj, req: Request) -> list:
+    """Every sample: one capture, or B for a ``[B, T]`` batch (views of the content read once)."""
     if isinstance(obj, SafetensorsFile):
         return read_safetensors(obj, req.path, req.input_ids)
-    return read_layout(obj, req.path, req.input_ids)
+    return read_samples(obj, req.path, req.input_ids)
 
 
 def read_layout(obj, path: str, input_ids=None):
-    """Any accepted layout (``forensics.io.layout``): a tensor, a stack, a list, a dict of named tensors."""
-    from forensics.io.layout import resolve
+    """Any accepted layout (``forensics.io.layout``): a tensor, a stack, a list, a dict of named tensors (a batch:
+    its first sample; :func:`read_samples` gives every one)."""
+    return read_samples(obj, path, input_ids)[0]
 
-    res = resolve(obj, path, input_ids)
-    slots = [tensor_slot(i, p.name, p.key, as_2d(p.tensor, path, p.name), p.claimed) for i, p in enumerate(res.parts)]
-    cap = build(slots, res.input_ids, res.loss_mask, provenance(path, NAME, layout=res.layout, notes=res.notes))
-    if res.key_layers:
-        cap.meta["key_layers"] = dict(res.key_layers)
-    return cap
+
+def read_samples(obj, path: str, input_ids=None, attention_mask=None, fmt: str = NAME, size: int | None = None):
+    """One capture per sample: one for a single sample, B for a ``[B, T]`` batch (``forensics.io.layout``)."""
+    from forensics.io.capture import Provenance
+    from forensics.io.layout import resolve_samples
+
+    caps = []
+    for res in resolve_samples(obj, path, input_ids, attention_mask):
+        slots = [tensor_slot(i, p.name, p.key, as_2d(p.tensor, path, p.name), p.claimed)
+                 for i, p in enumerate(res.parts)]
+        prov = (provenance(path, fmt, layout=res.layout, notes=res.notes) if size is None else
+                Provenance(path=path, format=fmt, size_bytes=size, layout=res.layout, notes=list(res.notes)))
+        cap = build(slots, res.input_ids, res.loss_mask, prov)
+        if res.key_layers:
+            cap.meta["key_layers"] = dict(res.key_layers)
+        if res.samples > 1:
+            prov.record = res.sample
+            cap.meta.update(records=res.samples, record=res.sample)
+        if res.padding is not None:
+            cap.meta["padding"] = dict(res.padding)
+        caps.append(cap)
+    return caps
 
 
 def _needs_resolver(sf: SafetensorsFile, keys: list[str]) -> bool:
-    """A stack (3-D with k > 1, or 4-D) among the float tensors: read eagerly through the layout resolver."""
+    """A stack (3-D with k > 1, or 4-D) among the float tensors, or a padding mask: read eagerly through the layout
+    resolver."""
+    if any(k in keys for k in ATTENTION_KEYS):  # a padded batch (or sample): its pad rows are cut by the resolver
+        return True
     for k in keys:
         shape = sf.shape(k)
         dt = SAFETENSORS_DTYPES.get(sf.dtype_name(k), "")
@@ -74,13 +106,13 @@ def _needs_resolver(sf: SafetensorsFile, keys: list[str]) -> bool:
     return False
 
 
-def read_safetensors(sf: SafetensorsFile, path: str, input_ids=None):
+def read_safetensors(sf: SafetensorsFile, path: str, input_ids=None) -> list:
     import torch
 
     keys = sorted(sf.keys(), key=natural_key)
     if _needs_resolver(sf, keys):
-        return read_layout({k: sf.get(k) for k in keys}, path, input_ids)
-    ids = next((sf.get(k) for k in ID_KEYS if k in keys), None)
+        return read_samples({k: sf.get(k) for k in keys}, path, input_ids)
+    ids = stored_ids(sf.get, keys, path)
     if ids is None:
         ids = input_ids
     mask = next((sf.get(k) for k in MASK_KEYS if k in keys), None)
@@ -117,14 +149,12 @@ def read_safetensors(sf: SafetensorsFile, path: str, input_ids=None):
             "hidden states must be float [tokens, hidden] or [1, tokens, hidden] tensors", path=path)
     if skipped:
         notes.append(f"skipped tensors that are not float [tokens, hidden]: {skipped[:8]}")
-    return build(slots, ids, mask, provenance(path, NAME, notes=notes))
+    return [build(slots, ids, mask, provenance(path, NAME, notes=notes))]
 
 
 def write(f, sample: Sample) -> None:
     """Write one sample as ``hsf capture``'s own safetensors file: ``slot_<j>.<label>`` per state, ``input_ids``,
     ``loss_mask``, and the r list in the header (``"r"``) with any extra ``metadata``."""
-    import json
-
     from safetensors.torch import save
 
     rs = sample.r
@@ -143,4 +173,4 @@ def default_r(L: int) -> list:
 
 
 WRITER = Writer("safetensors", write, sample_path, convention="r", default_r=default_r, header_metadata=True)
-FORMAT = CaptureFormat(NAME, ("torch", "safetensors", "numpy"), match, read, writer=WRITER)
+FORMAT = CaptureFormat(NAME, ("torch", "safetensors", "numpy"), match, read, writer=WRITER, samples=read_all)

@@ -62,7 +62,8 @@ def _pair_ids(x: dict, prompt: list, rows: int) -> tuple[list, str | None]:
     the rows of tokens 40-63)."""
     out = list(x["output_ids"]) if isinstance(x.get("output_ids"), list) else []
     prompt = list(prompt)
-    meta = x.get("meta_info") if isinstance(x.get("meta_info"), dict) else {}
+    info = x.get("meta_info")
+    meta = info if isinstance(info, dict) else {}
     cached = meta.get("cached_tokens")
     starts = [0]  # cached tokens are not recomputed, so have no rows: that reading first when the response says so
     if isinstance(cached, int) and not isinstance(cached, bool) and 0 < cached < len(prompt):
@@ -80,10 +81,21 @@ def _pair_ids(x: dict, prompt: list, rows: int) -> tuple[list, str | None]:
 
 
 def read(doc, req: Request):
+    return _read_item(samples(doc), req)
+
+
+def read_all(doc, req: Request) -> list:
+    """Every response object, the document parsed once."""
+    from dataclasses import replace
+
+    items = samples(doc)
+    return [_read_item(items, replace(req, record=i)) for i in range(len(items))]
+
+
+def _read_item(items: list, req: Request):
     import torch
 
     path, record, input_ids = req.path, req.record, req.input_ids
-    items = samples(doc)
     n = len(items)
     if not 0 <= record < n:
         raise ForensicsError(f"record {record} does not exist: the file holds {n} samples (0..{n - 1})", path=path)
@@ -113,4 +125,4 @@ def read(doc, req: Request):
     return cap
 
 
-FORMAT = CaptureFormat(NAME, ("json",), match, read)
+FORMAT = CaptureFormat(NAME, ("json",), match, read, samples=read_all)

@@ -14,6 +14,7 @@ from forensics.errors import ForensicsError
 from forensics.io.formats._common import build, lazy_slot, provenance
 from forensics.io.formats._io import FLOAT_DTYPES, SAFETENSORS_DTYPES, SafetensorsFile
 from forensics.io.formats.base import CaptureFormat, Dataset, Request, Sample, Writer
+from forensics.io.layout import stored_ids
 from forensics.layers import FINAL_POST
 
 NAME = "speculators"
@@ -53,7 +54,7 @@ def read(sf: SafetensorsFile, req: Request):
     path, input_ids = req.path, req.input_ids
     shape = _stack_shape(sf)
     batched = len(sf.shape("hidden_states")) == 4
-    ids = sf.get("token_ids") if "token_ids" in sf.keys() else None
+    ids = stored_ids(sf.get, sf.keys(), path) if "token_ids" in sf.keys() else None  # another id key must agree
     n_ids = _n_ids(sf)
     if ids is None and input_ids is not None:  # ids given from outside the file (--ids) decide the token axis
         ids, n_ids = input_ids, int(input_ids.numel())

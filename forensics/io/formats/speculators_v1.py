@@ -8,6 +8,7 @@ Written by speculators' ``scripts/data_generation_offline.py`` (one ``torch.save
 from __future__ import annotations
 
 import os
+from datetime import UTC, datetime
 
 from forensics.errors import ForensicsError
 from forensics.io.capture import Capture
@@ -93,8 +94,6 @@ def layer_ids(rs: list) -> list | None:
 def data_config(ds: Dataset) -> dict:
     """speculators' ``DataGenerationConfig.to_dict()`` (config_generator.py, version "2.0"), filled honestly:
     vLLM/speculators/GPU fields say they were not involved."""
-    from datetime import UTC, datetime
-
     na = "n/a (written by hsf capture with HF transformers)"
     ids = ds.layer_ids or []
     epoch = os.environ.get("SOURCE_DATE_EPOCH")  # reproducible-builds convention

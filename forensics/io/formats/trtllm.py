@@ -65,4 +65,11 @@ def read(obj, req: Request):
     return cap
 
 
-FORMAT = CaptureFormat(NAME, ("torch",), match, read)
+def read_all(obj, req: Request) -> list:
+    """Every record, the list read once."""
+    from dataclasses import replace
+
+    return [read(obj, replace(req, record=i)) for i in range(len(obj))]
+
+
+FORMAT = CaptureFormat(NAME, ("torch",), match, read, samples=read_all)

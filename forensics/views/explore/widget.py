@@ -65,6 +65,7 @@ class Explorer(anywidget.AnyWidget):
     file = traitlets.Int(0).tag(sync=True)
     selected = traitlets.Int(-1).tag(sync=True)  # the clicked token (-1: none)
     lens = traitlets.Dict().tag(sync=True)  # {"file", "pos", "rows": [LensRow.to_dict()]} or {"error"}
+    lens_map = traitlets.Dict().tag(sync=True)  # {"file", LensMap.to_dict()...}: the logit-lens overview
     has_model = traitlets.Bool(False).tag(sync=True)
     status = traitlets.Unicode("").tag(sync=True)
 
@@ -73,6 +74,8 @@ class Explorer(anywidget.AnyWidget):
         super().__init__()
         self._input_ids = input_ids
         self.items = _sources(x)
+        if not (isinstance(x, (str, os.PathLike)) and os.path.isdir(x)):
+            self.items = self._samples(self.items)  # a file or tensors given: every sample listed (FILE#i)
         self.layers = layers
         self._tokenizer = tokenizer
         self._model_spec = model
@@ -101,17 +104,61 @@ class Explorer(anywidget.AnyWidget):
         self.observe(self._on_file, names="file")
         self.observe(self._on_selected, names="selected")
 
+    def _samples(self, items: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+        """Each given file (or tensors) as its samples, read once: ``(NAME#i, Capture)`` per sample of a many-sample
+        file (TensorRT-LLM records, SGLang objects, a ``[B, T]`` batch); an unreadable one stays as given, so its
+        error shows when it is picked."""
+        from forensics.io.capture import Capture
+        from forensics.io.formats import as_captures
+
+        out: list[tuple[str, Any]] = []
+        for name, src in items:
+            if isinstance(src, Capture):
+                out.append((name, src))
+                continue
+            try:
+                caps = as_captures(src, self._input_ids if len(items) == 1 else None)
+            except ForensicsError:
+                out.append((name, src))
+                continue
+            if len(caps) == 1:
+                out.append((name, caps[0]))
+            else:
+                out += [(f"{name}#{c.provenance.record}", c) for c in caps]
+        return out[:MAX_FILES]  # listed like a folder's files: at most MAX_FILES (`hsf scan` judges every one)
+
     # ----------------------------------------------------------------------------------------- one file
     def capture(self, k: int | None = None) -> Any:
-        """The ``Capture`` of file ``k`` (default: the one shown)."""
-        from forensics.analysis.explore import as_capture
+        """The ``Capture`` of file (or sample) ``k`` (default: the one shown). A folder's many-sample file is read
+        when first picked: it becomes its sample 0 and its other samples join the end of the list."""
+        from forensics.io.capture import Capture
+        from forensics.io.formats import as_captures
 
         k = self.file if k is None else k
         with self._lock:
             if k not in self._captures:
-                ids = self._input_ids if len(self.items) == 1 else None  # ids of one sample, never of a folder
-                self._captures[k] = as_capture(self.items[k][1], ids)
+                name, src = self.items[k]
+                if isinstance(src, Capture):
+                    caps = [src]
+                else:
+                    ids = self._input_ids if len(self.items) == 1 else None  # ids of one sample, never of a folder
+                    caps = as_captures(src, ids)
+                self._captures[k] = caps[0]
+                if len(caps) > 1:
+                    self._grow(k, name, caps)
             return self._captures[k]
+
+    def _grow(self, k: int, name: str, caps: list) -> None:
+        """Item ``k`` held a many-sample file: it is now ``NAME#0``, the other samples are appended."""
+        self.items[k] = (f"{name}#0", caps[0])
+        first = len(self.items)
+        for c in caps[1:max(1, MAX_FILES - first + 1)]:
+            self.items.append((f"{name}#{c.provenance.record}", c))
+        files = [dict(f) for f in self.files] or [{"name": n, "verdict": None} for n, _ in self.items[:first]]
+        files[k]["name"] = self.items[k][0]
+        files += [{"name": n, "verdict": None} for n, _ in self.items[first:]]
+        self.files = files
+        self._queue.extend(i for i in range(first, len(self.items)) if i < MAX_VERDICT_FILES)
 
     def state(self, k: int | None = None) -> Any:
         """The :class:`~forensics.analysis.explore.ExploreState` of file ``k`` (default: the one shown)."""
@@ -169,11 +216,15 @@ class Explorer(anywidget.AnyWidget):
                 self._thread.start()
 
     def _work(self) -> None:
-        """Fingerprint the shown file first, then load the model (if any), then the other listed files."""
+        """Fingerprint the shown file first, then take the model's tokenizer and load the model for the lens (if
+        any: the exact fingerprint has loaded it, and written a GGUF's fp32 cache, by then), then the other files."""
         try:
-            self._model_tokenizer()
             model_done = self._model_spec is None
+            tok_done = model_done
             while True:
+                if not tok_done and (self.file in self._fps or not self._queue):
+                    self._model_tokenizer()
+                    tok_done = True
                 with self._lock:
                     k = self._queue.popleft() if self._queue else None
                 if k is None and model_done:
@@ -184,6 +235,7 @@ class Explorer(anywidget.AnyWidget):
                             self._queue.appendleft(k)
                     self._load_verifier()
                     model_done = True
+                    self._push_lens_map(self.file)
                     continue
                 if k not in self._fps:
                     self._fingerprint(k)
@@ -261,6 +313,8 @@ class Explorer(anywidget.AnyWidget):
         if not 0 <= k < len(self.items):
             return
         self._show(k)
+        if self._verifier is not None and not isinstance(self._verifier, Exception):
+            threading.Thread(target=self._push_lens_map, args=(k,), name="hsf-lens-map", daemon=True).start()
         if k not in self._fps:
             with self._lock:
                 if k in self._queue:
@@ -274,6 +328,31 @@ class Explorer(anywidget.AnyWidget):
         if self._model_spec is None or pos < 0:
             return
         self.lens = self.logit_lens(pos)
+
+    def lens_overview(self, k: int | None = None) -> dict:
+        """The logit-lens overview of file ``k`` (default: the one shown) as the widget draws it: the top-1 next
+        token and its probability per slot × first token (:func:`forensics.analysis.explore.lens_map`)."""
+        from forensics.analysis.explore import lens_map
+
+        k = self.file if k is None else k
+        if self._verifier is None:
+            self._load_verifier()
+        v = self._verifier
+        if isinstance(v, Exception) or v is None:
+            return {"file": k, "error": f"no model: {v}"}
+        try:
+            st = self.state(k)
+            tok = st.tokenizer if st.tokenizer is not None else self._fallback
+            return {"file": k, **lens_map(self.capture(k), v, tok, labels=st.labels).to_dict()}
+        except ForensicsError as e:
+            return {"file": k, "error": str(e)}
+
+    def _push_lens_map(self, k: int) -> None:
+        if self._model_spec is None:
+            return
+        m = self.lens_overview(k)
+        if k == self.file:
+            self.lens_map = m
 
     def logit_lens(self, pos: int) -> dict:
         """The logit lens of token ``pos`` of the shown file, as the widget shows it (``{"file", "pos", "rows"}``)."""

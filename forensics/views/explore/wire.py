@@ -53,6 +53,8 @@ def static_state(state: Any, name: str | None = None) -> dict:
     p = payload(state, name)
     for k in BINARY:
         p[k] = base64.b64encode(p[k]).decode("ascii")
+    if getattr(state, "lens_map", None):
+        p["lens_map"] = state.lens_map
     return p
 
 

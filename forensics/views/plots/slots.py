@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from forensics.layers import FINAL_POST, r_label
-from forensics.views.format import esc
+from forensics.views.format import esc, num
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
@@ -149,12 +149,6 @@ def _name(stats: CaptureStats) -> str:
 
     return escape(os.path.basename(str(stats.capture.path)))  # a non-UTF-8 name cannot be drawn: \xNN
 
-
-
-def _fmt(x: float) -> str:
-    if x is None or not math.isfinite(x):
-        return "nan"
-    return f"{x:.4g}" if abs(x) >= 100 else f"{x:.3g}"
 
 
 def _empty(ax, text: str) -> None:
@@ -297,7 +291,7 @@ def norm_distributions(result: Any, slots: Sequence[int] | None = None, title: s
             ax.hlines(med, x - 0.3, x + 0.3, color="white", lw=2.5, zorder=3)
             ax.hlines(med, x - 0.3, x + 0.3, color="black", lw=1, zorder=4, gid=f"median-{i}")
             if len(sel) <= MAX_ANNOTATED_ROWS:
-                ax.annotate(f"med {_fmt(med)}", (x + 0.32, med), fontsize=7, va="center", color="#333333")
+                ax.annotate(f"med {num(med)}", (x + 0.32, med), fontsize=7, va="center", color="#333333")
         if stats.slots[i].sinks:
             sk = v.sinks
             ax.scatter([x] * len(sk), norms[sk], marker="v", s=28, color=BAD_COLOR, edgecolor="black", lw=0.5,
@@ -540,7 +534,7 @@ def similarity_heatmap(fingerprint: Any, title: str | None = None) -> Figure:
         for a in range(k):
             for b in range(k):
                 v = sim[a, b]
-                ax.text(b, a, _fmt(v) if math.isfinite(v) else "–", ha="center", va="center", fontsize=7,
+                ax.text(b, a, num(v) if math.isfinite(v) else "–", ha="center", va="center", fontsize=7,
                         color="white" if (math.isfinite(v) and v < 0.5 * vmax) else "black")
     cb = fig.colorbar(im, ax=ax, shrink=0.85)
     cb.set_label("angular distance (massive dims masked)", fontsize=8)

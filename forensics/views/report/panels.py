@@ -1,6 +1,6 @@
 """View models for the HTML report's evidence panels: per-slot cards, cross-slot figures and the checks table (the
-samples are the explorer's, ``forensics.views.explore``). Numbers only go into SVG coordinates; figures are drawn by ``figures.py`` (SVG).
-Nothing here recomputes statistics.
+samples are the explorer's, ``forensics.views.explore``). Numbers only go into SVG coordinates; figures are drawn
+by ``figures.py`` (SVG). Nothing here recomputes statistics.
 """
 
 from __future__ import annotations
@@ -197,8 +197,18 @@ def _sim_table(f: FileReport, sim) -> dict | None:
 
 
 # ---------------------------------------------------------------- checks
+def _cell(value: Any) -> str:
+    """A check's raw value in the one number style; a value that is not a number says so in words (a token-0 ratio
+    over a zero median, a statistic of non-finite rows), never a bare ``nan``."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, float) and not math.isfinite(value):
+        return "undefined (not a number)" if math.isnan(value) else ("+∞" if value > 0 else "−∞")
+    return re.sub(r"\bnan\b", "undefined", fmt(value))
+
+
 def _row(where: str, check: str, value: Any, threshold: Any, outcome: str, says: str = "") -> dict:
-    value = value if isinstance(value, str) else fmt(value)
+    value = _cell(value)
     return {"where": where, "check": check, "value": value, "numeric": bool(_NUMERIC.fullmatch(value)),
             "threshold": threshold if isinstance(threshold, str) else fmt(threshold), "outcome": outcome,
             "cls": outcome if outcome in OUTCOME_RANK else "info", "says": says}

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from forensics.views.format import num
 from forensics.views.plots.dataset import AUDIT_TITLE, CONTROL_COLOR, PROBE_TITLE, audit_slice_rows, probe_bars
 from forensics.views.plots.slots import (
     BAD_COLOR,
@@ -29,7 +30,6 @@ from forensics.views.plots.slots import (
     OK_COLOR,
     OKABE_ITO,
     UNKNOWN_COLOR,
-    _fmt,
     _name,
     _selected,
     _unpack,
@@ -225,7 +225,7 @@ def log_ticks(lo: float, hi: float) -> tuple[list[float], list[str]]:
     vals = sorted(m * 10.0 ** k for k in range(a, b + 1) for m in (1, 2, 5) if lo <= m * 10.0 ** k <= hi)
     if not vals:  # a span narrower than one 1-2-5 step: its middle, with 4 digits
         vals = [math.sqrt(lo * hi)]
-        return vals, [_fmt(vals[0])]
+        return vals, [num(vals[0])]
     return vals, [_tick_text(v) for v in vals]
 
 
@@ -297,7 +297,7 @@ def norm_distributions(result: Any, slots: Sequence[int] | None = None, title: s
     names = [labels[i] for i in sel]
     ticks, tlabels = log_ticks(*ylim)
     bottom = c.h - (12 + (max(_text_px(s, xsize) for s in names) * math.sin(math.radians(rot)) if rot else xsize + 8))
-    right = 8 if many else 8 + _text_px(f"med {_fmt(drawn[-1].median)}", 8) - 0.1 * (c.w - 60) / len(sel)
+    right = 8 if many else 8 + _text_px(f"med {num(drawn[-1].median)}", 8) - 0.1 * (c.w - 60) / len(sel)
     ax = Axes(c, (_box_left(tlabels, 9, 18), 30, c.w - max(8.0, right), bottom), (-0.6, len(sel) - 0.4), ylim,
               ylog=True)
     ax.yticks(ticks, tlabels, grid=True)
@@ -323,7 +323,7 @@ def norm_distributions(result: Any, slots: Sequence[int] | None = None, title: s
             c.line(cx - 0.3 * unit, y, cx + 0.3 * unit, y, "#ffffff", 2.5 * PT)
             c.line(cx - 0.3 * unit, y, cx + 0.3 * unit, y, "#000000", 1.0 * PT)
             if not many:
-                c.text(cx + 0.32 * unit, y, f"med {_fmt(med)}", 8, color="#333333")
+                c.text(cx + 0.32 * unit, y, f"med {num(med)}", 8, color="#333333")
         if v.sinks:
             r = _marker_r(28)
             c.add("path", d="".join(_triangle(cx, ax.Y(norms[p]), r) for p in v.sinks), fill=BAD_COLOR,
@@ -472,7 +472,7 @@ def similarity_heatmap(fingerprint: Any, title: str | None = None) -> str:
                       class_=f"cell-{a}-{b}")
             if k <= MAX_ANNOTATED_CELLS:
                 ink = "#ffffff" if (math.isfinite(v) and v < 0.5 * vmax) else "#000000"
-                c.text(x + cell / 2, y + cell / 2, _fmt(v) if math.isfinite(v) else "–", 8, "middle", ink)
+                c.text(x + cell / 2, y + cell / 2, num(v) if math.isfinite(v) else "–", 8, "middle", ink)
     ax.frame()
     ax.xticks(list(range(k)), names, fs, rotate=rot)
     ax.yticks(list(range(k)), names, fs)

@@ -13,7 +13,7 @@ from typing import Any
 from forensics.analysis.report import OUTCOMES, Deciding, ReportResult, SlotOutcome
 from forensics.findings import FindingKind, Severity, sort_findings, worst_outcome
 from forensics.layers import r_label
-from forensics.views.format import num
+from forensics.views.format import count, num
 
 MAX_VERDICT_FILES = 40  # verdict rows: every non-passing file, then passing ones up to this many
 MAX_INLINE_SLOTS = 8  # a passing file with more slots (a ladder) shows its slot rows folded
@@ -28,6 +28,7 @@ def _short(xs: list, k: int = 8) -> str:
 
 
 def _clip(text: str, n: int = 90) -> str:
+    """A long value (a list of numbers) cut to ``n`` characters; messages are never cut mid-sentence."""
     return text if len(text) <= n else text[:n - 1] + "…"
 
 
@@ -58,7 +59,7 @@ def decided_text(d: Deciding) -> str:
     if d.kind == "order":
         return "its place in the file's depth order" + (f" + {d.message}" if d.message else "")
     if d.kind == "evidence":
-        text = f"{d.signal} = {_clip(fmt(d.value))}" + (f" → {_clip(d.message)}" if d.message else "")
+        text = f"{d.signal} = {_clip(fmt(d.value))}" + (f" → {d.message}" if d.message else "")  # said whole
         return text + (f" (threshold {fmt(d.threshold)})" if d.threshold is not None else "")
     if d.kind == "token0":
         return f"token-0 norm = {fmt(d.value)}× median of the rest"
@@ -77,7 +78,7 @@ def slot_row(s: SlotOutcome) -> dict:
 
 def _order_line(order: list) -> str:
     """The file's depth-order evidence in one line (said once per file)."""
-    return "; ".join(f"{e.signal} = {_clip(fmt(e.value), 60)}" + (f" → {_clip(str(e.verdict), 80)}" if e.verdict
+    return "; ".join(f"{e.signal} = {_clip(fmt(e.value), 60)}" + (f" → {e.verdict}" if e.verdict
                                                                    else "") for e in order)
 
 
@@ -143,11 +144,6 @@ def plain(kind: Any) -> str:
     except ValueError:
         return str(kind).replace("_", " ")
     return re.sub(r"\s*\([^)]*\)", "", text)
-
-
-def count(n: int, word: str, many: str | None = None) -> str:
-    """``1 file``, ``3 files`` (``many`` for an irregular plural)."""
-    return f"{n} {word if n == 1 else (many or word + 's')}"
 
 
 def _tiles(res: ReportResult) -> dict:

@@ -13,6 +13,9 @@ const AXIS_H = 64;     // x-axis token labels, px
 const HEAT_MAX_H = 300;  // the heatmap's height cap, px
 const CONTEXT_TOKENS = 12;  // tokens either side of the selection in the context strip
 const MIN_WINDOW = 16;  // the narrowest zoom, in columns
+const ROOT_MAX_H = 800;  // the explorer's height cap (explore.css .hsf-x max-height), px
+const LENS_LINKED_H = 110;  // the linked table's height while the lens overview is open, px
+const LENS_MIN_H = 90;  // the lens overview's smallest scroll box, px
 
 function floats(v) {
   if (v == null) return new Float32Array(0);
@@ -166,7 +169,10 @@ function render({ model, el }) {
   plot.append(ylab, heatBox);
   const context = h("div", "hsf-x-context");
   const linked = h("div", "hsf-x-linked");
-  main.append(plot, context, linked);
+  const lensBox = h("details", "hsf-x-lensmap");
+  lensBox.hidden = true;
+  lensBox.addEventListener("toggle", () => fitLensMap());
+  main.append(plot, context, linked, lensBox);
   body.append(files, main);
   const tip = h("div", "hsf-x-tip");
   tip.hidden = true;
@@ -319,6 +325,7 @@ function render({ model, el }) {
     drawBands();
     drawFiles();
     drawSelection();
+    drawLensMap();
   }
 
   function zoomNote() {
@@ -360,7 +367,7 @@ function render({ model, el }) {
     list.forEach((f, k) => {
       const row = h("div", "hsf-x-file" + (k === cur ? " current" : ""));
       const b = h("span", "hsf-x-badge " + (VERDICT_CLASS[f.verdict] ? "v-" + VERDICT_CLASS[f.verdict] : "v-none"),
-        f.verdict !== undefined ? verdictWord(f.verdict) : "…");
+        f.verdict ? verdictWord(f.verdict) : "…");  // null: not fingerprinted yet (the widget)
       // cut from the left (CSS direction rtl); the marks keep the name's own left-to-right order
       row.append(b, h("span", "hsf-x-fname", "\u200e" + f.name + "\u200e"));
       row.title = f.name + ": " + (f.verdict || "not fingerprinted yet");
@@ -439,6 +446,79 @@ function render({ model, el }) {
     }
     table.appendChild(tbody);
     linked.appendChild(table);
+  }
+
+  /* The logit-lens overview (tuned-lens' layers × tokens plot): one row per slot, one column per token of the
+   * first ones, each cell the top-1 next token of lm_head(norm(h)) coloured by its probability. */
+  function lensCell(m, r, c) {
+    const p = (m.probs[r] || [])[c];
+    const text = (m.texts[r] || [])[c];
+    const td = h("td", "hsf-x-lmcell", text ? lensText(text) : "—");
+    if (p != null) {
+      const rgb = colour(p);
+      td.style.background = `rgb(${rgb.map(Math.round).join(",")})`;
+      td.style.color = p > 0.55 ? "#000" : "#fff";
+    }
+    const pos = m.positions[c];
+    td.title = `${(st.meta.labels || [])[r]} · token ${pos}` + (tokenAt(pos) != null ? ` “${showToken(tokenAt(pos))}”` : "")
+      + (text ? ` → “${showToken(text)}” p=${fmt(p)}` : ` — ${(m.notes || [])[r] || "no prediction"}`);
+    td.dataset.pos = String(pos); td.dataset.slot = String(r);
+    td.addEventListener("click", () => select(pos));
+    return td;
+  }
+
+  function lensText(t) { const v = showToken(t); return v.length > 7 ? v.slice(0, 6) + "…" : v; }
+
+  function tokenAt(pos) {  // the text of token pos when the heatmap has one column per token
+    return st.C === (st.meta.num_tokens || 0) && st.tokens.length ? st.tokens[pos] : null;
+  }
+
+  function drawLensMap() {
+    const m = model.get("lens_map") || {};
+    const here = m.file === (model.get("file") || 0) && Array.isArray(m.positions);
+    lensBox.hidden = !model.get("has_model") && !here;  // a static copy shows one only when it carries it
+    if (lensBox.hidden) return;
+    const open = lensBox.open;
+    lensBox.replaceChildren();
+    const n = here ? m.positions.length : 0;
+    const sum = h("summary", "hsf-x-lmsum", "logit lens overview: top-1 next token per slot × token" +
+      (here ? ` (first ${n} of ${m.num_tokens} tokens; colour = probability)` : m.error ? ` — ${m.error}` :
+        " — computing…"));
+    lensBox.append(sum);
+    lensBox.open = open;
+    if (!here) return;
+    const wrap = h("div", "hsf-x-lmwrap");
+    const table = h("table", "hsf-x-lmap");
+    const head = h("tr");
+    head.appendChild(h("th", "hsf-x-lmlab", "slot \\ token"));
+    for (let c = 0; c < n; c++) {
+      const t = tokenAt(m.positions[c]);
+      const th = h("th", null, t != null ? lensText(t) : String(m.positions[c]));
+      th.title = `token ${m.positions[c]}` + (t != null ? ` “${showToken(t)}”` : "");
+      head.appendChild(th);
+    }
+    const thead = h("thead"); thead.appendChild(head); table.appendChild(thead);
+    const tbody = h("tbody");
+    for (let r = st.S - 1; r >= 0; r--) {  // the deepest slot on top, as tuned-lens draws it
+      const row = h("tr");
+      row.appendChild(h("th", "hsf-x-lmlab", (st.meta.labels || [])[r]));
+      for (let c = 0; c < n; c++) row.appendChild(lensCell(m, r, c));
+      tbody.appendChild(row);
+    }
+    table.appendChild(tbody);
+    wrap.appendChild(table);
+    lensBox.appendChild(wrap);
+    fitLensMap();
+  }
+
+  function fitLensMap() {  // the open overview fits the explorer's 800 px: the linked table gives up height for it
+    linked.style.maxHeight = lensBox.open && !lensBox.hidden ? LENS_LINKED_H + "px" : "";
+    const wrap = lensBox.querySelector(".hsf-x-lmwrap");
+    if (!wrap || !lensBox.open) return;
+    // measured as if the linked table were at its full LENS_LINKED_H: a click that fills it moves nothing out of view
+    const top = wrap.getBoundingClientRect().top - root.getBoundingClientRect().top + LENS_LINKED_H -
+      linked.getBoundingClientRect().height;
+    wrap.style.maxHeight = Math.max(LENS_MIN_H, ROOT_MAX_H - top - 8) + "px";
   }
 
   function select(pos) {
@@ -603,6 +683,7 @@ function render({ model, el }) {
   const onStatus = () => { status.textContent = model.get("status") || ""; };
   for (const k of ["meta", "norms", "starts", "tokens"]) model.on("change:" + k, onState);
   model.on("change:lens", onSel);
+  model.on("change:lens_map", drawLensMap);
   model.on("change:selected", onSel);
   model.on("change:files", onFiles);
   model.on("change:file", onFiles);
@@ -618,6 +699,7 @@ function render({ model, el }) {
   return () => {
     for (const k of ["meta", "norms", "starts", "tokens"]) model.off("change:" + k, onState);
     model.off("change:lens", onSel); model.off("change:selected", onSel); model.off("change:files", onFiles);
+    model.off("change:lens_map", drawLensMap);
     model.off("change:file", onFiles); model.off("change:status", onStatus);
     if (ro) ro.disconnect();
   };
@@ -628,11 +710,12 @@ function staticModel(doc) {
   const handlers = {};
   const b64 = (s) => { const bin = atob(s || ""); const u = new Uint8Array(bin.length);
     for (let i = 0; i < bin.length; i++) u[i] = bin.charCodeAt(i); return new DataView(u.buffer); };
-  const attrs = { files: doc.files, file: 0, selected: -1, lens: {}, has_model: false, status: "" };
+  const attrs = { files: doc.files, file: 0, selected: -1, lens: {}, has_model: false, status: "", lens_map: {} };
   function load(k) {
     const s = doc.states[k];
     Object.assign(attrs, { meta: s.meta, tokens: s.tokens, ids: s.ids, starts: b64(s.starts), norms: b64(s.norms),
       cos_prev: b64(s.cos_prev), cos_same: b64(s.cos_same) });
+    attrs.lens_map = s.lens_map ? { file: k, ...s.lens_map } : {};  // a report drawn with --model carries one
   }
   load(0);
   const fire = (k) => (handlers["change:" + k] || []).slice().forEach((f) => f());
