@@ -583,6 +583,7 @@ def write_row_cases(texts: list[dict], split: dict[str, str], out: str, log,
 # ------------------------------------------------------------------------------ below the row (issue 33)
 RESIDUAL_VARIANTS = ("clean3", "mlp_all", "attn_all", "mlp_one", "attn_one", "mid_one", "context_lost")
 RESIDUAL_MIN_TOKENS = 32  # shorter texts: no case (the data-only statistics need rows; a chunk needs both halves)
+RESIDUAL_MAX_TOKENS = 384  # the first tokens of each text (three more forwards per text: a 2-core build stays short)
 CHUNK_AT = 128  # the chunk boundary of context_lost when the text has ≥ CHUNK_MIN_TOKENS tokens, else T // 2
 CHUNK_MIN_TOKENS = 160
 
@@ -632,6 +633,7 @@ def write_residual_cases(texts: list[dict], split: dict[str, str], out: str, log
             s0 = json.load(f)["samples"][0]
         with safe_open(os.path.join(out, "ladder", t["id"], "capture_0.safetensors"), framework="pt") as g:
             ids, mask = g.get_tensor("input_ids"), g.get_tensor("loss_mask")
+        ids, mask = ids[:RESIDUAL_MAX_TOKENS], mask[:RESIDUAL_MAX_TOKENS]
         T = int(ids.numel())
         if T < RESIDUAL_MIN_TOKENS:
             continue
