@@ -600,6 +600,8 @@ def main() -> None:
                     results.append({**time_cat(fs, reps=1), "round": k})
                     results.append({**run_child("naive", fs, root), "round": k})
                     results.extend({**r, "round": k} for r in run_scan_round(args.modes.split(","), fs, root))
+                    with open(os.path.join(root, "partial.json"), "w") as f:  # what a run stopped early measured
+                        json.dump(results, f)
                 continue
             results.append(time_cat(fs))
             for mode in ["naive"] + args.modes.split(","):
