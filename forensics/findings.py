@@ -232,7 +232,7 @@ _MEANINGS: dict[FindingKind, str] = {
                            "system/user turns (fail; SpecForge#885, EAGLE#317), one token off (warn), or partial",
     FindingKind.CONTEXT_LOST: "rows from position p on were computed without tokens 0..p-1: a chunked prefill whose "
                               "later chunk lost the earlier context (vllm#52909), or a second sequence packed in",
-    FindingKind.PADDING: "a batch saved without attention_mask: the pad rows at one end are named, left out of checks",
+    FindingKind.PADDING: "a batch saved without attention_mask: the pad rows found at one end were removed, not judged",
     FindingKind.COUNT_MISMATCH: "the claimed layer list has another length than the capture has slots",
     FindingKind.SHIFTED: "the whole claimed list is shifted by one slot (the embedding is or is not the first slot)",
     FindingKind.REORDERED: "the claimed layers are all there but stored in another order than claimed",

@@ -111,21 +111,24 @@ def test_in_memory_transformers_tuple(batches, smollm2):
         forensics.as_capture(tuple(hs[i] for i in PICK), input_ids=ids, attention_mask=mask)
 
 
-def test_without_a_mask_pad_rows_are_padding_not_foreign(batches, capsys):
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_without_a_mask_pad_rows_are_padding_not_foreign(batches, side, capsys):
     d, out, pad = batches
-    ids, mask, _ = out["right"]
-    code, docs = _fingerprint([d / "right_nomask.pt", "--model", "default"], capsys)
-    assert code != 1
+    ids, mask, _ = out[side]
+    T = ids.shape[1]
+    code, docs = _fingerprint([d / f"{side}_nomask.pt", "--model", "default", "--layers", "0,3,16,final_post"], capsys)
+    assert code == 0
     for b, doc in enumerate(docs):
         n_pad = int((~mask[b].bool()).sum())
         kinds = [f["kind"] for f in doc["findings"]]
-        assert "foreign_rows" not in kinds
-        if n_pad >= 2:
+        assert "foreign_rows" not in kinds and doc["verdict"] == "pass"
+        if n_pad >= 2:  # the run of the pad id at the padded end: removed and named
             pf = next(f for f in doc["findings"] if f["kind"] == "padding")
-            assert pf["evidence"]["rows"] == [[ids.shape[1] - n_pad, ids.shape[1] - 1]]
-            assert pf["evidence"]["pad_id"] == pad
+            want = [T - n_pad, T - 1] if side == "right" else [0, n_pad - 1]
+            assert pf["evidence"]["rows"] == [want] and pf["evidence"]["pad_id"] == pad
+            assert doc["num_tokens"] == T - n_pad
         else:
-            assert "padding" not in kinds
+            assert "padding" not in kinds and doc["num_tokens"] == T
 
 
 def test_every_command_sees_the_samples(batches, capsys, tmp_path):

@@ -1,11 +1,11 @@
 """A command never recommends an option it does not take (issue 31: ``hsf report`` told the user 63 times to pass
 ``--ids``/``--text``, then rejected ``--ids``).
 
-Two walks. Every ``--option`` named in any string of the package must be an option of some ``hsf`` command (or one
-of the few other programs' flags listed below, with why). And every ``--option`` that ``report``, ``fingerprint``,
-``inspect``, ``scan`` and ``audit`` print — text, ``--json``, stderr, and the report's HTML — on inputs that make
-them give hints (a capture saved without token ids, short captures without claims, the demo's data with a draft)
-must be one of that command's own options.
+Two walks. Every ``--option`` named in any string of the package (docstrings aside) must be an option of some
+``hsf`` command (or one of the few other programs' flags listed below, with why). And every ``--option`` that
+``report``, ``fingerprint``, ``inspect``, ``scan`` and ``audit`` print (text, ``--json``, stderr, and the report's
+HTML) on inputs that make them give hints (a capture saved without token ids, short captures without claims, the
+demo's data with a draft) must be one of that command's own options.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_data"
 OPTION = re.compile(r"(?<![\w-])--[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
 OTHER_PROGRAMS = {
-    "--aux-layers": "a trainer's own flag, quoted from its launch command (models/convention_rules.py)",
+    "--aux-layers": "a trainer's own flag, quoted from its launch command (models/conventions/rules.py)",
     "--no-deps": "pip's, in the install line of the packaged model",
 }
 
@@ -40,8 +40,10 @@ def test_every_option_the_package_names_exists():
     known = set().union(*command_options().values()) | {"--version"} | set(OTHER_PROGRAMS)
     unknown: dict[str, set[str]] = {}
     for f in (ROOT / "forensics").rglob("*.py"):
-        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        tree = ast.parse(f.read_text(encoding="utf-8"))
+        docs = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}  # docstrings: for maintainers
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
                 for opt in OPTION.findall(node.value):
                     if opt not in known:
                         unknown.setdefault(opt, set()).add(str(f.relative_to(ROOT)))
@@ -90,8 +92,8 @@ def hinting(tmp_path_factory):
         hs = torch.stack([by_r[r].tensor()[1 + 10 * k:11 + 10 * k].clone() for r in (0, 3, 16, 28)])
         torch.save({"input_ids": lad.input_ids[1 + 10 * k:11 + 10 * k].clone(), "hidden_states": hs},
                    own / f"capture_{k}.pt")
-    noids = t / "noids.pt"  # [4, 4, H]: k and T alike, so only token ids tell the axes apart
-    torch.save(torch.stack([by_r[r].tensor()[:4].clone() for r in (0, 3, 16, 28)]), noids)
+    noids = t / "noids.pt"  # [4, 6, H] without ids: either axis could be the layers' (the ids tell them apart)
+    torch.save(torch.stack([by_r[r].tensor()[:6].clone() for r in (0, 3, 16, 28)]), noids)
     return {"own": str(own), "noids": str(noids), "out": t}
 
 
@@ -140,3 +142,23 @@ def test_a_command_recommends_only_its_own_options(command, argv, hinting, capsy
         if "--json" in extra and cap.out.strip():
             said |= _options_in(". ".join(_strings(json.loads(cap.out))), options)
     assert said - takes == set(), f"hsf {command} recommends {sorted(said - takes)}, which it does not take"
+
+
+def test_report_takes_the_ids_it_asks_for(hinting, capsys, tmp_path):
+    """``hsf report FILE --ids IDS``: the capture whose axes only its ids tell apart is unreadable without them (exit
+    2, the error names --ids), read with them (no unreadable file, 4 slots), and the regenerating command carries
+    ``--ids``; several files with one file's ids are refused (exit 2, one line)."""
+    import torch
+
+    ids = tmp_path / "ids.pt"
+    torch.save(torch.arange(5, 11), ids)
+    out = str(tmp_path / "r.html")
+    assert main(["report", hinting["noids"], "-o", out, "--json"]) == 2
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["unreadable"] == 1
+    code = main(["report", hinting["noids"], "--ids", str(ids), "-o", out, "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code != 2 and doc["unreadable"] == 0 and sum(doc["verdicts"].values()) == 4
+    assert doc["command"].endswith(f"--ids {ids} -o {out}")
+    assert main(["report", hinting["own"], "--ids", str(ids), "-o", out]) == 2
+    assert "exactly one file" in capsys.readouterr().err

@@ -141,3 +141,24 @@ def test_markers_of_another_template_family():
 def test_a_template_that_raises_gives_no_markers():
     assert chat_markers_from("{{ raise_exception('no system role') }}", lambda s: list(s.encode())) is None
     assert chat_markers_from("{{ ''.__class__.__mro__[1].__subclasses__() }}", lambda s: list(s.encode())) is None
+
+
+def test_the_models_template_when_the_capture_has_no_tokenizer(chat_capture, tmp_path):
+    """A capture without its tokenizer folder: the packaged SmolLM2-Instruct's own template (``--model default``,
+    carried in its GGUF) locates the turns; without a model nothing is said."""
+    import shutil
+
+    folder = tmp_path / "cap"
+    shutil.copytree(chat_capture, folder)
+    shutil.rmtree(folder / "tokenizer")
+    doc = json.loads((folder / "capture.json").read_text())
+    doc.pop("tokenizer", None)
+    (folder / "capture.json").write_text(json.dumps(doc))
+    _rewrite_mask(folder / "data_0.pt", folder / "data_0.pt", CORRUPTIONS["prompt"])
+    cap = load(folder / "data_0.pt")
+    from forensics.analysis.loss_mask import capture_loss_mask_findings
+
+    assert capture_markers(cap) is None and capture_loss_mask_findings(cap) == []
+    found = capture_loss_mask_findings(cap, "default")
+    assert [(f.severity.value, f.evidence["problem"]) for f in found] == [("fail", "prompt")]
+    assert found[0].evidence["source"].startswith("chat template of") and ".gguf" in found[0].evidence["source"]

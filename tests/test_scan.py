@@ -454,3 +454,48 @@ def test_cli_parquet_query_slot_two_token0_above_1000(sample_data, tmp_path):
     want = sorted(str(p) for p in (sample_data / "speculators_v1").glob("data_*.pt")
                   if float(torch.load(p, weights_only=True)["hidden_states"][2][0].double().norm()) > 1000)
     assert hits == want and want
+
+
+def test_the_progress_bar_starts_with_the_first_file_not_the_start_up(tmp_path, monkeypatch):
+    """The bar is drawn when the first file is done: the start-up before it (a pool's workers importing torch,
+    seconds) is not in the bar nor in its rate, so the bar moves from its first frame."""
+    import time
+
+    from forensics.analysis.scan import core
+
+    for k in range(3):
+        torch.save({"input_ids": torch.arange(20), "hidden_states": torch.randn(2, 20, 8)}, tmp_path / f"d_{k}.pt")
+    t0 = time.perf_counter()
+    made: list[tuple[float, int]] = []
+    startup = 0.4
+
+    inline = core.run_inline
+
+    def slow_start(batches, opts):
+        time.sleep(startup)  # what a pool's start-up costs before its first file
+        yield from inline(batches, opts)
+
+    monkeypatch.setattr(core, "run_inline", slow_start)
+
+    class Bar:
+        def __init__(self, initial):
+            self.n = initial
+
+        def set_postfix_str(self, *a, **k):
+            pass
+
+        def update(self, k):
+            self.n += k
+
+        def close(self):
+            made.append((-1.0, self.n))
+
+    def bar(total, initial, enabled):
+        made.append((time.perf_counter() - t0, initial))
+        return Bar(initial)
+
+    monkeypatch.setattr(core, "_progress", bar)
+    res = scan(str(tmp_path), workers=0, progress=True)
+    assert res.summary["files"] == 3
+    (t_made, initial), (_, final) = made
+    assert t_made >= startup and initial == 0 and final == 3, made

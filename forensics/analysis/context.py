@@ -35,7 +35,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 SINK_SHARE = 0.5  # a row whose norm is ≥ this × token 0's sink norm, in the sink's dimension …
 SINK_CONCENTRATION = 0.5  # … holding ≥ this share of its norm there (sink rows: 0.95–0.99), is a sequence start
-TOKEN0_SINK_RATIO = 5.0  # token 0 is a sink: ≥ this × the median row norm (stats.SINK_RATIO) …
+TOKEN0_SINK_RATIO = 20.0  # token 0 is a sink: ≥ this × the median row norm … (SmolLM2 residual r = 12..28:
+#                           32–185×; its early layers r = 3..9 carry a smaller token-0 spike, ≤ 11.7× on the
+#                           corpus ladders, that delimiter tokens reach too: on clean files those gave sequence
+#                           starts at a newline)
 TOKEN0_CONCENTRATION = 0.5  # … with ≥ this share of its norm in one dimension (rules.MASSIVE_TOKEN0_CONCENTRATION)
 CHUNK_STEP = 128  # with the model, every multiple of this is tried as a chunk boundary
 MAX_CANDIDATES = 64  # positions tried with the model (the data-only starts and foreign runs first)

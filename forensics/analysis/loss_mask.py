@@ -131,9 +131,33 @@ def capture_markers(cap: Any, model: Any = None) -> Any:
     found = chat_markers(folder) if folder else None
     if found is None and model is not None:
         mpath = getattr(model, "path", None) or (model if isinstance(model, (str, os.PathLike)) else None)
+        if isinstance(mpath, str) and mpath.lower() in ("default", "smollm2"):
+            from forensics.models.target import resolve_model
+
+            mpath = resolve_model(mpath)
         if mpath is not None and os.path.isdir(os.fspath(mpath)):
             found = chat_markers(os.fspath(mpath))
+        elif mpath is not None and os.fspath(mpath).endswith(".gguf"):
+            found = _gguf_markers(os.fspath(mpath))
     return found
+
+
+_GGUF: dict[str, Any] = {}
+
+
+def _gguf_markers(path: str) -> Any:
+    """The chat markers of a ``.gguf`` model's tokenizer (its template travels in the file's metadata); the load
+    is memoised (``forensics.models.target.load_model``: exact mode loads the same model)."""
+    if path not in _GGUF:
+        from forensics.io.chat import chat_markers_from, encoder
+        from forensics.models.target import load_model
+
+        _, tok = load_model(path)
+        template = getattr(tok, "chat_template", None)
+        enc = encoder(tok) if tok is not None else None
+        _GGUF[path] = chat_markers_from(template, enc, f"chat template of {os.path.basename(path)}") \
+            if isinstance(template, str) and enc is not None else None
+    return _GGUF[path]
 
 
 def capture_loss_mask_findings(cap: Any, model: Any = None) -> list[Finding]:

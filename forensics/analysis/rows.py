@@ -215,39 +215,15 @@ def check_rows(capture: Capture, tensors: Sequence[Any] | None = None, *,
 
 
 def _name_padding(rep: RowReport, k: int, rows: tuple[int, int], pad_id: Any, side: Any) -> None:
-    """A batch sample saved without its attention mask keeps its pad rows (``forensics.io.layout``): they are the
-    pad token's states under a mask the file does not hold, so they are named padding and left out of every check
-    (bad rows of every slot), never reported as the sample's own foreign rows."""
-    a, b = max(0, rows[0]), min(rep.num_rows - 1, rows[1])
-    if a > b:
-        return
-    pm = mask_of([(a, b)], rep.num_rows)
-    kept = []
-    for f in rep.findings:
-        if f.kind != FindingKind.FOREIGN_ROWS:
-            kept.append(f)
-            continue
-        per = {int(i): runs(mask_of([tuple(r) for r in v], rep.num_rows) & ~pm)
-               for i, v in (f.evidence.get("per_slot") or {}).items()}
-        per = {i: v for i, v in per.items() if v}
-        if not per:
-            continue  # every foreign row was a pad row
-        union = runs(np.logical_or.reduce([mask_of(v, rep.num_rows) for v in per.values()]))
-        cnt = int(sum(y - x + 1 for x, y in union))
-        ev = {**f.evidence, "rows": [list(r) for r in union[:MAX_LISTED_RUNS]], "runs": len(union), "count": cnt,
-              "share": cnt / max(1, rep.num_rows), "slots": sorted(per),
-              "per_slot": {str(i): [list(r) for r in v[:MAX_LISTED_RUNS]] for i, v in per.items()}}
-        kept.append(Finding(f.kind, f.severity, sorted(per), f"rows {_fmt_runs(union)} are not the states of their "
-                            f"token ids in this sequence (slots {sorted(per)}; the pad rows {a}–{b} left out)", ev))
-    rep.findings = kept
-    for i in range(k):
-        _add_bad(rep, i, [(a, b)])
+    """A batch sample saved without its attention mask had its pad rows removed on reading
+    (``forensics.io.layout``, rows in the file's numbering): named here, so a reader sees what was not judged."""
+    a, b = rows
     n = b - a + 1
     rep.findings.append(Finding(
         FindingKind.PADDING, Severity.INFO, list(range(k)),
-        f"rows {a}–{b} ({n} row{'s' if n != 1 else ''}) are {side or 'edge'} padding (pad id {pad_id}) of a batch "
-        "saved without attention_mask: left out of every check; save the mask with the batch to drop them",
-        {"rows": [[a, b]], "count": n, "pad_id": pad_id, "side": side}))
+        f"rows {a}–{b} of the batch row ({n} row{'s' if n != 1 else ''}) are {side or 'edge'} padding (pad id "
+        f"{pad_id}) of a batch saved without attention_mask: removed, not judged; save the mask with the batch to "
+        "say which rows are real", {"rows": [[a, b]], "count": n, "pad_id": pad_id, "side": side}))
 
 
 def _add_bad(rep: RowReport, slot: int, rs: Runs) -> None:
@@ -385,18 +361,15 @@ def _foreign_from_embedding(hs: np.ndarray, ok: np.ndarray, ids: np.ndarray, k: 
     inv_k = inv_k.reshape(-1)
     confirmed = cnt_k[inv_k] > 1
     label[rows[confirmed]] = 1
-    # (a) the same row as a confirmed row of another id
-    conf_hash_id: dict[int, int] = {}
-    for h_, i_ in zip(rh[confirmed].tolist(), rid[confirmed].tolist(), strict=True):
-        conf_hash_id[h_] = i_
-    # (b) an id whose confirmed rows have another hash
+    # an id whose confirmed rows have another hash: this row is not that id's embedding. The same row as a
+    # confirmed row of another id is no evidence on its own: tokens whose embedding rows are bit-identical
+    # (reserved or untrained ids share one initial row) look exactly like that in a clean capture
     conf_id_hash: dict[int, set[int]] = {}
     for h_, i_ in zip(rh[confirmed].tolist(), rid[confirmed].tolist(), strict=True):
         conf_id_hash.setdefault(i_, set()).add(h_)
     for j in np.flatnonzero(~confirmed):
         h_, i_ = int(rh[j]), int(rid[j])
-        other = conf_hash_id.get(h_)
-        if (other is not None and other != i_) or (i_ in conf_id_hash and h_ not in conf_id_hash[i_]):
+        if i_ in conf_id_hash and h_ not in conf_id_hash[i_]:
             label[rows[j]] = -1
     return label
 

@@ -124,8 +124,10 @@ _CACHE: dict[str, ChatMarkers | None] = {}
 def encoder(tok: Any) -> Callable[[str], list[int]] | None:
     """``text → ids`` without added special tokens for a tokenizer as :func:`forensics.io.tokenizer.load_tokenizer`
     returns it (a ``tokenizers`` file or a transformers tokenizer)."""
-    backend = getattr(tok, "backend", None)
-    if backend is not None and hasattr(backend, "encode"):
+    from .tokenizer import TokenizerFile
+
+    if isinstance(tok, TokenizerFile):  # the tokenizers library's Tokenizer (transformers' own has a str .backend)
+        backend = tok.backend
         return lambda s: backend.encode(s, add_special_tokens=False).ids
     if hasattr(tok, "encode"):
         return lambda s: tok.encode(s, add_special_tokens=False)

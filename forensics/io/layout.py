@@ -10,8 +10,9 @@ Accepted (one sample per file; ``T`` tokens, ``H`` hidden size, ``k`` captured l
 * a **batch**: ``[B, T]`` token ids with ``[k, B, T, H]`` (``torch.stack(out.hidden_states)``), ``[B, T, H]`` per
   slot, or transformers' tuple of ``[B, T, H]``: :func:`resolve_samples` splits it into B samples (``FILE#b``).
   ``attention_mask`` ``[B, T]`` removes each sample's pad rows (left or right padding) before any check; without
-  it, a run of one id at the padded end (the pad id: the file's ``pad_token_id`` when it has one) is kept and
-  named as padding (``Resolved.padding``), never judged as the sample's own rows.
+  it, the run of the pad id at the padded end (the file's ``pad_token_id`` when it has one, else the id that ends
+  the shorter samples in a run of two or more) is removed and named as padding (``Resolved.padding``), never
+  judged as the sample's own rows.
 
 Where a stack's first two axes could be either ``k`` or ``T``, the token ids' length decides; where nothing
 decides, one :class:`ForensicsError` shows the shapes found, the layouts accepted and how to re-save.
@@ -69,7 +70,7 @@ class Resolved:
     key_layers: dict[int, int] = field(default_factory=dict)  # slot index -> the number its key names
     sample: int | None = None  # which sample of a batch (None: the object holds one sample)
     samples: int = 1  # how many samples the object holds
-    padding: dict | None = None  # kept pad rows (no attention_mask): {"rows": [first, last], "id", "side"}
+    padding: dict | None = None  # pad rows removed without a mask: {"rows": [first, last] of the file, "id", "side"}
 
 
 def check_storage(t: Any, path: str, name: str) -> None:
@@ -396,7 +397,7 @@ def guess_padding(ids: Any, pad_id: int | None) -> tuple[str, int] | None:
 
     The pad id is the one saved with the batch, else the id that ends (or starts) the samples in the longest run:
     padding is one id repeated at one end, and in a batch of different lengths at least one sample carries
-    more than one pad row. Rows named so are kept and said to be padding; they are never taken as evidence.
+    more than one pad row. Rows named so are removed and said to be padding; they are never taken as evidence.
     """
     best: tuple[int, str, int] | None = None
     for side in ("right", "left"):
@@ -485,8 +486,9 @@ def _resolve_batch(obj: Any, path: str, bt: tuple[int, int], input_ids: Any, att
             v, n = _edge_run(ids[b], side)
             if v == pid and n < T:
                 pad_rows = [T - n, T - 1] if side == "right" else [0, n - 1]
+                keep = slice(0, T - n) if side == "right" else slice(n, T)
                 notes.append(f"rows {pad_rows[0]}–{pad_rows[1]} hold the pad id {pid} ({side} padding, no "
-                             "attention_mask saved): named padding, not judged")
+                             "attention_mask saved): removed as padding, not judged")
         parts = [Part(nm, key, t[b][keep]) for nm, key, t in views]
         res = Resolved(parts, None if ids is None else ids[b][keep], None if lmask is None else lmask[b][keep],
                        layout, notes, sample=b, samples=B)

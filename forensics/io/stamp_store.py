@@ -82,6 +82,16 @@ def raw_slot_arrays(path: str, cap) -> list | None:
             return None
         return mm[a:b].view(f"<i{w}" if w > 1 else "<i1").reshape(h["shape"])
 
+    out = _layout_views(cap, header, view)
+    if out is None or any(a.shape != tuple(s.shape) for a, s in zip(out, cap.slots, strict=True)):
+        return None
+    return out
+
+
+def _layout_views(cap, header: dict, view) -> list | None:
+    """The slots' integer views, in slot order, for the capture's layout: one ``hidden_states`` stack split along
+    its slot axis (speculators), or one tensor per slot (generic); None for another layout or a tensor ``view``
+    refuses (unknown dtype, offsets outside the data section)."""
     keys = {s.key for s in cap.slots}
     if cap.format == "speculators" and keys == {"hidden_states"}:
         arr = view("hidden_states")
@@ -90,19 +100,16 @@ def raw_slot_arrays(path: str, cap) -> list | None:
         if arr.ndim == 4:
             arr = arr[0]
         transposed = "transposed" in (cap.provenance.layout or "")
-        out = [arr[i] if transposed else arr[:, i] for i in range(len(cap.slots))]
-    elif all(s.key in header and s.name == s.key for s in cap.slots):
+        return [arr[i] if transposed else arr[:, i] for i in range(len(cap.slots))]
+    if all(s.key in header and s.name == s.key for s in cap.slots):
         out = []
         for s in cap.slots:
             arr = view(s.key)
             if arr is None:
                 return None
             out.append(arr[0] if arr.ndim == 3 else arr)
-    else:
-        return None
-    if any(a.shape != tuple(s.shape) for a, s in zip(out, cap.slots, strict=True)):
-        return None
-    return out
+        return out
+    return None
 
 
 # ---- reading -------------------------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ def clean_stale(target: str) -> list[str]:
 
     folder, name = os.path.split(os.path.abspath(target))
     pattern = re.compile(re.escape(f".{name}{TEMP_MARK}") + r"(\d+)-[0-9a-f]{8}")
-    removed = []
+    removed: list[str] = []
     try:
         entries = os.listdir(folder)
     except OSError:

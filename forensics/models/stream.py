@@ -243,23 +243,7 @@ class LayerStream:
                                      f"{self._layer_cls.__name__} (model_type {self.model_type!r})", path=self.folder)
             sd[local] = reader.tensor(n, self.dtype)
         for path, per in experts.items():
-            mod = block.get_submodule(path)
-            if getattr(mod, "has_bias", False) or getattr(mod, "is_transposed", False):
-                raise ForensicsError(f"{type(mod).__name__} with biases or transposed weights cannot be streamed "
-                                     f"yet (model_type {self.model_type!r})", path=self.folder)
-            total = int(mod.num_experts)
-            if sorted(per) != list(range(total)) or any(len(v) != 3 for v in per.values()):
-                raise ForensicsError(f"block {k}: the shards hold {len(per)} experts at {path} with missing "
-                                     f"projections; the config says {total}", path=self.folder)
-            fetch = self._expert_fetcher(per, reader)
-            one = sum(self.index[n].nbytes // DTYPE_BYTES.get(self.index[n].dtype, 2) for n in per[0].values())
-            group = max(1, self.expert_group_bytes // max(1, one * self._itemsize()))
-            for leaf in ("gate_up_proj", "down_proj"):
-                want.pop(f"{path}.{leaf}", None)
-            routed = _routed_experts_class()(mod, fetch, total, group,
-                                             lambda n, k=k: self.stats.experts_read.__setitem__(k, n))
-            parent, _, leaf = path.rpartition(".")
-            setattr(block.get_submodule(parent) if parent else block, leaf, routed)
+            self._route_experts(k, block, path, per, want, reader)
         wrong = [(n, list(t.shape), list(want[n].shape)) for n, t in sd.items() if t.shape != want[n].shape]
         if wrong:
             n, got, exp = wrong[0]
@@ -275,6 +259,28 @@ class LayerStream:
             raise ForensicsError(f"block {k}: {left[:3]} are not in the checkpoint (model_type "
                                  f"{self.model_type!r})", path=self.folder)
         return block.eval()
+
+    def _route_experts(self, k: int, block: Any, path: str, per: dict[int, dict[str, str]], want: dict[str, Any],
+                       reader: ShardReader) -> None:
+        """Swap block k's experts module at ``path`` for one that reads each routed expert from the shards on demand
+        (``per``: expert → projection → checkpoint name); its stacked weights leave ``want``."""
+        mod = block.get_submodule(path)
+        if getattr(mod, "has_bias", False) or getattr(mod, "is_transposed", False):
+            raise ForensicsError(f"{type(mod).__name__} with biases or transposed weights cannot be streamed "
+                                 f"yet (model_type {self.model_type!r})", path=self.folder)
+        total = int(mod.num_experts)
+        if sorted(per) != list(range(total)) or any(len(v) != 3 for v in per.values()):
+            raise ForensicsError(f"block {k}: the shards hold {len(per)} experts at {path} with missing "
+                                 f"projections; the config says {total}", path=self.folder)
+        fetch = self._expert_fetcher(per, reader)
+        one = sum(self.index[n].nbytes // DTYPE_BYTES.get(self.index[n].dtype, 2) for n in per[0].values())
+        group = max(1, self.expert_group_bytes // max(1, one * self._itemsize()))
+        for leaf in ("gate_up_proj", "down_proj"):
+            want.pop(f"{path}.{leaf}", None)
+        routed = _routed_experts_class()(mod, fetch, total, group,
+                                         lambda n, k=k: self.stats.experts_read.__setitem__(k, n))
+        parent, _, leaf = path.rpartition(".")
+        setattr(block.get_submodule(parent) if parent else block, leaf, routed)
 
     def _expert_fetcher(self, per: dict[int, dict[str, str]], reader: ShardReader) -> Any:
         import torch

@@ -42,17 +42,23 @@ def default_model_path() -> str:
 
 
 CACHE_KEY_BYTES = 1 << 22  # the cache key hashes this much of the GGUF's start and of its end, and its size
+CACHE_KEY_SAMPLES, CACHE_KEY_BLOCK = 64, 1 << 16  # ... and 64 blocks of 64 KiB spread between them (4 MiB)
 
 
 def _cache_folder(gguf: str) -> str:
-    """The fp32 cache of ``gguf``, keyed by its content (size, first and last 4 MiB: the header with every
-    tensor's metadata, and the last tensor's data), not its path: every checkout and virtualenv holding the
-    same GGUF shares one ~540 MB copy."""
+    """The fp32 cache of ``gguf``, keyed by its content, not its path or mtime: its size, first and last 4 MiB (the
+    header with every tensor's metadata, and the last tensor's data) and ``CACHE_KEY_SAMPLES`` blocks spread over
+    the rest (any other model of the same size and layout, e.g. a fine-tune copied over it with ``cp -p``, differs
+    there). Every checkout and virtualenv holding the same GGUF shares one ~540 MB copy."""
     h = hashlib.sha1()
     with open(gguf, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         h.update(f"{size}|".encode())
         h.update(f.read(CACHE_KEY_BYTES))
+        inner = size - 2 * CACHE_KEY_BYTES
+        if inner > 0:
+            for i in range(CACHE_KEY_SAMPLES):
+                h.update(os.pread(f.fileno(), CACHE_KEY_BLOCK, CACHE_KEY_BYTES + inner * i // CACHE_KEY_SAMPLES))
         f.seek(max(0, size - CACHE_KEY_BYTES))
         h.update(f.read(CACHE_KEY_BYTES))
     return os.path.join(CACHE_DIR, f"{os.path.basename(gguf)}-{h.hexdigest()[:12]}-fp32")
@@ -109,6 +115,50 @@ def _write_cache(model, tok, folder: str) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _load_gguf(path: str, dtype: Any, cache: bool) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` of a ``.gguf``: from its fp32 cache folder once written, else dequantised by
+    transformers in fp32 (and the cache folder written when ``cache``), then cast to ``dtype``."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from forensics.models.folder import LOCAL_ONLY, quiet
+
+    folder = _cache_folder(path)
+    if cache and os.path.isfile(os.path.join(folder, "model.safetensors")):
+        with quiet():  # no "Loading weights" bar on stderr: hsf's own progress says what it does
+            model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **LOCAL_ONLY)
+            tok = AutoTokenizer.from_pretrained(folder, **LOCAL_ONLY)
+        return model, tok
+    d, name = os.path.split(os.path.abspath(path))
+    with quiet():
+        tok = AutoTokenizer.from_pretrained(d, gguf_file=name, **LOCAL_ONLY)
+        model = AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.float32,
+                                                     **LOCAL_ONLY)
+    if cache:
+        _write_cache(model, tok, folder)
+    return model.to(dtype), tok
+
+
+def _load_folder(path: str, dtype: Any) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` of an HF folder, its config and shards checked first; the tokenizer is None when the
+    folder has none."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from forensics.models.folder import LOCAL_ONLY, build_config, check_tokenizer_files, quiet, read_config
+
+    cfg = read_config(path)  # no custom code, sizes within limits: before transformers sees the folder
+    config = build_config(path, cfg)
+    check_shards(path, config)
+    with quiet():
+        model = AutoModelForCausalLM.from_pretrained(path, config=config, dtype=dtype, **LOCAL_ONLY)
+    try:
+        check_tokenizer_files(path)
+        tok = AutoTokenizer.from_pretrained(path, **LOCAL_ONLY)
+    except Exception:  # noqa: BLE001 - a weights-only folder has no tokenizer
+        tok = None
+    return model, tok
+
+
 def load_model(path: str | None = None, dtype: Any = None, cache: bool = True):
     """Load ``(model, tokenizer)`` in eval mode; ``path`` is an HF folder or a ``.gguf`` file.
 
@@ -129,37 +179,13 @@ def load_model(path: str | None = None, dtype: Any = None, cache: bool = True):
     memo = (os.path.abspath(path), str(dtype))
     if memo in _LOADED:
         return _LOADED[memo]
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from forensics.models.folder import LOCAL_ONLY, build_config, check_tokenizer_files, quiet, read_config
+    import transformers  # noqa: F401 - before the try: a missing transformers is an ImportError, not a bad model
 
     try:
         if os.path.isfile(path) and path.endswith(".gguf"):
-            folder = _cache_folder(path)
-            if cache and os.path.isfile(os.path.join(folder, "model.safetensors")):
-                with quiet():  # no "Loading weights" bar on stderr: hsf's own progress says what it does
-                    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **LOCAL_ONLY)
-                    tok = AutoTokenizer.from_pretrained(folder, **LOCAL_ONLY)
-            else:
-                d, name = os.path.split(os.path.abspath(path))
-                with quiet():
-                    tok = AutoTokenizer.from_pretrained(d, gguf_file=name, **LOCAL_ONLY)
-                    model = AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.float32,
-                                                                 **LOCAL_ONLY)
-                if cache:
-                    _write_cache(model, tok, folder)
-                model = model.to(dtype)
+            model, tok = _load_gguf(path, dtype, cache)
         elif os.path.isdir(path):
-            cfg = read_config(path)  # no custom code, sizes within limits: before transformers sees the folder
-            config = build_config(path, cfg)
-            check_shards(path, config)
-            with quiet():
-                model = AutoModelForCausalLM.from_pretrained(path, config=config, dtype=dtype, **LOCAL_ONLY)
-            try:
-                check_tokenizer_files(path)
-                tok = AutoTokenizer.from_pretrained(path, **LOCAL_ONLY)
-            except Exception:  # noqa: BLE001 - a weights-only folder has no tokenizer
-                tok = None
+            model, tok = _load_folder(path, dtype)
         else:
             raise ForensicsError("expected a Hugging Face model folder or a .gguf file", path=path)
     except ForensicsError:
@@ -627,6 +653,12 @@ def model_tokenizer(spec: Any) -> tuple[Any, str | None]:
     for (p, _), (_, tok) in list(_LOADED.items()):  # the model is loaded already: its tokenizer
         if p == path and tok is not None:
             return tok, None
+    return _gguf_tokenizer(path)
+
+
+def _gguf_tokenizer(path: str) -> tuple[Any, str | None]:
+    """The vocabulary a ``.gguf`` carries, read by transformers once per process: ``(tokenizer, None)`` or
+    ``(None, one-line reason)``."""
     if path not in _GGUF_TOKENIZERS:
         from forensics.models.folder import LOCAL_ONLY, quiet
 

@@ -404,6 +404,20 @@ class _PlainLlama:
             out += list(top.split([int(flat[n].numel()) for n in pack]))
         return out
 
+    def _rope_tables(self, lens: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rotary ``(cos, sin)`` tables ``[1, 1, ΣT, head_dim]`` of packed sequences, positions restarting at 0.
+
+        LlamaRotaryEmbedding.compute_default_rope_parameters + forward, fp32 throughout.
+        """
+        import torch
+
+        hd = self.head_dim
+        inv_freq = 1.0 / (self.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.int64).to(torch.float) / hd))
+        pos = torch.cat([torch.arange(n) for n in lens])
+        freqs = pos[None, :, None].float() * inv_freq.to(torch.float)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return (emb.cos() * 1.0)[:, None], (emb.sin() * 1.0)[:, None]
+
     def hidden(self, seqs: list[torch.Tensor]) -> torch.Tensor:
         """The final-norm output ``[ΣT, H]`` (``lm_head``'s input) of the sequences, run as one packed batch.
 
@@ -419,12 +433,7 @@ class _PlainLlama:
         ids = torch.cat([s.reshape(-1) for s in seqs]).reshape(1, -1)
         with torch.inference_mode():
             x = F.embedding(ids, w[P + "embed_tokens.weight"])
-            # LlamaRotaryEmbedding.compute_default_rope_parameters + forward, fp32 throughout
-            inv_freq = 1.0 / (self.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.int64).to(torch.float) / hd))
-            pos = torch.cat([torch.arange(n) for n in lens])
-            freqs = pos[None, :, None].float() * inv_freq.to(torch.float)
-            emb = torch.cat((freqs, freqs), dim=-1)
-            cos, sin = (emb.cos() * 1.0)[:, None], (emb.sin() * 1.0)[:, None]
+            cos, sin = self._rope_tables(lens)
 
             def rope(t: torch.Tensor) -> torch.Tensor:
                 half = t.shape[-1] // 2

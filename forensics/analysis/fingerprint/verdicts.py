@@ -248,12 +248,13 @@ def judge(fp: Fingerprint, claims: Claims | None) -> list[Finding]:
             if sv.verdict is Verdict.CANNOT_TELL and r is not None and sv.claim is not None and r != sv.claim.r:
                 sf.verdict_why += f"; the list is {whole.kind} (see `{whole.kind}`): most likely {r_label(r)}"
         elif readings and whole is not None:  # two readings of the shift: the slot is one of them, not named
-            alts = list(dict.fromkeys(r_label(v[sv.index]) for v in readings.values() if v[sv.index] is not None))
+            named = {w: v[sv.index] for w, v in readings.items()}  # a reading may leave the slot unnamed (None)
+            alts = list(dict.fromkeys(named.values()))
             if sv.verdict is Verdict.CANNOT_TELL and len(alts) > 1:
-                sf.verdict_why += (f"; the list is {whole.kind} (see `{whole.kind}`): "
-                                   + " or ".join(f"{a} ({w})" for a, w in zip(alts, readings, strict=False)))
-            elif sf.label is None and len(alts) == 1:
-                sf.label = alts[0]
+                sf.verdict_why += (f"; the list is {whole.kind} (see `{whole.kind}`): " + " or ".join(
+                    f"{'unnamed' if r is None else r_label(r)} ({w})" for w, r in named.items()))
+            elif sf.label is None and len(alts) == 1 and alts[0] is not None:  # every reading names it alike
+                sf.label = r_label(alts[0])
         elif sv.claim is not None and sv.verdict is not Verdict.FAIL and sf.label is None:
             sf.label = sv.claim.label  # a claim the evidence does not contradict names the slot
     return findings

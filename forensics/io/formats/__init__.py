@@ -394,6 +394,9 @@ def _sidecar(path: str, name: str, notes: list[str] | None = None) -> dict | Non
     return None
 
 
+MAX_SIDECAR_TEXT = 1024  # a capture.json string as kept (real ones: a model name, a path: < 300 characters)
+
+
 def _apply_sidecars(cap: Capture, fmt: CaptureFormat) -> None:
     from forensics.layers import parse_r
 
@@ -404,6 +407,9 @@ def _apply_sidecars(cap: Capture, fmt: CaptureFormat) -> None:
             apply(cap, doc)
     meta = _sidecar(cap.path, "capture.json", cap.provenance.notes)
     if meta:
+        for k, v in list(meta.items()):  # a model name or tool of 10^6 characters is shown cut, with a count
+            if isinstance(v, str) and len(v) > MAX_SIDECAR_TEXT:
+                meta[k] = f"{v[:MAX_SIDECAR_TEXT]}…(+{len(v) - MAX_SIDECAR_TEXT:,} chars)"
         cap.meta = meta
         rs = meta.get("r")
         if isinstance(rs, list) and len(rs) == len(cap.slots):

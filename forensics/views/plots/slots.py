@@ -401,33 +401,11 @@ def band_label(bands: Sequence[tuple[int, int, list[int]]], k: int) -> str:
         f"{', '.join(map(str, slots))})"
 
 
-def norm_by_position(result: Any, slots: Sequence[int] | None = None,
-                     token_range: tuple[int, int] | None = None, title: str | None = None,
-                     bad_rows: dict[int, Sequence[tuple[int, int]]] | None = None) -> Figure:
-    """Per-token L2 norm against token position, one line per slot (log axis), sinks and massive tokens marked,
-    bad rows (zero, non-finite, foreign, outside the ids: the row report's ``bad_rows``) shaded.
-
-    ``token_range`` is inclusive ``(first, last)`` as an ``IntRangeSlider`` gives it. Line y-data are
-    exactly ``SlotStats.norms[first:last + 1]``; ``bad_rows`` (slot → inclusive row ranges) defaults to the
-    result's row report (a fingerprint's ``rows``).
-    """
+def _plot_norm_lines(ax: Any, pl: Any, stats: Any, colors: Any, labels: Any) -> None:
+    """One norm line per slot of ``pl`` (:func:`position_lines`), its sink tokens marked ``v`` and its massive
+    activations ``x``; each marker kind gets one legend entry."""
     from forensics.analysis.stats import SINK_RATIO
 
-    stats, _ = _unpack(result)
-    sel = _selected(stats, slots)
-    labels = slot_labels(result)
-    colors = _colors_for(stats, sel)
-    many = len(sel) > MAX_LEGEND_ROWS
-    fig = _figure(height=ROW_HEIGHT + (0.25 * math.ceil(len(sel) / 6) + 0.4 if many else 0))
-    ax = fig.add_subplot()
-    if not sel:
-        _empty(ax, "no slot selected")
-        return fig
-    pl = position_lines(result, sel, token_range, bad_rows)
-    lo, hi = pl.lo, pl.hi
-    for j, (a, b, _ss) in enumerate(pl.bands):
-        ax.axvspan(a - 0.5, b + 0.5, color=BAD_COLOR, alpha=0.15, lw=0, zorder=0, gid=f"bad-rows-{a}-{b}",
-                   label=band_label(pl.bands, len(sel)) if j == 0 else None)
     marks = {"sink": False, "massive": False}
     for i, pos, n in pl.lines:
         ax.plot(pos, n, color=colors[i], lw=1, label=labels[i], gid=f"norms-{i}",
@@ -443,6 +421,34 @@ def norm_by_position(result: Any, slots: Sequence[int] | None = None,
             ax.scatter(mp, norms[mp], marker="x", s=36, color="black", lw=1.2, zorder=6, gid=f"massive-{i}",
                        label=None if marks["massive"] else "massive activation")
             marks["massive"] = True
+
+
+def norm_by_position(result: Any, slots: Sequence[int] | None = None,
+                     token_range: tuple[int, int] | None = None, title: str | None = None,
+                     bad_rows: dict[int, Sequence[tuple[int, int]]] | None = None) -> Figure:
+    """Per-token L2 norm against token position, one line per slot (log axis), sinks and massive tokens marked,
+    bad rows (zero, non-finite, foreign, outside the ids: the row report's ``bad_rows``) shaded.
+
+    ``token_range`` is inclusive ``(first, last)`` as an ``IntRangeSlider`` gives it. Line y-data are
+    exactly ``SlotStats.norms[first:last + 1]``; ``bad_rows`` (slot → inclusive row ranges) defaults to the
+    result's row report (a fingerprint's ``rows``).
+    """
+    stats, _ = _unpack(result)
+    sel = _selected(stats, slots)
+    labels = slot_labels(result)
+    colors = _colors_for(stats, sel)
+    many = len(sel) > MAX_LEGEND_ROWS
+    fig = _figure(height=ROW_HEIGHT + (0.25 * math.ceil(len(sel) / 6) + 0.4 if many else 0))
+    ax = fig.add_subplot()
+    if not sel:
+        _empty(ax, "no slot selected")
+        return fig
+    pl = position_lines(result, sel, token_range, bad_rows)
+    lo, hi = pl.lo, pl.hi
+    for j, (a, b, _ss) in enumerate(pl.bands):
+        ax.axvspan(a - 0.5, b + 0.5, color=BAD_COLOR, alpha=0.15, lw=0, zorder=0, gid=f"bad-rows-{a}-{b}",
+                   label=band_label(pl.bands, len(sel)) if j == 0 else None)
+    _plot_norm_lines(ax, pl, stats, colors, labels)
     ax.set_yscale("log")
     ax.set_xlabel("token position")
     ax.set_ylabel("per-token ‖x‖₂ (log)")
