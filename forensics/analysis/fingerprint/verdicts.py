@@ -72,6 +72,11 @@ class SlotVerdict:
                 "settle": self.settle}
 
 
+def _is(why: str) -> str:
+    """A verdict's reason after "but": exact mode's "equals L3 ..." is already a verb; the others are nouns."""
+    return why if why.startswith("equals ") else f"is {why}"
+
+
 def _claim_text(c: Claim | None) -> str:
     return "nothing" if c is None else f"{c.label} ({c.source.value})"
 
@@ -233,7 +238,7 @@ def judge(fp: Fingerprint, claims: Claims | None) -> list[Finding]:  # noqa: C90
         findings.append(whole)
     for kind, idx in kinds.items():
         findings.append(Finding(kind, Severity.FAIL, idx, "; ".join(
-            f"slot {i} ({fp.slots[i].name}) is claimed {_claim_text(verdicts[i].claim)} but is {verdicts[i].why}"
+            f"slot {i} ({fp.slots[i].name}) is claimed {_claim_text(verdicts[i].claim)} but {_is(verdicts[i].why)}"
             for i in idx), {"claimed": [claims.rs[i] for i in idx], "r_exact": [fp.slots[i].r_exact for i in idx],
                             "roles": [fp.slots[i].role for i in idx]}))
     for sv in verdicts:
