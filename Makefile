@@ -33,7 +33,7 @@ export TRANSFORMERS_OFFLINE = 1
 unexport PYTHONDONTWRITEBYTECODE
 export PYTHONPYCACHEPREFIX := $(abspath $(VENV))/pycache
 
-.PHONY: install install-demo demo test fuzz lab bench accuracy accuracy-holdout lint clean
+.PHONY: install install-demo demo test test-fast fuzz lab bench accuracy accuracy-holdout lint clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV_ARGS) $(VENV)
@@ -79,7 +79,14 @@ demo: $(DEMO_STAMP)
 		-o $(OUT)/report.html || [ $$? -eq 1 ]
 
 test: $(TEST_STAMP)
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q --durations=25 $(PYTEST_ARGS)
+
+# The maintainer's quick loop, under two minutes on the project's 2-core machine: the unit tiers. Tests that load
+# SmolLM2 (marker `model`), drive Chromium (`browser`), run a notebook (`notebook`) or take seconds each (`slow`)
+# are left to `make test`.
+FAST := not model and not browser and not notebook and not slow
+test-fast: $(TEST_STAMP)
+	$(BIN)/python -m pytest -q -m "$(FAST)" --durations=10 $(PYTEST_ARGS)
 
 # The long fuzz profile over hostile captures (tests/test_fuzz.py; `make test` runs its short profile).
 fuzz: $(TEST_STAMP)

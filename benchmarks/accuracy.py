@@ -14,7 +14,8 @@ capture as the reference, which is what ``--model`` computes) and reports:
   post-norm final never ranked shallowest, post-norm role found, and bit-identical slots sharing one label.
 
 Then the row-forensics table (``benchmarks/accuracy_rows.py``): per corruption kind, detection and location
-data-only and with the model, and false alarms on clean files (``--what rows`` runs only that part).
+data-only and with the model, and false alarms on clean files (``--what rows`` runs only that part), and the
+below-the-row table (``benchmarks/accuracy_residual.py``: ``not_residual``, ``context_lost``; ``--what residual``).
 
 Thresholds are tuned on the tuning half only; the default report is the evaluation half.
 """
@@ -265,8 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, help="only the first N cases (a quick look)")
     ap.add_argument("--json", help="also write the summary and every case result to this file")
     ap.add_argument("--failures", action="store_true", help="list every case that missed")
-    ap.add_argument("--what", choices=("layers", "rows", "both"), default="both",
-                    help="the layer verdicts, the row-forensics table, or both (default)")
+    ap.add_argument("--what", choices=("layers", "rows", "residual", "both"), default="both",
+                    help="the layer verdicts, the row-forensics table, the below-the-row table "
+                         "(accuracy_residual.py), or all three (default: both)")
     ap.add_argument("--clean-layer-cases", action="store_true",
                     help="also count every layer-case file as a clean file for row false alarms")
     a = ap.parse_args(argv)
@@ -292,6 +294,16 @@ def main(argv: list[str] | None = None) -> int:
         if a.failures:
             print("\n".join(["", "row misses:"] + row_misses(rres)))
         doc.update(rows_summary=rs, rows_results=[r.__dict__ for r in rres])
+    if a.what in ("residual", "both") and load_manifest(a.corpus).get("residual_cases"):
+        from accuracy_residual import evaluate as evaluate_residual
+        from accuracy_residual import render as render_residual
+        from accuracy_residual import summarize as summarize_residual
+
+        rmodes = tuple("model" if m == "exact" else m for m in modes)
+        xres = evaluate_residual(a.corpus, a.split, rmodes, a.clean_layer_cases, a.limit, progress=True)
+        xs = summarize_residual(xres)
+        print(("\n" if doc else "") + render_residual(xs, a.split))
+        doc.update(residual_summary=xs, residual_results=xres)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(doc, f, indent=1, default=str)

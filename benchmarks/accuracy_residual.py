@@ -13,7 +13,8 @@ run of a chunk alone are not in a ladder capture), and scored:
   model: a fail); located: its rows start at the truth's p and end at the last row;
 * the file's verdict is FAIL (with the model; data only where the data shows it);
 * false alarm: a ``not_residual`` or ``context_lost`` finding on a file without it (the ``clean3`` cases, every
-  other variant, and with ``--clean-layer-cases`` every layer-case file of the split whose claim is its truth).
+  other variant, and with ``--clean-layer-cases`` every layer-case file of the split whose claim is its truth
+  and every clean row-case file, data only).
 
 ``--encoder DIR`` also counts false alarms on captures of another architecture (``*.pt`` files with a
 ``claims.json`` mapping file name → claimed layers), e.g. the all-MiniLM-L6-v2 encoder of the
@@ -79,6 +80,9 @@ def evaluate(corpus: str, split: str, modes: tuple[str, ...], clean_layers: bool
         cases += [{"file": c["file"], "variant": "layer_case_clean", "claim": c["claim"], "expected": [],
                    "split": c["split"]} for c in m["cases"]
                   if c["claim"] == c["truth"] and (split == "all" or c["split"] == split)]
+        cases += [{"file": c["file"], "variant": "row_case_clean", "claim": c["claim"], "expected": [],
+                   "split": c["split"]} for c in m.get("row_cases", [])
+                  if c["variant"] == "clean" and (split == "all" or c["split"] == split)]
     cases = cases[:limit] if limit else cases
     net = None
     if "model" in modes:
@@ -90,7 +94,7 @@ def evaluate(corpus: str, split: str, modes: tuple[str, ...], clean_layers: bool
     t0 = time.time()
     for n, c in enumerate(cases):
         for mode in modes:
-            if mode == "model" and c["variant"] == "layer_case_clean":
+            if mode == "model" and c["variant"] in ("layer_case_clean", "row_case_clean"):
                 continue
             fp = fingerprint(os.path.join(corpus, c["file"]), layers=c["claim"],
                              model=net if mode == "model" else None)

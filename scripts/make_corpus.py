@@ -419,7 +419,8 @@ def _interior_block(rng: random.Random, T: int, n: int) -> tuple[int, int]:
     return a, a + n - 1
 
 
-def corrupt_rows(variant: str, states: list, ids, mask, rs: list, rng: random.Random, other: list | None = None):
+def corrupt_rows(variant: str, states: list, ids, mask, rs: list, rng: random.Random,  # noqa: C901
+                 other: list | None = None):
     """``(states, ids, mask, expected)`` of one row corruption of a clean sample, or None when the text is too
     short for it. ``states``: the slots' ``[T, H]`` rows in file order (not modified), ``rs``: their r,
     ``other``: the same layers' rows of another text (foreign rows). ``expected``: the findings a correct
@@ -583,6 +584,7 @@ def write_row_cases(texts: list[dict], split: dict[str, str], out: str, log,
 # ------------------------------------------------------------------------------ below the row (issue 33)
 RESIDUAL_VARIANTS = ("clean3", "mlp_all", "attn_all", "mlp_one", "attn_one", "mid_one", "context_lost")
 RESIDUAL_MIN_TOKENS = 32  # shorter texts: no case (the data-only statistics need rows; a chunk needs both halves)
+RESIDUAL_MAX_TOKENS = 384  # the first tokens of each text (three more forwards per text: a 2-core build stays short)
 CHUNK_AT = 128  # the chunk boundary of context_lost when the text has ≥ CHUNK_MIN_TOKENS tokens, else T // 2
 CHUNK_MIN_TOKENS = 160
 
@@ -620,7 +622,8 @@ def write_residual_cases(texts: list[dict], split: dict[str, str], out: str, log
     import torch
     from safetensors import safe_open
 
-    from forensics.models.recorder import TextSample, sample_path, write_sample
+    from forensics.io.formats import writer
+    from forensics.models.recorder import TextSample, write_sample
     from forensics.models.target import ladder, load_model, sublayer_states
 
     net = load_model()[0]
@@ -631,6 +634,7 @@ def write_residual_cases(texts: list[dict], split: dict[str, str], out: str, log
             s0 = json.load(f)["samples"][0]
         with safe_open(os.path.join(out, "ladder", t["id"], "capture_0.safetensors"), framework="pt") as g:
             ids, mask = g.get_tensor("input_ids"), g.get_tensor("loss_mask")
+        ids, mask = ids[:RESIDUAL_MAX_TOKENS], mask[:RESIDUAL_MAX_TOKENS]
         T = int(ids.numel())
         if T < RESIDUAL_MIN_TOKENS:
             continue
@@ -644,7 +648,7 @@ def write_residual_cases(texts: list[dict], split: dict[str, str], out: str, log
         for v in variants:
             states, rs, expected = residual_case(v, bf, subs, chunk, p, L, FP if fmt == "specforge" else L,
                                                  random.Random(f"{SEED}-residual-{t['id']}-{v}"))
-            rel = os.path.join(split[t["id"]], fmt, "residual", f"{t['id']}__{v}", sample_path(fmt, 0))
+            rel = os.path.join(split[t["id"]], fmt, "residual", f"{t['id']}__{v}", writer(fmt).sample_path(0))
             write_sample(fmt, os.path.join(out, rel), sample, [x.contiguous() for x in states], rs)
             cases.append({"file": rel, "format": fmt, "text": t["id"], "text_kind": t["kind"],
                           "split": split[t["id"]], "variant": v, "claim": rs, "num_tokens": T,

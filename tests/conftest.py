@@ -47,13 +47,42 @@ def one_torch_thread():
 
 
 MODEL_FIXTURES = {"smollm2"}
+# ``slow``: left out of ``make test-fast``. Whole files of hostile-input sweeps, and single tests over 1 s of CPU each
+# (a console script in a subprocess, a whole report or scan, a Dask cluster), measured per test with
+# process + children CPU time on the 2-core machine (scripts/cpu_times.py); None: every test of the file.
+SLOW_PREFIXES = ("test_hardening",)  # every hostile-input sweep file (test_hardening_threads: seconds per test)
+SLOW: dict[str, set[str] | None] = {
+    "test_fuzz.py": None,
+    "test_audit_scenarios.py": {"test_served_format_scenarios_say_one_verdict_everywhere",
+                                "test_the_final_state_a_format_stores_is_not_an_fc_input"},
+    "test_bad_input.py": {"test_real_console_script_has_no_traceback"},
+    "test_cli.py": {"test_closed_pipe_is_not_a_traceback"},
+    "test_cli_output.py": {"test_every_command_fits_100_columns"},
+    "test_consistency.py": {"test_a_cannot_tell_probe_says_one_verdict_everywhere"},
+    "test_fingerprint.py": {"test_ladder_subsets_embedding_and_depth_order"},
+    "test_inspect_cli.py": {"test_console_script_multiple_paths"},
+    "test_plots.py": {"test_32_slot_ladder_figures_fit"},
+    "test_probe.py": {"test_batched_blocked_counts_match_one_float64_forward_per_wiring",
+                      "test_cli_json_and_exit_codes", "test_exit_code_headline_json_and_report_state_one_verdict"},
+    "test_readme.py": {"test_generated_blocks_are_what_the_commands_print"},
+    "test_report.py": {"test_audit_verdict_and_fix_in_the_verdict_block", "test_report_object_and_cli_json"},
+    "test_report_figures.py": {"test_every_figure_of_the_demo_report_is_well_formed_svg",
+                               "test_the_report_path_does_not_import_matplotlib"},
+    "test_report_training.py": {"test_audit_uses_the_trainers_format_not_the_first_file"},
+    "test_scan.py": {"test_dask_gives_the_same_rows",
+                     "test_parquet_scan_killed_with_sigkill_resumes_to_the_uninterrupted_result"},
+}
 
 
 def pytest_collection_modifyitems(config, items):
-    """A test that uses a fixture loading SmolLM2 is a ``model`` test, so ``-m "not model"`` is a real fast suite."""
+    """A test that uses a fixture loading SmolLM2 is a ``model`` test, so ``-m "not model"`` is a real fast suite;
+    the tests in ``SLOW`` are ``slow``."""
     for item in items:
         if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.model)
+        names = None if item.path.name.startswith(SLOW_PREFIXES) else SLOW.get(item.path.name, set())
+        if names is None or getattr(item, "originalname", item.name) in names:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(autouse=True)

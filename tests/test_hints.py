@@ -24,7 +24,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_data"
 OPTION = re.compile(r"(?<![\w-])--[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
 OTHER_PROGRAMS = {
-    "--aux-layers": "a trainer's own flag, quoted from its launch command (models/convention_rules.py)",
+    "--aux-layers": "a trainer's own flag, quoted from its launch command (models/conventions/rules.py)",
     "--no-deps": "pip's, in the install line of the packaged model",
 }
 

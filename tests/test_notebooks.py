@@ -117,6 +117,7 @@ MIN_IMAGES = {"01_fingerprint.ipynb": 8, "02_browse_samples.ipynb": 0, "03_wirin
               "04_dataset_scan.ipynb": 2}
 
 
+@pytest.mark.notebook
 @pytest.mark.skipif(not os.path.isdir(SAMPLE), reason="sample_data not present")
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_executes_top_to_bottom(name, tmp_path, monkeypatch):

@@ -68,7 +68,7 @@ def test_audit_trained_layout_typo_is_one_line_error(capsys):
     code = main(["audit", "--trained-layout", "embed,foo", "--trainer", "speculators-v1", "--num-layers", "30"])
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
-    assert "'foo'" in err and "trained layout" in err
+    assert "'foo'" in err and "--trained-layout" in err
 
 
 def test_report_rejects_wrong_options_before_writing(sample_data, tmp_path, capsys):

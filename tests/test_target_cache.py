@@ -20,6 +20,13 @@ def test_same_gguf_in_two_places_shares_one_cache_folder(tmp_path, monkeypatch):
     assert target._cache_folder(a) == target._cache_folder(b)
     changed = _file(tmp_path / "venv3" / "m.gguf", data[:-1] + bytes([data[-1] ^ 1]))  # last tensor differs
     assert target._cache_folder(changed) != target._cache_folder(a)
+    # another model of the same size and header (a fine-tune copied over with cp -p): the weights in between differ
+    middle = bytearray(data)
+    for i in range(target.CACHE_KEY_BYTES, 2 * target.CACHE_KEY_BYTES):
+        middle[i] ^= 0x55
+    tuned = _file(tmp_path / "venv4" / "m.gguf", bytes(middle))
+    os.utime(tuned, (os.stat(a).st_atime, os.stat(a).st_mtime))
+    assert target._cache_folder(tuned) != target._cache_folder(a)
 
 
 def test_writing_a_cache_prunes_other_versions_of_the_same_file_name(tmp_path):

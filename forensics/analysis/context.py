@@ -26,7 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from forensics.analysis.rows import _add_bad
 from forensics.findings import Finding, FindingKind, Severity
+from forensics.layers import r_label
+from forensics.models.target import ladder
 
 if TYPE_CHECKING:  # pragma: no cover
     from forensics.analysis.rows import RowReport
@@ -35,7 +38,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 SINK_SHARE = 0.5  # a row whose norm is ≥ this × token 0's sink norm, in the sink's dimension …
 SINK_CONCENTRATION = 0.5  # … holding ≥ this share of its norm there (sink rows: 0.95–0.99), is a sequence start
-TOKEN0_SINK_RATIO = 5.0  # token 0 is a sink: ≥ this × the median row norm (stats.SINK_RATIO) …
+TOKEN0_SINK_RATIO = 20.0  # token 0 is a sink: ≥ this × the median row norm … (SmolLM2 residual r = 12..28:
+#                           32–185×; its early layers r = 3..9 carry a smaller token-0 spike, ≤ 11.7× on the
+#                           corpus ladders, that delimiter tokens reach too: on clean files those gave sequence
+#                           starts at a newline)
 TOKEN0_CONCENTRATION = 0.5  # … with ≥ this share of its norm in one dimension (rules.MASSIVE_TOKEN0_CONCENTRATION)
 CHUNK_STEP = 128  # with the model, every multiple of this is tried as a chunk boundary
 MAX_CANDIDATES = 64  # positions tried with the model (the data-only starts and foreign runs first)
@@ -155,8 +161,6 @@ def _with_model(net: Any, ids: Any, tensors: Sequence[Any], rows: RowReport | No
     """The first boundary p whose rows equal the reference run of tokens p.. alone; adds the FAIL finding."""
     import torch
 
-    from forensics.models.target import ladder
-
     n = int(tensors[0].shape[0])
     foreign = []
     if rows is not None:
@@ -184,8 +188,6 @@ def _with_model(net: Any, ids: Any, tensors: Sequence[Any], rows: RowReport | No
         slots = sorted(tail)
         for i in range(len(tensors)):
             if rows is not None:
-                from forensics.analysis.rows import _add_bad
-
                 _add_bad(rows, i, [(p, n - 1)])
         if rows is not None:  # the foreign runs inside p..end are these rows: this finding names them
             rows.findings = [f for f in rows.findings if not (
@@ -206,8 +208,6 @@ def _with_model(net: Any, ids: Any, tensors: Sequence[Any], rows: RowReport | No
 
 
 def _r(r: Any) -> str:
-    from forensics.layers import r_label
-
     return r_label(r)
 
 

@@ -13,7 +13,8 @@ from forensics.analysis.probe_wirings import CONTROL_RANDOM, CONTROL_SHIFT, PAIR
 from forensics.errors import ForensicsError
 from forensics.io.capture import Capture
 from forensics.layers import FINAL_POST
-from forensics.models.draft import Draft
+from forensics.models.draft import Draft, draft_chain
+from forensics.models.verifier import row_blocks
 
 if TYPE_CHECKING:  # pragma: no cover
     from forensics.models.verifier import Verifier
@@ -77,8 +78,6 @@ def _head(d: Draft, hidden: Any, tids: Any, topk: int) -> tuple[Any, Any]:
     a chain step computes the rows whose chain is still accepted)."""
     import torch
 
-    from forensics.models.verifier import row_blocks
-
     head = d.weights["lm_head.weight"].T
     k = min(topk, int(head.shape[-1]))
     c, T = int(hidden.shape[0]), int(hidden.shape[1])
@@ -109,6 +108,71 @@ def _fused(w: Wiring, states: dict, perm: Any) -> Any:
     return x[perm] if w.control == CONTROL_RANDOM else x
 
 
+def _token_embeddings(E: Any, states: dict, ids: Any, d: Draft, tl: Tally) -> tuple[Any, Any]:
+    """``(emb, emb_same)``: the embeddings of tokens ``t + 1`` and ``t`` for every starting position, from the
+    embedding table (the draft's or ``--model``'s) or else the capture's r=0 slot (noted in ``tl``)."""
+    if E is not None:
+        return E[ids[1:]], E[ids[:-1]]
+    if 0 in states:
+        tl.embed_source = "the capture's r=0 slot"
+        return states[0][1:].float(), states[0][:-1].float()
+    raise ForensicsError("the draft ships no embed_tokens and the data has no r=0 slot: pass --model",
+                         path=d.path)
+
+
+def _padded_targets(seq: Any, ids: Any, E: Any, states: dict, emb: Any, Tm: int, steps: int) -> tuple[Any, Any, Any]:
+    """``(target token, has a target, accepted token's embedding)`` per place, padded to ``Tm + steps + 1`` places so
+    every chain step of every start has a slot (padding: no target)."""
+    import torch
+
+    S = Tm + steps + 1
+    seq_p, have_p = ids.new_zeros(S), torch.zeros(S, dtype=torch.bool)
+    seq_p[:len(seq)], have_p[:len(seq)] = seq, True
+    # the embedding of the token accepted at each place (a chain goes on only while draft == target)
+    emb_p = E[seq_p] if E is not None else \
+        torch.cat([states[0][2:].float(), emb.new_zeros(S - Tm + 1, emb.shape[-1])])
+    return seq_p, have_p, emb_p
+
+
+def _batch_groups(cands: Candidates) -> dict[tuple, list[Wiring]]:
+    """The wirings that can share a batched chain: same concat order, shift control or not, and token pairing."""
+    groups: dict[tuple, list[Wiring]] = {}
+    for w, _ in cands:
+        groups.setdefault((w.order, w.control == CONTROL_SHIFT, w.pairing), []).append(w)
+    return groups
+
+
+def _score_chunk(d: Draft, chunk: list[Wiring], states: dict, perm: Any, start: Any, tgt: list, have: list,
+                 first: Any, feed: list, order: str, tids: Any, topk: int, tl: Tally) -> None:
+    """Draft one batch of wirings' chains from every valid start and add each wiring's accepted length, validity
+    and top-k hit of step 0 to ``tl``; a chain goes on only while the draft's token is the target."""
+    import torch
+
+    c, Tm = len(chunk), len(start)
+    fused = torch.stack([_fused(w, states, perm) for w in chunk])
+    valid = start & torch.isfinite(fused).all(-1)  # a position with a non-finite state scores nothing
+    acc = torch.zeros(c, Tm, dtype=torch.long)
+    ok, hitk = torch.zeros(c, Tm, dtype=torch.bool), torch.zeros(c, Tm, dtype=torch.bool)
+
+    def keep(j, x, b, t):
+        top, fin = _head(d, x[None], tids, topk if j == 0 else 1)
+        top, fin = top[0], fin[0]
+        hit = (top[:, 0] == tgt[j][t]) & have[j][t] & fin
+        if j == 0:
+            fin &= valid[b, t]
+            ok[b, t], hit = fin, hit & fin
+            hitk[b, t] = (top == tgt[0][t][:, None]).any(-1) & have[0][t] & fin
+        acc[b, t] += hit.long()
+        return hit
+
+    draft_chain(d, fused, first.expand(c, -1, -1), [f.expand(c, -1, -1) for f in feed], order=order,
+                keep=keep)
+    for i, w in enumerate(chunk):
+        tl.acc.setdefault(w, []).append(acc[i])
+        tl.ok.setdefault(w, []).append(ok[i])
+        tl.hitk.setdefault(w, []).append(hitk[i])
+
+
 def score_file(cap: Capture, d: Draft, E: Any, v: Verifier | None, L: int | None, pred: Any, cands: Candidates,
                 tl: Tally, topk: int, steps: int, use_loss_mask: bool, tick: Callable[[int], None]) -> None:
     """Add one capture file's chains for every wiring to ``tl``.
@@ -119,37 +183,21 @@ def score_file(cap: Capture, d: Draft, E: Any, v: Verifier | None, L: int | None
     """
     import torch
 
-    from forensics.models.draft import draft_chain
-
     assert cap.input_ids is not None  # _skip_reason() skipped files without ids
     ids = cap.input_ids.reshape(-1).long()
     states = _file_states(cap, v, L, any(FINAL_POST in w.refs for w, _ in cands))
     Tm = int(ids.numel()) - 1  # starting positions: fused state t with the embedding of token t + 1
-    if E is not None:
-        emb, emb_same = E[ids[1:]], E[ids[:-1]]
-    elif 0 in states:
-        emb, tl.embed_source = states[0][1:].float(), "the capture's r=0 slot"
-        emb_same = states[0][:-1].float()
-    else:
-        raise ForensicsError("the draft ships no embed_tokens and the data has no r=0 slot: pass --model",
-                             path=d.path)
+    emb, emb_same = _token_embeddings(E, states, ids, d, tl)
     tids = d.target_ids()
     perm = torch.randperm(Tm, generator=torch.Generator().manual_seed(RANDOM_SEED))
     with torch.inference_mode():
         seq, src, tl.target_kind = _targets(v, L, states, ids, pred)
         tl.target_source = tl.target_source or src
-        S = Tm + steps + 1
-        seq_p, have_p = ids.new_zeros(S), torch.zeros(S, dtype=torch.bool)
-        seq_p[:len(seq)], have_p[:len(seq)] = seq, True
-        # the embedding of the token accepted at each place (a chain goes on only while draft == target)
-        emb_p = E[seq_p] if E is not None else \
-            torch.cat([states[0][2:].float(), emb.new_zeros(S - Tm + 1, emb.shape[-1])])
+        seq_p, have_p, emb_p = _padded_targets(seq, ids, E, states, emb, Tm, steps)
         start = have_p[:Tm].clone()
         if use_loss_mask and cap.loss_mask is not None:
             start &= cap.loss_mask.reshape(-1)[1:].bool()
-        groups: dict[tuple, list[Wiring]] = {}
-        for w, _ in cands:
-            groups.setdefault((w.order, w.control == CONTROL_SHIFT, w.pairing), []).append(w)
+        groups = _batch_groups(cands)
         done = 0
         for (order, shifted, pairing), ws in groups.items():
             # the shift control (tenstorrent/vllm#442's "shifted target"): the same fused states, embeddings and
@@ -166,28 +214,7 @@ def score_file(cap: Capture, d: Draft, E: Any, v: Verifier | None, L: int | None
             for a in range(0, len(ws), step):
                 chunk = ws[a:a + step]
                 c = len(chunk)
-                fused = torch.stack([_fused(w, states, perm) for w in chunk])
-                valid = start & torch.isfinite(fused).all(-1)  # a position with a non-finite state scores nothing
-                acc = torch.zeros(c, Tm, dtype=torch.long)
-                ok, hitk = torch.zeros(c, Tm, dtype=torch.bool), torch.zeros(c, Tm, dtype=torch.bool)
-
-                def keep(j, x, b, t, tgt=tgt, have=have, valid=valid, acc=acc, ok=ok, hitk=hitk):
-                    top, fin = _head(d, x[None], tids, topk if j == 0 else 1)
-                    top, fin = top[0], fin[0]
-                    hit = (top[:, 0] == tgt[j][t]) & have[j][t] & fin
-                    if j == 0:
-                        fin &= valid[b, t]
-                        ok[b, t], hit = fin, hit & fin
-                        hitk[b, t] = (top == tgt[0][t][:, None]).any(-1) & have[0][t] & fin
-                    acc[b, t] += hit.long()
-                    return hit
-
-                draft_chain(d, fused, first.expand(c, -1, -1), [f.expand(c, -1, -1) for f in feed], order=order,
-                            keep=keep)
-                for i, w in enumerate(chunk):
-                    tl.acc.setdefault(w, []).append(acc[i])
-                    tl.ok.setdefault(w, []).append(ok[i])
-                    tl.hitk.setdefault(w, []).append(hitk[i])
+                _score_chunk(d, chunk, states, perm, start, tgt, have, first, feed, order, tids, topk, tl)
                 done += c
                 tick(done)
     cap.check_unchanged()  # a file truncated under its map (any thread) or rewritten meanwhile scores nothing

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from forensics.analysis.kernels import _bits_view, intra_op_threads
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.io.capture import Capture
 
@@ -200,7 +201,6 @@ def check_rows(capture: Capture, tensors: Sequence[Any] | None = None, *,
     rep = RowReport(num_rows=n, num_tokens=None if ids is None else int(ids.size))
     if not ts or n == 0:
         return rep
-    from forensics.analysis.kernels import intra_op_threads
 
     with intra_op_threads(1):  # small row-sample ops: one thread (2 threads were 6-8x slower on a busy CPU)
         broken = _zero_and_nonfinite(ts, rep, norms)
@@ -282,8 +282,6 @@ def _row_hashes(h: Any) -> np.ndarray:
     """A 64-bit hash of ``HASH_COLS`` evenly strided columns of every row (bit patterns)."""
     import torch
 
-    from forensics.analysis.kernels import _bits_view
-
     H = int(h.shape[1])
     cols = np.unique(np.linspace(0, H - 1, min(H, HASH_COLS)).round().astype(np.int64))
     stored = _bits_view(h)
@@ -361,18 +359,15 @@ def _foreign_from_embedding(hs: np.ndarray, ok: np.ndarray, ids: np.ndarray, k: 
     inv_k = inv_k.reshape(-1)
     confirmed = cnt_k[inv_k] > 1
     label[rows[confirmed]] = 1
-    # (a) the same row as a confirmed row of another id
-    conf_hash_id: dict[int, int] = {}
-    for h_, i_ in zip(rh[confirmed].tolist(), rid[confirmed].tolist(), strict=True):
-        conf_hash_id[h_] = i_
-    # (b) an id whose confirmed rows have another hash
+    # an id whose confirmed rows have another hash: this row is not that id's embedding. The same row as a
+    # confirmed row of another id is no evidence on its own: tokens whose embedding rows are bit-identical
+    # (reserved or untrained ids share one initial row) look exactly like that in a clean capture
     conf_id_hash: dict[int, set[int]] = {}
     for h_, i_ in zip(rh[confirmed].tolist(), rid[confirmed].tolist(), strict=True):
         conf_id_hash.setdefault(i_, set()).add(h_)
     for j in np.flatnonzero(~confirmed):
         h_, i_ = int(rh[j]), int(rid[j])
-        other = conf_hash_id.get(h_)
-        if (other is not None and other != i_) or (i_ in conf_id_hash and h_ not in conf_id_hash[i_]):
+        if i_ in conf_id_hash and h_ not in conf_id_hash[i_]:
             label[rows[j]] = -1
     return label
 

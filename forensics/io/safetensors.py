@@ -62,7 +62,8 @@ def open_regular(path: str) -> int:
         raise ForensicsError(f"cannot open: {e.strerror}", path=path) from None
     if not stat.S_ISREG(mode):
         os.close(fd)
-        raise ForensicsError("not a regular file (a FIFO, device or socket); not read", path=path)
+        raise ForensicsError("is a directory, not a file; not read" if stat.S_ISDIR(mode) else
+                             "not a regular file (a FIFO, device or socket); not read", path=path)
     return fd
 
 

@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from forensics.errors import ForensicsError
-from forensics.models.draft_config import WEIGHT_FILES
+from forensics.io.safetensors import SafetensorsFile
+from forensics.models.draft_config import WEIGHT_FILES, read_draft
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -147,8 +148,6 @@ def _read_weights(folder: str) -> tuple[dict, str]:
         p = os.path.join(folder, f)
         try:
             if f.endswith(".safetensors"):
-                from forensics.io.safetensors import SafetensorsFile
-
                 sf = SafetensorsFile(p)  # the one safetensors reader: validated header, file reads
                 raw.update({k: sf.get(k) for k in sf.keys()})
             else:
@@ -185,8 +184,6 @@ def load_draft(path: str | os.PathLike) -> Draft:
     Raises ForensicsError naming the file and the expected vs found shape when the checkpoint is not an
     EAGLE-3 draft (no ``fc.weight`` / first layer taking ``cat([embeds, hidden])``).
     """
-    from forensics.models.draft_config import read_draft  # config-level facts: style, where the ids sit, verifier
-
     folder = os.fspath(path)
     if os.path.isfile(folder):
         folder = os.path.dirname(folder) or "."
@@ -195,24 +192,8 @@ def load_draft(path: str | os.PathLike) -> Draft:
         raise ForensicsError("no config.json in the draft folder", path=folder)
     cfg = info.config
     w, scheme = _read_weights(folder)
-    for need in ("fc.weight", "layers.0.self_attn.q_proj.weight", "lm_head.weight", "norm.weight"):
-        if need not in w:
-            raise ForensicsError(f"not an EAGLE-3 draft: tensor {need!r} (or its midlayer.* name) is missing; "
-                                 f"found {sorted(w)[:8]}…", path=folder)
-
+    H, fc_in = _check_eagle3(w, folder)
     tl = _nested(cfg, "transformer_layer_config") if info.style == "speculators" else cfg
-    H = int(w["fc.weight"].shape[0])
-    fc_in = int(w["fc.weight"].shape[1])
-    if fc_in % H:
-        raise ForensicsError(f"fc.weight {list(w['fc.weight'].shape)} is not [H, k·H]", path=folder)
-    q_in = int(w["layers.0.self_attn.q_proj.weight"].shape[1])
-    if q_in != 2 * H:
-        raise ForensicsError(f"first-layer q_proj takes {q_in} inputs, expected 2·H = {2 * H} "
-                             "(cat([embeds, hidden]))", path=folder)
-    missing = [n for n in _layer_tensors(w) if n not in w]
-    if missing:
-        raise ForensicsError(f"not a complete EAGLE-3 draft: {len(missing)} tensor(s) the forward reads are missing, "
-                             f"e.g. {missing[:4]}", path=folder)
     q_out = int(w["layers.0.self_attn.q_proj.weight"].shape[0])
     kv_out = int(w["layers.0.self_attn.k_proj.weight"].shape[0])
     heads = int(tl.get("num_attention_heads") or 0)
@@ -220,13 +201,7 @@ def load_draft(path: str | os.PathLike) -> Draft:
     if not head_dim:
         raise ForensicsError("config has neither head_dim nor num_attention_heads", path=info.config_path)
     heads = q_out // head_dim
-
-    # top-level ids (speculators / vLLM) or nested ids (SGLang)
-    ids, key = (info.ids_top, "eagle_aux_hidden_state_layer_ids") if info.style in ("speculators", "vllm") \
-        else (info.ids_nested, "eagle_config.eagle_aux_hidden_state_layer_ids")
-    if ids is None and (info.ids_top or info.ids_nested):
-        ids, key = (info.ids_top, "eagle_aux_hidden_state_layer_ids") if info.ids_top is not None else \
-            (info.ids_nested, "eagle_config.eagle_aux_hidden_state_layer_ids")
+    ids, key = _declared_ids(info)
     n_layers = 1 + max([int(k.split(".")[1]) for k in w if k.startswith("layers.") and k.split(".")[1].isdigit()] + [0])
     t2d = w.get("t2d")
     return Draft(
@@ -243,6 +218,39 @@ def load_draft(path: str | os.PathLike) -> Draft:
         declared_ids=list(ids) if ids is not None else None, declared_ids_key=key if ids is not None else None,
         trainer=info.style, verifier=info.verifier,
         problems=list(info.vocab.problems) if info.vocab else [])
+
+
+def _check_eagle3(w: dict, folder: str) -> tuple[int, int]:
+    """``(H, fc inputs)`` of an EAGLE-3 checkpoint; ForensicsError when a tensor the forward reads is missing,
+    ``fc`` is not ``[H, k·H]`` or the first layer's q_proj does not take ``cat([embeds, hidden])``."""
+    for need in ("fc.weight", "layers.0.self_attn.q_proj.weight", "lm_head.weight", "norm.weight"):
+        if need not in w:
+            raise ForensicsError(f"not an EAGLE-3 draft: tensor {need!r} (or its midlayer.* name) is missing; "
+                                 f"found {sorted(w)[:8]}…", path=folder)
+    H = int(w["fc.weight"].shape[0])
+    fc_in = int(w["fc.weight"].shape[1])
+    if fc_in % H:
+        raise ForensicsError(f"fc.weight {list(w['fc.weight'].shape)} is not [H, k·H]", path=folder)
+    q_in = int(w["layers.0.self_attn.q_proj.weight"].shape[1])
+    if q_in != 2 * H:
+        raise ForensicsError(f"first-layer q_proj takes {q_in} inputs, expected 2·H = {2 * H} "
+                             "(cat([embeds, hidden]))", path=folder)
+    missing = [n for n in _layer_tensors(w) if n not in w]
+    if missing:
+        raise ForensicsError(f"not a complete EAGLE-3 draft: {len(missing)} tensor(s) the forward reads are missing, "
+                             f"e.g. {missing[:4]}", path=folder)
+    return H, fc_in
+
+
+def _declared_ids(info: Any) -> tuple[Any, str]:
+    """The aux layer ids the draft config declares and the key they sit under: top-level ids (speculators /
+    vLLM) or nested ids (SGLang), else whichever of the two the config carries."""
+    ids, key = (info.ids_top, "eagle_aux_hidden_state_layer_ids") if info.style in ("speculators", "vllm") \
+        else (info.ids_nested, "eagle_config.eagle_aux_hidden_state_layer_ids")
+    if ids is None and (info.ids_top or info.ids_nested):
+        ids, key = (info.ids_top, "eagle_aux_hidden_state_layer_ids") if info.ids_top is not None else \
+            (info.ids_nested, "eagle_config.eagle_aux_hidden_state_layer_ids")
+    return ids, key
 
 
 def _layer_tensors(w: dict) -> list[str]:
@@ -339,37 +347,52 @@ def _attention(d: Draft, prefix: str, x: torch.Tensor, cos, sin, dt, cache: list
         return torch.cat([r * cs + rh * sn, p], dim=-1)
 
     q, k = rope(q), rope(k)
-    rep = d.num_heads // d.num_kv_heads
-    scale = d.head_dim ** -0.5
     cache = [] if cache is None else cache
     if rows is None:
-        cache.append((k, v))
-        kr, vr = k.repeat_interleave(rep, -3), v.repeat_interleave(rep, -3)
-        scores = (q @ kr.transpose(-1, -2)) * scale
-        causal = torch.ones(T, T, dtype=torch.bool).tril()
-        out = torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1) @ vr  # [..., heads, T, hd]
-        out = out.transpose(-2, -3).reshape(*lead, T, d.num_heads * d.head_dim)
+        out = _context_attention(d, q, k, v, cache, lead, T)
     else:
-        b, t = rows
-        k0, v0 = cache[0]  # [B, kv heads, T0, hd]
-        kd, vd = torch.zeros_like(k0), torch.zeros_like(v0)
-        kd[b, :, t], vd[b, :, t] = k, v
-        cache.append((kd, vd))
-        ke = torch.stack([c[0][b, :, t] for c in cache[1:]], dim=-2).repeat_interleave(rep, -3)  # [n, heads, j, hd]
-        ve = torch.stack([c[1][b, :, t] for c in cache[1:]], dim=-2).repeat_interleave(rep, -3)
-        extra = (q.unsqueeze(-2) * ke).sum(-1) * scale  # [n, heads, j]
-        out = torch.empty_like(q)
-        T0 = k0.shape[-2]
-        for bb in torch.unique(b).tolist():  # the context keys of each batch row's own step 0
-            sel = (b == bb).nonzero().squeeze(-1)
-            kr, vr = k0[bb].repeat_interleave(rep, 0), v0[bb].repeat_interleave(rep, 0)  # [heads, T0, hd]
-            sc = torch.einsum("nhd,htd->nht", q[sel], kr) * scale
-            mask = torch.arange(T0)[None, None, :] > t[sel][:, None, None]
-            p = torch.softmax(torch.cat([sc.masked_fill(mask, float("-inf")), extra[sel]], dim=-1), dim=-1)
-            out[sel] = torch.einsum("nht,htd->nhd", p[..., :T0], vr) + (p[..., T0:].unsqueeze(-1) * ve[sel]).sum(-2)
-        out = out.reshape(*lead, d.num_heads * d.head_dim)
+        out = _chain_attention(d, q, k, v, cache, rows, lead)
     y = out @ W["o_proj.weight"].to(dt).T
     return y + W["o_proj.bias"].to(dt) if "o_proj.bias" in W else y
+
+
+def _context_attention(d: Draft, q, k, v, cache: list, lead: tuple, T: int) -> torch.Tensor:
+    """Step 0: causal attention over the T rows ``[..., heads, T, hd]``; their keys and values join ``cache``."""
+    import torch
+
+    rep, scale = d.num_heads // d.num_kv_heads, d.head_dim ** -0.5
+    cache.append((k, v))
+    kr, vr = k.repeat_interleave(rep, -3), v.repeat_interleave(rep, -3)
+    scores = (q @ kr.transpose(-1, -2)) * scale
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    out = torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1) @ vr  # [..., heads, T, hd]
+    return out.transpose(-2, -3).reshape(*lead, T, d.num_heads * d.head_dim)
+
+
+def _chain_attention(d: Draft, q, k, v, cache: list, rows: tuple, lead: tuple) -> torch.Tensor:
+    """A chain step ≥ 1: rows ``(b, t)`` ``[n, heads, hd]`` attend to the step-0 keys of rows ``0..t`` of their
+    own batch row and to their own keys of steps ``1..j`` (this step's join ``cache`` at ``(b, t)``)."""
+    import torch
+
+    rep, scale = d.num_heads // d.num_kv_heads, d.head_dim ** -0.5
+    b, t = rows
+    k0, v0 = cache[0]  # [B, kv heads, T0, hd]
+    kd, vd = torch.zeros_like(k0), torch.zeros_like(v0)
+    kd[b, :, t], vd[b, :, t] = k, v
+    cache.append((kd, vd))
+    ke = torch.stack([c[0][b, :, t] for c in cache[1:]], dim=-2).repeat_interleave(rep, -3)  # [n, heads, j, hd]
+    ve = torch.stack([c[1][b, :, t] for c in cache[1:]], dim=-2).repeat_interleave(rep, -3)
+    extra = (q.unsqueeze(-2) * ke).sum(-1) * scale  # [n, heads, j]
+    out = torch.empty_like(q)
+    T0 = k0.shape[-2]
+    for bb in torch.unique(b).tolist():  # the context keys of each batch row's own step 0
+        sel = (b == bb).nonzero().squeeze(-1)
+        kr, vr = k0[bb].repeat_interleave(rep, 0), v0[bb].repeat_interleave(rep, 0)  # [heads, T0, hd]
+        sc = torch.einsum("nhd,htd->nht", q[sel], kr) * scale
+        mask = torch.arange(T0)[None, None, :] > t[sel][:, None, None]
+        p = torch.softmax(torch.cat([sc.masked_fill(mask, float("-inf")), extra[sel]], dim=-1), dim=-1)
+        out[sel] = torch.einsum("nht,htd->nhd", p[..., :T0], vr) + (p[..., T0:].unsqueeze(-1) * ve[sel]).sum(-2)
+    return out.reshape(*lead, d.num_heads * d.head_dim)
 
 
 def _mlp(d: Draft, prefix: str, x: torch.Tensor, dt) -> torch.Tensor:
@@ -433,6 +456,23 @@ def _decoder(d: Draft, h: torch.Tensor, embeds: torch.Tensor, cos, sin, dt, cach
     return h
 
 
+def _fc_input(d: Draft, fused: torch.Tensor, embeds: torch.Tensor, dt) -> torch.Tensor:
+    """Step 0's input ``[B, T, H]``: ``fc`` on the fused target states (normed first when the config says so),
+    after checking fused ``[..., T, k·H]`` against embeds ``[..., T, H]``."""
+    import torch
+
+    w, eps, H = d.weights, d.rms_norm_eps, d.hidden_size
+    if fused.shape[-1] != d.num_aux * H or embeds.shape[-1] != H or embeds.shape[:-1] != fused.shape[:-1]:
+        raise ForensicsError(f"draft expects fused [T, {d.num_aux}·{H}] and embeds [T, {H}]; found "
+                             f"{list(fused.shape)} and {list(embeds.shape)}", path=d.path)
+    if d.norm_before_fc and "input_norm.weight" in w:
+        fused = _rms(fused, w["input_norm.weight"].to(dt), eps)
+    if d.fc_norm:
+        fused = torch.cat([_rms(c, w[f"fc_norm.{i}.weight"].to(dt), eps)
+                           for i, c in enumerate(fused.chunk(d.num_aux, dim=-1))], dim=-1)
+    return (fused @ w["fc.weight"].to(dt).T).reshape(-1, fused.shape[-2], H)
+
+
 def draft_chain(d: Draft, fused: torch.Tensor, embeds: torch.Tensor, feed: Any = (),
                 positions: torch.Tensor | None = None, dtype: Any = None, order: str = ORDER_EMB_H,
                 keep: Callable | None = None) -> torch.Tensor:
@@ -457,19 +497,10 @@ def draft_chain(d: Draft, fused: torch.Tensor, embeds: torch.Tensor, feed: Any =
     dt = dtype or torch.float32
     w, eps, H = d.weights, d.rms_norm_eps, d.hidden_size
     fused, embeds = fused.to(dt), embeds.to(dt)
-    T = fused.shape[-2]
-    if fused.shape[-1] != d.num_aux * H or embeds.shape[-1] != H or embeds.shape[:-1] != fused.shape[:-1]:
-        raise ForensicsError(f"draft expects fused [T, {d.num_aux}·{H}] and embeds [T, {H}]; found "
-                             f"{list(fused.shape)} and {list(embeds.shape)}", path=d.path)
+    T, lead = fused.shape[-2], fused.shape[:-2]
+    h = _fc_input(d, fused, embeds, dt)
     if positions is None:
         positions = torch.arange(1, T + 1)  # shift_batch: position ids start at 1
-    if d.norm_before_fc and "input_norm.weight" in w:
-        fused = _rms(fused, w["input_norm.weight"].to(dt), eps)
-    if d.fc_norm:
-        fused = torch.cat([_rms(c, w[f"fc_norm.{i}.weight"].to(dt), eps)
-                           for i, c in enumerate(fused.chunk(d.num_aux, dim=-1))], dim=-1)
-    lead = fused.shape[:-2]
-    h = (fused @ w["fc.weight"].to(dt).T).reshape(-1, T, H)
     B = h.shape[0]
     caches: list[list] = [[] for _ in range(d.num_layers)]
     cos, sin = _rope_tables(d, positions, dt)
@@ -488,8 +519,15 @@ def draft_chain(d: Draft, fused: torch.Tensor, embeds: torch.Tensor, feed: Any =
         pre = _decoder(d, prev, e.to(dt).reshape(B, T, H)[b, t], cos, sin, dt, caches, order, (b, t))
         out[j, b, t] = _rms(pre, w["norm.weight"].to(dt), eps)
         prev = out[j, b, t] if d.norm_output else pre
-    if keep is not None and b.numel() and len(feed):
-        keep(len(feed), out[len(feed)][b, t], b, t)
-    elif keep is not None and not len(feed):
-        keep(0, out[0][b, t], b, t)
+    if keep is not None:
+        _keep_last(keep, len(feed), out, b, t)
     return out.reshape(1 + len(feed), *lead, T, H)
+
+
+def _keep_last(keep: Callable, steps: int, out: torch.Tensor, b: torch.Tensor, t: torch.Tensor) -> None:
+    """``keep`` also sees the rows of the last step computed (step 0 when nothing was fed; none when every chain
+    stopped before the last step)."""
+    if b.numel() and steps:
+        keep(steps, out[steps][b, t], b, t)
+    elif not steps:
+        keep(0, out[0][b, t], b, t)

@@ -33,8 +33,8 @@ from typing import Any
 from forensics.errors import ForensicsError
 from forensics.io import limits
 from forensics.layers import FINAL_POST
-from forensics.models.folder import check_ids
-from forensics.models.shards import DTYPE_BYTES, ShardReader, StreamStats, shard_index
+from forensics.models.folder import build_config, check_ids
+from forensics.models.shards import DTYPE_BYTES, ShardReader, StreamStats, current_rss, shard_index
 
 LM_HEAD_BLOCK_BYTES = 64 << 20  # lm_head rows read per block by the logit lens (64 MiB of compute-dtype rows)
 EXPERT_GROUP_BYTES = 256 << 20  # routed experts read at once, at most (compute dtype); at least one expert
@@ -167,8 +167,6 @@ class LayerStream:
     def check_budget(self, tokens: int) -> int:
         """Raise when one block (+ the largest raw tensor read, + states) would push this process over
         ``max_memory``; return the estimated peak in bytes."""
-        from forensics.models.shards import current_rss
-
         block = max((self.block_bytes(k) for k in range(self.num_layers)), default=0)
         raw = max((i.nbytes for n, i in self.index.items() if n.startswith(self.prefix + "layers.")), default=0)
         states = 4 * tokens * self.hidden_size * 8  # a block's activations, generously
@@ -243,23 +241,7 @@ class LayerStream:
                                      f"{self._layer_cls.__name__} (model_type {self.model_type!r})", path=self.folder)
             sd[local] = reader.tensor(n, self.dtype)
         for path, per in experts.items():
-            mod = block.get_submodule(path)
-            if getattr(mod, "has_bias", False) or getattr(mod, "is_transposed", False):
-                raise ForensicsError(f"{type(mod).__name__} with biases or transposed weights cannot be streamed "
-                                     f"yet (model_type {self.model_type!r})", path=self.folder)
-            total = int(mod.num_experts)
-            if sorted(per) != list(range(total)) or any(len(v) != 3 for v in per.values()):
-                raise ForensicsError(f"block {k}: the shards hold {len(per)} experts at {path} with missing "
-                                     f"projections; the config says {total}", path=self.folder)
-            fetch = self._expert_fetcher(per, reader)
-            one = sum(self.index[n].nbytes // DTYPE_BYTES.get(self.index[n].dtype, 2) for n in per[0].values())
-            group = max(1, self.expert_group_bytes // max(1, one * self._itemsize()))
-            for leaf in ("gate_up_proj", "down_proj"):
-                want.pop(f"{path}.{leaf}", None)
-            routed = _routed_experts_class()(mod, fetch, total, group,
-                                             lambda n, k=k: self.stats.experts_read.__setitem__(k, n))
-            parent, _, leaf = path.rpartition(".")
-            setattr(block.get_submodule(parent) if parent else block, leaf, routed)
+            self._route_experts(k, block, path, per, want, reader)
         wrong = [(n, list(t.shape), list(want[n].shape)) for n, t in sd.items() if t.shape != want[n].shape]
         if wrong:
             n, got, exp = wrong[0]
@@ -275,6 +257,28 @@ class LayerStream:
             raise ForensicsError(f"block {k}: {left[:3]} are not in the checkpoint (model_type "
                                  f"{self.model_type!r})", path=self.folder)
         return block.eval()
+
+    def _route_experts(self, k: int, block: Any, path: str, per: dict[int, dict[str, str]], want: dict[str, Any],
+                       reader: ShardReader) -> None:
+        """Swap block k's experts module at ``path`` for one that reads each routed expert from the shards on demand
+        (``per``: expert → projection → checkpoint name); its stacked weights leave ``want``."""
+        mod = block.get_submodule(path)
+        if getattr(mod, "has_bias", False) or getattr(mod, "is_transposed", False):
+            raise ForensicsError(f"{type(mod).__name__} with biases or transposed weights cannot be streamed "
+                                 f"yet (model_type {self.model_type!r})", path=self.folder)
+        total = int(mod.num_experts)
+        if sorted(per) != list(range(total)) or any(len(v) != 3 for v in per.values()):
+            raise ForensicsError(f"block {k}: the shards hold {len(per)} experts at {path} with missing "
+                                 f"projections; the config says {total}", path=self.folder)
+        fetch = self._expert_fetcher(per, reader)
+        one = sum(self.index[n].nbytes // DTYPE_BYTES.get(self.index[n].dtype, 2) for n in per[0].values())
+        group = max(1, self.expert_group_bytes // max(1, one * self._itemsize()))
+        for leaf in ("gate_up_proj", "down_proj"):
+            want.pop(f"{path}.{leaf}", None)
+        routed = _routed_experts_class()(mod, fetch, total, group,
+                                         lambda n, k=k: self.stats.experts_read.__setitem__(k, n))
+        parent, _, leaf = path.rpartition(".")
+        setattr(block.get_submodule(parent) if parent else block, leaf, routed)
 
     def _expert_fetcher(self, per: dict[int, dict[str, str]], reader: ShardReader) -> Any:
         import torch
@@ -376,8 +380,6 @@ class LayerStream:
 
 def _load_config(folder: str) -> Any:
     """The folder's transformers config, built from its checked ``config.json`` (no code of the folder runs)."""
-    from forensics.models.folder import build_config
-
     return build_config(folder)
 
 

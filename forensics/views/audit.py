@@ -61,45 +61,36 @@ def headline(res) -> str:
     return f"{headline_word(res.verdict)} (wiring {HEAD[res.wiring]})"
 
 
-@renders(AuditResult, "text")
-def text(res, width: int = TEXT_WIDTH, verbose: bool = False) -> str:
-    """What ``hsf audit`` prints: the verdict and its findings first, then the fix, then the wiring behind it
-    (trained vs served per fc slice); ``verbose`` adds each finding's evidence."""
-    c = res.context
-    out = [f"hsf audit: {headline(res)}: {res.reason}"]
-    for f in sort_findings(res.findings):
-        out.append(f"  {f.severity.value.upper()} {f.kind}: {f.message}")
-        if verbose:
-            ev = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in f.evidence.items()}
-            if ev:
-                out.append(f"      evidence: {json.dumps(ev, default=str)}")
-    fx = res.fix
-    if fx:
-        if fx.ids is None:
-            out.append(f"fix: no id list can make {fx.engine} {fx.version} serve r = {fx.r}: {fx.caveat}")
+def _fix_lines(fx) -> list[str]:
+    """The fix lines: the id list to set in the draft's config.json (or why none can serve the trained r, or that
+    it is set already), then its caveat and what else to change."""
+    out: list[str] = []
+    if fx.ids is None:
+        out.append(f"fix: no id list can make {fx.engine} {fx.version} serve r = {fx.r}: {fx.caveat}")
+    else:
+        snippet = fx.snippet or (
+            {"eagle_config": {"eagle_aux_hidden_state_layer_ids": fx.ids}} if fx.where == "nested"
+            else {"eagle_aux_hidden_state_layer_ids": fx.ids})
+        if fx.already_set:
+            out.append(f"fix: the draft's config.json already sets {fx.where} `{fx.key}` = {fx.ids} "
+                       f"({fx.engine} {fx.version} reads it as r = {fx.r}): the ids are right; "
+                       "what still blocks serving is the caveat below")
         else:
-            snippet = fx.snippet or (
-                {"eagle_config": {"eagle_aux_hidden_state_layer_ids": fx.ids}} if fx.where == "nested"
-                else {"eagle_aux_hidden_state_layer_ids": fx.ids})
-            if fx.already_set:
-                out.append(f"fix: the draft's config.json already sets {fx.where} `{fx.key}` = {fx.ids} "
-                           f"({fx.engine} {fx.version} reads it as r = {fx.r}): the ids are right; "
-                           "what still blocks serving is the caveat below")
-            else:
-                out.append(f"fix: in the draft's config.json set {fx.where} `{fx.key}` = {fx.ids} "
-                           f"({fx.engine} {fx.version} then captures r = {fx.r})")
-                out.append(f"    {json.dumps(snippet)}")
-            if fx.caveat:
-                out.append(f"  caveat: {fx.caveat}")
-            if fx.also:
-                out.append(f"  also: {fx.also}")
-    if res.settle:
-        out.append(f"to settle it: {res.settle}")
-    other = [f for f in res.findings if f.severity is Severity.FAIL and f.kind not in
-             ("slices", "off_by_one", "shifted", "served_data")]
-    if res.wiring == "match" and other:
-        out.append(f"note: the wiring matches, but {count(len(other), 'other problem')} above still need fixing")
-    out.append("")
+            out.append(f"fix: in the draft's config.json set {fx.where} `{fx.key}` = {fx.ids} "
+                       f"({fx.engine} {fx.version} then captures r = {fx.r})")
+            out.append(f"    {json.dumps(snippet)}")
+        if fx.caveat:
+            out.append(f"  caveat: {fx.caveat}")
+        if fx.also:
+            out.append(f"  also: {fx.also}")
+    return out
+
+
+def _wiring_lines(res, width: int) -> list[str]:
+    """The wiring behind the verdict: engine, trainer and target, then trained vs served fc sources and the
+    per-fc-slice table."""
+    c = res.context
+    out: list[str] = []
     ctx = [f"engine {c.engine} {c.engine_version or ''}".strip() if c.engine else "engine ?",
            f"trainer {c.trainer or '?'}",
            f"target L={c.num_layers or '?'} H={c.hidden_size or '?'} ({c.arch} path)"]
@@ -118,6 +109,30 @@ def text(res, width: int = TEXT_WIDTH, verbose: bool = False) -> str:
         out += columns(["fc slice", "trained", "served", "ok"],
                        [[sl.slice, _trained(sl), _lab(sl.served_r), _ok(sl.ok)]
                         for sl in res.slices], width=width, right=(0, 1, 2))
+    return out
+
+
+@renders(AuditResult, "text")
+def text(res, width: int = TEXT_WIDTH, verbose: bool = False) -> str:
+    """What ``hsf audit`` prints: the verdict and its findings first, then the fix, then the wiring behind it
+    (trained vs served per fc slice); ``verbose`` adds each finding's evidence."""
+    out = [f"hsf audit: {headline(res)}: {res.reason}"]
+    for f in sort_findings(res.findings):
+        out.append(f"  {f.severity.value.upper()} {f.kind}: {f.message}")
+        if verbose:
+            ev = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in f.evidence.items()}
+            if ev:
+                out.append(f"      evidence: {json.dumps(ev, default=str)}")
+    if res.fix:
+        out += _fix_lines(res.fix)
+    if res.settle:
+        out.append(f"to settle it: {res.settle}")
+    other = [f for f in res.findings if f.severity is Severity.FAIL and f.kind not in
+             ("slices", "off_by_one", "shifted", "served_data")]
+    if res.wiring == "match" and other:
+        out.append(f"note: the wiring matches, but {count(len(other), 'other problem')} above still need fixing")
+    out.append("")
+    out += _wiring_lines(res, width)
     return fit("\n".join(out).rstrip(), width)
 
 

@@ -26,20 +26,26 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from forensics.analysis.stats import SINK_RATIO
+
 if TYPE_CHECKING:  # pragma: no cover
     from forensics.analysis.claims import Claim
     from forensics.analysis.fingerprint.core import Fingerprint
 
 TOKEN0_EMPTY = 0.2  # token 0's row norm ≤ this × the median row norm: not a residual state (see the docstring)
 NORM_FALL = 0.8  # claimed deeper than a sink-carrying slot, sinkless, median norm < this × its: not residual
-CERTAIN_ROLES = ("embedding", "final_postnorm")
+POSTNORM_IDENTITY = 0.99  # a post-norm role proven by B = RMSNorm(A) (rules.postnorm_signals); a norm collapse
+#                           (0.8) or a slot off the layers' line (0.6) fits a sub-layer output just as well
 MIN_ROWS = 16  # fewer rows: the median is too noisy for either sign
+
+
+def _certain_role(fp: Fingerprint, i: int) -> bool:
+    sf = fp.slots[i]
+    return sf.role == "embedding" or (sf.role == "final_postnorm" and sf.confidence >= POSTNORM_IDENTITY)
 
 
 def data_only(fp: Fingerprint, claims: list[Claim | None]) -> dict[int, str]:
     """Slot → why it is not the residual stream its claim says, from the data alone (empty when nothing shows)."""
-    from forensics.analysis.stats import SINK_RATIO
-
     k = len(fp.slots)
     rs = [c.r if c is not None and isinstance(c.r, int) and not isinstance(c.r, bool) else None for c in claims]
     st = fp.stats.slots
@@ -50,8 +56,8 @@ def data_only(fp: Fingerprint, claims: list[Claim | None]) -> dict[int, str]:
     sinks = set(fp.massive_sinks)
     for i in range(k):
         r, s = rs[i], st[i]
-        if r is None or r < 1 or not s.norm.n or s.norm.max == 0 or fp.slots[i].role in CERTAIN_ROLES:
-            continue  # an embedding or post-norm slot is another finding (a shifted or reordered list)
+        if r is None or r < 1 or not s.norm.n or s.norm.max == 0 or _certain_role(fp, i):
+            continue  # an embedding or a decided post-norm slot is another finding (a shifted or reordered list)
         med = s.norm_excl_sinks.median
         if math.isfinite(s.first_ratio) and s.first_ratio <= TOKEN0_EMPTY and s.first > 0:
             out[i] = (f"token 0's row has norm {s.first:.3g}, {s.first_ratio:.2f}× the median row ({med:.3g}; "
@@ -72,8 +78,8 @@ def data_only(fp: Fingerprint, claims: list[Claim | None]) -> dict[int, str]:
                       f"this slot, claimed L{r} between them, has none (token 0 at {s.first_ratio:.2f}× the median), "
                       "and its "
                       f"median row norm {med:.3g} is {med / med_a:.2f}× slot {a}'s (< {NORM_FALL}) where the residual "
-                      "stream grows: an attention or MLP output, not the residual (or a shallower layer stored out "
-                      "of order)")
+                      "stream grows: an attention or MLP output, not the residual (or a post-norm state, or a "
+                      "shallower layer stored out of order)")
     return out
 
 

@@ -15,6 +15,20 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from forensics.analysis.fingerprint.depth import (
+    NORMALIZES_MAX_RESIDUAL,
+    NORMALIZES_SCREEN_ROWS,
+    duplicate_rows,
+    normalizes,
+    seriate_ties,
+)
+from forensics.analysis.fingerprint.exact import (
+    LADDER_MATCH_COS,
+    LADDER_MATCH_REL,
+    LADDER_SEPARATION,
+    LENS_NEAR,
+    POSTNORM_RMS_TOL,
+)
 from forensics.analysis.stats import SINK_RATIO, SlotStats
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.jsonable import json_safe
@@ -105,8 +119,6 @@ class Evidence:
         return f"{self.signal:<20} {_fmt(self.value):<24} → {self.verdict}{thr}"
 
 
-
-
 def _fmt(v: Any) -> str:
     if isinstance(v, float):
         if not math.isfinite(v):
@@ -147,11 +159,48 @@ def late_signature(s: SlotStats) -> bool:
     return robust_spread(s) <= TIGHT_SPREAD and not has_sink(s)
 
 
+def _lookup_score(dup: dict, ev_i: list[Evidence]) -> float:
+    """Embedding score from duplicate rows (:func:`duplicate_rows`): repeated token ids whose rows are bit-identical
+    (0.99), or, without input_ids, rows with an exact twin (0.9); 0 otherwise. Its evidence joins ``ev_i``."""
+    if dup.get("groups"):
+        frac = dup["fraction"]
+        ok = frac >= DUP_GROUP_FRACTION and not dup.get("clashes")
+        ev_i.append(Evidence("dup_rows", frac, f"≥ {DUP_GROUP_FRACTION}", f"{dup['identical']}/{dup['groups']} "
+                             "repeated-id groups bit-identical ⇒ " + ("table lookup ⇒ embedding" if ok else
+                                                                     "context-dependent rows, not a lookup")))
+        return 0.99 if ok else 0.0
+    if "rows_with_twin" in dup:
+        frac = dup["fraction"]
+        ok = frac >= DUP_ROW_FRACTION
+        ev_i.append(Evidence("dup_rows", frac, f"≥ {DUP_ROW_FRACTION}", f"{dup['rows_with_twin']}/{dup['tokens']} "
+                             "rows have an exact twin (no input_ids) ⇒ " + ("table lookup ⇒ embedding" if ok
+                                                                            else "no lookup evidence")))
+        return 0.9 if ok else 0.0
+    ev_i.append(Evidence("dup_rows", None, None, "no repeated token id in this sample: not applicable"))
+    return 0.0
+
+
+def _shape_evidence(s: SlotStats) -> list[Evidence]:
+    """The slot's descriptive evidence lines: robust token-norm spread, token-0 sink ratio, massive activations."""
+    out: list[Evidence] = []
+    rs = robust_spread(s)
+    out.append(Evidence("robust_spread", rs, f"≤ {TIGHT_SPREAD} tight", f"{MAD_TO_SD}·MAD/median of token "
+                        f"norms (token 0 excluded): {'tight' if rs <= TIGHT_SPREAD else 'wide'}; "
+                        f"std/mean {spread_cv(s):.3g}"))
+    out.append(Evidence("token0_ratio", s.first_ratio, f"≥ {SINK_RATIO} sink; < {SINK_FADED_RATIO} faded",
+                        "sink (after massive-activation emergence)" if has_sink(s) else
+                        "sink faded/inverted (late)" if s.first_ratio < SINK_FADED_RATIO else "no sink"))
+    if s.massive_tokens:
+        top = s.massive_tokens[0]
+        out.append(Evidence("massive_dims", f"dims {s.massive_dims[:6]} at tokens "
+                            f"{[t['pos'] for t in s.massive_tokens[:6]]}, max {top['max_abs']:.4g}",
+                            f"> {s.massive_threshold:.4g}", "massive activations (Sun et al. 2024)"))
+    return out
+
+
 def embedding_signals(st_slots: Sequence[SlotStats], tensors: list, ids: Any, meds: list[float],
                       ev: list[list[Evidence]]) -> list[float]:
     """Per-slot embedding score from duplicate rows and context-free norms; appends the evidence lines."""
-    from forensics.analysis.fingerprint.depth import duplicate_rows
-
     k = len(st_slots)
     embed_score = [0.0] * k
     for i, (s, h) in enumerate(zip(st_slots, tensors, strict=True)):
@@ -162,22 +211,7 @@ def embedding_signals(st_slots: Sequence[SlotStats], tensors: list, ids: Any, me
         dup = duplicate_rows(h, ids)
         others = [meds[j] for j in range(k) if j != i and math.isfinite(meds[j])]
         ratio = meds[i] / min(others) if others and min(others) > 0 else float("nan")
-        if dup.get("groups"):
-            frac = dup["fraction"]
-            ok = frac >= DUP_GROUP_FRACTION and not dup.get("clashes")
-            ev[i].append(Evidence("dup_rows", frac, f"≥ {DUP_GROUP_FRACTION}", f"{dup['identical']}/{dup['groups']} "
-                                  "repeated-id groups bit-identical ⇒ " + ("table lookup ⇒ embedding" if ok else
-                                                                          "context-dependent rows, not a lookup")))
-            embed_score[i] = 0.99 if ok else 0.0
-        elif "rows_with_twin" in dup:
-            frac = dup["fraction"]
-            ok = frac >= DUP_ROW_FRACTION
-            ev[i].append(Evidence("dup_rows", frac, f"≥ {DUP_ROW_FRACTION}", f"{dup['rows_with_twin']}/{dup['tokens']} "
-                                  "rows have an exact twin (no input_ids) ⇒ " + ("table lookup ⇒ embedding" if ok
-                                                                                 else "no lookup evidence")))
-            embed_score[i] = 0.9 if ok else 0.0
-        else:
-            ev[i].append(Evidence("dup_rows", None, None, "no repeated token id in this sample: not applicable"))
+        embed_score[i] = _lookup_score(dup, ev[i])
         tiny = math.isfinite(ratio) and ratio <= EMBED_NORM_RATIO and not has_sink(s) and meds[i] > 0
         ev[i].append(Evidence("norm_level", ratio, f"≤ {EMBED_NORM_RATIO} × next-smallest slot, no sink",
                               f"median ‖x‖ {meds[i]:.4g} (sinks excluded): "
@@ -196,24 +230,68 @@ def embedding_signals(st_slots: Sequence[SlotStats], tensors: list, ids: Any, me
         ev[i].append(Evidence("token0_concentration", conc, f"≥ {TOKEN0_CONCENTRATION} one-dim sink direction",
                               "token 0 concentrated in one dim (sink direction)" if conc >= TOKEN0_CONCENTRATION
                               else "token 0 spread over dims"))
-        rs = robust_spread(s)
-        ev[i].append(Evidence("robust_spread", rs, f"≤ {TIGHT_SPREAD} tight", f"{MAD_TO_SD}·MAD/median of token "
-                              f"norms (token 0 excluded): {'tight' if rs <= TIGHT_SPREAD else 'wide'}; "
-                              f"std/mean {spread_cv(s):.3g}"))
-        ev[i].append(Evidence("token0_ratio", s.first_ratio, f"≥ {SINK_RATIO} sink; < {SINK_FADED_RATIO} faded",
-                              "sink (after massive-activation emergence)" if has_sink(s) else
-                              "sink faded/inverted (late)" if s.first_ratio < SINK_FADED_RATIO else "no sink"))
-        if s.massive_tokens:
-            top = s.massive_tokens[0]
-            ev[i].append(Evidence("massive_dims", f"dims {s.massive_dims[:6]} at tokens "
-                                  f"{[t['pos'] for t in s.massive_tokens[:6]]}, max {top['max_abs']:.4g}",
-                                  f"> {s.massive_threshold:.4g}", "massive activations (Sun et al. 2024)"))
+        ev[i] += _shape_evidence(s)
     for i in range(k):
         if embed_score[i] >= EMBED_MIN_SCORE:
             for e in ev[i]:
                 if e.signal == "token0_ratio" and not has_sink(st_slots[i]):
                     e.verdict = "no sink (context-free lookup)"
     return embed_score
+
+
+def _closest_prenorm(i: int, k: int, tensors: list, lookup: list[bool], embed_score: list[float], same_T: bool,
+                     drop: list[int]) -> tuple[float, int] | None:
+    """``(residual, slot)`` of the layer slot whose RMSNorm with a fitted γ is closest to slot ``i`` (screened on
+    a few rows, confirmed on all); None when no other slot can be its pre-norm input."""
+    best = None
+    for j in range(k):
+        if j != i and not lookup[j] and same_T and embed_score[j] < EMBED_MIN_SCORE:
+            res = normalizes(tensors[j], tensors[i], drop, NORMALIZES_SCREEN_ROWS)["residual"]
+            if res <= NORMALIZES_MAX_RESIDUAL:  # an exact pair fits on any rows: confirm on all of them
+                res = normalizes(tensors[j], tensors[i], drop)["residual"]
+            best = (res, j) if best is None or res < best[0] else best
+    return best
+
+
+def _norm_collapse(i: int, s: SlotStats, k: int, tensors: list, embed_score: list[float], meds: list[float],
+                   claim_post: bool, ev_i: list[Evidence]) -> tuple[float, str] | None:
+    """Post-norm ``(score, reason)`` of sinkless, non-lookup slot ``i`` that is no RMSNorm of another slot, from its
+    token-norm spread, its norm against the layer slots' and the format's claim; None when it reads as pre-norm.
+    Its evidence joins ``ev_i``."""
+    spread = robust_spread(s)
+    tight = spread <= TIGHT_SPREAD
+    if not tight and not (claim_post and spread <= POSTNORM_CLAIM_SPREAD):
+        if claim_post:
+            ev_i.append(Evidence("format_claim", spread, f"spread ≤ {POSTNORM_CLAIM_SPREAD}",
+                                 "post-norm final by the format, but the token norms spread like a layer's"))
+        return None
+    found: tuple[float, str] | None = None
+    conc = token0_concentration(tensors[i]) >= TOKEN0_CONCENTRATION
+    layer_meds = [meds[j] for j in range(k) if j != i and embed_score[j] < EMBED_MIN_SCORE
+                  and math.isfinite(meds[j]) and meds[j] > 0]
+    ratio = meds[i] / max(layer_meds) if layer_meds else None
+    dropped = tight and ratio is not None and ratio <= POSTNORM_NORM_DROP
+    if dropped and claim_post:
+        found, verdict = (0.9, "norm_drop"), "tight, sinkless, norm collapsed, and where the " \
+            "format stores the post-norm final ⇒ post-final-norm"
+    elif claim_post and (ratio is None or ratio <= POSTNORM_CLAIM_RATIO):
+        found, verdict = (0.8, "format_claim"), "sinkless and tight where the format stores the " \
+            "post-norm final ⇒ post-final-norm"
+    elif claim_post:
+        verdict = "the format stores the post-norm final here, but its norm exceeds every layer slot's: pre-norm?"
+    elif dropped or (conc and (ratio is None or ratio <= POSTNORM_NORM_DROP_WEAK) and ordinary_token0(s)):
+        # a candidate only: SmolLM2's sinkless mid layers (r ≈ 10) are as tight and ≤ 0.2 × r = L; the depth
+        # chain decides (collapsed_end)
+        found = (POSTNORM_CANDIDATE, "norm_drop" if dropped else "sink_direction")
+        verdict = ("tight, sinkless and norm collapsed" if dropped else "sink direction kept at an ordinary "
+                   "norm") + ": post-norm candidate, confirmed only at the deep end of the depth chain"
+    elif ratio is None:
+        verdict = "no other layer slot to compare: late pre-norm or post-norm (run with --model for the γ test)"
+    else:
+        verdict = "tight, sinkless at layer-scale norm ⇒ late pre-norm"
+    ev_i.append(Evidence("norm_drop", ratio, f"≤ {POSTNORM_NORM_DROP} (≤ {POSTNORM_NORM_DROP_WEAK} with a "
+                         "one-dim token 0) ⇒ normalised", verdict))
+    return found
 
 
 def postnorm_signals(st_slots: Sequence[SlotStats], tensors: list, embed_score: list[float], meds: list[float],
@@ -229,8 +307,6 @@ def postnorm_signals(st_slots: Sequence[SlotStats], tensors: list, embed_score: 
     candidate (``POSTNORM_CANDIDATE``): the depth chain confirms it (``collapsed_end``). A token-0
     sink or a table lookup excludes post-norm whatever the format claims (the final norm divides a sink away).
     """
-    from forensics.analysis.fingerprint.depth import NORMALIZES_MAX_RESIDUAL, NORMALIZES_SCREEN_ROWS, normalizes
-
     k = len(st_slots)
     claims = list(claimed) if claimed is not None else [None] * k
     same_T = len({int(t.shape[0]) for t in tensors}) == 1
@@ -246,13 +322,7 @@ def postnorm_signals(st_slots: Sequence[SlotStats], tensors: list, embed_score: 
                                       "contradicted: " + ("a token-0 sink survives only before the final norm"
                                                           if has_sink(s) else "a table lookup (embedding)")))
             continue
-        best = None
-        for j in range(k):
-            if j != i and not lookup[j] and same_T and embed_score[j] < EMBED_MIN_SCORE:
-                res = normalizes(tensors[j], tensors[i], drop, NORMALIZES_SCREEN_ROWS)["residual"]
-                if res <= NORMALIZES_MAX_RESIDUAL:  # an exact pair fits on any rows: confirm on all of them
-                    res = normalizes(tensors[j], tensors[i], drop)["residual"]
-                best = (res, j) if best is None or res < best[0] else best
+        best = _closest_prenorm(i, k, tensors, lookup, embed_score, same_T, drop)
         if best is not None and best[0] <= NORMALIZES_MAX_RESIDUAL:
             post_score[i], prenorm_of[i], why[i] = 0.99, best[1], "normalizes"
             ev[i].append(Evidence("normalizes", f"= RMSNorm(slot {best[1]}) with fitted γ, residual {best[0]:.2g}",
@@ -260,38 +330,9 @@ def postnorm_signals(st_slots: Sequence[SlotStats], tensors: list, embed_score: 
             continue
         if embed_score[i] >= EMBED_MIN_SCORE:
             continue
-        spread = robust_spread(s)
-        tight = spread <= TIGHT_SPREAD
-        if not tight and not (claim_post and spread <= POSTNORM_CLAIM_SPREAD):
-            if claim_post:
-                ev[i].append(Evidence("format_claim", spread, f"spread ≤ {POSTNORM_CLAIM_SPREAD}",
-                                      "post-norm final by the format, but the token norms spread like a layer's"))
-            continue
-        conc = token0_concentration(tensors[i]) >= TOKEN0_CONCENTRATION
-        layer_meds = [meds[j] for j in range(k) if j != i and embed_score[j] < EMBED_MIN_SCORE
-                      and math.isfinite(meds[j]) and meds[j] > 0]
-        ratio = meds[i] / max(layer_meds) if layer_meds else None
-        dropped = tight and ratio is not None and ratio <= POSTNORM_NORM_DROP
-        if dropped and claim_post:
-            post_score[i], why[i], verdict = 0.9, "norm_drop", "tight, sinkless, norm collapsed, and where the " \
-                "format stores the post-norm final ⇒ post-final-norm"
-        elif claim_post and (ratio is None or ratio <= POSTNORM_CLAIM_RATIO):
-            post_score[i], why[i], verdict = 0.8, "format_claim", "sinkless and tight where the format stores the " \
-                "post-norm final ⇒ post-final-norm"
-        elif claim_post:
-            verdict = "the format stores the post-norm final here, but its norm exceeds every layer slot's: pre-norm?"
-        elif dropped or (conc and (ratio is None or ratio <= POSTNORM_NORM_DROP_WEAK) and ordinary_token0(s)):
-            # a candidate only: SmolLM2's sinkless mid layers (r ≈ 10) are as tight and ≤ 0.2 × r = L; the depth
-            # chain decides (collapsed_end)
-            post_score[i], why[i] = POSTNORM_CANDIDATE, "norm_drop" if dropped else "sink_direction"
-            verdict = ("tight, sinkless and norm collapsed" if dropped else "sink direction kept at an ordinary "
-                       "norm") + ": post-norm candidate, confirmed only at the deep end of the depth chain"
-        elif ratio is None:
-            verdict = "no other layer slot to compare: late pre-norm or post-norm (run with --model for the γ test)"
-        else:
-            verdict = "tight, sinkless at layer-scale norm ⇒ late pre-norm"
-        ev[i].append(Evidence("norm_drop", ratio, f"≤ {POSTNORM_NORM_DROP} (≤ {POSTNORM_NORM_DROP_WEAK} with a "
-                              "one-dim token 0) ⇒ normalised", verdict))
+        found = _norm_collapse(i, s, k, tensors, embed_score, meds, claim_post, ev[i])
+        if found is not None:
+            post_score[i], why[i] = found
     return post_score, prenorm_of, why
 
 
@@ -366,13 +407,6 @@ def _reference_dtype(m: dict) -> str:
 
 def exact_evidence(ev: list[Evidence], x: Any) -> None:
     """The evidence lines of one slot's exact checks (``exact.ExactMatch``)."""
-    from forensics.analysis.fingerprint.exact import (
-        LADDER_MATCH_COS,
-        LADDER_MATCH_REL,
-        LADDER_SEPARATION,
-        POSTNORM_RMS_TOL,
-    )
-
     e, p, m, lens = x.embedding, x.postnorm, x.ladder, x.lens
     if e:
         ev.append(Evidence("exact_embedding", e["equal_rows"] / max(1, e["rows"]), "all rows (1.0)",
@@ -414,6 +448,67 @@ def _norm_vote(a: float, b: float) -> float:
     return 0.0 if abs(b - a) <= NORM_TIE * max(a, b) else float(np.sign(b - a))
 
 
+def _chain_evidence(cost: float, runner: float, margin: float, seriated: list[int],
+                    retied: list[int] | None) -> Evidence:
+    """The ``chain`` evidence line: the seriated path, its cost against the next-best path, and the norm-ordered
+    path taken when ``retied`` (a near-tie of paths)."""
+    return Evidence("chain", f"path cost {cost:.4f}, next-best {_fmt(runner)} (margin {_fmt(margin)})",
+                    f"confidence 0.5 + {ORDER_MARGIN_GAIN} × margin",
+                    "masked angular-distance chain " + " → ".join(str(i) for i in seriated)
+                    + (f"; a near-tie (paths within {NEAR_TIE_PATH:.0%}), ordered by the norms as "
+                       + " → ".join(str(i) for i in retied) if retied is not None else ""))
+
+
+def _direction_evidence(norm: float, late: float, faded: float, score: float, conflict: bool,
+                        unanchored: bool) -> Evidence:
+    """The ``direction`` evidence line: the weighted norm, late-signature and faded-sink votes and why the
+    direction may be uncertain."""
+    return Evidence("direction", f"norm pairs {norm:+.0f}·{W_NORM} + late sig {late:+.0f}·{W_LATE} + faded sink "
+                    f"{faded:+.0f}·{W_FADED} = {score:+.2f}", "sign",
+                    ("no direction signal: norm order kept" if score == 0 else "shallow → deep as listed")
+                    + ("; norm and late/faded-sink votes disagree: direction uncertain" if conflict else "")
+                    + ("; no layer slot has a token-0 sink, so nothing shows a pre-norm residual stream whose norm "
+                       "grows with depth: direction uncertain" if unanchored and not conflict else ""))
+
+
+def _quiet_ends(path: list[int], quiet: Sequence[int], meds: list[float]) -> list[int]:
+    """The ``quiet`` slots the path puts at an end beside its largest-norm slot, where a post-norm final sits: they
+    cast no norm vote."""
+    top = max(path, key=lambda i: meds[i] if math.isfinite(meds[i]) else -math.inf)
+    return [e for e, nb in ((path[0], path[1]), (path[-1], path[-2])) if e in quiet and nb == top and len(path) >= 3]
+
+
+def _order_confidence(margin: float, uncertain: bool) -> float:
+    """0.5 + ``ORDER_MARGIN_GAIN`` × the chain's margin over the next-best path (1 when none), capped at
+    ``DIRECTION_CONFLICT_CONFIDENCE`` when the direction is ``uncertain``."""
+    conf = 1.0 if not math.isfinite(margin) else min(1.0, 0.5 + ORDER_MARGIN_GAIN * margin)
+    return min(conf, DIRECTION_CONFLICT_CONFIDENCE) if uncertain else conf
+
+
+def _near_tie_path(path: list[int], ties: list, quiet: Sequence[int], meds: list[float]) -> list[int]:
+    """A near-tie of paths (``ties``: ``(cost, path)`` within ``NEAR_TIE_PATH`` of the best): the one whose norms
+    rise (or fall) most consistently, the cheaper on a draw; else ``path`` itself."""
+    if len(path) >= 3 and len(ties) > 1:
+        return max(ties, key=lambda c: (abs(_norm_votes(c[1], quiet, meds)), -c[0]))[1]
+    return path
+
+
+def _norm_votes(p: Sequence[int], quiet: Sequence[int], meds: list[float]) -> float:
+    """Sum of :func:`_norm_vote` over every ordered pair of path ``p`` (the ``quiet`` slots cast none)."""
+    v = [i for i in p if i not in quiet]
+    return float(sum(_norm_vote(meds[v[a]], meds[v[b]]) for a in range(len(v)) for b in range(a + 1, len(v))))
+
+
+def _end_votes(path: list[int], slots: Sequence[SlotStats]) -> tuple[float, float]:
+    """``(late, faded)`` direction votes: +1 per late-signature / faded-sink slot in the path's deep half, −1 per
+    one in its shallow half."""
+    half = (len(path) - 1) / 2
+    late = float(sum(np.sign(p - half) for p, i in enumerate(path) if late_signature(slots[i])))
+    faded = float(sum(np.sign(p - half) for p, i in enumerate(path)
+                      if math.isfinite(slots[i].first_ratio) and slots[i].first_ratio < SINK_FADED_RATIO))
+    return late, faded
+
+
 def chain_order(D: np.ndarray, chain: list[int], slots: Sequence[SlotStats], meds: list[float],
                 quiet: Sequence[int] = (), anchors: Sequence[int] | None = None) -> ChainOrder:
     """Seriate the layer slots by masked angular distance, then vote the direction (shallow → deep).
@@ -434,12 +529,6 @@ def chain_order(D: np.ndarray, chain: list[int], slots: Sequence[SlotStats], med
     with a massive-activation sink (:func:`massive_sink`; default: any sink), without which the direction is a
     coin flip.
     """
-    from forensics.analysis.fingerprint.depth import seriate_ties
-
-    def norm_votes(p: Sequence[int]) -> float:
-        v = [i for i in p if i not in quiet]
-        return float(sum(_norm_vote(meds[v[a]], meds[v[b]]) for a in range(len(v)) for b in range(a + 1, len(v))))
-
     if not chain:
         return ChainOrder([], [], 1.0)
     if len(chain) == 1:
@@ -447,41 +536,25 @@ def chain_order(D: np.ndarray, chain: list[int], slots: Sequence[SlotStats], med
                           list(chain))
     path, cost, runner, ties = seriate_ties(D, chain, NEAR_TIE_PATH)
     margin = (runner - cost) / cost if cost > 0 and math.isfinite(runner) else (math.inf if cost > 0 else 0.0)
-    n = len(path)
-    top = max(path, key=lambda i: meds[i] if math.isfinite(meds[i]) else -math.inf)
-    quiet = [e for e, nb in ((path[0], path[1]), (path[-1], path[-2])) if e in quiet and nb == top and n >= 3]
+    quiet = _quiet_ends(path, quiet, meds)
     seriated = list(path)
-    if n >= 3 and len(ties) > 1:  # a near-tie of paths: the one whose norms rise (or fall) most consistently
-        path = max(ties, key=lambda c: (abs(norm_votes(c[1])), -c[0]))[1]
+    path = _near_tie_path(path, ties, quiet, meds)
     retied = list(path) not in (seriated, seriated[::-1])
-    norm = norm_votes(path)
-    half = (n - 1) / 2
-    late = float(sum(np.sign(p - half) for p, i in enumerate(path) if late_signature(slots[i])))
-    faded = float(sum(np.sign(p - half) for p, i in enumerate(path)
-                      if math.isfinite(slots[i].first_ratio) and slots[i].first_ratio < SINK_FADED_RATIO))
+    norm = _norm_votes(path, quiet, meds)
+    late, faded = _end_votes(path, slots)
     signature = W_LATE * late + W_FADED * faded
     score = W_NORM * norm + signature
     if score < 0:
         path = path[::-1]
     chain_path = list(path)  # the evidence shows the chain itself; the order may be the norm order below
-    conf = 1.0 if not math.isfinite(margin) else min(1.0, 0.5 + ORDER_MARGIN_GAIN * margin)
     conflict = norm * signature < 0
     if score == 0:  # no direction signal: the chain's listed direction is a coin flip (often a near-tie of
         path = sorted(path, key=lambda i: meds[i])  # two paths, margin ~0), so take the norm order the text names
     unanchored = not any((i in anchors) if anchors is not None else has_sink(slots[i]) for i in path)
-    if score == 0 or conflict or unanchored or norm == 0:  # norm == 0: only a late/faded vote, or norm ties
-        conf = min(conf, DIRECTION_CONFLICT_CONFIDENCE)
-    ev = [Evidence("chain", f"path cost {cost:.4f}, next-best {_fmt(runner)} (margin {_fmt(margin)})",
-                   f"confidence 0.5 + {ORDER_MARGIN_GAIN} × margin",
-                   "masked angular-distance chain " + " → ".join(str(i) for i in seriated)
-                   + (f"; a near-tie (paths within {NEAR_TIE_PATH:.0%}), ordered by the norms as "
-                      + " → ".join(str(i) for i in chain_path) if retied else "")),
-          Evidence("direction", f"norm pairs {norm:+.0f}·{W_NORM} + late sig {late:+.0f}·{W_LATE} + faded sink "
-                   f"{faded:+.0f}·{W_FADED} = {score:+.2f}", "sign",
-                   ("no direction signal: norm order kept" if score == 0 else "shallow → deep as listed")
-                   + ("; norm and late/faded-sink votes disagree: direction uncertain" if conflict else "")
-                   + ("; no layer slot has a token-0 sink, so nothing shows a pre-norm residual stream whose norm "
-                      "grows with depth: direction uncertain" if unanchored and not conflict else ""))]
+    # norm == 0: only a late/faded vote, or norm ties
+    conf = _order_confidence(margin, score == 0 or conflict or unanchored or norm == 0)
+    ev = [_chain_evidence(cost, runner, margin, seriated, chain_path if retied else None),
+          _direction_evidence(norm, late, faded, score, conflict, unanchored)]
     return ChainOrder(path, ev, conf, chain_path)
 
 
@@ -582,15 +655,11 @@ def find_duplicates(fp: Fingerprint, tensors: list) -> None:
 
 
 def _lens_near() -> float:
-    from forensics.analysis.fingerprint.exact import LENS_NEAR
-
     return LENS_NEAR
 
 
 def _rescaled(m: dict) -> str:
     """``same direction as L3 at ×1.5`` when a slot matches a reference state up to its scale only."""
-    from forensics.analysis.fingerprint.exact import LADDER_MATCH_COS
-
     d = m.get("direction") or {}
     if m.get("match") or d.get("cos") is None or d["cos"] < LADDER_MATCH_COS:
         return ""

@@ -23,6 +23,9 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from forensics.analysis.fingerprint.residual import data_only
+from forensics.analysis.fingerprint.rules import DUP_GROUP_FRACTION, has_sink
+
 from ...findings import Finding, FindingKind, Severity, Verdict
 from ...layers import FINAL_POST, R, r_label
 
@@ -101,8 +104,6 @@ def is_embedding(fp: Fingerprint, i: int) -> bool:
 def not_embedding(fp: Fingerprint, i: int) -> bool:
     """The data excludes an embedding output: exact r ≠ 0, or a sink, or repeated ids whose rows differ where
     the data shows a pre-norm decoder (:func:`decoder_signature`)."""
-    from .rules import DUP_GROUP_FRACTION, has_sink
-
     sf = fp.slots[i]
     if sf.r_exact is not None:
         return sf.r_exact != 0
@@ -135,8 +136,6 @@ def is_postnorm(fp: Fingerprint, i: int) -> bool:
 
 def not_postnorm(fp: Fingerprint, i: int) -> bool:
     """Pre-norm for sure: exact r an integer, an embedding, or a token-0 sink (the final norm divides it away)."""
-    from .rules import has_sink
-
     sf = fp.slots[i]
     if sf.r_exact is not None:
         return sf.r_exact != FINAL_POST
@@ -191,7 +190,7 @@ def _judge_slot(fp: Fingerprint, i: int, c: Claim, L: int | None,
     return Verdict.CANNOT_TELL, f"a layer output ({sf.role}, {sf.decided_by}); its exact r needs the reference", None
 
 
-def judge(fp: Fingerprint, claims: Claims | None) -> list[Finding]:
+def judge(fp: Fingerprint, claims: Claims | None) -> list[Finding]:  # noqa: C901 - complexity 21, to be paid down
     """Set every slot's ``claim``/``verdict``/``verdict_why``/``settle``/``label`` and return the findings."""
     k = len(fp.slots)
     L = fp.num_layers
@@ -209,7 +208,6 @@ def judge(fp: Fingerprint, claims: Claims | None) -> list[Finding]:
         return findings
     verdicts: list[SlotVerdict] = []
     kinds: dict[FindingKind, list[int]] = {}
-    from .residual import data_only
 
     not_residual = data_only(fp, cl)
     for f in fp.findings:  # a slot with one row repeated has no depth: named, and out of the list-wide checks
@@ -253,12 +251,13 @@ def judge(fp: Fingerprint, claims: Claims | None) -> list[Finding]:
             if sv.verdict is Verdict.CANNOT_TELL and r is not None and sv.claim is not None and r != sv.claim.r:
                 sf.verdict_why += f"; the list is {whole.kind} (see `{whole.kind}`): most likely {r_label(r)}"
         elif readings and whole is not None:  # two readings of the shift: the slot is one of them, not named
-            alts = list(dict.fromkeys(r_label(v[sv.index]) for v in readings.values() if v[sv.index] is not None))
+            named = {w: v[sv.index] for w, v in readings.items()}  # a reading may leave the slot unnamed (None)
+            alts = list(dict.fromkeys(named.values()))
             if sv.verdict is Verdict.CANNOT_TELL and len(alts) > 1:
-                sf.verdict_why += (f"; the list is {whole.kind} (see `{whole.kind}`): "
-                                   + " or ".join(f"{a} ({w})" for a, w in zip(alts, readings, strict=False)))
-            elif sf.label is None and len(alts) == 1:
-                sf.label = alts[0]
+                sf.verdict_why += (f"; the list is {whole.kind} (see `{whole.kind}`): " + " or ".join(
+                    f"{'unnamed' if r is None else r_label(r)} ({w})" for w, r in named.items()))
+            elif sf.label is None and len(alts) == 1 and alts[0] is not None:  # every reading names it alike
+                sf.label = r_label(alts[0])
         elif sv.claim is not None and sv.verdict is not Verdict.FAIL and sf.label is None:
             sf.label = sv.claim.label  # a claim the evidence does not contradict names the slot
     return findings

@@ -19,12 +19,15 @@ from __future__ import annotations
 import base64
 import io
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from forensics.analysis.stats import MASSIVE_ABS_THRESHOLD, MASSIVE_REL_THRESHOLD, SINK_RATIO
+from forensics.errors import escape
 from forensics.layers import FINAL_POST, r_label
 from forensics.views.format import esc, num
 
@@ -143,12 +146,7 @@ def _selected(stats: CaptureStats, slots: Sequence[int] | None) -> list[int]:
 
 
 def _name(stats: CaptureStats) -> str:
-    import os
-
-    from forensics.errors import escape
-
     return escape(os.path.basename(str(stats.capture.path)))  # a non-UTF-8 name cannot be drawn: \xNN
-
 
 
 def _empty(ax, text: str) -> None:
@@ -266,8 +264,6 @@ def norm_distributions(result: Any, slots: Sequence[int] | None = None, title: s
     points are exactly ``SlotStats.norms`` (finite, > 0; strided beyond ``MAX_STRIP_POINTS``), the white
     bar is ``SlotStats.norm.median``, red triangles are ``SlotStats.sinks``.
     """
-    from forensics.analysis.stats import SINK_RATIO
-
     stats, _ = _unpack(result)
     sel = _selected(stats, slots)
     labels = slot_labels(result)
@@ -401,33 +397,9 @@ def band_label(bands: Sequence[tuple[int, int, list[int]]], k: int) -> str:
         f"{', '.join(map(str, slots))})"
 
 
-def norm_by_position(result: Any, slots: Sequence[int] | None = None,
-                     token_range: tuple[int, int] | None = None, title: str | None = None,
-                     bad_rows: dict[int, Sequence[tuple[int, int]]] | None = None) -> Figure:
-    """Per-token L2 norm against token position, one line per slot (log axis), sinks and massive tokens marked,
-    bad rows (zero, non-finite, foreign, outside the ids: the row report's ``bad_rows``) shaded.
-
-    ``token_range`` is inclusive ``(first, last)`` as an ``IntRangeSlider`` gives it. Line y-data are
-    exactly ``SlotStats.norms[first:last + 1]``; ``bad_rows`` (slot → inclusive row ranges) defaults to the
-    result's row report (a fingerprint's ``rows``).
-    """
-    from forensics.analysis.stats import SINK_RATIO
-
-    stats, _ = _unpack(result)
-    sel = _selected(stats, slots)
-    labels = slot_labels(result)
-    colors = _colors_for(stats, sel)
-    many = len(sel) > MAX_LEGEND_ROWS
-    fig = _figure(height=ROW_HEIGHT + (0.25 * math.ceil(len(sel) / 6) + 0.4 if many else 0))
-    ax = fig.add_subplot()
-    if not sel:
-        _empty(ax, "no slot selected")
-        return fig
-    pl = position_lines(result, sel, token_range, bad_rows)
-    lo, hi = pl.lo, pl.hi
-    for j, (a, b, _ss) in enumerate(pl.bands):
-        ax.axvspan(a - 0.5, b + 0.5, color=BAD_COLOR, alpha=0.15, lw=0, zorder=0, gid=f"bad-rows-{a}-{b}",
-                   label=band_label(pl.bands, len(sel)) if j == 0 else None)
+def _plot_norm_lines(ax: Any, pl: Any, stats: Any, colors: Any, labels: Any) -> None:
+    """One norm line per slot of ``pl`` (:func:`position_lines`), its sink tokens marked ``v`` and its massive
+    activations ``x``; each marker kind gets one legend entry."""
     marks = {"sink": False, "massive": False}
     for i, pos, n in pl.lines:
         ax.plot(pos, n, color=colors[i], lw=1, label=labels[i], gid=f"norms-{i}",
@@ -443,6 +415,34 @@ def norm_by_position(result: Any, slots: Sequence[int] | None = None,
             ax.scatter(mp, norms[mp], marker="x", s=36, color="black", lw=1.2, zorder=6, gid=f"massive-{i}",
                        label=None if marks["massive"] else "massive activation")
             marks["massive"] = True
+
+
+def norm_by_position(result: Any, slots: Sequence[int] | None = None,
+                     token_range: tuple[int, int] | None = None, title: str | None = None,
+                     bad_rows: dict[int, Sequence[tuple[int, int]]] | None = None) -> Figure:
+    """Per-token L2 norm against token position, one line per slot (log axis), sinks and massive tokens marked,
+    bad rows (zero, non-finite, foreign, outside the ids: the row report's ``bad_rows``) shaded.
+
+    ``token_range`` is inclusive ``(first, last)`` as an ``IntRangeSlider`` gives it. Line y-data are
+    exactly ``SlotStats.norms[first:last + 1]``; ``bad_rows`` (slot → inclusive row ranges) defaults to the
+    result's row report (a fingerprint's ``rows``).
+    """
+    stats, _ = _unpack(result)
+    sel = _selected(stats, slots)
+    labels = slot_labels(result)
+    colors = _colors_for(stats, sel)
+    many = len(sel) > MAX_LEGEND_ROWS
+    fig = _figure(height=ROW_HEIGHT + (0.25 * math.ceil(len(sel) / 6) + 0.4 if many else 0))
+    ax = fig.add_subplot()
+    if not sel:
+        _empty(ax, "no slot selected")
+        return fig
+    pl = position_lines(result, sel, token_range, bad_rows)
+    lo, hi = pl.lo, pl.hi
+    for j, (a, b, _ss) in enumerate(pl.bands):
+        ax.axvspan(a - 0.5, b + 0.5, color=BAD_COLOR, alpha=0.15, lw=0, zorder=0, gid=f"bad-rows-{a}-{b}",
+                   label=band_label(pl.bands, len(sel)) if j == 0 else None)
+    _plot_norm_lines(ax, pl, stats, colors, labels)
     ax.set_yscale("log")
     ax.set_xlabel("token position")
     ax.set_ylabel("per-token ‖x‖₂ (log)")
@@ -480,8 +480,6 @@ def massive_rows(stats: CaptureStats, sel: Sequence[int],
 
 def massive_title(stats: CaptureStats) -> str:
     """The massive-dims figure's default title: the threshold and the file."""
-    from forensics.analysis.stats import MASSIVE_ABS_THRESHOLD, MASSIVE_REL_THRESHOLD
-
     return f"Massive-activation dims, |x| > max({MASSIVE_ABS_THRESHOLD:g}, {MASSIVE_REL_THRESHOLD:g}× median |x|) " \
         f"— {_name(stats)}"
 

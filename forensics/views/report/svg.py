@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from forensics.analysis.stats import SINK_RATIO
 from forensics.views.format import num
 from forensics.views.plots.dataset import AUDIT_TITLE, CONTROL_COLOR, PROBE_TITLE, audit_slice_rows, probe_bars
 from forensics.views.plots.slots import (
@@ -274,11 +275,39 @@ def _triangle(x: float, y: float, r: float) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ figures
+def _draw_violin(c: Canvas, ax: Axes, x: int, v: Any, col: str, unit: float, many: bool) -> bool:
+    """Slot ``v`` (one of :func:`violins`) at x position ``x``: its violin (KDE of log10 norms), token strip and
+    median bar (annotated unless ``many``), its sinks as triangles; True when it drew a sink."""
+    i, norms = v.slot, v.norms
+    cx = ax.X(x)
+    if v.kde is not None:
+        grid, dens = v.kde
+        ys = [ax.Y(10 ** g) for g in grid]
+        pts = [(cx + 0.4 * d * unit, y) for d, y in zip(dens, ys, strict=True)]
+        pts += [(cx - 0.4 * d * unit, y) for d, y in zip(dens[::-1], ys[::-1], strict=True)]
+        c.add("polygon", points=" ".join(f"{_n(px)},{_n(py)}" for px, py in pts), fill=col, fill_opacity=0.35,
+              class_=f"violin-{i}")
+    if v.strip.size:
+        d = "".join(f"M{_n(cx + j * unit)} {_n(ax.Y(n))}h0" for j, n in zip(v.jitter, norms[v.strip], strict=True))
+        c.add("path", d=d, stroke=col, stroke_opacity=0.5, stroke_width=2.0, stroke_linecap="round",
+              class_=f"tokens-{i}")
+    med = v.median
+    if math.isfinite(med) and med > 0:
+        y = ax.Y(med)
+        c.line(cx - 0.3 * unit, y, cx + 0.3 * unit, y, "#ffffff", 2.5 * PT)
+        c.line(cx - 0.3 * unit, y, cx + 0.3 * unit, y, "#000000", 1.0 * PT)
+        if not many:
+            c.text(cx + 0.32 * unit, y, f"med {num(med)}", 8, color="#333333")
+    if v.sinks:
+        r = _marker_r(28)
+        c.add("path", d="".join(_triangle(cx, ax.Y(norms[p]), r) for p in v.sinks), fill=BAD_COLOR,
+              stroke="#000000", stroke_width=0.5 * PT, class_=f"sinks-{i}")
+    return bool(v.sinks)
+
+
 def norm_distributions(result: Any, slots: Sequence[int] | None = None, title: str | None = None) -> str:
     """SVG of :func:`forensics.views.plots.norm_distributions`: per slot a violin (KDE of log10 norms), the token
     strip, the median bar (annotated), sink triangles; log y axis."""
-    from forensics.analysis.stats import SINK_RATIO
-
     stats, _ = _unpack(result)
     sel = _selected(stats, slots)
     labels = slot_labels(result)
@@ -304,30 +333,7 @@ def norm_distributions(result: Any, slots: Sequence[int] | None = None, title: s
     unit = (ax.r - ax.l) / len(sel)  # px per slot on x
     sink_drawn = False
     for x, v in enumerate(drawn):
-        i, norms, col = v.slot, v.norms, colors[v.slot]
-        cx = ax.X(x)
-        if v.kde is not None:
-            grid, dens = v.kde
-            ys = [ax.Y(10 ** g) for g in grid]
-            pts = [(cx + 0.4 * d * unit, y) for d, y in zip(dens, ys, strict=True)]
-            pts += [(cx - 0.4 * d * unit, y) for d, y in zip(dens[::-1], ys[::-1], strict=True)]
-            c.add("polygon", points=" ".join(f"{_n(px)},{_n(py)}" for px, py in pts), fill=col, fill_opacity=0.35,
-                  class_=f"violin-{i}")
-        if v.strip.size:
-            d = "".join(f"M{_n(cx + j * unit)} {_n(ax.Y(n))}h0" for j, n in zip(v.jitter, norms[v.strip], strict=True))
-            c.add("path", d=d, stroke=col, stroke_opacity=0.5, stroke_width=2.0, stroke_linecap="round",
-                  class_=f"tokens-{i}")
-        med = v.median
-        if math.isfinite(med) and med > 0:
-            y = ax.Y(med)
-            c.line(cx - 0.3 * unit, y, cx + 0.3 * unit, y, "#ffffff", 2.5 * PT)
-            c.line(cx - 0.3 * unit, y, cx + 0.3 * unit, y, "#000000", 1.0 * PT)
-            if not many:
-                c.text(cx + 0.32 * unit, y, f"med {num(med)}", 8, color="#333333")
-        if v.sinks:
-            r = _marker_r(28)
-            c.add("path", d="".join(_triangle(cx, ax.Y(norms[p]), r) for p in v.sinks), fill=BAD_COLOR,
-                  stroke="#000000", stroke_width=0.5 * PT, class_=f"sinks-{i}")
+        if _draw_violin(c, ax, x, v, colors[v.slot], unit, many):
             sink_drawn = True
     ax.frame()
     ax.xticks(list(range(len(sel))), names, xsize, rotate=rot)
@@ -339,27 +345,9 @@ def norm_distributions(result: Any, slots: Sequence[int] | None = None, title: s
     return c.render(title)
 
 
-def norm_by_position(result: Any, slots: Sequence[int] | None = None, token_range: tuple[int, int] | None = None,
-                     title: str | None = None, bad_rows: dict | None = None) -> str:
-    """SVG of :func:`forensics.views.plots.norm_by_position`: one line per slot on a log y axis against token
-    position, sinks and massive tokens marked, the bad row ranges shaded (same data: ``position_lines``)."""
-    from forensics.analysis.stats import SINK_RATIO
-
-    stats, _ = _unpack(result)
-    sel = _selected(stats, slots)
-    labels = slot_labels(result)
-    colors = _colors_for(stats, sel)
-    c = Canvas(FIG_WIDTH * PX_PER_INCH, 3.0 * PX_PER_INCH)
-    if not sel:
-        title = title or f"Norm by token position — {_name(stats)}"
-        _title(c, title)
-        c.text(c.w / 2, c.h / 2, "no slot selected", 11, "middle", MUTED)
-        return c.render(title)
-    pl = position_lines(result, sel, token_range, bad_rows)
-    title = title or f"Norm by token position — {_name(stats)} (tokens {pl.lo}–{pl.hi})"
-    _title(c, title)
-    ylim = _log_limits(*pl.span)
-    ticks, tlabels = log_ticks(*ylim)
+def _position_legend(pl: Any, sel: Sequence[int], colors: Any, labels: Any) -> list[tuple[str, str]]:
+    """Legend entries ``(marker svg, label)`` of the norm-by-position chart: the bad-rows band first, one line per
+    slot, then the sink and massive markers when any is drawn."""
     entries: list[tuple[str, str]] = [(f'<line x1="-8" y1="0" x2="8" y2="0" stroke="{colors[i]}" stroke-width="1.4"/>',
                                        labels[i]) for i in sel]
     if pl.bands:
@@ -370,17 +358,12 @@ def norm_by_position(result: Any, slots: Sequence[int] | None = None, token_rang
                         f'stroke-width="0.6"/>', f"sink (≥{SINK_RATIO:g}× median)"))
     if any(pl.massive.values()):
         entries.append(('<path d="M-4 -4L4 4M-4 4L4 -4" stroke="#000000" stroke-width="1.6"/>', "massive activation"))
-    shown = entries[:MAX_ANNOTATED_ROWS + 2]
-    legend_w = 30 + max(_text_px(lab, 8) for _, lab in shown)
-    x0, x1 = pl.lo - 0.5, max(pl.hi, pl.lo + 1) + 0.5
-    ax = Axes(c, (_box_left(tlabels, 9, 18), 30, c.w - legend_w - 8, c.h - 40), _lin_limits(x0, x1, 0.0), ylim,
-              ylog=True)
-    for a, b, _ in pl.bands:  # under everything else, as matplotlib's axvspan at zorder 0
-        c.add("rect", x=float(ax.X(a - 0.5)), y=float(ax.t), width=float(ax.X(b + 0.5) - ax.X(a - 0.5)),
-              height=float(ax.b - ax.t), fill=BAD_COLOR, fill_opacity=0.15, class_=f"bad-rows-{a}-{b}")
-    ax.yticks(ticks, tlabels, grid=True)
-    xt = [v for v in nice_ticks(pl.lo, pl.hi) if pl.lo <= v <= pl.hi]
-    ax.xticks(xt, [_tick_text(v) for v in xt], grid=True)
+    return entries
+
+
+def _draw_norm_lines(c: Canvas, ax: Axes, pl: Any, stats: Any, colors: Any) -> None:
+    """One norm path per slot of ``pl`` (:func:`position_lines`), broken at rows the log axis cannot hold, its sink
+    tokens marked with triangles and its massive activations with crosses."""
     for i, pos, n in pl.lines:
         ok = np.isfinite(n) & (n > 0)  # a zero or non-finite row breaks the line (the log axis cannot hold it)
         d, pen = [], False
@@ -398,6 +381,39 @@ def norm_by_position(result: Any, slots: Sequence[int] | None = None, token_rang
             c.add("path", d="".join(f"M{_n(ax.X(p) - 4)} {_n(ax.Y(norms[p]) - 4)}l8 8m0 -8l-8 8"
                                     for p in pl.massive[i]), stroke="#000000", stroke_width=1.2 * PT,
                   class_=f"massive-{i}")
+
+
+def norm_by_position(result: Any, slots: Sequence[int] | None = None, token_range: tuple[int, int] | None = None,
+                     title: str | None = None, bad_rows: dict | None = None) -> str:
+    """SVG of :func:`forensics.views.plots.norm_by_position`: one line per slot on a log y axis against token
+    position, sinks and massive tokens marked, the bad row ranges shaded (same data: ``position_lines``)."""
+    stats, _ = _unpack(result)
+    sel = _selected(stats, slots)
+    labels = slot_labels(result)
+    colors = _colors_for(stats, sel)
+    c = Canvas(FIG_WIDTH * PX_PER_INCH, 3.0 * PX_PER_INCH)
+    if not sel:
+        title = title or f"Norm by token position — {_name(stats)}"
+        _title(c, title)
+        c.text(c.w / 2, c.h / 2, "no slot selected", 11, "middle", MUTED)
+        return c.render(title)
+    pl = position_lines(result, sel, token_range, bad_rows)
+    title = title or f"Norm by token position — {_name(stats)} (tokens {pl.lo}–{pl.hi})"
+    _title(c, title)
+    ylim = _log_limits(*pl.span)
+    ticks, tlabels = log_ticks(*ylim)
+    shown = _position_legend(pl, sel, colors, labels)[:MAX_ANNOTATED_ROWS + 2]
+    legend_w = 30 + max(_text_px(lab, 8) for _, lab in shown)
+    x0, x1 = pl.lo - 0.5, max(pl.hi, pl.lo + 1) + 0.5
+    ax = Axes(c, (_box_left(tlabels, 9, 18), 30, c.w - legend_w - 8, c.h - 40), _lin_limits(x0, x1, 0.0), ylim,
+              ylog=True)
+    for a, b, _ in pl.bands:  # under everything else, as matplotlib's axvspan at zorder 0
+        c.add("rect", x=float(ax.X(a - 0.5)), y=float(ax.t), width=float(ax.X(b + 0.5) - ax.X(a - 0.5)),
+              height=float(ax.b - ax.t), fill=BAD_COLOR, fill_opacity=0.15, class_=f"bad-rows-{a}-{b}")
+    ax.yticks(ticks, tlabels, grid=True)
+    xt = [v for v in nice_ticks(pl.lo, pl.hi) if pl.lo <= v <= pl.hi]
+    ax.xticks(xt, [_tick_text(v) for v in xt], grid=True)
+    _draw_norm_lines(c, ax, pl, stats, colors)
     ax.frame()
     c.text((ax.l + ax.r) / 2, c.h - 10, "token position", 9, "middle")
     c.text(12, (ax.t + ax.b) / 2, "per-token ‖x‖₂ (log)", 10, "middle", rotate=-90)
