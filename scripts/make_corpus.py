@@ -419,7 +419,8 @@ def _interior_block(rng: random.Random, T: int, n: int) -> tuple[int, int]:
     return a, a + n - 1
 
 
-def corrupt_rows(variant: str, states: list, ids, mask, rs: list, rng: random.Random, other: list | None = None):
+def corrupt_rows(variant: str, states: list, ids, mask, rs: list, rng: random.Random,  # noqa: C901
+                 other: list | None = None):
     """``(states, ids, mask, expected)`` of one row corruption of a clean sample, or None when the text is too
     short for it. ``states``: the slots' ``[T, H]`` rows in file order (not modified), ``rs``: their r,
     ``other``: the same layers' rows of another text (foreign rows). ``expected``: the findings a correct

@@ -61,6 +61,8 @@ def test_off_by_one_labels_flagged(sample_data, smollm2):
     assert [s.r_exact for s in fp.slots] == [0, 3, 16, 28]
     off = [f for f in fp.findings if f.kind == "off_by_one"]
     assert sorted(s for f in off for s in f.slots) == [1, 2, 3]
+    # the message reads as English: "is claimed L2 (...) but equals L3 of the reference forward", never "is equals"
+    assert all("but equals L" in f.message and "is equals" not in f.message for f in off), [f.message for f in off]
     d = json.loads(json.dumps(fp.to_dict(), allow_nan=False))
     assert [s["r_exact"] for s in d["slots"]] == [0, 3, 16, 28]
 

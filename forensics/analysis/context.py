@@ -26,7 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from forensics.analysis.rows import _add_bad
 from forensics.findings import Finding, FindingKind, Severity
+from forensics.layers import r_label
+from forensics.models.target import ladder
 
 if TYPE_CHECKING:  # pragma: no cover
     from forensics.analysis.rows import RowReport
@@ -157,8 +160,6 @@ def _with_model(net: Any, ids: Any, tensors: Sequence[Any], rows: RowReport | No
     """The first boundary p whose rows equal the reference run of tokens p.. alone; adds the FAIL finding."""
     import torch
 
-    from forensics.models.target import ladder
-
     n = int(tensors[0].shape[0])
     foreign = []
     if rows is not None:
@@ -186,8 +187,6 @@ def _with_model(net: Any, ids: Any, tensors: Sequence[Any], rows: RowReport | No
         slots = sorted(tail)
         for i in range(len(tensors)):
             if rows is not None:
-                from forensics.analysis.rows import _add_bad
-
                 _add_bad(rows, i, [(p, n - 1)])
         if rows is not None:  # the foreign runs inside p..end are these rows: this finding names them
             rows.findings = [f for f in rows.findings if not (
@@ -208,8 +207,6 @@ def _with_model(net: Any, ids: Any, tensors: Sequence[Any], rows: RowReport | No
 
 
 def _r(r: Any) -> str:
-    from forensics.layers import r_label
-
     return r_label(r)
 
 

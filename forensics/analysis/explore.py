@@ -30,10 +30,16 @@ from typing import Any
 
 import numpy as np
 
+from forensics.analysis.kernels import intra_op_threads
+from forensics.analysis.rows import check_rows
+from forensics.analysis.stats import summarize
 from forensics.errors import ForensicsError
 from forensics.findings import Finding, Severity
 from forensics.io.capture import Capture
 from forensics.io.capture import Slot as CaptureSlot
+from forensics.io.formats import as_capture as read
+from forensics.io.tokenizer import decode_tokens, find_tokenizer, load_tokenizer
+from forensics.jsonable import json_safe
 from forensics.layers import FINAL_POST, r_label
 
 MAX_COLUMNS = 4096  # heatmap columns; more tokens are binned (the widget's payload stays ≤ 16 B × slots × 4096)
@@ -92,8 +98,6 @@ class ExploreState:
         return len(self.starts) - 1 < self.num_tokens
 
     def to_dict(self) -> dict:
-        from forensics.jsonable import json_safe
-
         return json_safe({"path": self.path, "format": self.format, "num_tokens": self.num_tokens,
                           "names": self.names, "labels": self.labels, "verdicts": self.verdicts,
                           "verdict_why": self.verdict_why, "file_verdict": self.file_verdict,
@@ -134,8 +138,6 @@ class LensMap:
     num_tokens: int
 
     def to_dict(self) -> dict:
-        from forensics.jsonable import json_safe
-
         return json_safe({"positions": self.positions, "ids": self.ids, "texts": self.texts,
                           "probs": [[float(f"{p:.4g}") if p == p else None for p in row] for row in self.probs],
                           "notes": self.notes, "num_tokens": self.num_tokens})
@@ -145,8 +147,6 @@ class LensMap:
 def as_capture(x: Any, input_ids: Any = None) -> Capture:
     """A :class:`Capture` from a capture path, a ``Capture``, or hidden states in memory in any layout (with their
     token ids): :func:`forensics.io.formats.as_capture`."""
-    from forensics.io.formats import as_capture as read
-
     return read(x, input_ids=input_ids)
 
 
@@ -205,8 +205,6 @@ def same_id_partner(ids: np.ndarray) -> np.ndarray:
 def _cosines(slots: list[CaptureSlot], norms: list[np.ndarray], partner: np.ndarray | None) -> tuple:
     """``cos_prev`` and ``cos_same`` ``[slots, tokens]`` float32, in row blocks with float32 accumulation."""
     import torch
-
-    from forensics.analysis.kernels import intra_op_threads
 
     k, T = len(slots), slots[0].num_tokens if slots else 0
     cos_prev = np.full((k, T), np.nan, dtype=np.float32)
@@ -285,8 +283,6 @@ def resolve_tokenizer(capture: Capture, tokenizer: Any = "auto", fallback: Any =
     """``(tokenizer, None)`` or ``(None, why there is none)`` for ``capture``: ``tokenizer`` is ``"auto"`` (the
     capture's own local tokenizer, else ``fallback``: the tokenizer of ``model=``), a folder the user names, a
     tokenizer object, or None."""
-    from forensics.io.tokenizer import find_tokenizer, load_tokenizer
-
     if isinstance(tokenizer, str) and tokenizer == "auto":
         tok, note = load_tokenizer(find_tokenizer(capture.path, capture.meta))
         if tok is None and fallback is not None:
@@ -312,7 +308,6 @@ def _tokens(capture: Capture, tokenizer: Any, starts: np.ndarray,
     tok, note = resolve_tokenizer(capture, tokenizer, fallback)
     if tok is None:
         return None, col_ids, note, None
-    from forensics.io.tokenizer import decode_tokens
 
     return decode_tokens(tok, col_ids), col_ids, None, tok
 
@@ -322,7 +317,6 @@ def with_tokenizer(state: ExploreState, tokenizer: Any) -> ExploreState:
     ``model=`` arriving after the heatmap was drawn."""
     if tokenizer is None or state.tokens is not None or state.ids is None:
         return state
-    from forensics.io.tokenizer import decode_tokens
 
     state.tokens, state.tokenizer, state.tokenizer_note = decode_tokens(tokenizer, state.ids), tokenizer, None
     return state
@@ -341,9 +335,6 @@ def explore_state(x: Any, fingerprint: Any = None, tokenizer: Any = "auto", stat
         stats: the capture's ``CaptureStats`` when already computed (else :func:`forensics.summarize`).
         input_ids: the token ids of hidden states given in memory (token text, the same-id cosine).
     """
-    from forensics.analysis.rows import check_rows
-    from forensics.analysis.stats import summarize
-
     cap = as_capture(x, input_ids)
     if not cap.slots:
         raise ForensicsError("no hidden-state slots to explore", path=cap.path)
@@ -449,7 +440,6 @@ def logit_lens(capture: Capture, pos: int, verifier: Any, tokenizer: Any = None,
 def _decode(tokenizer: Any, ids: list[int]) -> list[str]:
     if tokenizer is None:
         return [f"<id {i}>" for i in ids]
-    from forensics.io.tokenizer import decode_tokens
 
     return decode_tokens(tokenizer, ids)
 

@@ -1,8 +1,8 @@
-"""Row-block kernels behind :mod:`forensics.stats`: per-token norms, median ``|x|``, NaN/Inf and massive rows.
+"""Row-block kernels behind :mod:`forensics.analysis.stats`: per-token norms, median ``|x|``, NaN/Inf and massive rows.
 
 Each reads a ``[tokens, hidden]`` tensor (often mmap-backed bf16) in row blocks with float32 accumulation and
 never upcasts the whole tensor; only rows that can hold a finding are read a second time. Re-exported by
-``forensics.stats``, which is where callers should import them from.
+``forensics.analysis.stats``, which is where callers should import them from.
 """
 
 from __future__ import annotations

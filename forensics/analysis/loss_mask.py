@@ -34,6 +34,9 @@ import os
 from typing import Any
 
 from forensics.findings import Finding, FindingKind, Severity
+from forensics.io.chat import chat_markers, chat_markers_from, encoder
+from forensics.io.tokenizer import find_tokenizer
+from forensics.models.target import load_model, resolve_model
 
 MAX_LISTED = 6  # position ranges listed in a message
 
@@ -123,17 +126,12 @@ def check_loss_mask(ids: Any, mask: Any, markers: Any, source: str = "") -> list
 def capture_markers(cap: Any, model: Any = None) -> Any:
     """The chat markers for ``cap``: its own tokenizer folder's template (``capture.json`` ``tokenizer`` or a
     ``tokenizer/`` folder beside it), else the template of ``model``'s folder; None when neither has one."""
-    from forensics.io.chat import chat_markers
-    from forensics.io.tokenizer import find_tokenizer
-
     path = getattr(cap, "path", None)
     folder = find_tokenizer(path, getattr(cap, "meta", None)) if isinstance(path, str) else None
     found = chat_markers(folder) if folder else None
     if found is None and model is not None:
         mpath = getattr(model, "path", None) or (model if isinstance(model, (str, os.PathLike)) else None)
         if isinstance(mpath, str) and mpath.lower() in ("default", "smollm2"):
-            from forensics.models.target import resolve_model
-
             mpath = resolve_model(mpath)
         if mpath is not None and os.path.isdir(os.fspath(mpath)):
             found = chat_markers(os.fspath(mpath))
@@ -149,9 +147,6 @@ def _gguf_markers(path: str) -> Any:
     """The chat markers of a ``.gguf`` model's tokenizer (its template travels in the file's metadata); the load
     is memoised (``forensics.models.target.load_model``: exact mode loads the same model)."""
     if path not in _GGUF:
-        from forensics.io.chat import chat_markers_from, encoder
-        from forensics.models.target import load_model
-
         _, tok = load_model(path)
         template = getattr(tok, "chat_template", None)
         enc = encoder(tok) if tok is not None else None

@@ -31,9 +31,11 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from forensics.analysis.acceptance import DRAFT_COST, length_interval, ratio_interval, speedup, units
+from forensics.analysis.claims import draft_ids_r
 from forensics.analysis.probe_chain import TARGET_NEXT, TARGET_VERIFIER, Tally, score_file, slot_refs
 from forensics.analysis.probe_wirings import (
     MAX_CANDIDATES,
@@ -47,14 +49,17 @@ from forensics.analysis.probe_wirings import (
     variants,
     wiring_label,
 )
+from forensics.analysis.stamp import check_in_read
 from forensics.display import render
 from forensics.errors import ForensicsError
 from forensics.findings import Finding, FindingKind, Severity, Verdict
 from forensics.io.capture import Capture
-from forensics.io.formats import trainer_of
+from forensics.io.formats import iter_files, load, trainer_of
+from forensics.jsonable import data_frame
 from forensics.layers import FINAL_POST, r_label
 from forensics.models import conventions as cv
 from forensics.models.draft import Draft, load_draft
+from forensics.models.verifier import open_verifier
 
 if TYPE_CHECKING:  # pragma: no cover
     from forensics.models.verifier import Verifier
@@ -202,8 +207,6 @@ class ProbeResult:
         """One row per wiring scored (``pandas.DataFrame``; pandas is the ``dataframe`` extra), best candidate first,
         then the controls: its rank, label, tags, top-1 agreement and its interval, top-k, acceptance length and its
         interval, and what kind of control it is."""
-        from forensics.jsonable import data_frame
-
         rows = []
         for i, r in enumerate(self.rows):
             lo, hi = (list(r.top1_ci) + [None, None])[:2]
@@ -240,8 +243,6 @@ class ProbeResult:
 # ------------------------------------------------------------------------------ helpers --
 
 def _captures(data) -> list[Capture]:
-    from forensics.io.formats import iter_files, load
-
     if isinstance(data, Capture):
         return [data]
     if isinstance(data, (list, tuple)):
@@ -259,9 +260,6 @@ def _declared_r(d: Draft, L: int | None) -> tuple[list | None, str]:
         return cv.default_r(L), "engine default (no ids in the draft config)"
     # the one draft-id reader of every command (forensics.analysis.claims.draft_ids_r): speculators / vLLM
     # top-level ids r = id; SpecForge / SGLang nested ids r = id + 1
-    from types import SimpleNamespace
-
-    from forensics.analysis.claims import draft_ids_r
 
     system = "speculators" if d.trainer in ("speculators", "vllm") else "specforge"
     top = system == "speculators"
@@ -280,7 +278,6 @@ def _declared_r(d: Draft, L: int | None) -> tuple[list | None, str]:
 def _verifier(model: Any) -> Verifier | None:
     if model is None:
         return None
-    from forensics.models.verifier import open_verifier
 
     return open_verifier(model)
 
@@ -626,8 +623,6 @@ def probe(draft: str | os.PathLike | Draft, data: Any, candidates: str | list = 
                              -r.acceptance_length, -r.top1, -r.topk))
     verdict, findings = _decide(rows, by_label, u, served, engine)
     if stamp_check:
-        from forensics.analysis.stamp import check_in_read
-
         for cap in caps:
             sc = check_in_read(cap)
             findings += [] if sc is None else sc.findings

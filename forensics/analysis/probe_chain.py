@@ -13,7 +13,8 @@ from forensics.analysis.probe_wirings import CONTROL_RANDOM, CONTROL_SHIFT, PAIR
 from forensics.errors import ForensicsError
 from forensics.io.capture import Capture
 from forensics.layers import FINAL_POST
-from forensics.models.draft import Draft
+from forensics.models.draft import Draft, draft_chain
+from forensics.models.verifier import row_blocks
 
 if TYPE_CHECKING:  # pragma: no cover
     from forensics.models.verifier import Verifier
@@ -76,8 +77,6 @@ def _head(d: Draft, hidden: Any, tids: Any, topk: int) -> tuple[Any, Any]:
     the row's logits are finite; ``lm_head`` runs over ``HEAD_ROWS`` rows at a time (only the rows asked for:
     a chain step computes the rows whose chain is still accepted)."""
     import torch
-
-    from forensics.models.verifier import row_blocks
 
     head = d.weights["lm_head.weight"].T
     k = min(topk, int(head.shape[-1]))
@@ -148,8 +147,6 @@ def _score_chunk(d: Draft, chunk: list[Wiring], states: dict, perm: Any, start: 
     """Draft one batch of wirings' chains from every valid start and add each wiring's accepted length, validity
     and top-k hit of step 0 to ``tl``; a chain goes on only while the draft's token is the target."""
     import torch
-
-    from forensics.models.draft import draft_chain
 
     c, Tm = len(chunk), len(start)
     fused = torch.stack([_fused(w, states, perm) for w in chunk])

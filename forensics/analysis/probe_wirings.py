@@ -43,6 +43,7 @@ from typing import Any
 
 from forensics.errors import ForensicsError
 from forensics.layers import FINAL_POST, R, parse_layer_list, r_label
+from forensics.models.conventions import default_r
 from forensics.models.draft import ORDER_EMB_H, ORDER_H_EMB
 
 MAX_CANDIDATES = 24  # bound on the "auto" layer-list candidates (variants and controls come on top)
@@ -84,7 +85,8 @@ class Wiring:
 Candidates = list[tuple[Wiring, list[str]]]
 
 
-def auto_candidates(refs: list, k: int, declared: list | None, trainer_fc: list | None, L: int | None = None,
+def auto_candidates(refs: list, k: int, declared: list | None, trainer_fc: list | None,  # noqa: C901
+                    L: int | None = None,
                     cap_max: int = MAX_CANDIDATES) -> list[tuple[tuple, list[str]]]:
     """A bounded, ordered set of layer lists (tuples of slot refs) with tags saying why each is there.
 
@@ -110,8 +112,6 @@ def auto_candidates(refs: list, k: int, declared: list | None, trainer_fc: list 
     if trainer_fc:
         add(trainer_fc, "trainer view")
     if L is not None and k == 3:
-        from forensics.models.conventions import default_r
-
         add(default_r(L), "engine default")  # vLLM / SGLang without ids / SpecForge / EAGLE
         add([r + 1 for r in default_r(L)], "engine default +1")  # SGLang's +1 on default-valued ids
     for base, name in ((declared, "declared"), (trainer_fc, "trainer view")):

@@ -23,10 +23,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forensics.analysis.audit.core import audit
+from forensics.analysis.explore import LENS_MAP_COLUMNS, explore_state, lens_map
 from forensics.analysis.fingerprint.core import fingerprint
 from forensics.analysis.probe import probe
 from forensics.analysis.scan.core import scan as run_scan
 from forensics.analysis.stamp import stamp_status
+from forensics.analysis.stats import summarize
 from forensics.display import render
 from forensics.errors import ForensicsError, ModelMismatch
 from forensics.findings import (
@@ -37,10 +39,14 @@ from forensics.findings import (
     sort_findings,
     worst_outcome,
 )
-from forensics.io.formats import format_of_trainer
+from forensics.io.formats import as_capture, expand_paths, format_of_trainer, load_all, write_capture
+from forensics.io.sigbus import FileChangedSize
+from forensics.io.tokenizer import decode_tokens, find_tokenizer, load_tokenizer
 from forensics.jsonable import json_safe
 from forensics.layers import r_label
 from forensics.models.draft import has_weights
+from forensics.models.target import model_tokenizer, resolve_model, target_facts
+from forensics.models.verifier import open_verifier
 
 MAX_ANALYSED_FILES = 64  # files fingerprinted one by one; a larger dataset is summarised by `forensics.scan`
 OUTCOMES = ("fail", "cannot tell", "warn", "pass", "info")  # a slot's outcome words, worst first
@@ -234,15 +240,11 @@ def load_tokens(cap: Any, errors: list[ReportError], model: Any = None) -> list[
 
 def file_tokens(cap: Any, errors: list[ReportError], model: Any = None) -> tuple[list[str] | None, Any]:
     """:func:`load_tokens` and the tokenizer the text came from (None when there is no text)."""
-    from forensics.io.tokenizer import decode_tokens, find_tokenizer, load_tokenizer
-
     if cap.input_ids is None:
         return None, None
     folder = find_tokenizer(cap.path, cap.meta)
     tok, why = load_tokenizer(folder)
     if tok is None and model is not None:
-        from forensics.models.target import model_tokenizer
-
         tok, why_model = model_tokenizer(model)
         why, folder = (why, folder) if why else (why_model, "of --model")
     if tok is None:
@@ -261,8 +263,6 @@ def explore_file(fr: FileReport) -> Any:
     slot's verdict the report's own slot outcome (a slot without a claim shows none), so the explorer, the
     verdict table and every badge agree. None when the state cannot be computed (the file's other sections
     still show it)."""
-    from forensics.analysis.explore import explore_state
-
     try:
         st = explore_state(fr.capture, fingerprint=fr.fp, stats=fr.stats,  # the report's token text, same tokenizer
                            tokenizer="auto" if fr.tokenizer is None else fr.tokenizer)
@@ -281,9 +281,6 @@ LENS_MAP_REPORT_ROWS = 2048  # slot × token rows of lm_head the report's lens o
 def add_lens_maps(files: list[FileReport], model: Any, errors: list[ReportError]) -> None:
     """The logit-lens overview of each explored file (``--model``: the model the exact fingerprint ran), within
     ``LENS_MAP_REPORT_ROWS`` rows in all; a model the lens cannot read is one report error."""
-    from forensics.analysis.explore import LENS_MAP_COLUMNS, lens_map
-    from forensics.models.verifier import open_verifier
-
     budget = LENS_MAP_REPORT_ROWS
     verifier = None
     for fr in files:
@@ -498,8 +495,6 @@ def _analyse(path: str, layers: Any, model: Any, errors: list[ReportError], stam
     """Load every sample of one file (read once: TensorRT-LLM records, SGLang objects, ``[B, T]`` batch rows, each
     a ``FILE#i`` entry; with ``input_ids`` from outside it, when given), fingerprint the first ``limit``, and keep
     what the report needs; and how many samples were left to the dataset scan."""
-    from forensics.io.formats import load_all
-
     try:
         caps = load_all(path, input_ids=input_ids)
     except ForensicsError as e:
@@ -508,9 +503,6 @@ def _analyse(path: str, layers: Any, model: Any, errors: list[ReportError], stam
 
 
 def _analyse_sample(cap: Any, layers: Any, model: Any, errors: list[ReportError], stamp_check: bool) -> FileReport:
-    from forensics.analysis.stats import summarize
-    from forensics.io.sigbus import FileChangedSize
-
     path = cap.name
     fp = None
     try:
@@ -541,7 +533,8 @@ def _argv(paths: list[str], settings: dict, scan: Any) -> list[str]:
     return argv
 
 
-def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None, engine: str | None = None,
+def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,  # noqa: C901
+           engine: str | None = None,
            engine_version: str | None = None, trainer: str | None = None, target_config: Any = None,
            served: Any = None, scan: Any = None, title: str | None = None,
            progress: Callable[[str, int, int], None] | None = None, input_ids: Any = None,
@@ -566,8 +559,6 @@ def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,
     Returns:
         :class:`ReportResult`.
     """
-    from forensics.io.formats import as_capture, expand_paths, write_capture
-
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     elif not (isinstance(paths, (list, tuple)) and paths and all(isinstance(p, (str, os.PathLike)) for p in paths)):
@@ -580,8 +571,6 @@ def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,
                              path=paths[0] if paths else None)
     model_arg = model  # as given ("default"), for the regenerating command
     if model is not None:
-        from forensics.models.target import resolve_model
-
         model = resolve_model(model)
     if isinstance(layers, (list, tuple)):
         layers = ",".join(str(x) for x in layers)
@@ -639,8 +628,6 @@ def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,
         scan_res = scan
     if model is not None:
         try:
-            from forensics.models.target import target_facts
-
             facts = target_facts(model)
         except ForensicsError as e:
             errors.append(ReportError("model facts", error_text(e)))

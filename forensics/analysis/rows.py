@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from forensics.analysis.kernels import _bits_view, intra_op_threads
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.io.capture import Capture
 
@@ -200,7 +201,6 @@ def check_rows(capture: Capture, tensors: Sequence[Any] | None = None, *,
     rep = RowReport(num_rows=n, num_tokens=None if ids is None else int(ids.size))
     if not ts or n == 0:
         return rep
-    from forensics.analysis.kernels import intra_op_threads
 
     with intra_op_threads(1):  # small row-sample ops: one thread (2 threads were 6-8x slower on a busy CPU)
         broken = _zero_and_nonfinite(ts, rep, norms)
@@ -281,8 +281,6 @@ def _zero_and_nonfinite(ts: list, rep: RowReport, norms: Sequence[np.ndarray] | 
 def _row_hashes(h: Any) -> np.ndarray:
     """A 64-bit hash of ``HASH_COLS`` evenly strided columns of every row (bit patterns)."""
     import torch
-
-    from forensics.analysis.kernels import _bits_view
 
     H = int(h.shape[1])
     cols = np.unique(np.linspace(0, H - 1, min(H, HASH_COLS)).round().astype(np.int64))

@@ -17,15 +17,22 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import os
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from forensics import __version__
+from forensics.analysis.claims import Claim, Claims, ClaimSource
 from forensics.display import render
-from forensics.errors import ForensicsError
+from forensics.errors import ForensicsError, one_line
 from forensics.findings import Finding, FindingKind, Severity, Verdict, exit_code
 from forensics.io import stamp_store as store
 from forensics.io import stamps as st
+from forensics.io import validate
+from forensics.io.formats import iter_files, load_all
+from forensics.io.limits import MAX_NUM_LAYERS
 from forensics.layers import parse_layer_list, parse_r, r_label
 from forensics.models import conventions as cv
 
@@ -210,10 +217,6 @@ def stamp(dataset: str | os.PathLike, layers: str | list | None = None, conventi
     """Stamp every capture file under ``dataset`` (a file or a folder). Safetensors files get the stamp in their
     header (tensors byte-identical); torch files get a line in the ``stamps.jsonl`` beside them. Each file is
     stamped whole or not at all; ``StampResult.failed`` lists the files left unchanged and why."""
-    from forensics.io import validate
-    from forensics.io.formats import iter_files
-    from forensics.io.limits import MAX_NUM_LAYERS
-
     validate.count(num_layers, "num_layers", hi=MAX_NUM_LAYERS, none=True)
     if layers is not None:
         validate.layers(layers)
@@ -253,9 +256,6 @@ def stamp(dataset: str | os.PathLike, layers: str | list | None = None, conventi
 
 def _record(path: str, rel: str, opts: dict) -> tuple[dict, list, list[str]]:
     """The stamp of one file, its r per slot and notes (reads the file; writes nothing)."""
-    from forensics import __version__
-    from forensics.io.formats import load_all
-
     caps = load_all(path)  # every sample of a many-sample file, read once
     cap = caps[0]
     meta = cap.meta or {}
@@ -291,8 +291,6 @@ MAX_STAMPED_SAMPLES = 40_000  # one 16-hex digest each: the stamp line stays und
 
 def sample_digest(cap: Any) -> str:
     """One sample of a many-sample file as one digest: its slots' checksums (stamp version 2) and token ids."""
-    import hashlib
-
     parts = [st.checksum(s.tensor()) for s in cap.slots] + [st.token_checksum(cap.input_ids) or "-"]
     return hashlib.sha256(",".join(parts).encode()).hexdigest()[:st.DIGEST_HEX]
 
@@ -327,7 +325,6 @@ def check_file(path: str) -> FileCheck:
     except OSError as e:
         return FileCheck(path, "error", f"cannot read: {e.strerror or type(e).__name__}")
     except (ValueError, RuntimeError, IndexError, KeyError, TypeError, EOFError) as e:  # a damaged file
-        from forensics.errors import one_line
 
         return FileCheck(path, "error", f"cannot read: {type(e).__name__}: {one_line(e)[:200]}")
 
@@ -339,7 +336,6 @@ def _check_file(path: str) -> FileCheck:
     if _moved(path, rec.get("file")):
         return FileCheck(path, "moved", f"the stamp was made for {rec.get('file')}, not this file (a copy of "
                          "another file, or renamed: re-stamp after a rename)", stamp=rec)
-    from forensics.io.formats import load_all
 
     caps = load_all(path)  # every sample of a many-sample file, the file read once
     if len(caps) > 1:
@@ -588,7 +584,6 @@ def _r_or_none(r: Any) -> Any:
     """A stamp's r as a valid r (an int layer or ``final_post``), else None (a stamp is untrusted input)."""
     if r is None or isinstance(r, bool) or not isinstance(r, (int, str)):
         return None
-    from forensics.io.limits import MAX_NUM_LAYERS
 
     try:
         v = parse_r(r)
@@ -600,8 +595,6 @@ def _r_or_none(r: Any) -> Any:
 def stamp_claims(rec: dict | None, base: Any = None):
     """The stamp's r per slot as the file's claims (``ClaimSource.STAMP``); a slot the stamp left without r keeps
     ``base``'s claim (the sidecar's or the format's). None when the stamp records no r."""
-    from forensics.analysis.claims import Claim, Claims, ClaimSource
-
     rec = rec or {}
     slots = rec.get("slots") or []
     rs = [_r_or_none(x.get("r")) for x in slots]
@@ -615,10 +608,6 @@ def stamp_claims(rec: dict | None, base: Any = None):
 
 def verify(dataset: str | os.PathLike) -> VerifyResult:
     """Check every capture file under ``dataset`` against its stamp; names each drifted slot."""
-    import time
-
-    from forensics.io.formats import iter_files
-
     t0 = time.perf_counter()
     files = list(iter_files(_dataset_arg(dataset)))
     if not files:

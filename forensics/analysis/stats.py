@@ -5,7 +5,7 @@ whole tensor is never upcast (a whole-tensor ``.float()`` costs 3–4× on this 
 fresh anonymous memory). Summaries are robust (median, quantiles, MAD, token-0
 and sink-excluded variants) because one sink token can carry almost all of σ (Kimi-K2.5 L3: σ 92 against a mean of 37).
 Massive activations follow Sun et al. 2024: ``|x| > 100`` and ``≥ 1000 ×`` the median ``|x|``.
-The row-block kernels live in :mod:`forensics.stats_blocks` and are re-exported here.
+The row-block kernels live in :mod:`forensics.analysis.kernels` and are re-exported here.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, overload
 
 import numpy as np
 
-from forensics.analysis.kernels import (  # noqa: F401 - re-exported: callers import these from forensics.analysis.stats
+from forensics.analysis.kernels import (
     MAX_LISTED_DIMS,
     MEDIAN_ABS_SAMPLE_COLS,
     MEDIAN_ABS_SAMPLE_SIZE,
@@ -37,6 +37,8 @@ from forensics.analysis.kernels import (  # noqa: F401 - re-exported: callers im
 from forensics.display import render
 from forensics.errors import ForensicsError
 from forensics.io.capture import Capture, Slot, short_dtype
+from forensics.io.formats import as_captures
+from forensics.io.validate import check_capture
 from forensics.jsonable import json_safe
 
 MASSIVE_ABS_THRESHOLD = 100.0  # Sun et al. 2024 §2.2; refine_massive_activations MASSIVE_ACTIVATION_ABS_THRESHOLD
@@ -81,8 +83,6 @@ class NormSummary:
 
     def __repr__(self) -> str:
         return render(self, "text")
-
-
 
 
 @dataclass
@@ -313,8 +313,6 @@ def summarize(capture: Any, input_ids: Any = None, attention_mask: Any = None, *
         True
     """
     if not isinstance(capture, Capture) or input_ids is not None or attention_mask is not None:
-        from forensics.io.formats import as_captures
-
         caps = as_captures(capture, input_ids=input_ids, attention_mask=attention_mask)
         if len(caps) > 1:
             return [_summarize(c, taps) for c in caps]
@@ -323,8 +321,6 @@ def summarize(capture: Any, input_ids: Any = None, attention_mask: Any = None, *
 
 
 def _summarize(capture: Capture, taps: Callable[[int], Sequence[BlockTap]] | None = None) -> CaptureStats:
-    from forensics.io.validate import check_capture
-
     check_capture(capture)  # dtypes, shapes and ids checked at the boundary: one line, never deep inside
     capture.check_unchanged()
     slots = []
@@ -338,3 +334,10 @@ def _summarize(capture: Capture, taps: Callable[[int], Sequence[BlockTap]] | Non
                                  f"{type(e).__name__}: {str(e)[:200]}", path=capture.path, slot=s.name) from None
     capture.check_unchanged()  # truncated under its map (any thread) or rewritten in place: no statistics of it
     return CaptureStats(capture=capture, slots=slots)
+
+# the module's own names, and those it re-exports (callers import them from here)
+__all__ = ["MASSIVE_ABS_THRESHOLD", "MASSIVE_REL_THRESHOLD", "SINK_RATIO", "MAX_LISTED_POSITIONS", "NormSummary",
+           "SlotStats", "FLOAT32_MAX", "exact_norms", "slot_stats", "CaptureStats", "summarize", "MAX_LISTED_DIMS",
+           "MEDIAN_ABS_SAMPLE_COLS", "MEDIAN_ABS_SAMPLE_SIZE", "NORM_BLOCK_ROWS", "NORM_ROUNDING_SLACK",
+           "STATS_THREADS", "BlockTap", "_token_norms", "intra_op_threads", "massive_activations", "median_abs_sample",
+           "nonfinite_rows", "norms_and_median_abs", "robust_summary", "token_norms"]

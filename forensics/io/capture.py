@@ -20,6 +20,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
+from forensics.errors import ForensicsError
+from forensics.io.limits import num_layers
+from forensics.io.sigbus import front
 from forensics.layers import R, r_label
 
 RECORD_SEP = "#"  # ``data_20.pt#3``: sample 3 of a many-sample file
@@ -108,8 +111,6 @@ class Slot:
 
     def tensor(self) -> torch.Tensor:
         """The ``[tokens, hidden]`` tensor (mmap-backed where the format allows; not upcast)."""
-        from forensics.io.sigbus import front
-
         front()  # a SIGBUS handler installed since the load goes behind the guard again
         return self.getter()
 
@@ -192,9 +193,6 @@ class Capture:
         n = self.meta.get("num_layers")
         if n is None:
             return None
-        from forensics.errors import ForensicsError
-
-        from .limits import num_layers
 
         try:
             return num_layers(n, self.path, "capture.json num_layers")

@@ -17,12 +17,14 @@ Example:
 
 from __future__ import annotations
 
+import datetime
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from forensics.errors import ForensicsError
+from forensics.io.tokenizer import TokenizerFile, load_tokenizer
 
 from .formats._io import load_json
 from .limits import MAX_TOKENIZER_FILE_BYTES
@@ -77,8 +79,6 @@ def _render(template: str, messages: list[dict], add_generation_prompt: bool) ->
         raise ValueError(str(message))
 
     def strftime_now(fmt):
-        import datetime
-
         return datetime.datetime.now().strftime(fmt)
 
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
@@ -124,8 +124,6 @@ _CACHE: dict[str, ChatMarkers | None] = {}
 def encoder(tok: Any) -> Callable[[str], list[int]] | None:
     """``text → ids`` without added special tokens for a tokenizer as :func:`forensics.io.tokenizer.load_tokenizer`
     returns it (a ``tokenizers`` file or a transformers tokenizer)."""
-    from .tokenizer import TokenizerFile
-
     if isinstance(tok, TokenizerFile):  # the tokenizers library's Tokenizer (transformers' own has a str .backend)
         backend = tok.backend
         return lambda s: backend.encode(s, add_special_tokens=False).ids
@@ -141,8 +139,6 @@ def chat_markers(folder: str | None) -> ChatMarkers | None:
         return None
     folder = os.path.realpath(folder)
     if folder not in _CACHE:
-        from .tokenizer import load_tokenizer
-
         template = template_of(folder)
         tok, _ = load_tokenizer(folder) if template else (None, None)
         enc = encoder(tok) if tok is not None else None

@@ -30,6 +30,7 @@ Example:
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -141,7 +142,6 @@ def to_torch(x: Any) -> Any:
 
         if x.dtype.kind not in "fiub":
             return x  # object/str arrays are not states; the caller names them
-        import warnings
 
         with warnings.catch_warnings():  # a read-only memory map: every reader here only reads
             warnings.simplefilter("ignore", UserWarning)
@@ -412,7 +412,8 @@ def guess_padding(ids: Any, pad_id: int | None) -> tuple[str, int] | None:
     return None if best is None else (best[1], best[2])
 
 
-def _resolve_batch(obj: Any, path: str, bt: tuple[int, int], input_ids: Any, attention_mask: Any) -> list[Resolved]:
+def _resolve_batch(obj: Any, path: str, bt: tuple[int, int], input_ids: Any,  # noqa: C901
+                   attention_mask: Any) -> list[Resolved]:
     import torch
 
     B, T = bt

@@ -6,9 +6,11 @@ A config or sidecar is untrusted text: ``num_hidden_layers: 10^12`` must be a on
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from forensics.errors import ForensicsError
+from forensics.io.safetensors import open_regular
 
 # The deepest public decoder-only LLMs have ~130 blocks (Llama-3.1-405B: 126, DeepSeek-V3/Kimi-K2: 61,
 # Qwen3-235B: 94); 10 000 is ~80× that and still allocates nothing worth mentioning for per-layer sets.
@@ -113,10 +115,6 @@ MAX_ID_DIGITS = 18
 def read_bounded(path: str, limit: int, what: str) -> bytes:
     """The bytes of the regular file ``path``, at most ``limit`` of them; a FIFO, device or socket (which would
     block or never end), a larger file or a read error is one line naming the file."""
-    import os
-
-    from forensics.io.safetensors import open_regular
-
     fd = open_regular(path)
     try:
         with os.fdopen(fd, "rb") as f:

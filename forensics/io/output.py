@@ -27,12 +27,16 @@ from __future__ import annotations
 
 import codecs
 import errno
+import fcntl
 import os
 import stat
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import IO
+
+from forensics.io.formats import is_capture_name
+from forensics.io.formats._io import sniff
 
 from ..errors import ForensicsError
 from .tempfiles import clean_stale, temp_path
@@ -147,15 +151,13 @@ def _through(out: str, mode: str) -> Iterator[IO]:
 
 
 def _sniff(path: str) -> str | None:
-    from .formats._io import sniff
-
     try:
         return sniff(path)
     except ForensicsError:  # empty or unreadable: nothing a capture could be
         return None
 
 
-def check_output(path: str | os.PathLike, inputs: Iterable[str | os.PathLike] = (), *, allow: str = "",
+def check_output(path: str | os.PathLike, inputs: Iterable[str | os.PathLike] = (), *, allow: str = "",  # noqa: C901
                  directory: bool = False) -> str:
     """``path`` as a string, or a ForensicsError when writing it could destroy data or cannot work.
 
@@ -184,7 +186,6 @@ def check_output(path: str | os.PathLike, inputs: Iterable[str | os.PathLike] = 
     if os.path.exists(parent) and not os.path.isdir(parent):
         raise ForensicsError("output folder is not a directory", path=out)
     exists = os.path.exists(out)
-    from .formats import is_capture_name
 
     for src in inputs:
         src = os.fspath(src)
@@ -273,8 +274,6 @@ def lock_output(path: str | os.PathLike, truncate: bool, directory: bool = False
     The lock is taken before anything is truncated, so a refused second scan changes nothing.
     ``directory=True``: the folder itself is created and locked (a Parquet scan's output); yields None.
     """
-    import fcntl
-
     out = os.fspath(path)
     if directory:
         try:

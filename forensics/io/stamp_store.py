@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import stat
@@ -26,8 +27,11 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from forensics.errors import ForensicsError
 from forensics.io.formats._io import load_json, parse_json, safetensors_header
+from forensics.io.output import atomic_output
 from forensics.io.sigbus import install as install_sigbus_guard
 from forensics.io.stamps import STAMP_KEY, check_stamp
 
@@ -58,8 +62,6 @@ def raw_slot_arrays(path: str, cap) -> list | None:
     ``[1, seq, k, H]`` or the vLLM connector's ``[k, seq, H]``) and one tensor per slot (generic). None for any
     other layout (the caller then reads ``slot.tensor()``). Reading a stack slot by slot through
     ``safe_open(...).get_tensor`` would copy the whole stack once per slot."""
-    import numpy as np
-
     if not is_safetensors(path) or cap.provenance.record is not None:  # one sample of a batch: its own rows
         return None
     header = safetensors_header(path)
@@ -273,8 +275,6 @@ def check_rewritable(path: str) -> None:
 def atomic_write(dest: str, write: Callable[[Any], None]) -> None:
     """Write ``dest`` through a temporary file in its folder (:func:`forensics.io.output.atomic_output`:
     write, fsync, rename, fsync the folder). On any failure ``dest`` is untouched."""
-    from forensics.io.output import atomic_output
-
     folder = os.path.dirname(os.path.abspath(dest))
     check_writable(folder, dest)
     try:
@@ -292,8 +292,6 @@ COPY_CHUNK = 8 << 20  # bytes per read when copying the tensor data into the new
 def write_safetensors_stamp(path: str, stamp: dict) -> None:
     """Put ``stamp`` into the file's ``__metadata__`` (other entries kept); the tensor bytes are copied as is.
     Under an exclusive ``flock`` on the file, so two stampers of one file take turns."""
-    import fcntl
-
     check_rewritable(path)
     with open(path, "rb") as src:
         fcntl.flock(src.fileno(), fcntl.LOCK_EX)
@@ -319,8 +317,6 @@ def write_safetensors_stamp(path: str, stamp: dict) -> None:
 def _locked_stamps_file(side: str):
     """``stamps.jsonl`` opened for appending under an exclusive flock (waits for another stamper); reopened if
     a compaction replaced it while we waited."""
-    import fcntl
-
     while True:
         if os.path.islink(side):
             raise ForensicsError("cannot stamp: stamps.jsonl is a symbolic link", path=side)

@@ -33,7 +33,10 @@ import struct
 import warnings
 from typing import Any
 
+import numpy as np
+
 from forensics.errors import ForensicsError
+from forensics.layers import r_label
 
 STAMP_KEY = "hsf.stamp"
 STAMP_VERSION = 2  # 2: position-dependent byte-mix checksum and the file name; 1: row word sums (weaker)
@@ -62,8 +65,6 @@ def _int_array(t) -> Any:
 
 def _rows(t) -> Any:
     """The slot as a 2-D integer array whose last axis is contiguous (a copy only when it is not)."""
-    import numpy as np
-
     a = _int_array(t)
     if a.ndim == 1:
         a = a.reshape(-1, 1)
@@ -76,8 +77,6 @@ def _rows(t) -> Any:
 
 def checksum_v1(t) -> str:
     """Version 1 (read only): SHA-256 of the shape and the wrapping uint64 sums of each row's words."""
-    import numpy as np
-
     a = _rows(t)
     row_bytes = a.shape[1] * a.itemsize
     width = next(w for w in (8, 4, 2, 1) if w >= a.itemsize and row_bytes % w == 0)
@@ -92,8 +91,6 @@ def checksum_v1(t) -> str:
 def mix_weights(row_bytes: int) -> Any:
     """The ``[row_bytes, MIX_LANES]`` int8 weights: ``±(1 + z mod 63)`` with ``z`` = splitmix64 of the position
     (the same on every machine and numpy version; never zero)."""
-    import numpy as np
-
     with np.errstate(over="ignore"):
         z = np.arange(row_bytes * MIX_LANES, dtype=np.uint64) + np.uint64(MIX_SEED)
         z = z * np.uint64(0x9E3779B97F4A7C15)
@@ -109,8 +106,6 @@ def mix_weights(row_bytes: int) -> Any:
 
 def row_mix(t) -> Any:
     """``[rows, MIX_LANES]`` int32: each row's bytes (signed) times :func:`mix_weights`, summed exactly."""
-    import numpy as np
-
     a = _rows(t)
     b = a.view(np.int8) if a.shape[1] else np.zeros((a.shape[0], 0), np.int8)
     n = b.shape[1]
@@ -145,8 +140,6 @@ def row_mix_segment(b, w) -> Any:
 
 def row_mix_reference(b, w) -> Any:
     """The same sums through float64 BLAS (exact: every partial sum is an integer below 2^53)."""
-    import numpy as np
-
     wf = w.astype(np.float64)
     out = np.empty((b.shape[0], MIX_LANES), np.int32)
     for i in range(0, b.shape[0], MIX_BLOCK_ROWS):
@@ -213,16 +206,12 @@ class BlockChecksum:
             self._flush()
 
     def _flush(self) -> None:
-        import numpy as np
-
         if self.pending:
             a = self.pending[0] if len(self.pending) == 1 else np.concatenate(self.pending)
             self.parts.append(row_mix(a))
         self.pending, self.pending_rows = [], 0
 
     def digest(self) -> str | None:
-        import numpy as np
-
         self._flush()
         if self.broken or self.next != self.rows:
             return None
@@ -239,7 +228,6 @@ def checksum_for(version: int):
 
 def norm_quantiles(t) -> list[float]:
     """Quantiles ``NORM_QUANTILES`` of the slot's per-row L2 norms (fp32 blocks, float64 quantiles), 6 digits."""
-    import numpy as np
     import torch
 
     norms = torch.cat([torch.linalg.vector_norm(t[i:i + NORM_BLOCK_ROWS].float(), dim=1)
@@ -297,8 +285,6 @@ def record_for_states(states: list, rs: list, ids, *, fmt: str, producer: str, c
                       file: str | None = None) -> dict:
     """The stamp of a sample about to be written from its ``[tokens, hidden]`` states (as stored: same dtype),
     for writers that know every slot's r (``hsf capture``)."""
-    from forensics.layers import r_label
-
     slots = [slot_record(t, f"slot {j}", r, r_label(r), str(t.dtype)) for j, (t, r) in enumerate(zip(states, rs,
                                                                                                       strict=True))]
     embed = next((embed_rows(t, ids) for t, r in zip(states, rs, strict=True) if r == 0), None)
@@ -328,7 +314,7 @@ def _opt(x: Any, *types) -> bool:
     return x is None or isinstance(x, types)
 
 
-def stamp_problem(doc: Any) -> str | None:
+def stamp_problem(doc: Any) -> str | None:  # noqa: C901 - complexity 17, to be paid down
     """What is wrong with a stamp record, or None when every field has the type ``verify`` and the views read.
 
     Example:

@@ -24,12 +24,16 @@ as real data or committed into ``sample_data/`` (only real SmolLM2 captures live
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from forensics.errors import ForensicsError
 from forensics.io.capture import Capture, Provenance, Slot, constant_getter
+from forensics.io.formats import speculators_v1
+from forensics.io.formats.base import Sample
+from forensics.io.output import atomic_output
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -166,7 +170,6 @@ def _capture(states: list, ids: torch.Tensor, spec: SynthSpec) -> Capture:
                       size_bytes=sum(t.numel() * t.element_size() for t in states),
                       notes=["SYNTHETIC data from forensics.io.synth.kimi_like: shaped like the Kimi-K2.5 EAGLE-3 "
                              "incident's capture (norm statistics only); not a model's hidden states"])
-    import hashlib
 
     h = hashlib.sha256()  # a content hash stands in for the file hash (there is no file)
     for t in states:
@@ -185,10 +188,6 @@ def write_speculators_v1(cap: Capture, path: str | os.PathLike) -> str:
     The file holds ``{input_ids, hidden_states: [...], loss_mask}`` like the real generator's; nothing
     in it says "synthetic", so keep such files out of real datasets and out of ``sample_data/``.
     """
-    from forensics.io.formats import speculators_v1
-    from forensics.io.formats.base import Sample
-    from forensics.io.output import atomic_output
-
     path = os.fspath(path)
     with atomic_output(path, "wb") as f:
         speculators_v1.write(f, Sample(cap.input_ids, cap.loss_mask, [s.tensor() for s in cap.slots], []))

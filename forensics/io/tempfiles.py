@@ -9,14 +9,15 @@ that pile up unnamed.
 from __future__ import annotations
 
 import os
+import re
+import secrets
+import shutil
 
 TEMP_MARK = ".hsf-tmp-"
 
 
 def temp_path(target: str) -> str:
     """A new temporary name beside ``target``: ``.NAME.hsf-tmp-PID-XXXXXXXX`` (nothing is created)."""
-    import secrets
-
     folder, name = os.path.split(os.path.abspath(target))
     return os.path.join(folder, f".{name}{TEMP_MARK}{os.getpid()}-{secrets.token_hex(4)}")
 
@@ -24,9 +25,6 @@ def temp_path(target: str) -> str:
 def clean_stale(target: str) -> list[str]:
     """Remove the temporaries a killed hsf run left beside ``target`` (:func:`temp_path` names whose PID is not
     a running process); returns what was removed. Best effort: an error leaves the file, never raises."""
-    import re
-    import shutil
-
     folder, name = os.path.split(os.path.abspath(target))
     pattern = re.compile(re.escape(f".{name}{TEMP_MARK}") + r"(\d+)-[0-9a-f]{8}")
     removed: list[str] = []

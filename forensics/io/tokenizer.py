@@ -18,6 +18,7 @@ import os
 from typing import Any
 
 from forensics.errors import ForensicsError, one_line
+from forensics.io.safetensors import refuse_special_files
 
 from .formats._io import load_json
 from .limits import MAX_TOKENIZER_FILE_BYTES
@@ -76,8 +77,6 @@ def _check_folder(folder: str, confined: bool = True) -> dict:
     """Refuse a folder whose files resolve outside it (``confined``: a folder a dataset names), holds a tokenizer
     file above the size cap, or whose config asks transformers to run code; return its ``tokenizer_config.json``
     (``{}`` when absent). A FIFO or device named like a tokenizer file is refused before any open (it would block)."""
-    from .safetensors import refuse_special_files
-
     refuse_special_files(folder)
     for name in os.listdir(folder):
         if confined and not _inside(os.path.join(folder, name), folder):

@@ -18,8 +18,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from forensics.errors import ForensicsError
 from forensics.io.limits import MAX_HIDDEN_SIZE, MAX_NUM_LAYERS
+from forensics.layers import parse_layer_list
 
 HIDDEN_DTYPES = ("float16", "bfloat16", "float32", "float64")  # what a hidden-state slot may hold
 MAX_R = MAX_NUM_LAYERS + 1  # r = L + 1 at most (a post-norm final beyond the last block)
@@ -36,8 +39,6 @@ def count(value: Any, what: str, lo: int = 1, hi: int | None = None, none: bool 
         return None
     if isinstance(value, bool) or not isinstance(value, int):
         try:
-            import numpy as np
-
             if isinstance(value, np.integer):
                 value = int(value)
             else:
@@ -52,8 +53,6 @@ def count(value: Any, what: str, lo: int = 1, hi: int | None = None, none: bool 
 
 def layers(value: Any, what: str = "layers") -> list | None:
     """A layer list (``"embed,L3"``, ``[0, 3, "final_post"]``) parsed, each r inside ``0..MAX_R``."""
-    from forensics.layers import parse_layer_list
-
     if value is not None and not isinstance(value, (str, list, tuple)):
         raise ForensicsError(f"{what} must be a string such as 'embed,L3,L16' or a list of r, got {_shown(value)}")
     rs = parse_layer_list(value, what)

@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from forensics.errors import ForensicsError
-from forensics.models.draft_config import WEIGHT_FILES
+from forensics.io.safetensors import SafetensorsFile
+from forensics.models.draft_config import WEIGHT_FILES, read_draft
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -147,8 +148,6 @@ def _read_weights(folder: str) -> tuple[dict, str]:
         p = os.path.join(folder, f)
         try:
             if f.endswith(".safetensors"):
-                from forensics.io.safetensors import SafetensorsFile
-
                 sf = SafetensorsFile(p)  # the one safetensors reader: validated header, file reads
                 raw.update({k: sf.get(k) for k in sf.keys()})
             else:
@@ -185,8 +184,6 @@ def load_draft(path: str | os.PathLike) -> Draft:
     Raises ForensicsError naming the file and the expected vs found shape when the checkpoint is not an
     EAGLE-3 draft (no ``fc.weight`` / first layer taking ``cat([embeds, hidden])``).
     """
-    from forensics.models.draft_config import read_draft  # config-level facts: style, where the ids sit, verifier
-
     folder = os.fspath(path)
     if os.path.isfile(folder):
         folder = os.path.dirname(folder) or "."

@@ -25,6 +25,9 @@ from dataclasses import asdict, dataclass, field
 
 from forensics.errors import ForensicsError
 from forensics.io import limits
+from forensics.io.formats._io import SafetensorsFile, load_json
+from forensics.models import conventions as cv
+from forensics.models.conventions.rules import FAMILY_KEYS
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.safetensors", "pytorch_model.bin")  # a draft folder's weights
 _MISSING = object()
@@ -119,8 +122,6 @@ def sub_dict(cfg: dict, key: str) -> dict:
 def load_json_object(path: str, what: str = "draft config") -> dict:
     """A JSON object from ``path``; unreadable, invalid or non-object files become a ForensicsError
     naming the file and ``what`` it was meant to be."""
-    from forensics.io.formats._io import load_json
-
     cfg = load_json(path, what)  # bounded size and depth: a one-line error, never a RecursionError
     if not isinstance(cfg, dict):
         raise ForensicsError(f"{what} is not a JSON object", path=path)
@@ -207,8 +208,6 @@ def _read_family(info: DraftInfo, cfg: dict, inner: dict) -> None:
     """The drafter family and every id list it may hold: EAGLE-3/3.1/P-EAGLE top-level or nested ids, DFlash
     ``dflash_config.target_layer_ids`` (z-lab, vLLM, SGLang) or speculators' ``aux_hidden_state_layer_ids``,
     DSpark ``dspark_target_layer_ids`` (vLLM) or ``target_layer_ids`` (NeMo Automodel)."""
-    from forensics.models import conventions as cv
-    from forensics.models.conventions.rules import FAMILY_KEYS
 
     info.family = cv.detect_family(cfg)
     info.family_ids = {k: v for k in FAMILY_KEYS[info.family] if (v := cv.get_key(cfg, k)) is not None}
@@ -218,8 +217,6 @@ def _read_family(info: DraftInfo, cfg: dict, inner: dict) -> None:
 
 
 def _read_weights(info: DraftInfo, w_path: str, read_vocab_maps: bool) -> None:
-    from forensics.io.formats._io import SafetensorsFile
-
     sf = SafetensorsFile(w_path)
     names = sf.keys()
     info.weight_names = sorted(names)

@@ -15,6 +15,8 @@ on stdin (``resolve_trust_remote_code`` calls ``input()`` on any stdin, not only
 
 from __future__ import annotations
 
+import functools
+import importlib
 import os
 from typing import Any
 
@@ -102,9 +104,6 @@ class quiet:
     GGUF_MODULE = "transformers.modeling_gguf_pytorch_utils"
 
     def __enter__(self) -> quiet:
-        import functools
-        import importlib
-
         from transformers.utils import logging as hf_logging
 
         self._level = hf_logging.get_verbosity()

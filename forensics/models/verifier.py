@@ -21,12 +21,34 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
+import io
+import json
 import os
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from forensics.errors import ForensicsError
+from forensics.io.safetensors import SafetensorsFile, shard_files
+from forensics.io.tempfiles import clean_stale, temp_path
+from forensics.models.folder import read_config
+from forensics.models.target import (
+    _LOADED,
+    CACHE_DIR,
+    Target,
+    _cache_folder,
+    embed_weight,
+    final_norm,
+    fits_in_memory,
+    lm_head_weight,
+    load_target,
+    model_facts,
+    resolve_model,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -54,8 +76,6 @@ class Verifier:
     @classmethod
     def from_model(cls, model: Any) -> Verifier:
         """Wrap a loaded transformers causal LM."""
-        from forensics.models.target import embed_weight, final_norm, lm_head_weight, model_facts
-
         g, eps = final_norm(model)
 
         def logits(ids: torch.Tensor) -> torch.Tensor:
@@ -74,15 +94,12 @@ class Verifier:
 def open_verifier(spec: Any) -> Verifier:
     """``--model`` (``"default"``, a path, a :class:`~forensics.models.target.Target`, a loaded model or a
     ``(model, tokenizer)`` pair) → a :class:`Verifier`, through the plain-torch Llama when it applies."""
-    from forensics.models.target import Target, load_target, resolve_model
-
     if isinstance(spec, Verifier):
         return spec
     if isinstance(spec, tuple):
         return Verifier.from_model(spec[0])
     if not isinstance(spec, (str, os.PathLike, Target)):
         return Verifier.from_model(spec)
-    from forensics.models.target import _LOADED, fits_in_memory
 
     path = resolve_model(spec.path if isinstance(spec, Target) else spec)
     loaded = next((m for (p, _), (m, _) in _LOADED.items() if isinstance(path, str) and p == os.path.abspath(path)),
@@ -99,8 +116,6 @@ def plain_folder(path: str) -> str | None:
     """The safetensors folder the plain-torch Llama can run for ``path`` (a GGUF with its fp32 cache written,
     or an HF folder), or None when transformers must load it."""
     if os.path.isfile(path) and path.endswith(".gguf"):
-        from forensics.models.target import _cache_folder
-
         folder = _cache_folder(path)
         if not os.path.isfile(os.path.join(folder, "model.safetensors")):
             return None
@@ -117,16 +132,12 @@ def plain_folder(path: str) -> str | None:
 
 
 def _config(folder: str) -> dict:
-    from forensics.models.folder import read_config
-
     return read_config(folder)  # no custom code, every size within forensics.io.limits
 
 
 def _shards(folder: str) -> list[str]:
     """The weight files as transformers picks them: those of ``model.safetensors.index.json``, else every
     ``*.safetensors`` of the folder (each confined to the folder: :func:`forensics.io.safetensors.shard_files`)."""
-    from forensics.io.safetensors import shard_files
-
     return shard_files(folder)
 
 
@@ -149,8 +160,6 @@ def _unsupported(cfg: dict) -> str | None:
 
 def load_plain(folder: str) -> Verifier:
     """Load a Llama safetensors folder as a plain-torch :class:`Verifier` (fp32 weights; memoised per process)."""
-    from forensics.io.safetensors import SafetensorsFile
-
     shards = _shards(folder)
     files = _file_stamps([os.path.join(folder, "config.json"), *shards])
     if folder in _PLAIN and _PLAIN[folder][0] == files:  # the same files as when it was loaded: no second load
@@ -209,9 +218,6 @@ def weights_digest(cfg: dict, weights: dict[str, torch.Tensor]) -> str:
     """SHA-256 of the model's content: its checked config and every weight tensor's name, dtype, shape and bytes
     (in name order). The predictions cache is keyed by it, never by file paths, sizes or mtimes: an edited
     ``config.json`` or another checkpoint of the same size copied with ``cp -p`` is another model."""
-    import hashlib
-    import json
-
     import torch
 
     h = hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode())
@@ -233,11 +239,7 @@ def _cached_predictions(key: Callable[[], str], compute: Callable[[list[torch.Te
     opened for a blocking read), at most ``4 T + NPY_HEADER_MAX`` bytes, a plain ``.npy`` (no pickle, no object
     array, no ``.npz``) of exactly ``T`` int32 ids below ``vocab``. Anything else, and any error reading or
     writing (a read-only or full cache, a zero-length entry left by a crash), is a cache miss: recomputed."""
-    import hashlib
-
     import torch
-
-    from forensics.models.target import CACHE_DIR
 
     root = os.path.join(CACHE_DIR, PREDICTIONS_DIR)
     memo: list[str] = []
@@ -270,10 +272,6 @@ def _cached_predictions(key: Callable[[], str], compute: Callable[[list[torch.Te
 def read_entry(path: str, n: int, vocab: int) -> torch.Tensor | None:
     """A cached prediction of ``n`` token ids, or None for anything that is not exactly that (see
     :func:`_cached_predictions`)."""
-    import io
-    import stat
-
-    import numpy as np
     import torch
 
     try:
@@ -298,10 +296,7 @@ def read_entry(path: str, n: int, vocab: int) -> torch.Tensor | None:
 def write_entry(path: str, top: torch.Tensor) -> None:
     """Write one entry atomically (a temporary file in the same folder, renamed); any failure writes nothing and
     leaves no temporary file."""
-    import numpy as np
     import torch
-
-    from forensics.io.tempfiles import clean_stale, temp_path
 
     tmp = None
     try:

@@ -6,6 +6,7 @@ import os
 from collections import Counter
 
 from forensics.analysis.fingerprint.core import Fingerprint
+from forensics.analysis.fingerprint.ladder import LADDER_MATCH_COS, LADDER_MATCH_REL
 from forensics.display import renders
 from forensics.findings import Verdict, sort_findings
 from forensics.layers import r_label
@@ -54,8 +55,6 @@ def stream_line(s: dict) -> str:
 def tolerance(fp: Fingerprint) -> str:
     """What "exact" means here, with the worst value this file reached: ``within median per-token relative error
     ≤ 0.05 and mean cosine ≥ 0.999; worst here 0.0031`` (``forensics.analysis.fingerprint.ladder``)."""
-    from forensics.analysis.fingerprint.ladder import LADDER_MATCH_COS, LADDER_MATCH_REL
-
     rels = [m.ladder["best_rel"] for m in (fp.exact.slots if fp.exact else [])
             if m.ladder and m.ladder.get("match") and m.ladder.get("best_rel") is not None]
     worst = f"; worst here {max(rels):.2g}" if rels else ""

@@ -6,6 +6,7 @@ import os
 
 from forensics.analysis.stamp import StampResult, VerifyResult
 from forensics.display import renders
+from forensics.layers import r_label
 from forensics.views.format import count, headline_word
 
 
@@ -29,8 +30,6 @@ def _rel(path: str) -> str:
 
 
 def stamp_text(res) -> str:
-    from forensics.layers import r_label
-
     bad = res.failed
     out = [f"hsf stamp: {count(len(res.files) - len(bad), 'file')} stamped"
            + (f", {len(bad)} NOT stamped (left unchanged)" if bad else "")]

@@ -17,12 +17,18 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+import forensics
 from forensics.errors import ForensicsError
 from forensics.findings import sort_findings
 from forensics.io.capture import Capture
+from forensics.io.formats import iter_files
 from forensics.io.tokenizer import decode_text, decode_tokens
+from forensics.io.tokenizer import find_tokenizer as find
+from forensics.io.tokenizer import load_tokenizer as load
 from forensics.layers import r_label
+from forensics.views.fingerprint import headline
 from forensics.views.format import Raw, badge, esc, html_table, num
+from forensics.views.plots.slots import slot_labels
 
 MAX_TOKEN_ROWS = 32  # token table rows shown per panel (the range is cut, and the cut is said)
 MAX_TEXT_CHARS = 2000  # decoded text of the token range shown above the table
@@ -52,7 +58,6 @@ def verdict_html(fingerprint: Any) -> str:
         labels.append(f"{i}: {lab}")
     order = list(fingerprint.depth_order)
     findings = sort_findings(fingerprint.findings)
-    from forensics.views.fingerprint import headline
 
     # the worst verdict first, as in every view
     lines = [f"<div class='hsf-headline'>{badge(fingerprint.verdict or 'info')} <b>{esc(headline(fingerprint))}</b>"
@@ -91,8 +96,6 @@ def _slot_table(stats: Any, fingerprint: Any, sel: list[int]) -> str:
 
 
 def _token_table(capture: Capture, stats: Any, sel: list[int], lo: int, hi: int, tokenizer: Any) -> str:
-    from forensics.views.plots.slots import slot_labels
-
     ids = capture.input_ids
     if ids is None:
         return "<div class='hsf-tokens'>no token ids in this capture</div>"
@@ -128,7 +131,7 @@ def render_panel(capture: Capture | None, stats: Any, fingerprint: Any = None, s
     Pure: reads only its arguments (``stats``/``fingerprint`` as computed elsewhere) and returns a string.
     ``slot`` is one slot index or several; ``token_range`` is inclusive ``(first, last)``.
     """
-    from forensics.views import plots
+    from forensics.views import plots  # noqa: PLC0415 - matplotlib (the plots extra), on call
 
     if error is not None or capture is None or stats is None:
         return f"<div class='hsf-panel'>{badge('fail')} {esc(error or 'nothing to show')}</div>"
@@ -159,23 +162,17 @@ def render_panel(capture: Capture | None, stats: Any, fingerprint: Any = None, s
 # -------------------------------------------------------------------------------------------- tokenizer
 def find_tokenizer(capture: Capture) -> str | None:
     """A local tokenizer folder for a capture (:func:`forensics.io.tokenizer.find_tokenizer`)."""
-    from forensics.io.tokenizer import find_tokenizer as find
-
     return find(capture.path, capture.meta)
 
 
 def load_tokenizer(path: str | None, confined: bool = True) -> Any:
     """The tokenizer of a local folder (never its code: :func:`forensics.io.tokenizer.load_tokenizer`), or None
     when absent/unloadable (ids are still shown); ``confined=False`` for a folder the user named."""
-    from forensics.io.tokenizer import load_tokenizer as load
-
     return load(path, confined=confined)[0]
 
 
 # ---------------------------------------------------------------------------------------------- browser
 def _sources(source: Any) -> list[tuple[str, Any]]:
-    from forensics.io.formats import iter_files
-
     if isinstance(source, (str, os.PathLike)):
         root = os.fspath(source)
         files = list(iter_files(root))
@@ -237,8 +234,6 @@ class SampleBrowser:
     def data(self, k: int) -> tuple:
         """(capture, stats, fingerprint-or-exception-or-None, tokenizer, error) for sample ``k``."""
         if k not in self._cache:
-            import forensics
-
             item = self.items[k][1]
             cap = st = fp = tok = err = None
             try:
@@ -272,8 +267,6 @@ class SampleBrowser:
         cap, st, fp, _, _ = self.data(k)
         labels = []
         if st is not None:
-            from forensics.views.plots.slots import slot_labels
-
             labels = slot_labels(fp if fp is not None and not isinstance(fp, Exception) else st)
         old, old_options = tuple(self.slots.value), self.slots.options
         same_shape = len(old_options) == len(labels)

@@ -2,7 +2,7 @@
 
 Training side: the data's slots (what they *are*: fingerprinted r/role override what sidecars declare),
 cut by the trainer's view (fc inputs in stored order, then the target). Serving side: what the engine
-captures from the draft config (``forensics.models.conventions.engine_capture``), or, config-free, what a
+captures from the draft config (``forensics.models.conventions.compute.engine_capture``), or, config-free, what a
 capture of the served states shows (``--served``). Both in r; slice k of the fc is compared directly.
 
 Verdict: ``match`` / ``mismatch`` (wiring only; training-target and vocab-map problems are findings) /
@@ -24,16 +24,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from forensics.analysis.audit.parts import AuditContext, AuditSlice, Fix, ServedSide, TrainedSide
-from forensics.analysis.audit.training import _repeated
+from forensics.analysis.audit.served import compare_served
+from forensics.analysis.audit.training import _repeated, first_capture, training_side
 from forensics.display import render
 from forensics.errors import ForensicsError
 from forensics.findings import Finding, FindingKind, Severity, Verdict, exit_code
 from forensics.io import limits
-from forensics.jsonable import json_safe
+from forensics.jsonable import data_frame, json_safe
 from forensics.layers import r_label
 from forensics.models import conventions as cv
 from forensics.models.conventions.rules import CONFIG_RULES
-from forensics.models.draft_config import load_json_object, sub_dict
+from forensics.models.draft_config import load_json_object, read_draft, sub_dict
+from forensics.models.target import Target
+from forensics.models.target import target_facts as model_facts  # the model's; this module's reads a config
 
 WIRING_KINDS = {FindingKind.SLICES, FindingKind.IDS_IGNORED_KEY, FindingKind.IDS_MISSING,
                 FindingKind.ENGINE_CANNOT_CAPTURE, FindingKind.FC_WIDTH, FindingKind.ORDER, FindingKind.AUX_DISABLED,
@@ -83,8 +86,6 @@ class AuditResult:
         """One row per fc input slice (``pandas.DataFrame``; pandas is the ``dataframe`` extra): the r training fed
         it and how that is known, the r serving feeds it, whether they agree (None: cannot tell), and the id the fix
         writes for it."""
-        from forensics.jsonable import data_frame
-
         fix = self.fix.ids if self.fix is not None and self.fix.ids is not None else None
         return data_frame([{"slice": sl.slice, "trained_r": sl.trained_r, "trained": _r_label(sl.trained_r),
                             "trained_status": sl.trained_status, "served_r": sl.served_r,
@@ -116,8 +117,6 @@ class AuditResult:
     def explain(self) -> str:
         """The report with every finding's evidence (the numbers behind the verdict)."""
         return render(self, "explain")
-
-
 
 
 def target_facts(target_config: Any) -> dict:
@@ -223,8 +222,6 @@ def serving_side(info, engine: cv.System, version: str | None, L: int, H: int | 
 def _id_list_findings(ec, engine: cv.System, L: int, trained_fc: list | None) -> list[Finding]:
     """The id list as a whole, by the registry's ``CONFIG_RULES``: a repeated id (captured once), and the final
     layer L left among the aux ids where the trainer's fc never took it (``ec``: ``engine_capture``'s answer)."""
-    from forensics.analysis.audit.training import _repeated
-
     out: list[Finding] = []
     ids = list(ec.ids or []) if ec.source == "config" else []
     try:  # the list's own rule, id by id (None: an id the engine never captures)
@@ -259,16 +256,14 @@ def _id_list_findings(ec, engine: cv.System, L: int, trained_fc: list | None) ->
 # ---- verdict ---------------------------------------------------------------------------------------------
 
 
-def audit(data: Any = None, draft: Any = None, engine: str | cv.System | None = None, engine_version: str | None = None,
+def audit(data: Any = None, draft: Any = None, engine: str | cv.System | None = None,  # noqa: C901
+          engine_version: str | None = None,
           trainer: str | None = None, target_config: Any = None, served: Any = None,
           num_layers: int | None = None, hidden_size: int | None = None, arch: str | None = None,
           use_fingerprint: bool = True, model: Any = None, stamp_check: bool = True) -> AuditResult:
     """Audit one draft's wiring. ``data``: capture file/folder, a ``Capture``, or a declared layout such as
     ``["embed", "L3", "L31", "L59"]``; ``draft``: checkpoint folder or config.json; ``served``: a capture
     of what the engine actually fed the draft (config-free check)."""
-    from forensics.analysis.audit.training import first_capture, training_side
-    from forensics.models.draft_config import read_draft
-
     eng = cv.system(engine) if engine else None  # the engine's name resolved once, here
     if eng is not None and not eng.is_engine:
         raise ForensicsError(f"engine must be one of {cv.ENGINES}, found {eng.name!r}")
@@ -310,8 +305,6 @@ def audit(data: Any = None, draft: Any = None, engine: str | cv.System | None = 
         findings += sf
         findings += _assumption_findings(info, eng, engine_version, L, arch, arch_given, served_side.r or [])
     if served is not None:
-        from forensics.analysis.audit.served import compare_served
-
         data_served, cf = compare_served(data, trained, served, use_fingerprint, model, stamp_check)
         findings += cf
         predicted = served_side.r
@@ -359,12 +352,10 @@ def audit(data: Any = None, draft: Any = None, engine: str | cv.System | None = 
 def _model_layers(model: Any) -> int | None:
     """The target's L from ``--model`` (its config, or the model the fingerprint loads anyway: loads are memoised);
     None for a reference that is not a model (a ladder capture)."""
-    from forensics.models.target import Target, target_facts
-
     if not isinstance(model, (str, os.PathLike, Target)):
         return None
     try:
-        n = target_facts(model).get("num_layers")
+        n = model_facts(model).get("num_layers")
     except (ForensicsError, OSError):
         return None
     return limits.num_layers(n, what="--model num_hidden_layers") if n is not None else None

@@ -34,6 +34,7 @@ from forensics.errors import ForensicsError
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.layers import FINAL_POST, r_label
 from forensics.models import conventions as cv
+from forensics.models.draft_config import read_draft
 
 READING_KINDS = {"slices", "off_by_one", "shifted"}  # findings that hold for one reading of the served layers
 DOCTOR_WIRING_KINDS = {"id_is_count", "ids_out_of_range", "fc_vs_ids", "ids_duplicate", "ids_order"}
@@ -156,8 +157,6 @@ def preflight(draft: Any, engine: str | cv.System, engine_version: str | None = 
               include_last_layer: bool | None = None, target_config: Any = None, num_layers: int | None = None,
               hidden_size: int | None = None, arch: str | None = None, family: str | None = None) -> AuditResult:
     """The data-free audit: draft config + engine (+ version) + what the trainer was given."""
-    from forensics.models.draft_config import read_draft
-
     eng = cv.system(engine)  # the names resolved once, here
     engine = eng.name
     tsys = cv.system(trainer) if trainer is not None else None

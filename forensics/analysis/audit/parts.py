@@ -46,7 +46,7 @@ class AuditSlice:
 
 @dataclass(slots=True)
 class Fix:
-    """The id list to write so ``engine`` serves the trained r (``forensics.models.conventions.from_r``): the
+    """The id list to write so ``engine`` serves the trained r (``forensics.models.conventions.compute.from_r``): the
     ids (None when no list can), the key and where it sits, the config fragment, and what to watch for."""
 
     ids: list[int] | None

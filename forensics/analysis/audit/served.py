@@ -23,9 +23,14 @@ from typing import Any
 import numpy as np
 
 from forensics.analysis.audit.parts import ServedSide, TrainedSide
+from forensics.analysis.audit.training import KNOWN, STRONG_ROLES, fingerprint_slots
+from forensics.analysis.rows import check_rows, runs
+from forensics.analysis.stats import token_norms
 from forensics.errors import ForensicsError
+from forensics.findings import Finding, FindingKind, Severity
 from forensics.io.capture import Capture
-from forensics.layers import r_label
+from forensics.io.formats import iter_files, load
+from forensics.layers import FINAL_POST, r_label
 
 W1_NAME = "W1(log10 token norm, token 0 excluded)"
 # log10 units. On other text, a served slot whose W1 to the training slot it should equal reaches this is not that
@@ -50,8 +55,6 @@ QUANTILES = np.linspace(0.005, 0.995, 199)
 
 def log_norms(caps: list[Capture], index: int) -> np.ndarray:
     """log10 per-token norms of slot ``index`` pooled over captures, token 0 and non-finite dropped."""
-    from forensics.analysis.stats import token_norms
-
     parts = []
     for c in caps:
         if index < len(c.slots):
@@ -112,8 +115,6 @@ def joined_rows(s, t, n: int, skip: Any = None) -> tuple[float, float, np.ndarra
 
 
 def _caps(path_or_cap: Any) -> list[Capture]:
-    from forensics.io.formats import iter_files, load
-
     if isinstance(path_or_cap, Capture):
         return [path_or_cap]
     files = list(iter_files(os.fspath(path_or_cap)))[:MAX_FILES]
@@ -122,13 +123,10 @@ def _caps(path_or_cap: Any) -> list[Capture]:
     return [load(f) for f in files]
 
 
-def compare_served(data: Any, trained: TrainedSide, served: Any, use_fingerprint: bool = True,
+def compare_served(data: Any, trained: TrainedSide, served: Any, use_fingerprint: bool = True,  # noqa: C901
                    model: Any = None, stamp_check: bool = True) -> tuple[ServedSide, list]:
     """Slot-by-slot comparison of a served capture with the training ``data`` (path or Capture);
     returns (served side, findings)."""
-    from forensics.analysis.audit.training import KNOWN, STRONG_ROLES, fingerprint_slots
-    from forensics.findings import Finding, FindingKind, Severity
-
     if data is None or isinstance(data, (list, tuple)):
         raise ForensicsError("the config-free check (--served) needs the training data as capture files (--data)")
     tcaps = _caps(data)
@@ -148,7 +146,6 @@ def compare_served(data: Any, trained: TrainedSide, served: Any, use_fingerprint
     # join on tokens: the training file sharing the longest token_ids prefix with the served file
     joined, P = max(((c, shared_prefix(s0, c)) for c in tcaps), key=lambda x: x[1])
     same_text = P >= MIN_JOIN_TOKENS
-    from forensics.analysis.rows import check_rows
 
     row_report = check_rows(s0)
     cos = rel = None
@@ -262,8 +259,6 @@ def final_slots(cap: Capture) -> list[int]:
     """The trailing slots a capture's format stores as the model's final state (never an fc input): every slot the
     format claims post-norm (TensorRT-LLM SaveState ``hidden_state``, SGLang rows, a Model-Optimizer HF/TRT-LLM
     dump), and a Model-Optimizer dump's last ``hidden_states`` slot, pre- or post-norm by its dumper."""
-    from forensics.layers import FINAL_POST
-
     out: list[int] = []
     for j in range(len(cap.slots) - 1, -1, -1):
         s = cap.slots[j]
@@ -286,9 +281,6 @@ def _mask(runs: list, n: int) -> np.ndarray:
 def _foreign_finding(j: int, differ: np.ndarray, ev: dict) -> Any:
     """Served slot ``j`` is the trained tensor on most shared tokens but not on the rows ``differ``: those rows
     hold another state (another request's, or garbage) — a FAIL of its own, naming the rows."""
-    from forensics.analysis.rows import runs
-    from forensics.findings import Finding, FindingKind, Severity
-
     n = int(differ.sum())
     if n < FOREIGN_MIN_ROWS:
         return None
@@ -344,8 +336,6 @@ def _slot_finding(j: int, want: int | None, same: bool | None, ev: dict, slots_r
                   same_text: bool) -> Any:
     """The finding for served slot ``j``: ``served_data`` (FAIL) when it is not what fc slice ``j`` was trained
     on, ``served_undecided`` (WARN) when the data cannot tell, None when it matches."""
-    from forensics.findings import Finding, FindingKind, Severity
-
     trained_lab = r_label(slots_r[want]) if want is not None else "none"
     s_role, t_role = ev.get("served_role"), ev.get("trained_role")
     if same is False:

@@ -12,17 +12,17 @@ import os
 from typing import Any
 
 from forensics.analysis.audit.parts import TrainedSide
+from forensics.analysis.claims import capture_claims, draft_ids_r
+from forensics.analysis.fingerprint.verdicts import is_postnorm
 from forensics.errors import ForensicsError
 from forensics.findings import Finding, FindingKind, Severity, Verdict
 from forensics.io.capture import Capture
-from forensics.io.formats import trainer_of
+from forensics.io.formats import iter_files, load, trainer_of
 from forensics.layers import FINAL_POST, parse_layer_list, parse_r, r_label
 from forensics.models import conventions as cv
 
 
 def first_capture(data: Any) -> Capture:
-    from forensics.io.formats import iter_files, load
-
     if isinstance(data, Capture):
         return data
     files = list(iter_files(os.fspath(data)))
@@ -44,11 +44,10 @@ def fingerprint_slots(cap: Capture, model: Any = None, stamp_check: bool = True
     if _FP_CACHE and _FP_CACHE[0][0] is cap and _FP_CACHE[0][1] is model and _FP_CACHE[0][2] == stamp_check:
         return _FP_CACHE[0][3]
     try:
-        from forensics.analysis.fingerprint.core import fingerprint
+        from forensics.analysis.fingerprint.core import fingerprint  # noqa: PLC0415 - optional: else config only
     except ImportError:
         return None, []
     fp = fingerprint(cap, model=model, num_layers=cap.num_layers, stamp_check=stamp_check)
-    from forensics.analysis.fingerprint.verdicts import is_postnorm
 
     whole = next((f.kind for f in fp.findings if f.kind in ("shifted", "reordered") and f.is_fail), None)
     slots = [{"r_exact": s.r_exact, "label": s.label, "role": s.role, "confidence": s.confidence,
@@ -75,8 +74,6 @@ def slot_rs(cap: Capture, use_fingerprint: bool = True, model: Any = None, stamp
     (``unknown`` unless the role names the slot) with a ``declared_vs_data`` fail. Without the fingerprint
     (``use_fingerprint=False``, ``--no-fingerprint``) every declaration is trusted as ``declared``.
     """
-    from forensics.analysis.claims import capture_claims
-
     claims = capture_claims(cap, cap.num_layers)
     declared = claims.rs if claims is not None else [None] * len(cap.slots)
     fps, findings = fingerprint_slots(cap, model, stamp_check) if use_fingerprint else (None, [])
@@ -228,8 +225,6 @@ def _repeated(rs: list) -> list:
 def _ids_as_trained(trainer: str, info, L: int) -> list | None:
     """The r a draft config's ids mean to the trainer that wrote them (``forensics.analysis.claims.draft_ids_r``,
     the one reader every command uses); None when the config has none or the trainer would refuse them."""
-    from forensics.analysis.claims import draft_ids_r
-
     try:
         d = draft_ids_r(trainer, info, L)
     except ForensicsError:  # an id list the trainer would refuse: no assumption

@@ -4,10 +4,11 @@ From the data alone: exact duplicate rows ⇒ embedding (a table lookup,
 transformers #2461); small context-free norms without a sink ⇒ embedding even for absolute-position
 models; a token-0 sink (Sun et al. 2024) ⇒ after the emergence layer; a tight, sinkless spread ⇒ late or
 post-norm; a norm collapse next to a deep pre-norm slot, or B = RMSNorm(A) for some γ
-⇒ post-final-norm; the masked angular-distance chain (``forensics.depth``) ⇒ depth order, whose
+⇒ post-final-norm; the masked angular-distance chain (``forensics.analysis.fingerprint.depth``) ⇒ depth order, whose
 direction is voted by norm growth (Heimersheim & Turner 2023) and the late signature. Depth is not norm
-order (the seed's L59 norm 111 ± 8 < L31 174 ± 99). Exact mode (``model=``, ``forensics.exact``) settles
-r per slot. Every threshold is a named constant, shown next to the raw value.
+order (the seed's L59 norm 111 ± 8 < L31 174 ± 99). Exact mode (``model=``,
+``forensics.analysis.fingerprint.exact``) settles r per slot. Every threshold is a named constant, shown next
+to the raw value.
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ from typing import TYPE_CHECKING, Any, overload
 import numpy as np
 
 from forensics.analysis.claims import Claim, Claims, capture_claims, user_claims
-from forensics.analysis.fingerprint.rules import (  # noqa: F401 - re-exported: the named thresholds of the fingerprint
+from forensics.analysis.context import check_context
+from forensics.analysis.fingerprint.depth import DistanceSample, angular_distance_sample, settle_chain
+from forensics.analysis.fingerprint.exact import exact_checks, reference_ladder
+from forensics.analysis.fingerprint.rules import (
     BANDS,
     DIRECTION_CONFLICT_CONFIDENCE,
     DUP_GROUP_FRACTION,
@@ -52,19 +56,31 @@ from forensics.analysis.fingerprint.rules import (  # noqa: F401 - re-exported: 
     postnorm_signals,
     share_identical_labels,
 )
+from forensics.analysis.fingerprint.verdicts import judge
+from forensics.analysis.loss_mask import capture_loss_mask_findings
+from forensics.analysis.rows import check_rows
+from forensics.analysis.stamp import StampReader, stamp_claims
 from forensics.analysis.stats import CaptureStats, summarize
 from forensics.display import render
 from forensics.errors import ForensicsError
 from forensics.findings import Finding, FindingKind, Severity, Verdict, worst_verdict
-from forensics.io import limits
-from forensics.io.capture import Capture
-from forensics.jsonable import json_safe
+from forensics.io import limits, validate
+from forensics.io.capture import Capture, Slot, constant_getter
+from forensics.io.formats import as_captures
+from forensics.jsonable import data_frame, json_safe
 from forensics.layers import FINAL_POST, R
+from forensics.models.target import resolve_model
 
 if TYPE_CHECKING:  # pragma: no cover
     from forensics.analysis.fingerprint.exact import ExactResult
 
-__all__ = ["fingerprint", "Fingerprint", "SlotFingerprint", "Evidence", "Finding", "ROLES"]
+__all__ = ["fingerprint", "Fingerprint", "SlotFingerprint", "Evidence", "Finding", "ROLES", "BANDS",
+           "DIRECTION_CONFLICT_CONFIDENCE", "DUP_GROUP_FRACTION", "DUP_ROW_FRACTION", "DUPLICATE_SLOT_DISTANCE",
+           "EMBED_MIN_SCORE", "EMBED_NORM_RATIO", "MAD_TO_SD", "POSTNORM_CANDIDATE", "POSTNORM_CHAIN_MIN",
+           "POSTNORM_DECIDED", "POSTNORM_NORM_DROP", "SINK_FADED_RATIO", "TIGHT_SPREAD", "_depth_key", "chain_order",
+           "collapsed_end", "embedding_signals", "exact_evidence", "find_duplicates", "has_sink", "identical_groups",
+           "isolated_end", "late_signature", "massive_sink", "maybe_normalised", "off_line", "order_chain",
+           "postnorm_signals", "share_identical_labels"]
 
 # A norm at or above sqrt(float32 max) ≈ 1.8e19 means values whose squares overflow float32: real residual
 # streams stay below ~1e5 (massive activations, Sun et al. 2024: ~1e3–1e4), so this is corrupt data.
@@ -162,8 +178,6 @@ class Fingerprint:
         """One row per slot (``pandas.DataFrame``; pandas is the ``dataframe`` extra): the slot, what it is
         (role, depth rank, r estimate, label, exact r), what is claimed and by whom, the verdict and why, and its
         norm statistics."""
-        from forensics.jsonable import data_frame
-
         rows = []
         for sf, ss in zip(self.slots, self.stats.slots, strict=True):
             n = ss.norm
@@ -240,12 +254,8 @@ def fingerprint(capture: Any, layers: Any = None, model: Any = None,
         ['embed', 'L3', 'L16', 'L28']
     """
     if not isinstance(capture, Capture) or input_ids is not None or attention_mask is not None:
-        from forensics.io.formats import as_captures
-
         caps = as_captures(capture, input_ids=input_ids, attention_mask=attention_mask)
         if len(caps) > 1:
-            from forensics.models.target import resolve_model
-
             model = None if model is None else resolve_model(model)  # resolved once for every sample
             return [_one(c, layers, model, num_layers, expected_source, claims, stamp_check) for c in caps]
         capture = caps[0]
@@ -256,7 +266,6 @@ def _one(capture: Capture, layers: Any, model: Any, num_layers: int | None, expe
          claims: Claims | None, stamp_check: bool = True) -> Fingerprint:
     if not capture.slots:
         raise ForensicsError("capture has no slots to fingerprint", path=capture.path)
-    from forensics.io import validate
 
     validate.count(num_layers, "num_layers", hi=limits.MAX_NUM_LAYERS, none=True)  # the CLI's bounds, one line
     validate.layers(layers)
@@ -265,7 +274,6 @@ def _one(capture: Capture, layers: Any, model: Any, num_layers: int | None, expe
 
     small = sum(s.shape[0] * s.shape[1] for s in capture.slots) <= SMALL_CAPTURE_ELEMENTS
     threads = torch.get_num_threads()
-    from forensics.models.target import resolve_model
 
     model = None if model is None else resolve_model(model)  # "default" → the packaged SmolLM2
     if small and model is None:
@@ -297,12 +305,6 @@ class _Signals:
 
 def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | None,
                  expected_source: str | None, claims: Claims | None, stamp_check: bool = True) -> Fingerprint:
-    from forensics.analysis.fingerprint.depth import DistanceSample, angular_distance_sample
-    from forensics.analysis.fingerprint.verdicts import judge
-    from forensics.analysis.loss_mask import capture_loss_mask_findings
-    from forensics.analysis.rows import check_rows
-    from forensics.analysis.stamp import StampReader, stamp_claims
-
     k = len(capture.slots)
     full = [s.tensor() for s in capture.slots]
     reader = StampReader(capture) if stamp_check else None  # the stamp, checked on this fingerprint's own pass
@@ -311,13 +313,10 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
     st_all = summarize(capture, taps=reader.taps if reader is not None and reader.feeds else None)
     stamp = reader.check(full) if reader is not None else None
     if model is not None:
-        from forensics.analysis.fingerprint.exact import reference_ladder
-
         reference = reference_ladder(capture, model)
     # every row placed against the reference forward when there is a ladder (not streamed, ids given), else data only
     rows = check_rows(capture, full, reference=None if reference is None else reference[1],
                       norms=[s.norms for s in st_all.slots])
-    from forensics.analysis.context import check_context  # rows p..end without tokens 0..p-1 (vllm#52909)
 
     context = check_context(capture, full, st_all.slots, rows, net=None if reference is None else reference[0].net,
                             reference=None if reference is None else reference[1])
@@ -427,8 +426,6 @@ def good_rows_view(capture: Capture, tensors: list, rows: Any) -> Capture:
     itself when every row is its own token's."""
     import torch
 
-    from forensics.io.capture import Slot, constant_getter
-
     n = rows.num_rows
     tok = rows.token_of_row()
     aligned = tok is not None and rows.num_tokens == n and (tok == np.arange(n)).all() and not rows.slot_offsets
@@ -476,8 +473,6 @@ def _exact(capture: Capture, tensors: list, model: Any, sig: _Signals, findings:
            reference: Any = None) -> ExactResult:
     """Exact mode: every slot matched against the reference forward (``--model``) or a ladder capture, on
     its good rows at their tokens (``rows``)."""
-    from forensics.analysis.fingerprint.exact import exact_checks
-
     exact = exact_checks(capture, tensors, model, rows=rows, reference=reference)
     exact.ran = capture.input_ids is not None
     if not exact.ran:  # the reference cannot run without the tokens: say so, name no slot from it
@@ -515,8 +510,6 @@ def _data_only_order(sample: Any, sig: _Signals) -> tuple[np.ndarray, list[int],
     here too (norm collapse at the chain's deep end, betweenness off the layers' line, or an isolated end);
     ``sig`` keeps the role decisions.
     """
-    from forensics.analysis.fingerprint.depth import settle_chain
-
     st, tensors, ev, meds = sig.st, sig.tensors, sig.ev, sig.meds
     is_embed, is_post, post_score, post_why = sig.is_embed, sig.is_post, sig.post_score, sig.post_why
     k = len(tensors)

@@ -17,7 +17,9 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from forensics.analysis.fingerprint.ladder import (  # noqa: F401 - re-exported: exact mode's vocabulary
+import numpy as np
+
+from forensics.analysis.fingerprint.ladder import (
     BF16_COMPUTE_REL,
     LADDER_MATCH_COS,
     LADDER_MATCH_REL,
@@ -28,10 +30,26 @@ from forensics.analysis.fingerprint.ladder import (  # noqa: F401 - re-exported:
     ladder_entry,
     ladder_match,
 )
+from forensics.analysis.fingerprint.streamed import streamed_ladder, streamed_lens
 from forensics.errors import ForensicsError, ModelMismatch
 from forensics.io.capture import Capture
+from forensics.io.formats import load
+from forensics.io.safetensors import infos_from_header, read_header, read_rows, read_tensor, shard_files
 from forensics.layers import FINAL_POST, R, r_label
-from forensics.models.target import DEFAULT_TOKENS
+from forensics.models.folder import check_ids
+from forensics.models.stream import LayerStream
+from forensics.models.target import (
+    DEFAULT_TOKENS,
+    Target,
+    default_max_memory,
+    embed_weight,
+    final_norm,
+    fits_in_memory,
+    ladder,
+    load_model,
+    load_target,
+    sublayer_states,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -132,7 +150,6 @@ class Reference:
             return self._ladder
         if self.net is None:
             return None
-        from forensics.models.target import ladder
 
         self._ladder = ladder(self.net, ids)
         return self._ladder
@@ -140,8 +157,6 @@ class Reference:
 
 def _safetensors_files(path: str) -> list[str]:
     """A checkpoint file, or a folder's shards (index-aware, confined to the folder: ``io.safetensors``)."""
-    from forensics.io.safetensors import shard_files
-
     if os.path.isfile(path) and path.endswith(".safetensors"):
         return [path]
     if os.path.isdir(path) and (glob.glob(os.path.join(path, "*.safetensors"))
@@ -152,8 +167,6 @@ def _safetensors_files(path: str) -> list[str]:
 
 def _find(files: list[str], suffix: str) -> Any:
     """The :class:`~forensics.io.safetensors.TensorInfo` of the first tensor named ``*suffix``, or None."""
-    from forensics.io.safetensors import infos_from_header, read_header
-
     for f in files:
         for k, info in infos_from_header(f, read_header(f)).items():
             if k.endswith(suffix):
@@ -163,16 +176,12 @@ def _find(files: list[str], suffix: str) -> Any:
 
 def _lazy_rows(files: list[str], suffix: str):
     """A function ids → rows of the tensor named ``*suffix``, reading only those rows."""
-    from forensics.io.safetensors import read_rows
-
     info = _find(files, suffix)
     if info is None:
         return None
 
     def rows(ids):
         import torch
-
-        from forensics.models.folder import check_ids
 
         check_ids(ids, info.shape[0], os.path.dirname(info.file))
         uniq, inv = torch.unique(ids, return_inverse=True)
@@ -182,8 +191,6 @@ def _lazy_rows(files: list[str], suffix: str):
 
 
 def _lazy_tensor(files: list[str], suffix: str):
-    from forensics.io.safetensors import read_tensor
-
     info = _find(files, suffix)
     return None if info is None else read_tensor(info)
 
@@ -192,7 +199,6 @@ def reference_for(model: Any, capture: Capture) -> Reference:
     """Resolve ``model=`` (path, loaded model, ``(model, tokenizer)``, or a ladder capture) to a Reference."""
     if isinstance(model, Reference):
         return model
-    from forensics.models.target import Target
 
     target = model if isinstance(model, Target) else None
     if target is not None:
@@ -202,8 +208,6 @@ def reference_for(model: Any, capture: Capture) -> Reference:
     if isinstance(model, Capture):
         return _ladder_reference(model, capture)
     if hasattr(model, "config") and hasattr(model, "forward"):
-        from forensics.models.target import embed_weight, final_norm
-
         E = embed_weight(model)
         return Reference(source=type(model).__name__, net=model, embed_rows=lambda ids: E[ids],
                          gamma=final_norm(model)[0], num_layers=int(model.config.num_hidden_layers))
@@ -214,7 +218,6 @@ def reference_for(model: Any, capture: Capture) -> Reference:
     st_files = _safetensors_files(path)
     has_embed = bool(st_files) and _has_suffix(st_files, "embed_tokens.weight")
     if os.path.isfile(path) and not path.endswith(".gguf") and not has_embed:  # a capture file: ladder reference
-        from forensics.io.formats import load
 
         return _ladder_reference(load(path), capture)
     if has_embed:
@@ -222,8 +225,6 @@ def reference_for(model: Any, capture: Capture) -> Reference:
         gamma = _lazy_tensor(st_files, "model.norm.weight")
         net, stream = None, None
         if os.path.isdir(path) and os.path.isfile(os.path.join(path, "config.json")):
-            from forensics.models.target import default_max_memory, fits_in_memory, load_model
-
             budget = target.max_memory if target is not None else default_max_memory()
             if fits_in_memory(path, budget):
                 net = load_model(path)[0]
@@ -233,7 +234,6 @@ def reference_for(model: Any, capture: Capture) -> Reference:
         L = int(net.config.num_hidden_layers) if net is not None else stream.num_layers if stream else None
         return Reference(source=path, net=net, embed_rows=rows, gamma=gamma, num_layers=L, stream=stream,
                          tokens=target.tokens if target is not None else None)
-    from forensics.models.target import embed_weight, final_norm, load_target
 
     net = load_target(target if target is not None else path)[0]  # a Target's budget is checked first
     E = embed_weight(net)
@@ -245,8 +245,6 @@ def reference_for(model: Any, capture: Capture) -> Reference:
 def _fitting_stream(path: str, budget: int, target: Any) -> Any:
     """A float32 LayerStream, or a bfloat16 one when a float32 block would not fit the budget (its states
     differ from float32 by ≤ ``BF16_COMPUTE_REL``, inside ``LADDER_MATCH_REL``); raises when neither fits."""
-    from forensics.models.stream import LayerStream
-
     progress, T = bool(target and target.progress), (target.tokens if target is not None else DEFAULT_TOKENS)
     stream = LayerStream(path, progress=progress, max_memory=budget)
     try:
@@ -326,8 +324,6 @@ def reference_ladder(capture: Capture, model: Any) -> tuple[Reference, dict | No
     if T is not None and (ref.stream is not None or ref.net is not None):
         ids = ids[:T + max(0, int(ids.numel()) - capture.num_tokens) + ROW_SHIFT_SLACK]
     if ref.vocab_size() is not None:
-        from forensics.models.folder import check_ids
-
         check_ids(ids, int(ref.vocab_size() or 0), capture.path, ref.source)  # before any lookup
     return ref, (None if ref.stream is not None else ref.ladder(ids))
 
@@ -366,7 +362,6 @@ ROW_SHIFT_SLACK = 4  # extra ids run past T, so a row a few tokens late still ha
 def _row_selection(rows: Any, i: int, n: int, T: int) -> tuple[Any, Any] | None:
     """``(row index, token index)`` of slot ``i``'s good rows that have a reference state among the first T
     tokens, or None when every row is its own token's (no selection needed)."""
-    import numpy as np
     import torch
 
     if rows is None:
@@ -381,7 +376,7 @@ def _row_selection(rows: Any, i: int, n: int, T: int) -> tuple[Any, Any] | None:
     return torch.from_numpy(idx), torch.from_numpy(tok[idx])
 
 
-def exact_checks(capture: Capture, tensors: list, model: Any, rows: Any = None,
+def exact_checks(capture: Capture, tensors: list, model: Any, rows: Any = None,  # noqa: C901
                  reference: tuple[Reference, dict | None] | None = None) -> ExactResult:
     """All exact checks for every slot (an :class:`ExactMatch` each); ``r_exact`` is the matched r, or 0 /
     ``final_post`` from the direct checks.
@@ -402,13 +397,9 @@ def exact_checks(capture: Capture, tensors: list, model: Any, rows: Any = None,
     if T is not None and (ref.net is not None or ref.stream is not None) and ids is not None:
         ids, tensors = ids[:T], [h[:T] for h in tensors]  # causal: the first T states need only these T ids
     if ids is not None and ref.vocab_size() is not None:
-        from forensics.models.folder import check_ids
-
         check_ids(ids, int(ref.vocab_size() or 0), capture.path, ref.source)  # before any embedding lookup
     streamed = None
     if ref.stream is not None and ids is not None:
-        from forensics.analysis.fingerprint.streamed import streamed_ladder
-
         streamed = streamed_ladder(ref.stream, ids, tensors)
         lad = None
     else:
@@ -454,8 +445,6 @@ def exact_checks(capture: Capture, tensors: list, model: Any, rows: Any = None,
     if any(x is not None for x in sel):
         notes.append("each slot matched on its good rows at their tokens (row findings); no logit lens")
     if streamed:
-        from forensics.analysis.fingerprint.streamed import streamed_lens
-
         streamed_lens(ref.stream, tensors, streamed, out)
         notes += streamed["notes"]
     return ExactResult(source=ref.source, num_layers=ref.num_layers, slots=out, notes=notes,
@@ -473,8 +462,6 @@ SUBLAYER_NAMES = {"attn": "attention output", "mlp": "MLP output", "mid": "resid
 def _sublayers(net: Any, ids: Any, tensors: list, full: list, sel: list, lad: dict, out: list) -> None:
     """For each slot that equals no residual r: does it equal a state inside a block (attention output, MLP
     output, residual after attention) of the same forward? Sets ``ExactMatch.sublayer``."""
-    from forensics.models.target import sublayer_states
-
     T = min(int(y.shape[0]) for y in lad.values())
     subs = sublayer_states(net, ids[:T])
     for i, x in enumerate(out):
@@ -555,3 +542,9 @@ def logit_lens(net: Any, tensors: list, lad: dict, out: list) -> None:
                           key=lambda r: float("inf") if r == FINAL_POST else r)
             lens["near"] = near
         x.lens = lens
+
+# the module's own names, and those it re-exports (callers import them from here)
+__all__ = ["POSTNORM_RMS_TOL", "EMBED_MATCH_FRACTION", "GAMMA_MIN_REL", "ExactMatch", "ExactResult", "Reference",
+           "reference_for", "embedding_check", "postnorm_check", "reference_ladder", "check_sizes", "ROW_SHIFT_SLACK",
+           "exact_checks", "SUBLAYER_NAMES", "sublayer_match", "logit_lens", "BF16_COMPUTE_REL", "LADDER_MATCH_COS",
+           "LADDER_MATCH_REL", "LADDER_SEPARATION", "LENS_NEAR", "LENS_ROWS", "decide", "ladder_entry", "ladder_match"]

@@ -26,6 +26,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from forensics.analysis.stats import SINK_RATIO
+
 if TYPE_CHECKING:  # pragma: no cover
     from forensics.analysis.claims import Claim
     from forensics.analysis.fingerprint.core import Fingerprint
@@ -44,8 +46,6 @@ def _certain_role(fp: Fingerprint, i: int) -> bool:
 
 def data_only(fp: Fingerprint, claims: list[Claim | None]) -> dict[int, str]:
     """Slot → why it is not the residual stream its claim says, from the data alone (empty when nothing shows)."""
-    from forensics.analysis.stats import SINK_RATIO
-
     k = len(fp.slots)
     rs = [c.r if c is not None and isinstance(c.r, int) and not isinstance(c.r, bool) else None for c in claims]
     st = fp.stats.slots

@@ -15,6 +15,20 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from forensics.analysis.fingerprint.depth import (
+    NORMALIZES_MAX_RESIDUAL,
+    NORMALIZES_SCREEN_ROWS,
+    duplicate_rows,
+    normalizes,
+    seriate_ties,
+)
+from forensics.analysis.fingerprint.exact import (
+    LADDER_MATCH_COS,
+    LADDER_MATCH_REL,
+    LADDER_SEPARATION,
+    LENS_NEAR,
+    POSTNORM_RMS_TOL,
+)
 from forensics.analysis.stats import SINK_RATIO, SlotStats
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.jsonable import json_safe
@@ -105,8 +119,6 @@ class Evidence:
         return f"{self.signal:<20} {_fmt(self.value):<24} → {self.verdict}{thr}"
 
 
-
-
 def _fmt(v: Any) -> str:
     if isinstance(v, float):
         if not math.isfinite(v):
@@ -189,8 +201,6 @@ def _shape_evidence(s: SlotStats) -> list[Evidence]:
 def embedding_signals(st_slots: Sequence[SlotStats], tensors: list, ids: Any, meds: list[float],
                       ev: list[list[Evidence]]) -> list[float]:
     """Per-slot embedding score from duplicate rows and context-free norms; appends the evidence lines."""
-    from forensics.analysis.fingerprint.depth import duplicate_rows
-
     k = len(st_slots)
     embed_score = [0.0] * k
     for i, (s, h) in enumerate(zip(st_slots, tensors, strict=True)):
@@ -233,8 +243,6 @@ def _closest_prenorm(i: int, k: int, tensors: list, lookup: list[bool], embed_sc
                      drop: list[int]) -> tuple[float, int] | None:
     """``(residual, slot)`` of the layer slot whose RMSNorm with a fitted γ is closest to slot ``i`` (screened on
     a few rows, confirmed on all); None when no other slot can be its pre-norm input."""
-    from forensics.analysis.fingerprint.depth import NORMALIZES_MAX_RESIDUAL, NORMALIZES_SCREEN_ROWS, normalizes
-
     best = None
     for j in range(k):
         if j != i and not lookup[j] and same_T and embed_score[j] < EMBED_MIN_SCORE:
@@ -299,8 +307,6 @@ def postnorm_signals(st_slots: Sequence[SlotStats], tensors: list, embed_score: 
     candidate (``POSTNORM_CANDIDATE``): the depth chain confirms it (``collapsed_end``). A token-0
     sink or a table lookup excludes post-norm whatever the format claims (the final norm divides a sink away).
     """
-    from forensics.analysis.fingerprint.depth import NORMALIZES_MAX_RESIDUAL
-
     k = len(st_slots)
     claims = list(claimed) if claimed is not None else [None] * k
     same_T = len({int(t.shape[0]) for t in tensors}) == 1
@@ -401,13 +407,6 @@ def _reference_dtype(m: dict) -> str:
 
 def exact_evidence(ev: list[Evidence], x: Any) -> None:
     """The evidence lines of one slot's exact checks (``exact.ExactMatch``)."""
-    from forensics.analysis.fingerprint.exact import (
-        LADDER_MATCH_COS,
-        LADDER_MATCH_REL,
-        LADDER_SEPARATION,
-        POSTNORM_RMS_TOL,
-    )
-
     e, p, m, lens = x.embedding, x.postnorm, x.ladder, x.lens
     if e:
         ev.append(Evidence("exact_embedding", e["equal_rows"] / max(1, e["rows"]), "all rows (1.0)",
@@ -530,8 +529,6 @@ def chain_order(D: np.ndarray, chain: list[int], slots: Sequence[SlotStats], med
     with a massive-activation sink (:func:`massive_sink`; default: any sink), without which the direction is a
     coin flip.
     """
-    from forensics.analysis.fingerprint.depth import seriate_ties
-
     if not chain:
         return ChainOrder([], [], 1.0)
     if len(chain) == 1:
@@ -658,15 +655,11 @@ def find_duplicates(fp: Fingerprint, tensors: list) -> None:
 
 
 def _lens_near() -> float:
-    from forensics.analysis.fingerprint.exact import LENS_NEAR
-
     return LENS_NEAR
 
 
 def _rescaled(m: dict) -> str:
     """``same direction as L3 at ×1.5`` when a slot matches a reference state up to its scale only."""
-    from forensics.analysis.fingerprint.exact import LADDER_MATCH_COS
-
     d = m.get("direction") or {}
     if m.get("match") or d.get("cos") is None or d["cos"] < LADDER_MATCH_COS:
         return ""

@@ -21,6 +21,7 @@ from forensics.analysis.fingerprint.ladder import (
     ladder_entry,
 )
 from forensics.layers import FINAL_POST
+from forensics.models.shards import peak_rss
 
 # architectures whose streamed ladder is tested equal to transformers' whole-model forward
 # (tests/test_stream.py: bit-identical in float32)
@@ -41,8 +42,6 @@ def streamed_ladder(stream: Any, ids: Any, tensors: list) -> dict:
     """Per-slot ladder matches from the stream (``decide`` on each slot's table), the lens rows kept per
     r, and the provenance (shards and bytes read, blocks run, peak RSS, seconds)."""
     import torch
-
-    from forensics.models.shards import peak_rss
 
     t0 = time.perf_counter()
     T = int(ids.numel())
@@ -115,6 +114,5 @@ def streamed_lens(stream: Any, tensors: list, streamed: dict, out: list) -> None
             lens["near"] = sorted((r for r, b in profile.items() if abs(b - a) <= LENS_NEAR),
                                   key=lambda r: float("inf") if r == FINAL_POST else r)
         x.lens = lens
-    from forensics.models.shards import peak_rss
 
     streamed["provenance"].update(stream.stats.to_dict(), peak_rss=peak_rss())  # lm_head reads included

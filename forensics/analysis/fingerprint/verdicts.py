@@ -23,6 +23,9 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from forensics.analysis.fingerprint.residual import data_only
+from forensics.analysis.fingerprint.rules import DUP_GROUP_FRACTION, has_sink
+
 from ...findings import Finding, FindingKind, Severity, Verdict
 from ...layers import FINAL_POST, R, r_label
 
@@ -69,6 +72,11 @@ class SlotVerdict:
                 "settle": self.settle}
 
 
+def _is(why: str) -> str:
+    """A verdict's reason after "but": exact mode's "equals L3 ..." is already a verb; the others are nouns."""
+    return why if why.startswith("equals ") else f"is {why}"
+
+
 def _claim_text(c: Claim | None) -> str:
     return "nothing" if c is None else f"{c.label} ({c.source.value})"
 
@@ -96,8 +104,6 @@ def is_embedding(fp: Fingerprint, i: int) -> bool:
 def not_embedding(fp: Fingerprint, i: int) -> bool:
     """The data excludes an embedding output: exact r ≠ 0, or a sink, or repeated ids whose rows differ where
     the data shows a pre-norm decoder (:func:`decoder_signature`)."""
-    from .rules import DUP_GROUP_FRACTION, has_sink
-
     sf = fp.slots[i]
     if sf.r_exact is not None:
         return sf.r_exact != 0
@@ -130,8 +136,6 @@ def is_postnorm(fp: Fingerprint, i: int) -> bool:
 
 def not_postnorm(fp: Fingerprint, i: int) -> bool:
     """Pre-norm for sure: exact r an integer, an embedding, or a token-0 sink (the final norm divides it away)."""
-    from .rules import has_sink
-
     sf = fp.slots[i]
     if sf.r_exact is not None:
         return sf.r_exact != FINAL_POST
@@ -186,7 +190,7 @@ def _judge_slot(fp: Fingerprint, i: int, c: Claim, L: int | None,
     return Verdict.CANNOT_TELL, f"a layer output ({sf.role}, {sf.decided_by}); its exact r needs the reference", None
 
 
-def judge(fp: Fingerprint, claims: Claims | None) -> list[Finding]:
+def judge(fp: Fingerprint, claims: Claims | None) -> list[Finding]:  # noqa: C901 - complexity 21, to be paid down
     """Set every slot's ``claim``/``verdict``/``verdict_why``/``settle``/``label`` and return the findings."""
     k = len(fp.slots)
     L = fp.num_layers
@@ -204,7 +208,6 @@ def judge(fp: Fingerprint, claims: Claims | None) -> list[Finding]:
         return findings
     verdicts: list[SlotVerdict] = []
     kinds: dict[FindingKind, list[int]] = {}
-    from .residual import data_only
 
     not_residual = data_only(fp, cl)
     for f in fp.findings:  # a slot with one row repeated has no depth: named, and out of the list-wide checks
@@ -235,7 +238,7 @@ def judge(fp: Fingerprint, claims: Claims | None) -> list[Finding]:
         findings.append(whole)
     for kind, idx in kinds.items():
         findings.append(Finding(kind, Severity.FAIL, idx, "; ".join(
-            f"slot {i} ({fp.slots[i].name}) is claimed {_claim_text(verdicts[i].claim)} but is {verdicts[i].why}"
+            f"slot {i} ({fp.slots[i].name}) is claimed {_claim_text(verdicts[i].claim)} but {_is(verdicts[i].why)}"
             for i in idx), {"claimed": [claims.rs[i] for i in idx], "r_exact": [fp.slots[i].r_exact for i in idx],
                             "roles": [fp.slots[i].role for i in idx]}))
     for sv in verdicts:

@@ -1,9 +1,9 @@
 """Dataset scan: every capture file checked in parallel, rows streamed to disk, anomalies found, resumable.
 
 ``scan(DIR)`` lists the capture files (any supported layout), computes one row per file in worker
-processes (:mod:`forensics.scan_rows`: chunked norm statistics, fingerprint fields, a mergeable norm
+processes (:mod:`forensics.analysis.scan.rows`: chunked norm statistics, fingerprint fields, a mergeable norm
 sketch), appends each row to a JSON Lines file as it finishes (flushed), and folds rows into a dataset
-summary (:mod:`forensics.scan_summary`). ``resume=True`` skips files whose row is already in ``out``
+summary (:mod:`forensics.analysis.scan.summary`). ``resume=True`` skips files whose row is already in ``out``
 (same path, size and mtime) and gives exactly the summary of an uninterrupted scan.
 
 Example:
@@ -28,11 +28,15 @@ from typing import Any
 from forensics.analysis.scan.result import ScanResult
 from forensics.analysis.scan.rows import FILE_TIME_BUDGET_S, empty_row, read_rows
 from forensics.analysis.scan.sinks import ParquetSink, drop_superseded_lines
+from forensics.analysis.scan.sketch import BINS_PER_DECADE, SKETCH_MIN
 from forensics.analysis.scan.summary import Aggregator
 from forensics.analysis.scan.workers import DASK_MIN_FILES, batches, run_dask, run_inline, run_pool
 from forensics.errors import ForensicsError
+from forensics.io import validate
+from forensics.io.formats import iter_files
 from forensics.io.output import append_line, check_output, lock_output, output_target
 from forensics.jsonable import json_safe
+from forensics.layers import parse_layer_list
 
 SAMPLE_SEED = 0  # --sample K draws the same K files every time
 # Files fingerprinted by default, evenly spread (enough for a majority depth order and labels; every file gets
@@ -45,8 +49,6 @@ Item = tuple  # (absolute path, size in bytes, mtime in ns[, fingerprint this fi
 
 def list_files(path: str | os.PathLike | list, sample: int | None = None) -> tuple[list[Item], list[dict]]:
     """The capture files under ``path`` (sorted naturally), with size and mtime; unstat-able files as rows."""
-    from forensics.io.formats import iter_files
-
     paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
     files: list[str] = []
     for p in paths:
@@ -140,8 +142,6 @@ def scan(path: str | os.PathLike | list, workers: int = 2, out: str | os.PathLik
         stamp_check: check each stamped file's stamp (``hsf stamp``) against the values its row reads (default);
             a file changed since stamping is a ``stamp_drift`` anomaly (FAIL).
     """
-    from forensics.io import validate
-
     t_start = time.perf_counter()
     validate.count(sample, "sample", none=True)
     validate.count(workers, "workers", lo=0, hi=1024)
@@ -150,8 +150,6 @@ def scan(path: str | os.PathLike | list, workers: int = 2, out: str | os.PathLik
         raise ForensicsError(f"file_seconds must be a number of seconds > 0, got {file_seconds!r}")
     fingerprint = parse_fingerprint_option(fingerprint)
     if layers is not None:
-        from forensics.layers import parse_layer_list
-
         layers = parse_layer_list(layers, "--layers")  # bad input fails here, before any worker starts
     out = os.fspath(out) if out is not None else None
     if resume and out is None:
@@ -177,7 +175,8 @@ def scan(path: str | os.PathLike | list, workers: int = 2, out: str | os.PathLik
                      progress, on_row, t_start)
 
 
-def _scan(path: Any, items: list[Item], bad: list[dict], out: str | None, sink: Any, resume: bool, workers: int,
+def _scan(path: Any, items: list[Item], bad: list[dict], out: str | None, sink: Any, resume: bool,  # noqa: C901
+          workers: int,
           dask: Any, fingerprint: bool | int, fmt: str, opts: dict, progress: bool | None,
           on_row: Callable[[dict], None] | None, t_start: float) -> ScanResult:
     number = {it[0]: i for i, it in enumerate(items)}
@@ -270,8 +269,6 @@ def _resumable(row: dict) -> bool:
     """A row from an earlier scan can be kept: one whose sketches this version can merge. Error rows are
     never kept: a failure may be transient (permission fixed with chmod, which leaves mtime alone; a worker
     killed for memory or time), so the file is read again, as an uninterrupted scan would."""
-    from forensics.analysis.scan.sketch import BINS_PER_DECADE, SKETCH_MIN
-
     if row.get("error"):
         return False
     sk, slots = row.get("sketch"), row.get("slots")
@@ -327,7 +324,6 @@ def _write(sink, row: dict, out: str | None = None) -> None:
         append_line(sink, out or "-o", line)
 
 
-
 def _progress(total: int, initial: int, enabled: bool | None):
     if enabled is None:
         enabled = sys.stderr.isatty()
@@ -336,7 +332,6 @@ def _progress(total: int, initial: int, enabled: bool | None):
     from tqdm import tqdm
 
     return tqdm(total=total, initial=initial, unit="file", file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
-
 
 
 __all__ = ["scan", "ScanResult", "list_files", "read_rows", "fingerprint_choice"]

@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from forensics.analysis.scan.rows import read_rows
 from forensics.display import render
-from forensics.findings import Verdict
+from forensics.findings import Verdict, decide, exit_code
+from forensics.jsonable import data_frame
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +54,6 @@ class ScanResult:
     def rows(self) -> list[dict]:
         if self._rows is not None:
             return self._rows
-        from forensics.analysis.scan.rows import read_rows
 
         wanted = {k: i for i, k in enumerate(self._keys)}
         got = {}
@@ -69,8 +70,6 @@ class ScanResult:
 
     def _evidence(self) -> tuple[list[dict], list]:
         """The severities and claim verdicts the scan's decision rests on (anomalies, dataset findings, rows)."""
-        from forensics.findings import Verdict
-
         findings = [{"severity": a.severity or "fail"} for a in self.anomalies]
         findings += [{"severity": d.get("severity") or "warn"} for d in self.summary.get("dataset_findings") or []]
         verdicts = [r.get("verdict") for r in self.rows if r.get("verdict") in {v.value for v in Verdict}]
@@ -79,16 +78,12 @@ class ScanResult:
     def exit_code(self) -> int:
         """``forensics.findings.exit_code`` of the scan: unreadable files 2; a fail (an anomaly, a dataset-wide
         finding of severity fail) 1; a claim no fingerprinted file could decide 3; else 0."""
-        from forensics.findings import exit_code
-
         return exit_code(*self._evidence(), unreadable=bool(self.summary.get("errors")))
 
     @property
     def verdict(self) -> Verdict:
         """The scan's one verdict over the files it read (``forensics.findings.decide``): pass / fail / cannot
         tell; unreadable files are ``summary["errors"]`` and exit 2 beside it."""
-        from forensics.findings import decide
-
         return decide(*self._evidence())
 
     @property
@@ -99,8 +94,6 @@ class ScanResult:
     def to_dataframe(self) -> Any:
         """One row per file (``pandas.DataFrame``; pandas is the ``dataframe`` extra): its format, tokens, hidden
         size, slots, verdict, the slot labels, its findings' kinds and worst severity, and any read error."""
-        from forensics.jsonable import data_frame
-
         rank = {"fail": 0, "warn": 1, "info": 2}
         out = []
         for r in self.rows:

@@ -5,8 +5,8 @@ summaries, role/label/depth rank from :func:`forensics.fingerprint` (for the fil
 fingerprinted), the rank of each slot's median token norm (always: a cheap order signature), findings,
 the row checks of :func:`forensics.analysis.rows.check_rows` on every file (``rows``: the offset, each slot's
 bad row ranges, the row kinds; their findings with their evidence), and a mergeable sketch of every slot's
-per-token norms (:mod:`forensics.sketch`), so the parent process never holds per-token arrays. An unreadable
-file becomes a row with ``error`` set; nothing a file contains can crash the scan.
+per-token norms (:mod:`forensics.analysis.scan.sketch`), so the parent process never holds per-token arrays.
+An unreadable file becomes a row with ``error`` set; nothing a file contains can crash the scan.
 """
 
 from __future__ import annotations
@@ -23,9 +23,17 @@ from typing import Any
 
 import numpy as np
 
-from forensics.analysis.rows import ROW_KINDS
+from forensics.analysis.loss_mask import capture_loss_mask_findings
+from forensics.analysis.rows import ROW_KINDS, check_rows
+from forensics.analysis.scan.sinks import read_parquet_rows
 from forensics.analysis.scan.sketch import LogHistogram, Moments
+from forensics.analysis.stamp import StampReader
+from forensics.analysis.stats import summarize
+from forensics.errors import ForensicsError, escape, one_line
+from forensics.findings import worst_verdict
+from forensics.io.formats import load_all
 from forensics.jsonable import json_safe
+from forensics.layers import r_label
 
 MALLOC_TUNE_BYTES = 1 << 30  # glibc mmap/trim thresholds in workers (page faults: measured)
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc <malloc.h> mallopt parameters
@@ -68,8 +76,6 @@ def time_budget(seconds: float | None) -> Iterator[None]:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
         _current_start = None
-
-
 
 
 def init_worker(tune_malloc: bool = True) -> None:
@@ -127,8 +133,6 @@ def file_row(path: str, size: int, mtime_ns: int, use_fingerprint: bool = True,
              row_checks: bool = True, stamp_check: bool = True) -> dict:
     """The scan row of one file within ``budget`` seconds; every failure becomes ``error`` (never an
     exception)."""
-    from forensics.errors import ForensicsError, escape, one_line
-
     t0 = time.perf_counter()
     row = empty_row(path, size, mtime_ns)
     try:
@@ -159,7 +163,7 @@ def file_row(path: str, size: int, mtime_ns: int, use_fingerprint: bool = True,
 
 def _fingerprint_fn():
     try:
-        from forensics.analysis.fingerprint.core import fingerprint
+        from forensics.analysis.fingerprint.core import fingerprint  # noqa: PLC0415 - optional: else statistics only
     except ImportError:
         return None
     return fingerprint
@@ -169,8 +173,6 @@ def _fill(row: dict, path: str, use_fingerprint: bool, layers: Any = None, row_c
           stamp_check: bool = True) -> None:
     """The row of one file: of its one sample, or of every sample of a many-sample file (TensorRT-LLM records,
     SGLang objects, ``[B, T]`` batch rows: ``FILE#i``), the file read once (:func:`forensics.io.formats.load_all`)."""
-    from forensics.io.formats import load_all
-
     caps = load_all(path)
     _fill_capture(row, caps[0], use_fingerprint, layers, row_checks, stamp_check)
     if len(caps) > 1:
@@ -182,9 +184,6 @@ def _fold_samples(row: dict, caps: list, use_fingerprint: bool, layers: Any, row
     """Every sample judged: each one's findings join the file's row, named by its sample (``sample``: ``FILE#i``,
     the message led by it); its norms join the slot sketches when it has the same slots; ``samples`` lists each
     sample's tokens, verdict and finding count; the row's verdict is the worst sample's."""
-    from forensics.analysis.scan.sketch import LogHistogram
-    from forensics.findings import worst_verdict
-
     def tag(fs: list[dict], name: str) -> list[dict]:
         base = os.path.basename(name)
         return [{**f, "sample": name, "message": f"{base}: {f['message']}"} for f in fs]
@@ -215,15 +214,11 @@ def _fold_samples(row: dict, caps: list, use_fingerprint: bool, layers: Any, row
 
 def _fill_capture(row: dict, cap: Any, use_fingerprint: bool, layers: Any = None, row_checks: bool = True,
                   stamp_check: bool = True) -> None:
-    from forensics.analysis.stats import summarize
-    from forensics.layers import r_label
-
     fp_fn = _fingerprint_fn() if use_fingerprint else None
     fp = fp_fn(cap, layers=layers, expected_source="--layers", stamp_check=stamp_check) if fp_fn is not None \
         else None
     reader = None
     if fp is None and stamp_check:  # the stamp's checksums ride on the statistics' norm pass
-        from forensics.analysis.stamp import StampReader
 
         reader = StampReader(cap)
     st = fp.stats if fp is not None else summarize(cap, taps=reader.taps if reader and reader.feeds else None)
@@ -284,8 +279,6 @@ def _fill_capture(row: dict, cap: Any, use_fingerprint: bool, layers: Any = None
 
 def _loss_mask_findings(cap: Any) -> list[dict]:
     """The stored loss mask against the chat turns its tokenizer's template marks (nothing without both)."""
-    from forensics.analysis.loss_mask import capture_loss_mask_findings
-
     return [{"kind": x.kind.value, "severity": x.severity.value, "slots": [], "message": x.message,
              "evidence": x.evidence} for x in capture_loss_mask_findings(cap)]
 
@@ -304,7 +297,6 @@ def _row_report(cap: Any, st: Any, fp: Any) -> Any:
     rep = getattr(fp, "rows", None)
     if rep is not None and hasattr(rep, "bad_rows"):
         return rep
-    from forensics.analysis.rows import check_rows
 
     return check_rows(cap, cross_slots=False, norms=[s.norms for s in st.slots])
 
@@ -325,17 +317,11 @@ def _duplicates(slots) -> list[dict]:
     return out
 
 
-
-
 def read_rows(out: str) -> Iterator[dict]:
     """Rows of a scan's JSON Lines file (a torn last line, killed mid-write, is skipped) or Parquet folder. A
     file with text but no row at all (a binary file, some other document) is a ForensicsError: it is not a
     scan's output."""
-    from forensics.errors import ForensicsError
-
     if os.path.isdir(out):
-        from forensics.analysis.scan.sinks import read_parquet_rows
-
         yield from read_parquet_rows(out)
         return
     if not os.path.exists(out):

@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from forensics.errors import ForensicsError
-from forensics.io.output import TEXT_ERRORS
+from forensics.io.output import TEXT_ERRORS, atomic_output
 from forensics.layers import r_label
 
 PARQUET_PART_FILES = 64  # a Parquet part (one row group) is written after this many finished files ...
@@ -287,8 +287,6 @@ def drop_superseded_lines(out: str) -> int:
         >>> drop_superseded_lines(p), [json.loads(x) for x in open(p)]
         (2, [{'path': 'b'}, {'path': 'a'}])
     """
-    from forensics.io.output import atomic_output
-
     last: dict[str, int] = {}
     lines = 0
     with open(out, "rb") as f:

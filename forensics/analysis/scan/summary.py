@@ -20,7 +20,7 @@ import numpy as np
 
 from forensics.analysis.rows import ROW_KINDS
 from forensics.analysis.scan.result import Anomaly
-from forensics.analysis.scan.sketch import SKETCH_REL_ERROR, LogHistogram, Moments
+from forensics.analysis.scan.sketch import BINS_PER_DECADE, SKETCH_MIN, SKETCH_REL_ERROR, LogHistogram, Moments
 from forensics.findings import OUTCOME_RANK
 from forensics.jsonable import json_safe
 
@@ -262,8 +262,6 @@ def affected_rows(finding: dict, row: dict) -> int:
 def _coarse(h: LogHistogram) -> dict:
     """The slot's token-norm histogram at ``HIST_BINS_PER_DECADE`` (bin j spans ``10**(log10_lo + j/b)``
     to ``10**(log10_lo + (j+1)/b)``), trimmed to the non-empty run; zero/under/over counted apart."""
-    from forensics.analysis.scan.sketch import BINS_PER_DECADE, SKETCH_MIN
-
     f = BINS_PER_DECADE // HIST_BINS_PER_DECADE
     c = h.counts.reshape(-1, f).sum(1)
     nz = np.nonzero(c)[0]

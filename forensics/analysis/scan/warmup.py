@@ -3,7 +3,7 @@
 A freshly forked worker spent 40–110 ms on its first Kimi-sized file against ~20 ms on later ones (lazy
 initialisation in torch's loader and reduction kernels, numpy's quantile code and first-touch page faults;
 measured 2026-11-30). With a 40 ms process start that fixed cost was ~25 % of a 32-file scan. The fork
-server imports this module (``set_forkserver_preload`` in :mod:`forensics.scan_exec`), which computes one
+server imports this module (``set_forkserver_preload`` in :mod:`forensics.analysis.scan.workers`), which computes one
 scan row of a tiny generated capture; workers forked from it inherit the initialised state.
 """
 
@@ -12,14 +12,14 @@ from __future__ import annotations
 import os
 import tempfile
 
+from forensics.analysis.scan.rows import file_row
+
 WARMUP_TOKENS, WARMUP_HIDDEN, WARMUP_SLOTS = 16, 64, 2  # tiny: the point is code paths, not bytes
 
 
 def warm_up() -> None:
     """Compute the scan row of a tiny bf16 speculators-v1 capture in a temporary folder (then removed)."""
     import torch
-
-    from forensics.analysis.scan.rows import file_row
 
     # one intra-op thread, as in the workers; and no OpenMP thread pool may be started in a process that forks
     torch.set_num_threads(1)

@@ -13,10 +13,12 @@ import sys
 import threading
 import time
 import warnings
+from collections import deque
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from forensics.analysis.scan import rows as scan_rows  # the module: its _current_start changes while a file runs
 from forensics.analysis.scan.rows import FILE_TIME_BUDGET_S, HARD_STOP_GRACE_S, empty_row, init_worker, scan_batch
 from forensics.errors import ForensicsError, escape
 
@@ -119,11 +121,9 @@ def _exit_with(pid: int) -> Callable[[], None]:
 
 
 def _hard_stop(limit: float) -> None:
-    from forensics.analysis.scan import rows
-
     while True:
         time.sleep(1.0)
-        start = rows._current_start
+        start = scan_rows._current_start
         if start is not None and time.monotonic() - start > limit:
             os._exit(70)  # EX_SOFTWARE: the pool reports the file (run alone) as one that ended its worker
 
@@ -136,7 +136,6 @@ def run_inline(batches: list[list[Item]], opts: dict) -> Generator[list[dict], N
 def run_pool(batches: list[list[Item]], opts: dict, workers: int) -> Generator[list[dict], None, None]:
     """Process pool with a bounded queue; a worker that dies costs only the files it was reading."""
     import multiprocessing as mp
-    from collections import deque
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
     from concurrent.futures.process import BrokenProcessPool
 

@@ -19,7 +19,11 @@ Anything a reader did not foresee still becomes a :class:`ForensicsError` naming
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
+import stat
+import tempfile
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -47,6 +51,11 @@ from forensics.io.formats._io import (
     torch_load,
 )
 from forensics.io.formats.base import CaptureFormat, Request, Writer
+from forensics.io.layout import ID_KEYS, ids_1d, to_torch
+from forensics.io.limits import MAX_ID_DIGITS, MAX_IDS_TEXT_BYTES, read_bounded
+from forensics.io.sigbus import watch
+from forensics.io.tempfiles import clean_stale, temp_path
+from forensics.layers import parse_r
 
 # The registry, in the order formats are tried: within one container the first format whose ``match`` accepts the
 # content reads it (so the specific come before the general, and ``generic`` is last).
@@ -171,7 +180,6 @@ def _read(path: str, input_ids, record: int | None) -> list[Capture]:
     """The samples of ``path``, the file opened once: every one when ``record`` is None, else ``[sample record]``."""
     _check_file(path)
     ids = _outside_ids(input_ids, path)
-    from forensics.io.sigbus import watch
 
     watched = watch(path)  # before the first read: a change from here on is caught by cap.check_unchanged()
     container, content = open_container(path)
@@ -224,8 +232,6 @@ def _outside_ids(ids, path: str):
         return None
     import torch
 
-    from forensics.io.layout import ids_1d, to_torch
-
     t = to_torch(ids)
     if isinstance(t, torch.Tensor) and t.dim() == 2 and t.shape[0] > 1:
         if t.is_floating_point() or t.dtype == torch.bool:  # a [B, T] batch of ids: split by the layout resolver
@@ -253,8 +259,6 @@ def _apply_outside_ids(cap: Capture, ids) -> None:
 
 def _digest(tensors: list) -> str:
     """sha256 of tensors' bytes in order (an in-memory capture's stand-in for a file hash)."""
-    import hashlib
-
     import torch
 
     h = hashlib.sha256()
@@ -268,8 +272,6 @@ def write_capture(cap: Capture, folder: str | None = None) -> str:
     """Write a capture (one in memory) as a plain safetensors file ``<folder>/capture.safetensors`` (slots
     ``slot_<i>``, ``input_ids``) and return its path; ``folder`` defaults to a temporary folder named by the
     capture's content, so the same tensors are written once. The file reads back as ``generic``."""
-    import tempfile
-
     folder = folder or os.path.join(tempfile.gettempdir(), f"hsf-capture-{cap.provenance.sha256()[:16]}")
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, "capture.safetensors")
@@ -280,7 +282,6 @@ def write_capture(cap: Capture, folder: str | None = None) -> str:
     tensors = {f"slot_{s.index}": s.tensor().contiguous() for s in cap.slots}
     if cap.input_ids is not None:
         tensors["input_ids"] = cap.input_ids.contiguous()
-    from forensics.io.tempfiles import clean_stale, temp_path
 
     clean_stale(path)
     tmp = temp_path(path)
@@ -343,7 +344,6 @@ def as_captures(obj, input_ids=None, name: str = "<in memory>", attention_mask=N
             raise ForensicsError("attention_mask= goes with tensors in memory; a file carries its own mask",
                                  path=os.fspath(obj))
         return load_all(obj, input_ids=input_ids)
-    from forensics.io.layout import to_torch
 
     hs = getattr(obj, "hidden_states", None)  # a transformers ModelOutput (a dict subclass): its hidden_states
     if isinstance(hs, (list, tuple)) and type(obj) is not dict:
@@ -398,8 +398,6 @@ MAX_SIDECAR_TEXT = 1024  # a capture.json string as kept (real ones: a model nam
 
 
 def _apply_sidecars(cap: Capture, fmt: CaptureFormat) -> None:
-    from forensics.layers import parse_r
-
     if fmt.side_file is not None:  # a format's own side file (speculators-v1: data_config.json)
         name, apply = fmt.side_file
         doc = _sidecar(cap.path, name, cap.provenance.notes)
@@ -474,15 +472,10 @@ def expand_paths(paths: Iterable[str | os.PathLike]) -> tuple[list[str], list[Fo
 
 def _regular_or_broken(root: str, name: str) -> bool:
     """False for a FIFO, a device, a socket or a folder (followed through links): never opened."""
-    import stat
-
     try:
         return stat.S_ISREG(os.stat(os.path.join(root, name)).st_mode)
     except OSError:
         return True
-
-
-MAX_IDS_TEXT_BYTES = 64 * 1024 * 1024
 
 
 def read_ids(path: str | os.PathLike):
@@ -495,11 +488,7 @@ def read_ids(path: str | os.PathLike):
         >>> read_ids(p).tolist()
         [1, 2, 3]
     """
-    import re
-
     import torch
-
-    from forensics.io.layout import ID_KEYS
 
     path = os.fspath(path)
     if not os.path.exists(path):
@@ -513,8 +502,6 @@ def read_ids(path: str | os.PathLike):
     elif kind in ("npy", "npz"):
         obj = numpy_load(path, kind)
     else:
-        from forensics.io.limits import MAX_ID_DIGITS, MAX_IDS_TEXT_BYTES, read_bounded
-
         raw = read_bounded(path, MAX_IDS_TEXT_BYTES, "the ids file").decode("utf-8", "replace")
         words = [w for w in re.split(r"[\s,\[\]]+", raw) if w]
         bad = next((w for w in words if not re.fullmatch(r"-?\d+", w)), None)

@@ -8,7 +8,7 @@ from typing import Any
 
 from forensics.errors import ForensicsError
 from forensics.io.capture import Capture, Provenance, Slot, constant_getter
-from forensics.io.layout import check_storage, ids_1d  # noqa: F401 - re-exported for the readers
+from forensics.io.layout import check_storage, ids_1d
 
 from ._io import upcast_fp8
 
@@ -104,3 +104,7 @@ def split_concat(t, k: int, path: str, key: str, start_index: int = 0, claimed_p
                     claimed=f"{claimed_prefix}[{i}]")
         for i in range(k)
     ]
+
+# the module's own names, and those it re-exports (callers import them from here)
+__all__ = ["as_2d", "tensor_slot", "lazy_slot", "check_consistent", "provenance", "build", "concat_count",
+           "split_concat", "check_storage", "ids_1d"]

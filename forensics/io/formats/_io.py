@@ -11,22 +11,32 @@ from __future__ import annotations
 
 import gzip
 import os
+import pickle
+import stat
 import struct
+import struct as _struct
+import tempfile
+import zipfile
+import zlib
 from typing import Any
 
+import numpy as np
+
 from forensics.errors import ForensicsError
-from forensics.io.safetensors import (  # noqa: F401 - the one safetensors reader, re-exported for the formats
+from forensics.io.safetensors import (
     DTYPE_BYTES,
     FP8_DTYPES,
     MAX_PARSED_HEADER_BYTES,
     MAX_SAFETENSORS_HEADER,
     SafetensorsFile,
+    open_regular,
     parse_json,
     read_header,
     upcast_fp8,
 )
-from forensics.io.safetensors import TORCH_DTYPES as SAFETENSORS_DTYPES  # noqa: F401
+from forensics.io.safetensors import TORCH_DTYPES as SAFETENSORS_DTYPES
 from forensics.io.sigbus import install as install_sigbus_guard
+from forensics.io.tempfiles import clean_stale, temp_path
 
 ZIP_MAGIC = b"PK\x03\x04"
 GZIP_MAGIC = b"\x1f\x8b"
@@ -45,8 +55,6 @@ GZIP_CHUNK_BYTES = 1 << 20
 def sniff(path: str) -> str:
     """The container kind of a file from its first bytes: ``zip``, ``gzip``, ``safetensors``,
     ``pickle`` or ``unknown``."""
-    import stat
-
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block the open below forever
             raise ForensicsError("not a regular file (a FIFO, a device or a socket); refusing to read it", path=path)
@@ -75,10 +83,6 @@ def sniff(path: str) -> str:
 
 def _load_error(path: str, e: BaseException) -> ForensicsError:
     """Turn a torch.load failure into a named error: refused pickle, truncated file, or other corruption."""
-    import pickle
-    import struct as _struct
-    import zipfile
-
     text = str(e).strip()
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     # torch wraps what its weights-only unpickler rejects as "Weights only load failed ... <reason> ..."
@@ -129,11 +133,6 @@ _OPEN_ALIASES: list[int] = []
 def gunzip_to_temp(path: str) -> str:
     """Decompress a gzip file into an unlinked-on-close temporary file and return its path, refusing (and
     deleting) output beyond ``GZIP_MAX_RATIO`` times the compressed size (at least ``GZIP_MIN_LIMIT_BYTES``)."""
-    import tempfile
-    import zlib
-
-    from forensics.io.tempfiles import clean_stale, temp_path
-
     limit = max(GZIP_MIN_LIMIT_BYTES, GZIP_MAX_RATIO * os.path.getsize(path))
     target = os.path.join(tempfile.gettempdir(), "hsf-gunzip")
     clean_stale(target)  # what a killed run left (up to GZIP_MAX_RATIO × a compressed file)
@@ -210,8 +209,6 @@ FLOAT_DTYPES = ("torch.bfloat16", "torch.float16", "torch.float32", "torch.float
 def load_json(path: str, what: str = "JSON file") -> Any:
     """A JSON file parsed, at most ``MAX_JSON_BYTES``; any failure is a one-line ForensicsError naming it. Only
     a regular file is read (a FIFO named like a config would block the first read forever)."""
-    from forensics.io.safetensors import open_regular
-
     fd = open_regular(path)
     try:
         with os.fdopen(fd, "rb") as f:
@@ -241,8 +238,6 @@ MAX_JSON_ROWS_BYTES = 64 * 1024 * 1024  # SGLang JSON rows: ~10 bytes a number; 
 
 def is_npz(path: str) -> bool:
     """A zip whose members are all ``.npy`` arrays (``numpy.savez``), not a torch checkpoint (``*/data.pkl``)."""
-    import zipfile
-
     try:
         with zipfile.ZipFile(os_path(path)) as z:
             names = z.namelist()
@@ -254,10 +249,6 @@ def is_npz(path: str) -> bool:
 def numpy_load(path: str, kind: str) -> Any:
     """A ``.npy`` array (memory-mapped) or a ``.npz`` archive as a dict of arrays, never unpickling anything
     (``allow_pickle=False``); a compressed member past ``GZIP_MAX_RATIO`` is refused as a bomb."""
-    import zipfile
-
-    import numpy as np
-
     try:
         if kind == "npy":
             install_sigbus_guard()
@@ -283,7 +274,14 @@ def load_json_rows(path: str) -> Any:
     if os.path.getsize(path) > MAX_JSON_ROWS_BYTES:
         raise ForensicsError(f"JSON file larger than {MAX_JSON_ROWS_BYTES} bytes; save large captures as .pt or "
                              ".safetensors", path=path)
-    from forensics.io.safetensors import open_regular
 
     with os.fdopen(open_regular(path), "rb") as f:
         return parse_json(f.read(MAX_JSON_ROWS_BYTES + 1), path, "JSON file")
+
+# the module's own names, and those it re-exports (callers import them from here)
+__all__ = ["ZIP_MAGIC", "GZIP_MAGIC", "NPY_MAGIC", "PICKLE_PROTO", "MAX_JSON_BYTES", "GZIP_MAX_RATIO",
+           "GZIP_MIN_LIMIT_BYTES", "GZIP_CHUNK_BYTES", "sniff", "os_path", "gunzip_to_temp", "torch_load",
+           "safetensors_header", "FLOAT_DTYPES", "load_json", "read_json", "MAX_JSON_ROWS_BYTES", "is_npz",
+           "numpy_load", "load_json_rows", "DTYPE_BYTES", "FP8_DTYPES", "MAX_PARSED_HEADER_BYTES",
+           "MAX_SAFETENSORS_HEADER", "SafetensorsFile", "open_regular", "parse_json", "read_header", "upcast_fp8",
+           "SAFETENSORS_DTYPES"]

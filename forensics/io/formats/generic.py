@@ -8,10 +8,11 @@ import json
 import re
 
 from forensics.errors import ForensicsError
+from forensics.io.capture import Provenance
 from forensics.io.formats._common import as_2d, build, lazy_slot, provenance, tensor_slot
 from forensics.io.formats._io import FLOAT_DTYPES, SAFETENSORS_DTYPES, SafetensorsFile
 from forensics.io.formats.base import CaptureFormat, Request, Sample, Writer
-from forensics.io.layout import ATTENTION_KEYS, ID_KEYS, MASK_KEYS, stored_ids
+from forensics.io.layout import ATTENTION_KEYS, ID_KEYS, MASK_KEYS, resolve_samples, stored_ids, to_torch
 from forensics.layers import FINAL_POST, r_label
 
 NAME = "generic"
@@ -31,8 +32,6 @@ def _is_numpy(obj) -> bool:
 def match(obj) -> bool:
     """The fallback of every container: any safetensors or numpy file, any torch object holding tensors."""
     import torch
-
-    from forensics.io.layout import to_torch
 
     if isinstance(obj, SafetensorsFile) or _is_numpy(obj):
         return True
@@ -72,9 +71,6 @@ def read_layout(obj, path: str, input_ids=None):
 
 def read_samples(obj, path: str, input_ids=None, attention_mask=None, fmt: str = NAME, size: int | None = None):
     """One capture per sample: one for a single sample, B for a ``[B, T]`` batch (``forensics.io.layout``)."""
-    from forensics.io.capture import Provenance
-    from forensics.io.layout import resolve_samples
-
     caps = []
     for res in resolve_samples(obj, path, input_ids, attention_mask):
         slots = [tensor_slot(i, p.name, p.key, as_2d(p.tensor, path, p.name), p.claimed)

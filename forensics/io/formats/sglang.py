@@ -10,6 +10,8 @@ one slot is claimed ``final_post``. Token ids are read from ``input_ids`` / ``pr
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from forensics.errors import ForensicsError
 from forensics.io.formats._common import build, provenance, tensor_slot
 from forensics.io.formats.base import CaptureFormat, Request
@@ -86,8 +88,6 @@ def read(doc, req: Request):
 
 def read_all(doc, req: Request) -> list:
     """Every response object, the document parsed once."""
-    from dataclasses import replace
-
     items = samples(doc)
     return [_read_item(items, replace(req, record=i)) for i in range(len(items))]
 

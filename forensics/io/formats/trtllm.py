@@ -16,6 +16,8 @@ dropped and said so. Every record is a sample: ``load(path, record=i)`` reads on
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from forensics.errors import ForensicsError
 from forensics.io.formats._common import as_2d, build, concat_count, provenance, split_concat, tensor_slot
 from forensics.io.formats.base import CaptureFormat, Request
@@ -67,8 +69,6 @@ def read(obj, req: Request):
 
 def read_all(obj, req: Request) -> list:
     """Every record, the list read once."""
-    from dataclasses import replace
-
     return [read(obj, replace(req, record=i)) for i in range(len(obj))]
 
 

@@ -212,7 +212,7 @@ def engine_capture(engine: str, config: dict, num_layers: int, version: str | No
     return EngineCapture(engine, v, arch, key, ids, "config", captured, dropped, problems, notes)
 
 
-def from_r(system: str, rs: list[int], num_layers: int, version: str | None = None,
+def from_r(system: str, rs: list[int], num_layers: int, version: str | None = None,  # noqa: C901
            arch: str | None = None, family: str | None = None) -> IdPlan:
     """The ids to write so ``system`` captures r = ``rs`` (inverse of :func:`to_r`), or why it can't."""
     family = canonical_family(family)

@@ -7,6 +7,7 @@ once); ``forensics.models.conventions`` re-exports what other layers use.
 
 from __future__ import annotations
 
+import copy
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -244,8 +245,6 @@ class IdPlan:
 
     def apply(self, config: dict) -> dict:
         """A copy of ``config`` with the ids written where this plan says (the input is not modified)."""
-        import copy
-
         out = copy.deepcopy(config)
         if self.ids is None or not self.key:
             return out

@@ -37,7 +37,7 @@ def explore(x: Any, model: Any = None, layers: Any = None, tokenizer: Any = "aut
     Returns:
         :class:`forensics.views.explore.widget.Explorer` (an ``anywidget.AnyWidget``).
     """
-    from forensics.views.explore.widget import Explorer
+    from forensics.views.explore.widget import Explorer  # noqa: PLC0415 - anywidget (the notebooks extra), on call
 
     return Explorer(x, model=model, layers=layers, tokenizer=tokenizer, background=background, input_ids=input_ids)
 

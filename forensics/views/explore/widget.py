@@ -14,10 +14,23 @@ import threading
 from collections import deque
 from typing import Any
 
-import anywidget
+import anywidget  # noqa: TID253 - this module is the widget: only forensics.explore imports it, on call
 import traitlets
 
+import forensics
+from forensics.analysis.explore import (
+    explore_state,
+    failed_fingerprint,
+    lens_map,
+    logit_lens,
+    with_fingerprint,
+    with_tokenizer,
+)
 from forensics.errors import ForensicsError
+from forensics.io.capture import Capture
+from forensics.io.formats import as_captures, iter_files
+from forensics.models.target import model_tokenizer
+from forensics.models.verifier import open_verifier
 from forensics.views.explore import wire
 
 MAX_FILES = 1000  # files listed for a folder
@@ -26,11 +39,7 @@ MAX_VERDICT_FILES = 64  # files fingerprinted for the list's verdicts (the rest 
 
 def _sources(x: Any) -> list[tuple[str, Any]]:
     """``(name, path-or-capture-or-tensors)`` per file: a folder lists its capture files."""
-    from forensics.io.capture import Capture
-
     if isinstance(x, (str, os.PathLike)) and os.path.isdir(x):
-        from forensics.io.formats import iter_files
-
         root = os.fspath(x)
         files = []
         for f in iter_files(root):
@@ -108,9 +117,6 @@ class Explorer(anywidget.AnyWidget):
         """Each given file (or tensors) as its samples, read once: ``(NAME#i, Capture)`` per sample of a many-sample
         file (TensorRT-LLM records, SGLang objects, a ``[B, T]`` batch); an unreadable one stays as given, so its
         error shows when it is picked."""
-        from forensics.io.capture import Capture
-        from forensics.io.formats import as_captures
-
         out: list[tuple[str, Any]] = []
         for name, src in items:
             if isinstance(src, Capture):
@@ -131,9 +137,6 @@ class Explorer(anywidget.AnyWidget):
     def capture(self, k: int | None = None) -> Any:
         """The ``Capture`` of file (or sample) ``k`` (default: the one shown). A folder's many-sample file is read
         when first picked: it becomes its sample 0 and its other samples join the end of the list."""
-        from forensics.io.capture import Capture
-        from forensics.io.formats import as_captures
-
         k = self.file if k is None else k
         with self._lock:
             if k not in self._captures:
@@ -162,8 +165,6 @@ class Explorer(anywidget.AnyWidget):
 
     def state(self, k: int | None = None) -> Any:
         """The :class:`~forensics.analysis.explore.ExploreState` of file ``k`` (default: the one shown)."""
-        from forensics.analysis.explore import explore_state, failed_fingerprint, with_fingerprint
-
         k = self.file if k is None else k
         with self._lock:
             if k not in self._states:
@@ -246,9 +247,6 @@ class Explorer(anywidget.AnyWidget):
         """The tokenizer of ``model=`` for the files saved without one: text for the states drawn before it came."""
         if self._model_spec is None or not (isinstance(self._tokenizer, str) and self._tokenizer == "auto"):
             return
-        from forensics.analysis.explore import with_tokenizer
-        from forensics.models.target import model_tokenizer
-
         tok = model_tokenizer(self._model_spec)[0]
         if tok is None:
             return
@@ -266,9 +264,6 @@ class Explorer(anywidget.AnyWidget):
         return self._fps.get(self.file if k is None else k)
 
     def _fingerprint(self, k: int) -> None:
-        import forensics
-        from forensics.analysis.explore import failed_fingerprint, with_fingerprint
-
         try:
             fp: Any = forensics.fingerprint(self.capture(k), layers=self.layers, model=self._model_spec)
             verdict = None if fp.verdict is None else fp.verdict.value
@@ -294,8 +289,6 @@ class Explorer(anywidget.AnyWidget):
                 return
             self.status = "loading the model for the logit lens…"
             try:
-                from forensics.models.verifier import open_verifier
-
                 self._verifier = open_verifier(self._model_spec)
                 self.status = self._status(self.file)
             except ForensicsError as e:
@@ -332,8 +325,6 @@ class Explorer(anywidget.AnyWidget):
     def lens_overview(self, k: int | None = None) -> dict:
         """The logit-lens overview of file ``k`` (default: the one shown) as the widget draws it: the top-1 next
         token and its probability per slot × first token (:func:`forensics.analysis.explore.lens_map`)."""
-        from forensics.analysis.explore import lens_map
-
         k = self.file if k is None else k
         if self._verifier is None:
             self._load_verifier()
@@ -356,8 +347,6 @@ class Explorer(anywidget.AnyWidget):
 
     def logit_lens(self, pos: int) -> dict:
         """The logit lens of token ``pos`` of the shown file, as the widget shows it (``{"file", "pos", "rows"}``)."""
-        from forensics.analysis.explore import logit_lens
-
         if self._verifier is None:
             self._load_verifier()
         v = self._verifier

@@ -1,6 +1,6 @@
 """Figures of dataset-level and wiring results: the audit's fc slice diagram and the dataset scan.
 
-Pure functions like the rest of :mod:`forensics.plots` (which re-exports them): ``AuditResult`` /
+Pure functions like the rest of :mod:`forensics.views.plots` (which re-exports them): ``AuditResult`` /
 ``ScanResult`` in, a new ``Figure`` out, drawing only numbers the result already holds.
 """
 

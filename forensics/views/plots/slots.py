@@ -19,12 +19,15 @@ from __future__ import annotations
 import base64
 import io
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from forensics.analysis.stats import MASSIVE_ABS_THRESHOLD, MASSIVE_REL_THRESHOLD, SINK_RATIO
+from forensics.errors import escape
 from forensics.layers import FINAL_POST, r_label
 from forensics.views.format import esc, num
 
@@ -143,12 +146,7 @@ def _selected(stats: CaptureStats, slots: Sequence[int] | None) -> list[int]:
 
 
 def _name(stats: CaptureStats) -> str:
-    import os
-
-    from forensics.errors import escape
-
     return escape(os.path.basename(str(stats.capture.path)))  # a non-UTF-8 name cannot be drawn: \xNN
-
 
 
 def _empty(ax, text: str) -> None:
@@ -266,8 +264,6 @@ def norm_distributions(result: Any, slots: Sequence[int] | None = None, title: s
     points are exactly ``SlotStats.norms`` (finite, > 0; strided beyond ``MAX_STRIP_POINTS``), the white
     bar is ``SlotStats.norm.median``, red triangles are ``SlotStats.sinks``.
     """
-    from forensics.analysis.stats import SINK_RATIO
-
     stats, _ = _unpack(result)
     sel = _selected(stats, slots)
     labels = slot_labels(result)
@@ -404,8 +400,6 @@ def band_label(bands: Sequence[tuple[int, int, list[int]]], k: int) -> str:
 def _plot_norm_lines(ax: Any, pl: Any, stats: Any, colors: Any, labels: Any) -> None:
     """One norm line per slot of ``pl`` (:func:`position_lines`), its sink tokens marked ``v`` and its massive
     activations ``x``; each marker kind gets one legend entry."""
-    from forensics.analysis.stats import SINK_RATIO
-
     marks = {"sink": False, "massive": False}
     for i, pos, n in pl.lines:
         ax.plot(pos, n, color=colors[i], lw=1, label=labels[i], gid=f"norms-{i}",
@@ -486,8 +480,6 @@ def massive_rows(stats: CaptureStats, sel: Sequence[int],
 
 def massive_title(stats: CaptureStats) -> str:
     """The massive-dims figure's default title: the threshold and the file."""
-    from forensics.analysis.stats import MASSIVE_ABS_THRESHOLD, MASSIVE_REL_THRESHOLD
-
     return f"Massive-activation dims, |x| > max({MASSIVE_ABS_THRESHOLD:g}, {MASSIVE_REL_THRESHOLD:g}× median |x|) " \
         f"— {_name(stats)}"
 

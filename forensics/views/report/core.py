@@ -27,6 +27,7 @@ from forensics import __version__
 from forensics.analysis.report import MAX_ANALYSED_FILES, OUTCOMES, ReportResult
 from forensics.analysis.report import report as analyse
 from forensics.display import renders
+from forensics.io.output import atomic_output, check_output
 from forensics.views.explore.wire import report_embed
 from forensics.views.report.figures import Figures
 from forensics.views.report.panels import (
@@ -87,8 +88,6 @@ class Report:
     def save(self, path: str | os.PathLike) -> str:
         """Write the report to ``path`` (parent folders created; written to a temporary file, then renamed) and
         return the absolute path. A directory, or a file that looks like a capture, is refused."""
-        from forensics.io.output import atomic_output, check_output
-
         path = check_output(path)
         self.output = path
         text = self.html

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from forensics.analysis.report import OUTCOMES, FileReport
+from forensics.analysis.stats import SINK_RATIO
 from forensics.findings import OUTCOME_RANK
 from forensics.views.plots.slots import bad_rows_of
 from forensics.views.report.figures import Figures
@@ -220,8 +221,6 @@ _NUMERIC = re.compile(r"-?[\d,]*\.?\d+(e[+-]?\d+)?")
 def _file_checks(f: FileReport) -> list[dict]:
     """Every check of one file: non-finite counts (pass/fail) and each fingerprint evidence line (raw value,
     threshold, what it says); without a fingerprint, the stats' own sink and massive-activation measures."""
-    from forensics.analysis.stats import SINK_RATIO
-
     rows = []
     fslots = {s.index: s for s in (f.fp.slots if f.fp is not None else [])}
     for ss in f.stats.slots:

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from forensics.analysis.stats import SINK_RATIO
 from forensics.views.format import num
 from forensics.views.plots.dataset import AUDIT_TITLE, CONTROL_COLOR, PROBE_TITLE, audit_slice_rows, probe_bars
 from forensics.views.plots.slots import (
@@ -307,8 +308,6 @@ def _draw_violin(c: Canvas, ax: Axes, x: int, v: Any, col: str, unit: float, man
 def norm_distributions(result: Any, slots: Sequence[int] | None = None, title: str | None = None) -> str:
     """SVG of :func:`forensics.views.plots.norm_distributions`: per slot a violin (KDE of log10 norms), the token
     strip, the median bar (annotated), sink triangles; log y axis."""
-    from forensics.analysis.stats import SINK_RATIO
-
     stats, _ = _unpack(result)
     sel = _selected(stats, slots)
     labels = slot_labels(result)
@@ -349,8 +348,6 @@ def norm_distributions(result: Any, slots: Sequence[int] | None = None, title: s
 def _position_legend(pl: Any, sel: Sequence[int], colors: Any, labels: Any) -> list[tuple[str, str]]:
     """Legend entries ``(marker svg, label)`` of the norm-by-position chart: the bad-rows band first, one line per
     slot, then the sink and massive markers when any is drawn."""
-    from forensics.analysis.stats import SINK_RATIO
-
     entries: list[tuple[str, str]] = [(f'<line x1="-8" y1="0" x2="8" y2="0" stroke="{colors[i]}" stroke-width="1.4"/>',
                                        labels[i]) for i in sel]
     if pl.bands:
