@@ -203,7 +203,8 @@ def test_exact_block_json_is_unchanged(sample_data):
                  "labels": {i: r_label(r) for i, r in enumerate(lad.declared_r)}, "compute_dtype": None,
                  "stream": None}
     for x, r in zip(slots, lad.declared_r, strict=True):
-        assert set(x) == {"embedding", "postnorm", "ladder", "r_exact", "lens"}
+        assert set(x) == {"embedding", "postnorm", "ladder", "r_exact", "lens", "sublayer"}
         assert x["r_exact"] == r and x["embedding"] is None and x["postnorm"] is None and x["lens"] is None
+        assert x["sublayer"] is None  # a residual-stream slot of the ladder is no block's attention or MLP output
         assert x["ladder"]["best"] == r and x["ladder"]["match"] is True
     assert fp.to_dict()["exact_source"] == lad.path and fp.to_dict()["exact_stream"] is None

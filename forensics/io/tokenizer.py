@@ -161,7 +161,7 @@ def load_tokenizer(folder: str | None, confined: bool = True) -> tuple[Any, str 
     return _CACHE[key]
 
 
-MAX_TOKEN_TEXT_CHARS = 64  # one token's text as shown or synced (real tokens: < 20; a hostile one: 10^6)
+MAX_TOKEN_TEXT_CHARS = 256  # one token's text as shown or synced (SmolLM2's longest: 65 chars; a hostile one: 10^6)
 MAX_RUN_TEXT_CHARS = 4096  # a decoded run of tokens (the explorer's selection)
 
 
