@@ -263,11 +263,12 @@ def test_a_huge_token_and_huge_slot_names_are_cut_with_a_count(tmp_path, capsys)
     code, _, err = run_cli(["report", ds, "-o", tmp_path / "r.html"], capsys)
     assert code in (0, 1, 3) and "Traceback" not in err
     html = (tmp_path / "r.html").read_text()
-    assert len(html) < 3_000_000 and f"(+{1_000_000 - 64:,} chars)" in html
+    from forensics.io.tokenizer import MAX_TOKEN_TEXT_CHARS as CUT
     from forensics.io.tokenizer import decode_tokens, load_tokenizer
 
+    assert len(html) < 3_000_000 and f"(+{1_000_000 - CUT:,} chars)" in html
     tok, _ = load_tokenizer(str(ds / "tokenizer"), confined=False)
-    assert decode_tokens(tok, [0, 1]) == ["x" * 64 + f"…(+{1_000_000 - 64:,} chars)", "a"]
+    assert decode_tokens(tok, [0, 1]) == ["x" * CUT + f"…(+{1_000_000 - CUT:,} chars)", "a"]
 
 
 # ---- outputs: one line on a read-only or full filesystem, temporaries cleaned after a kill ------------------------

@@ -34,7 +34,8 @@ from forensics.io.output import atomic_output
 from forensics.io.stamp_store import append_stamps
 from forensics.io.stamps import metadata_entry, record_for_states
 from forensics.layers import FINAL_POST, parse_layer_list, r_label
-from forensics.models.target import default_model_path, ladder, load_model, resolve_model
+from forensics.models import target
+from forensics.models.target import default_model_path, ladder, resolve_model
 
 DEFAULT_FORMAT = WRITERS[0]
 DTYPES = ("bf16", "fp32")
@@ -383,7 +384,7 @@ def _load_quietly(model: str | None, progress: bool):
     if not progress:
         hf_logging.disable_progress_bar()
     try:
-        return load_model(resolve_model(model))  # "default" is the packaged SmolLM2, as in every command
+        return target.load_model(resolve_model(model))  # "default" is the packaged SmolLM2, as in every command
     finally:
         if bar:
             hf_logging.enable_progress_bar()

@@ -35,15 +35,14 @@ import numpy as np
 from forensics.errors import ForensicsError
 from forensics.io.safetensors import SafetensorsFile, shard_files
 from forensics.io.tempfiles import clean_stale, temp_path
+from forensics.models import target
 from forensics.models.folder import read_config
 from forensics.models.target import (
     _LOADED,
-    CACHE_DIR,
     Target,
     _cache_folder,
     embed_weight,
     final_norm,
-    fits_in_memory,
     lm_head_weight,
     load_target,
     model_facts,
@@ -107,7 +106,7 @@ def open_verifier(spec: Any) -> Verifier:
     if loaded is not None:  # already in memory through transformers (the same bits): no second copy
         return Verifier.from_model(loaded)
     folder = plain_folder(path) if isinstance(path, str) else None
-    if folder is not None and not (isinstance(spec, Target) and not fits_in_memory(folder, spec.max_memory)):
+    if folder is not None and not (isinstance(spec, Target) and not target.fits_in_memory(folder, spec.max_memory)):
         return load_plain(folder)
     return Verifier.from_model(load_target(spec)[0])  # refuses a model over budget in one line
 
@@ -241,7 +240,7 @@ def _cached_predictions(key: Callable[[], str], compute: Callable[[list[torch.Te
     writing (a read-only or full cache, a zero-length entry left by a crash), is a cache miss: recomputed."""
     import torch
 
-    root = os.path.join(CACHE_DIR, PREDICTIONS_DIR)
+    root = os.path.join(target.CACHE_DIR, PREDICTIONS_DIR)  # read at call time (HSF_CACHE, tests)
     memo: list[str] = []
 
     def path_of(ids: torch.Tensor) -> str:

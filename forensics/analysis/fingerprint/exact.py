@@ -36,6 +36,7 @@ from forensics.io.capture import Capture
 from forensics.io.formats import load
 from forensics.io.safetensors import infos_from_header, read_header, read_rows, read_tensor, shard_files
 from forensics.layers import FINAL_POST, R, r_label
+from forensics.models import target as target_module  # called through it: its loaders are patched in tests
 from forensics.models.folder import check_ids
 from forensics.models.stream import LayerStream
 from forensics.models.target import (
@@ -44,9 +45,7 @@ from forensics.models.target import (
     default_max_memory,
     embed_weight,
     final_norm,
-    fits_in_memory,
     ladder,
-    load_model,
     load_target,
     sublayer_states,
 )
@@ -226,8 +225,8 @@ def reference_for(model: Any, capture: Capture) -> Reference:
         net, stream = None, None
         if os.path.isdir(path) and os.path.isfile(os.path.join(path, "config.json")):
             budget = target.max_memory if target is not None else default_max_memory()
-            if fits_in_memory(path, budget):
-                net = load_model(path)[0]
+            if target_module.fits_in_memory(path, budget):
+                net = target_module.load_model(path)[0]
             else:  # stream the blocks from the shards, one at a time
 
                 stream = _fitting_stream(path, budget, target)
