@@ -190,7 +190,7 @@ def test_capture_no_progress_silences_the_model_loading_bar(tmp_path, monkeypatc
         seen.append(hf_logging.is_progress_bar_enabled())
         raise RuntimeError("stop after the model load")
 
-    monkeypatch.setattr(forensics.models.recorder, "load_model", fake_load)  # the name capture() calls
+    monkeypatch.setattr(forensics.models.target, "load_model", fake_load)  # capture() calls it through the module
     text = tmp_path / "t.txt"
     text.write_text("hello world")
     hf_logging.enable_progress_bar()
