@@ -92,16 +92,9 @@ def check_storage(t: Any, path: str, name: str) -> None:
 
 def ids_1d(t: Any, path: str, name: str):
     """Token ids / loss mask as a 1-D tensor (leading batch dim of 1 squeezed), or None."""
-    import torch
-
     if t is None:
         return None
-    if not isinstance(t, torch.Tensor):
-        try:
-            t = torch.as_tensor(t)
-        except (TypeError, ValueError, RuntimeError, OverflowError):
-            raise ForensicsError(f"{name} is not a tensor or list of ints ({type(t).__name__})", path=path) from None
-    check_storage(t, path, name)
+    t = _as_tensor(t, path, name)
     if t.dim() == 2 and t.shape[0] == 1:
         t = t[0]
     if t.dim() != 1:

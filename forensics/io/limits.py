@@ -112,9 +112,10 @@ MAX_IDS_TEXT_BYTES = 16 << 20
 MAX_ID_DIGITS = 18
 
 
-def read_bounded(path: str, limit: int, what: str) -> bytes:
+def read_bounded(path: str, limit: int, what: str, refusal: str = "refused") -> bytes:
     """The bytes of the regular file ``path``, at most ``limit`` of them; a FIFO, device or socket (which would
-    block or never end), a larger file or a read error is one line naming the file."""
+    block or never end), a larger file (``{what} is larger than {limit} bytes; {refusal}``) or a read error is one
+    line naming the file."""
     fd = open_regular(path)
     try:
         with os.fdopen(fd, "rb") as f:
@@ -126,5 +127,5 @@ def read_bounded(path: str, limit: int, what: str) -> bytes:
         if fd >= 0:
             os.close(fd)
     if len(data) > limit:
-        raise ForensicsError(f"{what} is larger than {limit} bytes; refused", path=path)
+        raise ForensicsError(f"{what} is larger than {limit} bytes; {refusal}", path=path)
     return data

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from forensics.errors import ForensicsError
+from forensics.io.limits import read_bounded
 from forensics.io.safetensors import (
     DTYPE_BYTES,
     FP8_DTYPES,
@@ -209,19 +210,7 @@ FLOAT_DTYPES = ("torch.bfloat16", "torch.float16", "torch.float32", "torch.float
 def load_json(path: str, what: str = "JSON file") -> Any:
     """A JSON file parsed, at most ``MAX_JSON_BYTES``; any failure is a one-line ForensicsError naming it. Only
     a regular file is read (a FIFO named like a config would block the first read forever)."""
-    fd = open_regular(path)
-    try:
-        with os.fdopen(fd, "rb") as f:
-            fd = -1
-            data = f.read(MAX_JSON_BYTES + 1)
-    except OSError as e:
-        raise ForensicsError(f"cannot read {what}: {e.strerror}", path=path) from None
-    finally:
-        if fd >= 0:
-            os.close(fd)
-    if len(data) > MAX_JSON_BYTES:
-        raise ForensicsError(f"{what} is larger than {MAX_JSON_BYTES} bytes; not a config", path=path)
-    return parse_json(data, path, what)
+    return parse_json(read_bounded(path, MAX_JSON_BYTES, what, "not a config"), path, what)
 
 
 def read_json(path: str) -> dict | None:
