@@ -170,7 +170,8 @@ class RowReport:
 
 def check_rows(capture: Capture, tensors: Sequence[Any] | None = None, *,
                reference: Mapping[Any, torch.Tensor] | None = None, cross_slots: bool = True,
-               norms: Sequence[np.ndarray] | None = None) -> RowReport:
+               norms: Sequence[np.ndarray] | None = None,
+               hashes: Sequence[np.ndarray | None] | None = None) -> RowReport:
     """Row findings of one capture: zero blocks, non-finite rows, rows ≠ ids, token shifts, foreign rows.
 
     Args:
@@ -185,6 +186,9 @@ def check_rows(capture: Capture, tensors: Sequence[Any] | None = None, *,
             rows are then found from them (a zero norm or a non-finite norm is a candidate, confirmed on that
             row's values: a subnormal row's float32 norm can underflow to 0, a huge finite row's overflow to inf)
             instead of a max-|x| pass over every slot.
+        hashes: each slot's row hashes when already computed (:func:`hash_row_bits` of the
+            :func:`row_hash_columns` bits, gathered by a caller's pass over the rows), instead of a pass that
+            reads those columns of every row again (data only; None for a slot: read there).
 
     Returns:
         A :class:`RowReport`; ``findings`` empty on a clean capture.
@@ -207,7 +211,7 @@ def check_rows(capture: Capture, tensors: Sequence[Any] | None = None, *,
         if reference is not None and ids is not None and reference:
             _with_reference(ts, ids, reference, broken, rep)
         else:
-            _data_only(ts, ids, broken, rep, cross_slots, norms)
+            _data_only(ts, ids, broken, rep, cross_slots, norms, hashes)
     pad = capture.meta.get("padding")
     if isinstance(pad, dict) and isinstance(pad.get("rows"), (list, tuple)) and len(pad["rows"]) == 2:
         _name_padding(rep, len(ts), (int(pad["rows"][0]), int(pad["rows"][1])), pad.get("id"), pad.get("side"))
@@ -282,14 +286,24 @@ def _row_hashes(h: Any) -> np.ndarray:
     """A 64-bit hash of ``HASH_COLS`` evenly strided columns of every row (bit patterns)."""
     import torch
 
-    H = int(h.shape[1])
-    cols = np.unique(np.linspace(0, H - 1, min(H, HASH_COLS)).round().astype(np.int64))
+    cols = row_hash_columns(int(h.shape[1]))
     stored = _bits_view(h)
     if stored is not None:  # numpy's take on the stored bits: ~7× cheaper than torch's gather on a mapped slot
         bits = np.take(stored, cols, axis=1)
     else:
         sub = h[:, torch.from_numpy(cols)].contiguous()
         bits = sub.view({1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[sub.element_size()]).numpy()
+    return hash_row_bits(bits)
+
+
+def row_hash_columns(hidden: int) -> np.ndarray:
+    """The columns :func:`_row_hashes` reads of a row of ``hidden`` values (``HASH_COLS`` evenly strided)."""
+    return np.unique(np.linspace(0, hidden - 1, min(hidden, HASH_COLS)).round().astype(np.int64))
+
+
+def hash_row_bits(bits: np.ndarray) -> np.ndarray:
+    """The row hashes of ``bits`` (``[rows, len(row_hash_columns(H))]``, the stored bit patterns of those
+    columns, as ``_bits_view`` reads them): what ``check_rows(hashes=...)`` takes for a slot."""
     acc = np.zeros(bits.shape[0], dtype=np.uint64)
     b64 = bits.astype(np.int64).view(np.uint64)
     with np.errstate(over="ignore"):
@@ -587,13 +601,14 @@ def _embedding_like(ts: list, broken: np.ndarray, norms: Sequence[np.ndarray] | 
 
 
 def _data_only(ts: list, ids: np.ndarray | None, broken: np.ndarray, rep: RowReport, cross_slots: bool = True,
-               norms: Sequence[np.ndarray] | None = None) -> None:
+               norms: Sequence[np.ndarray] | None = None, hashes: Sequence[np.ndarray | None] | None = None) -> None:
     n, k = rep.num_rows, len(ts)
     ok_all = np.asarray(~broken.any(axis=0))
     emb, pairs, hs = None, None, None
     best_twins = 0
     for i, h in enumerate(ts):
-        hi = _row_hashes(h)
+        given = hashes[i] if hashes is not None else None
+        hi = given if given is not None and len(given) == n else _row_hashes(h)
         p = _twin_pairs(hi, ~broken[i])
         twins = int(np.unique(p).size)
         if twins >= EMBED_MIN_TWINS and twins > best_twins:

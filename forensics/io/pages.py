@@ -1,0 +1,123 @@
+"""Give back the mapped file pages a one-way pass over a tensor has finished with, as the pass goes.
+
+A capture read through a file mapping (``torch.load(mmap=True)``) keeps every page it touched mapped into the
+process until the tensors are freed: a scan worker holds its whole file (~70 MB for a Kimi-sized capture)
+resident at once, though its statistics read each row block once, in order. :class:`TrailingRelease` is a
+row-block tap (``summarize(taps=...)``) that ``madvise(MADV_DONTNEED)``-s the blocks behind the pass, a few
+megabytes at a time: the kernel drops those page-table entries; the page cache keeps the pages, so a later
+read of a released row faults it back in from memory, with the same bytes.
+
+Only what is safe to drop is dropped: a range inside a file-backed mapping (``/proc/self/maps``: an inode)
+whose present pages are all still the file's (``/proc/self/pagemap`` bit 61). A page written since it was
+mapped (a private copy-on-write page of ``MAP_PRIVATE``) is anonymous and would be lost: a range holding one
+is left alone, as are in-memory tensors, non-contiguous views and every platform but 64-bit Linux.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import sys
+from typing import Any
+
+import numpy as np
+
+PAGE = mmap.PAGESIZE
+RELEASE_BYTES = 4 << 20  # blocks behind the pass are released in runs of at least this many bytes (fewer calls)
+_MADV_DONTNEED = 4
+_PM_PRESENT, _PM_FILE = np.uint64(1 << 63), np.uint64(1 << 61)  # pagemap entry: present; file page/shared anon
+_state: dict[str, Any] = {}
+
+
+def _libc() -> Any:
+    if "libc" not in _state:
+        lib = None
+        if sys.platform.startswith("linux"):
+            import ctypes
+
+            if ctypes.sizeof(ctypes.c_void_p) == 8:
+                try:
+                    lib = ctypes.CDLL(None, use_errno=True)
+                    lib.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+                    lib.madvise.restype = ctypes.c_int
+                except (OSError, AttributeError):
+                    lib = None
+        _state["libc"] = lib
+    return _state["libc"]
+
+
+def file_mapped(start: int, end: int) -> bool:
+    """Whether ``[start, end)`` lies inside one file-backed mapping of this process."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                parts = line.split(maxsplit=5)
+                lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                if lo <= start < hi:
+                    return end <= hi and len(parts) > 4 and parts[4] != "0"
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
+def _only_file_pages(start: int, end: int) -> bool:
+    """No present page of ``[start, end)`` (page aligned) is an anonymous (copy-on-write) copy."""
+    n = (end - start) // PAGE
+    try:
+        fd = _state.get("pagemap")
+        if fd is None:
+            fd = _state["pagemap"] = os.open("/proc/self/pagemap", os.O_RDONLY)
+        raw = os.pread(fd, 8 * n, 8 * (start // PAGE))
+    except OSError:
+        return False
+    if len(raw) != 8 * n:
+        return False
+    e = np.frombuffer(raw, dtype=np.uint64)
+    return not bool(np.any(((e & _PM_PRESENT) != 0) & ((e & _PM_FILE) == 0)))
+
+
+def release(start: int, end: int) -> bool:
+    """Drop this process's mapping of the pages ``[start, end)`` (page aligned) when they are all the file's
+    (the caller has checked the range is file-backed); True when released."""
+    lib = _libc()
+    a, b = start // PAGE * PAGE, -(-end // PAGE) * PAGE
+    if lib is None or b <= a or not _only_file_pages(a, b):
+        return False
+    return lib.madvise(a, b - a, _MADV_DONTNEED) == 0
+
+
+class TrailingRelease:
+    """Row-block tap releasing ``h``'s file pages behind a one-way pass (``tap(first_row, block)`` on each block
+    in order; :meth:`finish` after the pass releases the rest). Does nothing for a tensor that is not a
+    contiguous view of a file mapping."""
+
+    def __init__(self, h: Any):
+        self.on = False
+        try:
+            base, nbytes = int(h.data_ptr()), int(h.numel()) * int(h.element_size())
+            contiguous = bool(h.is_contiguous()) and h.device.type == "cpu"
+        except (AttributeError, RuntimeError, TypeError):
+            return
+        if not contiguous or nbytes < 2 * RELEASE_BYTES or _libc() is None:
+            return
+        # whole pages: a mapping starts and ends on page boundaries, so the pages around the tensor's first and
+        # last byte are the same mapping's (another tensor's bytes there are the file's too, and fault back in)
+        self.done, self.end = base // PAGE * PAGE, -(-(base + nbytes) // PAGE) * PAGE
+        self.on = file_mapped(self.done, self.end)
+
+    def __call__(self, first_row: int, block: Any) -> None:
+        if not self.on:
+            return
+        start = int(block.data_ptr()) // PAGE * PAGE  # the blocks before this one are read: released in runs
+        if start - self.done >= RELEASE_BYTES:
+            release(self.done, start)
+            self.done = start
+
+    def finish(self) -> None:
+        """Release the rest (after the pass)."""
+        if self.on and self.end > self.done:
+            release(self.done, self.end)
+            self.done = self.end
+
+
+__all__ = ["TrailingRelease", "release", "file_mapped", "RELEASE_BYTES"]
