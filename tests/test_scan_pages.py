@@ -85,10 +85,16 @@ def test_written_page_is_never_dropped(tmp_path, monkeypatch):
     assert torch.equal(h, expect)
 
 
-def test_in_memory_tensor_is_left_alone():
-    h = torch.randn(4096, 1024).to(torch.bfloat16)
-    assert not pages.TrailingRelease(h).on
+def test_in_memory_tensor_is_left_alone(monkeypatch):
+    monkeypatch.setattr(pages, "RELEASE_BYTES", 64 << 10)
+    h = torch.randn(T, H).to(torch.bfloat16)
+    copy = h.clone()
     assert not pages.TrailingRelease(h[:, ::2]).on  # not contiguous
+    rel = pages.TrailingRelease(h)
+    for s in range(0, T, 64):
+        rel(s, h[s:s + 64])
+    rel.finish()
+    assert torch.equal(h, copy)  # anonymous pages: never dropped (they would read back as zeros)
 
 
 def test_one_pass_hashes_equal_the_row_checks_own(tmp_path, monkeypatch):

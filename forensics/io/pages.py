@@ -7,10 +7,12 @@ row-block tap (``summarize(taps=...)``) that ``madvise(MADV_DONTNEED)``-s the bl
 megabytes at a time: the kernel drops those page-table entries; the page cache keeps the pages, so a later
 read of a released row faults it back in from memory, with the same bytes.
 
-Only what is safe to drop is dropped: a range inside a file-backed mapping (``/proc/self/maps``: an inode)
-whose present pages are all still the file's (``/proc/self/pagemap`` bit 61). A page written since it was
-mapped (a private copy-on-write page of ``MAP_PRIVATE``) is anonymous and would be lost: a range holding one
-is left alone, as are in-memory tensors, non-contiguous views and every platform but 64-bit Linux.
+Only what is safe to drop is dropped, read from this process's own page table (``/proc/self/pagemap``,
+one 8-byte entry a page): a range is released only when every page of it that is present is a file page (or
+shared memory: bit 61) and none is swapped out (bit 62). A page written since it was mapped (a private
+copy-on-write copy under ``MAP_PRIVATE``) or any page of an in-memory tensor is anonymous and would be lost:
+a range holding one is left alone (a never-touched anonymous page is not present, and dropping it changes
+nothing). Non-contiguous views and every platform but 64-bit Linux are left alone too.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ import numpy as np
 PAGE = mmap.PAGESIZE
 RELEASE_BYTES = 4 << 20  # blocks behind the pass are released in runs of at least this many bytes (fewer calls)
 _MADV_DONTNEED = 4
-_PM_PRESENT, _PM_FILE = np.uint64(1 << 63), np.uint64(1 << 61)  # pagemap entry: present; file page/shared anon
+# pagemap entry bits (Documentation/admin-guide/mm/pagemap.rst): present; swapped; file page or shared anon
+_PM_PRESENT, _PM_SWAPPED, _PM_FILE = np.uint64(1 << 63), np.uint64(1 << 62), np.uint64(1 << 61)
 _state: dict[str, Any] = {}
 
 
@@ -46,22 +49,9 @@ def _libc() -> Any:
     return _state["libc"]
 
 
-def file_mapped(start: int, end: int) -> bool:
-    """Whether ``[start, end)`` lies inside one file-backed mapping of this process."""
-    try:
-        with open("/proc/self/maps") as f:
-            for line in f:
-                parts = line.split(maxsplit=5)
-                lo, hi = (int(x, 16) for x in parts[0].split("-"))
-                if lo <= start < hi:
-                    return end <= hi and len(parts) > 4 and parts[4] != "0"
-    except (OSError, ValueError, IndexError):
-        pass
-    return False
-
-
 def _only_file_pages(start: int, end: int) -> bool:
-    """No present page of ``[start, end)`` (page aligned) is an anonymous (copy-on-write) copy."""
+    """No page of ``[start, end)`` (page aligned) is a present anonymous page (a copy-on-write copy, an
+    in-memory tensor's) or swapped out."""
     n = (end - start) // PAGE
     try:
         fd = _state.get("pagemap")
@@ -73,12 +63,12 @@ def _only_file_pages(start: int, end: int) -> bool:
     if len(raw) != 8 * n:
         return False
     e = np.frombuffer(raw, dtype=np.uint64)
-    return not bool(np.any(((e & _PM_PRESENT) != 0) & ((e & _PM_FILE) == 0)))
+    return not bool(np.any((((e & _PM_PRESENT) != 0) & ((e & _PM_FILE) == 0)) | ((e & _PM_SWAPPED) != 0)))
 
 
 def release(start: int, end: int) -> bool:
-    """Drop this process's mapping of the pages ``[start, end)`` (page aligned) when they are all the file's
-    (the caller has checked the range is file-backed); True when released."""
+    """Drop this process's mapping of the pages around ``[start, end)`` when none of them would be lost (see
+    the module's docstring); True when released."""
     lib = _libc()
     a, b = start // PAGE * PAGE, -(-end // PAGE) * PAGE
     if lib is None or b <= a or not _only_file_pages(a, b):
@@ -88,8 +78,8 @@ def release(start: int, end: int) -> bool:
 
 class TrailingRelease:
     """Row-block tap releasing ``h``'s file pages behind a one-way pass (``tap(first_row, block)`` on each block
-    in order; :meth:`finish` after the pass releases the rest). Does nothing for a tensor that is not a
-    contiguous view of a file mapping."""
+    in order; :meth:`finish` after the pass releases the rest). Off for a non-contiguous or small tensor; an
+    in-memory tensor's runs are checked and left alone."""
 
     def __init__(self, h: Any):
         self.on = False
@@ -101,9 +91,9 @@ class TrailingRelease:
         if not contiguous or nbytes < 2 * RELEASE_BYTES or _libc() is None:
             return
         # whole pages: a mapping starts and ends on page boundaries, so the pages around the tensor's first and
-        # last byte are the same mapping's (another tensor's bytes there are the file's too, and fault back in)
+        # last byte are the same mapping's (bytes of a neighbouring tensor there are checked the same way)
         self.done, self.end = base // PAGE * PAGE, -(-(base + nbytes) // PAGE) * PAGE
-        self.on = file_mapped(self.done, self.end)
+        self.on = True
 
     def __call__(self, first_row: int, block: Any) -> None:
         if not self.on:
@@ -120,4 +110,4 @@ class TrailingRelease:
             self.done = self.end
 
 
-__all__ = ["TrailingRelease", "release", "file_mapped", "RELEASE_BYTES"]
+__all__ = ["TrailingRelease", "release", "RELEASE_BYTES"]
