@@ -96,6 +96,7 @@ class FindingKind(StrEnum):
     # ---- one capture: a claimed layer list against the evidence ----
     COUNT_MISMATCH = "count_mismatch"
     SHIFTED = "shifted"
+    IDS_OFF_BY_ONE = "ids_off_by_one"
     REORDERED = "reordered"
     OFF_BY_ONE = "off_by_one"
     OFFSET = "offset"
@@ -182,6 +183,7 @@ class FindingKind(StrEnum):
     DATA_CONTEXT_LOST = "data_context_lost"
     DATA_COUNT_MISMATCH = "data_count_mismatch"
     DATA_SHIFTED = "data_shifted"
+    DATA_IDS_OFF_BY_ONE = "data_ids_off_by_one"
     DATA_REORDERED = "data_reordered"
     DATA_OFF_BY_ONE = "data_off_by_one"
     DATA_WRONG_LAYER = "data_wrong_layer"
@@ -235,6 +237,9 @@ _MEANINGS: dict[FindingKind, str] = {
     FindingKind.PADDING: "a batch saved without attention_mask: the pad rows found at one end were removed, not judged",
     FindingKind.COUNT_MISMATCH: "the claimed layer list has another length than the capture has slots",
     FindingKind.SHIFTED: "the whole claimed list is shifted by one slot (the embedding is or is not the first slot)",
+    FindingKind.IDS_OFF_BY_ONE: "every slot is exactly one block from its claimed layer, all the same way: the layer ids "
+                                "are counted off by one (from 1 where the data counts the embedding as 0, or the "
+                                "reverse), not the slots shifted (exact r against the reference forward)",
     FindingKind.REORDERED: "the claimed layers are all there but stored in another order than claimed",
     FindingKind.OFF_BY_ONE: "a slot (or every fc slice) is one block away from the claimed layer",
     FindingKind.OFFSET: "every fc slice is served the same number (>1) of blocks away from the trained layer",

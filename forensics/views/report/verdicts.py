@@ -18,6 +18,7 @@ from forensics.views.probe import reason, served_line
 from forensics.views.stamp import summary
 
 MAX_VERDICT_FILES = 40  # verdict rows: every non-passing file, then passing ones up to this many
+WHOLE_LIST = ("shifted", "ids_off_by_one")  # a finding about the whole claimed list: its message leads the headline
 MAX_INLINE_SLOTS = 8  # a passing file with more slots (a ladder) shows its slot rows folded
 
 worst = worst_outcome
@@ -272,7 +273,7 @@ def _headline(c: dict) -> list[str]:
         kinds = [x for r in failing for x in r["findings"] if x["severity"] == "fail"]
         why = sorted({x["kind"] for x in kinds} | {"nonfinite" for r in failing for sl in r["slots"]
                                                    if sl["nonfinite"]})
-        first = next((x for x in kinds if x["kind"] == "shifted"), kinds[0] if kinds else None)
+        first = next((x for x in kinds if x["kind"] in WHOLE_LIST), kinds[0] if kinds else None)
         nslots = sum(1 for r in failing for s in r["slots"] if s["verdict"] == "fail")
         out.append(f"{count(len(failing), 'file')} fail{'s' if len(failing) == 1 else ''}"
                    + (f" ({count(nslots, 'slot')})" if nslots else "")
