@@ -391,19 +391,27 @@ def worst_verdict(verdicts: Iterable[Verdict | str | None]) -> Verdict | None:
     return max(vs, key=lambda v: v.rank) if vs else None
 
 
-OUTCOME_RANK = {"pass": 0, "info": 0, "warn": 1, "cannot tell": 2, "fail": 3}
+OUTCOME_RANK = {"pass": 0, "identified": 0, "info": 0, "warn": 1, "cannot tell": 2, "fail": 3}
 """The one ranking of outcome words that mix severities and verdicts (a report row, a check): worst is fail, then
-cannot tell, then warn; pass and info rank lowest. Agrees with ``Severity.rank`` and ``Verdict.rank``."""
+cannot tell, then warn; pass, identified and info rank lowest. Agrees with ``Severity.rank`` and ``Verdict.rank``.
+
+The outcome of a file or slot is one of these words: ``pass`` (every claim holds), ``identified`` (nothing is
+claimed and the reference forward named every slot: exact r), ``info`` (nothing claimed, roles and depth order
+only; every view writes it NO CLAIM)."""
+
+_TIE = {"pass": 2, "info": 1, "identified": 0}  # among the lowest: identified only when every word is identified
 
 
 def worst_outcome(words: Iterable[str | None]) -> str:
-    """The worst of pass / info / warn / cannot tell / fail by :data:`OUTCOME_RANK` (``info`` when none).
+    """The worst of pass / identified / info / warn / cannot tell / fail by :data:`OUTCOME_RANK` (``info`` when
+    none); among the lowest, ``pass`` over ``info`` over ``identified`` (a file is identified only when every slot
+    is).
 
-    >>> worst_outcome(["pass", "warn", "cannot tell"]), worst_outcome([None])
-    ('cannot tell', 'info')
+    >>> worst_outcome(["pass", "warn", "cannot tell"]), worst_outcome([None]), worst_outcome(["identified", "info"])
+    ('cannot tell', 'info', 'info')
     """
     vs = [str(v) for v in words if v]
-    return max(vs, key=lambda v: OUTCOME_RANK.get(v, 0)) if vs else "info"
+    return max(vs, key=lambda v: (OUTCOME_RANK.get(v, 0), _TIE.get(v, 1))) if vs else "info"
 
 
 def sort_findings(findings: Iterable[Finding]) -> list[Finding]:

@@ -49,7 +49,8 @@ from forensics.models.target import model_tokenizer, resolve_model, target_facts
 from forensics.models.verifier import open_verifier
 
 MAX_ANALYSED_FILES = 64  # files fingerprinted one by one; a larger dataset is summarised by `forensics.scan`
-OUTCOMES = ("fail", "cannot tell", "warn", "pass", "info")  # a slot's outcome words, worst first
+# a slot's or a file's outcome words, worst first (identified: nothing claimed, exact mode named it; info: no claim)
+OUTCOMES = ("fail", "cannot tell", "warn", "pass", "identified", "info")
 # fingerprint ``decided_by`` names → the evidence signals that carry its number, best first
 DECIDED_ALIASES = {"exact": ("ladder_match", "exact_embedding", "exact_gamma")}
 MAX_EXPLORED_FILES = 24  # files in the report's explorer (its state is ≤ 16 B × slots × 4096 columns per file)
@@ -141,7 +142,13 @@ class FileReport:
         facts = {id(x) for x in self.facts}
         on_slots = [x for x in findings if x.severity is Severity.FAIL or id(x) not in facts]
         self.slots = [slot_outcome(fslots.get(ss.index), ss, on_slots, order) for ss in self.stats.slots]
-        self.outcome = worst_outcome([s.outcome for s in self.slots] + [x.severity.value for x in findings])
+        if fp is not None and fp.outcome == "identified":  # nothing claimed, every slot named by the reference
+            for s in self.slots:
+                if s.outcome == "info":
+                    s.outcome = "identified"
+        # the fingerprint's own outcome word is one of the words: the report never says less than `hsf fingerprint`
+        self.outcome = worst_outcome([s.outcome for s in self.slots] + ([fp.outcome] if fp is not None else []) +
+                                     [x.severity.value for x in findings if x.severity is not Severity.INFO])
 
     @property
     def facts(self) -> list[Finding]:
@@ -269,7 +276,7 @@ def explore_file(fr: FileReport) -> Any:
     except ForensicsError:
         return None
     for s in fr.slots[:len(st.verdicts)]:
-        st.verdicts[s.index] = None if s.outcome == "info" else s.outcome
+        st.verdicts[s.index] = None if s.outcome == "info" else s.outcome  # "identified": exact, no claim
     st.file_verdict = fr.outcome
     return st
 

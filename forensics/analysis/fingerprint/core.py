@@ -68,7 +68,7 @@ from forensics.io import limits, validate
 from forensics.io.capture import Capture, Slot, constant_getter
 from forensics.io.formats import as_captures
 from forensics.jsonable import data_frame, json_safe
-from forensics.layers import FINAL_POST, R
+from forensics.layers import FINAL_POST, R, r_label
 from forensics.models.target import resolve_model
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -155,6 +155,29 @@ class Fingerprint:
         return worst_verdict(s.verdict for s in self.slots)
 
     @property
+    def identified(self) -> list[str] | None:
+        """Every slot's label when nothing is claimed, nothing fails and exact mode named every slot, else None."""
+        if self.verdict is not None or not self.exact or not self.exact.ran:
+            return None
+        rs = [sf.r_exact for sf in self.slots]
+        return None if any(r is None for r in rs) else [r_label(r) for r in rs]
+
+    @property
+    def outcome(self) -> str:
+        """The file's one outcome word, the same in every view (``forensics.findings.OUTCOME_RANK``): ``fail`` /
+        ``cannot tell`` (the verdict), ``warn`` (a warn finding and nothing worse), ``pass`` (every claim holds),
+        ``identified`` (nothing claimed, every slot named by the reference forward), else ``info`` (no claim:
+        roles and depth order only)."""
+        v = self.verdict
+        if v is Verdict.FAIL or v is Verdict.CANNOT_TELL:
+            return v.value
+        if any(f.severity is Severity.WARN for f in self.findings):
+            return Severity.WARN.value
+        if v is Verdict.PASS:
+            return v.value
+        return "identified" if self.identified is not None else Severity.INFO.value
+
+    @property
     def labels(self) -> list[str | None]:
         return [s.label for s in self.slots]
 
@@ -171,7 +194,8 @@ class Fingerprint:
                  exact_stream=None if self.exact is None else self.exact.stream,
                  claims=None if self.claims is None else self.claims.to_dict(),
                  stamp=None if self.stamp is None else self.stamp.to_dict(),
-                 verdict=None if self.verdict is None else self.verdict.value)
+                 verdict=None if self.verdict is None else self.verdict.value,
+                 outcome=self.outcome, identified=self.identified)
         return d
 
     def to_dataframe(self) -> Any:
