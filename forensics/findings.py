@@ -399,13 +399,13 @@ The outcome of a file or slot is one of these words: ``pass`` (every claim holds
 claimed and the reference forward named every slot: exact r), ``info`` (nothing claimed, roles and depth order
 only; every view writes it NO CLAIM)."""
 
-_TIE = {"pass": 2, "info": 1, "identified": 0}  # among the lowest: identified only when every word is identified
+_TIE = {"identified": 0}  # among the lowest: identified only when every word is; else the first word given
 
 
 def worst_outcome(words: Iterable[str | None]) -> str:
     """The worst of pass / identified / info / warn / cannot tell / fail by :data:`OUTCOME_RANK` (``info`` when
-    none); among the lowest, ``pass`` over ``info`` over ``identified`` (a file is identified only when every slot
-    is).
+    none); among the lowest the first given, except that ``identified`` yields to any other (a file is identified
+    only when every slot is).
 
     >>> worst_outcome(["pass", "warn", "cannot tell"]), worst_outcome([None]), worst_outcome(["identified", "info"])
     ('cannot tell', 'info', 'info')

@@ -127,6 +127,7 @@ class FileReport:
     tokenizer: Any = field(default=None, repr=False)  # the tokenizer ``tokens`` came from (its own, else --model's)
     stamp: dict | None = field(default=None, repr=False)  # ``forensics.analysis.stamp.stamp_status`` of the file
     explore: Any = field(default=None, repr=False)  # its ``ExploreState`` (the report's explorer), when drawn
+    mismatch: Any = field(default=None, repr=False)  # the ModelMismatch that made it unreadable (--model ≠ its model)
     slots: list[SlotOutcome] = field(init=False, default_factory=list, repr=False)
     outcome: str = field(init=False, default="info")  # the file's one badge, everywhere the report shows the file
 
@@ -146,8 +147,9 @@ class FileReport:
             for s in self.slots:
                 if s.outcome == "info":
                     s.outcome = "identified"
-        # the fingerprint's own outcome word is one of the words: the report never says less than `hsf fingerprint`
-        self.outcome = worst_outcome([s.outcome for s in self.slots] + ([fp.outcome] if fp is not None else []) +
+        # the fingerprint's own outcome word first (it decides among pass / identified / info): the report never says
+        # less than, or otherwise than, `hsf fingerprint`
+        self.outcome = worst_outcome(([fp.outcome] if fp is not None else []) + [s.outcome for s in self.slots] +
                                      [x.severity.value for x in findings if x.severity is not Severity.INFO])
 
     @property
@@ -515,7 +517,8 @@ def _analyse_sample(cap: Any, layers: Any, model: Any, errors: list[ReportError]
     try:
         fp = fingerprint(cap, layers=layers, model=model, stamp_check=stamp_check)
     except (FileChangedSize, ModelMismatch) as e:  # the file went away under us, or cannot be from --model (a
-        return FileReport(path=path, error=error_text(e))  # size that differs): unreadable, not a failing section
+        return FileReport(path=path, error=error_text(e),  # size that differs): unreadable, not a failing section
+                          mismatch=e if isinstance(e, ModelMismatch) else None)
     except ForensicsError as e:  # a failing section is listed in the report, not fatal (the message names the file)
         errors.append(ReportError("fingerprint", error_text(e)))
     try:
@@ -594,6 +597,10 @@ def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,
         got, more = _analyse(f, layers, model, errors, stamp_check, room, input_ids)
         skipped += more
         files += got
+    if files and all(f.mismatch is not None for f in files):
+        # --model is not the model of any input: a wrong argument, one error line (exit 2) as `hsf fingerprint`
+        # says it, not a report whose every file is unreadable
+        raise files[0].mismatch
     root = os.path.commonpath([os.path.dirname(os.path.abspath(p)) for p in paths]) if paths else os.getcwd()
     for fr in files:
         fr.rel = os.path.relpath(os.path.abspath(fr.path), root)

@@ -405,6 +405,12 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
                      massive_sinks=[i for i in range(k) if sig.massive[i]], rows=rows, stamp=stamp)
     find_duplicates(fp, tensors)
     fp.findings += judge(fp, claims)
+    if any(f.kind is FindingKind.NOT_RESIDUAL for f in fp.findings):
+        # the data-only sequence start reads token 0's massive activation as the residual stream carries it; a
+        # file whose capture path saved sub-layer outputs breaks that premise (a block's MLP writes the massive
+        # activation on delimiter rows too), so the more specific not_residual finding speaks for it alone
+        fp.findings = [f for f in fp.findings if not (f.kind is FindingKind.CONTEXT_LOST and
+                                                      f.evidence.get("by") == "sink")]
     share_identical_labels(fp, groups)
     capture.check_unchanged()  # nothing read from a file truncated or rewritten meanwhile reaches the verdict
     return fp
