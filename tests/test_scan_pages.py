@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from forensics.analysis.rows import _row_hashes, check_rows
-from forensics.analysis.scan.rows import OnePass, file_row
+from forensics.analysis.rows import RowHashTaps, _row_hashes, check_rows
+from forensics.analysis.scan.rows import _taps, file_row
 from forensics.analysis.stats import summarize
 from forensics.io import pages
 from forensics.io.formats import load
@@ -97,14 +97,17 @@ def test_in_memory_tensor_is_left_alone(monkeypatch):
     assert torch.equal(h, copy)  # anonymous pages: never dropped (they would read back as zeros)
 
 
-def test_one_pass_hashes_equal_the_row_checks_own(tmp_path, monkeypatch):
+def test_hashes_gathered_beside_the_release_equal_the_row_checks_own(tmp_path, monkeypatch):
     monkeypatch.setattr(pages, "RELEASE_BYTES", 64 << 10)
     p, _ = _capture(tmp_path, seed=2)
     cap = load(p)
-    one = OnePass(cap)
-    st = summarize(cap, taps=one.taps)
-    one.finish()
-    got = one.hashes()
+    ht = RowHashTaps(cap)
+    release = {s.index: pages.TrailingRelease(s.tensor()) for s in cap.slots}
+    st = summarize(cap, taps=_taps(None, ht, release))
+    for r in release.values():
+        r.finish()
+    assert all(_present(s.tensor()) <= 2 for s in cap.slots)  # released behind the pass
+    got = ht.hashes()
     for s, hs in zip(cap.slots, got, strict=True):
         assert hs is not None and np.array_equal(hs, _row_hashes(s.tensor()))
     norms = [s.norms for s in st.slots]
@@ -114,12 +117,12 @@ def test_one_pass_hashes_equal_the_row_checks_own(tmp_path, monkeypatch):
     assert with_h.num_rows == T
 
 
-def test_scan_row_unchanged_by_the_one_pass(tmp_path, monkeypatch):
+def test_scan_row_unchanged_by_the_release(tmp_path, monkeypatch):
     p, _ = _capture(tmp_path, seed=3)
     st = os.stat(p)
     plain = file_row(str(p), st.st_size, st.st_mtime_ns, use_fingerprint=False)
     monkeypatch.setattr(pages, "RELEASE_BYTES", 64 << 10)  # releases on for this small file
-    monkeypatch.setattr(OnePass, "hashes", lambda self: [None] * len(self.order))  # rows read by check_rows
+    monkeypatch.setattr(RowHashTaps, "hashes", lambda self: None)  # check_rows reads the released rows again
     reread = file_row(str(p), st.st_size, st.st_mtime_ns, use_fingerprint=False)
     for r in (plain, reread):
         r.pop("elapsed")

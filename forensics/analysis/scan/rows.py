@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from forensics.analysis.kernels import _bits_view
+from forensics.analysis.context import check_context
 from forensics.analysis.loss_mask import capture_loss_mask_findings
-from forensics.analysis.rows import ROW_KINDS, check_rows, hash_row_bits, row_hash_columns
+from forensics.analysis.rows import ROW_KINDS, RowHashTaps, check_rows
 from forensics.analysis.scan.sinks import read_parquet_rows
 from forensics.analysis.scan.sketch import LogHistogram, Moments
 from forensics.analysis.stamp import StampReader
@@ -223,13 +223,12 @@ def _fill_capture(row: dict, cap: Any, use_fingerprint: bool, layers: Any = None
     if fp is None and stamp_check:  # the stamp's checksums ride on the statistics' norm pass
 
         reader = StampReader(cap)
-    one = None
-    if fp is None:  # one pass reads every row: statistics, stamp checksums, row hashes; pages released behind it
-        one = OnePass(cap, reader if reader is not None and reader.feeds else None, hash_rows=row_checks)
-        st = summarize(cap, taps=one.taps)
-        one.finish()
-    else:
-        st = fp.stats
+    hash_taps = RowHashTaps(cap) if fp is None and row_checks else None  # the row checks' hashes ride on it too
+    # ... and the file pages behind it are released: the rows read later (a finding's few) fault back in
+    release = {s.index: TrailingRelease(s.tensor()) for s in cap.slots} if fp is None else {}
+    st = fp.stats if fp is not None else summarize(cap, taps=_taps(reader, hash_taps, release))
+    for r in release.values():
+        r.finish()
     row.update(format=cap.format, num_tokens=cap.num_tokens, hidden=cap.hidden_size, num_slots=len(st.slots),
                basis="fingerprint" if fp is not None else "stats")
     fps = {s.index: s for s in fp.slots} if fp is not None else {}
@@ -260,7 +259,7 @@ def _fill_capture(row: dict, cap: Any, use_fingerprint: bool, layers: Any = None
         hist.add(s.norms)
         n, s1, s2 = Moments.file_sums(s.norms)
         row["sketch"].append({"n": n, "s1": s1, "s2": s2, "hist": hist.to_dict()})
-    rep = _row_report(cap, st, fp, one.hashes() if one is not None else None) if row_checks else None
+    rep = _row_report(cap, st, fp, hash_taps) if row_checks else None
     if fp is not None:
         row["verdict"] = None if fp.verdict is None else fp.verdict.value
         for x in fp.findings:
@@ -280,9 +279,18 @@ def _fill_capture(row: dict, cap: Any, use_fingerprint: bool, layers: Any = None
     if not any(x["kind"] == "duplicate" for x in row["findings"]):
         row["findings"].extend(_duplicates(st.slots))
     if fp is None:  # a fingerprint made these already
+        row["findings"].extend(_context_findings(cap, st, rep))
         row["findings"].extend(_loss_mask_findings(cap))
         if reader is not None:
             row["findings"].extend(_stamp_findings(reader))
+
+
+def _context_findings(cap: Any, st: Any, rep: Any) -> list[dict]:
+    """A sequence start inside the rows (``context_lost``, data only, as the fingerprint finds it): reads token 0's
+    row and the candidate rows' one dimension of each sink slot, never the slot again."""
+    found = check_context(cap, [s.tensor() for s in cap.slots], st.slots, rep).findings
+    return [{"kind": x.kind.value, "severity": x.severity.value, "slots": list(x.slots), "message": x.message,
+             "evidence": x.evidence} for x in found]
 
 
 def _loss_mask_findings(cap: Any) -> list[dict]:
@@ -298,7 +306,19 @@ def _stamp_findings(reader: Any) -> list[dict]:
                                    "message": x.message, "evidence": x.evidence} for x in sc.findings]
 
 
-def _row_report(cap: Any, st: Any, fp: Any, hashes: list | None = None) -> Any:
+def _taps(reader: Any, hash_taps: Any, release: dict | None = None) -> Any:
+    """The statistics' block taps: the stamp's checksums, the row hashes and, last, the release of the file pages
+    behind the pass (:class:`forensics.io.pages.TrailingRelease`: a worker then holds a few MB of its file mapped,
+    not all of it, ~70 MB for a Kimi-sized capture). None when none is wanted."""
+    stamp = reader.taps if reader is not None and reader.feeds else None
+    release = release or {}
+    if stamp is None and hash_taps is None and not release:
+        return None
+    return lambda i: [*(stamp(i) if stamp is not None else ()), *(hash_taps.taps(i) if hash_taps is not None else ()),
+                      *((release[i],) if i in release else ())]
+
+
+def _row_report(cap: Any, st: Any, fp: Any, hash_taps: Any = None) -> Any:
     """The file's :class:`~forensics.analysis.rows.RowReport`: the fingerprint's when it made one (every check),
     else :func:`~forensics.analysis.rows.check_rows` on the capture without the cross-slot offset test (its
     float32 row sample costs ~6× a file's statistics; the scan's 1.3× budget for row checks has no room for it)."""
@@ -306,66 +326,8 @@ def _row_report(cap: Any, st: Any, fp: Any, hashes: list | None = None) -> Any:
     if rep is not None and hasattr(rep, "bad_rows"):
         return rep
 
-    return check_rows(cap, cross_slots=False, norms=[s.norms for s in st.slots], hashes=hashes)
-
-
-class OnePass:
-    """Everything a statistics-only scan row reads of every row, on the statistics' one norm pass
-    (``summarize(taps=...)``): the stamp's checksums, the row hashes of the row checks (the stored bits of
-    :func:`~forensics.analysis.rows.row_hash_columns`, hashed once the pass is over), and the release of the
-    file pages behind the pass (:class:`forensics.io.pages.TrailingRelease`). Every later read of a row
-    (the few rows a finding re-reads) faults its pages back in from the page cache: so the worker holds a few
-    megabytes of its file mapped instead of all of it (~70 MB for a Kimi-sized capture)."""
-
-    def __init__(self, cap: Any, reader: Any = None, hash_rows: bool = True):
-        self.reader = reader
-        self.release: dict[int, TrailingRelease] = {}
-        self.bits: dict[int, np.ndarray | None] = {}
-        self.filled: dict[int, int] = {}
-        self.cols: dict[int, np.ndarray] = {}
-        self.rows: dict[int, int] = {}
-        self.order = [s.index for s in cap.slots]
-        for s in cap.slots:
-            h = s.tensor()
-            self.release[s.index] = TrailingRelease(h)
-            if hash_rows and getattr(h, "dim", lambda: 0)() == 2:
-                self.cols[s.index] = row_hash_columns(int(h.shape[1]))
-                self.rows[s.index] = int(h.shape[0])
-                self.filled[s.index] = 0
-            self.bits[s.index] = None
-
-    def taps(self, index: int) -> list:
-        out = list(self.reader.taps(index)) if self.reader is not None else []
-        if index in self.cols:
-            out.append(lambda first, block, i=index: self._gather(i, first, block))
-        out.append(self.release[index])
-        return out
-
-    def _gather(self, i: int, first: int, block: Any) -> None:
-        stored = _bits_view(block)
-        if stored is None or self.filled.get(i) != first:  # not viewable, or not the pass in order: read later
-            self.cols.pop(i, None)
-            self.bits[i] = None
-            return
-        if self.bits[i] is None:
-            self.bits[i] = np.empty((self.rows[i], len(self.cols[i])), dtype=stored.dtype)
-        arr = self.bits[i]
-        assert arr is not None
-        np.take(stored, self.cols[i], axis=1, out=arr[first:first + stored.shape[0]])
-        self.filled[i] = first + stored.shape[0]
-
-    def finish(self) -> None:
-        for r in self.release.values():
-            r.finish()
-
-    def hashes(self) -> list:
-        """Each slot's row hashes (in the capture's slot order; None where the pass did not gather them)."""
-        out = []
-        for i in self.order:
-            b = self.bits.get(i)
-            out.append(hash_row_bits(b) if b is not None and i in self.cols and self.filled.get(i) == len(b)
-                       else None)
-        return out
+    return check_rows(cap, cross_slots=False, norms=[s.norms for s in st.slots],
+                      hashes=None if hash_taps is None else hash_taps.hashes())
 
 
 def _sort_key(v: float) -> float:
