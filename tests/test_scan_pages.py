@@ -127,3 +127,23 @@ def test_scan_row_unchanged_by_the_release(tmp_path, monkeypatch):
     for r in (plain, reread):
         r.pop("elapsed")
     assert plain == reread and plain["error"] is None
+
+
+def test_released_rows_of_a_truncated_file_are_an_error_not_a_crash(tmp_path, monkeypatch):
+    from forensics.io.sigbus import FileChangedSize, supported
+
+    if not supported():
+        pytest.skip("the SIGBUS guard handles 64-bit Linux only")
+    monkeypatch.setattr(pages, "RELEASE_BYTES", 64 << 10)
+    p, copies = _capture(tmp_path, seed=4)
+    cap = load(p)
+    release = {s.index: pages.TrailingRelease(s.tensor()) for s in cap.slots}
+    summarize(cap, taps=_taps(None, None, release))
+    for r in release.values():
+        r.finish()
+    h = cap.slots[3].tensor()
+    assert _present(h) <= 2
+    os.truncate(p, os.path.getsize(p) // 2)  # another process cuts the file: the released rows are gone from it
+    with pytest.raises(FileChangedSize):
+        float(h[T - 1].float().sum())  # faults a page past the new end: SIGBUS, turned into the file's error
+        cap.check_unchanged()
