@@ -147,3 +147,19 @@ def test_released_rows_of_a_truncated_file_are_an_error_not_a_crash(tmp_path, mo
     with pytest.raises(FileChangedSize):
         float(h[T - 1].float().sum())  # faults a page past the new end: SIGBUS, turned into the file's error
         cap.check_unchanged()
+
+
+def test_page_table_read_is_this_process_s_after_a_fork():
+    fd = pages._pagemap()
+    assert fd is not None
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child must not read its parent's page table through the inherited descriptor
+        try:
+            own = pages._pagemap()
+            os.write(w, b"1" if own is not None and own != fd and pages._state["pagemap_pid"] == os.getpid() else b"0")
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(r, 1) == b"1"
+    assert pages._pagemap() == fd  # the parent's own, opened once

@@ -49,14 +49,28 @@ def _libc() -> Any:
     return _state["libc"]
 
 
+def _pagemap() -> int | None:
+    """This process's ``/proc/self/pagemap``, opened once per process: a descriptor inherited through ``fork``
+    (a scan's fork server and its workers) would read the parent's page table, so it is opened again in a new
+    process. None where it cannot be read (then nothing is released)."""
+    pid = os.getpid()
+    if _state.get("pagemap_pid") != pid:
+        try:
+            fd: int | None = os.open("/proc/self/pagemap", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            fd = None
+        _state["pagemap"], _state["pagemap_pid"] = fd, pid
+    return _state["pagemap"]
+
+
 def _only_file_pages(start: int, end: int) -> bool:
     """No page of ``[start, end)`` (page aligned) is a present anonymous page (a copy-on-write copy, an
     in-memory tensor's) or swapped out."""
     n = (end - start) // PAGE
+    fd = _pagemap()
+    if fd is None:
+        return False
     try:
-        fd = _state.get("pagemap")
-        if fd is None:
-            fd = _state["pagemap"] = os.open("/proc/self/pagemap", os.O_RDONLY)
         raw = os.pread(fd, 8 * n, 8 * (start // PAGE))
     except OSError:
         return False
