@@ -45,14 +45,9 @@ def check_arguments(args) -> None:
     from forensics.errors import ForensicsError
     from forensics.io.output import check_output
     from forensics.layers import parse_layer_list
-    from forensics.models import conventions as cv
 
     check_output(args.output, args.paths)  # before the (slow) report: never over an input or a directory
-    parse_layer_list(args.layers, "--layers")
-    if args.engine_version is not None:
-        if args.engine is None:
-            raise ForensicsError("--engine-version needs --engine (sglang or vllm)")
-        cv.system(args.engine).version(args.engine_version)
+    parse_layer_list(args.layers, "--layers")  # (--engine and --engine-version: checked by forensics.cli)
     for opt in ("draft", "served", "target_config", "model"):
         path = getattr(args, opt)
         if path is not None and not (opt == "model" and path == "default") and not os.path.exists(path):

@@ -58,7 +58,7 @@ from forensics.analysis.fingerprint.rules import (
 )
 from forensics.analysis.fingerprint.verdicts import judge
 from forensics.analysis.loss_mask import capture_loss_mask_findings
-from forensics.analysis.rows import check_rows
+from forensics.analysis.rows import RowHashTaps, check_rows
 from forensics.analysis.stamp import StampReader, stamp_claims
 from forensics.analysis.stats import CaptureStats, summarize
 from forensics.display import render
@@ -332,15 +332,18 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
     k = len(capture.slots)
     full = [s.tensor() for s in capture.slots]
     reader = StampReader(capture) if stamp_check else None  # the stamp, checked on this fingerprint's own pass
+    hash_taps = RowHashTaps(capture)  # the row checks' per-row hashes, gathered while the pass has each block
     reference = None
-    # what the file holds (NaN counts, norms of every row): shown and scanned; the stamp's checksums ride on it
-    st_all = summarize(capture, taps=reader.taps if reader is not None and reader.feeds else None)
+    # what the file holds (NaN counts, norms of every row): shown and scanned; the stamp's checksums and the row
+    # hashes ride on it
+    stamp_taps = reader.taps if reader is not None and reader.feeds else None
+    st_all = summarize(capture, taps=lambda i: [*(stamp_taps(i) if stamp_taps else ()), *hash_taps.taps(i)])
     stamp = reader.check(full) if reader is not None else None
     if model is not None:
         reference = reference_ladder(capture, model)
     # every row placed against the reference forward when there is a ladder (not streamed, ids given), else data only
     rows = check_rows(capture, full, reference=None if reference is None else reference[1],
-                      norms=[s.norms for s in st_all.slots])
+                      norms=[s.norms for s in st_all.slots], hashes=hash_taps.hashes())
 
     context = check_context(capture, full, st_all.slots, rows, net=None if reference is None else reference[0].net,
                             reference=None if reference is None else reference[1])
@@ -360,9 +363,10 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
         findings += stamp.findings
     drop = sorted({0} | {p for s in st.slots for p in s.sinks} | bad_rows)
     mask = sorted({d for s in st.slots for d in s.massive_dims})
-    sample = angular_distance_sample(tensors, drop, mask) if k > 1 else \
+    finite = not any(s.nan or s.inf for s in st.slots)  # no NaN/Inf anywhere: nothing for the sample to zero
+    sample = angular_distance_sample(tensors, drop, mask, finite=finite) if k > 1 else \
         DistanceSample(np.zeros((1, 1)), np.zeros((1, 1)), 0, 0)
-    sig = _signals(view, st, tensors, drop, mask)
+    sig = _signals(view, st, tensors, drop, mask, rows.hashes if view is capture else None)
 
     exact = None
     if model is not None:
@@ -485,14 +489,16 @@ def good_rows_view(capture: Capture, tensors: list, rows: Any) -> Capture:
                    meta=capture.meta)
 
 
-def _signals(capture: Capture, st: CaptureStats, tensors: list, drop: list[int], mask: list[int]) -> _Signals:
+def _signals(capture: Capture, st: CaptureStats, tensors: list, drop: list[int], mask: list[int],
+             hashes: list | None = None) -> _Signals:
     """Per-slot data-only signals: the embedding (a table lookup, or a tiny norm) and the post-norm final
-    (B = RMSNorm(A) identity, the format's claim, or a tight sinkless slot whose norm collapsed)."""
+    (B = RMSNorm(A) identity, the format's claim, or a tight sinkless slot whose norm collapsed). ``hashes``: the
+    row checks' per-row hashes of these same tensors (they screen the duplicate-row test)."""
     k = len(tensors)
     ev: list[list[Evidence]] = [[] for _ in range(k)]
     ids = capture.input_ids.reshape(-1) if capture.input_ids is not None else None
     meds = [s.norm_excl_sinks.median for s in st.slots]
-    embed_score = embedding_signals(st.slots, tensors, ids, meds, ev)
+    embed_score = embedding_signals(st.slots, tensors, ids, meds, ev, hashes)
     post_score, prenorm_of, post_why = postnorm_signals(st.slots, tensors, embed_score, meds, drop, ev,
                                                         [s.claimed for s in capture.slots])
     is_post = [post_score[i] >= POSTNORM_DECIDED for i in range(k)]
