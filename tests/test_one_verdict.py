@@ -77,8 +77,8 @@ def _static_explorer(page: str) -> dict:
 def _report_badges(page: str) -> dict[str, set[str]]:
     """File name → every badge word the report writes for it (verdict rows and slot cards)."""
     out: dict[str, set[str]] = {}
-    for name, word in re.findall(r'<span class="fname">([^<]*)</span>.{0,200}?<span class="badge b-[a-z-]+">([^<]*)</span>',
-                                 page, flags=re.S):  # the badge beside the name (a figure group has none)
+    beside = r'<span class="fname">([^<]*)</span>.{0,200}?<span class="badge b-[a-z-]+">([^<]*)</span>'
+    for name, word in re.findall(beside, page, flags=re.S):  # the badge beside the name (a figure group has none)
         out.setdefault(html.unescape(name), set()).add(word)
     return out
 

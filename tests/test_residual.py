@@ -186,7 +186,7 @@ def test_data_only_sequence_start_named(smol):
     assert len(cl) == 1 and cl[0].is_fail and cl[0].evidence["rows"] == [[p, int(ids.numel()) - 1]]
 
 
-# ------------------------------------------------ one finding per cause, and the scan's row findings as the fingerprint's
+# ------------------------------------------ one finding per cause; the scan's row findings are the fingerprint's
 NEWLINE_TEXT = ("The committee met on Tuesday to review the budget.\nEveryone agreed that the library needed new "
                 "shelves, and the park needed benches. Then they went home.")
 
