@@ -163,3 +163,44 @@ def test_a_capture_of_another_model_is_one_line_exit_2_in_every_command(caps, sm
         lines = (out + err).strip().splitlines()
         assert code == 2 and len(lines) == 1 and wide in lines[0] and "768" in lines[0], lines
     assert not (tmp_path / "w.html").exists()
+
+
+@pytest.mark.browser
+def test_the_report_in_a_browser_writes_the_files_word_in_every_badge(caps, smollm2, tmp_path):
+    """The report's HTML in headless Chromium: the verdict row, the slot cards and the explorer (drawn by its
+    script) write each file's outcome word as ``hsf fingerprint`` does (IDENTIFIED; NO CLAIM, not INFO)."""
+    from browser_tools import headless_chromium
+
+    from forensics.analysis.report import report as analyse
+    from forensics.views.report.core import Report
+
+    pages = []
+    for path, model in ((caps["capture"], smollm2[0]), (caps["batch"], None)):
+        res = analyse(path, model=model)
+        fps = [forensics.fingerprint(fr.capture, model=model) for fr in res.files]
+        want = {fr.rel: headline_word(fp.outcome) for fr, fp in zip(res.files, fps, strict=True)}
+        out = tmp_path / f"{len(pages)}.html"
+        Report.of(res).save(out)
+        pages.append((out, want))
+    assert set(pages[0][1].values()) == {"IDENTIFIED"} and "NO CLAIM" in pages[1][1].values()
+    queries = ["Array.from(document.querySelectorAll('#verdicts tr.frow')).map(r => [r.querySelector('.fname')"
+               ".textContent, r.querySelector('.badge').innerText])",
+               "Array.from(document.querySelectorAll('#slots details.filecards > summary')).map(s => "
+               "[s.querySelector('.fname').textContent, s.querySelector('.badge').innerText])"]
+    with headless_chromium() as b:
+        for out, want in pages:
+            ctx = b.new_context(viewport={"width": 1280, "height": 900}, offline=True)
+            page = ctx.new_page()
+            page.goto(out.resolve().as_uri(), wait_until="load")
+            page.wait_for_timeout(300)
+            seen: dict[str, set] = {}
+            for q in queries:
+                for name, word in page.evaluate(q):
+                    seen.setdefault(name, set()).add(word.strip().upper())
+            assert seen == {n: {w} for n, w in want.items()}, (seen, want)
+            bar = page.locator(".hsf-x-bar .hsf-x-badge, .hsf-x .hsf-x-badge").first.inner_text().strip()
+            assert bar == next(iter(want.values())), bar  # the explorer opens on the first file
+            listed = page.evaluate("Array.from(document.querySelectorAll('.hsf-x-file')).map(r => "
+                                   "[r.title.split(': ')[0], r.querySelector('.hsf-x-badge').innerText])")
+            assert {n: w.strip() for n, w in listed} == want, listed  # listed (hidden for one file)
+            ctx.close()
