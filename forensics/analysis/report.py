@@ -20,7 +20,7 @@ import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from forensics.analysis.audit.core import audit
 from forensics.analysis.explore import LENS_MAP_COLUMNS, explore_state, lens_map
@@ -551,8 +551,8 @@ def _argv(paths: list[str], settings: dict, scan: Any) -> list[str]:
 
 @cv.resolve_names("engine", "trainer")
 def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,  # noqa: C901
-           engine: str | None = None,
-           engine_version: str | None = None, trainer: str | None = None, target_config: Any = None,
+           engine: cv.SystemName | None = None,
+           engine_version: str | None = None, trainer: cv.SystemName | None = None, target_config: Any = None,
            served: Any = None, scan: Any = None, title: str | None = None,
            progress: Callable[[str, int, int], None] | None = None, input_ids: Any = None,
            stamp_check: bool = True) -> ReportResult:
@@ -624,7 +624,7 @@ def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,
         add_lens_maps([f for f in files if f.explore is not None and f.fingerprint is not None], model, errors)
 
     audit_res = probe_res = scan_res = facts = None
-    training = training_files(files, trainer)
+    training = training_files(files, cast("cv.System | None", trainer))  # resolved on entry
     if any(v is not None for v in (draft, engine, trainer, served, target_config)):
         try:
             audit_res = audit(data=training[0].capture if training else (paths[0] if paths else None),
@@ -655,8 +655,9 @@ def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,
     for fr in files:
         if fr.error:
             errors.append(ReportError("unreadable input", fr.error))  # the error names the file
-    settings = {"layers": layers, "model": model, "draft": draft, "engine": _spelled(engine),
-                "engine_version": engine_version, "trainer": _spelled(trainer), "served": served}
+    eng, tsys = cast("cv.System | None", engine), cast("cv.System | None", trainer)  # resolved on entry
+    settings = {"layers": layers, "model": model, "draft": draft, "engine": _spelled(eng),
+                "engine_version": engine_version, "trainer": _spelled(tsys), "served": served}
     given = {**settings, "model": model_arg, "target_config": target_config, "title": title}
     audited = audit_res is not None or probe_res is not None
     return ReportResult(inputs=paths, files=files, audit=audit_res, probe=probe_res, scan=scan_res, facts=facts,
