@@ -336,6 +336,12 @@ def check_sizes(capture: Capture, ref: Reference) -> None:
     H = ref.hidden_size()
     if H is not None:
         for s in capture.slots:
+            if s.hidden_size != H and s.hidden_size % H == 0:  # k states side by side: EAGLE-3's [T, k·H] aux
+                k = s.hidden_size // H
+                raise ModelMismatch(f"hidden size {s.hidden_size} (slot {s.index}, {s.name}) is {k} × {H}, the hidden "
+                                    f"size of the model {name}: {k} states concatenated on the last axis (EAGLE-3's "
+                                    f"[T, {k}·H] aux states)? save them as [T, {k}, H] (hs.view(T, {k}, {H})), read as "
+                                    f"{k} slots", path=capture.path)
             if s.hidden_size != H:
                 raise ModelMismatch(f"hidden size {s.hidden_size} (slot {s.index}, {s.name}) ≠ {H}, the hidden size "
                                     f"of the model {name}: the capture comes from another model; pass the model it was "
