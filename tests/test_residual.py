@@ -72,6 +72,8 @@ def test_exact_mode_names_the_sub_layer_a_slot_holds(tiny, what):
     nr = _kinds(fp, FindingKind.NOT_RESIDUAL)
     assert len(nr) == 1 and nr[0].slots == [1] and nr[0].is_fail
     assert nr[0].evidence["what"] == [what] and nr[0].evidence["block"] == [2]
+    hooked = {"mlp": "model.layers[1].mlp", "attn": "model.layers[1].self_attn", "mid": "inside model.layers[1]"}
+    assert hooked[what] in nr[0].message  # the module _states hooked (layers[1] is block 2), by the user's own name
     assert fp.slots[1].verdict is Verdict.FAIL and fp.verdict is Verdict.FAIL
     assert [fp.slots[i].verdict for i in (0, 2)] == [Verdict.PASS, Verdict.PASS]
     assert not _kinds(fp, FindingKind.NO_REFERENCE_MATCH)

@@ -462,6 +462,9 @@ def exact_checks(capture: Capture, tensors: list, model: Any, rows: Any = None, 
 
 
 SUBLAYER_NAMES = {"attn": "attention output", "mlp": "MLP output", "mid": "residual after attention, before the MLP"}
+# the transformers module (0-based index) whose forward hook gives that state: the one a user hooked, by its own name
+SUBLAYER_MODULES = {"attn": "model.layers[{i}].self_attn", "mlp": "model.layers[{i}].mlp",
+                    "mid": "inside model.layers[{i}]"}
 
 
 def _sublayers(net: Any, ids: Any, tensors: list, full: list, sel: list, lad: dict, out: list) -> None:
@@ -502,10 +505,10 @@ def sublayer_match(h: torch.Tensor, lad: dict, subs: dict) -> dict | None:
 
 
 def _state_name(key: Any) -> str:
-    """``"mlp:16"`` → "block 16's MLP output"; a residual r → its label (``L16``)."""
+    """``"mlp:16"`` → "block 16's MLP output (model.layers[15].mlp)"; a residual r → its label (``L16``)."""
     if isinstance(key, str) and ":" in key:
         what, block = key.split(":")
-        return f"block {block}'s {SUBLAYER_NAMES[what]}"
+        return f"block {block}'s {SUBLAYER_NAMES[what]} ({SUBLAYER_MODULES[what].format(i=int(block) - 1)})"
     return "none" if key is None else r_label(key)
 
 
