@@ -264,3 +264,14 @@ def test_ids_from_outside_the_file(real, how, capsys):
         out = capsys.readouterr().out
         assert code == 0
         assert out.startswith("IDENTIFIED [embed, L3, L16, L28] (exact")
+
+
+def test_a_python_claim_reads_as_written(tmp_path):
+    """``layers=[0, 1, 2]`` from Python is told "layers=0,1,2" (it read "layers= 0,1,2", a flag's spacing)."""
+    from forensics.analysis.claims import user_claims
+
+    assert user_claims([0, 1, 2], "layers=").detail == "layers=0,1,2"
+    assert user_claims("0,1,2").detail == "--layers 0,1,2"
+    torch.save({"input_ids": torch.arange(T), "hidden_states": torch.stack(states(3))}, tmp_path / "c.pt")
+    fp = forensics.fingerprint(tmp_path / "c.pt", layers=[0, 1, 2])
+    assert fp.claims.detail == "layers=0,1,2" and "layers= " not in str(fp)

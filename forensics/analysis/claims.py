@@ -100,7 +100,8 @@ def user_claims(layers: Any, flag: str = "--layers") -> Claims:
     """The user's list (``--layers`` / ``--expect`` / ``layers=``) as claims, one per slot in stored order."""
     rs = parse_layers(layers) or []
     shown = layers if isinstance(layers, str) else ",".join(str(x) for x in rs)
-    return Claims([Claim(r, ClaimSource.USER, f"{flag} {shown}") for r in rs], ClaimSource.USER, f"{flag} {shown}")
+    said = f"{flag}{shown}" if flag.endswith("=") else f"{flag} {shown}"  # layers=3,16 (Python), --layers 3,16
+    return Claims([Claim(r, ClaimSource.USER, said) for r in rs], ClaimSource.USER, said)
 
 
 def capture_claims(cap: Any, num_layers: int | None = None) -> Claims | None:
