@@ -234,6 +234,8 @@ def test_an_encoder_as_the_model_is_one_line_exit_2_not_a_traceback(world, capsy
 
     with pytest.raises(ModelMismatch, match="no final norm"):
         report([str(cap)], model=str(bert))
+    ex = forensics.explore(cap, model=str(bert), background=False)
+    assert "no final norm" in ex.status and "; no logit lens" in repr(ex)  # it said "; logit lens"
 
 
 def test_ids_outside_the_vocabulary_and_another_layer_count_are_model_mismatches(world, tmp_path, capsys):
