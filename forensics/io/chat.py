@@ -27,11 +27,12 @@ from forensics.errors import ForensicsError
 from forensics.io.tokenizer import TokenizerFile, load_tokenizer
 
 from .formats._io import load_json
-from .limits import MAX_TOKENIZER_FILE_BYTES
+from .limits import MAX_TOKENIZER_FILE_BYTES, bounded_call
 
 SENTINEL = "\u2063hsf{}\u2063"  # invisible separator around a tag: text no template writes itself
 MAX_TEMPLATE_CHARS = 200_000  # a chat template is a few KB; a larger one is not read
 MAX_MARKER_TOKENS = 64  # a role header or end marker longer than this is not a marker
+MAX_MARKER_CHARS = 64 * MAX_MARKER_TOKENS  # and longer text is not tokenized to find out
 
 
 @dataclass(frozen=True)
@@ -93,11 +94,14 @@ def chat_markers_from(template: str, encode: Callable[[str], list[int]], source:
     other (then no marker can be read off)."""
     S, U, A = (SENTINEL.format(x) for x in ("S", "U", "A"))
     prompt = [{"role": "system", "content": S}, {"role": "user", "content": U}]
-    try:
-        upto = _render(template, prompt, False)
-        gen = _render(template, prompt, True)
-        full = _render(template, [*prompt, {"role": "assistant", "content": A}], False)
-    except Exception:  # noqa: BLE001 - any template error (sandbox refusal, raise_exception): no markers
+
+    def render_all() -> list[str]:
+        return [_render(template, prompt, False), _render(template, prompt, True),
+                _render(template, [*prompt, {"role": "assistant", "content": A}], False)]
+
+    try:  # the template's own loops run in a child with bounded time and memory (a template is untrusted data)
+        upto, gen, full = bounded_call(render_all, "the chat template")
+    except Exception:  # noqa: BLE001 - any template error (sandbox refusal, raise_exception, a limit): no markers
         return None
     if A not in full or not full.startswith(upto):
         return None
@@ -107,7 +111,7 @@ def chat_markers_from(template: str, encode: Callable[[str], list[int]], source:
         return None
     after = full[at + len(A):]
     end = after
-    if not end.strip():
+    if not end.strip() or len(header) > MAX_MARKER_CHARS or len(end) > MAX_MARKER_CHARS:
         return None
     try:
         h, e = tuple(int(i) for i in encode(header)), tuple(int(i) for i in encode(end))

@@ -6,11 +6,22 @@ A config or sidecar is untrusted text: ``num_hidden_layers: 10^12`` must be a on
 
 from __future__ import annotations
 
+import json
 import os
+import select
+import signal
+import sys
+import time
+import warnings
 from typing import Any
 
 from forensics.errors import ForensicsError
 from forensics.io.safetensors import open_regular
+
+try:
+    import resource
+except ImportError:  # not a Unix
+    resource = None  # type: ignore[assignment]
 
 # The deepest public decoder-only LLMs have ~130 blocks (Llama-3.1-405B: 126, DeepSeek-V3/Kimi-K2: 61,
 # Qwen3-235B: 94); 10 000 is ~80× that and still allocates nothing worth mentioning for per-layer sets.
@@ -129,3 +140,95 @@ def read_bounded(path: str, limit: int, what: str, refusal: str = "refused") -> 
     if len(data) > limit:
         raise ForensicsError(f"{what} is larger than {limit} bytes; {refusal}", path=path)
     return data
+
+
+# Rendering a chat template from a tokenizer folder (the dataset's or a model's) runs the template's own loops
+# in Jinja's sandbox, which bounds nothing but a single range(): nested loops or ``'x' * 10**10`` hang or fill the
+# machine. Such code runs in a forked child under these limits (a real template renders in milliseconds).
+RENDER_SECONDS = 10.0  # wall clock, on a busy machine; the child's CPU limit is the same number of seconds
+RENDER_MEMORY_BYTES = 512 << 20  # above what the parent had mapped when it forked
+RENDER_OUTPUT_BYTES = 16 << 20  # the JSON of what the call returns
+
+
+class BoundExceeded(ForensicsError):
+    """A bounded call (:func:`bounded_call`) ran past its time or memory, or failed."""
+
+
+def bounded_call(fn: Any, what: str, seconds: float = RENDER_SECONDS, memory: int = RENDER_MEMORY_BYTES,
+                 output: int = RENDER_OUTPUT_BYTES) -> Any:
+    """``fn()`` (returning plain JSON data) run in a forked child with ``seconds`` of wall and CPU time and
+    ``memory`` bytes of address space above the parent's; what it returns comes back as JSON. Past a limit,
+    or when ``fn`` raises, a :class:`BoundExceeded` naming ``what``. The child's stdin, stdout and stderr are
+    ``/dev/null`` (a library's warning never reaches the user). Where ``os.fork`` is missing (not Linux),
+    ``fn()`` runs in this process, unbounded."""
+    if resource is None or not sys.platform.startswith("linux") or not hasattr(os, "fork"):
+        return fn()
+    r, w = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Python 3.12+ warns about fork() with threads: the child runs no thread
+        pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child (its coverage is not collected)
+        code = 1
+        try:
+            os.close(r)
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            cpu = max(1, int(seconds))
+            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+            resource.setrlimit(resource.RLIMIT_AS, (_mapped_bytes() + memory,) * 2)
+            data = json.dumps(fn()).encode()
+            if len(data) <= output:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(w, view):]
+                code = 0
+            else:
+                code = 3
+        except BaseException:  # noqa: BLE001 - any failure is the parent's "failed"
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(w)
+    chunks: list[bytes] = []
+    size, deadline, killed, why = 0, time.monotonic() + seconds, False, "ran past its time limit"
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([r], [], [], left)[0]:
+                killed = True
+                break
+            chunk = os.read(r, 1 << 16)
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > output:
+                killed, why = True, "returned too much"
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(r)
+        if killed:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        _, status = os.waitpid(pid, 0)
+    if killed or not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
+        if not killed:
+            why = {3: "returned too much"}.get(os.WEXITSTATUS(status), "failed or ran past its memory limit") \
+                if os.WIFEXITED(status) else "ran past its time limit"
+        raise BoundExceeded(f"{what} {why} ({seconds:g} s, {memory >> 20} MiB, {output >> 20} MiB of output)")
+    return json.loads(b"".join(chunks))
+
+
+def _mapped_bytes() -> int:
+    """This process's virtual size (``VmSize``), which ``RLIMIT_AS`` counts."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0

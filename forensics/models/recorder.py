@@ -29,7 +29,14 @@ from forensics.errors import ForensicsError
 from forensics.io.formats import WRITERS, WRITTEN_SIDE_FILES, writer
 from forensics.io.formats._io import parse_json
 from forensics.io.formats.base import Dataset, Sample
-from forensics.io.limits import read_bounded
+from forensics.io.limits import (
+    RENDER_MEMORY_BYTES,
+    RENDER_OUTPUT_BYTES,
+    RENDER_SECONDS,
+    BoundExceeded,
+    bounded_call,
+    read_bounded,
+)
 from forensics.io.output import atomic_output
 from forensics.io.stamp_store import append_stamps
 from forensics.io.stamps import metadata_entry, record_for_states
@@ -157,13 +164,25 @@ def tokenize(tokenizer, path: str, chat: bool, max_tokens: int) -> TextSample:
         def render(m, add_gen):
             return tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=add_gen)
 
-        text = render(msgs, gen)
-        spans = []
-        for i, m in enumerate(msgs):
-            if m["role"] == "assistant":
-                pre, upto = render(msgs[:i], True), render(msgs[:i + 1], False)
-                if text.startswith(upto) and upto.startswith(pre):  # the template renders turns as prefixes
-                    spans.append((len(pre), len(upto)))
+        def render_all() -> tuple[str, list]:
+            text = render(msgs, gen)
+            spans = []
+            for i, m in enumerate(msgs):
+                if m["role"] == "assistant":
+                    pre, upto = render(msgs[:i], True), render(msgs[:i + 1], False)
+                    if text.startswith(upto) and upto.startswith(pre):  # the template renders turns as prefixes
+                        spans.append((len(pre), len(upto)))
+            return text, spans
+
+        # the template (the model folder's: untrusted) runs in a child with bounded time and memory; the text
+        # is at most a few times the conversation's (templates add headers per turn)
+        size = sum(len(str(m.get("content", ""))) for m in msgs if isinstance(m, dict))
+        try:
+            text, spans = bounded_call(render_all, "the chat template", seconds=RENDER_SECONDS + size / 1e6,
+                                       memory=RENDER_MEMORY_BYTES + 16 * size, output=RENDER_OUTPUT_BYTES + 8 * size)
+        except BoundExceeded as e:
+            raise ForensicsError(f"{e}; not captured", path=path) from None
+        spans = [(int(a), int(b)) for a, b in spans]
     else:
         text, spans = content, [(0, len(content))]
     enc = _encode_prefix(tokenizer, text, max_tokens)

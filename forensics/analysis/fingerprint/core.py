@@ -68,7 +68,7 @@ from forensics.io import limits, validate
 from forensics.io.capture import Capture, Slot, constant_getter
 from forensics.io.formats import as_captures
 from forensics.jsonable import data_frame, json_safe
-from forensics.layers import FINAL_POST, R
+from forensics.layers import FINAL_POST, R, r_label
 from forensics.models.target import resolve_model
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -155,6 +155,29 @@ class Fingerprint:
         return worst_verdict(s.verdict for s in self.slots)
 
     @property
+    def identified(self) -> list[str] | None:
+        """Every slot's label when nothing is claimed, nothing fails and exact mode named every slot, else None."""
+        if self.verdict is not None or not self.exact or not self.exact.ran:
+            return None
+        rs = [sf.r_exact for sf in self.slots]
+        return None if any(r is None for r in rs) else [r_label(r) for r in rs]
+
+    @property
+    def outcome(self) -> str:
+        """The file's one outcome word, the same in every view (``forensics.findings.OUTCOME_RANK``): ``fail`` /
+        ``cannot tell`` (the verdict), ``warn`` (a warn finding and nothing worse), ``pass`` (every claim holds),
+        ``identified`` (nothing claimed, every slot named by the reference forward), else ``info`` (no claim:
+        roles and depth order only)."""
+        v = self.verdict
+        if v is Verdict.FAIL or v is Verdict.CANNOT_TELL:
+            return v.value
+        if any(f.severity is Severity.WARN for f in self.findings):
+            return Severity.WARN.value
+        if v is Verdict.PASS:
+            return v.value
+        return "identified" if self.identified is not None else Severity.INFO.value
+
+    @property
     def labels(self) -> list[str | None]:
         return [s.label for s in self.slots]
 
@@ -171,7 +194,8 @@ class Fingerprint:
                  exact_stream=None if self.exact is None else self.exact.stream,
                  claims=None if self.claims is None else self.claims.to_dict(),
                  stamp=None if self.stamp is None else self.stamp.to_dict(),
-                 verdict=None if self.verdict is None else self.verdict.value)
+                 verdict=None if self.verdict is None else self.verdict.value,
+                 outcome=self.outcome, identified=self.identified)
         return d
 
     def to_dataframe(self) -> Any:
@@ -361,6 +385,9 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
         order_ev = [Evidence("order", "r_exact of every slot", None, "exact (reference ladder)")]
         chain = [i for i in order if r_exact[i] not in (0, FINAL_POST)]
         order_conf = 1.0
+        # the reference forward named every slot: too few tokens weakens only the data-only signals, which decided
+        # nothing here, so it is no finding (it headlined batches whose every slot exact mode had decided)
+        findings = [f for f in findings if f.kind is not FindingKind.FEW_TOKENS]
     else:
         D, order, chain, order_ev, order_conf = _data_only_order(sample, sig)
     groups = identical_groups(tensors, D)
@@ -382,6 +409,12 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
                      massive_sinks=[i for i in range(k) if sig.massive[i]], rows=rows, stamp=stamp)
     find_duplicates(fp, tensors)
     fp.findings += judge(fp, claims)
+    if any(f.kind is FindingKind.NOT_RESIDUAL for f in fp.findings):
+        # the data-only sequence start reads token 0's massive activation as the residual stream carries it; a
+        # file whose capture path saved sub-layer outputs breaks that premise (a block's MLP writes the massive
+        # activation on delimiter rows too), so the more specific not_residual finding speaks for it alone
+        fp.findings = [f for f in fp.findings if not (f.kind is FindingKind.CONTEXT_LOST and
+                                                      f.evidence.get("by") == "sink")]
     share_identical_labels(fp, groups)
     capture.check_unchanged()  # nothing read from a file truncated or rewritten meanwhile reaches the verdict
     return fp

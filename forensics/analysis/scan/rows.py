@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from forensics.analysis.context import check_context
 from forensics.analysis.loss_mask import capture_loss_mask_findings
 from forensics.analysis.rows import ROW_KINDS, RowHashTaps, check_rows
 from forensics.analysis.scan.sinks import read_parquet_rows
@@ -273,9 +274,18 @@ def _fill_capture(row: dict, cap: Any, use_fingerprint: bool, layers: Any = None
     if not any(x["kind"] == "duplicate" for x in row["findings"]):
         row["findings"].extend(_duplicates(st.slots))
     if fp is None:  # a fingerprint made these already
+        row["findings"].extend(_context_findings(cap, st, rep))
         row["findings"].extend(_loss_mask_findings(cap))
         if reader is not None:
             row["findings"].extend(_stamp_findings(reader))
+
+
+def _context_findings(cap: Any, st: Any, rep: Any) -> list[dict]:
+    """A sequence start inside the rows (``context_lost``, data only, as the fingerprint finds it): reads token 0's
+    row and the candidate rows' one dimension of each sink slot, never the slot again."""
+    found = check_context(cap, [s.tensor() for s in cap.slots], st.slots, rep).findings
+    return [{"kind": x.kind.value, "severity": x.severity.value, "slots": list(x.slots), "message": x.message,
+             "evidence": x.evidence} for x in found]
 
 
 def _loss_mask_findings(cap: Any) -> list[dict]:

@@ -1,0 +1,81 @@
+"""Variants of the known defect classes on the surfaces added since: chat templates, draft id lists, batch masks,
+loss masks, names in text output, byte orders.
+
+Each test fails on the code before its fix: bad input is one line naming the file and exit 2 (never a traceback,
+a hang or a confident verdict on garbage); data that is readable but wrong is a finding that names it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import time
+
+import pytest
+import torch
+
+import forensics
+from forensics.cli import main as hsf_main
+
+pytestmark = pytest.mark.timeout(180)
+ROOT = pathlib.Path(forensics.__file__).parents[1]
+SAMPLE = ROOT / "sample_data"
+
+CHATML = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+BOMBS = {
+    "nested loops (10^10 iterations)": "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}"
+                                       "{% endfor %}",
+    "a 10 GB string": "{{ 'x' * 10000000000 }}",
+    "a 3 GB centred string": "{{ 'x'.center(3000000000) }}",
+}
+
+
+def run_cli(args, capsys) -> tuple[int, str, str]:
+    code = hsf_main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_line(code: int, err: str, name: str) -> str:
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, (code, err)
+    assert name in lines[0], lines[0]
+    return lines[0]
+
+
+# ---- a chat template is code from the dataset: bounded time and memory ---------------------------------------
+
+
+@pytest.mark.parametrize("bomb", list(BOMBS))
+def test_chat_template_bomb_is_bounded(bomb):
+    from forensics.io.chat import chat_markers_from
+
+    t0 = time.monotonic()
+    assert chat_markers_from(BOMBS[bomb] + CHATML, lambda s: list(s.encode())) is None
+    assert time.monotonic() - t0 < 60
+    # the bound does not touch a real template
+    m = chat_markers_from(CHATML, lambda s: list(s.encode()))
+    assert m is not None and bytes(m.assistant_header).decode() == "<|im_start|>assistant\n"
+
+
+def _chat_dataset(root: pathlib.Path, template: str) -> pathlib.Path:
+    ds = root / "ds"
+    (ds / "tok").mkdir(parents=True)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(SAMPLE / "tokenizer" / name, ds / "tok" / name)
+    (ds / "tok" / "chat_template.jinja").write_text(template)
+    shutil.copy(SAMPLE / "speculators_v1" / "data_0.pt", ds / "data_0.pt")
+    (ds / "capture.json").write_text(json.dumps({"tokenizer": "tok"}))
+    return ds
+
+
+def test_fingerprint_of_a_dataset_with_a_template_bomb_finishes(tmp_path, capsys):
+    real = (SAMPLE / "tokenizer" / "chat_template.jinja").read_text()
+    ds = _chat_dataset(tmp_path, BOMBS["nested loops (10^10 iterations)"] + real)
+    t0 = time.monotonic()
+    code, out, err = run_cli(["fingerprint", ds / "data_0.pt"], capsys)
+    assert time.monotonic() - t0 < 120 and "Traceback" not in err
+    assert code in (0, 1, 3), (code, err)
