@@ -545,12 +545,12 @@ def screen_sims(ts: list, starts: np.ndarray, rows: np.ndarray, max_shift: int =
     base[:, m:m + R] = np.isin(starts[:, None] + np.arange(R)[None, :], rows)
     count = int(base.sum())
     w = torch.from_numpy(base.reshape(1, -1) / count).to(torch.float32)
-    # sel[o, b, r, c] = 1 where row r of block b counts and c = r + o - m: the shift-o diagonal of the counted rows
-    sel = np.zeros((2 * m + 1, B, P, P))
+    # diag[o, b, r, c] = 1 where row r of block b counts and c = r + o - m: the shift-o diagonal of the counted rows
+    diag = np.zeros((2 * m + 1, B, P, P))
     r = np.arange(m, m + R)
     for o in range(2 * m + 1):
-        sel[o][:, r, r + o - m] = base[:, r]
-    sel = sel.reshape(2 * m + 1, -1)
+        diag[o][:, r, r + o - m] = base[:, r]
+    sel = diag.reshape(2 * m + 1, -1)
     idx = torch.from_numpy((starts[:, None] + np.arange(-m, R + m)[None, :]).ravel())  # every block's rows
     xs, ns = [], []
     for h in ts:
