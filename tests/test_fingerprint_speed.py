@@ -261,3 +261,33 @@ def test_fingerprints_are_identical_with_the_plain_paths_on_fresh_captures(fresh
     monkeypatch.setattr(R, "screen_sims", lambda *a, **k: quiet.append(1) or real(*a, **k))
     _same_fingerprint(fresh_long, plain_paths)
     assert len(quiet) == len(fresh_long)  # the cross-slot screen ran on every one of them
+
+
+def _sign_agreement_float(pre, post, rows):
+    """The float definition: per dim, sign(pre)·sign(post) never both positive and negative over the rows."""
+    prod = torch.sign(pre[rows].to(torch.float32)) * torch.sign(post[rows].to(torch.float32))
+    pos, neg = (prod > 0).sum(0), (prod < 0).sum(0)
+    return float(((pos == 0) | (neg == 0)).to(torch.float32).mean())
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
+def test_sign_agreement_on_bits_equals_the_float_definition(dtype):
+    g = torch.Generator().manual_seed(7)
+    for trial in range(60):
+        T, H = int(torch.randint(2, 40, (1,), generator=g)), int(torch.randint(1, 300, (1,), generator=g))
+        pre = torch.randn(T, H, generator=g)
+        gamma = torch.randn(H, generator=g)
+        post = pre * gamma if trial % 2 else torch.randn(T, H, generator=g)
+        for x in (pre, post):  # zeros of both signs, NaN, ±Inf, subnormals
+            x[torch.rand(T, H, generator=g) < 0.05] = 0.0
+            x[torch.rand(T, H, generator=g) < 0.03] = -0.0
+            x[torch.rand(T, H, generator=g) < 0.03] = float("nan")
+            x[torch.rand(T, H, generator=g) < 0.02] = float("inf")
+            x[torch.rand(T, H, generator=g) < 0.02] = -float("inf")
+            x[torch.rand(T, H, generator=g) < 0.02] = 1e-40
+        pre, post = pre.to(dtype), post.to(dtype)
+        rows = torch.from_numpy(np.unique(torch.randint(0, T, (min(T, 16),), generator=g).numpy()))
+        assert depth.sign_agreement(pre, post, rows) == _sign_agreement_float(pre, post, rows), (trial, dtype)
+    stack = torch.randn(20, 3, 64).to(torch.bfloat16)  # strided slots of a [T, k, H] stack
+    rows = torch.arange(0, 20, 3)
+    assert depth.sign_agreement(stack[:, 0], stack[:, 2], rows) == _sign_agreement_float(stack[:, 0], stack[:, 2], rows)
