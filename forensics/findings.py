@@ -237,8 +237,8 @@ _MEANINGS: dict[FindingKind, str] = {
     FindingKind.PADDING: "a batch saved without attention_mask: the pad rows found at one end were removed, not judged",
     FindingKind.COUNT_MISMATCH: "the claimed layer list has another length than the capture has slots",
     FindingKind.SHIFTED: "the whole claimed list is shifted by one slot (the embedding is or is not the first slot)",
-    FindingKind.IDS_OFF_BY_ONE: "every slot is exactly one block from its claimed layer, all the same way: the layer ids "
-                                "are counted off by one (from 1 where the data counts the embedding as 0, or the "
+    FindingKind.IDS_OFF_BY_ONE: "every slot is exactly one block from its claimed layer, all the same way: the layer "
+                                "ids are counted off by one (from 1 where the data counts the embedding as 0, or the "
                                 "reverse), not the slots shifted (exact r against the reference forward)",
     FindingKind.REORDERED: "the claimed layers are all there but stored in another order than claimed",
     FindingKind.OFF_BY_ONE: "a slot (or every fc slice) is one block away from the claimed layer",
