@@ -446,15 +446,20 @@ def exit_code(findings: Iterable[Finding | Mapping[str, Any]] = (), verdicts: It
 
 
 def decide(findings: Iterable[Finding | Mapping[str, Any]] = (), verdicts: Iterable[Verdict | str | None] = (),
-           fail_on: Severity | str = Severity.FAIL) -> Verdict:
+           fail_on: Severity | str = Severity.FAIL, unreadable: bool = False) -> Verdict:
     """The one verdict of a command over what it read: FAIL when :func:`exit_code` would be 1, CANNOT TELL when 3,
-    else PASS (an unreadable input is exit 2 and is not a verdict: it is reported as an error beside it).
+    else PASS. An unreadable input is exit 2 and is reported as an error beside the verdict; with ``unreadable``
+    it also keeps the verdict from reading PASS (nothing was decided about that input: CANNOT TELL; a FAIL stays
+    a FAIL), so a consumer that reads only the verdict never acts on a pass of a file that was not read.
 
     >>> decide([], [Verdict.PASS, None]), decide([{"severity": "warn"}], ["cannot tell"])
     (<Verdict.PASS: 'pass'>, <Verdict.CANNOT_TELL: 'cannot tell'>)
+    >>> decide([], [Verdict.PASS], unreadable=True), decide([{"severity": "fail"}], unreadable=True)
+    (<Verdict.CANNOT_TELL: 'cannot tell'>, <Verdict.FAIL: 'fail'>)
     """
-    return {EXIT_FAIL: Verdict.FAIL, EXIT_CANNOT_TELL: Verdict.CANNOT_TELL}.get(
+    got = {EXIT_FAIL: Verdict.FAIL, EXIT_CANNOT_TELL: Verdict.CANNOT_TELL}.get(
         exit_code(findings, verdicts, fail_on=fail_on), Verdict.PASS)
+    return Verdict.CANNOT_TELL if unreadable and got is Verdict.PASS else got
 
 
 __all__ = ["decide",
