@@ -428,6 +428,29 @@ def _constant(h: Any) -> bool:
         return all(bool((h[a:a + 4096] == h[:1]).all()) for a in range(0, int(h.shape[0]), 4096))
 
 
+CONCAT_MAX_K = 8  # EAGLE-3 concatenates 3 states; a few more leave room for other drafts' fc widths
+CONCAT_MIN_H = 128  # no LLM's hidden size is narrower
+
+
+def concatenated(dims: list[int], width: int) -> tuple[int, int, list[int]] | None:
+    """``(k, H, dims)`` when a slot ``width`` wide reads as k ≥ 2 states of width H side by side: its massive-
+    activation dims fall in at least two H-wide pieces at one and the same offset (a model's massive activations sit
+    in a few fixed dims of every late layer, Sun et al. 2024, so concatenated layers repeat them every H). The
+    widest such H (the fewest pieces) is taken; None otherwise."""
+    for k in range(2, CONCAT_MAX_K + 1):
+        if width % k or width // k < CONCAT_MIN_H:
+            continue
+        h = width // k
+        by_offset: dict[int, set[int]] = {}
+        for d in dims:
+            by_offset.setdefault(d % h, set()).add(d // h)
+        # every offset in two pieces or more on average: a few dims repeated, not many scattered ones that meet by
+        # chance (a slot with zeroed rows has dozens of 'massive' dims against its lowered median)
+        if any(len(p) >= 2 for p in by_offset.values()) and 2 * len(by_offset) <= len(dims):
+            return k, h, sorted(dims)
+    return None
+
+
 def _anomalies(capture: Capture, st: CaptureStats) -> tuple[list[Finding], set[int]]:
     """Broken-data findings (NaN/Inf, float32 overflow, all zeros, too few tokens) and the non-finite rows,
     which every cross-slot signal leaves out."""
@@ -450,6 +473,16 @@ def _anomalies(capture: Capture, st: CaptureStats) -> tuple[list[Finding], set[i
                                     f"constant across tokens: its {s.norm.n} rows are one and the same vector, so "
                                     "it holds nothing per token (a broadcast, or one token's state copied) and takes "
                                     "no place in the depth order", {"rows": s.norm.n}))
+    for s in st.slots:
+        if (cut := concatenated(s.massive_dims, int(capture.slots[s.index].hidden_size))) is not None:
+            k, h, dims = cut
+            findings.append(Finding(FindingKind.CONCATENATED, Severity.WARN, [s.index],
+                                    f"slot {s.index} ({s.name}) looks like {k} states of width {h} side by side "
+                                    f"(its massive-activation dims {dims} sit at the same place in {h}-wide "
+                                    f"pieces: one layer's massive dims do not repeat): EAGLE-3's concatenated "
+                                    f"[T, {k}·H] aux states are no one layer; save them as [T, {k}, H] "
+                                    f"(hs.view(T, {k}, {h})), read as {k} slots",
+                                    {"k": k, "hidden_size": h, "dims": dims}))
     if capture.num_tokens < MIN_TOKENS:
         findings.append(Finding(FindingKind.FEW_TOKENS, Severity.WARN, list(range(len(capture.slots))), f"only "
                                 f"{capture.num_tokens} tokens (< {MIN_TOKENS}): the data-only signals are weak; the "
