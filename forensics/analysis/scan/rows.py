@@ -40,7 +40,6 @@ from forensics.layers import r_label
 MALLOC_TUNE_BYTES = 1 << 30  # glibc mmap/trim thresholds in workers (page faults: measured)
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc <malloc.h> mallopt parameters
 _worker_ready = False
-_trim_state: dict[str, Any] = {}
 # A file's row is computed within this many seconds or becomes an error row. The slowest real file measured
 # (a Kimi-sized sample fingerprinted on one thread) takes ~4 s, so 300 s leaves ~75× for slow disks and
 # shared CPUs while a hostile file cannot stall a dataset scan.
@@ -116,28 +115,7 @@ def scan_batch(items: list[tuple[str, int, int, bool]], opts: dict) -> list[dict
         rows.append(file_row(path, size, mtime_ns, use_fingerprint=use_fp, budget=budget,
                              _sleep=bool(sleep_on and path.endswith(sleep_on)), layers=opts.get("layers"),
                              row_checks=opts.get("rows", True), stamp_check=opts.get("stamp_check", True)))
-        if use_fp:
-            trim_heap()
     return rows
-
-
-def trim_heap() -> None:
-    """Give the heap a fingerprint grew back to the system (glibc ``malloc_trim(0)``: free chunks are
-    ``madvise``-d away). With ``tune_malloc``'s thresholds glibc otherwise keeps a worker's high-water mark, ~25–40 MB
-    above its resting heap on a Kimi-sized file, through every later file; the trim costs ~2 ms and the next
-    fingerprint's page faults back. Nothing where the C library has no ``malloc_trim``."""
-    lib = _trim_state.get("libc", False)
-    if lib is False:
-        try:
-            import ctypes
-
-            lib = ctypes.CDLL("libc.so.6")
-            lib.malloc_trim.argtypes = [ctypes.c_size_t]
-        except (OSError, AttributeError):
-            lib = None
-        _trim_state["libc"] = lib
-    if lib is not None:
-        lib.malloc_trim(0)
 
 
 def empty_row(path: str, size: int | None, mtime_ns: int | None, *_: object) -> dict:
