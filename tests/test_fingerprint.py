@@ -95,10 +95,13 @@ def test_speculators_v1_seed_case_labelled(sample_data, i):
     fp = fingerprint(path)  # expected list = the r the capture declares (capture.json)
     assert fp.expected == [0, 3, 16, 28] and fp.num_layers == 30
     assert [s.role for s in fp.slots] == ["embedding", "early", "middle", "late"]
-    assert fp.labels == ["embed", "L3", "L16", "L28"]
+    assert fp.labels == ["embed", None, None, None]
+    # only the evidence names a slot: the undecided claims L3/L16/L28 stay claims, not labels
+    assert [s.claim.label for s in fp.slots] == ["embed", "L3", "L16", "L28"]
+    assert [s.verdict.value for s in fp.slots] == ["pass"] + ["cannot tell"] * 3
     assert fp.depth_order == [0, 1, 2, 3]
     assert fp.findings == []
-    assert fingerprint(path, layers="embed,L3,L16,L28").labels == ["embed", "L3", "L16", "L28"]
+    assert fingerprint(path, layers="embed,L3,L16,L28").labels == ["embed", None, None, None]
 
 
 def test_speculators_v1_shuffled_copy_flagged_reordered(sample_data, tmp_path):
@@ -124,9 +127,10 @@ def test_specforge_final_post_and_speculators_current(sample_data):
     sf = fingerprint(sample_data / "specforge" / "rows_0-2000" / "data_0.ckpt")
     assert sf.expected == [2, 15, 27, FINAL_POST]
     assert sf.slots[3].role == "final_postnorm"
-    assert sf.labels == ["L2", "L15", "L27", "final_post"] and sf.findings == []
+    assert sf.labels == [None, None, None, "final_post"] and sf.findings == []  # the post-norm role is evidence
     sp = fingerprint(sample_data / "speculators" / "hidden_states" / "hs_0.safetensors")
-    assert sp.labels == ["L2", "L15", "L27", "L30"] and sp.findings == []
+    assert sp.labels == [None] * 4 and sp.findings == []  # data only, nothing decides any of its claims
+    assert [s.claim.label for s in sp.slots] == ["L2", "L15", "L27", "L30"]
     assert sp.depth_order == [0, 1, 2, 3]
 
 
@@ -166,7 +170,7 @@ def test_kimi_shaped_synthetic_roles():
     fp = fingerprint(cap, layers="embed,L3,L31,L59", num_layers=61)
     assert [s.role for s in fp.slots] == ["embedding", "early", "middle", "late"]
     assert fp.depth_order == [0, 1, 2, 3]
-    assert fp.labels == ["embed", "L3", "L31", "L59"] and fp.findings == []
+    assert fp.labels == ["embed", None, None, None] and fp.findings == []  # undecided claims: no labels
     # depth is not norm order: L59's median norm is below L31's, yet it is deepest
     med = [s.norm_excl_sinks.median for s in fp.stats.slots]
     assert med[3] < med[2]
@@ -308,7 +312,8 @@ def test_cli_json_and_unreadable(sample_data, tmp_path, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert len(doc["files"]) == 5
     for f in doc["files"]:
-        assert [s["label"] for s in f["slots"]] == ["embed", "L3", "L16", "L28"]
+        assert [s["label"] for s in f["slots"]] == ["embed", None, None, None]  # JSON: null where undecided
+        assert [s["claim"]["label"] for s in f["slots"]] == ["embed", "L3", "L16", "L28"]
         assert [s["role"] for s in f["slots"]] == ["embedding", "early", "middle", "late"]
     bad = tmp_path / "bad.pt"
     bad.write_text("not a tensor")
@@ -338,7 +343,8 @@ def test_cli_expected_from_draft_config(sample_data, tmp_path, capsys):
     path = sample_data / "specforge" / "rows_0-2000" / "data_0.ckpt"
     code = main(["fingerprint", str(path), "--draft", str(tmp_path), "--trainer", "specforge", "--json"])
     f = json.loads(capsys.readouterr().out)["files"][0]
-    assert [s["label"] for s in f["slots"]] == ["L2", "L15", "L27", "final_post"]  # + the file's own target
+    assert [s["label"] for s in f["slots"]] == [None, None, None, "final_post"]  # + the file's own target
+    assert [s["claim"]["label"] for s in f["slots"]] == ["L2", "L15", "L27", "final_post"]
     assert "draft config ids [1, 14, 26]" in f["expected_source"]
     assert f["findings"] == [] and code == 3  # final_post PASS; L2/L15/L27 need --model: cannot tell
     assert [s["verdict"] for s in f["slots"]] == ["cannot tell"] * 3 + ["pass"]
@@ -351,7 +357,7 @@ def test_package_verb_survives_submodule_import(sample_data):
 
     assert callable(forensics.fingerprint) and not isinstance(forensics.fingerprint, type(forensics))
     fp = forensics.fingerprint(sample_data / "speculators_v1" / "data_4.pt")
-    assert fp.labels == ["embed", "L3", "L16", "L28"]
+    assert fp.labels == ["embed", None, None, None]
 
 
 def test_every_format_speculators_v0_and_eagle(ladder, tmp_path):
@@ -366,7 +372,8 @@ def test_every_format_speculators_v0_and_eagle(ladder, tmp_path):
                 "hidden_state": torch.cat([T[3], T[16], T[28]], dim=-1)}, v0)
     fp = fingerprint(v0, layers=[3, 16, 28, 30])
     assert fp.capture.format == "speculators-v0"
-    assert fp.labels == ["L3", "L16", "L28", "L30"] and fp.findings == []
+    assert fp.labels == [None] * 4 and fp.findings == []  # data only: claims, not labels
+    assert [s.claim.label for s in fp.slots] == ["L3", "L16", "L28", "L30"]
     eg = tmp_path / "eagle" / "data_0.ckpt"
     eg.parent.mkdir()
     torch.save({"input_ids": ids, "loss_mask": torch.ones_like(ids), "hidden_state": post.clone()}, eg)

@@ -211,6 +211,13 @@ def test_sub_layer_outputs_are_not_also_told_as_a_lost_context(smollm2):
     fp = fingerprint(mlp, layers=[3, 16, 28], input_ids=ids)
     assert _kinds(fp, FindingKind.NOT_RESIDUAL) and fp.verdict is Verdict.FAIL
     assert not _kinds(fp, FindingKind.CONTEXT_LOST)
+    # no slot is a residual state: none is labelled with its claimed layer, decided or not (walk: L3 / L28 were
+    # shown as labels under CANNOT TELL), while the claims stay the claims
+    assert fp.labels == [None, None, None] and [s.claim.label for s in fp.slots] == ["L3", "L16", "L28"]
+    # no claim: block 16's MLP output has a nearly empty token-0 row (no residual state has one), so the premise
+    # of the data-only sequence start is not established there either
+    fp = fingerprint(mlp, input_ids=ids)
+    assert fp.stats.slots[1].first_ratio < 0.2 and not _kinds(fp, FindingKind.CONTEXT_LOST)
     # residual slots of the same text: no sub-layer output, and no sequence start either
     fp = fingerprint([S[("res", r)] for r in (3, 16, 28)], layers=[3, 16, 28], input_ids=ids)
     assert not _kinds(fp, FindingKind.NOT_RESIDUAL) and not _kinds(fp, FindingKind.CONTEXT_LOST)
@@ -251,5 +258,13 @@ def test_concatenated_aux_states_are_named_data_only(smol):
     T = len(ids)
     back = torch.cat(res, dim=-1).view(T, 3, 576)
     assert all(torch.equal(back[:, i], res[i]) for i in range(3))  # the hint's re-save is the three states
+    # one layer claimed on it (walk: "claimed [L16] are consistent with the data" above the WARN): the slot is 3
+    # states, so the verdict is not PASS, no label is given, and the headline does not call the claim consistent
+    from forensics.views.fingerprint import headline
+
+    fp = fingerprint([torch.cat(res, dim=-1)], layers=[16], input_ids=ids)
+    assert fp.slots[0].verdict is Verdict.CANNOT_TELL and fp.labels == [None]
+    assert "side by side" in fp.slots[0].verdict_why and "hs.view(T, 3, 576)" in fp.slots[0].settle
+    assert "consistent" not in headline(fp) and "side by side" in headline(fp)
     fp = fingerprint([S[("res", r)] for r in (0, 3, 16, 28)], input_ids=ids)
     assert not _kinds(fp, FindingKind.CONCATENATED)

@@ -34,7 +34,7 @@ from forensics.analysis.kernels import intra_op_threads
 from forensics.analysis.rows import check_rows
 from forensics.analysis.stats import summarize
 from forensics.errors import ForensicsError
-from forensics.findings import Finding, Severity
+from forensics.findings import Finding, Severity, Verdict
 from forensics.io.capture import Capture
 from forensics.io.capture import Slot as CaptureSlot
 from forensics.io.formats import as_capture as read
@@ -384,6 +384,9 @@ def with_fingerprint(state: ExploreState, fp: Any) -> ExploreState:
     for sf in fp.slots[:k]:
         if sf.label:
             state.labels[sf.index] = sf.label
+        elif sf.claim is not None:  # the evidence names no layer: the claim, marked as one ("L3?"), or the name
+            state.labels[sf.index] = f"{sf.claim.label}?" if sf.verdict is Verdict.CANNOT_TELL else state.names[
+                sf.index]
         state.verdicts[sf.index] = sf.verdict.value if sf.verdict is not None else "identified" if named else None
         state.verdict_why[sf.index] = sf.verdict_why or ""
     state.file_verdict = fp.outcome  # the word every view writes (Fingerprint.outcome; info reads NO CLAIM)
@@ -423,7 +426,7 @@ def logit_lens(capture: Capture, pos: int, verifier: Any, tokenizer: Any = None,
                 rows.append(LensRow(s.index, note=f"hidden size {s.hidden_size} ≠ the model's {W.shape[1]}"))
                 continue
             h = s.tensor()[pos].float()
-            post = labels is not None and s.index < len(labels) and labels[s.index] == FINAL_POST
+            post = labels is not None and s.index < len(labels) and str(labels[s.index]).rstrip("?") == FINAL_POST
             if not post:  # LlamaRMSNorm: g · h / sqrt(mean(h²) + eps)
                 h = g.float() * (h * torch.rsqrt(h.pow(2).mean() + eps))
             p = torch.softmax(torch.nn.functional.linear(h, W.float()), dim=-1)
@@ -466,7 +469,7 @@ def lens_map(capture: Capture, verifier: Any, tokenizer: Any = None, labels: lis
                 notes.append(f"hidden size {s.hidden_size} ≠ the model's {W.shape[1]}")
                 continue
             h = s.tensor()[:n].float()
-            post = labels is not None and s.index < len(labels) and labels[s.index] == FINAL_POST
+            post = labels is not None and s.index < len(labels) and str(labels[s.index]).rstrip("?") == FINAL_POST
             if not post:
                 h = g.float() * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps))
             p = torch.softmax(torch.nn.functional.linear(h, Wf), dim=-1)

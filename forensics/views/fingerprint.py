@@ -7,6 +7,7 @@ from collections import Counter
 
 from forensics.analysis.fingerprint.core import Fingerprint
 from forensics.analysis.fingerprint.ladder import LADDER_MATCH_COS, LADDER_MATCH_REL
+from forensics.analysis.fingerprint.verdicts import concatenated_cut
 from forensics.display import renders
 from forensics.findings import Verdict, sort_findings
 from forensics.layers import r_label
@@ -107,10 +108,18 @@ def headline(fp: Fingerprint) -> str:
             f"; the reference forward named every slot [{', '.join(names)}]" if names is not None else "")
     elif v is Verdict.CANNOT_TELL:
         open_ = [sf for sf in fp.slots if sf.verdict is Verdict.CANNOT_TELL]
-        settle = next((sf.settle for sf in open_ if sf.settle), None)
-        why = (f"slot(s) {[sf.index for sf in open_]} claimed "
-               f"[{', '.join(sf.claim.label for sf in open_ if sf.claim is not None)}] are consistent with the data "
-               f"but not proven" + (f"; settle with {settle}" if settle else ""))
+        cut = {sf.index for sf in open_ if concatenated_cut(fp, sf.index) is not None}
+        parts = []
+        for group, says in (([sf for sf in open_ if sf.index not in cut], "are consistent with the data but not "
+                             "proven"), ([sf for sf in open_ if sf.index in cut], "look like several states side by "
+                                         "side (see `concatenated`), not one layer: a one-layer claim cannot be "
+                                         "checked on them as stored")):
+            if group:
+                settle = next((sf.settle for sf in group if sf.settle), None)
+                parts.append(f"slot(s) {[sf.index for sf in group]} claimed "
+                             f"[{', '.join(sf.claim.label for sf in group if sf.claim is not None)}] {says}"
+                             + (f"; settle with {settle}" if settle else ""))
+        why = "; ".join(parts)
     elif v is Verdict.PASS:
         why = "every claimed slot is what it is claimed to be"
         if fp.exact and fp.exact.ran:

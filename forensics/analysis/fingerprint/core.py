@@ -22,6 +22,7 @@ from forensics.analysis.claims import Claim, Claims, capture_claims, user_claims
 from forensics.analysis.context import check_context
 from forensics.analysis.fingerprint.depth import DistanceSample, angular_distance_sample, settle_chain
 from forensics.analysis.fingerprint.exact import exact_checks, reference_ladder
+from forensics.analysis.fingerprint.residual import sublayer_slots
 from forensics.analysis.fingerprint.rules import (
     BANDS,
     DIRECTION_CONFLICT_CONFIDENCE,
@@ -418,10 +419,11 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
                      massive_sinks=[i for i in range(k) if sig.massive[i]], rows=rows, stamp=stamp)
     find_duplicates(fp, tensors)
     fp.findings += judge(fp, claims)
-    if any(f.kind is FindingKind.NOT_RESIDUAL for f in fp.findings):
+    if any(f.kind is FindingKind.NOT_RESIDUAL for f in fp.findings) or sublayer_slots(fp):
         # the data-only sequence start reads token 0's massive activation as the residual stream carries it; a
         # file whose capture path saved sub-layer outputs breaks that premise (a block's MLP writes the massive
-        # activation on delimiter rows too), so the more specific not_residual finding speaks for it alone
+        # activation on delimiter rows too), so the more specific not_residual finding speaks for it alone; with
+        # no claim, a slot whose token 0 row is nearly empty (no residual state's is) shows the premise fails
         fp.findings = [f for f in fp.findings if not (f.kind is FindingKind.CONTEXT_LOST and
                                                       f.evidence.get("by") == "sink")]
     share_identical_labels(fp, groups)

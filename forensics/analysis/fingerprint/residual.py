@@ -31,12 +31,28 @@ from forensics.analysis.stats import SINK_RATIO
 if TYPE_CHECKING:  # pragma: no cover
     from forensics.analysis.claims import Claim
     from forensics.analysis.fingerprint.core import Fingerprint
+    from forensics.analysis.stats import SlotStats
 
 TOKEN0_EMPTY = 0.2  # token 0's row norm ≤ this × the median row norm: not a residual state (see the docstring)
 NORM_FALL = 0.8  # claimed deeper than a sink-carrying slot, sinkless, median norm < this × its: not residual
 POSTNORM_IDENTITY = 0.99  # a post-norm role proven by B = RMSNorm(A) (rules.postnorm_signals); a norm collapse
 #                           (0.8) or a slot off the layers' line (0.6) fits a sub-layer output just as well
 MIN_ROWS = 16  # fewer rows: the median is too noisy for either sign
+
+
+def token0_empty(s: SlotStats) -> bool:
+    """Token 0's row nearly empty (≤ ``TOKEN0_EMPTY`` × the median row norm, not zeroed): the first sign of the
+    module docstring, which needs no claim — no residual state of a decoder or encoder shows it."""
+    return len(s.norms) >= MIN_ROWS and math.isfinite(s.first_ratio) and s.first_ratio <= TOKEN0_EMPTY \
+        and s.first > 0
+
+
+def sublayer_slots(fp: Fingerprint) -> list[int]:
+    """Slots that the data alone shows are no residual state (token 0 nearly empty), claim or not."""
+    offset = getattr(fp.rows, "offset", 0) if fp.rows is not None else 0
+    if offset not in (0, None):
+        return []  # row 0 is not token 0
+    return [i for i, s in enumerate(fp.stats.slots) if s.norm.n and token0_empty(s) and not _certain_role(fp, i)]
 
 
 def _certain_role(fp: Fingerprint, i: int) -> bool:

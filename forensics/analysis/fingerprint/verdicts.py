@@ -151,7 +151,7 @@ def sublayer(fp: Fingerprint, i: int) -> dict | None:
     return fp.exact.slots[i].sublayer
 
 
-def _judge_slot(fp: Fingerprint, i: int, c: Claim, L: int | None,
+def _judge_slot(fp: Fingerprint, i: int, c: Claim, L: int | None,  # noqa: C901 - complexity 16, one rule per line
                 not_residual: dict[int, str] | None = None) -> tuple[Verdict, str, FindingKind | None]:
     """(verdict, why, finding kind when FAIL)."""
     sf = fp.slots[i]
@@ -189,7 +189,21 @@ def _judge_slot(fp: Fingerprint, i: int, c: Claim, L: int | None,
             return Verdict.PASS, f"the final pre-norm state r = L = {L}: another slot is RMSNorm of it", None
         return Verdict.FAIL, f"the final pre-norm state r = L = {L} (another slot is RMSNorm of it), not " \
                              f"{c.label}", FindingKind.WRONG_LAYER
+    cut = concatenated_cut(fp, i)
+    if cut is not None:  # one layer claimed on a slot whose massive dims repeat every H: no "consistent" reading
+        return Verdict.CANNOT_TELL, (f"looks like {cut['k']} states of width {cut['hidden_size']} side by side (see "
+                                     f"`concatenated`), not one layer: {c.label} cannot be checked on it as stored"), \
+            None
     return Verdict.CANNOT_TELL, f"a layer output ({sf.role}, {sf.decided_by}); its exact r needs the reference", None
+
+
+def concatenated_cut(fp: Fingerprint, i: int) -> dict | None:
+    """The ``concatenated`` finding's evidence (k, hidden_size, dims) when slot ``i`` looks like k states side by
+    side and exact mode did not name it, else None."""
+    if fp.slots[i].r_exact is not None:
+        return None
+    return next((f.evidence for f in fp.findings if f.kind is FindingKind.CONCATENATED and i in f.slots
+                 and f.evidence), None)
 
 
 def _concat_hint(fp: Fingerprint, n: int) -> str:
@@ -234,7 +248,11 @@ def judge(fp: Fingerprint, claims: Claims | None) -> list[Finding]:  # noqa: C90
             verdicts.append(SlotVerdict(i, None, None, "nothing claimed"))
             continue
         v, why, kind = _judge_slot(fp, i, c, L, not_residual)
-        verdicts.append(SlotVerdict(i, c, v, why, settle if v is Verdict.CANNOT_TELL else None))
+        cut = concatenated_cut(fp, i) if v is Verdict.CANNOT_TELL else None
+        how = None if cut is None else (f"a re-save as [T, {cut['k']}, H] (hs.view(T, {cut['k']}, "
+                                        f"{cut['hidden_size']})), read as {cut['k']} slots with {cut['k']} "
+                                        "layers claimed")
+        verdicts.append(SlotVerdict(i, c, v, why, how or (settle if v is Verdict.CANNOT_TELL else None)))
         if kind:
             kinds.setdefault(kind, []).append(i)
     _duplicate_claims(fp, verdicts)
@@ -272,8 +290,9 @@ def judge(fp: Fingerprint, claims: Claims | None) -> list[Finding]:  # noqa: C90
                     f"{'unnamed' if r is None else r_label(r)} ({w})" for w, r in named.items()))
             elif sf.label is None and len(alts) == 1 and alts[0] is not None:  # every reading names it alike
                 sf.label = r_label(alts[0])
-        elif sv.claim is not None and sv.verdict is not Verdict.FAIL and sf.label is None:
-            sf.label = sv.claim.label  # a claim the evidence does not contradict names the slot
+        elif sv.claim is not None and sv.verdict is Verdict.PASS and sf.label is None:
+            sf.label = sv.claim.label  # a claim the evidence supports names the slot; an undecided one does not
+            #   (the claim stays in ``claim``: a CANNOT TELL slot labelled as claimed reads as named by the data)
     return findings
 
 

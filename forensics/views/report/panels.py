@@ -109,7 +109,10 @@ def fragment(obj) -> str | None:
 # ---------------------------------------------------------------- key numbers
 def _slot_name(f: FileReport, ss) -> str:
     fs = next((x for x in (f.fp.slots if f.fp is not None else []) if x.index == ss.index), None)
-    return (fs.label if fs is not None and fs.label else None) or _label(ss.declared_r) or ss.name
+    if fs is not None and fs.label:
+        return fs.label
+    declared = _label(ss.declared_r)  # the file's claim, which the evidence did not name: marked as a claim
+    return (f"{declared}?" if fs is not None else declared) if declared else ss.name
 
 
 def build_key_numbers(files: list[FileReport], focus: str | None, figures: Figures | None = None) -> list[dict]:
