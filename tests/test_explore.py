@@ -181,7 +181,8 @@ def test_explorer_widget_state_and_file_switch(sample_data):
     ex = forensics.explore(sample_data / "speculators_v1", background=False)
     assert [f["name"] for f in ex.files] == [f"data_{i}.pt" for i in range(5)]
     assert all(f["verdict"] for f in ex.files)
-    assert ex.meta["labels"] == ["embed", "L3", "L16", "L28"] and ex.meta["fingerprinted"]
+    # data only: the embedding is named; L3/L16/L28 stay claims (CANNOT TELL), marked as such
+    assert ex.meta["labels"] == ["embed", "L3?", "L16?", "L28?"] and ex.meta["fingerprinted"]
     cap = forensics.load(sample_data / "speculators_v1" / "data_2.pt")
     ex.file = 2
     assert ex.meta["name"] == "data_2.pt" and ex.meta["num_tokens"] == cap.num_tokens

@@ -321,7 +321,8 @@ def test_fingerprint_dataframe_has_a_row_per_slot_with_independent_values(sample
     path = sample_data / "speculators_v1" / "data_0.pt"
     df = fingerprint(path).to_dataframe()
     cap = forensics.load(path)
-    assert list(df["slot"]) == [0, 1, 2, 3] and list(df["label"]) == ["embed", "L3", "L16", "L28"]  # capture.json r
+    assert list(df["slot"]) == [0, 1, 2, 3] and list(df["label"]) == ["embed", None, None, None]
+    assert list(df["claimed"]) == ["embed", "L3", "L16", "L28"]  # capture.json r
     for i, s in enumerate(cap.slots):
         n = s.tensor().double().norm(dim=-1)
         assert df["tokens"][i] == n.numel() and df["hidden"][i] == s.hidden_size
