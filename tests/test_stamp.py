@@ -72,7 +72,7 @@ def test_the_stamp_records_identity_and_a_fingerprint(copy):
     stamp(folder, model="SmolLM2-135M-Instruct", num_layers=30, producer="hsf capture 0.1.0")
     rec = store.read_stamp(str(folder / "data_0.pt"))
     cap = load(folder / "data_0.pt")
-    assert [s["label"] for s in rec["slots"]] == ["embed", None, None, None]  # data only: L3/L16/L28 undecided
+    assert [s["label"] for s in rec["slots"]] == ["embed", "L3", "L16", "L28"]
     assert rec["target"] == {"model": "SmolLM2-135M-Instruct", "num_layers": 30}
     assert rec["producer"] == "hsf capture 0.1.0" and rec["layer_ids"] is not None
     # norm quantiles, recomputed independently in float64
