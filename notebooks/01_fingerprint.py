@@ -89,7 +89,7 @@ hp.norm_by_position(st, token_range=(0, 60))
 # From the data alone: exact duplicate rows for repeated token ids mark the embedding (a table
 # lookup), a token-0 sink marks a layer after massive activations emerge, a tight sinkless spread marks a
 # late or post-norm state, and the masked angular-distance chain between slots orders them by depth.
-# Given the expected layer list, each slot gets its label. Every line of evidence shows its raw value
+# Given the expected layer list, each claim gets a verdict; only evidence labels a slot. Every line of evidence shows its raw value
 # and the threshold.
 
 # %%
