@@ -14,7 +14,6 @@ import shutil
 import time
 
 import pytest
-import torch
 
 import forensics
 from forensics.cli import main as hsf_main
@@ -79,3 +78,38 @@ def test_fingerprint_of_a_dataset_with_a_template_bomb_finishes(tmp_path, capsys
     code, out, err = run_cli(["fingerprint", ds / "data_0.pt"], capsys)
     assert time.monotonic() - t0 < 120 and "Traceback" not in err
     assert code in (0, 1, 3), (code, err)
+
+
+# ---- a draft config's layer-id lists: integers or one line (was: a traceback, or a FAIL on garbage) ---------
+
+
+def _draft(root: pathlib.Path, key_value: dict) -> pathlib.Path:
+    cfg = json.loads((SAMPLE / "draft_eagle3" / "config.json").read_text())
+    cfg.update(key_value)
+    d = root / "draft"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(cfg))
+    os.symlink(SAMPLE / "draft_eagle3" / "model.safetensors", d / "model.safetensors")
+    return d
+
+
+@pytest.mark.parametrize("ids", [[[0], [3], [16]], ["0", "3", "16"], [0.5, 3, 16], [True, False, True], [None, 3, 16],
+                                 "0,3,16", {"a": 1}, list(range(20000))])
+@pytest.mark.parametrize("where", ["top", "nested", "dflash"])
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_draft_id_list_of_the_wrong_type_is_one_line(tmp_path, capsys, ids, where, engine):
+    kv = {"top": {"eagle_aux_hidden_state_layer_ids": ids},
+          "nested": {"eagle_config": {"eagle_aux_hidden_state_layer_ids": ids}},
+          "dflash": {"dflash_config": {"target_layer_ids": ids}}}[where]
+    d = _draft(tmp_path, kv)
+    code, _, err = run_cli(["audit", "--engine", engine, "--trained-layout", "embed,L3,L16", "--num-layers", "30",
+                            "--draft", d], capsys)
+    line = one_line(code, err, "config.json")
+    assert "layer ids" in line or "ids, more than" in line
+
+
+def test_draft_id_list_of_integers_still_audits(tmp_path, capsys):
+    d = _draft(tmp_path, {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [-1, 2, 15]}})
+    code, out, err = run_cli(["audit", "--engine", "sglang", "--trained-layout", "embed,L3,L16", "--num-layers", "30",
+                              "--draft", d], capsys)
+    assert code in (0, 1) and "Traceback" not in err and "error" not in err, (code, out, err)
