@@ -14,6 +14,7 @@ import shutil
 import time
 
 import pytest
+import torch
 
 import forensics
 from forensics.cli import main as hsf_main
@@ -113,3 +114,53 @@ def test_draft_id_list_of_integers_still_audits(tmp_path, capsys):
     code, out, err = run_cli(["audit", "--engine", "sglang", "--trained-layout", "embed,L3,L16", "--num-layers", "30",
                               "--draft", d], capsys)
     assert code in (0, 1) and "Traceback" not in err and "error" not in err, (code, out, err)
+
+
+# ---- an attention mask is 0/1: an additive mask (0 keep, -inf pad) read as != 0 kept the pads ----------------
+
+
+def _batch(mask) -> dict:
+    g = torch.Generator().manual_seed(0)
+    ids = torch.tensor([[5, 6, 7, 8, 0, 0], [5, 6, 7, 8, 9, 10]])
+    return {"hidden_states": torch.randn(3, 2, 6, 16, generator=g), "input_ids": ids, "attention_mask": mask}
+
+
+REAL = torch.tensor([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]])
+MASKS = {
+    "additive -inf": torch.where(REAL.bool(), 0.0, float("-inf")),
+    "additive float32 min": torch.where(REAL.bool(), 0.0, torch.finfo(torch.float32).min),
+    "NaN for pads": torch.where(REAL.bool(), 1.0, float("nan")),
+    "2 for real tokens": REAL * 2,
+    "-1 for pads": REAL * 2 - 1,
+}
+
+
+@pytest.mark.parametrize("mask", list(MASKS))
+def test_attention_mask_that_is_not_0_1_is_refused(tmp_path, capsys, mask):
+    from forensics.errors import ForensicsError
+    from forensics.io.formats import as_captures
+
+    with pytest.raises(ForensicsError, match="other than 0 and 1"):
+        as_captures(_batch(MASKS[mask]))
+    f = tmp_path / "batch.pt"
+    torch.save(_batch(MASKS[mask]), f)
+    code, _, err = run_cli(["inspect", f], capsys)
+    assert "other than 0 and 1" in one_line(code, err, "batch.pt")
+
+
+@pytest.mark.parametrize("mask", [REAL, REAL.bool(), REAL.float()])
+def test_a_0_1_attention_mask_cuts_the_pads(mask):
+    from forensics.io.formats import as_captures
+
+    caps = as_captures(_batch(mask))
+    assert [c.num_tokens for c in caps] == [4, 6]
+    assert caps[0].input_ids.tolist() == [5, 6, 7, 8]
+
+
+def test_attention_mask_with_holes_is_not_called_padding():
+    from forensics.io.formats import as_captures
+
+    caps = as_captures(_batch(torch.tensor([[1, 0, 1, 0, 1, 1], [1, 1, 1, 1, 1, 1]])))
+    assert caps[0].num_tokens == 4
+    note = next(n for n in caps[0].provenance.notes if "attention_mask" in n)
+    assert "between real tokens" in note and "right padding" not in note, note

@@ -433,6 +433,12 @@ def _resolve_batch(obj: Any, path: str, bt: tuple[int, int], input_ids: Any,  # 
         if tuple(amask.shape) != (B, T):
             raise ForensicsError(f"attention_mask has shape {list(amask.shape)} but the batch is [{B}, {T}]",
                                  path=path)
+        odd = ~((amask == 0) | (amask == 1))
+        if bool(odd.any()):  # an additive mask (0 keep, -inf or the dtype's min pad) read as != 0 inverts it
+            seen = list(dict.fromkeys(str(v) for v in amask[odd].reshape(-1)[:256].tolist()))[:4]
+            raise ForensicsError(f"attention_mask holds values other than 0 and 1 ({', '.join(seen)}): an additive "
+                                 "mask (0 = keep, a large negative = pad) or scores? save the 0/1 mask "
+                                 "(1 = real token)", path=path)
         amask = amask != 0
     if lmask is not None:
         lmask = _as_tensor(lmask, path, "loss_mask")
@@ -474,7 +480,11 @@ def _resolve_batch(obj: Any, path: str, bt: tuple[int, int], input_ids: Any,  # 
             cut = T - int(rows.numel())
             if cut:
                 side = "right" if first == 0 else "left" if last == T - 1 else "both ends"
-                notes.append(f"{cut} pad row{'s' if cut != 1 else ''} removed by attention_mask ({side} padding)")
+                if not isinstance(keep, slice):  # zeros between real tokens: not padding
+                    side = f"{last - first + 1 - int(rows.numel())} of them between real tokens, not padding"
+                notes.append(f"{cut} pad row{'s' if cut != 1 else ''} removed by attention_mask ({side} padding)"
+                             if isinstance(keep, slice) else
+                             f"{cut} row{'s' if cut != 1 else ''} removed by attention_mask ({side})")
         elif padding is not None and ids is not None:
             side, pid = padding
             v, n = _edge_run(ids[b], side)
