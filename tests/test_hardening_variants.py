@@ -164,3 +164,38 @@ def test_attention_mask_with_holes_is_not_called_padding():
     assert caps[0].num_tokens == 4
     note = next(n for n in caps[0].provenance.notes if "attention_mask" in n)
     assert "between real tokens" in note and "right padding" not in note, note
+
+
+# ---- a loss mask of another length than the tokens was said nothing about -----------------------------------
+
+
+def _masked(path: pathlib.Path, n_mask: int, t: int = 32) -> pathlib.Path:
+    g = torch.Generator().manual_seed(0)
+    torch.save({"hidden_states": [torch.randn(t, 16, generator=g) * (i + 1) for i in range(3)],
+                "input_ids": torch.arange(t), "loss_mask": torch.ones(n_mask, dtype=torch.long)}, path)
+    return path
+
+
+@pytest.mark.parametrize("n_mask", [3, 31, 33, 64])
+def test_loss_mask_of_another_length_is_a_finding(tmp_path, n_mask):
+    from forensics.findings import FindingKind, Severity
+
+    res = forensics.fingerprint(str(_masked(tmp_path / "data_0.pt", n_mask)))
+    found = [f for f in res.findings if f.kind == FindingKind.LOSS_MASK]
+    assert len(found) == 1 and found[0].severity == Severity.FAIL, res.findings
+    assert found[0].evidence["mask_entries"] == n_mask and found[0].evidence["tokens"] == 32
+
+
+@pytest.mark.parametrize("cmd", ["inspect", "scan"])
+def test_loss_mask_length_in_inspect_and_scan(tmp_path, capsys, cmd):
+    f = _masked(tmp_path / "data_0.pt", 3)
+    args = [cmd, f, "--json"] if cmd == "inspect" else [cmd, tmp_path, "-o", tmp_path / "s.jsonl", "--no-progress"]
+    code, out, err = run_cli(args, capsys)
+    assert code == 1 and "Traceback" not in err, (code, err)
+    text = out if cmd == "inspect" else (tmp_path / "s.jsonl").read_text()
+    assert '"loss_mask"' in text and "3 entries for 32 tokens" in text
+
+
+def test_loss_mask_of_the_right_length_is_not_a_length_finding(tmp_path):
+    res = forensics.fingerprint(str(_masked(tmp_path / "data_0.pt", 32)))
+    assert not [f for f in res.findings if f.evidence.get("problem") == "length"]
