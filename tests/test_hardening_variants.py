@@ -199,3 +199,24 @@ def test_loss_mask_length_in_inspect_and_scan(tmp_path, capsys, cmd):
 def test_loss_mask_of_the_right_length_is_not_a_length_finding(tmp_path):
     res = forensics.fingerprint(str(_masked(tmp_path / "data_0.pt", 32)))
     assert not [f for f in res.findings if f.evidence.get("problem") == "length"]
+
+
+# ---- names from the data reach the terminal: escape sequences in them are shown, never obeyed ------------------
+
+EVIL_NAMES = ["esc\x1b[2K\x1b[1Ared.pt", "cr\rFAIL.pt", "bell\x07\x9b31m.pt"]
+
+
+@pytest.mark.parametrize("cmd", ["inspect", "fingerprint", "verify", "scan"])
+def test_terminal_escapes_in_names_are_escaped(tmp_path, capsys, cmd):
+    src = SAMPLE / "speculators_v1" / "data_0.pt"
+    for n in EVIL_NAMES:
+        shutil.copy(src, tmp_path / n)
+    g = torch.Generator().manual_seed(0)
+    torch.save({"input_ids": torch.arange(32), "slot\x1b]0;title\x07": torch.randn(32, 16, generator=g),
+                "b": torch.randn(32, 16, generator=g)}, tmp_path / "keys.pt")
+    args = [cmd, tmp_path] + (["-o", tmp_path.parent / "s.jsonl", "--no-progress"] if cmd == "scan" else [])
+    code, out, err = run_cli(args, capsys)
+    assert "Traceback" not in err
+    for stream in (out, err):
+        assert not any(c in stream for c in "\x1b\r\x07\x9b"), stream
+    assert "\\x1b" in out + err
