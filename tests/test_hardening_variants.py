@@ -220,3 +220,24 @@ def test_terminal_escapes_in_names_are_escaped(tmp_path, capsys, cmd):
     for stream in (out, err):
         assert not any(c in stream for c in "\x1b\r\x07\x9b"), stream
     assert "\\x1b" in out + err
+
+
+# ---- numpy files in big-endian byte order were refused (torch.from_numpy takes native order only) --------------
+
+
+@pytest.mark.parametrize("suffix", [".npy", ".npz"])
+def test_big_endian_numpy_reads_the_same_values(tmp_path, suffix):
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    h = rng.standard_normal((3, 24, 16)).astype(np.float32)
+    ids = np.arange(24)
+    f = tmp_path / f"be{suffix}"
+    if suffix == ".npy":
+        np.save(f, h.astype(">f4"))
+        cap = forensics.load(str(f), input_ids=ids)
+    else:
+        np.savez(f, hidden_states=h.astype(">f4"), input_ids=ids.astype(">i8"))
+        cap = forensics.load(str(f))
+        assert cap.input_ids.tolist() == ids.tolist()
+    assert [s.tensor().numpy().tolist() for s in cap.slots] == [x.tolist() for x in h]

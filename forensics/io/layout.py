@@ -135,6 +135,8 @@ def to_torch(x: Any) -> Any:
 
         if x.dtype.kind not in "fiub":
             return x  # object/str arrays are not states; the caller names them
+        if not x.dtype.isnative:  # '>f4' (saved on a big-endian machine or by hand): torch takes native order only
+            x = x.astype(x.dtype.newbyteorder("="))  # a copy, the file's own size
 
         with warnings.catch_warnings():  # a read-only memory map: every reader here only reads
             warnings.simplefilter("ignore", UserWarning)
