@@ -241,3 +241,36 @@ def test_big_endian_numpy_reads_the_same_values(tmp_path, suffix):
         cap = forensics.load(str(f))
         assert cap.input_ids.tolist() == ids.tolist()
     assert [s.tensor().numpy().tolist() for s in cap.slots] == [x.tolist() for x in h]
+
+
+# ---- verify FILE#i: the record syntax every reading command takes was "cannot read" (a FAIL on an intact sample) -
+
+
+def _stamped_batch(tmp_path, capsys) -> pathlib.Path:
+    g = torch.Generator().manual_seed(0)
+    f = tmp_path / "batch.pt"
+    torch.save({"hidden_states": torch.randn(3, 3, 24, 16, generator=g), "input_ids": torch.arange(72).reshape(3, 24)},
+               f)
+    code, _, err = run_cli(["stamp", f], capsys)
+    assert code == 0, err
+    return f
+
+
+def test_verify_one_record_of_a_stamped_batch(tmp_path, capsys):
+    f = _stamped_batch(tmp_path, capsys)
+    for i in range(3):
+        code, out, err = run_cli(["verify", f"{f}#{i}"], capsys)
+        assert code == 0 and "ok" in out and f"batch.pt#{i}" in out, (i, code, out, err)
+    d = torch.load(f)
+    d["hidden_states"][1, 2, 5, 3] += 1.0  # slot 1 of sample 2
+    torch.save(d, f)
+    verdicts = {i: run_cli(["verify", f"{f}#{i}"], capsys)[0] for i in range(3)}
+    assert verdicts == {0: 0, 1: 0, 2: 1}, verdicts
+
+
+def test_stamp_of_one_record_is_refused_in_one_line(tmp_path, capsys):
+    f = _stamped_batch(tmp_path, capsys)
+    before = f.read_bytes()
+    code, out, err = run_cli(["stamp", f"{f}#1"], capsys)
+    assert code == 2 and "stamp the whole file" in out + err and "No such file" not in out + err
+    assert f.read_bytes() == before
