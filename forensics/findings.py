@@ -96,6 +96,7 @@ class FindingKind(StrEnum):
     # ---- one capture: a claimed layer list against the evidence ----
     COUNT_MISMATCH = "count_mismatch"
     SHIFTED = "shifted"
+    IDS_OFF_BY_ONE = "ids_off_by_one"
     REORDERED = "reordered"
     OFF_BY_ONE = "off_by_one"
     OFFSET = "offset"
@@ -182,6 +183,7 @@ class FindingKind(StrEnum):
     DATA_CONTEXT_LOST = "data_context_lost"
     DATA_COUNT_MISMATCH = "data_count_mismatch"
     DATA_SHIFTED = "data_shifted"
+    DATA_IDS_OFF_BY_ONE = "data_ids_off_by_one"
     DATA_REORDERED = "data_reordered"
     DATA_OFF_BY_ONE = "data_off_by_one"
     DATA_WRONG_LAYER = "data_wrong_layer"
@@ -236,6 +238,9 @@ _MEANINGS: dict[FindingKind, str] = {
     FindingKind.PADDING: "a batch saved without attention_mask: the pad rows found at one end were removed, not judged",
     FindingKind.COUNT_MISMATCH: "the claimed layer list has another length than the capture has slots",
     FindingKind.SHIFTED: "the whole claimed list is shifted by one slot (the embedding is or is not the first slot)",
+    FindingKind.IDS_OFF_BY_ONE: "every slot is exactly one block from its claimed layer, all the same way: the layer ids "
+                                "are counted off by one (from 1 where the data counts the embedding as 0, or the "
+                                "reverse), not the slots shifted (exact r against the reference forward)",
     FindingKind.REORDERED: "the claimed layers are all there but stored in another order than claimed",
     FindingKind.OFF_BY_ONE: "a slot (or every fc slice) is one block away from the claimed layer",
     FindingKind.OFFSET: "every fc slice is served the same number (>1) of blocks away from the trained layer",
@@ -387,19 +392,27 @@ def worst_verdict(verdicts: Iterable[Verdict | str | None]) -> Verdict | None:
     return max(vs, key=lambda v: v.rank) if vs else None
 
 
-OUTCOME_RANK = {"pass": 0, "info": 0, "warn": 1, "cannot tell": 2, "fail": 3}
+OUTCOME_RANK = {"pass": 0, "identified": 0, "info": 0, "warn": 1, "cannot tell": 2, "fail": 3}
 """The one ranking of outcome words that mix severities and verdicts (a report row, a check): worst is fail, then
-cannot tell, then warn; pass and info rank lowest. Agrees with ``Severity.rank`` and ``Verdict.rank``."""
+cannot tell, then warn; pass, identified and info rank lowest. Agrees with ``Severity.rank`` and ``Verdict.rank``.
+
+The outcome of a file or slot is one of these words: ``pass`` (every claim holds), ``identified`` (nothing is
+claimed and the reference forward named every slot: exact r), ``info`` (nothing claimed, roles and depth order
+only; every view writes it NO CLAIM)."""
+
+_TIE = {"identified": 0}  # among the lowest: identified only when every word is; else the first word given
 
 
 def worst_outcome(words: Iterable[str | None]) -> str:
-    """The worst of pass / info / warn / cannot tell / fail by :data:`OUTCOME_RANK` (``info`` when none).
+    """The worst of pass / identified / info / warn / cannot tell / fail by :data:`OUTCOME_RANK` (``info`` when
+    none); among the lowest the first given, except that ``identified`` yields to any other (a file is identified
+    only when every slot is).
 
-    >>> worst_outcome(["pass", "warn", "cannot tell"]), worst_outcome([None])
-    ('cannot tell', 'info')
+    >>> worst_outcome(["pass", "warn", "cannot tell"]), worst_outcome([None]), worst_outcome(["identified", "info"])
+    ('cannot tell', 'info', 'info')
     """
     vs = [str(v) for v in words if v]
-    return max(vs, key=lambda v: OUTCOME_RANK.get(v, 0)) if vs else "info"
+    return max(vs, key=lambda v: (OUTCOME_RANK.get(v, 0), _TIE.get(v, 1))) if vs else "info"
 
 
 def sort_findings(findings: Iterable[Finding]) -> list[Finding]:

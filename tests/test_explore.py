@@ -189,7 +189,10 @@ def test_explorer_widget_state_and_file_switch(sample_data):
     np.testing.assert_allclose(norms[3], cap.slots[3].tensor().double().norm(dim=-1).numpy(), rtol=1e-5)
     assert "data_2.pt" in repr(ex) and ex.lens == {}
     one = forensics.explore(sample_data / "speculators_v1" / "data_0.pt", background=False)
-    assert one.files == [] and one.meta["file_verdict"] == ex.files[0]["verdict"]
+    cap0 = forensics.load(sample_data / "speculators_v1" / "data_0.pt")
+    # one file is listed too, with the verdict its fingerprint gives (a batch and a folder list theirs)
+    assert one.files == [{"name": "data_0.pt", "verdict": forensics.fingerprint(cap0).outcome}]
+    assert one.meta["file_verdict"] == ex.files[0]["verdict"] == one.files[0]["verdict"]
 
 
 @pytest.mark.model

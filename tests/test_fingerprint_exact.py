@@ -142,6 +142,7 @@ def test_exact_off_by_one_ids_is_not_told_as_a_slot_shift(sample_data, smollm2):
     claim (ids off by one), which refutes the slot-shift story ([embed, L1, L4, L17]); the message must say so."""
     fp = fingerprint(sample_data / "speculators_v1" / "data_0.pt", layers=[1, 4, 17, 29], model=smollm2[0])
     assert [s.r_exact for s in fp.slots] == [0, 3, 16, 28]
-    sh = [f for f in fp.findings if f.kind == "shifted"]
+    assert not [f for f in fp.findings if f.kind == "shifted"]  # its own kind: JSON consumers read the kind
+    sh = [f for f in fp.findings if f.kind == "ids_off_by_one"]
     assert len(sh) == 1 and sh[0].evidence["corrected"] == [0, 3, 16, 28]
     assert "ids off by one" in sh[0].message and "Kimi" not in sh[0].message, sh[0].message

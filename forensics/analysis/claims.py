@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, cast
 
 from ..errors import ForensicsError
 from ..layers import FINAL_POST, R, parse_layer_list, r_label
@@ -133,38 +133,6 @@ def capture_claims(cap: Any, num_layers: int | None = None) -> Claims | None:
 
 
 # ------------------------------------------------------------------------------ trainers, engines, drafts
-def resolve_trainer(name: str | None) -> str | None:
-    """The one spelling of a trainer: a ``TRAINERS`` entry (``speculators-legacy`` and ``legacy`` →
-    ``speculators-v1``, the name of its data format)."""
-    if name is None:
-        return None
-    key = str(name).strip().lower()
-    if key in TRAINERS and key != "speculators-legacy":
-        return key
-    try:
-        sys_ = cv.system(key)
-    except ForensicsError:
-        sys_ = None
-    if sys_ is not None and sys_.name == "speculators-legacy":
-        return "speculators-v1"
-    if sys_ is not None and sys_.name in TRAINERS:
-        return sys_.name
-    raise ForensicsError(f"unknown trainer {name!r}; expected one of {list(TRAINERS)}")
-
-
-def resolve_engine(name: str | None) -> str | None:
-    """The one spelling of a serving engine (``ENGINES``)."""
-    if name is None:
-        return None
-    try:
-        key = cv.system(str(name)).name
-    except ForensicsError:
-        key = None
-    if key not in ENGINES:
-        raise ForensicsError(f"unknown engine {name!r}; expected one of {list(ENGINES)}")
-    return key
-
-
 @dataclass(frozen=True)
 class DraftIds:
     """A draft config's layer ids as its trainer wrote them, and the r they mean."""
@@ -176,7 +144,8 @@ class DraftIds:
     rule: str  # how ids become r, with its source
 
 
-def draft_ids_r(trainer: str, info: Any, num_layers: int) -> DraftIds | None:
+@cv.resolve_names("trainer")
+def draft_ids_r(trainer: cv.SystemName | None, info: Any, num_layers: int) -> DraftIds | None:
     """The r a draft config's ids mean to the trainer that wrote them — the one reading every command uses.
 
     * speculators (v1 and current) record vLLM ids at the top level (speculators#379: "match the defaults
@@ -186,10 +155,13 @@ def draft_ids_r(trainer: str, info: Any, num_layers: int) -> DraftIds | None:
       ``resolve_eagle_capture_layers``).
 
     Falls back to the other key when the trainer's own key is absent; None when the config has no ids.
+    ``trainer``: any name or alias, or a ``System`` (None: speculators); an engine is refused.
     """
-    t = resolve_trainer(trainer) or "speculators"
+    tsys = cast("cv.System | None", trainer) or cv.SPECULATORS  # resolved on entry
+    if tsys.is_engine:
+        raise ForensicsError(f"unknown trainer {tsys.given!r}; expected one of {list(TRAINERS)}")
+    t = tsys.data_format or tsys.name  # named as its data format is: speculators-legacy → speculators-v1
     L = int(num_layers)
-    tsys = cv.system(t)
     if t in ("speculators-v1", "speculators", "specforge"):
         order = [cv.NESTED_KEY, cv.TOP_KEY] if t == "specforge" else [cv.TOP_KEY, cv.NESTED_KEY]
     else:  # the key the registry says this trainer writes, then the two EAGLE-3 keys
@@ -208,7 +180,7 @@ def draft_ids_r(trainer: str, info: Any, num_layers: int) -> DraftIds | None:
             rs = [i + 1 if 0 <= i + 1 <= L else None for i in ids]
         rule = "SpecForge nested ids, r = id + 1 (SGLang's +1 / HF hook on layers[id])"
     elif t in ("speculators-v1", "speculators"):
-        rs = list(cv.system("vllm").to_r(ids, L))
+        rs = list(cv.VLLM.to_r(ids, L))
         rule = f"{t} records vLLM ids, r = id (speculators#379)"
         fc = getattr(info, "fc_aux_count", None)
         if len(ids) >= 2 and ids[-1] == L and (fc is None or fc == len(ids) - 1):
@@ -222,7 +194,7 @@ def draft_ids_r(trainer: str, info: Any, num_layers: int) -> DraftIds | None:
     return DraftIds(t, key, ids, rs, rule)
 
 
-def draft_claims(info: Any, trainer: str, num_layers: int, capture: Any = None) -> Claims:
+def draft_claims(info: Any, trainer: cv.SystemName | None, num_layers: int, capture: Any = None) -> Claims:
     """A draft config's ids as claims on the training data's slots (plus the format's target slot)."""
     d = draft_ids_r(trainer, info, num_layers)
     if d is None:
@@ -260,5 +232,5 @@ def labels_of(rs: Sequence[R | None]) -> list[str]:
 
 
 __all__ = ["Claim", "Claims", "ClaimSource", "TRAINERS", "ENGINES", "user_claims", "capture_claims",
-           "draft_claims", "draft_ids_r", "with_format_target", "DraftIds", "resolve_trainer", "resolve_engine",
+           "draft_claims", "draft_ids_r", "with_format_target", "DraftIds",
            "parse_layers", "pick_claims"]

@@ -380,12 +380,13 @@ def _set_bands(state: ExploreState, bands: list[Band]) -> None:
 def with_fingerprint(state: ExploreState, fp: Any) -> ExploreState:
     """``state`` with the fingerprint's labels, claim verdicts, file verdict and row-finding bands (in place)."""
     k = len(state.names)
+    named = fp.outcome == "identified"  # nothing claimed, every slot named by the reference forward
     for sf in fp.slots[:k]:
         if sf.label:
             state.labels[sf.index] = sf.label
-        state.verdicts[sf.index] = None if sf.verdict is None else sf.verdict.value
+        state.verdicts[sf.index] = sf.verdict.value if sf.verdict is not None else "identified" if named else None
         state.verdict_why[sf.index] = sf.verdict_why or ""
-    state.file_verdict = None if fp.verdict is None else fp.verdict.value
+    state.file_verdict = fp.outcome  # the word every view writes (Fingerprint.outcome; info reads NO CLAIM)
     state.findings = [f.to_dict() for f in list(fp.findings) + state.row_findings]
     _set_bands(state, finding_bands(list(fp.findings) + state.row_findings, k, state.num_tokens)
                + stat_bands(fp.stats))

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from forensics.analysis.acceptance import DRAFT_COST, length_interval, ratio_interval, speedup, units
 from forensics.analysis.claims import draft_ids_r
@@ -54,7 +54,7 @@ from forensics.display import render
 from forensics.errors import ForensicsError
 from forensics.findings import Finding, FindingKind, Severity, Verdict
 from forensics.io.capture import Capture
-from forensics.io.formats import iter_files, load, trainer_of
+from forensics.io.formats import iter_files, load
 from forensics.jsonable import data_frame
 from forensics.layers import FINAL_POST, r_label
 from forensics.models import conventions as cv
@@ -72,8 +72,8 @@ MIN_POSITIONS = 200  # fewer scored positions than this: warn that the ranking i
 # acceptance references (#18905) note a drafter whose slots collapse scoring 1.09 with every accuracy gate green,
 # while correctly wired EAGLE-3 drafts there score 2.03 (Qwen3-4B) to 2.89 (GPT-OSS).
 COLLAPSED_LENGTH = 1.1
-ENGINE_PLANS = (("vllm", None), ("sglang", "pre-25454"), ("sglang", "post-25454"), ("speculators", None),
-                ("specforge", None))
+ENGINE_PLANS = ((cv.VLLM, None), (cv.SGLANG, "pre-25454"), (cv.SGLANG, "post-25454"), (cv.SPECULATORS, None),
+                (cv.SPECFORGE, None))
 KIND_DECLARED_BEATEN = FindingKind.PROBE_DECLARED_BEATEN
 KIND_SERVED_BEATEN = FindingKind.PROBE_SERVED_BEATEN
 KIND_NEAR_CONTROLS = FindingKind.PROBE_NEAR_CONTROLS
@@ -266,7 +266,7 @@ def _declared_r(d: Draft, L: int | None) -> tuple[list | None, str]:
     info = SimpleNamespace(ids_top=d.declared_ids if top else None, ids_nested=None if top else d.declared_ids,
                            config={})
     try:
-        read = draft_ids_r(system, info, L)
+        read = draft_ids_r(cv.SPECULATORS if top else cv.SPECFORGE, info, L)
     except ForensicsError:
         return None, "unreadable ids"
     if read is None:
@@ -289,9 +289,9 @@ def _ids_per_engine(best: list, L: int | None, arch: str | None) -> tuple[dict |
         return None, [f"best wiring {wiring_label(best)} has slots without a declared r: no engine ids"]
     out = {}
     for system, version in ENGINE_PLANS:
-        name = system if version is None else f"{system} {version}"
+        name = system.name if version is None else f"{system} {version}"
         try:
-            out[name] = cv.system(system).from_r(best, L, version=version, arch=arch).to_dict()
+            out[name] = system.from_r(best, L, version=version, arch=arch).to_dict()
         except ForensicsError as e:
             out[name] = {"ids": None, "key": None, "caveat": str(e)}
     return out, []
@@ -320,7 +320,7 @@ def _target_context(v: Verifier | None, caps: list[Capture]) -> tuple[int | None
     return L, arch
 
 
-def _served_r(d: Draft, engine: str | None, version: str | None, L: int | None, arch: str | None
+def _served_r(d: Draft, engine: cv.System | None, version: str | None, L: int | None, arch: str | None
               ) -> tuple[list | None, str]:
     """The r list the engine concatenates for this draft (as the audit resolves it), or why there is none."""
     if engine is None:
@@ -328,11 +328,11 @@ def _served_r(d: Draft, engine: str | None, version: str | None, L: int | None, 
     if L is None:
         return None, "L (the verifier's layer count) is unknown: pass --model or a capture.json"
     try:
-        ec = cv.system(engine).capture(d.config, L, version, arch)  # the engine's name resolved here, once
+        ec = engine.capture(d.config, L, version, arch)
     except ForensicsError as e:
         return None, e.message
     if len(ec.r) != d.num_aux:
-        return None, (f"{engine} captures r = {ec.r} ({len(ec.r)} states) for a draft whose fc takes "
+        return None, (f"{engine.given} captures r = {ec.r} ({len(ec.r)} states) for a draft whose fc takes "
                       f"{d.num_aux}: it would not run")
     return list(ec.r), ""
 
@@ -343,9 +343,9 @@ def _candidate_wirings(d: Draft, caps: list[Capture], candidates: str | list, L:
     refs = slot_refs(caps[0])
     k = d.num_aux
     declared, declared_how = _declared_r(d, L)
-    trainer = trainer_of(caps[0].format)
+    trainer = cv.of_format(caps[0].format)
     if trainer is not None:
-        fc = [refs[i] for i in cv.system(trainer).trainer_view(len(refs)).fc_slots][:k]
+        fc = [refs[i] for i in trainer.trainer_view(len(refs)).fc_slots][:k]
     else:
         fc = [r for r in refs if r != FINAL_POST][:k]
     auto = candidates == "auto"
@@ -549,9 +549,10 @@ def _served_cost(rows: list[ProbeRow], served: list | None, why: str, engine: st
                       best.acceptance_length, steps, cost, ss, sb, ss / sb if sb else None)
 
 
+@cv.resolve_names("engine")
 def probe(draft: str | os.PathLike | Draft, data: Any, candidates: str | list = "auto", model: Any = None,
           topk: int = TOPK, max_samples: int | None = None, use_loss_mask: bool = False,
-          progress: Callable[[int, int], None] | None = None, steps: int = STEPS, engine: str | None = None,
+          progress: Callable[[int, int], None] | None = None, steps: int = STEPS, engine: cv.SystemName | None = None,
           engine_version: str | None = None, draft_cost: float = DRAFT_COST, stamp_check: bool = True) -> ProbeResult:
     """Rank candidate wirings of ``draft`` by the acceptance length of greedy chain drafting on capture ``data``.
 
@@ -580,17 +581,19 @@ def probe(draft: str | os.PathLike | Draft, data: Any, candidates: str | list = 
     _check_options(topk, max_samples, steps, draft_cost)
     if candidates != "auto":
         candidate_lists(candidates)  # a malformed list is one line before any file is read
+    eng = cast("cv.System | None", engine)  # resolved on entry
+    name = eng.given if eng is not None else None  # the engine as the caller wrote it, in what the result says
     if engine_version is not None:  # an unknown version is one line, never silently "as if known"
-        if engine is None:
+        if eng is None:
             raise ForensicsError("engine_version (--engine-version) needs engine (--engine)")
-        cv.system(engine).version(engine_version)
+        eng.version(engine_version)
     d = draft if isinstance(draft, Draft) else load_draft(draft)
     caps = _captures(data)[:max_samples] if max_samples else _captures(data)
     v = _verifier(model)
     L, arch = _target_context(v, caps)
     can_post = v is not None and L is not None and L in slot_refs(caps[0])
-    served, served_why = _served_r(d, engine, engine_version, L, arch)
-    cands, declared, notes = _candidate_wirings(d, caps, candidates, L, can_post, served, engine)
+    served, served_why = _served_r(d, eng, engine_version, L, arch)
+    cands, declared, notes = _candidate_wirings(d, caps, candidates, L, can_post, served, name)
 
     tl = Tally()
     E = d.embed
@@ -621,7 +624,7 @@ def probe(draft: str | os.PathLike | Draft, data: Any, candidates: str | list = 
     by_label = {w.label: w for w, _ in cands}
     rows.sort(key=lambda r: (r.control is not None, ["shift", "random"].index(r.control) if r.control else 0,
                              -r.acceptance_length, -r.top1, -r.topk))
-    verdict, findings = _decide(rows, by_label, u, served, engine)
+    verdict, findings = _decide(rows, by_label, u, served, name)
     if stamp_check:
         for cap in caps:
             sc = check_in_read(cap)
@@ -635,7 +638,7 @@ def probe(draft: str | os.PathLike | Draft, data: Any, candidates: str | list = 
     if E is not None and tl.embed_source == "model" and d.target_vocab_size and E.shape[0] != d.target_vocab_size:
         findings.append(Finding(KIND_VOCAB, Severity.WARN,
                                 message=f"model vocab {E.shape[0]} != draft target vocab {d.target_vocab_size}"))
-    cost = _served_cost(rows, served, served_why, engine, engine_version, steps, draft_cost) if engine else None
+    cost = _served_cost(rows, served, served_why, name, engine_version, steps, draft_cost) if name else None
     return ProbeResult(draft=d.to_dict(), rows=rows, target=tl.target_kind, target_source=tl.target_source or "",
                        embed_source=tl.embed_source or "?", files=tl.used, positions=best.n, num_layers=L,
                        verdict=verdict, findings=findings, topk=topk, steps=steps, ci_unit=u.kind, units=u.count,

@@ -49,7 +49,8 @@ from forensics.models.target import model_tokenizer, resolve_model, target_facts
 from forensics.models.verifier import open_verifier
 
 MAX_ANALYSED_FILES = 64  # files fingerprinted one by one; a larger dataset is summarised by `forensics.scan`
-OUTCOMES = ("fail", "cannot tell", "warn", "pass", "info")  # a slot's outcome words, worst first
+# a slot's or a file's outcome words, worst first (identified: nothing claimed, exact mode named it; info: no claim)
+OUTCOMES = ("fail", "cannot tell", "warn", "pass", "identified", "info")
 # fingerprint ``decided_by`` names → the evidence signals that carry its number, best first
 DECIDED_ALIASES = {"exact": ("ladder_match", "exact_embedding", "exact_gamma")}
 MAX_EXPLORED_FILES = 24  # files in the report's explorer (its state is ≤ 16 B × slots × 4096 columns per file)
@@ -126,6 +127,7 @@ class FileReport:
     tokenizer: Any = field(default=None, repr=False)  # the tokenizer ``tokens`` came from (its own, else --model's)
     stamp: dict | None = field(default=None, repr=False)  # ``forensics.analysis.stamp.stamp_status`` of the file
     explore: Any = field(default=None, repr=False)  # its ``ExploreState`` (the report's explorer), when drawn
+    mismatch: Any = field(default=None, repr=False)  # the ModelMismatch that made it unreadable (--model ≠ its model)
     slots: list[SlotOutcome] = field(init=False, default_factory=list, repr=False)
     outcome: str = field(init=False, default="info")  # the file's one badge, everywhere the report shows the file
 
@@ -141,7 +143,14 @@ class FileReport:
         facts = {id(x) for x in self.facts}
         on_slots = [x for x in findings if x.severity is Severity.FAIL or id(x) not in facts]
         self.slots = [slot_outcome(fslots.get(ss.index), ss, on_slots, order) for ss in self.stats.slots]
-        self.outcome = worst_outcome([s.outcome for s in self.slots] + [x.severity.value for x in findings])
+        if fp is not None and fp.outcome == "identified":  # nothing claimed, every slot named by the reference
+            for s in self.slots:
+                if s.outcome == "info":
+                    s.outcome = "identified"
+        # the fingerprint's own outcome word first (it decides among pass / identified / info): the report never says
+        # less than, or otherwise than, `hsf fingerprint`
+        self.outcome = worst_outcome(([fp.outcome] if fp is not None else []) + [s.outcome for s in self.slots] +
+                                     [x.severity.value for x in findings if x.severity is not Severity.INFO])
 
     @property
     def facts(self) -> list[Finding]:
@@ -269,7 +278,7 @@ def explore_file(fr: FileReport) -> Any:
     except ForensicsError:
         return None
     for s in fr.slots[:len(st.verdicts)]:
-        st.verdicts[s.index] = None if s.outcome == "info" else s.outcome
+        st.verdicts[s.index] = None if s.outcome == "info" else s.outcome  # "identified": exact, no claim
     st.file_verdict = fr.outcome
     return st
 
@@ -508,7 +517,8 @@ def _analyse_sample(cap: Any, layers: Any, model: Any, errors: list[ReportError]
     try:
         fp = fingerprint(cap, layers=layers, model=model, stamp_check=stamp_check)
     except (FileChangedSize, ModelMismatch) as e:  # the file went away under us, or cannot be from --model (a
-        return FileReport(path=path, error=error_text(e))  # size that differs): unreadable, not a failing section
+        return FileReport(path=path, error=error_text(e),  # size that differs): unreadable, not a failing section
+                          mismatch=e if isinstance(e, ModelMismatch) else None)
     except ForensicsError as e:  # a failing section is listed in the report, not fatal (the message names the file)
         errors.append(ReportError("fingerprint", error_text(e)))
     try:
@@ -587,6 +597,10 @@ def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,
         got, more = _analyse(f, layers, model, errors, stamp_check, room, input_ids)
         skipped += more
         files += got
+    if files and all(f.mismatch is not None for f in files):
+        # --model is not the model of any input: a wrong argument, one error line (exit 2) as `hsf fingerprint`
+        # says it, not a report whose every file is unreadable
+        raise files[0].mismatch
     root = os.path.commonpath([os.path.dirname(os.path.abspath(p)) for p in paths]) if paths else os.getcwd()
     for fr in files:
         fr.rel = os.path.relpath(os.path.abspath(fr.path), root)

@@ -188,8 +188,10 @@ def brief(stamp: dict | None) -> dict | None:
             "file": stamp.get("file"), "version": stamp.get("version", 1)}
 
 
-def _slot_rs(cap, layers, convention: str | None, layer_ids, num_layers: int | None) -> tuple[list[Any], list[str]]:
-    """r per slot: ``layers`` given, else ids read in ``convention``, else what the data declares."""
+def _slot_rs(cap, layers, numbering: cv.System | None, layer_ids, num_layers: int | None
+             ) -> tuple[list[Any], list[str]]:
+    """r per slot: ``layers`` given, else ids read in ``numbering`` (the convention's system), else what the data
+    declares."""
     notes: list[str] = []
     n = len(cap.slots)
     if layers is not None:
@@ -197,10 +199,10 @@ def _slot_rs(cap, layers, convention: str | None, layer_ids, num_layers: int | N
         if len(rs) != n:
             raise ForensicsError(f"--layers gives {len(rs)} values but the file has {n} slots", path=cap.path)
         return rs, notes
-    if layer_ids is not None and convention is not None:
+    if layer_ids is not None and numbering is not None:
         if num_layers is None:
             raise ForensicsError("--layer-ids needs --num-layers (or a capture.json that records it)")
-        rs = cv.system(convention).to_r([int(i) for i in layer_ids], num_layers)
+        rs = numbering.to_r([int(i) for i in layer_ids], num_layers)
         if len(rs) != n:
             raise ForensicsError(f"{len(rs)} layer ids for {n} slots", path=cap.path)
         return rs, notes
@@ -228,8 +230,11 @@ def stamp(dataset: str | os.PathLike, layers: str | list | None = None, conventi
     out: list[FileStamp] = []
     pending: dict[str, dict[str, dict]] = {}  # stamps.jsonl folder -> {rel: stamp}
     pending_files: dict[str, list[FileStamp]] = {}
-    opts = {"layers": layers, "convention": convention, "layer_ids": layer_ids, "producer": producer,
-            "model": model, "num_layers": num_layers}
+    # the convention is a label the stamp records, read as a system's numbering only where it places layer_ids
+    numbering = cv.system(convention) if layers is None and convention is not None and layer_ids is not None \
+        else None
+    opts = {"layers": layers, "convention": convention, "numbering": numbering, "layer_ids": layer_ids,
+            "producer": producer, "model": model, "num_layers": num_layers}
     for path in files:
         if split_record(path)[1] is not None:  # FILE#i: a stamp covers a file's every sample, written at once
             out.append(FileStamp(path, "", [], [], error=f"one sample cannot be stamped alone: stamp the whole file "
@@ -264,7 +269,7 @@ def _record(path: str, rel: str, opts: dict) -> tuple[dict, list, list[str]]:
     cap = caps[0]
     meta = cap.meta or {}
     L = opts["num_layers"] or cap.num_layers
-    rs, notes = _slot_rs(cap, opts["layers"], opts["convention"], opts["layer_ids"], L)
+    rs, notes = _slot_rs(cap, opts["layers"], opts["numbering"], opts["layer_ids"], L)
     slots = []
     embed = None
     for s, r in zip(cap.slots, rs, strict=True):

@@ -114,19 +114,27 @@ def _venv_bytecode() -> None:
             os.environ["PYTHONPYCACHEPREFIX"] = cache  # the scan's worker processes read it too
 
 
-def _check_engine_version(args) -> None:
-    """``--engine-version`` in every command that takes it: known for its ``--engine``, before any work (an unknown
-    one was taken as if known, and one without ``--engine`` was ignored)."""
+def _resolve_names(args) -> None:
+    """``--engine`` and ``--trainer`` resolved once, here, for every command: ``args.engine_system`` and
+    ``args.trainer_system`` (a ``forensics.models.conventions.System``, or None) are what a command passes on
+    (``args.engine``/``args.trainer`` stay the words the user typed). ``--engine-version`` is checked against its
+    ``--engine`` before any work (an unknown one was taken as if known, and one without ``--engine`` ignored)."""
+    given = {opt: getattr(args, opt, None) for opt in ("engine", "trainer")}
+    if any(v is not None for v in given.values()):
+        from forensics.models.conventions import system
+
+        for opt, name in given.items():
+            setattr(args, f"{opt}_system", None if name is None else system(name))
+    else:
+        args.engine_system = args.trainer_system = None
     version = getattr(args, "engine_version", None)
     if version is None:
         return
-    from forensics.errors import ForensicsError
+    if args.engine_system is None:
+        from forensics.errors import ForensicsError
 
-    if getattr(args, "engine", None) is None:
         raise ForensicsError("--engine-version needs --engine (sglang or vllm)")
-    from forensics.models.conventions import system
-
-    system(args.engine).version(version)
+    args.engine_system.version(version)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -157,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
 
     install(f"hsf {command}")  # a mapped file truncated under us: one line, exit 2, never a SIGBUS death
     try:
-        _check_engine_version(args)
+        _resolve_names(args)
         with warnings.catch_warnings():
             # library warnings (torch's pickle-protocol note, matplotlib layout, numpy all-NaN slices) are not
             # the user's business; what matters reaches them as findings or one-line errors

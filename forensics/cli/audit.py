@@ -67,18 +67,17 @@ def _preflight(args, engine, trainer) -> bool:
 def run(args) -> int:
     from forensics.analysis.audit.core import audit
     from forensics.layers import parse_id_list, parse_layer_list, r_label
-    from forensics.models.conventions import arch_family, system
+    from forensics.models.conventions import arch_family
 
     data = args.data
     if args.trained_layout:  # the one layer-list parser: a typo is one line, exit 2
         data = [r_label(r) for r in parse_layer_list(args.trained_layout, "--trained-layout") or []]
     target_layer_ids = parse_id_list(args.target_layer_ids, "--target-layer-ids")
-    engine = system(args.engine) if args.engine else None  # names resolved once, here
-    trainer = system(args.trainer) if args.trainer else None
+    engine, trainer = args.engine_system, args.trainer_system  # resolved once, for every command (forensics.cli)
     if _preflight(args, engine, trainer):
         from forensics.analysis.audit.doctor import preflight
         res = preflight(draft=args.draft, engine=engine, engine_version=args.engine_version,
-                        trained_layout=data, trainer=args.trainer,
+                        trained_layout=data, trainer=trainer,
                         target_layer_ids=target_layer_ids,
                         include_last_layer=args.include_last_layer or None, target_config=args.target_config,
                         num_layers=args.num_layers, hidden_size=args.hidden_size,
@@ -90,7 +89,7 @@ def run(args) -> int:
         return res.exit_code()
     with args.console.status("fingerprinting the training data and reading the draft's config"):
         res = audit(data=data, draft=args.draft, engine=engine, engine_version=args.engine_version,
-                    trainer=args.trainer, target_config=args.target_config, served=args.served,
+                    trainer=trainer, target_config=args.target_config, served=args.served,
                     num_layers=args.num_layers, hidden_size=args.hidden_size,
                     arch=arch_family([args.target_arch]) if args.target_arch else None,
                     use_fingerprint=not args.no_fingerprint, model=target_of(args), stamp_check=args.stamp_check)

@@ -62,10 +62,8 @@ def _claims(args, capture):
                              path=args.draft)
     info = read_draft(args.draft, read_vocab_maps=False)
     if args.trainer:
-        return draft_claims(info, args.trainer, L, capture)
-    from forensics.models import conventions as cv
-
-    ec = cv.system(args.engine).capture(info.config, L, args.engine_version)
+        return draft_claims(info, args.trainer_system, L, capture)
+    ec = args.engine_system.capture(info.config, L, args.engine_version)
     detail = (f"draft config `{ec.key}` = {ec.ids} as {args.engine} {ec.version} captures it"
               if ec.ids is not None else f"no ids under `{ec.key}`: {args.engine} {ec.version}'s default")
     served = Claims([Claim(r, ClaimSource.DRAFT, detail) for r in ec.r], ClaimSource.DRAFT, detail)

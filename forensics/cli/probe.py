@@ -49,7 +49,7 @@ def run(args) -> int:
         res = probe(args.draft, args.data, candidates=args.candidates, model=target_of(args),
                     topk=TOPK if args.topk is None else args.topk, max_samples=args.samples,
                     use_loss_mask=args.loss_mask, progress=lambda done, total: step(done=done, total=total),
-                    steps=STEPS if args.steps is None else args.steps, engine=args.engine,
+                    steps=STEPS if args.steps is None else args.steps, engine=args.engine_system,
                     engine_version=args.engine_version,
                     draft_cost=DRAFT_COST if args.draft_cost is None else args.draft_cost,
                     stamp_check=args.stamp_check)

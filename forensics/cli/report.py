@@ -45,14 +45,9 @@ def check_arguments(args) -> None:
     from forensics.errors import ForensicsError
     from forensics.io.output import check_output
     from forensics.layers import parse_layer_list
-    from forensics.models import conventions as cv
 
     check_output(args.output, args.paths)  # before the (slow) report: never over an input or a directory
-    parse_layer_list(args.layers, "--layers")
-    if args.engine_version is not None:
-        if args.engine is None:
-            raise ForensicsError("--engine-version needs --engine (sglang or vllm)")
-        cv.system(args.engine).version(args.engine_version)
+    parse_layer_list(args.layers, "--layers")  # (--engine and --engine-version: checked by forensics.cli)
     for opt in ("draft", "served", "target_config", "model"):
         path = getattr(args, opt)
         if path is not None and not (opt == "model" and path == "default") and not os.path.exists(path):
@@ -100,8 +95,8 @@ def run(args) -> int:
         n = doc["files"]
         con.text(f"  {n} file{'' if n == 1 else 's'}" + (f" ({doc['unreadable']} unreadable)" if doc["unreadable"]
                                                          else "") +
-                 "; slots: " + ", ".join(f"{c[k]} {k}" for k in ("fail", "cannot tell", "warn", "pass", "info")
-                                         if k in c) + (f"; audit: {doc['audit']}" if doc["audit"] else ""))
+                 "; slots: " + ", ".join(f"{c[k]} {k}" for k in ("fail", "cannot tell", "warn", "pass", "identified",
+                                                                 "info") if k in c and (c[k] or k != "identified")) + (f"; audit: {doc['audit']}" if doc["audit"] else ""))
         con.text(f"report written: {args.output} ({size / 1e6:.2f} MB)")  # the path as the user gave it
     for e in res.errors:  # what could not be done is said here too, not only at the bottom of the HTML
         con.error(f"{e.where}: {e.message}")

@@ -64,15 +64,12 @@ def tolerance(fp: Fingerprint) -> str:
 
 def identified(fp: Fingerprint) -> list[str] | None:
     """Every slot's label when nothing is claimed, nothing fails and exact mode named every slot, else None."""
-    if fp.verdict is not None or not fp.exact or not fp.exact.ran:
-        return None
-    rs = [sf.r_exact for sf in fp.slots]
-    return None if any(r is None for r in rs) else [r_label(r) for r in rs]
+    return fp.identified
 
 
 def verdict_word(fp: Fingerprint) -> str:
-    """The headline's first word: ``IDENTIFIED`` when exact mode named every unclaimed slot, else the verdict's."""
-    return "IDENTIFIED" if identified(fp) is not None else headline_word(fp.verdict)
+    """The headline's first word: the file's outcome (``Fingerprint.outcome``, the word every view writes)."""
+    return headline_word(fp.outcome)
 
 
 # the headline words worst first (the one ranking, forensics.findings.OUTCOME_RANK, plus the two words of an
@@ -96,12 +93,18 @@ def headline(fp: Fingerprint) -> str:
     """The worst verdict first, then why: the first failing finding, the undecided claims, or that all hold;
     ``IDENTIFIED [embed, L3, L16, L28] (exact)`` when nothing is claimed and exact mode named every slot."""
     v = fp.verdict
+    word = fp.outcome
     names = identified(fp)
-    if names is not None:
+    if names is not None and word == "identified":
         return f"IDENTIFIED [{', '.join(names)}] (exact: every slot matched the reference forward {tolerance(fp)})"
     fails = [f for f in sort_findings(fp.findings) if f.severity.value == "fail"]
+    warns = [f for f in sort_findings(fp.findings) if f.severity.value == "warn"]
     if fails:
         why = f"{fails[0].kind}: {fails[0].message}"
+    elif word == "warn":  # a warn finding, nothing failing or undecided: what to look at, then what holds
+        why = f"{warns[0].kind}: {warns[0].message}" + (
+            "; every claimed slot is what it is claimed to be" if v is Verdict.PASS else
+            f"; the reference forward named every slot [{', '.join(names)}]" if names is not None else "")
     elif v is Verdict.CANNOT_TELL:
         open_ = [sf for sf in fp.slots if sf.verdict is Verdict.CANNOT_TELL]
         settle = next((sf.settle for sf in open_ if sf.settle), None)
@@ -115,7 +118,7 @@ def headline(fp: Fingerprint) -> str:
     else:
         why = "nothing is claimed about these slots: roles and depth order only"
     src = f" — claims from {fp.claims.source.value}: {fp.claims.detail}" if fp.claims is not None else ""
-    return f"{headline_word(v)}: {why}{src}"
+    return f"{headline_word(word)}: {why}{src}"
 
 
 SLOT_HEADERS = ["#", "slot", "role", "conf", "rank", "r≈", "label", "r exact", "claimed", "verdict", "decided by"]
@@ -190,7 +193,7 @@ def html(fp: Fingerprint) -> str:
                      r_label(declared) if declared is not None else "—",
                      f"{sf.claim.label} ({sf.claim.source.value})" if sf.claim else "—",
                      badge(sf.verdict) if sf.verdict is not None else "—", sf.verdict_why or sf.decided_by])
-    out = [f"<div class='hsf-headline'>{badge(fp.verdict or 'info')} <b>{esc(headline(fp))}</b></div>",
+    out = [f"<div class='hsf-headline'>{badge(fp.outcome)} <b>{esc(headline(fp))}</b></div>",
            f"<div class='hsf-caption'><b>{esc(_head(fp))}</b></div>",
            f"<div>depth order (shallow → deep): {esc(' → '.join(str(i) for i in fp.depth_order))} "
            f"(order confidence {fp.order_confidence:.2f})</div>",

@@ -9,7 +9,7 @@ import textwrap
 from collections.abc import Iterable
 from typing import Any
 
-VERDICT_COLORS = {"pass": "#1b7837", "warn": "#b35806", "fail": "#b2182b", "info": "#4d4d4d",
+VERDICT_COLORS = {"pass": "#1b7837", "identified": "#2166ac", "warn": "#b35806", "fail": "#b2182b", "info": "#4d4d4d",
                   "cannot tell": "#7b3294"}
 
 
@@ -85,8 +85,10 @@ class Shown(str):
 
 
 def headline_word(verdict: Any) -> str:
-    """The first word of every view's headline: ``FAIL``, ``CANNOT TELL``, ``PASS`` or ``NO CLAIM``."""
-    return "NO CLAIM" if verdict is None else str(getattr(verdict, "value", verdict)).upper()
+    """The first word of every view's headline: ``FAIL``, ``CANNOT TELL``, ``WARN``, ``PASS``, ``IDENTIFIED`` or
+    ``NO CLAIM`` (a verdict, or an outcome word of ``forensics.findings.OUTCOME_RANK``: ``info`` reads NO CLAIM)."""
+    word = None if verdict is None else str(getattr(verdict, "value", verdict))
+    return "NO CLAIM" if word in (None, "info") else word.upper()
 
 
 def num(x: Any) -> str:

@@ -60,7 +60,7 @@ def verdict_html(fingerprint: Any) -> str:
     findings = sort_findings(fingerprint.findings)
 
     # the worst verdict first, as in every view
-    lines = [f"<div class='hsf-headline'>{badge(fingerprint.verdict or 'info')} <b>{esc(headline(fingerprint))}</b>"
+    lines = [f"<div class='hsf-headline'>{badge(fingerprint.outcome)} <b>{esc(headline(fingerprint))}</b>"
              "</div>"]
     verdicts = [f"{i}: {sf.claim.label} {sf.verdict.value}" for i, sf in enumerate(fingerprint.slots)
                 if sf.verdict is not None and sf.claim is not None]

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from forensics.analysis.audit.parts import AuditContext, AuditSlice, Fix, ServedSide, TrainedSide
 from forensics.analysis.audit.served import compare_served
@@ -256,15 +256,17 @@ def _id_list_findings(ec, engine: cv.System, L: int, trained_fc: list | None) ->
 # ---- verdict ---------------------------------------------------------------------------------------------
 
 
-def audit(data: Any = None, draft: Any = None, engine: str | cv.System | None = None,  # noqa: C901
+@cv.resolve_names("engine", "trainer")
+def audit(data: Any = None, draft: Any = None, engine: cv.SystemName | None = None,  # noqa: C901
           engine_version: str | None = None,
-          trainer: str | None = None, target_config: Any = None, served: Any = None,
+          trainer: cv.SystemName | None = None, target_config: Any = None, served: Any = None,
           num_layers: int | None = None, hidden_size: int | None = None, arch: str | None = None,
           use_fingerprint: bool = True, model: Any = None, stamp_check: bool = True) -> AuditResult:
     """Audit one draft's wiring. ``data``: capture file/folder, a ``Capture``, or a declared layout such as
     ``["embed", "L3", "L31", "L59"]``; ``draft``: checkpoint folder or config.json; ``served``: a capture
-    of what the engine actually fed the draft (config-free check)."""
-    eng = cv.system(engine) if engine else None  # the engine's name resolved once, here
+    of what the engine actually fed the draft (config-free check); ``engine``, ``trainer``: any name or alias, or
+    a ``System``."""
+    eng, tsys = cast("cv.System | None", engine), cast("cv.System | None", trainer)  # resolved on entry
     if eng is not None and not eng.is_engine:
         raise ForensicsError(f"engine must be one of {cv.ENGINES}, found {eng.name!r}")
     facts = target_facts(target_config)
@@ -278,7 +280,7 @@ def audit(data: Any = None, draft: Any = None, engine: str | cv.System | None = 
         L = first_capture(data).num_layers
     if L is None and model is not None:  # --model is the target: its layer count is evidence the user gave
         L = _model_layers(model)
-    trained, tf, cap = training_side(data, trainer, info, L, use_fingerprint, model, served is not None,
+    trained, tf, cap = training_side(data, tsys, info, L, use_fingerprint, model, served is not None,
                                      stamp_check)
     findings += tf
     deep = [r for r in [*(trained.fc_r or []), trained.target_r] if isinstance(r, int) and L and r > L]
@@ -297,8 +299,8 @@ def audit(data: Any = None, draft: Any = None, engine: str | cv.System | None = 
                                 {"data_hidden_size": cap.hidden_size, "target_hidden_size": H}))
     context = AuditContext(engine=eng.name if eng else None,
                            engine_version=eng.version(engine_version) if eng else None,
-                           trainer=trained.trainer or trainer, num_layers=L, hidden_size=H, arch=arch,
-                           draft=info.to_dict() if info else None, target=facts)
+                           trainer=trained.trainer or (tsys.given if tsys else None), num_layers=L, hidden_size=H,
+                           arch=arch, draft=info.to_dict() if info else None, target=facts)
     served_side = ServedSide()
     if info is not None and eng is not None and L is not None:
         served_side, sf = serving_side(info, eng, engine_version, L, H, arch, trained.fc_r)

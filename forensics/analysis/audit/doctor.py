@@ -26,7 +26,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from forensics.analysis.audit.core import AuditResult, audit, target_facts
 from forensics.analysis.audit.parts import AuditContext, Fix, ServedSide, TrainedSide
@@ -90,11 +90,10 @@ def id_findings(system: cv.System, family: str, ids: list[int] | None, L: int, w
     return out
 
 
-def trainer_fc_r(trainer: str | cv.System, family: str, ids: list[int] | None, L: int, include_last_layer: bool | None
+def trainer_fc_r(tsys: cv.System, family: str, ids: list[int] | None, L: int, include_last_layer: bool | None
                  ) -> tuple[list | None, list[Finding]]:
     """The r the fc was trained on, from the trainer's invocation, with its silent-default findings."""
-    tsys = cv.system(trainer)  # a public verb: a name is resolved here, once
-    system = tsys.name
+    system, trainer = tsys.name, tsys.given  # (messages echo the name as the user wrote it)
     found: list[Finding] = []
     if ids is None:
         default = tsys.to_r(None, L, family=family)
@@ -151,15 +150,18 @@ def config_findings(info, engine: cv.System, family: str, L: int, version: str |
     return out
 
 
-def preflight(draft: Any, engine: str | cv.System, engine_version: str | None = None,
+@cv.resolve_names("engine", "trainer")
+def preflight(draft: Any, engine: cv.SystemName, engine_version: str | None = None,
               trained_layout: list | None = None,
-              trainer: str | None = None, target_layer_ids: list[int] | None = None,
+              trainer: cv.SystemName | None = None, target_layer_ids: list[int] | None = None,
               include_last_layer: bool | None = None, target_config: Any = None, num_layers: int | None = None,
               hidden_size: int | None = None, arch: str | None = None, family: str | None = None) -> AuditResult:
-    """The data-free audit: draft config + engine (+ version) + what the trainer was given."""
-    eng = cv.system(engine)  # the names resolved once, here
-    engine = eng.name
-    tsys = cv.system(trainer) if trainer is not None else None
+    """The data-free audit: draft config + engine (+ version) + what the trainer was given; ``engine``,
+    ``trainer``: any name or alias, or a ``System``."""
+    eng, tsys = cast("cv.System | None", engine), cast("cv.System | None", trainer)  # resolved on entry
+    if eng is None:
+        raise ForensicsError(f"engine must be one of {cv.ENGINES}, found None")
+    engine, tname = eng.name, tsys.given if tsys is not None else None  # (tname: as the user wrote it)
     info = read_draft(draft)
     facts = target_facts(target_config)
     L = num_layers or facts.get("num_layers")
@@ -169,21 +171,21 @@ def preflight(draft: Any, engine: str | cv.System, engine_version: str | None = 
     fam = cv.canonical_family(family or info.family)
     findings: list[Finding] = []
     trained_fc = None
-    if trainer is not None:
-        trained_fc, tf = trainer_fc_r(trainer, fam, target_layer_ids, L, include_last_layer)
+    if tsys is not None:
+        trained_fc, tf = trainer_fc_r(tsys, fam, target_layer_ids, L, include_last_layer)
         findings += tf
         cfg_ids = _config_ids_for(info, tsys, fam)
         if target_layer_ids is not None and cfg_ids is not None and list(cfg_ids) != list(target_layer_ids):
-            findings.append(_f(FindingKind.TRAINER_IDS_VS_CONFIG, Severity.WARN, f"{trainer} was invoked with ids "
+            findings.append(_f(FindingKind.TRAINER_IDS_VS_CONFIG, Severity.WARN, f"{tname} was invoked with ids "
                                f"{list(target_layer_ids)} but the draft config records {list(cfg_ids)}",
                                trainer_ids=list(target_layer_ids), config_ids=list(cfg_ids)))
     findings += config_findings(info, eng, fam, L, engine_version, arch)
     if trained_layout is not None:
-        data, view = list(trained_layout), trainer if tsys is not None and tsys.data_format is not None else None
+        data, view = list(trained_layout), tsys if tsys is not None and tsys.data_format is not None else None
         if view is None:  # a trainer without a known data layout: the layout lists the fc inputs only
-            data, view = data + [r_label(L)], "speculators"
+            data, view = data + [r_label(L)], cv.SPECULATORS
     elif trained_fc is not None:
-        data, view = [r_label(r) if isinstance(r, int) else r for r in trained_fc] + [r_label(L)], "speculators"
+        data, view = [r_label(r) if isinstance(r, int) else r for r in trained_fc] + [r_label(L)], cv.SPECULATORS
     else:
         data, view = None, None
     try:
@@ -198,7 +200,7 @@ def preflight(draft: Any, engine: str | cv.System, engine_version: str | None = 
                            trained=TrainedSide(fc_r=trained_fc, source="trainer invocation"),
                            served=ServedSide(),
                            context=AuditContext(engine=engine, engine_version=engine_version, family=fam,
-                                                num_layers=L, trainer=trainer, hidden_size=hidden_size,
+                                                num_layers=L, trainer=tname, hidden_size=hidden_size,
                                                 arch=arch or "generic", basis="no_rule"))
     fc = res.trained.fc_r
     if trained_layout is not None and trained_fc is not None and fc is not None and list(fc) != list(trained_fc):
@@ -208,11 +210,11 @@ def preflight(draft: Any, engine: str | cv.System, engine_version: str | None = 
     dup_ids = [f.evidence.get("ids") for f in res.findings if f.kind is FindingKind.DUPLICATE]
     findings = [f for f in findings if not (f.kind is FindingKind.IDS_DUPLICATE and f.evidence.get("ids") in dup_ids)]
     res.findings[:0] = findings  # (the audit's `duplicate` already says what a repeated config id does)
-    if data is not None and (trained_layout is None or view != trainer):  # the appended L was ours, not the user's
+    if data is not None and (trained_layout is None or view != tsys):  # the appended L was ours, not the user's
         res.findings = [f for f in res.findings if f.kind not in ("target_not_final", "target_postnorm")]
-        res.trained.target_r, res.trained.trainer = None, trainer
+        res.trained.target_r, res.trained.trainer = None, tname
         res.trained.source = "trainer invocation" if trained_layout is None else "trained layout (fc inputs)"
-        res.context.trainer = trainer
+        res.context.trainer = tname
     served = res.served.r
     if res.wiring == "cannot-tell" and fc and served is not None and len(served) != len(fc) and \
             all(isinstance(r, int) for r in fc):  # every trained slice is known: a count difference is certain

@@ -17,7 +17,7 @@ from forensics.analysis.fingerprint.verdicts import is_postnorm
 from forensics.errors import ForensicsError
 from forensics.findings import Finding, FindingKind, Severity, Verdict
 from forensics.io.capture import Capture
-from forensics.io.formats import iter_files, load, trainer_of
+from forensics.io.formats import iter_files, load
 from forensics.layers import FINAL_POST, parse_layer_list, parse_r, r_label
 from forensics.models import conventions as cv
 
@@ -114,7 +114,7 @@ def slot_rs(cap: Capture, use_fingerprint: bool = True, model: Any = None, stamp
     return rs, src, findings, status
 
 
-def training_side(data: Any, trainer: str | None, draft_info, L: int | None, use_fingerprint: bool,
+def training_side(data: Any, trainer: cv.System | None, draft_info, L: int | None, use_fingerprint: bool,
                   model: Any, served_given: bool = False, stamp_check: bool = True
                   ) -> tuple[TrainedSide, list[Finding], Capture | None]:
     """What the draft's fc consumed (r per slice, in stored order) and what its target was; the training capture
@@ -128,7 +128,7 @@ def training_side(data: Any, trainer: str | None, draft_info, L: int | None, use
         fc = _ids_as_trained(trainer, draft_info, L) if L is not None else None
         if fc is None:
             return TrainedSide(), findings, None
-        return TrainedSide(fc_r=fc, source=f"draft config ids read in {trainer}'s numbering",
+        return TrainedSide(fc_r=fc, source=f"draft config ids read in {trainer.given}'s numbering",
                            slot_source=["draft config"] * len(fc), fc_status=["config"] * len(fc),
                            basis="config"), findings, None
     if isinstance(data, (list, tuple)) and all(isinstance(x, (int, str)) for x in data):
@@ -142,21 +142,21 @@ def training_side(data: Any, trainer: str | None, draft_info, L: int | None, use
         roles = [f["role"] for f in (fingerprint_slots(cap, model, stamp_check)[0] or [])] if use_fingerprint \
             else []
         source = f"{cap.format} capture {cap.path}"
-        native = trainer_of(cap.format)
-        if trainer and native and cv.system(trainer) != cv.system(native):
+        native = cv.of_format(cap.format)
+        if trainer and native and trainer != native:
             findings.append(Finding(FindingKind.TRAINER_VS_FORMAT, Severity.WARN, [],
-                                    f"--trainer {trainer} but the data is in "
-                                    f"{cap.format} format, which {native} reads; check which trainer consumed it",
-                                    {"trainer": trainer, "format": cap.format}))
+                                    f"--trainer {trainer.given} but the data is in {cap.format} format, which "
+                                    f"{native.data_format} reads; check which trainer consumed it",
+                                    {"trainer": trainer.given, "format": cap.format}))
         trainer = trainer or native
     if trainer is None:
         raise ForensicsError("the trainer is needed to know which slots fed the fc: pass --trainer "
                              f"({', '.join(cv.TRAINERS)})")
-    view = cv.system(trainer).trainer_view(len(rs))
+    view = trainer.trainer_view(len(rs))
     fc = [rs[i] for i in view.fc_slots]
     open_ = [k for k, i in enumerate(view.fc_slots) if status[i] not in KNOWN]
     if open_ and cap is not None and use_fingerprint:
-        guess = _ids_as_trained(view.trainer, draft_info, L) if draft_info is not None and L is not None else None
+        guess = _ids_as_trained(trainer, draft_info, L) if draft_info is not None and L is not None else None
         findings.append(Finding(FindingKind.UNKNOWN_SLICES, Severity.INFO, [view.fc_slots[k] for k in open_],
                                 f"the data alone cannot name the r of fc slice(s) {open_} "
                                 + (f"(the draft config says {[r_label(r) for r in guess]} under {view.trainer}'s "
@@ -169,7 +169,7 @@ def training_side(data: Any, trainer: str | None, draft_info, L: int | None, use
                                    "compare a served capture on the same prompts (--served)"),
                                 {"slices": open_, "config_r": guess}))
     if any(r is None for r in fc) and draft_info is not None and L is not None and not use_fingerprint:
-        assumed = _ids_as_trained(view.trainer, draft_info, L)
+        assumed = _ids_as_trained(trainer, draft_info, L)
         if assumed is not None and len(assumed) == len(fc):
             findings.append(Finding(FindingKind.ASSUMED_FROM_CONFIG, Severity.WARN, [],
                                     f"the data declares no layers for fc slot(s) "
@@ -222,7 +222,7 @@ def _repeated(rs: list) -> list:
     return out
 
 
-def _ids_as_trained(trainer: str, info, L: int) -> list | None:
+def _ids_as_trained(trainer: cv.System, info, L: int) -> list | None:
     """The r a draft config's ids mean to the trainer that wrote them (``forensics.analysis.claims.draft_ids_r``,
     the one reader every command uses); None when the config has none or the trainer would refuse them."""
     try:

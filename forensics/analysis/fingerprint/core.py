@@ -58,7 +58,7 @@ from forensics.analysis.fingerprint.rules import (
 )
 from forensics.analysis.fingerprint.verdicts import judge
 from forensics.analysis.loss_mask import capture_loss_mask_findings
-from forensics.analysis.rows import check_rows
+from forensics.analysis.rows import RowHashTaps, check_rows
 from forensics.analysis.stamp import StampReader, stamp_claims
 from forensics.analysis.stats import CaptureStats, summarize
 from forensics.display import render
@@ -68,7 +68,7 @@ from forensics.io import limits, validate
 from forensics.io.capture import Capture, Slot, constant_getter
 from forensics.io.formats import as_captures
 from forensics.jsonable import data_frame, json_safe
-from forensics.layers import FINAL_POST, R
+from forensics.layers import FINAL_POST, R, r_label
 from forensics.models.target import resolve_model
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -155,6 +155,29 @@ class Fingerprint:
         return worst_verdict(s.verdict for s in self.slots)
 
     @property
+    def identified(self) -> list[str] | None:
+        """Every slot's label when nothing is claimed, nothing fails and exact mode named every slot, else None."""
+        if self.verdict is not None or not self.exact or not self.exact.ran:
+            return None
+        rs = [sf.r_exact for sf in self.slots]
+        return None if any(r is None for r in rs) else [r_label(r) for r in rs]
+
+    @property
+    def outcome(self) -> str:
+        """The file's one outcome word, the same in every view (``forensics.findings.OUTCOME_RANK``): ``fail`` /
+        ``cannot tell`` (the verdict), ``warn`` (a warn finding and nothing worse), ``pass`` (every claim holds),
+        ``identified`` (nothing claimed, every slot named by the reference forward), else ``info`` (no claim:
+        roles and depth order only)."""
+        v = self.verdict
+        if v is Verdict.FAIL or v is Verdict.CANNOT_TELL:
+            return v.value
+        if any(f.severity is Severity.WARN for f in self.findings):
+            return Severity.WARN.value
+        if v is Verdict.PASS:
+            return v.value
+        return "identified" if self.identified is not None else Severity.INFO.value
+
+    @property
     def labels(self) -> list[str | None]:
         return [s.label for s in self.slots]
 
@@ -171,7 +194,8 @@ class Fingerprint:
                  exact_stream=None if self.exact is None else self.exact.stream,
                  claims=None if self.claims is None else self.claims.to_dict(),
                  stamp=None if self.stamp is None else self.stamp.to_dict(),
-                 verdict=None if self.verdict is None else self.verdict.value)
+                 verdict=None if self.verdict is None else self.verdict.value,
+                 outcome=self.outcome, identified=self.identified)
         return d
 
     def to_dataframe(self) -> Any:
@@ -308,15 +332,18 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
     k = len(capture.slots)
     full = [s.tensor() for s in capture.slots]
     reader = StampReader(capture) if stamp_check else None  # the stamp, checked on this fingerprint's own pass
+    hash_taps = RowHashTaps(capture)  # the row checks' per-row hashes, gathered while the pass has each block
     reference = None
-    # what the file holds (NaN counts, norms of every row): shown and scanned; the stamp's checksums ride on it
-    st_all = summarize(capture, taps=reader.taps if reader is not None and reader.feeds else None)
+    # what the file holds (NaN counts, norms of every row): shown and scanned; the stamp's checksums and the row
+    # hashes ride on it
+    stamp_taps = reader.taps if reader is not None and reader.feeds else None
+    st_all = summarize(capture, taps=lambda i: [*(stamp_taps(i) if stamp_taps else ()), *hash_taps.taps(i)])
     stamp = reader.check(full) if reader is not None else None
     if model is not None:
         reference = reference_ladder(capture, model)
     # every row placed against the reference forward when there is a ladder (not streamed, ids given), else data only
     rows = check_rows(capture, full, reference=None if reference is None else reference[1],
-                      norms=[s.norms for s in st_all.slots])
+                      norms=[s.norms for s in st_all.slots], hashes=hash_taps.hashes())
 
     context = check_context(capture, full, st_all.slots, rows, net=None if reference is None else reference[0].net,
                             reference=None if reference is None else reference[1])
@@ -336,9 +363,10 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
         findings += stamp.findings
     drop = sorted({0} | {p for s in st.slots for p in s.sinks} | bad_rows)
     mask = sorted({d for s in st.slots for d in s.massive_dims})
-    sample = angular_distance_sample(tensors, drop, mask) if k > 1 else \
+    finite = not any(s.nan or s.inf for s in st.slots)  # no NaN/Inf anywhere: nothing for the sample to zero
+    sample = angular_distance_sample(tensors, drop, mask, finite=finite) if k > 1 else \
         DistanceSample(np.zeros((1, 1)), np.zeros((1, 1)), 0, 0)
-    sig = _signals(view, st, tensors, drop, mask)
+    sig = _signals(view, st, tensors, drop, mask, rows.hashes if view is capture else None)
 
     exact = None
     if model is not None:
@@ -357,6 +385,9 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
         order_ev = [Evidence("order", "r_exact of every slot", None, "exact (reference ladder)")]
         chain = [i for i in order if r_exact[i] not in (0, FINAL_POST)]
         order_conf = 1.0
+        # the reference forward named every slot: too few tokens weakens only the data-only signals, which decided
+        # nothing here, so it is no finding (it headlined batches whose every slot exact mode had decided)
+        findings = [f for f in findings if f.kind is not FindingKind.FEW_TOKENS]
     else:
         D, order, chain, order_ev, order_conf = _data_only_order(sample, sig)
     groups = identical_groups(tensors, D)
@@ -378,6 +409,12 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
                      massive_sinks=[i for i in range(k) if sig.massive[i]], rows=rows, stamp=stamp)
     find_duplicates(fp, tensors)
     fp.findings += judge(fp, claims)
+    if any(f.kind is FindingKind.NOT_RESIDUAL for f in fp.findings):
+        # the data-only sequence start reads token 0's massive activation as the residual stream carries it; a
+        # file whose capture path saved sub-layer outputs breaks that premise (a block's MLP writes the massive
+        # activation on delimiter rows too), so the more specific not_residual finding speaks for it alone
+        fp.findings = [f for f in fp.findings if not (f.kind is FindingKind.CONTEXT_LOST and
+                                                      f.evidence.get("by") == "sink")]
     share_identical_labels(fp, groups)
     capture.check_unchanged()  # nothing read from a file truncated or rewritten meanwhile reaches the verdict
     return fp
@@ -452,14 +489,16 @@ def good_rows_view(capture: Capture, tensors: list, rows: Any) -> Capture:
                    meta=capture.meta)
 
 
-def _signals(capture: Capture, st: CaptureStats, tensors: list, drop: list[int], mask: list[int]) -> _Signals:
+def _signals(capture: Capture, st: CaptureStats, tensors: list, drop: list[int], mask: list[int],
+             hashes: list | None = None) -> _Signals:
     """Per-slot data-only signals: the embedding (a table lookup, or a tiny norm) and the post-norm final
-    (B = RMSNorm(A) identity, the format's claim, or a tight sinkless slot whose norm collapsed)."""
+    (B = RMSNorm(A) identity, the format's claim, or a tight sinkless slot whose norm collapsed). ``hashes``: the
+    row checks' per-row hashes of these same tensors (they screen the duplicate-row test)."""
     k = len(tensors)
     ev: list[list[Evidence]] = [[] for _ in range(k)]
     ids = capture.input_ids.reshape(-1) if capture.input_ids is not None else None
     meds = [s.norm_excl_sinks.median for s in st.slots]
-    embed_score = embedding_signals(st.slots, tensors, ids, meds, ev)
+    embed_score = embedding_signals(st.slots, tensors, ids, meds, ev, hashes)
     post_score, prenorm_of, post_why = postnorm_signals(st.slots, tensors, embed_score, meds, drop, ev,
                                                         [s.claimed for s in capture.slots])
     is_post = [post_score[i] >= POSTNORM_DECIDED for i in range(k)]

@@ -199,8 +199,10 @@ def _shape_evidence(s: SlotStats) -> list[Evidence]:
 
 
 def embedding_signals(st_slots: Sequence[SlotStats], tensors: list, ids: Any, meds: list[float],
-                      ev: list[list[Evidence]]) -> list[float]:
-    """Per-slot embedding score from duplicate rows and context-free norms; appends the evidence lines."""
+                      ev: list[list[Evidence]], hashes: Sequence[np.ndarray] | None = None) -> list[float]:
+    """Per-slot embedding score from duplicate rows and context-free norms; appends the evidence lines.
+    ``hashes``: per-row hashes of ``tensors`` already computed (equal rows ⇒ equal hashes), screening the
+    duplicate-row test (:func:`~forensics.analysis.fingerprint.depth.duplicate_rows`)."""
     k = len(st_slots)
     embed_score = [0.0] * k
     for i, (s, h) in enumerate(zip(st_slots, tensors, strict=True)):
@@ -208,7 +210,8 @@ def embedding_signals(st_slots: Sequence[SlotStats], tensors: list, ids: Any, me
             ev[i].append(Evidence("dup_rows", None, None, "every row is the same vector (a constant slot): no "
                                   "lookup evidence"))
             continue
-        dup = duplicate_rows(h, ids)
+        hs = hashes[i] if hashes is not None and len(hashes[i]) == int(h.shape[0]) else None
+        dup = duplicate_rows(h, ids, hs, s.norms)
         others = [meds[j] for j in range(k) if j != i and math.isfinite(meds[j])]
         ratio = meds[i] / min(others) if others and min(others) > 0 else float("nan")
         embed_score[i] = _lookup_score(dup, ev[i])

@@ -14,7 +14,9 @@ post-norm role for ``final_post``; the normalised pre-image for r = L), FAIL whe
 it, and CANNOT TELL otherwise, with what would settle it. A slot never gets a label its evidence
 contradicts. A shift of the whole list — an embedding where the claim starts at an early layer, or the
 reverse — is the ``shifted`` finding (the seed's bug: Kimi-K2.5 data ``[embed, L3, L31, L59]`` whose
-drafts were served ``[L3, L31, L59]``).
+drafts were served ``[L3, L31, L59]``). When the reference forward shows every slot exactly one block from its
+claimed layer, all the same way, the claimed ids are counted off by one instead (``[embed, L3, L16, L28]`` claimed
+as ids 1,4,17,29): the ``ids_off_by_one`` finding, whose corrected list is the exact one.
 """
 
 from __future__ import annotations
@@ -380,13 +382,13 @@ def _shift(fp: Fingerprint, cl: list[Claim | None]) -> Finding | None:
         story = ("the claimed list starts with the embedding output but no slot is one: the data starts at a layer, "
                  "so every slot is the layer claimed for the slot after it (the reverse of the "
                  "Kimi-K2.5 EAGLE-3 incident, where [embed, L3, L31, L59] was served as [L3, L31, L59])")
-    step, shape = (-1 if direction == "forward" else 1), "shifted by one slot"
+    step, shape, kind = (-1 if direction == "forward" else 1), "shifted by one slot", FindingKind.SHIFTED
     pairs = [(e, r) for i, (e, r) in enumerate(zip(exact, rs, strict=True))
              if i not in post and isinstance(r, int) and isinstance(e, int)]
     if known and pairs and all(e == r + step for e, r in pairs):
         # the reference forward decided between the two readings: every slot is its claimed r one off (ids counted
         # from the other end), not each slot the layer claimed for its neighbour
-        shape = "off by one"
+        shape, kind = "off by one", FindingKind.IDS_OFF_BY_ONE
         story = ("every slot is exactly one block " + ("below" if step < 0 else "above")
                  + " its claimed r: the ids are "
                  + ("counted from 1 where the data counts the embedding as 0" if step < 0 else
@@ -411,7 +413,7 @@ def _shift(fp: Fingerprint, cl: list[Claim | None]) -> Finding | None:
                        {"claimed": rs, "corrected": None, "readings": {"slots shifted": corrected,
                                                                        "ids off by one": alt},
                         "direction": direction, "exact": known})
-    return Finding(FindingKind.SHIFTED, Severity.FAIL, list(range(k)),
+    return Finding(kind, Severity.FAIL, list(range(k)),
                    f"claimed {_labels(rs)} ({src.source.value}: {src.detail}) is {shape}: {story}. "
                    f"Corrected list: {_labels(corrected)} ({how})",
                    {"claimed": rs, "corrected": corrected, "direction": direction, "exact": known})

@@ -23,8 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from forensics.analysis.context import check_context
 from forensics.analysis.loss_mask import capture_loss_mask_findings
-from forensics.analysis.rows import ROW_KINDS, check_rows
+from forensics.analysis.rows import ROW_KINDS, RowHashTaps, check_rows
 from forensics.analysis.scan.sinks import read_parquet_rows
 from forensics.analysis.scan.sketch import LogHistogram, Moments
 from forensics.analysis.stamp import StampReader
@@ -221,7 +222,8 @@ def _fill_capture(row: dict, cap: Any, use_fingerprint: bool, layers: Any = None
     if fp is None and stamp_check:  # the stamp's checksums ride on the statistics' norm pass
 
         reader = StampReader(cap)
-    st = fp.stats if fp is not None else summarize(cap, taps=reader.taps if reader and reader.feeds else None)
+    hash_taps = RowHashTaps(cap) if fp is None and row_checks else None  # the row checks' hashes ride on it too
+    st = fp.stats if fp is not None else summarize(cap, taps=_taps(reader, hash_taps))
     row.update(format=cap.format, num_tokens=cap.num_tokens, hidden=cap.hidden_size, num_slots=len(st.slots),
                basis="fingerprint" if fp is not None else "stats")
     fps = {s.index: s for s in fp.slots} if fp is not None else {}
@@ -252,7 +254,7 @@ def _fill_capture(row: dict, cap: Any, use_fingerprint: bool, layers: Any = None
         hist.add(s.norms)
         n, s1, s2 = Moments.file_sums(s.norms)
         row["sketch"].append({"n": n, "s1": s1, "s2": s2, "hist": hist.to_dict()})
-    rep = _row_report(cap, st, fp) if row_checks else None
+    rep = _row_report(cap, st, fp, hash_taps) if row_checks else None
     if fp is not None:
         row["verdict"] = None if fp.verdict is None else fp.verdict.value
         for x in fp.findings:
@@ -272,9 +274,18 @@ def _fill_capture(row: dict, cap: Any, use_fingerprint: bool, layers: Any = None
     if not any(x["kind"] == "duplicate" for x in row["findings"]):
         row["findings"].extend(_duplicates(st.slots))
     if fp is None:  # a fingerprint made these already
+        row["findings"].extend(_context_findings(cap, st, rep))
         row["findings"].extend(_loss_mask_findings(cap))
         if reader is not None:
             row["findings"].extend(_stamp_findings(reader))
+
+
+def _context_findings(cap: Any, st: Any, rep: Any) -> list[dict]:
+    """A sequence start inside the rows (``context_lost``, data only, as the fingerprint finds it): reads token 0's
+    row and the candidate rows' one dimension of each sink slot, never the slot again."""
+    found = check_context(cap, [s.tensor() for s in cap.slots], st.slots, rep).findings
+    return [{"kind": x.kind.value, "severity": x.severity.value, "slots": list(x.slots), "message": x.message,
+             "evidence": x.evidence} for x in found]
 
 
 def _loss_mask_findings(cap: Any) -> list[dict]:
@@ -290,7 +301,15 @@ def _stamp_findings(reader: Any) -> list[dict]:
                                    "message": x.message, "evidence": x.evidence} for x in sc.findings]
 
 
-def _row_report(cap: Any, st: Any, fp: Any) -> Any:
+def _taps(reader: Any, hash_taps: Any) -> Any:
+    """The statistics' block taps: the stamp's checksums and the row hashes (None when neither is wanted)."""
+    stamp = reader.taps if reader is not None and reader.feeds else None
+    if stamp is None and hash_taps is None:
+        return None
+    return lambda i: [*(stamp(i) if stamp is not None else ()), *(hash_taps.taps(i) if hash_taps is not None else ())]
+
+
+def _row_report(cap: Any, st: Any, fp: Any, hash_taps: Any = None) -> Any:
     """The file's :class:`~forensics.analysis.rows.RowReport`: the fingerprint's when it made one (every check),
     else :func:`~forensics.analysis.rows.check_rows` on the capture without the cross-slot offset test (its
     float32 row sample costs ~6× a file's statistics; the scan's 1.3× budget for row checks has no room for it)."""
@@ -298,7 +317,8 @@ def _row_report(cap: Any, st: Any, fp: Any) -> Any:
     if rep is not None and hasattr(rep, "bad_rows"):
         return rep
 
-    return check_rows(cap, cross_slots=False, norms=[s.norms for s in st.slots])
+    return check_rows(cap, cross_slots=False, norms=[s.norms for s in st.slots],
+                      hashes=None if hash_taps is None else hash_taps.hashes())
 
 
 def _sort_key(v: float) -> float:

@@ -4,7 +4,8 @@ One coordinate (see ``forensics.layers``): ``r = 0`` embedding output, ``r = k``
 (= HF ``hidden_states[k]``), ``r = L`` last block before the final norm. The rules themselves, each with its
 public source, are data in ``rules`` (``RULES``); ``names`` holds the vocabulary (names, timelines, result
 types), ``compute`` the hand-written EAGLE-3 code of the six original systems, ``generic`` every other rule, and
-``system`` the face: :func:`system` resolves a name once into a :class:`System` whose methods compute.
+``system`` the face: :func:`system` resolves a name once into a :class:`System` whose methods compute, and
+:func:`resolve_names` marks the parameters of a public verb that take a name (resolved once, on entry).
 
 Example:
     >>> sglang = system("SGLang")       # resolved once: canonical name, aliases, kind, PR timeline, rules
@@ -86,9 +87,22 @@ from forensics.models.conventions.rules import (
     TOP_KEY,
     Rule,
 )
-from forensics.models.conventions.system import System, system
+from forensics.models.conventions.system import (
+    ALL,
+    SGLANG,
+    SPECFORGE,
+    SPECULATORS,
+    VLLM,
+    System,
+    SystemName,
+    of_format,
+    resolve_names,
+    system,
+)
 
-__all__ = ["system", "System", "FAMILIES", "ENGINES", "TRAINERS", "ID_TRAINERS", "SYSTEMS", "ALIASES", "NESTED_KEY",
+__all__ = ["system", "System", "SystemName", "resolve_names", "of_format", "ALL", "VLLM", "SGLANG",
+           "SPECULATORS", "SPECFORGE", "FAMILIES", "ENGINES", "TRAINERS", "ID_TRAINERS", "SYSTEMS", "ALIASES",
+           "NESTED_KEY",
            "TOP_KEY", "DFLASH_KEY", "DSPARK_KEY", "EAGLE_FAMILIES", "FAMILY_KEYS", "FIRST_ID", "IGNORED", "RULES",
            "CONFIG_RULES", "Rule", "DEEPSEEK_ARCH_PATTERNS", "SGLANG_PLUS1_PR", "VLLM_MIXIN_PR", "VLLM_DFLASH_PR",
            "VLLM_DEEPSEEK_FINAL_PR", "LLAMACPP_IDS_PR", "LLAMACPP_NESTED_PR", "TOKENSPEED_IDS_PR", "ATLAS_OFFSET_PR",

@@ -1,13 +1,17 @@
 """A system (a serving engine or a trainer) resolved once from any of its names: its canonical name, aliases, kind,
 PR timeline and rules, and everything the registry computes for it (id → r, r → ids, what it captures from a
-draft config). Callers resolve a user's name once at their boundary (``system(name)``) and pass the ``System``
-on; nothing below re-normalises a name.
+draft config). A name is resolved once, where it enters: the CLI resolves ``--engine``/``--trainer`` in one helper
+(``forensics.cli``), a public verb declares which parameters are names with :func:`resolve_names`, and everything
+below takes the ``System`` and never re-normalises a name.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar, cast
 
 from forensics.errors import ForensicsError
 from forensics.models.conventions import compute, names
@@ -29,6 +33,9 @@ class System:
     aliases: tuple[str, ...]
     timeline: tuple[int, ...]  # the PRs that change its numbering, oldest first (empty: no version-dependent rule)
     rules: tuple[Rule, ...]
+    # the name as the caller wrote it (``speculators-v1``, ``SGLang``): messages that echo the caller's words use it;
+    # not part of the identity (``system("speculators-v1") == system("speculators-legacy")``)
+    given: str = field(default="", compare=False, repr=False)
 
     def __str__(self) -> str:
         return self.name
@@ -95,10 +102,13 @@ class System:
 def _build(name: str) -> System:
     return System(name, "engine" if name in names.ENGINES else "trainer",
                   tuple(a for a, c in names.ALIASES.items() if c == name), names.TIMELINES.get(name, ()),
-                  tuple(rules_for(name)))
+                  tuple(rules_for(name)), given=name)
 
 
 _BY_NAME = {s: _build(s) for s in names.SYSTEMS}
+ALL: tuple[System, ...] = tuple(_BY_NAME.values())  # every system, in ``SYSTEMS`` order
+# the systems the code itself names (a rule, a default reader): constants, not names to resolve
+VLLM, SGLANG, SPECULATORS, SPECFORGE = (_BY_NAME[n] for n in ("vllm", "sglang", "speculators", "specforge"))
 
 
 def system(name: str | System) -> System:
@@ -106,4 +116,40 @@ def system(name: str | System) -> System:
     naming the known names otherwise. The one place a system's name is resolved."""
     if isinstance(name, System):
         return name
-    return _BY_NAME[names.canonical_system(name)]
+    found = _BY_NAME[names.canonical_system(name)]
+    return found if name == found.given else replace(found, given=str(name))
+
+
+def of_format(format_name: str | None) -> System | None:
+    """The trainer whose training data a capture format is (``speculators-v1`` → ``speculators-legacy``); None for
+    a format no one trainer reads."""
+    return next((s for s in ALL if format_name is not None and s.data_format == format_name), None)
+
+
+SystemName = str | System  # what a public verb accepts for an engine or a trainer
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def resolve_names(*params: str) -> Callable[[F], F]:
+    """Decorator of a public verb: the parameters ``params`` (``engine``, ``trainer``) arrive in its body as a
+    :class:`System` (or None), whatever the caller passed (any alias, any case, or a ``System``): the verb's one
+    resolution, at its boundary. An unknown name is the ``system`` error, before the verb does any work."""
+
+    def decorate(fn: F) -> F:
+        sig = inspect.signature(fn)
+        missing = [p for p in params if p not in sig.parameters]
+        if missing:
+            raise TypeError(f"{fn.__qualname__} has no parameter {missing}")
+
+        @functools.wraps(fn)
+        def verb(*args: Any, **kwargs: Any) -> Any:
+            bound = sig.bind(*args, **kwargs)
+            for p in params:
+                value = bound.arguments.get(p)
+                if value is not None:
+                    bound.arguments[p] = system(value)
+            return fn(*bound.args, **bound.kwargs)
+
+        return cast(F, verb)
+
+    return decorate

@@ -99,7 +99,7 @@ class Explorer(anywidget.AnyWidget):
         self._idle = threading.Event()
         self._idle.set()
         self._thread: threading.Thread | None = None
-        self.files = [{"name": n, "verdict": None} for n, _ in self.items] if len(self.items) > 1 else []
+        self.files = [{"name": n, "verdict": None} for n, _ in self.items]  # one file too (the view hides a list of 1)
         self.has_model = model is not None
         if len(self.items) == 1:
             self.state(0)  # one unreadable input: its ForensicsError, one line naming it (a folder shows it instead)
@@ -266,7 +266,7 @@ class Explorer(anywidget.AnyWidget):
     def _fingerprint(self, k: int) -> None:
         try:
             fp: Any = forensics.fingerprint(self.capture(k), layers=self.layers, model=self._model_spec)
-            verdict = None if fp.verdict is None else fp.verdict.value
+            verdict = fp.outcome  # the word every view writes (info reads NO CLAIM)
         except ForensicsError as e:
             fp, verdict = str(e), "fail"
         with self._lock:
@@ -276,7 +276,7 @@ class Explorer(anywidget.AnyWidget):
         if self.files:
             with self._lock:
                 files = [dict(f) for f in self.files]
-                files[k]["verdict"] = verdict or "no claim"
+                files[k]["verdict"] = verdict
                 self.files = files
         if k == self.file:
             self._show(k)

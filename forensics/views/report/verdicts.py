@@ -13,11 +13,12 @@ from typing import Any
 from forensics.analysis.report import OUTCOMES, Deciding, ReportResult, SlotOutcome
 from forensics.findings import FindingKind, Severity, sort_findings, worst_outcome
 from forensics.layers import r_label
-from forensics.views.format import count, num
+from forensics.views.format import count, headline_word, num
 from forensics.views.probe import reason, served_line
 from forensics.views.stamp import summary
 
 MAX_VERDICT_FILES = 40  # verdict rows: every non-passing file, then passing ones up to this many
+WHOLE_LIST = ("shifted", "ids_off_by_one")  # a finding about the whole claimed list: its message leads the headline
 MAX_INLINE_SLOTS = 8  # a passing file with more slots (a ladder) shows its slot rows folded
 
 worst = worst_outcome
@@ -254,6 +255,9 @@ def _sentence(c: dict) -> str:  # noqa: C901 - complexity 17, to be paid down
         return f"{word or 'WARN'}: no failure; " + ("; ".join(open_) or "see the findings below") + "."
     n = sum(1 for r in rows if not r["error"])
     tail = "; the draft is served the layers it was trained on" if audit is not None else ""
+    if c["overall"] == "identified":  # nothing claimed, and the reference forward named every slot (hsf fingerprint)
+        return (f"IDENTIFIED: nothing is claimed; the reference forward named every slot of {count(n, 'file')}: "
+                + _short([f"{r['file']} [{r['labels']}]" for r in rows if not r["error"]], 3) + f"{tail}.")
     return f"PASS: every claim about {count(n, 'file')} holds{tail}." if counts.get("pass") else \
         f"NO CLAIM: {count(n, 'file')} declare{'s' if n == 1 else ''} no slot identity; roles and depth order are " \
         f"listed{tail}."
@@ -272,7 +276,7 @@ def _headline(c: dict) -> list[str]:
         kinds = [x for r in failing for x in r["findings"] if x["severity"] == "fail"]
         why = sorted({x["kind"] for x in kinds} | {"nonfinite" for r in failing for sl in r["slots"]
                                                    if sl["nonfinite"]})
-        first = next((x for x in kinds if x["kind"] == "shifted"), kinds[0] if kinds else None)
+        first = next((x for x in kinds if x["kind"] in WHOLE_LIST), kinds[0] if kinds else None)
         nslots = sum(1 for r in failing for s in r["slots"] if s["verdict"] == "fail")
         out.append(f"{count(len(failing), 'file')} fail{'s' if len(failing) == 1 else ''}"
                    + (f" ({count(nslots, 'slot')})" if nslots else "")
@@ -301,11 +305,17 @@ def _headline(c: dict) -> list[str]:
         n = counts["pass"]
         out.append(f"{count(n, 'slot')} {_verb(n, 'is what it is', 'are what they are')} claimed to be (the "
                    "evidence supports the claim).")
+    if counts.get("identified"):
+        n = counts["identified"]
+        out.append(f"{count(n, 'slot')} {_verb(n, 'carries', 'carry')} no claim and {_verb(n, 'is', 'are')} named "
+                   "exactly by the reference forward (exact r): "
+                   + _short([f"{r['file']} [{r['labels']}]" for r in rows
+                             if any(s["verdict"] == "identified" for s in r["slots"])], 3) + ".")
     if counts["info"]:
         n = counts["info"]
         out.append(f"{count(n, 'slot')} {_verb(n, 'carries', 'carry')} no claim: {_verb(n, 'its', 'their')} "
                    "inferred role and depth are listed.")
-    word = {"fail": "FAIL", "cannot tell": "CANNOT TELL", "warn": "WARN", "pass": "PASS"}.get(c["overall"], "NO CLAIM")
+    word = headline_word(c["overall"])
     out[0:1] = [f"{word}: {out[0]}"] if out else [f"{word}."]
     return out
 

@@ -6,7 +6,7 @@ const VIRIDIS = [[68, 1, 84], [72, 40, 120], [62, 74, 137], [49, 104, 142], [38,
   [53, 183, 121], [109, 205, 89], [180, 222, 44], [253, 231, 37]];
 const ZERO_RGB = [0, 0, 0];         // an all-zero row: log norm −∞
 const NONFINITE_RGB = [255, 0, 255];  // NaN / Inf
-const VERDICT_CLASS = { "pass": "pass", "fail": "fail", "cannot tell": "cannot", "warn": "warn" };
+const VERDICT_CLASS = { "pass": "pass", "fail": "fail", "cannot tell": "cannot", "warn": "warn", "identified": "identified" };
 const LABEL_W = 118;   // y-axis label column, px
 const FILES_W = 250;   // file list, px
 const AXIS_H = 64;     // x-axis token labels, px
@@ -60,7 +60,7 @@ function gfmt(x, p) {  // Python's f"{x:.{p}g}": p significant digits, trailing 
 }
 
 function verdictWord(v) {  // a file's or a slot's outcome as every badge of the report writes it
-  return v ? v.toUpperCase() : "NO CLAIM";
+  return v && v !== "info" && v !== "no claim" ? v.toUpperCase() : "NO CLAIM";  // info: nothing claimed
 }
 
 function verdictMark(v) {  // the mark after a slot's label: ✓ pass, ? cannot tell, ! warn, ✗ fail, none without claim
