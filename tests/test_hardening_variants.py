@@ -274,3 +274,12 @@ def test_stamp_of_one_record_is_refused_in_one_line(tmp_path, capsys):
     code, out, err = run_cli(["stamp", f"{f}#1"], capsys)
     assert code == 2 and "stamp the whole file" in out + err and "No such file" not in out + err
     assert f.read_bytes() == before
+
+
+def test_scan_of_one_record_scans_its_file(tmp_path, capsys):
+    f = _stamped_batch(tmp_path, capsys)
+    out = tmp_path / "s.jsonl"
+    code, _, err = run_cli(["scan", f"{f}#1", "-o", out, "--no-progress"], capsys)
+    rows = [json.loads(ln) for ln in out.read_text().splitlines()]
+    assert code == 0 and "No such file" not in err, (code, err)
+    assert [r["path"] for r in rows] == [str(f)] and not rows[0].get("error")
