@@ -283,3 +283,45 @@ def test_scan_of_one_record_scans_its_file(tmp_path, capsys):
     rows = [json.loads(ln) for ln in out.read_text().splitlines()]
     assert code == 0 and "No such file" not in err, (code, err)
     assert [r["path"] for r in rows] == [str(f)] and not rows[0].get("error")
+
+
+# ---- probe: a wiring that scored no position is no measurement (was: acceptance 1.00, 'clearly below', FAIL) ----
+
+
+def _probe_data(root: pathlib.Path, mutate) -> pathlib.Path:
+    d = torch.load(SAMPLE / "speculators_v1" / "data_0.pt")
+    mutate(d)
+    ds = root / "ds"
+    ds.mkdir()
+    torch.save(d, ds / "data_0.pt")
+    for name in ("capture.json", "data_config.json"):
+        shutil.copy(SAMPLE / "speculators_v1" / name, ds / name)
+    cfg = json.loads((ds / "capture.json").read_text())
+    cfg.pop("tokenizer", None)
+    cfg["samples"] = cfg["samples"][:1]
+    (ds / "capture.json").write_text(json.dumps(cfg))
+    return ds
+
+
+def test_probe_with_a_non_finite_declared_slot_cannot_tell(tmp_path):
+    from forensics.findings import Verdict
+
+    def inf_slot(d):
+        d["hidden_states"][1] = torch.full_like(d["hidden_states"][1], float("inf"))
+
+    res = forensics.probe(SAMPLE / "draft_eagle3", _probe_data(tmp_path, inf_slot))
+    declared = next(r for r in res.rows if "declared" in r.tags)
+    assert declared.n == 0
+    assert res.verdict is Verdict.CANNOT_TELL, [f.message for f in res.findings]
+    assert any("scored no position" in f.message for f in res.findings)
+    assert not any(f.kind.value in ("probe_declared_beaten", "draft_collapsed") for f in res.findings)
+
+
+def test_probe_names_a_short_loss_mask(tmp_path):
+    from forensics.errors import ForensicsError
+
+    def short(d):
+        d["loss_mask"] = d["loss_mask"][:5]
+
+    with pytest.raises(ForensicsError, match="loss mask of 5 entries for 93 tokens"):
+        forensics.probe(SAMPLE / "draft_eagle3", _probe_data(tmp_path, short))
