@@ -325,3 +325,24 @@ def test_probe_names_a_short_loss_mask(tmp_path):
 
     with pytest.raises(ForensicsError, match="loss mask of 5 entries for 93 tokens"):
         forensics.probe(SAMPLE / "draft_eagle3", _probe_data(tmp_path, short))
+
+
+def test_capture_chat_template_that_never_ends_is_one_error(tmp_path):
+    """``hsf capture`` renders the model's own template (a model folder is data too): bounded like the dataset's."""
+    from forensics.errors import ForensicsError
+    from forensics.models.recorder import tokenize
+
+    class Endless:
+        chat_template = "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}"
+
+        def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=False):
+            from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+            return ImmutableSandboxedEnvironment().from_string(self.chat_template).render(messages=messages)
+
+    text = tmp_path / "chat.json"
+    text.write_text(json.dumps([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]))
+    t0 = time.monotonic()
+    with pytest.raises(ForensicsError, match="chat template ran past its time limit"):
+        tokenize(Endless(), str(text), True, 64)
+    assert time.monotonic() - t0 < 60
