@@ -346,3 +346,24 @@ def test_capture_chat_template_that_never_ends_is_one_error(tmp_path):
     with pytest.raises(ForensicsError, match="chat template ran past its time limit"):
         tokenize(Endless(), str(text), True, 64)
     assert time.monotonic() - t0 < 60
+
+
+# ---- a pickle that shares one list under itself 40 times ("billion laughs", 11 KB): walked once, not 2^40 times ----
+
+
+def test_shared_structure_pickle_is_walked_once(tmp_path):
+    import subprocess
+    import sys
+
+    t = torch.randn(16, 32)
+    laughs: list = [t]
+    for _ in range(40):
+        laughs = [laughs, laughs]
+    f = tmp_path / "laughs.pt"
+    torch.save({"hidden_states": [t, t * 2, t * 3], "input_ids": torch.arange(16), "junk": {"deep": laughs}}, f)
+    assert f.stat().st_size < 64_000
+    code = ("import resource, forensics; resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30)); "
+            f"c = forensics.load({str(f)!r}); print(len(c.slots))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert p.returncode == 0 and p.stdout.strip() == "3", p.stderr[-2000:]
