@@ -367,3 +367,48 @@ def test_shared_structure_pickle_is_walked_once(tmp_path):
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert p.returncode == 0 and p.stdout.strip() == "3", p.stderr[-2000:]
+
+
+# ---- a safetensors header the safetensors library refuses (overlap, hole, trailing bytes, non-string metadata) ----
+
+
+def _st(path: pathlib.Path, header: dict, data_len: int) -> pathlib.Path:
+    import struct
+
+    b = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(b)) + b + bytes(data_len))
+    return path
+
+
+F44 = {"dtype": "F32", "shape": [4, 4]}
+LIARS = {
+    "two tensors over the same bytes": ({"a": {**F44, "data_offsets": [0, 64]}, "b": {**F44, "data_offsets": [0, 64]}},
+                                        64, "overlaps"),
+    "a hole before a tensor": ({"a": {**F44, "data_offsets": [0, 64]}, "b": {**F44, "data_offsets": [96, 160]}},
+                               160, "hole"),
+    "trailing bytes": ({"a": {**F44, "data_offsets": [0, 64]}, "b": {**F44, "data_offsets": [64, 128]}}, 4096,
+                       "trailing"),
+    "metadata that is not strings": ({"__metadata__": {"x": [1]}, "a": {**F44, "data_offsets": [0, 64]},
+                                      "b": {**F44, "data_offsets": [64, 128]}}, 128, "metadata"),
+}
+
+
+@pytest.mark.parametrize("case", list(LIARS))
+def test_safetensors_the_library_refuses_is_refused(tmp_path, capsys, case):
+    from safetensors import SafetensorError, safe_open
+
+    header, n, word = LIARS[case]
+    f = _st(tmp_path / "x.safetensors", header, n)
+    with pytest.raises(SafetensorError), safe_open(str(f), "pt") as g:  # the reference refuses it
+        list(g.keys())
+    code, _, err = run_cli(["inspect", f], capsys)
+    assert word in one_line(code, err, "x.safetensors")
+
+
+def test_safetensors_the_library_reads_is_read(tmp_path, capsys):
+    header = {"__metadata__": {"k": "v"}, "a": {**F44, "data_offsets": [0, 64]},
+              "b": {**F44, "data_offsets": [64, 128]},
+              "input_ids": {"dtype": "I64", "shape": [4], "data_offsets": [128, 160]}}
+    f = _st(tmp_path / "x.safetensors", header, 160)
+    code, out, err = run_cli(["inspect", f], capsys)
+    assert code in (0, 1) and "error" not in err, (code, err)
