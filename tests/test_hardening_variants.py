@@ -412,3 +412,29 @@ def test_safetensors_the_library_reads_is_read(tmp_path, capsys):
     f = _st(tmp_path / "x.safetensors", header, 160)
     code, out, err = run_cli(["inspect", f], capsys)
     assert code in (0, 1) and "error" not in err, (code, err)
+
+
+# ---- tensors a notebook holds that have no plain CPU values: one error, not a TypeError/NotImplementedError ------
+
+
+@pytest.mark.parametrize("kind", ["meta", "sparse", "meta ids"])
+def test_meta_and_sparse_tensors_are_one_error(kind):
+    from forensics.errors import ForensicsError
+
+    t = torch.randn(3, 32, 16)
+    ids = torch.arange(32)
+    if kind == "meta":
+        t = torch.empty(3, 32, 16, device="meta")
+    elif kind == "sparse":
+        t = t[0].to_sparse()
+    else:
+        ids = torch.empty(32, dtype=torch.long, device="meta")
+    with pytest.raises(ForensicsError, match="meta device|sparse"):
+        forensics.fingerprint(t, input_ids=ids)
+
+
+def test_sparse_tensor_in_a_file_is_named(tmp_path, capsys):
+    f = tmp_path / "sparse.pt"
+    torch.save({"hidden_states": [torch.randn(8, 16).to_sparse()] * 2}, f)
+    code, _, err = run_cli(["inspect", f], capsys)
+    assert "sparse" in one_line(code, err, "sparse.pt")

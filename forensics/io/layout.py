@@ -144,14 +144,29 @@ def to_torch(x: Any) -> Any:
     return x
 
 
-def _detached(obj: Any, memo: dict[int, Any] | None = None) -> Any:
-    """Tensors of ``obj`` (a tensor, list, tuple or dict) cut from autograd: states taken from a forward run
-    without ``torch.no_grad()`` read like any others (views, no copy).
+def _host(t: Any, path: str) -> Any:
+    """``t`` cut from autograd, on the CPU (a notebook's states are often on a GPU: copied once; a CPU or
+    memory-mapped tensor is returned as is). A sparse tensor or one on the ``meta`` device (shapes, no values)
+    is one error."""
+    import torch
+
+    if t.layout != torch.strided:
+        raise ForensicsError(f"a {str(t.layout).replace('torch.', '')} tensor of shape {list(t.shape)}: hidden "
+                             "states are read as dense tensors (.to_dense())", path=path)
+    if t.device.type == "meta":
+        raise ForensicsError(f"a tensor of shape {list(t.shape)} on the meta device holds no values (a model "
+                             "loaded with device_map='meta' or init_empty_weights?)", path=path)
+    return t.detach().cpu()
+
+
+def _detached(obj: Any, memo: dict[int, Any] | None = None, path: str = "<in memory>") -> Any:
+    """Tensors of ``obj`` (a tensor, list, tuple or dict) cut from autograd and on the CPU (:func:`_host`):
+    states taken from a forward run without ``torch.no_grad()``, or left on a GPU, read like any others.
 
     Each container is visited once (``memo``, by identity): a pickle can share one list under itself 40 times
     (``L = [L, L]``, 11 KB on disk), which a plain walk visits 2^40 times."""
     if _is_tensor(obj):
-        return obj.detach()
+        return _host(obj, path)
     if not isinstance(obj, (list, tuple, dict)):
         return obj
     memo = {} if memo is None else memo
@@ -160,11 +175,11 @@ def _detached(obj: Any, memo: dict[int, Any] | None = None) -> Any:
     if isinstance(obj, dict):
         out: Any = {}
         memo[id(obj)] = out
-        out.update((k, _detached(v, memo)) for k, v in obj.items())
+        out.update((k, _detached(v, memo, path)) for k, v in obj.items())
     else:
         out = []
         memo[id(obj)] = out
-        out.extend(_detached(x, memo) for x in obj)
+        out.extend(_detached(x, memo, path) for x in obj)
     return out
 
 
@@ -229,7 +244,7 @@ def _key_layer(key: str) -> int | None:
 
 def _entries(obj: Any, path: str) -> tuple[Any, Any, Any, Any, Any, list[tuple[str, Any]]]:
     """``(obj, ids, loss mask, attention mask, pad id, [(key, value)])`` of an object as given."""
-    obj = _detached(to_torch(obj))
+    obj = _detached(to_torch(obj), path=path)
     file_ids = mask = attn = pad = None
     if isinstance(obj, dict):
         obj = {k: to_torch(v) for k, v in obj.items()}
@@ -255,6 +270,7 @@ def _as_tensor(t: Any, path: str, name: str):
             t = torch.as_tensor(t)
         except (TypeError, ValueError, RuntimeError, OverflowError):
             raise ForensicsError(f"{name} is not a tensor or list of ints ({type(t).__name__})", path=path) from None
+    t = _host(t, path)
     check_storage(t, path, name)
     return t
 
