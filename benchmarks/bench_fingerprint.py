@@ -14,7 +14,9 @@ fingerprint is compared with a full-row one (``DISTANCE_SAMPLE_ROWS`` / ``NORMAL
 above the file's token count): roles, labels, depth order and finding kinds must be equal; and the sampled
 distance matrix is compared with a float64 numpy reference computed here on the same rows.
 
-    nice .venv/bin/python benchmarks/bench_fingerprint.py [--files 4] [--reps 5] [--captures DIR ...]
+    nice .venv/bin/python benchmarks/bench_fingerprint.py [--files 4] [--reps 5] [--captures DIR ...] [--breakdown]
+
+``--breakdown``: the CPU ms of each stage of a fingerprint (``STAGES``), the statistics pass among them.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import sys
 import tempfile
 import time
 
-GOAL_RATIO = 2.0  # fingerprint ≤ 2 × statistics (CPU time per file)
+GOAL_RATIO = 1.7  # fingerprint ≤ 1.7 × statistics (CPU time per file; issue 32 asked ≤ 2, this round ≤ 1.7)
 GOAL_DISTANCE = 1e-5  # sampled distances within this of a float64 reference on the same rows
 
 
@@ -68,6 +70,60 @@ def time_pair(paths: list[str], reps: int) -> list[dict]:
         out.append({"path": p, "stats_cpu": m(st_cpu), "fp_cpu": m(fp_cpu), "stats_wall": m(st_wall),
                     "fp_wall": m(fp_wall)})
     return out
+
+
+# The fingerprint's stages timed by --breakdown: (module, function) — each wrapped to add its CPU time to a tally.
+STAGES = (("forensics.analysis.fingerprint.core", "summarize"), ("forensics.analysis.fingerprint.core", "check_rows"),
+          ("forensics.analysis.rows", "screen_quiet"), ("forensics.analysis.rows", "_row_hashes"),
+          ("forensics.analysis.rows", "_foreign_from_embedding"), ("forensics.analysis.rows", "_twin_pairs"),
+          ("forensics.analysis.rows", "_embedding_like"), ("forensics.analysis.rows", "_embedding_offset"),
+          ("forensics.analysis.fingerprint.core", "angular_distance_sample"),
+          ("forensics.analysis.fingerprint.core", "_signals"),
+          ("forensics.analysis.fingerprint.rules", "duplicate_rows"),
+          ("forensics.analysis.fingerprint.rules", "normalizes"),
+          ("forensics.analysis.fingerprint.rules", "token0_concentration"),
+          ("forensics.analysis.fingerprint.core", "check_context"),
+          ("forensics.analysis.fingerprint.core", "_data_only_order"),
+          ("forensics.analysis.fingerprint.core", "capture_loss_mask_findings"))
+
+
+def breakdown(paths: list[str], reps: int) -> list[tuple[str, float]]:
+    """CPU ms per fingerprint spent in each of ``STAGES`` (nested: ``check_rows`` holds ``screen_quiet``,
+    ``_signals`` holds ``duplicate_rows``), and the whole, over ``reps`` fingerprints of every file."""
+    import importlib
+
+    import forensics
+
+    tally: dict[str, float] = {}
+    saved = []
+    for mod_name, name in STAGES:
+        mod = importlib.import_module(mod_name)
+        fn = getattr(mod, name)
+        saved.append((mod, name, fn))
+
+        def timed(*a, _fn=fn, _name=name, **k):
+            c = cpu()
+            try:
+                return _fn(*a, **k)
+            finally:
+                tally[_name] = tally.get(_name, 0.0) + cpu() - c
+        setattr(mod, name, timed)
+    try:
+        for p in paths[:1]:
+            forensics.fingerprint(forensics.load(p))
+        tally.clear()
+        c = cpu()
+        n = 0
+        for _ in range(reps):
+            for p in paths:
+                forensics.fingerprint(forensics.load(p))
+                n += 1
+        total = cpu() - c
+    finally:
+        for mod, name, fn in saved:
+            setattr(mod, name, fn)
+    rows = sorted(((k, v / n * 1e3) for k, v in tally.items()), key=lambda kv: -kv[1])
+    return [("fingerprint (whole)", total / n * 1e3)] + rows
 
 
 def float64_distances(tensors, drop, mask, rows):
@@ -134,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--files", type=int, default=4, help="Kimi-shaped files to generate (default 4)")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--captures", nargs="*", default=["sample_data"], help="capture folders/files to compare on")
+    ap.add_argument("--breakdown", action="store_true", help="also print the CPU ms of each fingerprint stage")
     args = ap.parse_args(argv)
     import torch
 
@@ -145,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         load0 = os.getloadavg()[0]
         rows = time_pair(kimi, args.reps)
         load1 = os.getloadavg()[0]
+        stages = breakdown(kimi, args.reps) if args.breakdown else []
+        load2 = os.getloadavg()[0]
         caps = [f for c in args.captures for f in iter_files(c)]
         same = compare(caps + kimi)
     print(f"Kimi-shaped files ({len(kimi)}, 4 × bf16 [1281, 7168]), median of {args.reps} interleaved rounds, "
@@ -156,6 +215,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['fp_cpu'] / r['stats_cpu']:.2f}× | {r['stats_wall'] * 1e3:.1f} | {r['fp_wall'] * 1e3:.1f} | "
               f"{r['fp_wall'] / r['stats_wall']:.2f}× |")
     ratios = [r["fp_cpu"] / r["stats_cpu"] for r in rows]
+    if stages:
+        print(f"\nWhere a fingerprint's CPU goes (ms per Kimi-shaped file, nested stages; load {load2:.2f}):\n")
+        print("| stage | CPU ms |\n|---|---|")
+        for name, ms in stages:
+            print(f"| {name} | {ms:.2f} |")
     print("\n| capture | tokens | slots | same verdicts (sampled vs full rows) | max |D − D_f64| same rows "
           "| max |D − D_full rows| |\n|---|---|---|---|---|---|")
     for r in same:

@@ -96,6 +96,7 @@ class PeakMemory:
 
         self.me, self.every = psutil.Process(), every
         self.rss = self.pss = 0
+        self.breakdown: list[dict] = []  # per process at the peak PSS Σ: role, PSS, its anonymous and file parts
         self.own_cpu = 0.0
         self._cpu: dict[int, float] = {}
         self._stop = threading.Event()
@@ -109,25 +110,39 @@ class PeakMemory:
         while not self._stop.is_set():
             procs = [self.me] + self.me.children(recursive=True)
             rss = pss = 0
+            parts = []
             for p in procs:
                 try:
                     if p.pid != self.me.pid:
                         c = p.cpu_times()
                         self._cpu[p.pid] = c.user + c.system
                     if i % 4 == 0:
-                        m = p.memory_full_info()
-                        pss += m.pss
-                        rss += m.rss
+                        m = smaps_rollup(p.pid)
+                        pss += m["Pss"]
+                        rss += m["Rss"]
+                        parts.append({"role": self._role(p), "pss": m["Pss"], "anon": m.get("Pss_Anon", 0),
+                                      "file": m.get("Pss_File", 0), "private_dirty": m.get("Private_Dirty", 0)})
                     else:
                         rss += p.memory_info().rss
-                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                except (psutil.NoSuchProcess, psutil.AccessDenied, OSError, KeyError):
                     pass
             self.rss = max(self.rss, rss)
-            if i % 4 == 0:
-                self.pss = max(self.pss, pss)
+            if i % 4 == 0 and pss > self.pss:
+                self.pss, self.breakdown = pss, parts
             i += 1
             self.own_cpu = time.thread_time() - t0
             time.sleep(self.every)
+
+    def _role(self, p) -> str:
+        """parent (the scanning process), fork server, resource tracker or worker."""
+        if p.pid == self.me.pid:
+            return "parent"
+        cmd = " ".join(p.cmdline())
+        if "resource_tracker" in cmd:
+            return "resource tracker"
+        if p.ppid() == self.me.pid and "forkserver" in cmd:
+            return "fork server"
+        return "worker"
 
     @property
     def cpu_children(self) -> float:
@@ -136,6 +151,7 @@ class PeakMemory:
     def reset(self) -> None:
         """Start a new peak (the CPU seen so far is kept: CPU is measured as a difference)."""
         self.rss = self.pss = 0
+        self.breakdown = []
 
     def __enter__(self):
         self._t.start()
@@ -144,6 +160,25 @@ class PeakMemory:
     def __exit__(self, *exc):
         self._stop.set()
         self._t.join()
+
+
+def smaps_rollup(pid: int) -> dict:
+    """``/proc/PID/smaps_rollup`` in bytes (Rss, Pss, Pss_Anon, Pss_File, Private_Dirty, ...): one read, far
+    cheaper than summing every mapping of ``/proc/PID/smaps``."""
+    out = {}
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) == 3 and parts[2] == "kB":
+                out[parts[0].rstrip(":")] = int(parts[1]) * 1024
+    return out
+
+
+def breakdown_line(parts: list[dict]) -> str:
+    """The processes at a peak, largest first: PSS (anonymous + file-backed), private dirty."""
+    mb = (lambda v: f"{v / 1e6:.0f}")
+    return "; ".join(f"{x['role']} {mb(x['pss'])} MB (anon {mb(x['anon'])}, file {mb(x['file'])}, private dirty "
+                     f"{mb(x['private_dirty'])})" for x in sorted(parts, key=lambda x: -x["pss"]))
 
 
 def child(mode: str, list_file: str, out_dir: str) -> dict:
@@ -231,6 +266,7 @@ def scan_round(modes: list[str], list_file: str, out_dir: str) -> list[dict]:
             assert r.summary["files"] == len(files) and r.summary["errors"] == 0, r.summary
             out.append({"mode": mode, "files": len(files), "bytes": nbytes, "seconds": seconds,
                         "cpu_s": cpu(mem) - c0, "peak_rss_sum": mem.rss, "peak_pss_sum": mem.pss, "load1": load1,
+                        "peak_breakdown": mem.breakdown,
                         "load1_after": os.getloadavg()[0],
                         "fingerprinted": sum(1 for row in r.rows if row.get("basis") == "fingerprint")})
     return out
@@ -327,6 +363,12 @@ def round_goals(results: list[dict], cpu_rows: list[dict] | None = None) -> list
                    + f" — {'met' if worst <= GOAL_R_MEM else 'MISSED'}; flat {flat:.2f}× "
                    f"(≤ {GOAL_R_FLAT:g}×) — {'met' if flat <= GOAL_R_FLAT else 'MISSED'}; RSS Σ (shared pages "
                    "counted in every process): " + ", ".join(f"{n} files {rss[n] / 1e6:.0f} MB" for n in sizes))
+        for n in sizes:
+            for mode in sorted({r["mode"] for r in peaks[n]}):
+                top = max((r for r in peaks[n] if r["mode"] == mode), key=lambda r: r["peak_pss_sum"])
+                if top.get("peak_breakdown"):
+                    out.append(f"MEMORY {mode}, {n} files, at its peak PSS Σ {top['peak_pss_sum'] / 1e6:.0f} MB: "
+                               + breakdown_line(top["peak_breakdown"]))
     cpu = {r["kernel"]: r["cpu_ms"] for r in cpu_rows or []}
     if "fingerprint" in cpu and "summarize" in cpu:
         x = cpu["fingerprint"] / cpu["summarize"]

@@ -238,8 +238,8 @@ _MEANINGS: dict[FindingKind, str] = {
     FindingKind.PADDING: "a batch saved without attention_mask: the pad rows found at one end were removed, not judged",
     FindingKind.COUNT_MISMATCH: "the claimed layer list has another length than the capture has slots",
     FindingKind.SHIFTED: "the whole claimed list is shifted by one slot (the embedding is or is not the first slot)",
-    FindingKind.IDS_OFF_BY_ONE: "every slot is exactly one block from its claimed layer, all the same way: the layer ids "
-                                "are counted off by one (from 1 where the data counts the embedding as 0, or the "
+    FindingKind.IDS_OFF_BY_ONE: "every slot is exactly one block from its claimed layer, all the same way: the layer "
+                                "ids are counted off by one (from 1 where the data counts the embedding as 0, or the "
                                 "reverse), not the slots shifted (exact r against the reference forward)",
     FindingKind.REORDERED: "the claimed layers are all there but stored in another order than claimed",
     FindingKind.OFF_BY_ONE: "a slot (or every fc slice) is one block away from the claimed layer",
@@ -447,15 +447,20 @@ def exit_code(findings: Iterable[Finding | Mapping[str, Any]] = (), verdicts: It
 
 
 def decide(findings: Iterable[Finding | Mapping[str, Any]] = (), verdicts: Iterable[Verdict | str | None] = (),
-           fail_on: Severity | str = Severity.FAIL) -> Verdict:
+           fail_on: Severity | str = Severity.FAIL, unreadable: bool = False) -> Verdict:
     """The one verdict of a command over what it read: FAIL when :func:`exit_code` would be 1, CANNOT TELL when 3,
-    else PASS (an unreadable input is exit 2 and is not a verdict: it is reported as an error beside it).
+    else PASS. An unreadable input is exit 2 and is reported as an error beside the verdict; with ``unreadable``
+    it also keeps the verdict from reading PASS (nothing was decided about that input: CANNOT TELL; a FAIL stays
+    a FAIL), so a consumer that reads only the verdict never acts on a pass of a file that was not read.
 
     >>> decide([], [Verdict.PASS, None]), decide([{"severity": "warn"}], ["cannot tell"])
     (<Verdict.PASS: 'pass'>, <Verdict.CANNOT_TELL: 'cannot tell'>)
+    >>> decide([], [Verdict.PASS], unreadable=True), decide([{"severity": "fail"}], unreadable=True)
+    (<Verdict.CANNOT_TELL: 'cannot tell'>, <Verdict.FAIL: 'fail'>)
     """
-    return {EXIT_FAIL: Verdict.FAIL, EXIT_CANNOT_TELL: Verdict.CANNOT_TELL}.get(
+    got = {EXIT_FAIL: Verdict.FAIL, EXIT_CANNOT_TELL: Verdict.CANNOT_TELL}.get(
         exit_code(findings, verdicts, fail_on=fail_on), Verdict.PASS)
+    return Verdict.CANNOT_TELL if unreadable and got is Verdict.PASS else got
 
 
 __all__ = ["decide",

@@ -61,6 +61,7 @@ SLOW: dict[str, set[str] | None] = {
     "test_consistency.py": {"test_a_cannot_tell_probe_says_one_verdict_everywhere"},
     "test_fingerprint.py": {"test_ladder_subsets_embedding_and_depth_order"},
     "test_inspect_cli.py": {"test_console_script_multiple_paths"},
+    "test_one_verdict.py": None,  # every view of six captures with --model: ~35 s of CPU per case
     "test_plots.py": {"test_32_slot_ladder_figures_fit"},
     "test_probe.py": {"test_batched_blocked_counts_match_one_float64_forward_per_wiring",
                       "test_cli_json_and_exit_codes", "test_exit_code_headline_json_and_report_state_one_verdict"},

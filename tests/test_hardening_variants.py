@@ -8,13 +8,11 @@ a hang or a confident verdict on garbage); data that is readable but wrong is a 
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import shutil
 import time
 
 import pytest
-import torch
 
 import forensics
 from forensics.cli import main as hsf_main

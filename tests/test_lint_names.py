@@ -136,3 +136,31 @@ def test_an_unknown_engine_is_one_line_in_the_api_and_exit_2_in_the_cli(capsys):
         audit(data=["L2", "L15", "L27", "L30"], draft=DRAFT, engine="nosuch", num_layers=30)
     assert main(["audit", "--data", str(SAMPLE / "speculators_v1"), "--draft", DRAFT, "--engine", "nosuch"]) == 2
     assert "invalid choice: 'nosuch'" in capsys.readouterr().err
+
+
+def test_the_callers_word_is_what_a_result_echoes():
+    """A System carries the spelling it was resolved from: the trainer the user named stays in the result (the JSON
+    said ``speculators-v1`` before names were resolved once; it still does), the canonical name is the identity."""
+    from forensics.analysis.audit.doctor import preflight
+
+    res = preflight(DRAFT, "vllm", trainer="speculators-v1", trained_layout=["embed", "L3", "L16", "L30"],
+                    num_layers=30)
+    assert res.context.trainer == "speculators-v1"
+    res = preflight(DRAFT, "VLLM", trainer="Legacy", target_layer_ids=[2, 15, 27], num_layers=30)
+    assert (res.context.trainer, res.context.engine) == ("Legacy", "vllm")  # the engine: its canonical name
+    res = preflight(DRAFT, "vllm", trainer="Legacy", num_layers=30)
+    assert any(f.message.startswith("Legacy was invoked without --target-layer-ids") for f in res.findings)
+
+
+def test_draft_ids_r_takes_a_name_or_a_system_and_refuses_an_engine():
+    from forensics.analysis.claims import draft_ids_r
+    from forensics.models.draft_config import read_draft
+
+    info = read_draft(DRAFT)  # eagle_aux_hidden_state_layer_ids = [0, 3, 16] (top level)
+    by_name = draft_ids_r("speculators-legacy", info, 30)
+    assert by_name == draft_ids_r(cv.system("legacy"), info, 30)
+    assert (by_name.trainer, by_name.r) == ("speculators-v1", [0, 3, 16])  # vLLM ids, r = id (speculators#379)
+    assert draft_ids_r(cv.SPECFORGE, info, 30).r == [1, 4, 17]  # SGLang's + 1
+    assert draft_ids_r(None, info, 30).trainer == "speculators"
+    with pytest.raises(ForensicsError, match="unknown trainer 'VLLM'"):
+        draft_ids_r("VLLM", info, 30)

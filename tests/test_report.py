@@ -401,7 +401,7 @@ def test_report_result_is_typed_and_decides_each_slot(sample_data, tmp_path, cap
     assert "shifted" in {s.deciding.signal for s in shifted.slots}
     assert (shifted.verdict.value, shifted.exit_code(), shifted.counts["fail"], shifted.overall) == \
         ("fail", 1, 4, "fail")
-    assert repr(shifted) == "ReportResult(fail: 1 files, 4 fail)" and "<iframe" in shifted._repr_html_()
+    assert repr(shifted) == "ReportResult(FAIL: 1 files, 4 fail)" and "<iframe" in shifted._repr_html_()
 
     truth = analyse([str(sample_data / "speculators_v1" / "data_1.pt")])
     assert [s.outcome for s in truth.slots] == ["pass", "cannot tell", "cannot tell", "cannot tell"]

@@ -123,11 +123,12 @@ def _opens_at_its_verdict(page, log) -> dict:
     Returns the tiles and each file's badges."""
     assert [m for m in log["console"] if m[0] == "error"] == [] and log["pageerror"] == []
     assert page.evaluate("window.scrollY") == 0
-    tiles = {t.split(" ", 1)[1]: int(t.split(" ", 1)[0]) for t in page.locator(".counts .count").all_inner_texts()}
+    tiles = {{"no claim": "info"}.get(t.split(" ", 1)[1], t.split(" ", 1)[1]): int(t.split(" ", 1)[0])
+             for t in page.locator(".counts .count").all_inner_texts()}  # the "no claim" tile counts info
     sentence = page.locator("#verdict-sentence").inner_text()
     word = sentence.split(":", 1)[0].lower()
     assert tiles.get({"no claim": "info"}.get(word, word), 0) >= 1, (sentence, tiles)  # the banner has a tile
-    worst = next(k for k in ("fail", "cannot tell", "warn", "pass", "info") if tiles[k])
+    worst = next(k for k in ("fail", "cannot tell", "warn", "pass", "identified", "info") if tiles.get(k))
     assert sentence.startswith({"info": "NO CLAIM"}.get(worst, worst.upper())), (sentence, tiles)
     badges: dict[str, set] = {}
     rows = page.evaluate("""Array.from(document.querySelectorAll('#verdicts tr.frow')).map(r =>

@@ -29,3 +29,23 @@ def test_probe_uses_every_training_file(demo_report):
     assert best["wiring"] == [0, 3, 16]
     # the five speculators-v1 samples give ~500 positions; the 119-token ladder alone gave 117
     assert best["n"] > 300
+
+
+def test_training_files_follow_the_trainer_by_any_of_its_names():
+    """``--trainer`` in any spelling picks that trainer's data format out of a mixed folder (the raw word
+    ``speculators-legacy`` matched no format and fell back to the most common one)."""
+    from types import SimpleNamespace
+
+    from forensics.analysis.report import training_files
+    from forensics.models import conventions as cv
+
+    def f(fmt: str) -> SimpleNamespace:
+        return SimpleNamespace(error=None, capture=SimpleNamespace(format=fmt))
+
+    files = [f("speculators"), f("speculators"), f("speculators"), f("speculators-v1"), f("specforge")]
+    for s in cv.ALL:
+        for alias in s.aliases:
+            got = {x.capture.format for x in training_files(files, cv.system(alias))}
+            known = {"speculators-v1", "specforge", "speculators"}
+            want = {s.data_format} if s.data_format in known else {"speculators"}  # else: the most common format
+            assert got == want, alias

@@ -184,3 +184,52 @@ def test_data_only_sequence_start_named(smol):
     fp = fingerprint(slots, layers=rs, input_ids=ids, model=model)
     cl = _kinds(fp, FindingKind.CONTEXT_LOST)
     assert len(cl) == 1 and cl[0].is_fail and cl[0].evidence["rows"] == [[p, int(ids.numel()) - 1]]
+
+
+# ------------------------------------------ one finding per cause; the scan's row findings are the fingerprint's
+NEWLINE_TEXT = ("The committee met on Tuesday to review the budget.\nEveryone agreed that the library needed new "
+                "shelves, and the park needed benches. Then they went home.")
+
+
+@pytest.mark.model
+def test_sub_layer_outputs_are_not_also_told_as_a_lost_context(smollm2):
+    """MLP outputs of blocks 3, 16, 28: block 3's MLP writes token 0's massive activation on the row after the
+    newline too, which the data-only sequence-start check reads as a second sequence. The file's not_residual FAIL
+    says what the slots are; the context_lost WARN, whose premise (the residual stream carries the sink) that
+    finding refutes, is not said beside it."""
+    model, tok = smollm2
+    ids = tok(NEWLINE_TEXT, return_tensors="pt").input_ids[0]
+    S = _states(model, ids)
+    mlp = [S[("mlp", b)] for b in (3, 16, 28)]
+    from forensics.io.formats import as_capture
+
+    cap = as_capture(mlp, input_ids=ids)
+    alone = check_context(cap, [s.tensor() for s in cap.slots], summarize(cap).slots, None)
+    assert [f.kind for f in alone.findings] == [FindingKind.CONTEXT_LOST]  # the data-only check alone fires
+    fp = fingerprint(mlp, layers=[3, 16, 28], input_ids=ids)
+    assert _kinds(fp, FindingKind.NOT_RESIDUAL) and fp.verdict is Verdict.FAIL
+    assert not _kinds(fp, FindingKind.CONTEXT_LOST)
+    # residual slots of the same text: no sub-layer output, and no sequence start either
+    fp = fingerprint([S[("res", r)] for r in (3, 16, 28)], layers=[3, 16, 28], input_ids=ids)
+    assert not _kinds(fp, FindingKind.NOT_RESIDUAL) and not _kinds(fp, FindingKind.CONTEXT_LOST)
+
+
+@pytest.mark.model
+def test_scan_rows_carry_the_fingerprints_data_only_context_finding(smol, tmp_path):
+    """Two sequences packed into one sample (rows 100.. computed alone) and a clean one: every file's findings in
+    ``hsf scan`` without a fingerprint are the data-only fingerprint's (context_lost included), read in one pass."""
+    import forensics
+
+    model, ids, S = smol
+    p, rs = 100, [0, 3, 16, 28]
+    alone = _states(model, ids[p:])
+    packed = torch.stack([torch.cat([S[("res", r)][:p], alone[("res", r)]]) for r in rs])
+    torch.save({"input_ids": ids, "hidden_states": packed}, tmp_path / "packed.pt")
+    torch.save({"input_ids": ids, "hidden_states": torch.stack([S[("res", r)] for r in rs])}, tmp_path / "clean.pt")
+    res = forensics.scan(tmp_path, workers=0, fingerprint="none", progress=False)
+    by = {r["path"].rsplit("/", 1)[-1]: r for r in res.rows}
+    for name in ("packed.pt", "clean.pt"):
+        fp = fingerprint(str(tmp_path / name))
+        assert sorted(f["kind"] for f in by[name]["findings"]) == sorted(f.kind.value for f in fp.findings), name
+    cl = [f for f in by["packed.pt"]["findings"] if f["kind"] == "context_lost"]
+    assert len(cl) == 1 and cl[0]["severity"] == "warn" and cl[0]["evidence"]["start"] == p

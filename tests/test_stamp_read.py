@@ -179,3 +179,50 @@ def test_the_checksums_ride_on_the_norm_pass_and_equal_the_whole_slot_ones(stamp
         assert all(v is not None for v in got.values())
         assert {i for i in got if got[i] != want[i]} == bad
         assert [f.slots for f in reader.check().findings] == ([[EDITED_SLOT]] if bad else [])
+
+
+def _edit_slot(path, slot: int, edit) -> None:
+    """Apply ``edit`` (a function of the slot's [T, H] tensor, changing it in place) to a speculators-v1 file."""
+    obj = torch.load(str(path), weights_only=True)
+    edit(obj["hidden_states"][slot])
+    torch.save(obj, str(path))
+
+
+def _one_ulp(h):  # one value moved to its bf16 neighbour
+    h.view(torch.int16)[37, 5] += 1
+
+
+def _swap_rows(h):  # two rows reordered
+    h[[40, 41]] = h[[41, 40]]
+
+
+def _sign_of_one(h):  # one value's sign flipped
+    h[12, 100] = -h[12, 100]
+
+
+def _sign_of_row(h):  # a whole row's signs flipped (its norm unchanged)
+    h[30] = -h[30]
+
+
+@pytest.mark.parametrize("edit", [_one_ulp, _swap_rows, _sign_of_one, _sign_of_row])
+def test_small_edits_of_a_stamped_file_fail_in_the_read(sample_data, tmp_path, edit):
+    """A changed value (one ulp), two rows reordered, a sign flipped (one value, or a whole row, which keeps every
+    norm): the stamp check inside the fingerprint's and the statistics' own read fails the edited slot, and only
+    that slot; ``hsf verify`` fails it too."""
+    from forensics.analysis.stamp import StampReader, verify
+    from forensics.analysis.stats import summarize
+
+    dst = tmp_path / "speculators_v1"
+    shutil.copytree(sample_data / "speculators_v1", dst)
+    assert stamp(dst, num_layers=30).ok
+    path = dst / FILES["speculators_v1"]
+    before = load(path).slots[EDITED_SLOT].tensor().clone()
+    _edit_slot(path, EDITED_SLOT, edit)
+    assert not torch.equal(before, load(path).slots[EDITED_SLOT].tensor())
+    drift = [f for f in fingerprint(str(path)).findings if f.kind == "stamp_drift"]
+    assert len(drift) == 1 and drift[0].slots == [EDITED_SLOT]
+    cap = load(path)
+    reader = StampReader(cap)
+    summarize(cap, taps=reader.taps)
+    assert [f.slots for f in reader.check().findings] == [[EDITED_SLOT]]
+    assert not verify(dst).ok

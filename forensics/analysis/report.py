@@ -20,7 +20,7 @@ import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from forensics.analysis.audit.core import audit
 from forensics.analysis.explore import LENS_MAP_COLUMNS, explore_state, lens_map
@@ -39,11 +39,12 @@ from forensics.findings import (
     sort_findings,
     worst_outcome,
 )
-from forensics.io.formats import as_capture, expand_paths, format_of_trainer, load_all, write_capture
+from forensics.io.formats import as_capture, expand_paths, load_all, write_capture
 from forensics.io.sigbus import FileChangedSize
 from forensics.io.tokenizer import decode_tokens, find_tokenizer, load_tokenizer
 from forensics.jsonable import json_safe
 from forensics.layers import r_label
+from forensics.models import conventions as cv
 from forensics.models.draft import has_weights
 from forensics.models.target import model_tokenizer, resolve_model, target_facts
 from forensics.models.verifier import open_verifier
@@ -477,7 +478,12 @@ class ReportResult:
         return render(self, "html")
 
 
-def training_files(files: list[FileReport], trainer: str | None) -> list[FileReport]:
+def _spelled(sys_: cv.System | None) -> str | None:
+    """A resolved name as the user wrote it (the report's settings and its command line repeat the user's word)."""
+    return None if sys_ is None else (sys_.given or sys_.name)
+
+
+def training_files(files: list[FileReport], trainer: cv.System | None) -> list[FileReport]:
     """The files that are the draft's training data, out of everything the report reads.
 
     A report folder can mix formats (sample_data/ holds a 32-slot ladder beside the speculators-v1
@@ -485,7 +491,7 @@ def training_files(files: list[FileReport], trainer: str | None) -> list[FileRep
     format most files share; never simply the first file found.
     """
     ok = [f for f in files if f.error is None and f.capture is not None]
-    want = format_of_trainer(trainer)
+    want = trainer.data_format if trainer is not None else None  # any alias: the System knows its data's format
     if want:
         chosen = [f for f in ok if f.capture.format == want]
         if chosen:
@@ -543,9 +549,10 @@ def _argv(paths: list[str], settings: dict, scan: Any) -> list[str]:
     return argv
 
 
+@cv.resolve_names("engine", "trainer")
 def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,  # noqa: C901
-           engine: str | None = None,
-           engine_version: str | None = None, trainer: str | None = None, target_config: Any = None,
+           engine: cv.SystemName | None = None,
+           engine_version: str | None = None, trainer: cv.SystemName | None = None, target_config: Any = None,
            served: Any = None, scan: Any = None, title: str | None = None,
            progress: Callable[[str, int, int], None] | None = None, input_ids: Any = None,
            stamp_check: bool = True) -> ReportResult:
@@ -617,7 +624,7 @@ def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,
         add_lens_maps([f for f in files if f.explore is not None and f.fingerprint is not None], model, errors)
 
     audit_res = probe_res = scan_res = facts = None
-    training = training_files(files, trainer)
+    training = training_files(files, cast("cv.System | None", trainer))  # resolved on entry
     if any(v is not None for v in (draft, engine, trainer, served, target_config)):
         try:
             audit_res = audit(data=training[0].capture if training else (paths[0] if paths else None),
@@ -648,8 +655,9 @@ def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,
     for fr in files:
         if fr.error:
             errors.append(ReportError("unreadable input", fr.error))  # the error names the file
-    settings = {"layers": layers, "model": model, "draft": draft, "engine": engine, "engine_version": engine_version,
-                "trainer": trainer, "served": served}
+    eng, tsys = cast("cv.System | None", engine), cast("cv.System | None", trainer)  # resolved on entry
+    settings = {"layers": layers, "model": model, "draft": draft, "engine": _spelled(eng),
+                "engine_version": engine_version, "trainer": _spelled(tsys), "served": served}
     given = {**settings, "model": model_arg, "target_config": target_config, "title": title}
     audited = audit_res is not None or probe_res is not None
     return ReportResult(inputs=paths, files=files, audit=audit_res, probe=probe_res, scan=scan_res, facts=facts,

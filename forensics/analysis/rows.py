@@ -66,7 +66,10 @@ EMBED_NORM_LEVEL = 0.2  # a slot whose median row norm is ≤ this × every othe
 #                         most like the layers one row *earlier* (the next-token prediction) and is left out
 CROSS_MARGIN = 0.05  # best offset's mean centered cosine must beat the runner-up offset's by this
 CROSS_SCREEN_BLOCKS = 8  # the cheap cross-slot test: this many blocks of consecutive rows …
-CROSS_SCREEN_BLOCK_ROWS = 16  # … of this many rows each (their ±CROSS_SHIFT neighbours are read too)
+CROSS_SCREEN_BLOCK_ROWS = 8  # … of this many rows each (their ±CROSS_SHIFT neighbours are read too). 16 before
+#   2026-12-05; on every cross-slot call of the whole corpus (both halves, 1,404 calls of files ≥ 150 rows) 8-row
+#   blocks left no call quiet where the full test had a decisive nonzero pair (16: none either), and the decisive
+#   calls' screen lead stayed ≤ −0.06 (16: ≤ −0.065) against the 0.05 needed to be quiet (benchmarks/README.md)
 CROSS_SCREEN_MARGIN = 0.05  # every pair best at offset 0 by at least this on the blocks: no row is late, the full
 #                             sample is not read (set on the tuning half: see benchmarks/README.md)
 CROSS_SCREEN_SAVES = 2  # the screen runs when the full sample reads at least this × its rows
@@ -542,12 +545,12 @@ def screen_sims(ts: list, starts: np.ndarray, rows: np.ndarray, max_shift: int =
     base[:, m:m + R] = np.isin(starts[:, None] + np.arange(R)[None, :], rows)
     count = int(base.sum())
     w = torch.from_numpy(base.reshape(1, -1) / count).to(torch.float32)
-    # sel[o, b, r, c] = 1 where row r of block b counts and c = r + o - m: the shift-o diagonal of the counted rows
-    sel = np.zeros((2 * m + 1, B, P, P))
+    # diag[o, b, r, c] = 1 where row r of block b counts and c = r + o - m: the shift-o diagonal of the counted rows
+    diag = np.zeros((2 * m + 1, B, P, P))
     r = np.arange(m, m + R)
     for o in range(2 * m + 1):
-        sel[o][:, r, r + o - m] = base[:, r]
-    sel = sel.reshape(2 * m + 1, -1)
+        diag[o][:, r, r + o - m] = base[:, r]
+    sel = diag.reshape(2 * m + 1, -1)
     idx = torch.from_numpy((starts[:, None] + np.arange(-m, R + m)[None, :]).ravel())  # every block's rows
     xs, ns = [], []
     for h in ts:

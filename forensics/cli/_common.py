@@ -118,11 +118,12 @@ def exit_code_of(entries: list[dict], unreadable: bool, fail_on: str = "fail") -
 
 def verdict_of(entries: list[dict], fail_on: str = "fail") -> str:
     """The command's one verdict over per-file JSON entries (``forensics.findings.decide``: the exit code's rule
-    over what was read; an unreadable file is its ``error`` entry and exit 2, not a verdict)."""
+    over what was read; an unreadable file is its ``error`` entry and exit 2, and keeps the verdict from "pass")."""
     from forensics.findings import decide
 
     findings = [f for e in entries for f in e.get("findings") or []]
-    return decide(findings, [e.get("verdict") for e in entries], fail_on=fail_on).value
+    return decide(findings, [e.get("verdict") for e in entries], fail_on=fail_on,
+                  unreadable=any(e.get("error") for e in entries)).value
 
 
 def add_model_arguments(p, help: str) -> None:

@@ -93,10 +93,12 @@ def run(args) -> int:
         c = res.counts
         con.text(sentence or res.overall.upper())
         n = doc["files"]
+        words = [k for k in ("fail", "cannot tell", "warn", "pass", "identified", "info")
+                 if k in c and (c[k] or k != "identified")]  # identified: said when some slot is
         con.text(f"  {n} file{'' if n == 1 else 's'}" + (f" ({doc['unreadable']} unreadable)" if doc["unreadable"]
                                                          else "") +
-                 "; slots: " + ", ".join(f"{c[k]} {k}" for k in ("fail", "cannot tell", "warn", "pass", "identified",
-                                                                 "info") if k in c and (c[k] or k != "identified")) + (f"; audit: {doc['audit']}" if doc["audit"] else ""))
+                 "; slots: " + ", ".join(f"{c[k]} {k}" for k in words) +
+                 (f"; audit: {doc['audit']}" if doc["audit"] else ""))
         con.text(f"report written: {args.output} ({size / 1e6:.2f} MB)")  # the path as the user gave it
     for e in res.errors:  # what could not be done is said here too, not only at the bottom of the HTML
         con.error(f"{e.where}: {e.message}")

@@ -113,13 +113,26 @@ def row_mix(t) -> Any:
         return np.zeros((b.shape[0], MIX_LANES), np.int32)
     w = mix_weights(n)
     if n > MIX_MAX_ROW_BYTES:  # a very wide row: exact sums per segment, each with its positions' weights
-        return np.concatenate([row_mix_segment(b[:, i:i + MIX_MAX_ROW_BYTES], w[i:i + MIX_MAX_ROW_BYTES])
+        return np.concatenate([row_mix_segment(b[:, i:i + MIX_MAX_ROW_BYTES], w[i:i + MIX_MAX_ROW_BYTES],
+                                               (n, i, min(n, i + MIX_MAX_ROW_BYTES)))
                                for i in range(0, n, MIX_MAX_ROW_BYTES)], axis=1)
-    return row_mix_segment(b, w)
+    return row_mix_segment(b, w, (n, 0, n))
 
 
-def row_mix_segment(b, w) -> Any:
-    """``b @ w`` for int8 ``b`` (rows × n, n ≤ ``MIX_MAX_ROW_BYTES``) and weights ``w``, as exact int32."""
+@functools.lru_cache(maxsize=8)
+def _mix_weights_tensor(row_bytes: int, first: int, last: int) -> Any:
+    """``mix_weights(row_bytes)[first:last]`` as a torch tensor (a writable copy, made once: ``from_numpy`` of the
+    read-only weights warned on every product, and the warning filter set up around it cost more than the
+    product itself, ~0.4 ms a block; measured 2026-12-05)."""
+    import torch
+
+    return torch.from_numpy(np.array(mix_weights(row_bytes)[first:last]))
+
+
+def row_mix_segment(b, w, key: tuple[int, int, int] | None = None) -> Any:
+    """``b @ w`` for int8 ``b`` (rows × n, n ≤ ``MIX_MAX_ROW_BYTES``) and weights ``w``, as exact int32.
+    ``key``: ``(row_bytes, first, last)`` when ``w`` is ``mix_weights(row_bytes)[first:last]`` (its tensor is
+    then made once)."""
     try:
         import torch
 
@@ -128,9 +141,12 @@ def row_mix_segment(b, w) -> Any:
             # slower than one thread on a loaded 2-core machine, and no faster on an idle one)
             if threads != 1:
                 torch.set_num_threads(1)
+            wt = _mix_weights_tensor(*key) if key is not None else None
+            if wt is not None and b.flags.writeable:  # nothing read-only: nothing for torch to warn about
+                return torch._int_mm(torch.from_numpy(b), wt).numpy()
             with warnings.catch_warnings():  # a read-only memory map: torch warns, and only reads it
                 warnings.simplefilter("ignore")
-                return torch._int_mm(torch.from_numpy(b), torch.from_numpy(w)).numpy()
+                return torch._int_mm(torch.from_numpy(b), wt if wt is not None else torch.from_numpy(w)).numpy()
         finally:
             if threads != 1:
                 torch.set_num_threads(threads)

@@ -257,7 +257,7 @@ def _id_list_findings(ec, engine: cv.System, L: int, trained_fc: list | None) ->
 
 
 @cv.resolve_names("engine", "trainer")
-def audit(data: Any = None, draft: Any = None, engine: cv.SystemName | None = None,  # noqa: C901
+def audit(data: Any = None, draft: Any = None, engine: cv.SystemName | None = None,
           engine_version: str | None = None,
           trainer: cv.SystemName | None = None, target_config: Any = None, served: Any = None,
           num_layers: int | None = None, hidden_size: int | None = None, arch: str | None = None,
@@ -321,34 +321,40 @@ def audit(data: Any = None, draft: Any = None, engine: cv.SystemName | None = No
         data_served.config_prediction = predicted
         served_side = data_served
     verdict, reason, slices = _verdict(trained, served_side, findings, info, eng, L, model is not None)
-    fix = None
-    fc_r = trained.fc_r
-    fc_status = trained.fc_status or ["declared"] * len(fc_r or [])
+    fc_status = trained.fc_status or ["declared"] * len(trained.fc_r or [])
     known = all(st in KNOWN_TRAINED for st in fc_status)
-    if verdict == "mismatch" and eng and L and fc_r and known and all(isinstance(r, int) for r in fc_r):
-        fix = Fix.from_plan(eng.from_r(fc_r, L, engine_version, arch,
-                                      family=info.family if info is not None else None))
-        if info is not None and info.ids_top is not None and info.ids_nested is not None:
-            other = cv.NESTED_KEY if fix.where == "top-level" else cv.TOP_KEY
-            fix.also = f"make `{other}` agree (or remove it) so the other engine reads the same layers"
-        rep = _repeated(fc_r)
-        if rep and eng.name in CONFIG_RULES["duplicate"].engines:  # no id list serves one layer twice
-            fix.ids, fix.snippet = None, None
-            fix.caveat = (f"the fc was trained on {[r_label(r) for r in fc_r]}, "
-                          f"which repeats {', '.join(r_label(r) for r in rep)}; {eng} captures each layer once "
-                          f"({CONFIG_RULES['duplicate'].source}): retrain on distinct layers")
-        if info is not None and fix.ids is not None:  # the right ids are there; only the caveat blocks
-            fix.already_set = list((info.ids_nested if fix.where == "nested" else info.ids_top) or []) \
-                == list(fix.ids)
-        if fix.already_set and fix.caveat is None and served_side.basis == "capture":
-            fix.caveat = (f"the config is right, yet the served capture shows r = "
-                          f"{[r_label(r) if r is not None else '?' for r in served_side.r or []]}: the server did "
-                          f"not serve this config as {eng} {fix.version} reads it; check that it loaded this "
-                          "config.json, and its version (--engine-version)")
+    fix = _fix(trained.fc_r, served_side, info, eng, engine_version, L, arch) \
+        if verdict == "mismatch" and known else None
     no_fc_served = served is not None and served_side.basis == "capture" and not served_side.r  # reason says why
     settle = None if fix is not None or verdict == "match" or known or no_fc_served else \
         _settle(model is not None, served is not None)
     return AuditResult(verdict, reason, slices, findings, fix, trained, served_side, context, settle)
+
+
+def _fix(fc_r: list | None, served_side: ServedSide, info, eng: cv.System | None, engine_version: str | None,
+         L: int | None, arch: str) -> Fix | None:
+    """The ids that make ``eng`` serve the trained r ``fc_r`` (a mismatch whose trained slices are all known), with
+    what else to change and what blocks it; None when there is no engine, L or fully named fc to plan for."""
+    if not (eng and L and fc_r and all(isinstance(r, int) for r in fc_r)):
+        return None
+    fix = Fix.from_plan(eng.from_r(fc_r, L, engine_version, arch, family=info.family if info is not None else None))
+    if info is not None and info.ids_top is not None and info.ids_nested is not None:
+        other = cv.NESTED_KEY if fix.where == "top-level" else cv.TOP_KEY
+        fix.also = f"make `{other}` agree (or remove it) so the other engine reads the same layers"
+    rep = _repeated(fc_r)
+    if rep and eng.name in CONFIG_RULES["duplicate"].engines:  # no id list serves one layer twice
+        fix.ids, fix.snippet = None, None
+        fix.caveat = (f"the fc was trained on {[r_label(r) for r in fc_r]}, "
+                      f"which repeats {', '.join(r_label(r) for r in rep)}; {eng} captures each layer once "
+                      f"({CONFIG_RULES['duplicate'].source}): retrain on distinct layers")
+    if info is not None and fix.ids is not None:  # the right ids are there; only the caveat blocks
+        fix.already_set = list((info.ids_nested if fix.where == "nested" else info.ids_top) or []) == list(fix.ids)
+    if fix.already_set and fix.caveat is None and served_side.basis == "capture":
+        fix.caveat = (f"the config is right, yet the served capture shows r = "
+                      f"{[r_label(r) if r is not None else '?' for r in served_side.r or []]}: the server did "
+                      f"not serve this config as {eng} {fix.version} reads it; check that it loaded this "
+                      "config.json, and its version (--engine-version)")
+    return fix
 
 
 def _model_layers(model: Any) -> int | None:

@@ -525,6 +525,18 @@ def sign_agreement(pre: torch.Tensor, post: torch.Tensor, rows: torch.Tensor) ->
     """
     import torch
 
+    masks = _FLOAT_BITS.get(str(pre.dtype)) if pre.dtype != torch.float64 else None  # float32-exact types only
+    if masks is not None and pre.dtype == post.dtype and pre.shape[1:] == post.shape[1:]:
+        # on the stored bits (integer ops: 0.14 vs 0.19 ms on 16 Kimi-sized rows, 2026-12-05): sign(x) is 0
+        # for ±0, NaN for NaN (neither counts), else the sign bit, so the product is positive where both are
+        # counted and the sign bits agree, negative where they differ
+        a, b = _row_bits(pre.index_select(0, rows)), _row_bits(post.index_select(0, rows))
+        mag, exp = (np.array(m).astype(a.dtype) for m in masks)
+        ma, mb = a & mag, b & mag
+        counted = (ma != 0) & (mb != 0) & (ma <= exp) & (mb <= exp)
+        differ = (a ^ b) < 0
+        pos, neg = (counted & ~differ).sum(0), (counted & differ).sum(0)
+        return float(np.float32(((pos == 0) | (neg == 0)).sum()) / np.float32(pos.size))  # torch's float32 mean
     prod = torch.sign(pre.index_select(0, rows).to(torch.float32)) * torch.sign(post.index_select(0, rows).to(
         torch.float32))
     pos, neg = (prod > 0).sum(0), (prod < 0).sum(0)

@@ -83,8 +83,8 @@ class ScanResult:
     @property
     def verdict(self) -> Verdict:
         """The scan's one verdict over the files it read (``forensics.findings.decide``): pass / fail / cannot
-        tell; unreadable files are ``summary["errors"]`` and exit 2 beside it."""
-        return decide(*self._evidence())
+        tell; unreadable files are ``summary["errors"]`` and exit 2 beside it (and make a pass "cannot tell")."""
+        return decide(*self._evidence(), unreadable=bool(self.summary.get("errors")))
 
     @property
     def ok(self) -> bool:

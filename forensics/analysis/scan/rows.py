@@ -33,6 +33,7 @@ from forensics.analysis.stats import summarize
 from forensics.errors import ForensicsError, escape, one_line
 from forensics.findings import worst_verdict
 from forensics.io.formats import load_all
+from forensics.io.pages import TrailingRelease
 from forensics.jsonable import json_safe
 from forensics.layers import r_label
 
@@ -223,7 +224,11 @@ def _fill_capture(row: dict, cap: Any, use_fingerprint: bool, layers: Any = None
 
         reader = StampReader(cap)
     hash_taps = RowHashTaps(cap) if fp is None and row_checks else None  # the row checks' hashes ride on it too
-    st = fp.stats if fp is not None else summarize(cap, taps=_taps(reader, hash_taps))
+    # ... and the file pages behind it are released: the rows read later (a finding's few) fault back in
+    release = {s.index: TrailingRelease(s.tensor()) for s in cap.slots} if fp is None else {}
+    st = fp.stats if fp is not None else summarize(cap, taps=_taps(reader, hash_taps, release))
+    for r in release.values():
+        r.finish()
     row.update(format=cap.format, num_tokens=cap.num_tokens, hidden=cap.hidden_size, num_slots=len(st.slots),
                basis="fingerprint" if fp is not None else "stats")
     fps = {s.index: s for s in fp.slots} if fp is not None else {}
@@ -301,12 +306,16 @@ def _stamp_findings(reader: Any) -> list[dict]:
                                    "message": x.message, "evidence": x.evidence} for x in sc.findings]
 
 
-def _taps(reader: Any, hash_taps: Any) -> Any:
-    """The statistics' block taps: the stamp's checksums and the row hashes (None when neither is wanted)."""
+def _taps(reader: Any, hash_taps: Any, release: dict | None = None) -> Any:
+    """The statistics' block taps: the stamp's checksums, the row hashes and, last, the release of the file pages
+    behind the pass (:class:`forensics.io.pages.TrailingRelease`: a worker then holds a few MB of its file mapped,
+    not all of it, ~70 MB for a Kimi-sized capture). None when none is wanted."""
     stamp = reader.taps if reader is not None and reader.feeds else None
-    if stamp is None and hash_taps is None:
+    release = release or {}
+    if stamp is None and hash_taps is None and not release:
         return None
-    return lambda i: [*(stamp(i) if stamp is not None else ()), *(hash_taps.taps(i) if hash_taps is not None else ())]
+    return lambda i: [*(stamp(i) if stamp is not None else ()), *(hash_taps.taps(i) if hash_taps is not None else ()),
+                      *((release[i],) if i in release else ())]
 
 
 def _row_report(cap: Any, st: Any, fp: Any, hash_taps: Any = None) -> Any:

@@ -9,6 +9,7 @@ scan row of a tiny generated capture; workers forked from it inherit the initial
 
 from __future__ import annotations
 
+import gc
 import os
 import tempfile
 
@@ -38,3 +39,9 @@ try:  # a warm-up that fails costs speed only, never the scan
     warm_up()
 except Exception:  # noqa: BLE001 - warm-up is an optimisation; the real file reports its own error
     pass
+# Move everything imported and warmed so far into the collector's permanent generation: a forked worker's garbage
+# collections then never write to those objects' headers, so their pages stay shared with this fork server instead
+# of being copied into every worker (gc.freeze, Python 3.7: "to avoid copy-on-write"; measured on a 32-file
+# fingerprinted scan: each worker's private dirty memory 53–59 → 47–50 MB, the fork server's 17 → 13 MB).
+gc.collect()
+gc.freeze()

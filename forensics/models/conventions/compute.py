@@ -212,7 +212,7 @@ def engine_capture(engine: str, config: dict, num_layers: int, version: str | No
     return EngineCapture(engine, v, arch, key, ids, "config", captured, dropped, problems, notes)
 
 
-def from_r(system: str, rs: list[int], num_layers: int, version: str | None = None,  # noqa: C901
+def from_r(system: str, rs: list[int], num_layers: int, version: str | None = None,
            arch: str | None = None, family: str | None = None) -> IdPlan:
     """The ids to write so ``system`` captures r = ``rs`` (inverse of :func:`to_r`), or why it can't."""
     family = canonical_family(family)
@@ -222,32 +222,13 @@ def from_r(system: str, rs: list[int], num_layers: int, version: str | None = No
     arch = arch or "generic"
     L = int(num_layers)
     rs = [int(r) for r in rs]
-    caveats: list[str] = []
     if system in ("sglang", "vllm") and rs != sorted(rs):
         return IdPlan(system, v, rs, None, None, None,
                       f"the draft was trained on r = {rs}, not in ascending order; {system} always "
                       "concatenates in ascending layer order, so no id list reproduces it: reorder the "
                       "training slots (and retrain) or patch the engine's concat order")
     if system == "sglang":
-        ok, why = reachable_r("sglang", L, v, arch)
-        hard = [r for r in rs if r not in ok and r != 0]
-        if hard:
-            return IdPlan(system, v, rs, None, NESTED_KEY, "nested", "; ".join(why.get(r, f"r={r} out of range")
-                                                                       for r in hard))
-        if 0 in rs:
-            caveats.append(why[0])
-        if not (has_pr(v, SGLANG_PLUS1_PR) and arch == "deepseek"):
-            ids = [r - 1 for r in rs]  # unconditional +1 (pre-#25454, or a non-DeepSeek model file)
-        else:
-            ids = list(rs)  # post-#25454 DeepSeek/Kimi path: raw ids unless the first is 1
-            if ids and ids[0] == 1:
-                if len(ids) == 1:
-                    return IdPlan(system, v, rs, None, NESTED_KEY, "nested",
-                                  "r = [1] alone cannot be written after sglang#25454 (first id 1 gets +1)")
-                ids = ids[1:] + ids[:1]  # first id must not be 1; capture order is still ascending
-                caveats.append("ids reordered so the first id is not 1 (sglang#25454 adds +1 only when "
-                               "the first id is 1); SGLang still concatenates in ascending layer order")
-        return IdPlan(system, v, rs, ids, NESTED_KEY, "nested", "; ".join(caveats) or None)
+        return _sglang_plan(v, rs, L, arch)
     if system in ("vllm", "speculators"):
         ok, why = reachable_r("vllm", L, v, arch)
         bad = [r for r in rs if r not in ok]
@@ -271,3 +252,28 @@ def from_r(system: str, rs: list[int], num_layers: int, version: str | None = No
                       None if same else f"SafeAILab/EAGLE is hard-coded to r = {default_r(L)}; "
                       f"r = {rs} needs a code change")
     raise AssertionError(system)  # pragma: no cover
+
+
+def _sglang_plan(v: str, rs: list[int], L: int, arch: str) -> IdPlan:
+    """SGLang's EAGLE-3 ids for r = ``rs`` (ascending) at version ``v``: + 1 on every id, except on the
+    post-#25454 DeepSeek/Kimi path, where only a first id of 1 gets it."""
+    caveats: list[str] = []
+    ok, why = reachable_r("sglang", L, v, arch)
+    hard = [r for r in rs if r not in ok and r != 0]
+    if hard:
+        return IdPlan("sglang", v, rs, None, NESTED_KEY, "nested", "; ".join(why.get(r, f"r={r} out of range")
+                                                                      for r in hard))
+    if 0 in rs:
+        caveats.append(why[0])
+    if not (has_pr(v, SGLANG_PLUS1_PR) and arch == "deepseek"):
+        ids = [r - 1 for r in rs]  # unconditional +1 (pre-#25454, or a non-DeepSeek model file)
+    else:
+        ids = list(rs)  # post-#25454 DeepSeek/Kimi path: raw ids unless the first is 1
+        if ids and ids[0] == 1:
+            if len(ids) == 1:
+                return IdPlan("sglang", v, rs, None, NESTED_KEY, "nested",
+                              "r = [1] alone cannot be written after sglang#25454 (first id 1 gets +1)")
+            ids = ids[1:] + ids[:1]  # first id must not be 1; capture order is still ascending
+            caveats.append("ids reordered so the first id is not 1 (sglang#25454 adds +1 only when "
+                           "the first id is 1); SGLang still concatenates in ascending layer order")
+    return IdPlan("sglang", v, rs, ids, NESTED_KEY, "nested", "; ".join(caveats) or None)

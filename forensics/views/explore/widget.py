@@ -32,6 +32,7 @@ from forensics.io.formats import as_captures, iter_files
 from forensics.models.target import model_tokenizer
 from forensics.models.verifier import open_verifier
 from forensics.views.explore import wire
+from forensics.views.format import headline_word
 
 MAX_FILES = 1000  # files listed for a folder
 MAX_VERDICT_FILES = 64  # files fingerprinted for the list's verdicts (the rest show "…"; `hsf scan` covers them)
@@ -364,5 +365,7 @@ class Explorer(anywidget.AnyWidget):
     def __repr__(self) -> str:
         st = self._states.get(self.file)
         what = f"{len(st.names)} slots × {st.num_tokens} tokens" if st is not None else "not loaded"
-        return (f"Explorer({self.items[self.file][0]}: {what}; file {self.file + 1}/{len(self.items)}"
+        fp = self._fps.get(self.file)
+        word = "" if fp is None else "; " + ("FAIL" if isinstance(fp, str) else headline_word(fp.outcome))
+        return (f"Explorer({self.items[self.file][0]}: {what}; file {self.file + 1}/{len(self.items)}{word}"
                 f"{'; logit lens' if self.has_model else ''})")

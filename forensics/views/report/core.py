@@ -29,6 +29,7 @@ from forensics.analysis.report import report as analyse
 from forensics.display import renders
 from forensics.io.output import atomic_output, check_output
 from forensics.views.explore.wire import report_embed
+from forensics.views.format import count, headline_word
 from forensics.views.report.figures import Figures
 from forensics.views.report.panels import (
     build_cards,
@@ -98,8 +99,9 @@ class Report:
     def __repr__(self) -> str:
         c = self.counts
         audit = self.result.audit
-        return (f"Report({len(self.result.files)} files, pass {c.get('pass', 0)}, warn {c.get('warn', 0)}, "
-                f"fail {c.get('fail', 0)}; audit {audit.wiring if audit is not None else '—'})")
+        slots = ", ".join(f"{c[k]} {k}" for k in OUTCOMES if c.get(k)) or "no slots"
+        return (f"Report({headline_word(self.result.overall)}: {count(len(self.result.files), 'file')}; slots: "
+                f"{slots}; audit {audit.wiring if audit is not None else '—'})")
 
     def _repr_html_(self) -> str:
         return (f"<iframe srcdoc=\"{html.escape(self.html, quote=True)}\" "
@@ -108,9 +110,10 @@ class Report:
 
 @renders(ReportResult, "line")
 def result_line(res: ReportResult) -> str:
-    """``ReportResult(cannot tell: 8 files, 51 cannot tell, 9 pass)``: the verdict and the slot outcomes counted."""
+    """``ReportResult(CANNOT TELL: 8 files, 51 cannot tell, 9 pass)``: the headline's word (the report's overall
+    outcome, as every view writes it) and the slot outcomes counted."""
     c = res.counts
-    return (f"ReportResult({res.verdict.value}: {len(res.files)} files"
+    return (f"ReportResult({headline_word(res.overall)}: {len(res.files)} files"
             + "".join(f", {c[k]} {k}" for k in OUTCOMES if c[k]) + ")")
 
 

@@ -253,6 +253,7 @@ def _group(title: str, rows: list[dict], anchor: str, badge: str | None = None) 
     rows_worst = worst([r["cls"] for r in rows])
     return {"title": title, "anchor": anchor, "rows": rows[:MAX_CHECK_ROWS], "counts": counts,
             "omitted": max(0, len(rows) - MAX_CHECK_ROWS), "worst": badge or rows_worst,
+            "outcome": badge is not None,  # the badge is a file's outcome word (info: written "no claim")
             "open": rows_worst in ("warn", "fail", "cannot tell")}  # folded unless a row in it needs a look
 
 

@@ -1,0 +1,165 @@
+"""The scan's one pass for statistics-only rows: file pages released behind it, row hashes gathered on it.
+
+The release is checked on the process's own page table (``/proc/self/pagemap``: present pages of the mapping),
+the data read again after it against an independent copy, and a page written since mapping (a private copy)
+must survive; the gathered hashes must equal the row checks' own pass, and the scan row must not change.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from forensics.analysis.rows import RowHashTaps, _row_hashes, check_rows
+from forensics.analysis.scan.rows import _taps, file_row
+from forensics.analysis.stats import summarize
+from forensics.io import pages
+from forensics.io.formats import load
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="page tables read from /proc (Linux)")
+
+T, H = 700, 1536  # 2.1 MB per bf16 slot
+
+
+def _capture(tmp_path, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, 500, (T,), generator=g)
+    ids[100:140] = ids[10:50]  # repeated ids: the embedding slot has bit-identical twin rows
+    emb_table = torch.randn(500, H, generator=g)
+    hs = [emb_table[ids].to(torch.bfloat16)] + [(torch.randn(T, H, generator=g) * (2 + j)).to(torch.bfloat16)
+                                                for j in range(3)]
+    p = tmp_path / f"data_{seed}.pt"
+    torch.save({"input_ids": ids, "loss_mask": torch.ones(T, dtype=torch.bool), "hidden_states": hs}, p)
+    return p, [h.clone() for h in hs]
+
+
+def _present(t: torch.Tensor) -> int:
+    a = t.data_ptr() // pages.PAGE * pages.PAGE
+    b = -(-(t.data_ptr() + t.numel() * t.element_size()) // pages.PAGE) * pages.PAGE
+    fd = os.open("/proc/self/pagemap", os.O_RDONLY)
+    try:
+        raw = os.pread(fd, 8 * ((b - a) // pages.PAGE), 8 * (a // pages.PAGE))
+    finally:
+        os.close(fd)
+    e = np.frombuffer(raw, dtype=np.uint64)
+    return int(((e >> np.uint64(63)) & np.uint64(1)).sum())
+
+
+def test_release_drops_read_pages_and_data_reads_back(tmp_path, monkeypatch):
+    monkeypatch.setattr(pages, "RELEASE_BYTES", 64 << 10)
+    p, copies = _capture(tmp_path)
+    cap = load(p)
+    h = cap.slots[1].tensor()
+    rel = pages.TrailingRelease(h)
+    assert rel.on  # a contiguous view of torch.load's file mapping
+    total = 0.0
+    for s in range(0, T, 64):  # a one-way pass, as the norm pass reads it
+        total += float(h[s:s + 64].float().sum())
+        rel(s, h[s:s + 64])
+    before_finish = _present(h)
+    rel.finish()
+    assert _present(h) <= 2  # at most the pages shared with the neighbouring tensors' first/last bytes
+    assert before_finish < (h.numel() * 2) // pages.PAGE  # released behind the pass, not only at the end
+    assert torch.equal(h, copies[1])  # read again: the file's bytes, faulted back in
+    assert total == pytest.approx(float(copies[1].float().sum()), rel=1e-6)
+
+
+def test_written_page_is_never_dropped(tmp_path, monkeypatch):
+    monkeypatch.setattr(pages, "RELEASE_BYTES", 64 << 10)
+    p, copies = _capture(tmp_path, seed=1)
+    cap = load(p)
+    h = cap.slots[2].tensor()
+    rel = pages.TrailingRelease(h)
+    assert rel.on
+    h[300, 5] = 4096.0  # a private copy-on-write page of the mapping: not the file's any more
+    for s in range(0, T, 64):
+        rel(s, h[s:s + 64])
+    rel.finish()
+    assert float(h[300, 5]) == 4096.0  # the run holding the written page was left mapped
+    expect = copies[2].clone()
+    expect[300, 5] = 4096.0
+    assert torch.equal(h, expect)
+
+
+def test_in_memory_tensor_is_left_alone(monkeypatch):
+    monkeypatch.setattr(pages, "RELEASE_BYTES", 64 << 10)
+    h = torch.randn(T, H).to(torch.bfloat16)
+    copy = h.clone()
+    assert not pages.TrailingRelease(h[:, ::2]).on  # not contiguous
+    rel = pages.TrailingRelease(h)
+    for s in range(0, T, 64):
+        rel(s, h[s:s + 64])
+    rel.finish()
+    assert torch.equal(h, copy)  # anonymous pages: never dropped (they would read back as zeros)
+
+
+def test_hashes_gathered_beside_the_release_equal_the_row_checks_own(tmp_path, monkeypatch):
+    monkeypatch.setattr(pages, "RELEASE_BYTES", 64 << 10)
+    p, _ = _capture(tmp_path, seed=2)
+    cap = load(p)
+    ht = RowHashTaps(cap)
+    release = {s.index: pages.TrailingRelease(s.tensor()) for s in cap.slots}
+    st = summarize(cap, taps=_taps(None, ht, release))
+    for r in release.values():
+        r.finish()
+    assert all(_present(s.tensor()) <= 2 for s in cap.slots)  # released behind the pass
+    got = ht.hashes()
+    for s, hs in zip(cap.slots, got, strict=True):
+        assert hs is not None and np.array_equal(hs, _row_hashes(s.tensor()))
+    norms = [s.norms for s in st.slots]
+    with_h = check_rows(cap, cross_slots=False, norms=norms, hashes=got)
+    without = check_rows(cap, cross_slots=False, norms=norms)
+    assert with_h.to_dict() == without.to_dict()
+    assert with_h.num_rows == T
+
+
+def test_scan_row_unchanged_by_the_release(tmp_path, monkeypatch):
+    p, _ = _capture(tmp_path, seed=3)
+    st = os.stat(p)
+    plain = file_row(str(p), st.st_size, st.st_mtime_ns, use_fingerprint=False)
+    monkeypatch.setattr(pages, "RELEASE_BYTES", 64 << 10)  # releases on for this small file
+    monkeypatch.setattr(RowHashTaps, "hashes", lambda self: None)  # check_rows reads the released rows again
+    reread = file_row(str(p), st.st_size, st.st_mtime_ns, use_fingerprint=False)
+    for r in (plain, reread):
+        r.pop("elapsed")
+    assert plain == reread and plain["error"] is None
+
+
+def test_released_rows_of_a_truncated_file_are_an_error_not_a_crash(tmp_path, monkeypatch):
+    from forensics.io.sigbus import FileChangedSize, supported
+
+    if not supported():
+        pytest.skip("the SIGBUS guard handles 64-bit Linux only")
+    monkeypatch.setattr(pages, "RELEASE_BYTES", 64 << 10)
+    p, copies = _capture(tmp_path, seed=4)
+    cap = load(p)
+    release = {s.index: pages.TrailingRelease(s.tensor()) for s in cap.slots}
+    summarize(cap, taps=_taps(None, None, release))
+    for r in release.values():
+        r.finish()
+    h = cap.slots[3].tensor()
+    assert _present(h) <= 2
+    os.truncate(p, os.path.getsize(p) // 2)  # another process cuts the file: the released rows are gone from it
+    with pytest.raises(FileChangedSize):
+        float(h[T - 1].float().sum())  # faults a page past the new end: SIGBUS, turned into the file's error
+        cap.check_unchanged()
+
+
+def test_page_table_read_is_this_process_s_after_a_fork():
+    fd = pages._pagemap()
+    assert fd is not None
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child must not read its parent's page table through the inherited descriptor
+        try:
+            own = pages._pagemap()
+            os.write(w, b"1" if own is not None and own != fd and pages._state["pagemap_pid"] == os.getpid() else b"0")
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(r, 1) == b"1"
+    assert pages._pagemap() == fd  # the parent's own, opened once
