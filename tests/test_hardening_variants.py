@@ -1,5 +1,6 @@
 """Variants of the known defect classes on the surfaces added since: chat templates, draft id lists, batch masks,
-loss masks, names in text output, byte orders.
+loss masks, names in text output, byte orders, records (FILE#i), probe wirings, shared pickles, safetensors
+layouts, meta/sparse tensors.
 
 Each test fails on the code before its fix: bad input is one line naming the file and exit 2 (never a traceback,
 a hang or a confident verdict on garbage); data that is readable but wrong is a finding that names it.
@@ -8,11 +9,13 @@ a hang or a confident verdict on garbage); data that is readable but wrong is a 
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import shutil
 import time
 
 import pytest
+import torch
 
 import forensics
 from forensics.cli import main as hsf_main
