@@ -439,3 +439,22 @@ def test_sparse_tensor_in_a_file_is_named(tmp_path, capsys):
     torch.save({"hidden_states": [torch.randn(8, 16).to_sparse()] * 2}, f)
     code, _, err = run_cli(["inspect", f], capsys)
     assert "sparse" in one_line(code, err, "sparse.pt")
+
+
+# ---- a zip checkpoint whose records are deflated (torch.save never writes one): refused, never inflated ---------
+
+
+@pytest.mark.parametrize("name", ["bomb.pt", "bomb.safetensors"])
+def test_deflated_checkpoint_is_refused_not_inflated(tmp_path, capsys, name):
+    import zipfile
+
+    plain = tmp_path / "plain.pt"
+    torch.save({"hidden_states": [torch.zeros(1024, 8192), torch.zeros(1024, 8192)]}, plain)  # 64 MB of zeros
+    f = tmp_path / name
+    with zipfile.ZipFile(plain) as zin, zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED) as zout:
+        for info in zin.infolist():
+            zout.writestr(info.filename, zin.read(info.filename))
+    plain.unlink()
+    assert f.stat().st_size < 1 << 20
+    code, _, err = run_cli(["inspect", f], capsys)
+    assert "compressed" in one_line(code, err, name)
