@@ -458,3 +458,36 @@ def test_deflated_checkpoint_is_refused_not_inflated(tmp_path, capsys, name):
     assert f.stat().st_size < 1 << 20
     code, _, err = run_cli(["inspect", f], capsys)
     assert "compressed" in one_line(code, err, name)
+
+
+# ---- how many slots and samples one file may hold: a 3 MB [4, 200000] aux or 200 000 shared records -------------
+
+
+def test_too_many_slots_is_one_line_in_inspect_too(tmp_path, capsys):
+    f = tmp_path / "wide.pt"
+    torch.save([{"input_ids": torch.arange(4), "hidden_state": torch.randn(4, 1),
+                 "aux_hidden_states": torch.randn(4, 5000)}], f)  # TensorRT-LLM: 5000 one-wide slots
+    t0 = time.monotonic()
+    code, _, err = run_cli(["inspect", f], capsys)
+    assert "MAX_SLOTS_PER_FILE" in one_line(code, err, "wide.pt")
+    assert time.monotonic() - t0 < 60
+
+
+@pytest.mark.parametrize("kind", ["trtllm", "sglang", "batch"])
+def test_too_many_samples_is_one_line(tmp_path, capsys, kind, monkeypatch):
+    from forensics.io import limits
+
+    monkeypatch.setattr(limits, "MAX_RECORDS_PER_FILE", 100)  # the bound, not its size, is under test
+    n = 101
+    if kind == "trtllm":
+        f = tmp_path / "recs.pt"
+        rec = {"input_ids": torch.arange(4), "hidden_state": torch.randn(4, 2)}
+        torch.save([rec] * n, f)  # one record shared n times: a small pickle
+    elif kind == "sglang":
+        f = tmp_path / "recs.json"
+        f.write_text(json.dumps([{"meta_info": {"hidden_states": [[[0.5, 1.0]] * 4]}, "input_ids": [1, 2, 3, 4]}] * n))
+    else:
+        f = tmp_path / "batch.pt"
+        torch.save({"hidden_states": torch.randn(2, n, 4, 8), "input_ids": torch.arange(4 * n).reshape(n, 4)}, f)
+    code, _, err = run_cli(["inspect", f], capsys)
+    assert "MAX_RECORDS_PER_FILE" in one_line(code, err, f.name)

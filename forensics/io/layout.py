@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forensics.errors import ForensicsError
+from forensics.io.limits import records_per_file
 
 ID_KEYS = ("input_ids", "token_ids", "ids", "prompt_token_ids")
 MASK_KEYS = ("loss_mask", "attention_mask_loss")
@@ -440,6 +441,7 @@ def _resolve_batch(obj: Any, path: str, bt: tuple[int, int], input_ids: Any,  # 
     import torch
 
     B, T = bt
+    records_per_file(B, path)
     obj, file_ids, lmask, attn, pad, items = _entries(obj, path)
     ids = None
     for name, t in (("input_ids", file_ids), ("input_ids", input_ids)):
