@@ -84,6 +84,7 @@ class FindingKind(StrEnum):
     NO_REFERENCE_MATCH = "no_reference_match"
     NO_TOKEN_IDS = "no_token_ids"
     DUPLICATE = "duplicate"
+    CONCATENATED = "concatenated"
     # ---- one capture: rows (row forensics) ----
     ZERO_ROWS = "zero_rows"
     ROW_COUNT = "row_count"
@@ -225,6 +226,7 @@ _MEANINGS: dict[FindingKind, str] = {
     FindingKind.NO_REFERENCE_MATCH: "with --model, some slots equal no state of the reference forward",
     FindingKind.NO_TOKEN_IDS: "with --model, exact mode cannot run: the capture has no token ids (--ids, --text)",
     FindingKind.DUPLICATE: "the same layer is captured (or fed to the fc) twice",
+    FindingKind.CONCATENATED: "one slot looks like k states side by side ([T, k·H], EAGLE-3's concatenated aux states)",
     FindingKind.ZERO_ROWS: "some rows of a slot (or of every slot) are all zeros while its other rows are not",
     FindingKind.ROW_COUNT: "the slots hold another number of rows than there are token ids (a cut tail, a suffix)",
     FindingKind.TOKEN_SHIFT: "every slot's row t holds the state of token t + k, not of token t",

@@ -594,3 +594,23 @@ def test_near_tie_chain_is_settled_on_all_rows():
         sample = angular_distance_sample(slots, [0], [])
         out = settle_chain(sample, slots, [0], [], list(range(len(slots))))
         assert sample.rows == DISTANCE_SAMPLE_ROWS and out.rows == (T - 1 if settled else DISTANCE_SAMPLE_ROWS)
+
+
+def test_speculators_v0_target_is_not_claimed_pre_norm(ladder, tmp_path):
+    """v0 ({hidden_state [T, 3H], target}) was read only by trainers that put lm_head on the target as stored
+    (speculators#313 removed v0 and added the verifier norm together): a post-norm target is no failure, and the
+    target slot is named by the evidence, whichever state it holds."""
+    T = {r: ladder.slots[r].tensor() for r in (3, 16, 28, 30)}
+    post = ladder.slots[31].tensor()
+    ids = ladder.input_ids
+    for name, target, want in (("post", post, "final_post"), ("pre", T[30], None)):
+        v0 = tmp_path / name / "data_0.pt"
+        v0.parent.mkdir()
+        torch.save({"input_ids": ids, "loss_mask": torch.ones_like(ids), "target": target.clone(),
+                    "hidden_state": torch.cat([T[3], T[16], T[28]], dim=-1)}, v0)
+        fp = fingerprint(v0, num_layers=30)  # L known (as with --model): the v0 target's claim would be r = 30
+        assert fp.capture.format == "speculators-v0"
+        assert fp.slots[3].claim is None, name  # no convention claimed for the v0 target
+        assert not [f for f in fp.findings if str(f.severity) == "fail"], (name, [f.message for f in fp.findings])
+        if want is not None:
+            assert fp.labels[3] == want

@@ -99,6 +99,34 @@ def test_named_keys_are_shown_never_claimed(tmp_path):
     assert capture_claims(cap, 30) is None  # nothing claimed: the names are not evidence
 
 
+def test_a_list_of_layer_ids_beside_the_states_is_a_note_not_an_unreadable_file(tmp_path):
+    """An EAGLE-3 style dict saves its aux layer ids beside the states as a plain list; before, the reader took the
+    list for a list of states and refused the file ("aux_hidden_state_layer_ids[0] is int, not a tensor"). Now the
+    states read as saved (a batch too) and the ids are named in a note, never used as a claim."""
+    hs = states(3)
+    torch.save({"input_ids": torch.arange(T), "hidden_states": torch.stack(hs),
+                "aux_hidden_state_layer_ids": [3, 16, 28], "names": ("a", "b")}, tmp_path / "e.pt")
+    cap = forensics.load(tmp_path / "e.pt")
+    same(cap, hs)
+    assert all(s.claimed is None and s.declared_r is None for s in cap.slots)
+    assert any("aux_hidden_state_layer_ids = [3, 16, 28]" in n for n in cap.provenance.notes)
+    assert capture_claims(cap, 30) is None
+    b = torch.stack([torch.stack(states(3, seed=s)) for s in (1, 2)], dim=1)  # [k, B, T, H]
+    torch.save({"input_ids": torch.arange(2 * T).reshape(2, T), "hidden_states": b, "layer_ids": [3, 16, 28]},
+               tmp_path / "b.pt")
+    caps = forensics.load_all(tmp_path / "b.pt")
+    assert len(caps) == 2
+    for i, c in enumerate(caps):
+        same(c, list(b[:, i]))
+    with pytest.raises(ForensicsError, match="not a tensor"):  # a list mixing states and numbers stays refused
+        forensics.load(_saved(tmp_path / "m.pt", {"input_ids": torch.arange(T), "hidden_states": [hs[0], 3]}))
+
+
+def _saved(path, obj):
+    torch.save(obj, path)
+    return path
+
+
 def test_plain_dict_is_not_speculators_v1(tmp_path):
     hs = states(4)
     torch.save({"input_ids": torch.arange(T), "hidden_states": hs}, tmp_path / "d.pt")
@@ -236,3 +264,14 @@ def test_ids_from_outside_the_file(real, how, capsys):
         out = capsys.readouterr().out
         assert code == 0
         assert out.startswith("IDENTIFIED [embed, L3, L16, L28] (exact")
+
+
+def test_a_python_claim_reads_as_written(tmp_path):
+    """``layers=[0, 1, 2]`` from Python is told "layers=0,1,2" (it read "layers= 0,1,2", a flag's spacing)."""
+    from forensics.analysis.claims import user_claims
+
+    assert user_claims([0, 1, 2], "layers=").detail == "layers=0,1,2"
+    assert user_claims("0,1,2").detail == "--layers 0,1,2"
+    torch.save({"input_ids": torch.arange(T), "hidden_states": torch.stack(states(3))}, tmp_path / "c.pt")
+    fp = forensics.fingerprint(tmp_path / "c.pt", layers=[0, 1, 2])
+    assert fp.claims.detail == "layers=0,1,2" and "layers= " not in str(fp)

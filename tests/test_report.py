@@ -415,3 +415,25 @@ def test_report_result_is_typed_and_decides_each_slot(sample_data, tmp_path, cap
                          "audit", "command"]
     assert {k: doc[k] for k in ("verdict", "files", "unreadable", "verdicts", "overall", "audit")} == truth.to_dict()
     assert doc["verdicts"] == {"fail": 0, "cannot tell": 3, "warn": 0, "pass": 1, "identified": 0, "info": 0}
+
+
+def test_a_folder_report_without_scan_says_the_checks_across_files_were_not_run(tmp_path, capsys):
+    """A folder where one capture is 768 wide among 576-wide ones: each file alone has nothing wrong (no claims),
+    so the report says 'no failure', exit 0, while `hsf scan` fails the folder on the hidden size. The report now
+    says the checks across files were not run and names --scan, which fails it (exit 1, as hsf scan)."""
+    from forensics.cli import main
+
+    g = torch.Generator().manual_seed(0)
+    d = tmp_path / "caps"
+    d.mkdir()
+    for i, h in enumerate((576, 576, 576, 768)):
+        torch.save({"input_ids": torch.arange(20), "hidden_states": torch.randn(3, 20, h, generator=g)},
+                   d / f"c{i}.pt")
+    assert main(["scan", str(d)]) == 1
+    assert "hidden_size" in capsys.readouterr().out
+    out = tmp_path / "r.html"
+    code = main(["report", str(d), "-o", str(out)])
+    text = capsys.readouterr().out
+    assert "--scan" in text and "were not run" in text
+    assert main(["report", str(d), "--scan", "-o", str(out)]) == 1 and code != 1
+    assert "were not run" not in capsys.readouterr().out

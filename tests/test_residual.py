@@ -72,6 +72,8 @@ def test_exact_mode_names_the_sub_layer_a_slot_holds(tiny, what):
     nr = _kinds(fp, FindingKind.NOT_RESIDUAL)
     assert len(nr) == 1 and nr[0].slots == [1] and nr[0].is_fail
     assert nr[0].evidence["what"] == [what] and nr[0].evidence["block"] == [2]
+    hooked = {"mlp": "model.layers[1].mlp", "attn": "model.layers[1].self_attn", "mid": "inside model.layers[1]"}
+    assert hooked[what] in nr[0].message  # the module _states hooked (layers[1] is block 2), by the user's own name
     assert fp.slots[1].verdict is Verdict.FAIL and fp.verdict is Verdict.FAIL
     assert [fp.slots[i].verdict for i in (0, 2)] == [Verdict.PASS, Verdict.PASS]
     assert not _kinds(fp, FindingKind.NO_REFERENCE_MATCH)
@@ -233,3 +235,21 @@ def test_scan_rows_carry_the_fingerprints_data_only_context_finding(smol, tmp_pa
         assert sorted(f["kind"] for f in by[name]["findings"]) == sorted(f.kind.value for f in fp.findings), name
     cl = [f for f in by["packed.pt"]["findings"] if f["kind"] == "context_lost"]
     assert len(cl) == 1 and cl[0]["severity"] == "warn" and cl[0]["evidence"]["start"] == p
+
+
+@pytest.mark.model
+def test_concatenated_aux_states_are_named_data_only(smol):
+    """EAGLE-3's aux states saved side by side, [T, 3·H] of SmolLM2's own L3, L16, L28 (hooked, not through
+    forensics): data only, the one slot is named as 3 states of width 576 (its massive dims repeat every 576) and
+    the re-save it names reads as the 3 states; no residual slot, nor the three of them stacked, is so named."""
+    _, ids, S = smol
+    res = [S[("res", r)] for r in (3, 16, 28)]
+    fp = fingerprint([torch.cat(res, dim=-1)], input_ids=ids)
+    cc = _kinds(fp, FindingKind.CONCATENATED)
+    assert len(cc) == 1 and cc[0].evidence["k"] == 3 and cc[0].evidence["hidden_size"] == 576
+    assert "hs.view(T, 3, 576)" in cc[0].message
+    T = len(ids)
+    back = torch.cat(res, dim=-1).view(T, 3, 576)
+    assert all(torch.equal(back[:, i], res[i]) for i in range(3))  # the hint's re-save is the three states
+    fp = fingerprint([S[("res", r)] for r in (0, 3, 16, 28)], input_ids=ids)
+    assert not _kinds(fp, FindingKind.CONCATENATED)

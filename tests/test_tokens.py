@@ -194,6 +194,50 @@ def test_a_capture_of_another_hidden_size_is_one_line_exit_2_everywhere(world, c
     _one_line(ex.status, "48", "64", "wide.pt")
 
 
+def test_concatenated_aux_states_are_named_as_such_and_the_hint_reads_them(world, capsys, tmp_path):
+    """EAGLE-3's aux states saved concatenated, [T, 3·H] of the model's own r = 0, 1, 2: before, "hidden size 192 ≠
+    64 ... the capture comes from another model" (wrong: it is this model's). Now one line says 3 × 64 and how to
+    re-save; the re-saved file passes its true claim against the model; data only, the count mismatch says it too."""
+    folder, _, ids, _, _, model = world
+    with torch.no_grad():
+        hs = model(ids[None], output_hidden_states=True).hidden_states
+    cat = tmp_path / "eagle.pt"
+    torch.save({"input_ids": ids, "hidden_states": torch.cat([hs[r][0] for r in (0, 1, 2)], dim=-1)}, cat)
+    assert hsf_main(["fingerprint", str(cat), "--model", str(folder)]) == 2
+    line = _one_line(capsys.readouterr().err, "192", "3 × 64", "eagle.pt", f"hs.view(T, 3, {H})")
+    assert "another model" not in line
+    assert hsf_main(["fingerprint", str(cat), "--layers", "0,1,2"]) == 1  # data only: the count cannot match
+    assert "3 × 64" in capsys.readouterr().out
+    T = len(ids)
+    fixed = tmp_path / "eagle_fixed.pt"  # the hint followed
+    torch.save({"input_ids": ids, "hidden_states": torch.load(cat)["hidden_states"].view(T, 3, H)}, fixed)
+    assert hsf_main(["fingerprint", str(fixed), "--model", str(folder), "--layers", "0,1,2"]) == 0
+    fp = forensics.fingerprint(fixed, model=str(folder), layers=[0, 1, 2])
+    assert [s.label for s in fp.slots] == ["embed", "L1", "L2"]
+
+
+def test_an_encoder_as_the_model_is_one_line_exit_2_not_a_traceback(world, capsys, tmp_path):
+    """A BERT folder passed as --model (no final norm: post-LN encoder): before, AttributeError 'BertLMHeadModel'
+    object has no attribute 'norm' as a traceback from fingerprint; now one line naming it, exit 2, and report
+    raises the same ModelMismatch instead of writing a report headed NO CLAIM."""
+    import transformers
+
+    _, cap, _, _, tok, _ = world
+    bert = tmp_path / "bert"
+    cfg = transformers.BertConfig(vocab_size=tok.get_vocab_size(with_added_tokens=True), hidden_size=H,
+                                  num_hidden_layers=2, num_attention_heads=4, intermediate_size=96)
+    transformers.BertModel(cfg).save_pretrained(bert)
+    capsys.readouterr()  # transformers' save progress
+    assert hsf_main(["fingerprint", str(cap), "--model", str(bert)]) == 2
+    _one_line(capsys.readouterr().err, "bert", "no final norm")
+    from forensics.analysis.report import report
+
+    with pytest.raises(ModelMismatch, match="no final norm"):
+        report([str(cap)], model=str(bert))
+    ex = forensics.explore(cap, model=str(bert), background=False)
+    assert "no final norm" in ex.status and "; no logit lens" in repr(ex)  # it said "; logit lens"
+
+
 def test_ids_outside_the_vocabulary_and_another_layer_count_are_model_mismatches(world, tmp_path, capsys):
     import json
 

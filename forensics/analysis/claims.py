@@ -35,7 +35,12 @@ from ..models import conventions as cv
 
 TRAINERS = tuple(dict.fromkeys([*cv.TRAINERS, *cv.ID_TRAINERS]))  # --trainer choices, every command
 ENGINES = tuple(cv.ENGINES)  # --engine choices, every command
-SPECULATORS_FORMATS = ("speculators-v1", "speculators", "speculators-v0")  # last slot = pre-norm target r = L
+# The formats whose last slot is claimed as the training target at r = L pre-norm: the readers of speculators' v1 and
+# current data apply the verifier's norm to it (speculators#313, #353). Not v0 ({hidden_state [T, k·H], target}):
+# #313 removed v0 together with adding that norm, so every trainer that read v0 put lm_head on the target as
+# stored; a post-norm target is right for it and a pre-norm one is the logit-lens bug #313 fixed. Its target is
+# left unclaimed and named by the evidence, never failed against a convention it did not have.
+SPECULATORS_FORMATS = ("speculators-v1", "speculators")
 
 
 class ClaimSource(StrEnum):
@@ -100,7 +105,8 @@ def user_claims(layers: Any, flag: str = "--layers") -> Claims:
     """The user's list (``--layers`` / ``--expect`` / ``layers=``) as claims, one per slot in stored order."""
     rs = parse_layers(layers) or []
     shown = layers if isinstance(layers, str) else ",".join(str(x) for x in rs)
-    return Claims([Claim(r, ClaimSource.USER, f"{flag} {shown}") for r in rs], ClaimSource.USER, f"{flag} {shown}")
+    said = f"{flag}{shown}" if flag.endswith("=") else f"{flag} {shown}"  # layers=3,16 (Python), --layers 3,16
+    return Claims([Claim(r, ClaimSource.USER, said) for r in rs], ClaimSource.USER, said)
 
 
 def capture_claims(cap: Any, num_layers: int | None = None) -> Claims | None:

@@ -41,6 +41,7 @@ import numpy as np
 from forensics.analysis.kernels import _bits_view, intra_op_threads
 from forensics.findings import Finding, FindingKind, Severity
 from forensics.io.capture import Capture
+from forensics.io.pages import release_tensors
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -557,6 +558,7 @@ def screen_sims(ts: list, starts: np.ndarray, rows: np.ndarray, max_shift: int =
         # [B, P, H] in float32 (one gather of the stored rows, then one conversion: a copy_ of each block into a
         # fresh float32 buffer cost 8× as much, measured 2026-12-05)
         x = h.index_select(0, idx).to(torch.float32).reshape(B, P, -1)
+        release_tensors([h])  # its file pages (a few blocks map most of a slot: the page cache's folios)
         x -= w @ x.reshape(-1, x.shape[-1])  # centered on the counted rows' mean
         xs.append(x)
         ns.append(torch.linalg.vector_norm(x, dim=-1).clamp_min(1e-30).to(torch.float64).numpy())  # [B, P]
@@ -589,6 +591,7 @@ def _cross_sims(ts: list, rows: np.ndarray, max_shift: int) -> np.ndarray:
     base, moved = [], []
     for h in ts:
         x = h[torch.from_numpy(span)].to(torch.float32).numpy()
+        release_tensors([h])
         x = x - x[pos[0]].mean(axis=0, keepdims=True)  # centered on the sampled rows' mean
         x /= np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-30)
         base.append(x[pos[0]])

@@ -99,6 +99,9 @@ def run(args) -> int:
                                                          else "") +
                  "; slots: " + ", ".join(f"{c[k]} {k}" for k in words) +
                  (f"; audit: {doc['audit']}" if doc["audit"] else ""))
+        if res.scan is None and n > 1 and any(os.path.isdir(p) for p in args.paths):
+            con.text("  each file was judged on its own; the checks across files (hidden sizes, slot counts, "
+                     "outlier norms: hsf scan) were not run: add --scan")
         con.text(f"report written: {args.output} ({size / 1e6:.2f} MB)")  # the path as the user gave it
     for e in res.errors:  # what could not be done is said here too, not only at the bottom of the HTML
         con.error(f"{e.where}: {e.message}")

@@ -184,6 +184,18 @@ def _detached(obj: Any, memo: dict[int, Any] | None = None, path: str = "<in mem
     return out
 
 
+def _metadata_list(key: str, v: Any) -> bool:
+    """A dict entry that is a non-empty list of plain numbers or strings (layer ids, names saved beside the states):
+    metadata, not a list of states."""
+    return bool(key) and isinstance(v, (list, tuple)) and bool(v) and all(
+        isinstance(x, (int, float, str, bool)) or x is None for x in v)
+
+
+def _metadata_note(key: str, v: Any) -> str:
+    shown = list(v[:8]) + (["..."] if len(v) > 8 else [])
+    return f"{key} = {shown} is shown, not used as evidence or as a claim (state a claim with --layers)"
+
+
 def _is_tensor(x: Any) -> bool:
     import torch
 
@@ -327,6 +339,9 @@ def resolve(obj: Any, path: str, input_ids: Any = None) -> Resolved:
     layouts: list[str] = []
     skipped: list[str] = []
     for key, v in items:
+        if _metadata_list(key, v):  # e.g. aux_hidden_state_layer_ids = [3, 16, 28] saved beside the states
+            notes.append(_metadata_note(key, v))
+            continue
         if isinstance(v, (list, tuple)):
             if not v:
                 raise ForensicsError(f"'{key or 'the list'}' is an empty list (no layers were captured)", path=path)
@@ -374,6 +389,8 @@ def _key_layers(obj: Any, items: list, parts: list[Part], notes: list[str]) -> d
 
 def _batch_views(key: str, v: Any, B: int, T: int, path: str) -> tuple[list[tuple[str, Any]], str] | None:
     """``([(name, [B, T, H] view)], layout)`` of one entry of a batch; None for an entry that holds no states."""
+    if _metadata_list(key, v):
+        return None
     if isinstance(v, (list, tuple)):
         if not v:
             raise ForensicsError(f"'{key or 'the list'}' is an empty list (no layers were captured)", path=path)

@@ -124,4 +124,12 @@ class TrailingRelease:
             self.done = self.end
 
 
-__all__ = ["TrailingRelease", "release", "RELEASE_BYTES"]
+def release_tensors(tensors: Any) -> None:
+    """Release every file page of each tensor that is safe to drop (see the module's docstring): after a stage
+    that read rows scattered over a file (a row sample: each fault maps the pages around it too), so they do
+    not stay mapped while the next stage reads others."""
+    for t in tensors:
+        TrailingRelease(t).finish()
+
+
+__all__ = ["TrailingRelease", "release", "release_tensors", "RELEASE_BYTES"]

@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from forensics.errors import ForensicsError
+from forensics.errors import ForensicsError, ModelMismatch
 from forensics.io.formats._io import load_json
 from forensics.io.safetensors import INDEX_NAME, shard_index
 from forensics.io.tempfiles import clean_stale, temp_path
@@ -244,7 +244,12 @@ def decoder_layers(model):
 
 def final_norm(model):
     """``(gamma, eps)`` of the final RMSNorm."""
-    norm = getattr(model, "model", model).norm
+    norm = getattr(getattr(model, "model", model), "norm", None)
+    if norm is None or getattr(norm, "weight", None) is None:  # an encoder (BERT: post-LN, no final norm), GPT-2 ...
+        mt = getattr(getattr(model, "config", None), "model_type", None)
+        raise ModelMismatch(f"{type(model).__name__}{f' ({mt})' if mt else ''} has no final norm at model.norm: "
+                             "exact mode reads pre-norm decoders (Llama, Qwen, Mistral, ...); pass the model the "
+                             "capture was taken from (--model, model=)")
     eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", 1e-6))
     return norm.weight.detach(), float(eps)
 

@@ -67,6 +67,7 @@ from forensics.findings import Finding, FindingKind, Severity, Verdict, worst_ve
 from forensics.io import limits, validate
 from forensics.io.capture import Capture, Slot, constant_getter
 from forensics.io.formats import as_captures
+from forensics.io.pages import TrailingRelease, release_tensors
 from forensics.jsonable import data_frame, json_safe
 from forensics.layers import FINAL_POST, R, r_label
 from forensics.models.target import resolve_model
@@ -337,7 +338,12 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
     # what the file holds (NaN counts, norms of every row): shown and scanned; the stamp's checksums and the row
     # hashes ride on it
     stamp_taps = reader.taps if reader is not None and reader.feeds else None
-    st_all = summarize(capture, taps=lambda i: [*(stamp_taps(i) if stamp_taps else ()), *hash_taps.taps(i)])
+    # ... and, last, the file pages behind the pass are released (io/pages.py; so after each stage below that reads
+    # rows): a scan worker then holds a few MB of its file mapped, not all of it
+    release = {s.index: TrailingRelease(s.tensor()) for s in capture.slots}
+    st_all = summarize(capture, taps=lambda i: [*(stamp_taps(i) if stamp_taps else ()), *hash_taps.taps(i),
+                                                *((release[i],) if i in release else ())])
+    release_tensors(full)  # the rest behind the pass
     stamp = reader.check(full) if reader is not None else None
     if model is not None:
         reference = reference_ladder(capture, model)
@@ -345,6 +351,7 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
     rows = check_rows(capture, full, reference=None if reference is None else reference[1],
                       norms=[s.norms for s in st_all.slots], hashes=hash_taps.hashes())
 
+    release_tensors(full)
     context = check_context(capture, full, st_all.slots, rows, net=None if reference is None else reference[0].net,
                             reference=None if reference is None else reference[1])
     view = good_rows_view(capture, full, rows)  # statistics and order from the rows that are their tokens'
@@ -366,7 +373,9 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
     finite = not any(s.nan or s.inf for s in st.slots)  # no NaN/Inf anywhere: nothing for the sample to zero
     sample = angular_distance_sample(tensors, drop, mask, finite=finite) if k > 1 else \
         DistanceSample(np.zeros((1, 1)), np.zeros((1, 1)), 0, 0)
+    release_tensors(full)
     sig = _signals(view, st, tensors, drop, mask, rows.hashes if view is capture else None)
+    release_tensors(full)
 
     exact = None
     if model is not None:
@@ -428,6 +437,29 @@ def _constant(h: Any) -> bool:
         return all(bool((h[a:a + 4096] == h[:1]).all()) for a in range(0, int(h.shape[0]), 4096))
 
 
+CONCAT_MAX_K = 8  # EAGLE-3 concatenates 3 states; a few more leave room for other drafts' fc widths
+CONCAT_MIN_H = 128  # no LLM's hidden size is narrower
+
+
+def concatenated(dims: list[int], width: int) -> tuple[int, int, list[int]] | None:
+    """``(k, H, dims)`` when a slot ``width`` wide reads as k ≥ 2 states of width H side by side: its massive-
+    activation dims fall in at least two H-wide pieces at one and the same offset (a model's massive activations sit
+    in a few fixed dims of every late layer, Sun et al. 2024, so concatenated layers repeat them every H). The
+    widest such H (the fewest pieces) is taken; None otherwise."""
+    for k in range(2, CONCAT_MAX_K + 1):
+        if width % k or width // k < CONCAT_MIN_H:
+            continue
+        h = width // k
+        by_offset: dict[int, set[int]] = {}
+        for d in dims:
+            by_offset.setdefault(d % h, set()).add(d // h)
+        # every offset in two pieces or more on average: a few dims repeated, not many scattered ones that meet by
+        # chance (a slot with zeroed rows has dozens of 'massive' dims against its lowered median)
+        if any(len(p) >= 2 for p in by_offset.values()) and 2 * len(by_offset) <= len(dims):
+            return k, h, sorted(dims)
+    return None
+
+
 def _anomalies(capture: Capture, st: CaptureStats) -> tuple[list[Finding], set[int]]:
     """Broken-data findings (NaN/Inf, float32 overflow, all zeros, too few tokens) and the non-finite rows,
     which every cross-slot signal leaves out."""
@@ -450,6 +482,16 @@ def _anomalies(capture: Capture, st: CaptureStats) -> tuple[list[Finding], set[i
                                     f"constant across tokens: its {s.norm.n} rows are one and the same vector, so "
                                     "it holds nothing per token (a broadcast, or one token's state copied) and takes "
                                     "no place in the depth order", {"rows": s.norm.n}))
+    for s in st.slots:
+        if (cut := concatenated(s.massive_dims, int(capture.slots[s.index].hidden_size))) is not None:
+            k, h, dims = cut
+            findings.append(Finding(FindingKind.CONCATENATED, Severity.WARN, [s.index],
+                                    f"slot {s.index} ({s.name}) looks like {k} states of width {h} side by side "
+                                    f"(its massive-activation dims {dims} sit at the same place in {h}-wide "
+                                    f"pieces: one layer's massive dims do not repeat): EAGLE-3's concatenated "
+                                    f"[T, {k}·H] aux states are no one layer; save them as [T, {k}, H] "
+                                    f"(hs.view(T, {k}, {h})), read as {k} slots",
+                                    {"k": k, "hidden_size": h, "dims": dims}))
     if capture.num_tokens < MIN_TOKENS:
         findings.append(Finding(FindingKind.FEW_TOKENS, Severity.WARN, list(range(len(capture.slots))), f"only "
                                 f"{capture.num_tokens} tokens (< {MIN_TOKENS}): the data-only signals are weak; the "
@@ -499,6 +541,7 @@ def _signals(capture: Capture, st: CaptureStats, tensors: list, drop: list[int],
     ids = capture.input_ids.reshape(-1) if capture.input_ids is not None else None
     meds = [s.norm_excl_sinks.median for s in st.slots]
     embed_score = embedding_signals(st.slots, tensors, ids, meds, ev, hashes)
+    release_tensors(tensors)  # the file pages each step maps (io/pages.py: only file pages are dropped)
     post_score, prenorm_of, post_why = postnorm_signals(st.slots, tensors, embed_score, meds, drop, ev,
                                                         [s.claimed for s in capture.slots])
     is_post = [post_score[i] >= POSTNORM_DECIDED for i in range(k)]

@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from forensics.io.pages import release_tensors
+
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
@@ -336,6 +338,7 @@ def _distances_in_buffer(tensors: Sequence[torch.Tensor], rows: torch.Tensor, ma
     X = torch.empty(n, k, H, dtype=torch.float32)
     for i, (t, m) in enumerate(zip(tensors, masks, strict=True)):
         X[:, i].copy_(t.index_select(0, rows))
+        release_tensors([t])  # its file pages: a sampled row maps the page-cache folio around it (MBs on ext4)
         if m:
             X[:, i, m] = 0.0
     if not finite:

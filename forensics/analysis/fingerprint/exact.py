@@ -336,6 +336,12 @@ def check_sizes(capture: Capture, ref: Reference) -> None:
     H = ref.hidden_size()
     if H is not None:
         for s in capture.slots:
+            if s.hidden_size != H and s.hidden_size % H == 0:  # k states side by side: EAGLE-3's [T, k·H] aux
+                k = s.hidden_size // H
+                raise ModelMismatch(f"hidden size {s.hidden_size} (slot {s.index}, {s.name}) is {k} × {H}, the hidden "
+                                    f"size of the model {name}: {k} states concatenated on the last axis (EAGLE-3's "
+                                    f"[T, {k}·H] aux states)? save them as [T, {k}, H] (hs.view(T, {k}, {H})), read as "
+                                    f"{k} slots", path=capture.path)
             if s.hidden_size != H:
                 raise ModelMismatch(f"hidden size {s.hidden_size} (slot {s.index}, {s.name}) ≠ {H}, the hidden size "
                                     f"of the model {name}: the capture comes from another model; pass the model it was "
@@ -456,6 +462,9 @@ def exact_checks(capture: Capture, tensors: list, model: Any, rows: Any = None, 
 
 
 SUBLAYER_NAMES = {"attn": "attention output", "mlp": "MLP output", "mid": "residual after attention, before the MLP"}
+# the transformers module (0-based index) whose forward hook gives that state: the one a user hooked, by its own name
+SUBLAYER_MODULES = {"attn": "model.layers[{i}].self_attn", "mlp": "model.layers[{i}].mlp",
+                    "mid": "inside model.layers[{i}]"}
 
 
 def _sublayers(net: Any, ids: Any, tensors: list, full: list, sel: list, lad: dict, out: list) -> None:
@@ -496,10 +505,10 @@ def sublayer_match(h: torch.Tensor, lad: dict, subs: dict) -> dict | None:
 
 
 def _state_name(key: Any) -> str:
-    """``"mlp:16"`` → "block 16's MLP output"; a residual r → its label (``L16``)."""
+    """``"mlp:16"`` → "block 16's MLP output (model.layers[15].mlp)"; a residual r → its label (``L16``)."""
     if isinstance(key, str) and ":" in key:
         what, block = key.split(":")
-        return f"block {block}'s {SUBLAYER_NAMES[what]}"
+        return f"block {block}'s {SUBLAYER_NAMES[what]} ({SUBLAYER_MODULES[what].format(i=int(block) - 1)})"
     return "none" if key is None else r_label(key)
 
 

@@ -192,6 +192,17 @@ def _judge_slot(fp: Fingerprint, i: int, c: Claim, L: int | None,
     return Verdict.CANNOT_TELL, f"a layer output ({sf.role}, {sf.decided_by}); its exact r needs the reference", None
 
 
+def _concat_hint(fp: Fingerprint, n: int) -> str:
+    """One slot as wide as ``n`` states side by side (EAGLE-3's concatenated ``[T, n·H]`` aux states): how to
+    re-save it as ``n`` slots; empty otherwise."""
+    width = fp.capture.hidden_size
+    if len(fp.slots) != 1 or n < 2 or not width or width % n:
+        return ""
+    H = width // n
+    return (f"; its width {width} is {n} × {H}: if it holds {n} states concatenated on the last axis "
+            f"(EAGLE-3's [T, {n}·H] aux states), save them as [T, {n}, H] (hs.view(T, {n}, {H})), read as {n} slots")
+
+
 def judge(fp: Fingerprint, claims: Claims | None) -> list[Finding]:  # noqa: C901 - complexity 21, to be paid down
     """Set every slot's ``claim``/``verdict``/``verdict_why``/``settle``/``label`` and return the findings."""
     k = len(fp.slots)
@@ -205,7 +216,8 @@ def judge(fp: Fingerprint, claims: Claims | None) -> list[Finding]:  # noqa: C90
     if len(cl) != k:
         findings.append(Finding(FindingKind.COUNT_MISMATCH, Severity.FAIL, list(range(k)),
                                 f"{len(cl)} layers are claimed {_labels(claims.rs)} ({claims.source.value}: "
-                                f"{claims.detail}) but the capture has {k} slots: no slot can be checked",
+                                f"{claims.detail}) but the capture has {k} slots: no slot can be checked"
+                                + _concat_hint(fp, len(cl)),
                                 {"claimed": len(cl), "slots": k}))
         return findings
     verdicts: list[SlotVerdict] = []

@@ -132,6 +132,31 @@ def run_inline(batches: list[list[Item]], opts: dict) -> Generator[list[dict], N
     for b in batches:
         yield scan_batch(b, opts)
 
+def _start_fork_server() -> None:
+    """Start the fork server (and its resource tracker) importing what this process imports, never the current
+    directory's files.
+
+    The fork server is started as ``python -c ...``, which puts the current directory first on its ``sys.path``
+    (CPython 3.11's ``forkserver.main`` ignores the caller's path it is handed): run from a folder holding a
+    ``torch.py``, its preload of torch executed that file, and run from a source checkout it imported the
+    checkout's ``forensics`` whatever the caller imported. Started with ``PYTHONSAFEPATH`` (no directory put first)
+    and the caller's ``sys.path`` as ``PYTHONPATH``, it imports the modules the caller does; the environment is
+    restored at once."""
+    from multiprocessing import forkserver
+
+    saved = {k: os.environ.get(k) for k in ("PYTHONSAFEPATH", "PYTHONPATH")}
+    os.environ["PYTHONSAFEPATH"] = "1"
+    os.environ["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p or os.curdir) for p in sys.path)
+    try:
+        with _main_not_reimported():
+            forkserver.ensure_running()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
 
 def run_pool(batches: list[list[Item]], opts: dict, workers: int) -> Generator[list[dict], None, None]:
     """Process pool with a bounded queue; a worker that dies costs only the files it was reading."""
@@ -145,6 +170,7 @@ def run_pool(batches: list[list[Item]], opts: dict, workers: int) -> Generator[l
     ctx.set_forkserver_preload(["torch", "forensics.analysis.scan.rows", "forensics.io.formats",  # failed imports
                                 "forensics.analysis.stats", "forensics.analysis.fingerprint.core",  # are skipped
                                 "forensics.analysis.scan.warmup"])
+    _start_fork_server()
     pending: deque = deque(batches)
     quarantine: deque = deque()
     while pending or quarantine:

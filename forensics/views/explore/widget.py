@@ -367,5 +367,7 @@ class Explorer(anywidget.AnyWidget):
         what = f"{len(st.names)} slots × {st.num_tokens} tokens" if st is not None else "not loaded"
         fp = self._fps.get(self.file)
         word = "" if fp is None else "; " + ("FAIL" if isinstance(fp, str) else headline_word(fp.outcome))
+        lens = "" if not self.has_model else ("; no logit lens" if isinstance(self._verifier, Exception)
+                                              else "; logit lens")
         return (f"Explorer({self.items[self.file][0]}: {what}; file {self.file + 1}/{len(self.items)}{word}"
-                f"{'; logit lens' if self.has_model else ''})")
+                f"{lens})")
