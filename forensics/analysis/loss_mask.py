@@ -160,8 +160,11 @@ def capture_loss_mask_findings(cap: Any, model: Any = None) -> list[Finding]:
     if getattr(cap, "loss_mask", None) is None:
         return []
     n_mask = int(cap.loss_mask.numel())
-    lengths = {int(cap.input_ids.numel()) if getattr(cap, "input_ids", None) is not None else None,
-               int(cap.num_tokens) if getattr(cap, "slots", None) else None} - {None}
+    lengths: set[int] = set()
+    if getattr(cap, "input_ids", None) is not None:
+        lengths.add(int(cap.input_ids.numel()))
+    if getattr(cap, "slots", None):
+        lengths.add(int(cap.num_tokens))
     if lengths and n_mask not in lengths:  # rows ≠ ids alone is the row checks' row_count
         n = max(lengths)
         return [Finding(FindingKind.LOSS_MASK, Severity.FAIL, [], (
