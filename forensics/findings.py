@@ -233,7 +233,8 @@ _MEANINGS: dict[FindingKind, str] = {
     FindingKind.SLOT_MISALIGNED: "one slot's rows sit at a token offset from the other slots' rows",
     FindingKind.FOREIGN_ROWS: "rows that are not the state of their token in this sequence (another request's)",
     FindingKind.LOSS_MASK: "the stored loss mask is not the assistant turns its chat template marks: over the "
-                           "system/user turns (fail; SpecForge#885, EAGLE#317), one token off (warn), or partial",
+                           "system/user turns (fail; SpecForge#885, EAGLE#317), one token off (warn), partial, "
+                           "or of another length than the tokens (fail)",
     FindingKind.CONTEXT_LOST: "rows from position p on were computed without tokens 0..p-1: a chunked prefill whose "
                               "later chunk lost the earlier context (vllm#52909), or a second sequence packed in",
     FindingKind.PADDING: "a batch saved without attention_mask: the pad rows found at one end were removed, not judged",

@@ -157,10 +157,22 @@ def _gguf_markers(path: str) -> Any:
 
 def capture_loss_mask_findings(cap: Any, model: Any = None) -> list[Finding]:
     """:func:`check_loss_mask` of a capture that stores a loss mask, with its chat markers; [] otherwise."""
-    if getattr(cap, "loss_mask", None) is None or getattr(cap, "input_ids", None) is None:
+    if getattr(cap, "loss_mask", None) is None:
         return []
-    if int(cap.loss_mask.numel()) != int(cap.input_ids.numel()):
-        return []  # rows ≠ ids: the row checks' row_count says so
+    n_mask = int(cap.loss_mask.numel())
+    lengths: set[int] = set()
+    if getattr(cap, "input_ids", None) is not None:
+        lengths.add(int(cap.input_ids.numel()))
+    if getattr(cap, "slots", None):
+        lengths.add(int(cap.num_tokens))
+    if lengths and n_mask not in lengths:  # rows ≠ ids alone is the row checks' row_count
+        n = max(lengths)
+        return [Finding(FindingKind.LOSS_MASK, Severity.FAIL, [], (
+            f"the loss mask has {n_mask} entries for {n} tokens: it is cut, padded or another sample's, and a "
+            "trainer pairs its entries with the wrong tokens (or fails on the length)"),
+            {"problem": "length", "mask_entries": n_mask, "tokens": n})]
+    if getattr(cap, "input_ids", None) is None or n_mask != int(cap.input_ids.numel()):
+        return []
     try:
         markers = capture_markers(cap, model)
     except Exception:  # noqa: BLE001 - no template we can read: nothing to compare the mask with

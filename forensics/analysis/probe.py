@@ -378,6 +378,9 @@ def _skip_reason(cap: Capture, d: Draft, E: Any, cands: Candidates, can_post: bo
     if ids is None or cap.num_tokens < 3:
         return f"{name}: no input_ids or < 3 tokens"
     if not cap.ids_match_rows:  # rows ≠ ids: which row is which token is not known (analysis.rows: row_count)
+        if int(ids.numel()) == cap.num_tokens:  # the loss mask is the odd one out (loss_mask finding)
+            n_mask = int(cap.loss_mask.numel()) if cap.loss_mask is not None else 0
+            return f"{name}: a loss mask of {n_mask} entries for {cap.num_tokens} tokens"
         return f"{name}: {int(ids.numel())} input_ids for {cap.num_tokens} rows (row_count)"
     ids = ids.reshape(-1).long()
     vocab = int(E.shape[0]) if E is not None else d.target_vocab_size
@@ -444,12 +447,43 @@ def _diff(u: _Units, a: Wiring, b: Wiring) -> tuple[float, tuple[float, float] |
     (sa, na), (sb, nb) = u.sums[a], u.sums[b]
     ra = [x / n if n else 0.0 for x, n in zip(sa, na, strict=True)]
     rb = [x / n if n else 0.0 for x, n in zip(sb, nb, strict=True)]
-    w = [max(n1, n2) for n1, n2 in zip(na, nb, strict=True)]
+    w = [min(n1, n2) for n1, n2 in zip(na, nb, strict=True)]  # a unit one of them scored nothing in: no evidence
     return ratio_interval([(x - y) * n for x, y, n in zip(ra, rb, w, strict=True)], w)
 
 
 def _fmt_diff(d: float, ci: tuple[float, float] | None) -> str:
     return f"{d:+.3f}" + (f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else " (no interval)")
+
+
+def _claims_vs_best(cands: list[ProbeRow], best: ProbeRow, by_label: dict[str, Wiring], u: _Units,
+                    served: list | None, engine: str | None, found: list[Finding]) -> bool:
+    """The declared and the served wiring against the best one, as findings added to ``found``; True when one of
+    them scored no position (then nothing about it is known)."""
+    wb = by_label[best.label]
+    served_label = Wiring(tuple(served)).label if served is not None else None  # as engines feed: [emb, h], t+1
+    unscored = False
+    for who, row in (("declared", next((r for r in cands if "declared" in r.tags), None)),
+                     ("served", next((r for r in cands if r.label == served_label), None))):
+        if row is None or row is best:
+            continue
+        if row.n == 0:  # every start has a non-finite state in its slots (or is masked): 1.00 is no measurement
+            unscored = True
+            whose = "the declared wiring" if who == "declared" else f"the wiring {engine} serves"
+            found.append(Finding(KIND_FEW_POSITIONS, Severity.WARN, message=(
+                f"{whose} {row.label} scored no position (its states are non-finite, or masked, at every start): "
+                f"it cannot be compared with {best.label}; check those slots (hsf inspect)"),
+                evidence={"wiring": row.wiring, "positions": 0}))
+            continue
+        d, ci = _diff(u, wb, by_label[row.label])
+        if ci is not None and ci[0] > 0:
+            kind = KIND_DECLARED_BEATEN if who == "declared" else KIND_SERVED_BEATEN
+            whose = "the declared wiring" if who == "declared" else f"the wiring {engine} serves"
+            found.append(Finding(kind, Severity.FAIL, message=(
+                f"{whose} {row.label} reaches acceptance length {row.acceptance_length:.2f}, clearly below "
+                f"{best.label} {best.acceptance_length:.2f} (difference {_fmt_diff(d, ci)}): the draft was likely "
+                f"trained on {best.label}"), evidence={"wiring": row.wiring, "best": best.wiring,
+                                                       "difference": d, "interval": list(ci)}))
+    return unscored
 
 
 def _decide(rows: list[ProbeRow], by_label: dict[str, Wiring], u: _Units, served: list | None,
@@ -462,26 +496,15 @@ def _decide(rows: list[ProbeRow], by_label: dict[str, Wiring], u: _Units, served
     if u.count < 2:
         found.append(Finding(KIND_NO_INTERVAL, Severity.WARN, message=(
             f"only {u.count} unit(s) of {u.kind}: no interval for the acceptance length; add samples")))
-    served_label = Wiring(tuple(served)).label if served is not None else None  # as engines feed: [emb, h], t+1
-    for who, row in (("declared", next((r for r in cands if "declared" in r.tags), None)),
-                     ("served", next((r for r in cands if r.label == served_label), None))):
-        if row is None or row is best:
-            continue
-        d, ci = _diff(u, wb, by_label[row.label])
-        if ci is not None and ci[0] > 0:
-            kind = KIND_DECLARED_BEATEN if who == "declared" else KIND_SERVED_BEATEN
-            whose = "the declared wiring" if who == "declared" else f"the wiring {engine} serves"
-            found.append(Finding(kind, Severity.FAIL, message=(
-                f"{whose} {row.label} reaches acceptance length {row.acceptance_length:.2f}, clearly below "
-                f"{best.label} {best.acceptance_length:.2f} (difference {_fmt_diff(d, ci)}): the draft was likely "
-                f"trained on {best.label}"), evidence={"wiring": row.wiring, "best": best.wiring,
-                                                       "difference": d, "interval": list(ci)}))
+    unscored = _claims_vs_best(cands, best, by_label, u, served, engine, found)
     near = []
     for c in ctrls:
+        if c.n == 0:  # a control built on an unscored wiring measures nothing
+            continue
         d, ci = _diff(u, wb, by_label[c.label])
         if ci is None or ci[0] <= 0:
             near.append(f"{c.label} {c.acceptance_length:.2f} (difference {_fmt_diff(d, ci)})")
-    collapsed = _collapsed(best, ctrls, u)
+    collapsed = None if unscored else _collapsed(best, ctrls, u)
     if collapsed is not None:
         found.append(collapsed)
     elif near and u.count >= 2:
@@ -503,7 +526,7 @@ def _decide(rows: list[ProbeRow], by_label: dict[str, Wiring], u: _Units, served
                              message=f"only {best.n} positions scored (< MIN_POSITIONS = {MIN_POSITIONS})"))
     if any(f.severity is Severity.FAIL for f in found):
         verdict = Verdict.FAIL
-    elif any(f.kind in (KIND_NO_INTERVAL, KIND_NEAR_CONTROLS, KIND_TIE) for f in found):
+    elif unscored or any(f.kind in (KIND_NO_INTERVAL, KIND_NEAR_CONTROLS, KIND_TIE) for f in found):
         verdict = Verdict.CANNOT_TELL
     else:
         verdict = Verdict.PASS

@@ -31,7 +31,7 @@ from forensics.findings import Finding, FindingKind, Severity, Verdict, exit_cod
 from forensics.io import stamp_store as store
 from forensics.io import stamps as st
 from forensics.io import validate
-from forensics.io.formats import iter_files, load_all
+from forensics.io.formats import iter_files, load, load_all, split_record
 from forensics.io.limits import MAX_NUM_LAYERS
 from forensics.layers import parse_layer_list, parse_r, r_label
 from forensics.models import conventions as cv
@@ -236,6 +236,10 @@ def stamp(dataset: str | os.PathLike, layers: str | list | None = None, conventi
     opts = {"layers": layers, "convention": convention, "numbering": numbering, "layer_ids": layer_ids,
             "producer": producer, "model": model, "num_layers": num_layers}
     for path in files:
+        if split_record(path)[1] is not None:  # FILE#i: a stamp covers a file's every sample, written at once
+            out.append(FileStamp(path, "", [], [], error=f"one sample cannot be stamped alone: stamp the whole file "
+                                 f"({os.path.basename(split_record(path)[0])})"))
+            continue
         try:
             rec, rs, notes = _record(path, os.path.relpath(os.path.abspath(path), base), opts)
             if store.is_safetensors(path):
@@ -335,6 +339,9 @@ def check_file(path: str) -> FileCheck:
 
 
 def _check_file(path: str) -> FileCheck:
+    base, index = split_record(path)
+    if index is not None:  # FILE#i: one sample of a many-sample file against the file's stamp
+        return _check_record(path, base, index)
     rec = store.read_stamp(path)
     if rec is None:
         return FileCheck(path, "unstamped", "no stamp (run `hsf stamp` on it)")
@@ -348,6 +355,32 @@ def _check_file(path: str) -> FileCheck:
     cap = caps[0]
     raw = store.raw_slot_arrays(path, cap)  # one memory map instead of one full read per slot
     return compare(cap, rec, raw if raw is not None else None)
+
+
+def _check_record(path: str, base: str, index: int) -> FileCheck:
+    """Sample ``index`` of ``base`` (named ``path``, ``FILE#i``) against ``base``'s stamp: sample 0 slot by slot
+    (the stamp's slots are its), another sample by its digest."""
+    rec = store.read_stamp(base)
+    if rec is None:
+        return FileCheck(path, "unstamped", f"no stamp on {os.path.basename(base)} (run `hsf stamp` on it)")
+    if _moved(base, rec.get("file")):
+        return FileCheck(path, "moved", f"the stamp was made for {rec.get('file')}, not this file (a copy of "
+                         "another file, or renamed: re-stamp after a rename)", stamp=rec)
+    cap = load(path)
+    if index == 0:
+        check = compare(cap, rec)
+        check.path = path
+        return check
+    samples = _stamped_samples(rec)
+    if samples is None:
+        return FileCheck(path, "unstamped", f"the stamp of {os.path.basename(base)} covers sample 0 only (stamped "
+                         "before hsf stamped every sample): re-stamp with `hsf stamp`", stamp=rec)
+    if index >= len(samples):
+        return FileCheck(path, "changed-shape", f"the stamp has {len(samples)} samples, none numbered {index}",
+                         stamp=rec)
+    if sample_digest(cap) != samples[index]:
+        return FileCheck(path, "drifted", "the sample changed (slots or token ids) since it was stamped", [], rec)
+    return FileCheck(path, "ok", f"sample {index} matches the stamp of {os.path.basename(base)}", [], rec)
 
 
 def _stamped_samples(rec: dict) -> list[str] | None:

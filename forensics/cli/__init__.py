@@ -174,6 +174,10 @@ def main(argv: list[str] | None = None) -> int:
     except ForensicsError as e:
         say(command, str(e))
         return 2
+    except MemoryError:  # what no bound foresaw: one line naming the inputs, never a traceback
+        inputs = " ".join(str(a) for a in argv if not str(a).startswith("-"))[:200]
+        say(command, f"out of memory while working on {inputs}")
+        return 2
     except KeyboardInterrupt:
         say(command, "interrupted")
         return 130

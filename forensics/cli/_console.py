@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from forensics.errors import escape
 from forensics.views.format import TEXT_WIDTH, fit
 
 # verdict words the views put in capitals; coloured where they stand (lower-case prose stays plain)
@@ -24,6 +25,13 @@ STYLES = {"FAIL": "bold red", "MISMATCH": "bold red", "ERROR": "bold red", "NO":
           "WARN": "bold yellow", "CANNOT TELL": "bold yellow",
           "PASS": "bold green", "MATCH": "bold green", "OK": "green", "INFO": "cyan"}
 _WORDS = re.compile(r"\b(" + "|".join(sorted(map(re.escape, STYLES), key=len, reverse=True)) + r")\b")
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character but the newline escaped (``\\x1b``, ``\\r``): a file name, slot
+    name or token from the data may hold a terminal escape sequence that recolours, moves the cursor or erases a
+    line (a FAIL row above it), and the views put none of their own in."""
+    return "\n".join(escape(line) for line in str(text).split("\n"))
 
 
 def width() -> int:
@@ -55,7 +63,7 @@ class Out:
     # ---------------------------------------------------------------- results (stdout)
     def text(self, text: str) -> None:
         """Print a result, folded to the width, verdict words coloured on a terminal."""
-        text = fit(text, self.width)
+        text = fit(printable(text), self.width)
         if self.json or not colour_on():
             sys.stdout.write(text + "\n")
             sys.stdout.flush()
@@ -76,7 +84,7 @@ class Out:
     def note(self, message: str) -> None:
         """A line for the person at the terminal (stderr; silenced by ``--quiet``)."""
         if not self.quiet:
-            sys.stderr.write(fit(f"hsf {self.command}: {message}", self.width) + "\n")
+            sys.stderr.write(fit(printable(f"hsf {self.command}: {message}"), self.width) + "\n")
 
     def _live(self) -> bool:
         return not self.quiet and bool(getattr(sys.stderr, "isatty", lambda: False)())
@@ -119,5 +127,5 @@ class Out:
 
 
 def say(command: str, message: str) -> None:
-    sys.stderr.write(f"hsf {command}: error: {message}\n")
+    sys.stderr.write(f"hsf {command}: error: {escape(message)}\n")
     sys.stderr.flush()

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forensics.errors import ForensicsError
+from forensics.io.limits import records_per_file
 
 ID_KEYS = ("input_ids", "token_ids", "ids", "prompt_token_ids")
 MASK_KEYS = ("loss_mask", "attention_mask_loss")
@@ -135,6 +136,8 @@ def to_torch(x: Any) -> Any:
 
         if x.dtype.kind not in "fiub":
             return x  # object/str arrays are not states; the caller names them
+        if not x.dtype.isnative:  # '>f4' (saved on a big-endian machine or by hand): torch takes native order only
+            x = x.astype(x.dtype.newbyteorder("="))  # a copy, the file's own size
 
         with warnings.catch_warnings():  # a read-only memory map: every reader here only reads
             warnings.simplefilter("ignore", UserWarning)
@@ -142,16 +145,43 @@ def to_torch(x: Any) -> Any:
     return x
 
 
-def _detached(obj: Any) -> Any:
-    """Tensors of ``obj`` (a tensor, list, tuple or dict) cut from autograd: states taken from a forward run
-    without ``torch.no_grad()`` read like any others (views, no copy)."""
+def _host(t: Any, path: str) -> Any:
+    """``t`` cut from autograd, on the CPU (a notebook's states are often on a GPU: copied once; a CPU or
+    memory-mapped tensor is returned as is). A sparse tensor or one on the ``meta`` device (shapes, no values)
+    is one error."""
+    import torch
+
+    if t.layout != torch.strided:
+        raise ForensicsError(f"a {str(t.layout).replace('torch.', '')} tensor of shape {list(t.shape)}: hidden "
+                             "states are read as dense tensors (.to_dense())", path=path)
+    if t.device.type == "meta":
+        raise ForensicsError(f"a tensor of shape {list(t.shape)} on the meta device holds no values (a model "
+                             "loaded with device_map='meta' or init_empty_weights?)", path=path)
+    return t.detach().cpu()
+
+
+def _detached(obj: Any, memo: dict[int, Any] | None = None, path: str = "<in memory>") -> Any:
+    """Tensors of ``obj`` (a tensor, list, tuple or dict) cut from autograd and on the CPU (:func:`_host`):
+    states taken from a forward run without ``torch.no_grad()``, or left on a GPU, read like any others.
+
+    Each container is visited once (``memo``, by identity): a pickle can share one list under itself 40 times
+    (``L = [L, L]``, 11 KB on disk), which a plain walk visits 2^40 times."""
     if _is_tensor(obj):
-        return obj.detach()
-    if isinstance(obj, (list, tuple)):
-        return [_detached(x) for x in obj]
+        return _host(obj, path)
+    if not isinstance(obj, (list, tuple, dict)):
+        return obj
+    memo = {} if memo is None else memo
+    if id(obj) in memo:
+        return memo[id(obj)]
     if isinstance(obj, dict):
-        return {k: _detached(v) for k, v in obj.items()}
-    return obj
+        out: Any = {}
+        memo[id(obj)] = out
+        out.update((k, _detached(v, memo, path)) for k, v in obj.items())
+    else:
+        out = []
+        memo[id(obj)] = out
+        out.extend(_detached(x, memo, path) for x in obj)
+    return out
 
 
 def _metadata_list(key: str, v: Any) -> bool:
@@ -227,7 +257,7 @@ def _key_layer(key: str) -> int | None:
 
 def _entries(obj: Any, path: str) -> tuple[Any, Any, Any, Any, Any, list[tuple[str, Any]]]:
     """``(obj, ids, loss mask, attention mask, pad id, [(key, value)])`` of an object as given."""
-    obj = _detached(to_torch(obj))
+    obj = _detached(to_torch(obj), path=path)
     file_ids = mask = attn = pad = None
     if isinstance(obj, dict):
         obj = {k: to_torch(v) for k, v in obj.items()}
@@ -253,6 +283,7 @@ def _as_tensor(t: Any, path: str, name: str):
             t = torch.as_tensor(t)
         except (TypeError, ValueError, RuntimeError, OverflowError):
             raise ForensicsError(f"{name} is not a tensor or list of ints ({type(t).__name__})", path=path) from None
+    t = _host(t, path)
     check_storage(t, path, name)
     return t
 
@@ -427,6 +458,7 @@ def _resolve_batch(obj: Any, path: str, bt: tuple[int, int], input_ids: Any,  # 
     import torch
 
     B, T = bt
+    records_per_file(B, path)
     obj, file_ids, lmask, attn, pad, items = _entries(obj, path)
     ids = None
     for name, t in (("input_ids", file_ids), ("input_ids", input_ids)):
@@ -450,6 +482,12 @@ def _resolve_batch(obj: Any, path: str, bt: tuple[int, int], input_ids: Any,  # 
         if tuple(amask.shape) != (B, T):
             raise ForensicsError(f"attention_mask has shape {list(amask.shape)} but the batch is [{B}, {T}]",
                                  path=path)
+        odd = ~((amask == 0) | (amask == 1))
+        if bool(odd.any()):  # an additive mask (0 keep, -inf or the dtype's min pad) read as != 0 inverts it
+            seen = list(dict.fromkeys(str(v) for v in amask[odd].reshape(-1)[:256].tolist()))[:4]
+            raise ForensicsError(f"attention_mask holds values other than 0 and 1 ({', '.join(seen)}): an additive "
+                                 "mask (0 = keep, a large negative = pad) or scores? save the 0/1 mask "
+                                 "(1 = real token)", path=path)
         amask = amask != 0
     if lmask is not None:
         lmask = _as_tensor(lmask, path, "loss_mask")
@@ -491,7 +529,11 @@ def _resolve_batch(obj: Any, path: str, bt: tuple[int, int], input_ids: Any,  # 
             cut = T - int(rows.numel())
             if cut:
                 side = "right" if first == 0 else "left" if last == T - 1 else "both ends"
-                notes.append(f"{cut} pad row{'s' if cut != 1 else ''} removed by attention_mask ({side} padding)")
+                if not isinstance(keep, slice):  # zeros between real tokens: not padding
+                    side = f"{last - first + 1 - int(rows.numel())} of them between real tokens, not padding"
+                notes.append(f"{cut} pad row{'s' if cut != 1 else ''} removed by attention_mask ({side} padding)"
+                             if isinstance(keep, slice) else
+                             f"{cut} row{'s' if cut != 1 else ''} removed by attention_mask ({side})")
         elif padding is not None and ids is not None:
             side, pid = padding
             v, n = _edge_run(ids[b], side)

@@ -40,9 +40,23 @@ MAX_SLOTS_PER_FILE = 256
 def slots_per_file(n: int, path: str | None = None) -> int:
     """``n`` when a file's slot count is within ``MAX_SLOTS_PER_FILE``, else a one-line error naming the limit."""
     if n > MAX_SLOTS_PER_FILE:
-        raise ForensicsError(f"{n} hidden-state slots in one file, more than the {MAX_SLOTS_PER_FILE} a fingerprint "
-                             "compares (MAX_SLOTS_PER_FILE; real captures hold <= 8, a ladder of every layer L + 2)",
-                             path=path)
+        raise ForensicsError(f"{n} hidden-state slots in one file, more than the {MAX_SLOTS_PER_FILE} hsf reads and a "
+                             "fingerprint compares (MAX_SLOTS_PER_FILE; real captures hold <= 8, a ladder of every "
+                             "layer L + 2)", path=path)
+    return n
+
+
+# Samples one file may hold (TensorRT-LLM record lists, SGLang JSON lists, [B, T] batches). A TensorRT-LLM dump
+# holds the requests of a few iterations (thousands); a 400 KB pickle listing one shared record 200 000 times made
+# 200 000 captures (600 MB before any statistic, a MemoryError in fingerprint under 3 GB).
+MAX_RECORDS_PER_FILE = 1 << 16
+
+
+def records_per_file(n: int, path: str | None = None) -> int:
+    """``n`` when a file's sample count is within ``MAX_RECORDS_PER_FILE``, else a one-line error."""
+    if n > MAX_RECORDS_PER_FILE:
+        raise ForensicsError(f"{n} samples in one file, more than the {MAX_RECORDS_PER_FILE} hsf reads from one file "
+                             "(MAX_RECORDS_PER_FILE); split it", path=path)
     return n
 
 

@@ -142,7 +142,30 @@ def _validate(header: Any, path: str, data_len: int) -> dict:
         if off[1] - off[0] != need:
             raise ForensicsError(f"{bad} shape {escape(repr(shape))[:80]} {dtype} needs {need} bytes but its "
                                  f"offsets span {off[1] - off[0]}", path=path)
+    _check_layout(header, path, data_len)
     return header
+
+
+def _check_layout(header: dict, path: str, data_len: int) -> None:
+    """The rules the safetensors library itself enforces on load (``SafeTensors::deserialize``): tensors tile the
+    data with no overlap, hole or trailing byte, and ``__metadata__`` maps strings to strings. A file breaking
+    them is one no trainer loads, so it is refused here too (two tensors over the same bytes read as a
+    'duplicate' slot, where the library says 'invalid offset')."""
+    meta = header.get("__metadata__")
+    if meta is not None and not all(isinstance(v, str) for v in meta.values()):
+        raise ForensicsError("corrupt safetensors header: __metadata__ values must be strings (the safetensors "
+                             "library refuses this file)", path=path)
+    end = 0
+    for a, b, k in sorted((v["data_offsets"][0], v["data_offsets"][1], k) for k, v in header.items()
+                          if k != "__metadata__"):
+        if a != end:
+            what = "overlaps the tensor before it" if a < end else f"leaves a hole of {a - end} bytes before it"
+            raise ForensicsError(f"corrupt safetensors header: tensor {escape(repr(k))[:80]} at data bytes {a}–{b} "
+                                 f"{what} (the safetensors library refuses this file: invalid offset)", path=path)
+        end = b
+    if end != data_len:
+        raise ForensicsError(f"corrupt safetensors header: the tensors end at data byte {end} but the file holds "
+                             f"{data_len} (trailing bytes; the safetensors library refuses this file)", path=path)
 
 
 def read_header(path: str, max_bytes: int = MAX_PARSED_HEADER_BYTES) -> dict:

@@ -23,7 +23,7 @@ import math
 import os
 from dataclasses import asdict, dataclass, field
 
-from forensics.errors import ForensicsError
+from forensics.errors import ForensicsError, escape
 from forensics.io import limits
 from forensics.io.formats._io import SafetensorsFile, load_json
 from forensics.models import conventions as cv
@@ -167,6 +167,26 @@ def _check_sizes(path: str | None, **sections: dict) -> None:
                                      path=path)
 
 
+ID_KEYS = tuple(dict.fromkeys(k for keys in FAMILY_KEYS.values() for k in keys))  # every key of an id list
+
+
+def _check_id_lists(path: str | None, cfg: dict) -> None:
+    """Every layer-id list a draft config holds is a JSON list of integers (at most ``MAX_NUM_LAYERS`` + 1 of
+    them): the engines index layers with them, so ``["0", "3"]``, ``[[0], [3]]``, ``[0.5]``, ``true`` or a string
+    is a config no engine serves, one line naming the file and the key, never a wiring verdict on garbage."""
+    for key in ID_KEYS:
+        v = cv.get_key(cfg, key)
+        if v is None:
+            continue
+        ok = isinstance(v, list) and len(v) <= limits.MAX_NUM_LAYERS + 1 and all(
+            isinstance(i, int) and not isinstance(i, bool) for i in v)
+        if not ok:
+            what = f"holds {len(v)} ids, more than the {limits.MAX_NUM_LAYERS + 1} a layer count allows" \
+                if isinstance(v, list) and len(v) > limits.MAX_NUM_LAYERS + 1 else \
+                f"= {escape(repr(v))[:80]} is not a list of integer layer ids"
+            raise ForensicsError(f"draft config {key} {what}", path=path)
+
+
 def read_draft(path: str | os.PathLike, read_vocab_maps: bool = True) -> DraftInfo:
     """Read a draft checkpoint folder (or its config.json / model.safetensors)."""
     path = os.fspath(path)
@@ -180,6 +200,7 @@ def read_draft(path: str | os.PathLike, read_vocab_maps: bool = True) -> DraftIn
     ec = sub_dict(cfg, "eagle_config")
     spec = sub_dict(cfg, "speculators_config")
     _check_sizes(cfg_path, top=cfg, transformer_layer_config=inner, eagle_config=ec)
+    _check_id_lists(cfg_path, cfg)
     verifier = (spec.get("verifier") or {}).get("name_or_path") if isinstance(spec.get("verifier"), dict) else None
     hidden = _int(cfg.get("hidden_size")) or _int(inner.get("hidden_size"))
     info = DraftInfo(

@@ -33,7 +33,7 @@ from forensics.analysis.scan.summary import Aggregator
 from forensics.analysis.scan.workers import DASK_MIN_FILES, batches, run_dask, run_inline, run_pool
 from forensics.errors import ForensicsError
 from forensics.io import validate
-from forensics.io.formats import iter_files
+from forensics.io.formats import iter_files, split_record
 from forensics.io.output import append_line, check_output, lock_output, output_target
 from forensics.jsonable import json_safe
 from forensics.layers import parse_layer_list
@@ -52,7 +52,8 @@ def list_files(path: str | os.PathLike | list, sample: int | None = None) -> tup
     paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
     files: list[str] = []
     for p in paths:
-        files.extend(os.path.abspath(f) for f in iter_files(p))
+        # FILE#i (one sample, as the reading commands take it): scan reads whole files, every sample of FILE
+        files.extend(os.path.abspath(split_record(f)[0]) for f in iter_files(p))
     files = list(dict.fromkeys(files))  # a file reached through two given paths is scanned once
     if not files:
         raise ForensicsError("no capture files found (expected .pt/.safetensors/.ckpt[.gz] files)", path=str(path))

@@ -9,6 +9,7 @@ from typing import Any
 from forensics.errors import ForensicsError
 from forensics.io.capture import Capture, Provenance, Slot, constant_getter
 from forensics.io.layout import check_storage, ids_1d
+from forensics.io.limits import slots_per_file
 
 from ._io import upcast_fp8
 
@@ -78,6 +79,7 @@ def provenance(path: str, fmt: str, layout: str | None = None, notes: list[str] 
 
 
 def build(slots: list[Slot], input_ids, loss_mask, prov: Provenance, **kw) -> Capture:
+    slots_per_file(len(slots), prov.path)  # every format's capture: a 3 MB [4, 200000] aux is not 200 000 slots
     input_ids = ids_1d(input_ids, prov.path, "input_ids")
     loss_mask = ids_1d(loss_mask, prov.path, "loss_mask")
     check_consistent(slots, input_ids, loss_mask, prov.path)

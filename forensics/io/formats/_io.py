@@ -105,6 +105,9 @@ def _load_error(path: str, e: BaseException) -> ForensicsError:
     if isinstance(e, pickle.UnpicklingError) or "unsupported operand" in low:
         return ForensicsError(f"not a torch checkpoint: corrupt or unsupported pickle stream ({msg[:200]})",
                               path=path)
+    if "not resizable" in low:  # a mapped zip record that is compressed: torch.save stores records uncompressed
+        return ForensicsError("not a torch checkpoint as torch.save writes it: its zip records are compressed "
+                              "(refused, not inflated: a small file can expand past memory)", path=path)
     if isinstance(e, RecursionError):
         return ForensicsError("not readable: the pickle nests objects too deeply", path=path)
     return ForensicsError(f"cannot read as a torch checkpoint: {type(e).__name__}: {msg[:200]}", path=path)
@@ -179,7 +182,16 @@ def torch_load(path: str, kind: str | None = None) -> Any:
                 kind = "zip" if f.read(4) == ZIP_MAGIC else "pickle"
         if kind in ("zip", "pickle") and src.endswith(".safetensors"):
             # torch.load dispatches a *path* ending in .safetensors to safetensors by name (torch 2.13
-            # serialization.py); content decides here, so read this misnamed checkpoint through a file object
+            # serialization.py); content decides here. A zip is still mapped, through its descriptor's
+            # /proc/self/fd name: read through a file object, a deflate-compressed record (torch.save never
+            # writes one) was inflated into memory, 1 MB on disk to 3.7 GB resident
+            if kind == "zip" and os.path.isdir("/proc/self/fd"):
+                fd = os.open(src, os.O_RDONLY)
+                try:
+                    install_sigbus_guard()
+                    return torch.load(f"/proc/self/fd/{fd}", map_location="cpu", weights_only=True, mmap=True)
+                finally:
+                    os.close(fd)
             with open(src, "rb") as f:
                 return torch.load(f, map_location="cpu", weights_only=True)
         if kind == "zip":

@@ -15,6 +15,7 @@ from dataclasses import replace
 from forensics.errors import ForensicsError
 from forensics.io.formats._common import build, provenance, tensor_slot
 from forensics.io.formats.base import CaptureFormat, Request
+from forensics.io.limits import records_per_file
 from forensics.layers import FINAL_POST
 
 NAME = "sglang"
@@ -89,6 +90,7 @@ def read(doc, req: Request):
 def read_all(doc, req: Request) -> list:
     """Every response object, the document parsed once."""
     items = samples(doc)
+    records_per_file(len(items), req.path)
     return [_read_item(items, replace(req, record=i)) for i in range(len(items))]
 
 

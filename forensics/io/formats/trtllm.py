@@ -21,6 +21,7 @@ from dataclasses import replace
 from forensics.errors import ForensicsError
 from forensics.io.formats._common import as_2d, build, concat_count, provenance, split_concat, tensor_slot
 from forensics.io.formats.base import CaptureFormat, Request
+from forensics.io.limits import records_per_file
 from forensics.layers import FINAL_POST
 
 NAME = "trtllm"
@@ -69,6 +70,7 @@ def read(obj, req: Request):
 
 def read_all(obj, req: Request) -> list:
     """Every record, the list read once."""
+    records_per_file(len(obj), req.path)
     return [read(obj, replace(req, record=i)) for i in range(len(obj))]
 
 
