@@ -9,13 +9,12 @@ every page the stages read stays mapped.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
+from cli_tools import present_pages
 
 from forensics.analysis.fingerprint.core import fingerprint
 from forensics.analysis.scan.rows import file_row
@@ -29,15 +28,7 @@ SMOL = ROOT / "sample_data" / "speculators_v1" / "data_3.pt"  # a real SmolLM2-1
 
 
 def _present(t: torch.Tensor) -> int:
-    """Present pages of ``t``'s range in this process's page table (read independently of forensics.io.pages)."""
-    a = t.data_ptr() // pages.PAGE * pages.PAGE
-    b = -(-(t.data_ptr() + t.numel() * t.element_size()) // pages.PAGE) * pages.PAGE
-    fd = os.open("/proc/self/pagemap", os.O_RDONLY)
-    try:
-        raw = os.pread(fd, 8 * ((b - a) // pages.PAGE), 8 * (a // pages.PAGE))
-    finally:
-        os.close(fd)
-    return int(((np.frombuffer(raw, dtype=np.uint64) >> np.uint64(63)) & np.uint64(1)).sum())
+    return present_pages(t, pages.PAGE)
 
 
 def _run(path: Path, monkeypatch, release: bool) -> tuple[str, dict, int, int, int]:

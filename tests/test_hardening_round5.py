@@ -18,28 +18,15 @@ import time
 
 import pytest
 import torch
+from cli_tools import one_line, run_cli
 
 import forensics
-from forensics.cli import main as hsf_main
 from forensics.errors import ForensicsError
 from forensics.findings import FindingKind
 
 pytestmark = pytest.mark.timeout(300)
 ROOT = str(pathlib.Path(forensics.__file__).parents[1])
 SAMPLE = pathlib.Path(ROOT) / "sample_data"
-
-
-def run_cli(args, capsys) -> tuple[int, str, str]:
-    code = hsf_main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_line(code: int, err: str, name: str) -> str:
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert code == 2 and len(lines) == 1 and "Traceback" not in err, (code, err)
-    assert name in lines[0], lines[0]
-    return lines[0]
 
 
 def v1(path: pathlib.Path, t: int = 32, h: int = 16, k: int = 3) -> pathlib.Path:

@@ -16,9 +16,9 @@ import time
 
 import pytest
 import torch
+from cli_tools import one_line, run_cli
 
 import forensics
-from forensics.cli import main as hsf_main
 
 pytestmark = pytest.mark.timeout(180)
 ROOT = pathlib.Path(forensics.__file__).parents[1]
@@ -32,19 +32,6 @@ BOMBS = {
     "a 10 GB string": "{{ 'x' * 10000000000 }}",
     "a 3 GB centred string": "{{ 'x'.center(3000000000) }}",
 }
-
-
-def run_cli(args, capsys) -> tuple[int, str, str]:
-    code = hsf_main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_line(code: int, err: str, name: str) -> str:
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert code == 2 and len(lines) == 1 and "Traceback" not in err, (code, err)
-    assert name in lines[0], lines[0]
-    return lines[0]
 
 
 # ---- a chat template is code from the dataset: bounded time and memory ---------------------------------------

@@ -13,6 +13,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+from cli_tools import present_pages
 
 from forensics.analysis.rows import RowHashTaps, _row_hashes, check_rows
 from forensics.analysis.scan.rows import _taps, file_row
@@ -38,15 +39,7 @@ def _capture(tmp_path, seed: int = 0):
 
 
 def _present(t: torch.Tensor) -> int:
-    a = t.data_ptr() // pages.PAGE * pages.PAGE
-    b = -(-(t.data_ptr() + t.numel() * t.element_size()) // pages.PAGE) * pages.PAGE
-    fd = os.open("/proc/self/pagemap", os.O_RDONLY)
-    try:
-        raw = os.pread(fd, 8 * ((b - a) // pages.PAGE), 8 * (a // pages.PAGE))
-    finally:
-        os.close(fd)
-    e = np.frombuffer(raw, dtype=np.uint64)
-    return int(((e >> np.uint64(63)) & np.uint64(1)).sum())
+    return present_pages(t, pages.PAGE)
 
 
 def test_release_drops_read_pages_and_data_reads_back(tmp_path, monkeypatch):
