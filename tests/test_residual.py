@@ -223,6 +223,23 @@ def test_sub_layer_outputs_are_not_also_told_as_a_lost_context(smollm2):
     assert not _kinds(fp, FindingKind.NOT_RESIDUAL) and not _kinds(fp, FindingKind.CONTEXT_LOST)
 
 
+
+@pytest.mark.model
+def test_scan_says_what_the_fingerprint_says_of_sub_layer_outputs(smollm2, tmp_path):
+    """``hsf scan --fingerprint none`` reads the same premise as the fingerprint: the MLP outputs of blocks 3, 16,
+    28 (token 0's row nearly empty in block 16's) carry no data-only context_lost in either (the scan said it)."""
+    import forensics
+
+    model, tok = smollm2
+    ids = tok(NEWLINE_TEXT, return_tensors="pt").input_ids[0]
+    S = _states(model, ids)
+    torch.save({"input_ids": ids, "hidden_states": [S[("mlp", b)] for b in (3, 16, 28)]}, tmp_path / "mlp.pt")
+    row = forensics.scan(tmp_path, workers=0, fingerprint="none", progress=False).rows[0]
+    fp = fingerprint(str(tmp_path / "mlp.pt"))
+    assert not _kinds(fp, FindingKind.CONTEXT_LOST)
+    assert "context_lost" not in [f["kind"] for f in row["findings"]]
+
+
 @pytest.mark.model
 def test_scan_rows_carry_the_fingerprints_data_only_context_finding(smol, tmp_path):
     """Two sequences packed into one sample (rows 100.. computed alone) and a clean one: every file's findings in
