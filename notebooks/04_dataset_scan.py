@@ -105,7 +105,7 @@ import pandas as pd  # noqa: E402
 
 forensics.scan(dataset, workers=2, out=OUT / "scan.parquet", out_format="parquet", fingerprint=True)
 table = pd.read_parquet(OUT / "scan.parquet")
-print(table[(table.slot == 2) & (table.token0_norm > 1000)][["path", "slot_name", "label", "token0_norm"]]
+print(table[(table.slot == 2) & (table.token0_norm > 1000)][["path", "slot_name", "r_claimed", "role", "token0_norm"]]
       .assign(path=lambda t: t.path.map(os.path.basename)).to_string(index=False))
 print(table[table.error.notna() | table.anomaly_kinds.map(lambda k: k is not None and len(k) > 0)]
       [["path", "slot", "error_kind", "anomaly_kinds"]].assign(path=lambda t: t.path.map(os.path.basename))

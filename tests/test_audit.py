@@ -346,19 +346,26 @@ def test_undeclared_data_falls_back_to_the_config_with_a_warning(sample_data, sm
 
 
 def test_result_views_are_json_safe_and_escaped(tmp_path):
+    from forensics.errors import ForensicsError
+
     cfg = sglang_config([1, 14, 26], 16)
-    cfg["eagle_aux_hidden_state_layer_ids"] = ["<script>", 2, 3]  # hostile config values end up in messages
-    draft = make_draft(tmp_path / "d", cfg, H=16)
+    draft = make_draft(tmp_path / "ok", cfg, H=16)
     res = audit(data=["L2", "L15", "L27", "final_post"], draft=draft, engine="sglang", trainer="specforge",
                 num_layers=30, hidden_size=16)
     json.dumps(res.to_dict(), allow_nan=False)
-    html = res._repr_html_()
-    assert "<script>" not in html and "&lt;script&gt;" in html
     assert res.wiring in repr(res)
-    v = audit(data=["L2", "L15", "L27", "final_post"], draft=draft, engine="vllm", trainer="specforge",
-              num_layers=30, hidden_size=16)  # vLLM reads the hostile list: a finding, not a traceback
-    assert v.wiring == "mismatch" and any("must be integers" in f.message for f in v.findings)
-    json.dumps(v.to_dict(), allow_nan=False)
+    cfg["eagle_aux_hidden_state_layer_ids"] = ["<script>", 2, 3]  # a hostile id list: refused where it is read
+    bad = make_draft(tmp_path / "d", cfg, H=16)
+    for engine in ("sglang", "vllm"):  # one error naming the file and the key, for every engine (no finding built
+        # from it, no confident "served []" verdict)
+        with pytest.raises(ForensicsError) as e:
+            audit(data=["L2", "L15", "L27", "final_post"], draft=bad, engine=engine, trainer="specforge",
+                  num_layers=30, hidden_size=16)
+        msg = str(e.value)
+        assert "config.json" in msg and "eagle_aux_hidden_state_layer_ids" in msg and "\n" not in msg, engine
+    from forensics.views.format import html_table
+
+    assert "<script>" not in html_table(["id"], [["<script>"]])  # views escape every cell they are given
 
 
 def _w1_exact(a, b):

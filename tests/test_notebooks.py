@@ -111,7 +111,7 @@ EXPECT = {
     ],
     "04_dataset_scan.ipynb": ["data_5.pt: reordered", "data_6.pt: nonfinite", "data_7.pt: unreadable",
                               "FAIL shifted in 5/5 files; exit code 1",
-                              "data_4.pt hidden_states[2]   L16", "[reordered]", "[nonfinite]"],
+                              "data_4.pt hidden_states[2]       L16 middle", "[reordered]", "[nonfinite]"],
 }
 MIN_IMAGES = {"01_fingerprint.ipynb": 8, "02_browse_samples.ipynb": 0, "03_wiring_audit.ipynb": 6,
               "04_dataset_scan.ipynb": 2}

@@ -41,14 +41,25 @@ def _align(c: Any) -> str:
     return _RIGHT if _NUMERIC.fullmatch(str(c).strip()) else _LEFT
 
 
+def _blank(c: Any) -> bool:
+    return not isinstance(c, Raw) and str(c).strip() == "—"
+
+
 def html_table(headers: Iterable[Any], rows: Iterable[Iterable[Any]], cls: str = "hsf-table") -> str:
     """A plain escaped table: text cells left-aligned, number cells right-aligned. Cells are escaped unless
     wrapped with :class:`Raw`."""
     rows = [list(r) for r in rows]
     headers = list(headers)
-    numeric = [bool(rows) and all(_align(r[i]) == _RIGHT for r in rows if i < len(r)) for i in range(len(headers))]
-    head = "".join(f"<th{_RIGHT if numeric[i] else _LEFT}>{esc(h)}</th>" for i, h in enumerate(headers))
-    body = "".join("<tr>" + "".join(f"<td{_align(c)}>{cell(c)}</td>" for c in r) + "</tr>" for r in rows)
+
+    def filled(i: int) -> list:
+        return [r[i] for r in rows if i < len(r) and not _blank(r[i])]
+
+    # a column is numeric when its filled cells are; a "—" (nothing to show) takes its column's side
+    numeric = [bool(filled(i)) and all(_align(c) == _RIGHT for c in filled(i)) for i in range(len(headers))]
+    side = [_RIGHT if n else _LEFT for n in numeric]
+    head = "".join(f"<th{side[i]}>{esc(h)}</th>" for i, h in enumerate(headers))
+    body = "".join("<tr>" + "".join(f"<td{side[i] if _blank(c) and i < len(side) else _align(c)}>{cell(c)}</td>"
+                                    for i, c in enumerate(r)) + "</tr>" for r in rows)
     return f"<table class='{esc(cls)}'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
