@@ -231,3 +231,12 @@ def _matches(xs: Sequence[Any], lad: dict, p: int, k: int) -> dict[int, tuple[An
 
 
 __all__ = ["check_context", "ContextReport", "sequence_starts"]
+
+
+def without_sink_starts(findings: list) -> list:
+    """``findings`` less the data-only sequence starts read from a second token-0 sink (``context_lost`` by
+    ``sink``): for captures whose slots are not the residual stream that carries the sink (a sub-layer output),
+    where that reading's premise does not hold. The fingerprint and the scan's statistics-only rows drop them
+    alike."""
+    return [f for f in findings if not (f.kind is FindingKind.CONTEXT_LOST and f.evidence.get("by") == "sink")]
+

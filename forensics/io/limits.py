@@ -236,13 +236,19 @@ def bounded_call(fn: Any, what: str, seconds: float = RENDER_SECONDS, memory: in
     return json.loads(b"".join(chunks))
 
 
-def _mapped_bytes() -> int:
-    """This process's virtual size (``VmSize``), which ``RLIMIT_AS`` counts."""
+def proc_kib(path: str, key: str) -> int | None:
+    """The bytes of a ``key: N kB`` line of a ``/proc`` file (``/proc/meminfo``, ``/proc/self/status``); None when
+    the file or the line cannot be read."""
     try:
-        with open("/proc/self/status") as f:
+        with open(path) as f:
             for line in f:
-                if line.startswith("VmSize:"):
+                if line.startswith(key + ":"):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
-    return 0
+    return None
+
+
+def _mapped_bytes() -> int:
+    """This process's virtual size (``VmSize``), which ``RLIMIT_AS`` counts."""
+    return proc_kib("/proc/self/status", "VmSize") or 0

@@ -25,6 +25,7 @@ from typing import Any
 
 from forensics.errors import ForensicsError, ModelMismatch
 from forensics.io.formats._io import load_json
+from forensics.io.limits import proc_kib
 from forensics.io.safetensors import INDEX_NAME, shard_index
 from forensics.io.tempfiles import clean_stale, temp_path
 from forensics.io.tokenizer import find_tokenizer, load_tokenizer
@@ -436,14 +437,8 @@ def parse_memory(text: str | int | None) -> int | None:
 
 def available_memory() -> int:
     """Bytes the OS reports available (``MemAvailable``), else total physical memory."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    got = proc_kib("/proc/meminfo", "MemAvailable")
+    return got if got is not None else int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 
 def default_max_memory() -> int:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, overload
 import numpy as np
 
 from forensics.analysis.claims import Claim, Claims, capture_claims, user_claims
-from forensics.analysis.context import check_context
+from forensics.analysis.context import check_context, without_sink_starts
 from forensics.analysis.fingerprint.depth import DistanceSample, angular_distance_sample, settle_chain
 from forensics.analysis.fingerprint.exact import exact_checks, reference_ladder
 from forensics.analysis.fingerprint.residual import sublayer_slots
@@ -424,8 +424,7 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
         # file whose capture path saved sub-layer outputs breaks that premise (a block's MLP writes the massive
         # activation on delimiter rows too), so the more specific not_residual finding speaks for it alone; with
         # no claim, a slot whose token 0 row is nearly empty (no residual state's is) shows the premise fails
-        fp.findings = [f for f in fp.findings if not (f.kind is FindingKind.CONTEXT_LOST and
-                                                      f.evidence.get("by") == "sink")]
+        fp.findings = without_sink_starts(fp.findings)
     share_identical_labels(fp, groups)
     capture.check_unchanged()  # nothing read from a file truncated or rewritten meanwhile reaches the verdict
     return fp

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from forensics.analysis.context import check_context
+from forensics.analysis.context import check_context, without_sink_starts
 from forensics.analysis.fingerprint.residual import token0_empty
 from forensics.analysis.loss_mask import capture_loss_mask_findings
 from forensics.analysis.rows import ROW_KINDS, RowHashTaps, check_rows
@@ -32,7 +32,7 @@ from forensics.analysis.scan.sketch import LogHistogram, Moments
 from forensics.analysis.stamp import StampReader
 from forensics.analysis.stats import summarize
 from forensics.errors import ForensicsError, escape, one_line
-from forensics.findings import FindingKind, worst_verdict
+from forensics.findings import worst_verdict
 from forensics.io.formats import load_all
 from forensics.io.pages import TrailingRelease
 from forensics.jsonable import json_safe
@@ -293,7 +293,7 @@ def _context_findings(cap: Any, st: Any, rep: Any) -> list[dict]:
     if found and getattr(rep, "offset", 0) in (0, None) and any(s.norm.n and token0_empty(s) for s in st.slots):
         # a slot with a nearly empty token-0 row is no residual state (a sub-layer output): the sink premise of the
         # data-only sequence start does not hold, as the fingerprint drops it (fingerprint.core)
-        found = [x for x in found if not (x.kind is FindingKind.CONTEXT_LOST and x.evidence.get("by") == "sink")]
+        found = without_sink_starts(found)
     return [{"kind": x.kind.value, "severity": x.severity.value, "slots": list(x.slots), "message": x.message,
              "evidence": x.evidence} for x in found]
 
