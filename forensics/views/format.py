@@ -51,12 +51,9 @@ def html_table(headers: Iterable[Any], rows: Iterable[Iterable[Any]], cls: str =
     rows = [list(r) for r in rows]
     headers = list(headers)
 
-    def filled(i: int) -> list:
-        return [r[i] for r in rows if i < len(r) and not _blank(r[i])]
-
     # a column is numeric when its filled cells are; a "—" (nothing to show) takes its column's side
-    numeric = [bool(filled(i)) and all(_align(c) == _RIGHT for c in filled(i)) for i in range(len(headers))]
-    side = [_RIGHT if n else _LEFT for n in numeric]
+    filled = [[r[i] for r in rows if i < len(r) and not _blank(r[i])] for i in range(len(headers))]
+    side = [_RIGHT if cs and all(_align(c) == _RIGHT for c in cs) else _LEFT for cs in filled]
     head = "".join(f"<th{side[i]}>{esc(h)}</th>" for i, h in enumerate(headers))
     body = "".join("<tr>" + "".join(f"<td{side[i] if _blank(c) and i < len(side) else _align(c)}>{cell(c)}</td>"
                                     for i, c in enumerate(r)) + "</tr>" for r in rows)
