@@ -351,8 +351,8 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
     # every row placed against the reference forward when there is a ladder (not streamed, ids given), else data only
     rows = check_rows(capture, full, reference=None if reference is None else reference[1],
                       norms=[s.norms for s in st_all.slots], hashes=hash_taps.hashes())
-
-    release_tensors(full)
+    if reference is not None:  # data only, the row samples give back each slot they read (rows.screen_sims)
+        release_tensors(full)
     context = check_context(capture, full, st_all.slots, rows, net=None if reference is None else reference[0].net,
                             reference=None if reference is None else reference[1])
     view = good_rows_view(capture, full, rows)  # statistics and order from the rows that are their tokens'
@@ -373,8 +373,7 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
     mask = sorted({d for s in st.slots for d in s.massive_dims})
     finite = not any(s.nan or s.inf for s in st.slots)  # no NaN/Inf anywhere: nothing for the sample to zero
     sample = angular_distance_sample(tensors, drop, mask, finite=finite) if k > 1 else \
-        DistanceSample(np.zeros((1, 1)), np.zeros((1, 1)), 0, 0)
-    release_tensors(full)
+        DistanceSample(np.zeros((1, 1)), np.zeros((1, 1)), 0, 0)  # (gives back the pages it read)
     sig = _signals(view, st, tensors, drop, mask, rows.hashes if view is capture else None)
     release_tensors(full)
 
