@@ -353,8 +353,8 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
     # every row placed against the reference forward when there is a ladder (not streamed, ids given), else data only
     rows = check_rows(capture, full, reference=None if reference is None else reference[1],
                       norms=[s.norms for s in st_all.slots], hashes=hash_taps.hashes())
-    if reference is not None:  # data only, the row samples give back each slot they read (rows.screen_sims)
-        release_tensors(full)
+    # data only, the row samples gave back each slot they read (rows.screen_sims); against the reference, every row
+    release_tensors(full if reference is not None else ())
     context = check_context(capture, full, st_all.slots, rows, net=None if reference is None else reference[0].net,
                             reference=None if reference is None else reference[1])
     view = good_rows_view(capture, full, rows)  # statistics and order from the rows that are their tokens'
