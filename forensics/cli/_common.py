@@ -52,8 +52,12 @@ def for_each_file(paths: Iterable[str], fn: Callable[[str], Any], out: Any = Non
 
 
 def error_entry(path: str, e: Exception) -> dict:
+    """A file that was not read, as a command's JSON lists it: its ``error`` and the outcome word every view gives
+    it (``unreadable``: no fail of the data; the command exits 2)."""
+    from forensics.findings import UNREADABLE
+
     return {"path": str(path), "format": None, "num_tokens": None, "hidden_size": None, "error": str(e),
-            "slots": []}
+            "outcome": UNREADABLE, "slots": []}
 
 
 def positive_int(text: str) -> int:

@@ -93,8 +93,11 @@ def run(args) -> int:
         c = res.counts
         con.text(sentence or res.overall.upper())
         n = doc["files"]
-        words = [k for k in ("fail", "cannot tell", "warn", "pass", "identified", "info")
-                 if k in c and (c[k] or k != "identified")]  # identified: said when some slot is
+        from forensics.analysis.report import OUTCOMES
+        from forensics.findings import UNREADABLE
+
+        # identified: said when some slot is; an unreadable file is said beside the file count
+        words = [k for k in OUTCOMES if k in c and k != UNREADABLE and (c[k] or k != "identified")]
         con.text(f"  {n} file{'' if n == 1 else 's'}" + (f" ({doc['unreadable']} unreadable)" if doc["unreadable"]
                                                          else "") +
                  "; slots: " + ", ".join(f"{c[k]} {k}" for k in words) +

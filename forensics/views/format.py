@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 VERDICT_COLORS = {"pass": "#1b7837", "identified": "#2166ac", "warn": "#b35806", "fail": "#b2182b", "info": "#4d4d4d",
-                  "cannot tell": "#7b3294"}
+                  "cannot tell": "#7b3294", "unreadable": "#8c510a"}
 
 
 def finding_verdict(f: Any, fallback: dict | None = None) -> str:
