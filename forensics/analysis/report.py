@@ -251,18 +251,25 @@ def load_tokens(cap: Any, errors: list[ReportError], model: Any = None) -> list[
     return file_tokens(cap, errors, model)[0]
 
 
-def file_tokens(cap: Any, errors: list[ReportError], model: Any = None) -> tuple[list[str] | None, Any]:
-    """:func:`load_tokens` and the tokenizer the text came from (None when there is no text)."""
+def file_tokens(cap: Any, notes: list[ReportError], model: Any = None) -> tuple[list[str] | None, Any]:
+    """:func:`load_tokens` and the tokenizer the text came from (None when there is no text).
+
+    A tokenizer that is broken or absent costs the token text, never the report: the token ids are shown instead and
+    ``notes`` gets one line naming the folder and why (once per reason), which decides nothing (no exit 2)."""
     if cap.input_ids is None:
         return None, None
     folder = find_tokenizer(cap.path, cap.meta)
     tok, why = load_tokenizer(folder)
+    named = cap.meta.get("tokenizer") if isinstance(cap.meta, dict) else None
+    if folder is None and isinstance(named, str) and named:  # capture.json names one that is not there
+        why = f"capture.json names the tokenizer folder {named!r}: absent (or outside the capture's folder)"
     if tok is None and model is not None:
         tok, why_model = model_tokenizer(model)
         why, folder = (why, folder) if why else (why_model, "of --model")
     if tok is None:
-        if why and not any(_message(e) == why for e in errors):
-            errors.append(ReportError(f"tokenizer {folder}", why))
+        why = f"{why}; token ids are shown instead of token text" if why else None
+        if why and not any(_message(e) == why for e in notes):
+            notes.append(ReportError("tokenizer", why))
         return None, None
     ids = [int(i) for i in cap.input_ids.tolist()]
     text = {}
@@ -345,6 +352,8 @@ class ReportResult:
     scan: Any = None  # ScanResult
     facts: dict | None = None  # the target model's facts (--model)
     errors: list[ReportError] = field(default_factory=list)
+    # what the report did without, deciding nothing (a tokenizer that does not load: token ids instead of text)
+    notes: list[ReportError] = field(default_factory=list)
     skipped: int = 0  # files beyond MAX_ANALYSED_FILES: covered by the dataset scan, not analysed one by one
     training: list[FileReport] = field(default_factory=list, repr=False)  # what the audit and the probe read
     settings: dict = field(default_factory=dict)  # what the user passed (layers, model, draft, engine, …)
@@ -599,6 +608,7 @@ def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,
         layers = ",".join(str(x) for x in layers)
     tick = progress or (lambda stage, done, total: None)
     errors: list[ReportError] = []
+    notes: list[ReportError] = []
     files: list[FileReport] = []
     found, bad = expand_paths(paths)
     files += [FileReport(path=e.path or "", error=error_text(e)) for e in bad]
@@ -618,7 +628,7 @@ def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,
     for fr in files:
         fr.rel = os.path.relpath(os.path.abspath(fr.path), root)
         if fr.capture is not None:
-            fr.tokens, fr.tokenizer = file_tokens(fr.capture, errors, model)
+            fr.tokens, fr.tokenizer = file_tokens(fr.capture, notes, model)
             fr.stamp = stamp_status(fr.capture.path)  # the file's stamp (fr.path is FILE#i for one of its samples)
             checked = getattr(fr.fingerprint, "stamp", None)
             if checked is not None and fr.stamp.get("status") == "stamped":  # the values, checked in the read
@@ -667,6 +677,6 @@ def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,
     given = {**settings, "model": model_arg, "target_config": target_config, "title": title}
     audited = audit_res is not None or probe_res is not None
     return ReportResult(inputs=paths, files=files, audit=audit_res, probe=probe_res, scan=scan_res, facts=facts,
-                        errors=errors, skipped=skipped, training=training if audited else [],
+                        errors=errors, notes=notes, skipped=skipped, training=training if audited else [],
                         settings=settings, argv=_argv(paths, given, scan), title=title,
                         max_analysed=MAX_ANALYSED_FILES)

@@ -108,4 +108,6 @@ def run(args) -> int:
         con.text(f"report written: {args.output} ({size / 1e6:.2f} MB)")  # the path as the user gave it
     for e in res.errors:  # what could not be done is said here too, not only at the bottom of the HTML
         con.error(f"{e.where}: {e.message}")
+    for e in res.notes:  # what was done without (token text): said, decides nothing
+        con.note(f"note: {e.where}: {e.message}")
     return res.exit_code(args.fail_on)

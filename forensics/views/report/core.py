@@ -176,6 +176,7 @@ def build_context(res: ReportResult, progress: Callable[[str, int, int], None] |
         "probe_html": fragment(res.probe),
         "scan_html": fragment(res.scan),
         "errors": res.errors,
+        "notes": res.notes,
         "skipped": res.skipped,
         "max_analysed": res.max_analysed,
     }
