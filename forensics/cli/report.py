@@ -91,7 +91,9 @@ def run(args) -> int:
         print_json(doc)
     elif args.output != "-":  # with -o - stdout is the HTML itself
         c = res.counts
-        con.text(sentence or res.overall.upper())
+        from forensics.views.format import shown_name
+
+        con.text(shown_name(sentence or res.overall.upper()))  # it names files: one line whatever their names
         n = doc["files"]
         from forensics.analysis.report import OUTCOMES
         from forensics.findings import UNREADABLE
