@@ -175,6 +175,7 @@ class FindingKind(StrEnum):
     DATA_NO_REFERENCE_MATCH = "data_no_reference_match"
     DATA_NO_TOKEN_IDS = "data_no_token_ids"
     DATA_DUPLICATE = "data_duplicate"
+    DATA_CONCATENATED = "data_concatenated"
     DATA_ZERO_ROWS = "data_zero_rows"
     DATA_ROW_COUNT = "data_row_count"
     DATA_TOKEN_SHIFT = "data_token_shift"
