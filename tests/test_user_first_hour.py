@@ -1,0 +1,39 @@
+"""What a speculative-decoding engineer met in a first hour with `hsf` on captures saved with plain transformers
+(each test failed before the fix it guards; the commit that added it says what the user saw)."""
+
+from __future__ import annotations
+
+import torch
+
+import forensics
+
+
+def _generic_copy(src, dst) -> None:
+    """A speculators-v1 sample re-saved the way users save their own capture: ``{input_ids, hidden_states}``
+    (no loss_mask, so no format claims anything; the slots declare no r)."""
+    d = torch.load(src, weights_only=True)
+    torch.save({"input_ids": d["input_ids"], "hidden_states": torch.stack(list(d["hidden_states"]))}, dst)
+
+
+def test_report_with_a_draft_on_a_capture_without_declared_layers(smollm2, sample_data, tmp_path):
+    """``hsf report my_capture.pt --draft D --engine vllm --trainer speculators --model default`` ended in a
+    traceback: the probe names a slot without a declared r ``slot0``, which the report's probe panel parsed as an
+    r. The headline also said "the wiring audit also finds" with nothing before it."""
+    cap = tmp_path / "capture.pt"
+    _generic_copy(sample_data / "speculators_v1" / "data_4.pt", cap)  # [embed, L3, L16, L28]
+    rep = forensics.report([str(cap)], model="default", draft=str(sample_data / "draft_eagle3"), engine="vllm",
+                           trainer="speculators")
+    ctx = rep.context
+    assert ctx["verdicts"]["probe"]["r"].startswith("[slot0")
+    assert rep.result.audit.wiring == "match"
+    head = ctx["verdicts"]["sentence"]
+    assert "also finds" not in head
+    assert head.startswith("FAIL: the draft is served the layers it was trained on, but the wiring audit finds")
+
+
+def test_key_numbers_say_audited_only_when_an_audit_ran(sample_data):
+    """A report without --draft called its first failing file "(audited)" in the Key numbers panel."""
+    data = str(sample_data / "speculators_v1" / "data_0.pt")
+    rep = forensics.report([data], layers="3,16,28,30")  # the shifted list: FAIL, and no audit ran
+    assert rep.result.audit is None and rep.verdict() == "fail"
+    assert "(audited)" not in rep.html and "data_0.pt (fails)" in rep.html
