@@ -216,6 +216,16 @@ def test_concatenated_aux_states_are_named_as_such_and_the_hint_reads_them(world
     assert [s.label for s in fp.slots] == ["embed", "L1", "L2"]
 
 
+def test_a_wider_capture_of_another_model_is_not_called_concatenated(world, sample_data, capsys):
+    """A real SmolLM2 capture (width 576) against a model of width 64 said "9 states concatenated on the last
+    axis (EAGLE-3's [T, 9·H] aux states)? save them as [T, 9, H]": advice that turns a plain wrong --model into
+    garbage. Past EAGLE-3's few states the width is another model's, as it says for any other width."""
+    folder = world[0]
+    assert hsf_main(["fingerprint", str(sample_data / "speculators_v1" / "data_0.pt"), "--model", str(folder)]) == 2
+    line = _one_line(capsys.readouterr().err, "576", "≠ 64", "another model")
+    assert "concatenated" not in line and "hs.view" not in line
+
+
 def test_an_encoder_as_the_model_is_one_line_exit_2_not_a_traceback(world, capsys, tmp_path):
     """A BERT folder passed as --model (no final norm: post-LN encoder): before, AttributeError 'BertLMHeadModel'
     object has no attribute 'norm' as a traceback from fingerprint; now one line naming it, exit 2, and report
@@ -229,7 +239,8 @@ def test_an_encoder_as_the_model_is_one_line_exit_2_not_a_traceback(world, capsy
     transformers.BertModel(cfg).save_pretrained(bert)
     capsys.readouterr()  # transformers' save progress
     assert hsf_main(["fingerprint", str(cap), "--model", str(bert)]) == 2
-    _one_line(capsys.readouterr().err, "bert", "no final norm")
+    line = _one_line(capsys.readouterr().err, "bert", "no final norm")
+    assert line.startswith(f"hsf fingerprint: error: {bert}: ")  # the line names the folder given as --model
     from forensics.analysis.report import report
 
     with pytest.raises(ModelMismatch, match="no final norm"):

@@ -21,7 +21,7 @@ import numpy as np
 from forensics.analysis.claims import Claim, Claims, capture_claims, user_claims
 from forensics.analysis.context import check_context, without_sink_starts
 from forensics.analysis.fingerprint.depth import DistanceSample, angular_distance_sample, settle_chain
-from forensics.analysis.fingerprint.exact import exact_checks, reference_ladder
+from forensics.analysis.fingerprint.exact import CONCAT_MAX_K, exact_checks, reference_ladder
 from forensics.analysis.fingerprint.residual import sublayer_slots
 from forensics.analysis.fingerprint.rules import (
     BANDS,
@@ -438,7 +438,6 @@ def _constant(h: Any) -> bool:
         return all(bool((h[a:a + 4096] == h[:1]).all()) for a in range(0, int(h.shape[0]), 4096))
 
 
-CONCAT_MAX_K = 8  # EAGLE-3 concatenates 3 states; a few more leave room for other drafts' fc widths
 CONCAT_MIN_H = 128  # no LLM's hidden size is narrower
 
 

@@ -327,6 +327,9 @@ def reference_ladder(capture: Capture, model: Any) -> tuple[Reference, dict | No
     return ref, (None if ref.stream is not None else ref.ladder(ids))
 
 
+CONCAT_MAX_K = 8  # EAGLE-3 concatenates 3 states; a few more leave room for other drafts' fc widths
+
+
 def check_sizes(capture: Capture, ref: Reference) -> None:
     """A one-line :class:`~forensics.errors.ModelMismatch` naming both numbers when the capture cannot come from
     the reference model: a slot of another hidden size, a declared layer count (``capture.json`` ``num_layers``)
@@ -336,12 +339,13 @@ def check_sizes(capture: Capture, ref: Reference) -> None:
     H = ref.hidden_size()
     if H is not None:
         for s in capture.slots:
-            if s.hidden_size != H and s.hidden_size % H == 0:  # k states side by side: EAGLE-3's [T, k·H] aux
-                k = s.hidden_size // H
+            k, rest = divmod(s.hidden_size, H)
+            if not rest and 2 <= k <= CONCAT_MAX_K:  # k states side by side: EAGLE-3's [T, k·H] aux states
                 raise ModelMismatch(f"hidden size {s.hidden_size} (slot {s.index}, {s.name}) is {k} × {H}, the hidden "
                                     f"size of the model {name}: {k} states concatenated on the last axis (EAGLE-3's "
                                     f"[T, {k}·H] aux states)? save them as [T, {k}, H] (hs.view(T, {k}, {H})), read as "
-                                    f"{k} slots", path=capture.path)
+                                    f"{k} slots; if the slot is one state, the capture is not from {name}: pass the "
+                                    "model it was captured with (--model, model=)", path=capture.path)
             if s.hidden_size != H:
                 raise ModelMismatch(f"hidden size {s.hidden_size} (slot {s.index}, {s.name}) ≠ {H}, the hidden size "
                                     f"of the model {name}: the capture comes from another model; pass the model it was "
