@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 import forensics
+from forensics.cli import main
 
 
 def _generic_copy(src, dst) -> None:
@@ -37,3 +38,19 @@ def test_key_numbers_say_audited_only_when_an_audit_ran(sample_data):
     rep = forensics.report([data], layers="3,16,28,30")  # the shifted list: FAIL, and no audit ran
     assert rep.result.audit is None and rep.verdict() == "fail"
     assert "(audited)" not in rep.html and "data_0.pt (fails)" in rep.html
+
+
+def test_fingerprint_says_saved_layer_ids_are_no_claim(sample_data, tmp_path, capsys):
+    """``torch.save({"input_ids", "hidden_states": [...], "layer_ids": [0, 4, 17, 29]})``: `hsf inspect` said the ids
+    are not read as a claim, but `hsf fingerprint` printed only "NO CLAIM: nothing is claimed", as if the file said
+    nothing; the engineer who saved the ids could not tell they were ignored, nor how to check them."""
+    d = torch.load(sample_data / "speculators_v1" / "data_0.pt", weights_only=True)
+    cap = tmp_path / "mine.pt"
+    torch.save({"input_ids": d["input_ids"], "hidden_states": list(d["hidden_states"]), "layer_ids": [0, 4, 17, 29]},
+               cap)
+    assert main(["fingerprint", str(cap)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.startswith("NO CLAIM") and "note: layer_ids = [0, 4, 17, 29] is shown, not used" in out
+    assert main(["fingerprint", str(cap), "--layers", "0,4,17,29"]) == 3  # the hint followed: the claim is checked
+    out = capsys.readouterr().out
+    assert "claims from user: --layers 0,4,17,29" in " ".join(out.split()) and "layer_ids =" not in out

@@ -10,6 +10,7 @@ from forensics.analysis.fingerprint.ladder import LADDER_MATCH_COS, LADDER_MATCH
 from forensics.analysis.fingerprint.verdicts import concatenated_cut
 from forensics.display import renders
 from forensics.findings import Verdict, sort_findings
+from forensics.io.layout import unused_metadata
 from forensics.layers import r_label
 from forensics.views.format import Raw, Shown, badge, columns, esc, fit, headline_word, html_table
 
@@ -154,6 +155,8 @@ def text(fp: Fingerprint, width: int | None = None) -> str:
     slot fails, then one line per slot (folded to ``width`` when given). The evidence is in
     :func:`explain`."""
     lines = [headline(fp), _head(fp)]
+    if fp.claims is None:  # ids saved beside the states are not a claim: said, so the user knows to pass them
+        lines += [f"  note: {n}" for n in unused_metadata(fp.capture.provenance.notes)]
     if fp.exact and fp.exact.stream:
         lines.append("  " + stream_line(fp.exact.stream))
     lines += [f"  {f.severity.value.upper()} {f.kind}: {f.message}" for f in sort_findings(fp.findings)]
