@@ -54,3 +54,15 @@ def test_fingerprint_says_saved_layer_ids_are_no_claim(sample_data, tmp_path, ca
     assert main(["fingerprint", str(cap), "--layers", "0,4,17,29"]) == 3  # the hint followed: the claim is checked
     out = capsys.readouterr().out
     assert "claims from user: --layers 0,4,17,29" in " ".join(out.split()) and "layer_ids =" not in out
+
+
+def test_a_short_capture_does_not_blame_a_working_draft(sample_data):
+    """The sample draft, which wins clearly on all of sample_data/speculators_v1 (README: PASS), probed on one
+    short file (≈ 90 positions) was told "the draft, not the wiring, is the problem": an engineer would throw away
+    a good draft. On < MIN_POSITIONS positions the finding says that too few samples do the same."""
+    from forensics.analysis.probe import MIN_POSITIONS
+
+    res = forensics.probe(sample_data / "draft_eagle3", sample_data / "speculators_v1" / "data_3.pt")
+    near = [f for f in res.findings if f.kind == "probe_near_controls"]
+    assert res.best.n < MIN_POSITIONS and near and res.verdict.value == "cannot tell"
+    assert "too few samples" in near[0].message and "add samples" in near[0].message
