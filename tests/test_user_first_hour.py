@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import forensics
@@ -66,3 +67,14 @@ def test_a_short_capture_does_not_blame_a_working_draft(sample_data):
     near = [f for f in res.findings if f.kind == "probe_near_controls"]
     assert res.best.n < MIN_POSITIONS and near and res.verdict.value == "cannot tell"
     assert "too few samples" in near[0].message and "add samples" in near[0].message
+
+
+def test_probe_without_an_embedding_source_does_not_deny_the_embedding_slot(sample_data, tmp_path):
+    """`hsf report mine.pt --draft D` on a capture whose slot 0 the fingerprint names `embed` (duplicate rows) said
+    "the data has no r=0 slot": false on its face. The probe reads declared layers only, and now says so."""
+    cap = tmp_path / "capture.pt"
+    _generic_copy(sample_data / "speculators_v1" / "data_4.pt", cap)
+    assert forensics.fingerprint(cap).slots[0].label == "embed"
+    with pytest.raises(forensics.ForensicsError) as e:
+        forensics.probe(sample_data / "draft_eagle3", cap)
+    assert "has no r=0 slot" not in str(e.value) and "declared r = 0" in str(e.value) and "--model" in str(e.value)
