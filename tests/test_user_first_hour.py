@@ -78,3 +78,12 @@ def test_probe_without_an_embedding_source_does_not_deny_the_embedding_slot(samp
     with pytest.raises(forensics.ForensicsError) as e:
         forensics.probe(sample_data / "draft_eagle3", cap)
     assert "has no r=0 slot" not in str(e.value) and "declared r = 0" in str(e.value) and "--model" in str(e.value)
+
+
+def test_audit_note_agrees_in_number(sample_data, capsys):
+    """"1 other problem above still need fixing": one problem needs fixing."""
+    argv = ["audit", "--trained-layout", "embed,L3,L16,L28", "--draft", str(sample_data / "draft_eagle3"), "--engine",
+            "vllm", "--num-layers", "30", "--hidden-size", "576", "--trainer", "speculators"]
+    assert main(argv) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert "the wiring matches, but 1 other problem above still needs fixing" in out
