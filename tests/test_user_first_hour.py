@@ -87,3 +87,19 @@ def test_audit_note_agrees_in_number(sample_data, capsys):
     assert main(argv) == 1
     out = " ".join(capsys.readouterr().out.split())
     assert "the wiring matches, but 1 other problem above still needs fixing" in out
+
+
+def test_a_speculators_file_without_its_layer_count_says_its_format_claim_is_unchecked(sample_data, tmp_path,
+                                                                                        capsys):
+    """My own speculators-style file ``{input_ids, hidden_states: [L2, L15, L27], loss_mask}`` read "NO CLAIM:
+    nothing is claimed", and the same file with --model failed on a claim (the format's: the last slot is the
+    target, r = L). The data-only headline now names that claim and what checks it; the hint followed checks it."""
+    import shutil
+
+    shutil.copy(sample_data / "speculators_v1" / "data_0.pt", tmp_path / "data_0.pt")  # no sidecar beside it
+    assert main(["fingerprint", str(tmp_path / "data_0.pt")]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "nothing is claimed" not in out
+    assert "claims its last slot is the training target" in out and "pass --model or --num-layers" in out
+    assert main(["fingerprint", str(tmp_path / "data_0.pt"), "--num-layers", "30"]) == 3  # the claim, now checked
+    assert "claimed [L30]" in " ".join(capsys.readouterr().out.split())

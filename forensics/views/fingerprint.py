@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 
+from forensics.analysis.claims import SPECULATORS_FORMATS
 from forensics.analysis.fingerprint.core import Fingerprint
 from forensics.analysis.fingerprint.ladder import LADDER_MATCH_COS, LADDER_MATCH_REL
 from forensics.analysis.fingerprint.verdicts import concatenated_cut
@@ -127,6 +128,11 @@ def headline(fp: Fingerprint) -> str:
             why += f" (exact: matched the reference forward {tolerance(fp)})"
     else:
         why = "nothing is claimed about these slots: roles and depth order only"
+        if fp.capture.format in SPECULATORS_FORMATS and len(fp.slots) > 1 and fp.num_layers is None:
+            # the format's claim needs L: said, so that `--model` turning this into a FAIL is no surprise
+            why = (f"no claim is checked: {fp.capture.format} claims its last slot is the training target (r = L, the "
+                   "last block pre-norm), but the layer count L is unknown (pass --model or --num-layers); roles "
+                   "and depth order only")
     src = f" — claims from {fp.claims.source.value}: {fp.claims.detail}" if fp.claims is not None else ""
     return f"{headline_word(word)}: {why}{src}"
 
