@@ -31,6 +31,10 @@ def test_report_with_a_draft_on_a_capture_without_declared_layers(smollm2, sampl
     head = ctx["verdicts"]["sentence"]
     assert "also finds" not in head
     assert head.startswith("FAIL: the draft is served the layers it was trained on, but the wiring audit finds")
+    # the Verdicts block's first line: it read "FAIL: The draft is served the layers it was trained on." alone
+    first = ctx["verdicts"]["headline"][0]
+    assert first.startswith("FAIL: The draft is served the layers it was trained on, but the wiring audit finds")
+    assert "the training target is not the last block" in first
 
 
 def test_key_numbers_say_audited_only_when_an_audit_ran(sample_data):

@@ -276,6 +276,11 @@ def _headline(c: dict) -> list[str]:
     failing = [r for r in rows if not r["error"] and r["verdict"] == "fail"]
     if audit is not None and audit["wiring"] == "mismatch":
         out.append("The draft is NOT served the layers it was trained on: slices and fix below.")
+    audit_fails = [x["kind"] for x in audit["problems"] if x["cls"] == "fail" and x["kind"] != "slices"] \
+        if audit is not None and audit["wiring"] == "match" else []
+    if audit_fails:  # the wiring holds, yet the header fails: the reason comes first, not a reassurance
+        out.append(f"The draft is served the layers it was trained on, but the wiring audit finds: "
+                   f"{_also(audit_fails)} (below).")
     if failing:
         kinds = [x for r in failing for x in r["findings"] if x["severity"] == "fail"]
         why = sorted({x["kind"] for x in kinds} | {"nonfinite" for r in failing for sl in r["slots"]
@@ -296,7 +301,7 @@ def _headline(c: dict) -> list[str]:
         n = counts["cannot tell"]
         out.append(f"{count(n, 'slot')} {_verb(n, 'carries', 'carry')} a claim the data neither confirms nor "
                    f"excludes: settle with {_settle(c['model'])}.")
-    if audit is not None and audit["wiring"] == "match":
+    if audit is not None and audit["wiring"] == "match" and not audit_fails:
         out.append("The draft is served the layers it was trained on.")
     for g in c["facts"]:
         if g["severity"] != "fail":  # a failing file is named above
