@@ -298,7 +298,8 @@ _MEANINGS: dict[FindingKind, str] = {
     FindingKind.PROBE_SERVED_BEATEN: "the wiring the engine would feed reaches a clearly shorter acceptance length "
                                      "than the best wiring",
     FindingKind.PROBE_NEAR_CONTROLS: "the best wiring is not clearly above the shift/random controls: the draft, "
-                                     "not the wiring, is the problem",
+                                     "not the wiring, is the problem (on fewer than 200 positions: or too few "
+                                     "samples)",
     FindingKind.PROBE_TIE: "the best wiring and the runner-up are not clearly apart in acceptance length",
     FindingKind.PROBE_NO_INTERVAL: "too few sequences (or blocks) for an interval on the acceptance length",
     FindingKind.PROBE_FEW_POSITIONS: "too few positions scored for a stable ranking",

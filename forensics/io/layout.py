@@ -191,9 +191,18 @@ def _metadata_list(key: str, v: Any) -> bool:
         isinstance(x, (int, float, str, bool)) or x is None for x in v)
 
 
+UNUSED_METADATA = "is shown, not used as evidence or as a claim (state a claim with --layers)"
+
+
 def _metadata_note(key: str, v: Any) -> str:
     shown = list(v[:8]) + (["..."] if len(v) > 8 else [])
-    return f"{key} = {shown} is shown, not used as evidence or as a claim (state a claim with --layers)"
+    return f"{key} = {shown} {UNUSED_METADATA}"
+
+
+def unused_metadata(notes: list[str]) -> list[str]:
+    """The notes of a capture's metadata lists (``layer_ids = [...]`` saved beside the states) that were read as
+    neither evidence nor a claim: a view says them where it says that nothing is claimed."""
+    return [n for n in notes if n.endswith(UNUSED_METADATA)]
 
 
 def _is_tensor(x: Any) -> bool:

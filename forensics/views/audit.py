@@ -130,7 +130,8 @@ def text(res, width: int = TEXT_WIDTH, verbose: bool = False) -> str:
     other = [f for f in res.findings if f.severity is Severity.FAIL and f.kind not in
              ("slices", "off_by_one", "shifted", "served_data")]
     if res.wiring == "match" and other:
-        out.append(f"note: the wiring matches, but {count(len(other), 'other problem')} above still need fixing")
+        out.append(f"note: the wiring matches, but {count(len(other), 'other problem')} above still "
+                   f"{'needs' if len(other) == 1 else 'need'} fixing")
     out.append("")
     out += _wiring_lines(res, width)
     return fit("\n".join(shown_name(line) for line in out).rstrip(), width)

@@ -327,6 +327,9 @@ def reference_ladder(capture: Capture, model: Any) -> tuple[Reference, dict | No
     return ref, (None if ref.stream is not None else ref.ladder(ids))
 
 
+CONCAT_MAX_K = 8  # EAGLE-3 concatenates 3 states; a few more leave room for other drafts' fc widths
+
+
 class ConcatenatedWidth(ModelMismatch):
     """The capture's slots are ``k·H`` wide against a model of hidden size ``H``: no state of that model is one of
     them (k states side by side, EAGLE-3's ``[T, k·H]`` aux states). Without a claim it is a capture that cannot be
@@ -347,13 +350,14 @@ def check_sizes(capture: Capture, ref: Reference) -> None:
     H = ref.hidden_size()
     if H is not None:
         for s in capture.slots:
-            if s.hidden_size != H and s.hidden_size % H == 0:  # k states side by side: EAGLE-3's [T, k·H] aux
-                k = s.hidden_size // H
+            k, rest = divmod(s.hidden_size, H)
+            if not rest and 2 <= k <= CONCAT_MAX_K:  # k states side by side: EAGLE-3's [T, k·H] aux states
                 raise ConcatenatedWidth(f"hidden size {s.hidden_size} (slot {s.index}, {s.name}) is {k} × {H}, the "
                                         f"hidden size of the model {name}: {k} states concatenated on the last axis "
                                         f"(EAGLE-3's [T, {k}·H] aux states)? save them as [T, {k}, H] "
-                                        f"(hs.view(T, {k}, {H})), read as {k} slots", capture.path, k, H,
-                                        int(s.hidden_size), name)
+                                        f"(hs.view(T, {k}, {H})), read as {k} slots; if the slot is one state, the "
+                                        f"capture is not from {name}: pass the model it was captured with (--model, "
+                                        "model=)", capture.path, k, H, int(s.hidden_size), name)
             if s.hidden_size != H:
                 raise ModelMismatch(f"hidden size {s.hidden_size} (slot {s.index}, {s.name}) ≠ {H}, the hidden size "
                                     f"of the model {name}: the capture comes from another model; pass the model it was "

@@ -160,6 +160,9 @@ def build_context(res: ReportResult, progress: Callable[[str, int, int], None] |
         "overall": res.overall,
         "provenance": build_provenance(res),
         "focus": focus,
+        # why the Key numbers panel shows that file: the audited training file, else the first failing one
+        "focus_why": "audited" if res.training else "fails" if focus and any(
+            r["file"] == focus and r["verdict"] == "fail" for r in verdicts["rows"]) else None,
         "key_numbers": build_key_numbers(ok, focus, figures),
         "cards": build_cards(ok, focus),
         "cross": build_cross(ok, focus=focus, figures=figures),
