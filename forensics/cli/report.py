@@ -46,7 +46,9 @@ def check_arguments(args) -> None:
     from forensics.io.output import check_output
     from forensics.layers import parse_layer_list
 
-    check_output(args.output, args.paths)  # before the (slow) report: never over an input or a directory
+    given = [getattr(args, o) for o in ("draft", "served", "target_config", "model", "ids", "text")]
+    inputs = [*args.paths, *(p for p in given if p and p != "default")]
+    check_output(args.output, inputs)  # before the (slow) report: never over an input, its side files or a folder
     parse_layer_list(args.layers, "--layers")  # (--engine and --engine-version: checked by forensics.cli)
     for opt in ("draft", "served", "target_config", "model"):
         path = getattr(args, opt)

@@ -191,6 +191,8 @@ def _read(path: str, input_ids, record: int | None) -> list[Capture]:
         caps = _guarded(fmt.name, path, fmt.samples, content, req)
     else:
         caps = [_guarded(fmt.name, path, fmt.read, content, req)]
+    if not caps:  # a reader that split the file into no sample: nothing was checked, which must not read as a pass
+        raise ForensicsError(f"holds no sample (a {fmt.name} file with an empty batch or record list)", path=path)
     if record and caps[0].provenance.record is None:
         raise ForensicsError(f"record {record} asked for, but a {caps[0].format} file holds one sample", path=path)
     for cap in caps:
