@@ -353,18 +353,7 @@ def resolve(obj: Any, path: str, input_ids: Any = None, attention_mask: Any = No
             notes.append(_metadata_note(key, v))
             continue
         if isinstance(v, (list, tuple)):
-            if not v:
-                raise ForensicsError(f"'{key or 'the list'}' is an empty list (no layers were captured)", path=path)
-            for i, t in enumerate(v):
-                t = to_torch(t)
-                nm = f"{key}[{i}]" if key else f"[{i}]"
-                if not _is_tensor(t):
-                    raise ForensicsError(f"{nm} is {type(t).__name__}, not a tensor; accepted layouts: "
-                                         f"{', '.join(ACCEPTED)}", path=path)
-                if t.dim() not in (2, 3) or (t.dim() == 3 and t.shape[0] != 1):
-                    raise ForensicsError(f"list element {nm} has shape {list(t.shape)}; a list holds one [T, H] or "
-                                         f"[1, T, H] tensor per layer; {RECIPE}", path=path)
-                parts.append(Part(nm, key or "list", t[0] if t.dim() == 3 else t))
+            parts += _list_parts(key, v, path)
             layouts.append("list of [1, T, H]" if to_torch(v[0]).dim() == 3 else "list of [T, H]")
             continue
         if not _is_tensor(v):
@@ -388,6 +377,24 @@ def resolve(obj: Any, path: str, input_ids: Any = None, attention_mask: Any = No
     key_layers = _key_layers(obj, items, parts, notes)
     layout = layouts[0] if len(set(layouts)) == 1 else ", ".join(layouts)
     return Resolved(parts, ids, mask, layout, notes, key_layers)
+
+
+def _list_parts(key: str, v: list | tuple, path: str) -> list[Part]:
+    """One part per element of a list of per-layer ``[T, H]`` (or ``[1, T, H]``) tensors."""
+    if not v:
+        raise ForensicsError(f"'{key or 'the list'}' is an empty list (no layers were captured)", path=path)
+    parts = []
+    for i, t in enumerate(v):
+        t = to_torch(t)
+        nm = f"{key}[{i}]" if key else f"[{i}]"
+        if not _is_tensor(t):
+            raise ForensicsError(f"{nm} is {type(t).__name__}, not a tensor; accepted layouts: "
+                                 f"{', '.join(ACCEPTED)}", path=path)
+        if t.dim() not in (2, 3) or (t.dim() == 3 and t.shape[0] != 1):
+            raise ForensicsError(f"list element {nm} has shape {list(t.shape)}; a list holds one [T, H] or "
+                                 f"[1, T, H] tensor per layer; {RECIPE}", path=path)
+        parts.append(Part(nm, key or "list", t[0] if t.dim() == 3 else t))
+    return parts
 
 
 def _cut_one(amask: Any, parts: list[Part], ids: Any, lmask: Any, path: str,
