@@ -167,3 +167,20 @@ def test_row_hashes_of_a_slot_with_missing_rows_are_none_and_others_still_mixed(
     tb(0, b[:16])  # the rest of slot 1 never arrives
     got = ht.hashes()
     assert got[1] is None and np.array_equal(got[0], _row_hashes(a))
+
+
+def test_sink_at_token_0_alone_shares_the_excl_first_summary():
+    """The usual case (token 0 the only sink): ``norm_excl_sinks`` is taken from ``norm_excl_first``; both must be
+    the summary of tokens 1.. computed independently."""
+    g = torch.Generator().manual_seed(8)
+    d = torch.randn(50, 64, generator=g, dtype=torch.float64)
+    norms = [900.0] + [float(v) for v in 10 + torch.rand(49, generator=g)]
+    h = (d / d.norm(dim=-1, keepdim=True) * torch.tensor(norms, dtype=torch.float64)[:, None]).float()
+    st = S.summarize(_capture(h)).slots[0]
+    assert st.sinks == [0]
+    rest = [float(v) for v in st.norms[1:]]
+    for s in (st.norm_excl_first, st.norm_excl_sinks):
+        assert s.n == 49 and s.median == pytest.approx(statistics.median(rest), rel=1e-12)
+        assert s.mean == pytest.approx(statistics.fmean(rest), rel=1e-12) and s.max == max(rest)
+        assert s.max_pos == 1 + rest.index(max(rest))
+    assert st.norm_excl_sinks is not st.norm_excl_first  # a copy: one may be changed without the other

@@ -284,7 +284,7 @@ def nonfinite_rows(h: torch.Tensor, norms: torch.Tensor, block: int = NORM_BLOCK
     import torch
 
     nan, inf = {}, {}
-    bad = torch.nonzero(~torch.isfinite(norms)).flatten().tolist()
+    bad = np.flatnonzero(~np.isfinite(norms.numpy())).tolist()  # numpy: ~10× less overhead on ~1000 norms
     for idx, rows in _row_blocks(h, bad, block):
         n_nan, n_inf = torch.isnan(rows).sum(-1).tolist(), torch.isinf(rows).sum(-1).tolist()
         for p, a, b in zip(idx, n_nan, n_inf, strict=True):

@@ -254,7 +254,10 @@ def slot_stats(slot: Slot, block: int = NORM_BLOCK_ROWS, taps: Sequence[BlockTap
     keep_first = np.ones(T, dtype=bool)
     keep_first[:1] = False
     nan_pos, inf_pos = sorted(nan), sorted(inf)
-    if sinks:
+    if sinks == [0] and T > 1:  # the usual sink, token 0 alone: the same tokens as ``norm_excl_first``
+        norm, norm_excl_first = norm_summaries(n, [None, keep_first])
+        norm_excl_sinks = replace(norm_excl_first)
+    elif sinks:
         keep_sinks = np.ones(T, dtype=bool)
         keep_sinks[sinks] = False
         norm, norm_excl_first, norm_excl_sinks = norm_summaries(n, [None, keep_first, keep_sinks])
