@@ -72,6 +72,10 @@ SLOW: dict[str, set[str] | None] = {
     "test_report_training.py": {"test_audit_uses_the_trainers_format_not_the_first_file"},
     "test_scan.py": {"test_dask_gives_the_same_rows",
                      "test_parquet_scan_killed_with_sigkill_resumes_to_the_uninterrupted_result"},
+    "test_tokens.py": {"test_a_model_of_the_same_shape_that_matches_nothing_is_named_and_lends_no_layer_count"},
+    "test_user_first_hour.py": {"test_key_numbers_say_audited_only_when_an_audit_ran",
+                                "test_a_short_capture_does_not_blame_a_working_draft",
+                                "test_a_speculators_file_without_its_layer_count_says_its_format_claim_is_unchecked"},
 }
 
 

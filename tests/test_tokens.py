@@ -216,6 +216,39 @@ def test_concatenated_aux_states_are_named_as_such_and_the_hint_reads_them(world
     assert [s.label for s in fp.slots] == ["embed", "L1", "L2"]
 
 
+def test_a_wider_capture_of_another_model_is_not_called_concatenated(world, sample_data, capsys):
+    """A real SmolLM2 capture (width 576) against a model of width 64 said "9 states concatenated on the last
+    axis (EAGLE-3's [T, 9·H] aux states)? save them as [T, 9, H]": advice that turns a plain wrong --model into
+    garbage. Past EAGLE-3's few states the width is another model's, as it says for any other width."""
+    folder = world[0]
+    assert hsf_main(["fingerprint", str(sample_data / "speculators_v1" / "data_0.pt"), "--model", str(folder)]) == 2
+    line = _one_line(capsys.readouterr().err, "576", "≠ 64", "another model")
+    assert "concatenated" not in line and "hs.view" not in line
+
+
+def test_a_model_of_the_same_shape_that_matches_nothing_is_named_and_lends_no_layer_count(world, tmp_path):
+    """--model a random model of the capture's width and vocabulary (5 blocks; the capture's has 3): no slot
+    matched, yet r≈ was read against its 5 blocks (`L = 5`, r≈ L1, L2, L4: exact-looking labels of another model)
+    and the warning did not say that even the embedding slot, a table lookup, is not this model's."""
+    import transformers
+
+    folder, cap, _, _, tok, _ = world
+    other = tmp_path / "other"
+    torch.manual_seed(1)
+    cfg = transformers.LlamaConfig(vocab_size=tok.get_vocab_size(with_added_tokens=True), hidden_size=H,
+                                   intermediate_size=96, num_hidden_layers=5, num_attention_heads=4,
+                                   num_key_value_heads=2)
+    transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(other)
+    d = torch.load(cap, weights_only=True)  # r = 0, 1, 2 (its post-norm last slot would pass both models' γ = 1)
+    mine = tmp_path / "mine.pt"
+    torch.save({"input_ids": d["input_ids"], "hidden_states": d["hidden_states"][:3]}, mine)
+    fp = forensics.fingerprint(mine, model=str(other))
+    f = next(f for f in fp.findings if f.kind == "no_reference_match")
+    assert f.slots == [0, 1, 2] and "not even slot 0" in f.message and "not from this model" in f.message
+    assert fp.num_layers is None and all(not str(sf.r_estimate).startswith("L") for sf in fp.slots[1:])
+    assert forensics.fingerprint(mine, model=str(folder)).num_layers == L  # its own model: every slot matched
+
+
 def test_an_encoder_as_the_model_is_one_line_exit_2_not_a_traceback(world, capsys, tmp_path):
     """A BERT folder passed as --model (no final norm: post-LN encoder): before, AttributeError 'BertLMHeadModel'
     object has no attribute 'norm' as a traceback from fingerprint; now one line naming it, exit 2, and report
@@ -229,7 +262,8 @@ def test_an_encoder_as_the_model_is_one_line_exit_2_not_a_traceback(world, capsy
     transformers.BertModel(cfg).save_pretrained(bert)
     capsys.readouterr()  # transformers' save progress
     assert hsf_main(["fingerprint", str(cap), "--model", str(bert)]) == 2
-    _one_line(capsys.readouterr().err, "bert", "no final norm")
+    line = _one_line(capsys.readouterr().err, "bert", "no final norm")
+    assert line.startswith(f"hsf fingerprint: error: {bert}: ")  # the line names the folder given as --model
     from forensics.analysis.report import report
 
     with pytest.raises(ModelMismatch, match="no final norm"):

@@ -508,9 +508,14 @@ def _decide(rows: list[ProbeRow], by_label: dict[str, Wiring], u: _Units, served
     if collapsed is not None:
         found.append(collapsed)
     elif near and u.count >= 2:
+        # on a short capture a wide interval is too few samples as much as a weak draft: neither is blamed alone
+        why = "the draft, not the wiring, is the problem" if best.n >= MIN_POSITIONS else (
+            f"on {best.n} positions (< MIN_POSITIONS = {MIN_POSITIONS}) that can be too few samples as well as a "
+            "weak draft: add samples (more or longer captures); if the best stays within the controls, the draft, "
+            "not the wiring, is the problem")
         found.append(Finding(KIND_NEAR_CONTROLS, Severity.WARN, message=(
             f"the best wiring {best.label} ({best.acceptance_length:.2f}) is not clearly above the control(s) "
-            f"{'; '.join(near)}: the draft, not the wiring, is the problem")))
+            f"{'; '.join(near)}: {why}")))
     if len(cands) > 1 and u.count >= 2:
         second = cands[1]
         d, ci = _diff(u, wb, by_label[second.label])

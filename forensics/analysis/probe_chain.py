@@ -116,8 +116,9 @@ def _token_embeddings(E: Any, states: dict, ids: Any, d: Draft, tl: Tally) -> tu
     if 0 in states:
         tl.embed_source = "the capture's r=0 slot"
         return states[0][1:].float(), states[0][:-1].float()
-    raise ForensicsError("the draft ships no embed_tokens and the data has no r=0 slot: pass --model",
-                         path=d.path)
+    raise ForensicsError("the draft ships no embed_tokens and no slot of the data is declared r = 0 (the probe "
+                         "reads the layers a capture declares: its sidecar or format, not the fingerprint's roles): "
+                         "pass --model (its embedding table)", path=d.path)
 
 
 def _padded_targets(seq: Any, ids: Any, E: Any, states: dict, emb: Any, Tm: int, steps: int) -> tuple[Any, Any, Any]:

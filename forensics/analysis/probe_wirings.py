@@ -54,8 +54,13 @@ CONTROL_RANDOM = "random"
 CONTROLS = (CONTROL_SHIFT, CONTROL_RANDOM)
 
 
+def ref_label(r: Any) -> str:
+    """One slot ref of a wiring: an r's label, or ``slot{i}`` as it is (a slot the data declares no r for)."""
+    return r if isinstance(r, str) and r.startswith("slot") else r_label(r)
+
+
 def wiring_label(rs: list) -> str:
-    return "+".join(r_label(r) if not (isinstance(r, str) and r.startswith("slot")) else r for r in rs)
+    return "+".join(ref_label(r) for r in rs)
 
 
 @dataclass(frozen=True)

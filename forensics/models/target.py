@@ -250,7 +250,8 @@ def final_norm(model):
         mt = getattr(getattr(model, "config", None), "model_type", None)
         raise ModelMismatch(f"{type(model).__name__}{f' ({mt})' if mt else ''} has no final norm at model.norm: "
                              "exact mode reads pre-norm decoders (Llama, Qwen, Mistral, ...); pass the model the "
-                             "capture was taken from (--model, model=)")
+                             "capture was taken from (--model, model=)",
+                             path=getattr(model, "name_or_path", None) or None)
     eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", 1e-6))
     return norm.weight.detach(), float(eps)
 

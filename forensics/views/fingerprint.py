@@ -5,13 +5,15 @@ from __future__ import annotations
 import os
 from collections import Counter
 
+from forensics.analysis.claims import SPECULATORS_FORMATS
 from forensics.analysis.fingerprint.core import Fingerprint
 from forensics.analysis.fingerprint.ladder import LADDER_MATCH_COS, LADDER_MATCH_REL
 from forensics.analysis.fingerprint.verdicts import concatenated_cut
 from forensics.display import renders
 from forensics.findings import Verdict, sort_findings
+from forensics.io.layout import unused_metadata
 from forensics.layers import r_label
-from forensics.views.format import Raw, Shown, badge, columns, esc, fit, headline_word, html_table
+from forensics.views.format import Raw, Shown, badge, columns, esc, fit, headline_word, html_table, shown_name
 
 MAX_MATRIX_SLOTS = 8  # print the k×k distance matrix up to this many slots (HTML: up to 16)
 
@@ -126,6 +128,11 @@ def headline(fp: Fingerprint) -> str:
             why += f" (exact: matched the reference forward {tolerance(fp)})"
     else:
         why = "nothing is claimed about these slots: roles and depth order only"
+        if fp.capture.format in SPECULATORS_FORMATS and len(fp.slots) > 1 and fp.num_layers is None:
+            # the format's claim needs L: said, so that `--model` turning this into a FAIL is no surprise
+            why = (f"no claim is checked: {fp.capture.format} claims its last slot is the training target (r = L, the "
+                   "last block pre-norm), but the layer count L is unknown (pass --model or --num-layers); roles "
+                   "and depth order only")
     src = f" — claims from {fp.claims.source.value}: {fp.claims.detail}" if fp.claims is not None else ""
     return f"{headline_word(word)}: {why}{src}"
 
@@ -154,6 +161,8 @@ def text(fp: Fingerprint, width: int | None = None) -> str:
     slot fails, then one line per slot (folded to ``width`` when given). The evidence is in
     :func:`explain`."""
     lines = [headline(fp), _head(fp)]
+    if fp.claims is None:  # ids saved beside the states are not a claim: said, so the user knows to pass them
+        lines += [f"  note: {n}" for n in unused_metadata(fp.capture.provenance.notes)]
     if fp.exact and fp.exact.stream:
         lines.append("  " + stream_line(fp.exact.stream))
     lines += [f"  {f.severity.value.upper()} {f.kind}: {f.message}" for f in sort_findings(fp.findings)]
@@ -161,7 +170,8 @@ def text(fp: Fingerprint, width: int | None = None) -> str:
               f"({sf.claim.source.value if sf.claim else '?'}); {sf.verdict_why}"
               for sf in fp.slots if sf.verdict is Verdict.FAIL]
     lines += slot_lines(fp, width)
-    return fit("\n".join(lines), width) if width else "\n".join(lines)
+    text = "\n".join(shown_name(line) for line in lines)  # one line each: a file or slot name cannot split one
+    return fit(text, width) if width else text
 
 
 @renders(Fingerprint, "explain")
@@ -188,7 +198,8 @@ def explain(fp: Fingerprint, width: int | None = None) -> str:
     for sf in fp.slots:
         lines.append(f"    [{sf.index}] {sf.name} → {sf.role} ({sf.confidence:.2f})")
         lines += [f"      {e.line()}" for e in sf.evidence]
-    return Shown(fit("\n".join(lines), width) if width else "\n".join(lines))
+    text = "\n".join(shown_name(line) for line in lines)
+    return Shown(fit(text, width) if width else text)
 
 
 @renders(Fingerprint, "html")

@@ -88,8 +88,10 @@ class Report:
 
     def save(self, path: str | os.PathLike) -> str:
         """Write the report to ``path`` (parent folders created; written to a temporary file, then renamed) and
-        return the absolute path. A directory, or a file that looks like a capture, is refused."""
-        path = check_output(path)
+        return the absolute path. A directory, a file that looks like a capture, an input or an input's side file
+        (its ``capture.json``, a draft's ``config.json``) is refused."""
+        inputs = [a for a in self.result.argv if not a.startswith("--") and os.path.exists(a)]  # paths, option values
+        path = check_output(path, inputs)
         self.output = path
         text = self.html
         with atomic_output(path) as f:
@@ -160,6 +162,9 @@ def build_context(res: ReportResult, progress: Callable[[str, int, int], None] |
         "overall": res.overall,
         "provenance": build_provenance(res),
         "focus": focus,
+        # why the Key numbers panel shows that file: the audited training file, else the first failing one
+        "focus_why": "audited" if res.training else "fails" if focus and any(
+            r["file"] == focus and r["verdict"] == "fail" for r in verdicts["rows"]) else None,
         "key_numbers": build_key_numbers(ok, focus, figures),
         "cards": build_cards(ok, focus),
         "cross": build_cross(ok, focus=focus, figures=figures),
@@ -176,6 +181,7 @@ def build_context(res: ReportResult, progress: Callable[[str, int, int], None] |
         "probe_html": fragment(res.probe),
         "scan_html": fragment(res.scan),
         "errors": res.errors,
+        "notes": res.notes,
         "skipped": res.skipped,
         "max_analysed": res.max_analysed,
     }

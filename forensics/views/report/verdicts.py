@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from forensics.analysis.probe_wirings import ref_label
 from forensics.analysis.report import OUTCOMES, Deciding, ReportResult, SlotOutcome
 from forensics.findings import FindingKind, Severity, sort_findings, worst_outcome
 from forensics.layers import r_label
@@ -96,7 +97,7 @@ def _probe_summary(probe_res) -> dict | None:
     second = probe_res.candidates[1] if len(probe_res.candidates) > 1 else None
     verdict = probe_res.verdict.value
     return {"verdict": verdict, "says": "" if verdict == "pass" else f"draft probe: {reason(probe_res)}",
-            "label": best.label, "r": fmt([_label(r) for r in best.wiring]), "steps": probe_res.steps,
+            "label": best.label, "r": fmt([ref_label(r) for r in best.wiring]), "steps": probe_res.steps,
             "length": f"{best.acceptance_length:.2f}", "length_ci": f"[{al[0]:.2f}, {al[1]:.2f}]" if al else "—",
             "top1": f"{100 * best.top1:.1f}%", "ci": f"[{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]%", "n": best.n,
             "clear_winner": probe_res.clear_winner, "why": reason(probe_res), "served": served_line(probe_res),
@@ -109,8 +110,8 @@ def build_verdicts(res: ReportResult) -> dict:
     rows: list[dict] = []
     for f in res.files:
         if f.error:
-            rows.append({"file": f.rel, "error": f.error, "verdict": "fail", "slots": [], "findings": [], "order": "",
-                         "claims": None,
+            rows.append({"file": f.rel, "error": f.error, "verdict": f.outcome, "slots": [], "findings": [],
+                         "order": "", "claims": None,
                          "collapsed": False, "labels": "", "format": "unreadable"})
             continue
         fp = f.fingerprint
@@ -219,8 +220,11 @@ def _sentence(c: dict) -> str:  # noqa: C901 - complexity 17, to be paid down
         open_.append(f"wiring audit: {audit['wiring'].replace('-', ' ')}")
     if audit is not None:
         other = [x["kind"] for x in audit["problems"] if x["cls"] == "fail" and x["kind"] != "slices"]
-        if other:
-            fails.append("the wiring audit also finds: " + _also(other))
+        if other:  # "also" only after the mismatch sentence; a matching wiring is said before what still fails
+            lead = "the wiring audit also finds" if fails else \
+                "the draft is served the layers it was trained on, but the wiring audit finds" \
+                if audit["wiring"] == "match" else "the wiring audit finds"
+            fails.append(f"{lead}: " + _also(other))
     if failing:
         kinds = [x["kind"] for r in failing for x in r["findings"] if x["severity"] == "fail"]
         nslots = sum(1 for r in failing for s in r["slots"] if s["verdict"] == "fail")
@@ -228,8 +232,7 @@ def _sentence(c: dict) -> str:  # noqa: C901 - complexity 17, to be paid down
                      + (f"{count(nslots, 'slot')}: " if nslots else "")
                      + (_also(kinds) if kinds else "a claimed identity ≠ the inferred one") + "): "
                      + _short([r["file"] for r in failing], 3))
-    if bad:
-        fails.append(f"{count(len(bad), 'input')} could not be read")
+    not_read = f"{count(len(bad), 'input')} could not be read ({_short([r['file'] for r in bad], 3)})" if bad else ""
     if probe is not None and probe["verdict"] != "pass":
         (fails if probe["verdict"] == "fail" else open_).append(probe["says"])
     if scan is not None and scan["verdict"] == "fail":
@@ -249,7 +252,11 @@ def _sentence(c: dict) -> str:  # noqa: C901 - complexity 17, to be paid down
     if scan is not None and scan["verdict"] == "cannot tell" and not open_:  # the scan alone leaves it open
         open_.append(scan["says"])
     if fails:
-        return "FAIL: " + "; ".join(fails) + "."
+        return "FAIL: " + "; ".join(fails + ([not_read] if not_read else [])) + "."
+    if not_read:  # no fail in what was read; what was not read is no fail either, and no pass beside it
+        n = sum(1 for r in rows if not r["error"])
+        return f"{headline_word(c['overall'])}: {not_read}; " + ("; ".join(open_) if open_ else
+                                                                f"no failure in the {count(n, 'file')} read") + "."
     word = {"cannot tell": "CANNOT TELL", "warn": "WARN"}.get(c["overall"])
     if word or open_:
         return f"{word or 'WARN'}: no failure; " + ("; ".join(open_) or "see the findings below") + "."
@@ -272,6 +279,11 @@ def _headline(c: dict) -> list[str]:
     failing = [r for r in rows if not r["error"] and r["verdict"] == "fail"]
     if audit is not None and audit["wiring"] == "mismatch":
         out.append("The draft is NOT served the layers it was trained on: slices and fix below.")
+    audit_fails = [x["kind"] for x in audit["problems"] if x["cls"] == "fail" and x["kind"] != "slices"] \
+        if audit is not None and audit["wiring"] == "match" else []
+    if audit_fails:  # the wiring holds, yet the header fails: the reason comes first, not a reassurance
+        out.append(f"The draft is served the layers it was trained on, but the wiring audit finds: "
+                   f"{_also(audit_fails)} (below).")
     if failing:
         kinds = [x for r in failing for x in r["findings"] if x["severity"] == "fail"]
         why = sorted({x["kind"] for x in kinds} | {"nonfinite" for r in failing for sl in r["slots"]
@@ -292,7 +304,7 @@ def _headline(c: dict) -> list[str]:
         n = counts["cannot tell"]
         out.append(f"{count(n, 'slot')} {_verb(n, 'carries', 'carry')} a claim the data neither confirms nor "
                    f"excludes: settle with {_settle(c['model'])}.")
-    if audit is not None and audit["wiring"] == "match":
+    if audit is not None and audit["wiring"] == "match" and not audit_fails:
         out.append("The draft is served the layers it was trained on.")
     for g in c["facts"]:
         if g["severity"] != "fail":  # a failing file is named above

@@ -1,0 +1,109 @@
+"""What a speculative-decoding engineer met in a first hour with `hsf` on captures saved with plain transformers
+(each test failed before the fix it guards; the commit that added it says what the user saw)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import forensics
+from forensics.cli import main
+
+
+def _generic_copy(src, dst) -> None:
+    """A speculators-v1 sample re-saved the way users save their own capture: ``{input_ids, hidden_states}``
+    (no loss_mask, so no format claims anything; the slots declare no r)."""
+    d = torch.load(src, weights_only=True)
+    torch.save({"input_ids": d["input_ids"], "hidden_states": torch.stack(list(d["hidden_states"]))}, dst)
+
+
+def test_report_with_a_draft_on_a_capture_without_declared_layers(smollm2, sample_data, tmp_path):
+    """``hsf report my_capture.pt --draft D --engine vllm --trainer speculators --model default`` ended in a
+    traceback: the probe names a slot without a declared r ``slot0``, which the report's probe panel parsed as an
+    r. The headline also said "the wiring audit also finds" with nothing before it."""
+    cap = tmp_path / "capture.pt"
+    _generic_copy(sample_data / "speculators_v1" / "data_4.pt", cap)  # [embed, L3, L16, L28]
+    rep = forensics.report([str(cap)], model="default", draft=str(sample_data / "draft_eagle3"), engine="vllm",
+                           trainer="speculators")
+    ctx = rep.context
+    assert ctx["verdicts"]["probe"]["r"].startswith("[slot0")
+    assert rep.result.audit.wiring == "match"
+    head = ctx["verdicts"]["sentence"]
+    assert "also finds" not in head
+    assert head.startswith("FAIL: the draft is served the layers it was trained on, but the wiring audit finds")
+    # the Verdicts block's first line: it read "FAIL: The draft is served the layers it was trained on." alone
+    first = ctx["verdicts"]["headline"][0]
+    assert first.startswith("FAIL: The draft is served the layers it was trained on, but the wiring audit finds")
+    assert "the training target is not the last block" in first
+
+
+def test_key_numbers_say_audited_only_when_an_audit_ran(sample_data):
+    """A report without --draft called its first failing file "(audited)" in the Key numbers panel."""
+    data = str(sample_data / "speculators_v1" / "data_0.pt")
+    rep = forensics.report([data], layers="3,16,28,30")  # the shifted list: FAIL, and no audit ran
+    assert rep.result.audit is None and rep.verdict() == "fail"
+    assert "(audited)" not in rep.html and "data_0.pt (fails)" in rep.html
+
+
+def test_fingerprint_says_saved_layer_ids_are_no_claim(sample_data, tmp_path, capsys):
+    """``torch.save({"input_ids", "hidden_states": [...], "layer_ids": [0, 4, 17, 29]})``: `hsf inspect` said the ids
+    are not read as a claim, but `hsf fingerprint` printed only "NO CLAIM: nothing is claimed", as if the file said
+    nothing; the engineer who saved the ids could not tell they were ignored, nor how to check them."""
+    d = torch.load(sample_data / "speculators_v1" / "data_0.pt", weights_only=True)
+    cap = tmp_path / "mine.pt"
+    torch.save({"input_ids": d["input_ids"], "hidden_states": list(d["hidden_states"]), "layer_ids": [0, 4, 17, 29]},
+               cap)
+    assert main(["fingerprint", str(cap)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.startswith("NO CLAIM") and "note: layer_ids = [0, 4, 17, 29] is shown, not used" in out
+    assert main(["fingerprint", str(cap), "--layers", "0,4,17,29"]) == 3  # the hint followed: the claim is checked
+    out = capsys.readouterr().out
+    assert "claims from user: --layers 0,4,17,29" in " ".join(out.split()) and "layer_ids =" not in out
+
+
+def test_a_short_capture_does_not_blame_a_working_draft(sample_data):
+    """The sample draft, which wins clearly on all of sample_data/speculators_v1 (README: PASS), probed on one
+    short file (≈ 90 positions) was told "the draft, not the wiring, is the problem": an engineer would throw away
+    a good draft. On < MIN_POSITIONS positions the finding says that too few samples do the same."""
+    from forensics.analysis.probe import MIN_POSITIONS
+
+    res = forensics.probe(sample_data / "draft_eagle3", sample_data / "speculators_v1" / "data_3.pt")
+    near = [f for f in res.findings if f.kind == "probe_near_controls"]
+    assert res.best.n < MIN_POSITIONS and near and res.verdict.value == "cannot tell"
+    assert "too few samples" in near[0].message and "add samples" in near[0].message
+
+
+def test_probe_without_an_embedding_source_does_not_deny_the_embedding_slot(sample_data, tmp_path):
+    """`hsf report mine.pt --draft D` on a capture whose slot 0 the fingerprint names `embed` (duplicate rows) said
+    "the data has no r=0 slot": false on its face. The probe reads declared layers only, and now says so."""
+    cap = tmp_path / "capture.pt"
+    _generic_copy(sample_data / "speculators_v1" / "data_4.pt", cap)
+    assert forensics.fingerprint(cap).slots[0].label == "embed"
+    with pytest.raises(forensics.ForensicsError) as e:
+        forensics.probe(sample_data / "draft_eagle3", cap)
+    assert "has no r=0 slot" not in str(e.value) and "declared r = 0" in str(e.value) and "--model" in str(e.value)
+
+
+def test_audit_note_agrees_in_number(sample_data, capsys):
+    """"1 other problem above still need fixing": one problem needs fixing."""
+    argv = ["audit", "--trained-layout", "embed,L3,L16,L28", "--draft", str(sample_data / "draft_eagle3"), "--engine",
+            "vllm", "--num-layers", "30", "--hidden-size", "576", "--trainer", "speculators"]
+    assert main(argv) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert "the wiring matches, but 1 other problem above still needs fixing" in out
+
+
+def test_a_speculators_file_without_its_layer_count_says_its_format_claim_is_unchecked(sample_data, tmp_path,
+                                                                                        capsys):
+    """My own speculators-style file ``{input_ids, hidden_states: [L2, L15, L27], loss_mask}`` read "NO CLAIM:
+    nothing is claimed", and the same file with --model failed on a claim (the format's: the last slot is the
+    target, r = L). The data-only headline now names that claim and what checks it; the hint followed checks it."""
+    import shutil
+
+    shutil.copy(sample_data / "speculators_v1" / "data_0.pt", tmp_path / "data_0.pt")  # no sidecar beside it
+    assert main(["fingerprint", str(tmp_path / "data_0.pt")]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "nothing is claimed" not in out
+    assert "claims its last slot is the training target" in out and "pass --model or --num-layers" in out
+    assert main(["fingerprint", str(tmp_path / "data_0.pt"), "--num-layers", "30"]) == 3  # the claim, now checked
+    assert "claimed [L30]" in " ".join(capsys.readouterr().out.split())
