@@ -184,3 +184,17 @@ def test_sink_at_token_0_alone_shares_the_excl_first_summary():
         assert s.mean == pytest.approx(statistics.fmean(rest), rel=1e-12) and s.max == max(rest)
         assert s.max_pos == 1 + rest.index(max(rest))
     assert st.norm_excl_sinks is not st.norm_excl_first  # a copy: one may be changed without the other
+
+
+def test_a_huge_block_buffer_is_not_kept_and_empty_or_zero_width_slots_work():
+    h = _states(300, 2048, torch.bfloat16)
+    K._buffers.__dict__.pop("f32", None)
+    assert torch.equal(K._token_norms(h, 4096), _plain_norms(h, 4096))  # 300 × 2048 × 4 B = 2.4 MB: kept
+    assert K._buffers.f32.numel() == 300 * 2048
+    big = _states(1100, 2048, torch.bfloat16)  # 1100 × 2048 × 4 B = 9 MB > KEEP_BUFFER_BYTES: not kept
+    assert torch.equal(K._token_norms(big, 4096), _plain_norms(big, 4096))
+    assert K._buffers.f32.numel() == 300 * 2048
+    for shape in ((0, 16), (5, 0), (0, 0)):
+        e = torch.zeros(shape, dtype=torch.bfloat16)
+        n, _ = K.norms_and_median_abs(e)
+        assert n.shape == (shape[0],) and torch.equal(n, torch.zeros(shape[0]))

@@ -83,21 +83,25 @@ def _token_norms(h: torch.Tensor, block: int) -> torch.Tensor:
 
 
 _buffers = threading.local()
+KEEP_BUFFER_BYTES = 8 << 20  # a thread keeps its float32 block buffer up to this size (0.9 MB for Kimi's blocks)
 
 
 def _upcast_buffer(h: torch.Tensor, block: int) -> torch.Tensor | None:
-    """A float32 ``[block, H]`` buffer for the row blocks of a 2-byte float ``h`` (None for float32: reduced as
+    """A float32 ``[min(block, T), H]`` buffer for the row blocks of a 2-byte float ``h`` (None for float32: reduced as
     stored), reused by every slot and file of this thread: a fresh one per block cost an allocation and, where
     malloc maps it anew, its page faults."""
     import torch
 
     if h.dtype not in (torch.bfloat16, torch.float16):
         return None
-    n = block * int(h.shape[1])
+    rows, H = min(block, int(h.shape[0])), int(h.shape[1])
+    n = rows * H
     buf = getattr(_buffers, "f32", None)
     if buf is None or buf.numel() < n:
-        buf = _buffers.f32 = torch.empty(n, dtype=torch.float32)
-    return buf[:n].view(block, int(h.shape[1]))
+        buf = torch.empty(n, dtype=torch.float32)
+        if 4 * n <= KEEP_BUFFER_BYTES:  # kept for the next slot; a larger one (huge blocks or rows) is not
+            _buffers.f32 = buf
+    return buf[:n].view(rows, H)
 
 
 def _block_norms(x: torch.Tensor, buf: torch.Tensor | None, out: torch.Tensor) -> None:
