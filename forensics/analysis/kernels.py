@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from forensics.analysis import fastnorms
+
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
@@ -69,7 +71,10 @@ def _token_norms(h: torch.Tensor, block: int) -> torch.Tensor:
     import torch
 
     out = torch.empty(h.shape[0], dtype=torch.float32)
-    if h.dtype in (torch.bfloat16, torch.float16, torch.float32):
+    bits = _bits_view(h) if h.dtype == torch.bfloat16 else None
+    if bits is not None and _fused(h, bits):
+        fastnorms.bf16_norms(bits.view(np.uint16), out.numpy())
+    elif h.dtype in (torch.bfloat16, torch.float16, torch.float32):
         buf = _upcast_buffer(h, block)
         for s in range(0, h.shape[0], block):
             _block_norms(h[s:s + block], buf, out[s:s + block])
@@ -102,6 +107,15 @@ def _upcast_buffer(h: torch.Tensor, block: int) -> torch.Tensor | None:
         if 4 * n <= KEEP_BUFFER_BYTES:  # kept for the next slot; a larger one (huge blocks or rows) is not
             _buffers.f32 = buf
     return buf[:n].view(rows, H)
+
+
+def _fused(h: torch.Tensor, bits: np.ndarray | None) -> bool:
+    """Whether ``h``'s norms go through :mod:`forensics.analysis.fastnorms` (bf16 with C-contiguous rows, inside
+    its ``scope``: the dataset scan)."""
+    import torch
+
+    return (fastnorms.active() and h.dtype == torch.bfloat16 and bits is not None and bits.ndim == 2
+            and bool(bits.flags.c_contiguous) and h.shape[0] > 0)
 
 
 def _block_norms(x: torch.Tensor, buf: torch.Tensor | None, out: torch.Tensor) -> None:
@@ -217,9 +231,14 @@ def norms_and_median_abs(h: torch.Tensor, block: int = NORM_BLOCK_ROWS,
     sample = np.empty(idx.size, dtype=bits.dtype)
     out = torch.empty(T, dtype=torch.float32)
     buf = _upcast_buffer(h, block)
+    fused = _fused(h, bits)
+    ubits = bits.view(np.uint16) if fused else bits
+    out_np = out.numpy()
     for s, (j0, j1, at) in zip(range(0, T, block), plan, strict=True):
         x = h[s:s + block]
-        if buf is None:
+        if fused:
+            fastnorms.bf16_norms(ubits[s:s + block], out_np[s:s + block])
+        elif buf is None:
             torch.linalg.vector_norm(x, dim=-1, dtype=torch.float32, out=out[s:s + block])
         else:  # as _block_norms, inline (this loop runs ~160 times per Kimi-shaped file)
             b = buf if s + block <= T else buf[:T - s]

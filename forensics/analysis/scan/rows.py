@@ -18,11 +18,12 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import numpy as np
 
+from forensics.analysis import fastnorms
 from forensics.analysis.context import check_context, without_sink_starts
 from forensics.analysis.fingerprint.residual import token0_empty
 from forensics.analysis.loss_mask import capture_loss_mask_findings
@@ -114,12 +115,13 @@ def scan_batch(items: list[tuple[str, int, int, bool]], opts: dict) -> list[dict
     sleep_on = opts.get("_test_sleep_on")  # test hook: a file that takes forever
     budget = opts.get("file_seconds", FILE_TIME_BUDGET_S)
     rows = []
-    for path, size, mtime_ns, use_fp in items:
-        if die_on and path.endswith(die_on):
-            os._exit(3)
-        rows.append(file_row(path, size, mtime_ns, use_fingerprint=use_fp, budget=budget,
-                             _sleep=bool(sleep_on and path.endswith(sleep_on)), layers=opts.get("layers"),
-                             row_checks=opts.get("rows", True), stamp_check=opts.get("stamp_check", True)))
+    with fastnorms.scope() if opts.get("fused_norms", True) else nullcontext():  # the same kernel on every backend
+        for path, size, mtime_ns, use_fp in items:
+            if die_on and path.endswith(die_on):
+                os._exit(3)
+            rows.append(file_row(path, size, mtime_ns, use_fingerprint=use_fp, budget=budget,
+                                 _sleep=bool(sleep_on and path.endswith(sleep_on)), layers=opts.get("layers"),
+                                 row_checks=opts.get("rows", True), stamp_check=opts.get("stamp_check", True)))
     return rows
 
 
