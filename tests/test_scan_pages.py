@@ -156,3 +156,29 @@ def test_page_table_read_is_this_process_s_after_a_fork():
     os.waitpid(pid, 0)
     assert os.read(r, 1) == b"1"
     assert pages._pagemap() == fd  # the parent's own, opened once
+
+
+def test_release_in_longer_runs_holds_at_most_a_run_behind_the_pass(tmp_path, monkeypatch):
+    """The scan's statistics-only rows release in ``RELEASE_RUN_BYTES`` runs (fewer page-table reads and madvise
+    calls): every release but the last spans at least a run, and no more than a run behind the block being read
+    stays unreleased."""
+    monkeypatch.setattr(pages, "RELEASE_BYTES", 64 << 10)
+    p, copies = _capture(tmp_path, seed=5)
+    h = load(p).slots[2].tensor()
+    run = 512 << 10
+    calls: list[tuple[int, int]] = []
+    real = pages.release
+    monkeypatch.setattr(pages, "release", lambda a, b: calls.append((a, b)) or real(a, b))
+    rel = pages.TrailingRelease(h, run)
+    assert rel.on and rel.run == run
+    assert pages.TrailingRelease(h, 1).run == 64 << 10  # never below RELEASE_BYTES
+    block = 32
+    for s in range(0, T, block):
+        float(h[s:s + block].float().sum())
+        rel(s, h[s:s + block])
+        assert int(h[s:s + block].data_ptr()) - rel.done < run + pages.PAGE  # at most a run behind the pass
+    mid = len(calls)
+    rel.finish()
+    assert 2 <= mid <= (T * H * 2) // run and all(b - a >= run for a, b in calls[:mid])
+    assert all(calls[i][1] == calls[i + 1][0] for i in range(len(calls) - 1))  # contiguous, nothing skipped
+    assert _present(h) <= 2 and torch.equal(h, copies[2])

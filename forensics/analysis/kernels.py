@@ -7,6 +7,7 @@ never upcasts the whole tensor; only rows that can hold a finding are read a sec
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
@@ -14,14 +15,17 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from forensics.analysis import fastnorms
+
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-# 64 rows of a 7168-wide slot: the block's float32 working set (1.8 MB) stays in the 2 MB L2. Measured 2026-11-30
-# on Kimi-shaped bf16 [1281, 7168] slots, 1 thread, CPU time, shared machine (noisy): already-mapped tensors
-# 256 rows 3.3 ms/slot, 128 2.6, 64 2.4, 32 2.6; freshly mmap-loaded files 9.3 vs 9.4–10 ms/file (no difference);
-# with the fused median-|x| gather 13.9 (64) vs 15.6 (256) ms/file.
-NORM_BLOCK_ROWS = 64
+# 32 rows of a 7168-wide slot: the bf16 block (0.46 MB) and its float32 copy (0.92 MB) both stay in a 2 MB L2 while
+# the taps read the block again. Measured 2026-12-05 on this machine's Xeon (L2 2 MB/core), freshly mmap-loaded
+# Kimi-shaped bf16 [1281, 7168] files, 1 thread, CPU time, shared machine (noisy): the statistics-only scan row
+# 32.0–33.8 ms/file with 32 rows vs 33.5–34.5 with 64, the norm pass alone 16.3–17.0 vs 17.9–18.6. (On an earlier
+# machine, 2026-11-30: 256 rows 3.3 ms/slot, 128 2.6, 64 2.4, 32 2.6 on already-mapped tensors.)
+NORM_BLOCK_ROWS = 32
 MEDIAN_ABS_SAMPLE_COLS = 128  # ≥ this many columns per row (staggered) are sampled to estimate median |x|
 MEDIAN_ABS_SAMPLE_SIZE = 32768  # about this many entries in that sample (rows thinned evenly)
 MAX_LISTED_DIMS = 8  # feature dims listed per massive token, largest |x| first
@@ -67,9 +71,13 @@ def _token_norms(h: torch.Tensor, block: int) -> torch.Tensor:
     import torch
 
     out = torch.empty(h.shape[0], dtype=torch.float32)
-    if h.dtype in (torch.bfloat16, torch.float16, torch.float32):
+    bits = _bits_view(h) if h.dtype == torch.bfloat16 else None
+    if bits is not None and _fused(h, bits):
+        fastnorms.bf16_norms(bits.view(np.uint16), out.numpy())
+    elif h.dtype in (torch.bfloat16, torch.float16, torch.float32):
+        buf = _upcast_buffer(h, block)
         for s in range(0, h.shape[0], block):
-            out[s:s + block] = torch.linalg.vector_norm(h[s:s + block], dim=-1, dtype=torch.float32)
+            _block_norms(h[s:s + block], buf, out[s:s + block])
     elif h.dtype == torch.float64:  # vector_norm refuses to narrow: accumulate in float64, store float32
         for s in range(0, h.shape[0], block):
             out[s:s + block] = torch.linalg.vector_norm(h[s:s + block], dim=-1)
@@ -77,6 +85,56 @@ def _token_norms(h: torch.Tensor, block: int) -> torch.Tensor:
         for s in range(0, h.shape[0], block):
             out[s:s + block] = torch.linalg.vector_norm(h[s:s + block].float(), dim=-1)
     return out
+
+
+_buffers = threading.local()
+KEEP_BUFFER_BYTES = 8 << 20  # a thread keeps its float32 block buffer up to this size (0.9 MB for Kimi's blocks)
+
+
+def _upcast_buffer(h: torch.Tensor, block: int) -> torch.Tensor | None:
+    """A float32 ``[min(block, T), H]`` buffer for the row blocks of a 2-byte float ``h`` (None for float32: reduced as
+    stored), reused by every slot and file of this thread: a fresh one per block cost an allocation and, where
+    malloc maps it anew, its page faults."""
+    import torch
+
+    if h.dtype not in (torch.bfloat16, torch.float16):
+        return None
+    rows, H = min(block, int(h.shape[0])), int(h.shape[1])
+    n = rows * H
+    buf = getattr(_buffers, "f32", None)
+    if buf is None or buf.numel() < n:
+        buf = torch.empty(n, dtype=torch.float32)
+        if 4 * n <= KEEP_BUFFER_BYTES:  # kept for the next slot; a larger one (huge blocks or rows) is not
+            _buffers.f32 = buf
+    return buf[:n].view(rows, H)
+
+
+def _fused(h: torch.Tensor, bits: np.ndarray | None) -> bool:
+    """Whether ``h``'s norms go through :mod:`forensics.analysis.fastnorms` (bf16 with C-contiguous rows, inside
+    its ``scope``: the dataset scan)."""
+    import torch
+
+    return (fastnorms.active() and h.dtype == torch.bfloat16 and bits is not None and bits.ndim == 2
+            and bool(bits.flags.c_contiguous) and h.shape[0] > 0)
+
+
+def _block_norms(x: torch.Tensor, buf: torch.Tensor | None, out: torch.Tensor) -> None:
+    """``out[:] = vector_norm(x, dim=-1, dtype=float32)``, bit for bit, for a float32 or 2-byte float block ``x``.
+
+    On CPU, ``linalg.vector_norm(x, dtype=float32)`` of a bf16/fp16 ``x`` converts the whole block to a new
+    float32 tensor and reduces that (ATen ``make_reduction`` casts the input to the result type before the
+    reduction kernel runs); converting into the reused ``buf`` instead gives the same float32 values (the
+    conversion is exact) to the same kernel, without an allocation per block (10.7 vs 13.5 ms per Kimi-shaped
+    file, measured 2026-12-05, 1 thread).
+    """
+    import torch
+
+    if buf is None:
+        torch.linalg.vector_norm(x, dim=-1, dtype=torch.float32, out=out)
+        return
+    b = buf[:x.shape[0]]
+    b.copy_(x)
+    torch.linalg.vector_norm(b, dim=-1, out=out)
 
 
 @lru_cache(maxsize=64)  # one plan per slot shape: building it cost ~0.3 ms per Kimi-sized slot (cProfile)
@@ -111,8 +169,9 @@ def _median_abs_of_bits(bits: np.ndarray, dtype: torch.dtype) -> float:
     """Lower-middle finite ``|x|`` of sampled raw values (the ``torch.median`` convention).
 
     2-byte floats: ``|x|`` is the bit pattern with the sign cleared, and for non-negative floats bit order is
-    value order, so one ``bincount`` over the finite patterns gives the exact order statistic (~4× cheaper
-    than ``np.partition`` of the float32 sample; the same value, since bf16/fp16 → float32 is exact).
+    value order, so the order statistic of the finite patterns (``np.partition`` of the uint16 patterns) is the
+    exact one (the same value, since bf16/fp16 → float32 is exact): 34 µs per 33k-entry sample, against 164 µs
+    for a ``bincount`` over every finite pattern and its ``cumsum`` (measured 2026-12-05).
     Other types: upcast the sample to float32 and partition, as before.
     """
     import torch
@@ -121,12 +180,14 @@ def _median_abs_of_bits(bits: np.ndarray, dtype: torch.dtype) -> float:
     limit = _NONFINITE_BITS.get(str(dtype))
     if limit is not None:
         mag = bits.view(np.uint16) & np.uint16(0x7FFF)
-        counts = np.bincount(mag, minlength=limit + 1)[:limit]  # patterns ≥ limit are Inf/NaN: left out
-        n = int(counts.sum())
-        if not n:
+        mag = mag[mag < limit]  # patterns ≥ limit are Inf/NaN: left out
+        if not mag.size:
             return float("nan")
-        pattern = int(np.searchsorted(np.cumsum(counts), (n - 1) // 2, side="right"))
-        return float(torch.tensor([pattern], dtype=torch.int16).view(dtype).float())
+        k = (mag.size - 1) // 2
+        pattern = int(np.partition(mag, k)[k])
+        if limit == _NONFINITE_BITS["torch.bfloat16"]:  # a bf16 is the upper half of the float32 of its value
+            return float(np.array([pattern << 16], dtype=np.uint32).view(np.float32)[0])
+        return float(np.array([pattern], dtype=np.uint16).view(np.float16)[0])
     sample = np.abs(torch.from_numpy(np.ascontiguousarray(bits)).view(dtype).float().numpy())
     return _lower_median(sample)
 
@@ -165,19 +226,49 @@ def norms_and_median_abs(h: torch.Tensor, block: int = NORM_BLOCK_ROWS,
                 tap(s, h[s:s + block])
         return norms, median_abs_sample(h)
     rows, idx = _median_abs_plan(T, H)
-    step = int(rows[1] - rows[0]) if len(rows) > 1 else max(T, 1)
+    plan = _median_abs_block_plan(T, H, block)
+    flat = bool(bits.flags.c_contiguous)
+    sample = np.empty(idx.size, dtype=bits.dtype)
     out = torch.empty(T, dtype=torch.float32)
-    parts = []
-    for s in range(0, T, block):
-        out[s:s + block] = torch.linalg.vector_norm(h[s:s + block], dim=-1, dtype=torch.float32)
+    buf = _upcast_buffer(h, block)
+    fused = _fused(h, bits)
+    ubits = bits.view(np.uint16) if fused else bits
+    out_np = out.numpy()
+    for s, (j0, j1, at) in zip(range(0, T, block), plan, strict=True):
+        x = h[s:s + block]
+        if fused:
+            fastnorms.bf16_norms(ubits[s:s + block], out_np[s:s + block])
+        elif buf is None:
+            torch.linalg.vector_norm(x, dim=-1, dtype=torch.float32, out=out[s:s + block])
+        else:  # as _block_norms, inline (this loop runs ~160 times per Kimi-shaped file)
+            b = buf if s + block <= T else buf[:T - s]
+            b.copy_(x)
+            torch.linalg.vector_norm(b, dim=-1, out=out[s:s + block])
         for tap in taps:
-            tap(s, h[s:s + block])
-        j0, j1 = -(-s // step), min(len(rows), -(-min(s + block, T) // step))
+            tap(s, x)
         if j1 > j0:
-            parts.append(bits[rows[j0:j1, None], idx[j0:j1]])
-    if not parts:
+            part = sample[j0 * idx.shape[1]:j1 * idx.shape[1]]
+            if flat:  # one flat gather of the block's sampled entries (cheaper than 2-D fancy indexing)
+                np.take(bits[s:s + block].reshape(-1), at, out=part, mode="clip")
+            else:
+                part[:] = bits[rows[j0:j1, None], idx[j0:j1]].ravel()
+    if not sample.size:
         return out, float("nan")
-    return out, _median_abs_of_bits(np.concatenate(parts), h.dtype)
+    return out, _median_abs_of_bits(sample, h.dtype)
+
+
+@lru_cache(maxsize=16)
+def _median_abs_block_plan(T: int, H: int, block: int) -> tuple[tuple[int, int, np.ndarray], ...]:
+    """Per row block of :func:`norms_and_median_abs`: the sampled rows ``j0:j1`` of :func:`_median_abs_plan` it
+    holds and their entries' flat offsets from the block's first entry (in the sample's order: row by row)."""
+    rows, idx = _median_abs_plan(T, H)
+    plan = []
+    for s in range(0, T, block):
+        j0, j1 = (int(j) for j in np.searchsorted(rows, [s, min(s + block, T)]))
+        at = ((rows[j0:j1, None] - s) * H + idx[j0:j1]).ravel().astype(np.intp)
+        at.flags.writeable = False
+        plan.append((j0, j1, at))
+    return tuple(plan)
 
 
 def median_abs_sample(h: torch.Tensor) -> float:
@@ -216,7 +307,7 @@ def nonfinite_rows(h: torch.Tensor, norms: torch.Tensor, block: int = NORM_BLOCK
     import torch
 
     nan, inf = {}, {}
-    bad = torch.nonzero(~torch.isfinite(norms)).flatten().tolist()
+    bad = np.flatnonzero(~np.isfinite(norms.numpy())).tolist()  # numpy: ~10× less overhead on ~1000 norms
     for idx, rows in _row_blocks(h, bad, block):
         n_nan, n_inf = torch.isnan(rows).sum(-1).tolist(), torch.isinf(rows).sum(-1).tolist()
         for p, a, b in zip(idx, n_nan, n_inf, strict=True):
@@ -259,21 +350,24 @@ SUMMARY_PERCENTILES = (1, 5, 25, 50, 75, 95, 99)
 _SUMMARY_Q = np.asarray(SUMMARY_PERCENTILES) / 100  # formed as numpy.percentile forms its quantiles
 
 
-def robust_summary(x: np.ndarray, pos: np.ndarray) -> dict:
+def robust_summary(x: np.ndarray, pos: np.ndarray, order: np.ndarray | None = None) -> dict:
     """``{n, mean, std, median, p01, p05, p25, p75, p95, p99, mad, min, min_pos, max, max_pos}`` of the finite
     float64 values ``x`` (non-empty) at positions ``pos``.
 
     Bit for bit what ``numpy.percentile`` (its default "linear" method, same virtual index and the same
     two-sided interpolation), ``numpy.median``, ``mean``, ``std`` and first-occurrence ``argmin``/``argmax``
     give, from one sort instead of one partition per statistic: 0.43 vs 1.05 ms on 1281 norms (measured
-    2026-12-01, loaded machine), i.e. ~2–3 ms per Kimi-sized file.
+    2026-12-01, loaded machine), i.e. ~2–3 ms per Kimi-sized file. ``order``: ``np.argsort(x, kind="stable")``
+    when the caller has it already (:func:`~forensics.analysis.stats.norm_summaries` sorts once for several
+    subsets).
 
     Example:
         >>> robust_summary(np.array([3.0, 1.0, 2.0]), np.arange(3))["median"]
         2.0
     """
     n = int(x.size)
-    order = np.argsort(x, kind="stable")
+    if order is None:
+        order = np.argsort(x, kind="stable")
     s = x[order]
     vi = (n - 1) * _SUMMARY_Q
     lo = np.floor(vi).astype(np.int64)

@@ -355,19 +355,25 @@ class RowHashTaps:
             out = self._cols[slot]
             if out is None:
                 out = self._cols[slot] = np.empty((T, cols.size), dtype=b.dtype)
-            out[start:start + b.shape[0]] = np.take(b, cols, axis=1)
+            np.take(b, cols, axis=1, out=out[start:start + b.shape[0]], mode="clip")  # clip: unbuffered
             self._next[slot] = start + b.shape[0]
 
         return [tap]
 
     def hashes(self) -> list[np.ndarray | None]:
-        """Per slot (file order): its row hashes, or None where the pass did not deliver every row."""
-        out: list[np.ndarray | None] = []
-        for i in self._order:
-            c = self._cols.get(i)
-            ok = c is not None and self._next.get(i) == self._shapes[i][0]
-            out.append(_mix_columns(c) if ok and c is not None else None)
-        return out
+        """Per slot (file order): its row hashes, or None where the pass did not deliver every row. The slots'
+        columns of one dtype are mixed together (one pass of :func:`_mix_columns`, the same values per row)."""
+        ok = {i: c for i in self._order if (c := self._cols.get(i)) is not None and
+              self._next.get(i) == self._shapes[i][0]}
+        groups: dict[tuple, list[int]] = {}
+        for i, c in ok.items():
+            groups.setdefault((c.dtype.str, c.shape[1]), []).append(i)
+        mixed: dict[int, np.ndarray] = {}
+        for same in groups.values():  # one pass over the slots' rows together: ~4× fewer numpy calls
+            cut = np.cumsum([0] + [ok[i].shape[0] for i in same])
+            h = _mix_columns(np.concatenate([ok[i] for i in same]))
+            mixed.update({i: h[cut[j]:cut[j + 1]] for j, i in enumerate(same)})
+        return [mixed.get(i) for i in self._order]
 
 
 def _twin_pairs(hs: np.ndarray, ok: np.ndarray) -> np.ndarray:

@@ -85,6 +85,25 @@ class NormSummary:
         return render(self, "text")
 
 
+def norm_summaries(norms: np.ndarray, keeps: Sequence[np.ndarray | None]) -> list[NormSummary]:
+    """``NormSummary.of(norms[keep], positions[keep])`` for each ``keep`` mask (None: every token), bit for bit,
+    from one sort of ``norms``: a subset's stable order is the whole order with the others left out."""
+    x = np.asarray(norms, dtype=np.float64)
+    finite = np.isfinite(x)
+    at = np.flatnonzero(finite)
+    order = at[np.argsort(x[at], kind="stable")]  # finite positions, by value (ties: by position)
+    out = []
+    for keep in keeps:
+        keep = finite if keep is None else finite & keep
+        pos = np.flatnonzero(keep)
+        if not pos.size:
+            out.append(NormSummary.of(np.zeros(0)))
+            continue
+        rank = np.cumsum(keep) - 1  # position → index in the subset
+        out.append(NormSummary(**robust_summary(x[pos], pos, rank[order[keep[order]]])))
+    return out
+
+
 @dataclass
 class SlotStats:
     """Statistics of one slot. ``norms`` (float32 numpy, one per token) is kept for plots/fingerprints."""
@@ -232,19 +251,25 @@ def slot_stats(slot: Slot, block: int = NORM_BLOCK_ROWS, taps: Sequence[BlockTap
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = n / med if med and med > 0 else np.full_like(n, np.nan)
     sinks = [int(i) for i in np.nonzero(finite & (ratios >= SINK_RATIO))[0]]
-    pos = np.arange(T)
-    keep_first = pos != 0
+    keep_first = np.ones(T, dtype=bool)
+    keep_first[:1] = False
     nan_pos, inf_pos = sorted(nan), sorted(inf)
-    norm = NormSummary.of(n)
-    if sinks:
-        keep_sinks = ~np.isin(pos, sinks)
-        norm_excl_sinks = NormSummary.of(n[keep_sinks], pos[keep_sinks]) if keep_sinks.any() else replace(norm)
+    if sinks == [0] and T > 1:  # the usual sink, token 0 alone: the same tokens as ``norm_excl_first``
+        norm, norm_excl_first = norm_summaries(n, [None, keep_first])
+        norm_excl_sinks = replace(norm_excl_first)
+    elif sinks:
+        keep_sinks = np.ones(T, dtype=bool)
+        keep_sinks[sinks] = False
+        norm, norm_excl_first, norm_excl_sinks = norm_summaries(n, [None, keep_first, keep_sinks])
+        if not keep_sinks.any():
+            norm_excl_sinks = replace(norm)
     else:  # nothing excluded: the same numbers as ``norm`` (saves a third of the summary work)
+        norm, norm_excl_first = norm_summaries(n, [None, keep_first])
         norm_excl_sinks = replace(norm)
     return SlotStats(
         index=slot.index, name=slot.name, key=slot.key, shape=(T, H), dtype=short_dtype(slot.dtype), norms=n,
         norm=norm,
-        norm_excl_first=NormSummary.of(n[keep_first], pos[keep_first]),  # n=0 (None in JSON) for one token
+        norm_excl_first=norm_excl_first,  # n=0 (None in JSON) for one token
         norm_excl_sinks=norm_excl_sinks,
         first=float(n[0]), last=float(n[-1]), sinks=sinks[:MAX_LISTED_POSITIONS],
         sink_ratios=[float(ratios[i]) for i in sinks[:MAX_LISTED_POSITIONS]],
@@ -337,7 +362,8 @@ def _summarize(capture: Capture, taps: Callable[[int], Sequence[BlockTap]] | Non
 
 # the module's own names, and those it re-exports (callers import them from here)
 __all__ = ["MASSIVE_ABS_THRESHOLD", "MASSIVE_REL_THRESHOLD", "SINK_RATIO", "MAX_LISTED_POSITIONS", "NormSummary",
-           "SlotStats", "FLOAT32_MAX", "exact_norms", "slot_stats", "CaptureStats", "summarize", "MAX_LISTED_DIMS",
-           "MEDIAN_ABS_SAMPLE_COLS", "MEDIAN_ABS_SAMPLE_SIZE", "NORM_BLOCK_ROWS", "NORM_ROUNDING_SLACK",
-           "STATS_THREADS", "BlockTap", "_token_norms", "intra_op_threads", "massive_activations", "median_abs_sample",
-           "nonfinite_rows", "norms_and_median_abs", "robust_summary", "token_norms"]
+           "SlotStats", "FLOAT32_MAX", "norm_summaries", "exact_norms", "slot_stats", "CaptureStats", "summarize",
+           "MAX_LISTED_DIMS", "MEDIAN_ABS_SAMPLE_COLS", "MEDIAN_ABS_SAMPLE_SIZE", "NORM_BLOCK_ROWS",
+           "NORM_ROUNDING_SLACK", "STATS_THREADS", "BlockTap", "_token_norms", "intra_op_threads",
+           "massive_activations", "median_abs_sample", "nonfinite_rows", "norms_and_median_abs", "robust_summary",
+           "token_norms"]

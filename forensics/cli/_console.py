@@ -81,10 +81,12 @@ class Out:
         """``hsf COMMAND: error: MESSAGE`` on stderr (the one error format of every command)."""
         say(self.command, message)
 
-    def note(self, message: str) -> None:
-        """A line for the person at the terminal (stderr; silenced by ``--quiet``)."""
+    def note(self, message: str, wrap: bool = True) -> None:
+        """A line for the person at the terminal (stderr; silenced by ``--quiet``); ``wrap=False``: one line
+        whatever its length (a note naming a file, which a script may grep like an error line)."""
         if not self.quiet:
-            sys.stderr.write(fit(printable(f"hsf {self.command}: {message}"), self.width) + "\n")
+            line = printable(f"hsf {self.command}: {message}")
+            sys.stderr.write((fit(line, self.width) if wrap else line) + "\n")
 
     def _live(self) -> bool:
         return not self.quiet and bool(getattr(sys.stderr, "isatty", lambda: False)())

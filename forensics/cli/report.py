@@ -62,6 +62,7 @@ def check_arguments(args) -> None:
 
 def run(args) -> int:
     from forensics.analysis.report import report
+    from forensics.errors import one_line
     from forensics.views.report.core import Report
 
     check_arguments(args)
@@ -113,5 +114,5 @@ def run(args) -> int:
     for e in res.errors:  # what could not be done is said here too, not only at the bottom of the HTML
         con.error(f"{e.where}: {e.message}")
     for e in res.notes:  # what was done without (token text): said, decides nothing
-        con.note(f"note: {e.where}: {e.message}")
+        con.note(one_line(f"note: {e.where}: {e.message}"), wrap=False)  # one line, as an error line is
     return res.exit_code(args.fail_on)

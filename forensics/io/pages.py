@@ -92,11 +92,13 @@ def release(start: int, end: int) -> bool:
 
 class TrailingRelease:
     """Row-block tap releasing ``h``'s file pages behind a one-way pass (``tap(first_row, block)`` on each block
-    in order; :meth:`finish` after the pass releases the rest). Off for a non-contiguous or small tensor; an
-    in-memory tensor's runs are checked and left alone."""
+    in order; :meth:`finish` after the pass releases the rest), in runs of ``run`` bytes (at least
+    ``RELEASE_BYTES``). Off for a non-contiguous or small tensor; an in-memory tensor's runs are checked and left
+    alone."""
 
-    def __init__(self, h: Any):
+    def __init__(self, h: Any, run: int = 0):
         self.on = False
+        self.run = max(RELEASE_BYTES, run)  # bytes behind the pass released at once (each call costs ~50 µs)
         try:
             base, nbytes = int(h.data_ptr()), int(h.numel()) * int(h.element_size())
             contiguous = bool(h.is_contiguous()) and h.device.type == "cpu"
@@ -113,7 +115,7 @@ class TrailingRelease:
         if not self.on:
             return
         start = int(block.data_ptr()) // PAGE * PAGE  # the blocks before this one are read: released in runs
-        if start - self.done >= RELEASE_BYTES:
+        if start - self.done >= self.run:
             release(self.done, start)
             self.done = start
 

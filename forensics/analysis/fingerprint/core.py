@@ -348,7 +348,7 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
                                                 *((release[i],) if i in release else ())])
     release_tensors(full)  # the rest behind the pass
     stamp = reader.check(full) if reader is not None else None
-    reference, too_wide = _reference(capture, model, layers, expected_source, claims, num_layers)
+    reference, too_wide = _reference(capture, st_all, model, layers, expected_source, claims, num_layers)
     model = None if too_wide is not None else model  # the claims fail on the width; the rest is read from the data
     # every row placed against the reference forward when there is a ladder (not streamed, ids given), else data only
     rows = check_rows(capture, full, reference=None if reference is None else reference[1],
@@ -432,11 +432,13 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
     return fp
 
 
-def _reference(capture: Capture, model: Any, layers: Any, expected_source: str | None, claims: Claims | None,
-               num_layers: int | None) -> tuple[Any, ConcatenatedWidth | None]:
-    """The reference and its ladder (None without a model), or, when every slot is k·H wide against the model's H
-    and something is claimed, ``(None, the error)``: the width alone decides those claims (``width_excludes``).
-    Nothing claimed on such slots: the one-line error (exit 2, how to re-save them)."""
+def _reference(capture: Capture, st: CaptureStats, model: Any, layers: Any, expected_source: str | None,
+               claims: Claims | None, num_layers: int | None) -> tuple[Any, ConcatenatedWidth | None]:
+    """The reference and its ladder (None without a model), or ``(None, the error)`` when the slots are k·H wide
+    against the model's H, something is claimed, and the data shows every claimed slot is states side by side (its
+    massive-activation dims repeat every H: the data-only ``concatenated`` rule, with the model's H): those claims
+    fail on the width (``width_excludes``). Else the one-line error (exit 2): nothing claimed, or a slot that may as
+    well be one state of a wider model (the wrong ``--model``)."""
     if model is None:
         return None, None
     try:
@@ -444,8 +446,12 @@ def _reference(capture: Capture, model: Any, layers: Any, expected_source: str |
     except ConcatenatedWidth as e:
         said = claims or (user_claims(layers, expected_source or "layers=") if layers is not None else None) \
             or capture_claims(capture, num_layers or capture.num_layers)
-        if said is None or all(c is None for c in said.slots):
+        claimed = [] if said is None or len(said.slots) != len(st.slots) else \
+            [i for i, c in enumerate(said.slots) if c is not None]
+        cuts = [concatenated(st.slots[i].massive_dims, e.width) for i in claimed]
+        if not cuts or any(c is None or c[1] % e.hidden_size for c in cuts):
             raise
+        e.dims = sorted({d for c in cuts if c is not None for d in c[2]})
         return None, e
 
 

@@ -338,6 +338,7 @@ class ConcatenatedWidth(ModelMismatch):
 
     def __init__(self, message: str, path: str | None, k: int, hidden_size: int, width: int, model: str):
         self.k, self.hidden_size, self.width, self.model = k, hidden_size, width, model
+        self.dims: list[int] = []  # the massive-activation dims that repeat every H (set where the data shows it)
         super().__init__(message, path=path)
 
 

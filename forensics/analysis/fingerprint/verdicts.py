@@ -198,10 +198,11 @@ def _judge_slot(fp: Fingerprint, i: int, c: Claim, L: int | None,  # noqa: C901 
 
 
 def width_excludes(fp: Fingerprint, e: Any) -> list[Finding]:  # e: ConcatenatedWidth | None (None: fp.findings)
-    """The findings once ``--model`` fixed the hidden size H and every slot is ``k·H`` wide (``e``: the
-    :class:`~forensics.analysis.fingerprint.exact.ConcatenatedWidth` the reference raised): each claim of one state
-    on a slot is excluded by the width alone (no state of that model is k·H wide): FAIL ``concatenated`` with the
-    arithmetic; the data-only ``concatenated`` WARN it confirms is dropped."""
+    """The findings once ``--model`` fixed the hidden size H, every slot is ``k·H`` wide and the data shows the claimed
+    slots are states side by side (``e``: the :class:`~forensics.analysis.fingerprint.exact.ConcatenatedWidth` the
+    reference raised, its ``dims`` the massive-activation dims that repeat every H): each claim of one state on them
+    is excluded (no state of that model is k·H wide): FAIL ``concatenated`` with the arithmetic; the data-only
+    ``concatenated`` WARN it confirms is dropped."""
     if e is None:
         return fp.findings
     claimed = [sf for sf in fp.slots if sf.claim is not None]
@@ -216,10 +217,11 @@ def width_excludes(fp: Fingerprint, e: Any) -> list[Finding]:  # e: Concatenated
         FindingKind.CONCATENATED, Severity.FAIL, [sf.index for sf in claimed],
         f"slot(s) {[sf.index for sf in claimed]} claimed "
         f"[{', '.join(sf.claim.label for sf in claimed if sf.claim is not None)}] are {e.width} wide = {e.k} × "
-        f"{e.hidden_size}, the hidden size of {e.model}: {k} layers concatenated (EAGLE-3's [T, {e.k}·H] aux states), "
-        f"no one layer; the reference forward did not run on them; re-save as [T, {e.k}, H] (hs.view(T, {e.k}, "
+        f"{e.hidden_size}, the hidden size of {e.model}, and their massive-activation dims {e.dims} repeat every "
+        f"{e.hidden_size}: {k} layers concatenated (EAGLE-3's [T, {e.k}·H] aux states), no one layer; the reference "
+        f"forward did not run on them; re-save as [T, {e.k}, H] (hs.view(T, {e.k}, "
         f"{e.hidden_size})), read as {e.k} slots with {e.k} layers claimed",
-        {"width": e.width, "k": e.k, "hidden_size": e.hidden_size, "model": e.model,
+        {"width": e.width, "k": e.k, "hidden_size": e.hidden_size, "model": e.model, "dims": e.dims,
          "claimed": [sf.claim.label for sf in claimed if sf.claim is not None]})]
 
 
