@@ -20,14 +20,23 @@ def _generic_copy(src, dst) -> None:
 def test_report_with_a_draft_on_a_capture_without_declared_layers(smollm2, sample_data, tmp_path):
     """``hsf report my_capture.pt --draft D --engine vllm --trainer speculators --model default`` ended in a
     traceback: the probe names a slot without a declared r ``slot0``, which the report's probe panel parsed as an
-    r. The headline also said "the wiring audit also finds" with nothing before it."""
+    r. Then the probe ranked ``slot0+slot1+slot2`` and said the capture "holds no state at embed, L3, L16" (re-capture
+    with hsf capture --layers 0,3,16) of a file whose fingerprint, in the same report, named exactly those. The
+    headline also said "the wiring audit also finds" with nothing before it."""
+    from forensics.views.report.verdicts import _probe_summary
+
     cap = tmp_path / "capture.pt"
     _generic_copy(sample_data / "speculators_v1" / "data_4.pt", cap)  # [embed, L3, L16, L28]
-    rep = forensics.report([str(cap)], model="default", draft=str(sample_data / "draft_eagle3"), engine="vllm",
-                           trainer="speculators")
+    draft = sample_data / "draft_eagle3"
+    # a slot nobody names stays slot{i}: the panel shows it (a loaded model: the probe runs no fingerprint itself)
+    res = forensics.probe(draft, cap, model=smollm2[0], candidates="slot0,slot1,slot2")
+    assert _probe_summary(res)["r"] == "[slot0, slot1, slot2]"
+    rep = forensics.report([str(cap)], model="default", draft=str(draft), engine="vllm", trainer="speculators")
     ctx = rep.context
-    assert ctx["verdicts"]["probe"]["r"].startswith("[slot0")
+    assert ctx["verdicts"]["probe"]["r"] == "[embed, L3, L16]"  # the report's exact fingerprint names the slots
+    assert ctx["verdicts"]["probe"]["served"].startswith("served by vllm: embed+L3+L16 acceptance length")
     assert rep.result.audit.wiring == "match"
+    assert forensics.probe(draft, cap, model="default").best.label == "embed+L3+L16"  # hsf probe --model default
     head = ctx["verdicts"]["sentence"]
     assert "also finds" not in head
     assert head.startswith("FAIL: the draft is served the layers it was trained on, but the wiring audit finds")
