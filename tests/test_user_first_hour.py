@@ -116,3 +116,15 @@ def test_a_speculators_file_without_its_layer_count_says_its_format_claim_is_unc
     assert "claims its last slot is the training target" in out and "pass --model or --num-layers" in out
     assert main(["fingerprint", str(tmp_path / "data_0.pt"), "--num-layers", "30"]) == 3  # the claim, now checked
     assert "claimed [L30]" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("saved", ["bare", "dict"])
+def test_a_token_id_file_in_the_capture_folder_says_what_it_is(saved, tmp_path, capsys):
+    """The README's `--ids ids.pt` file, kept beside the captures, made `hsf report folder/` FAIL with "1 input
+    could not be read: no floating-point hidden-state tensors found": the one line now says it is a file of token
+    ids and where it goes."""
+    ids = torch.arange(40)
+    torch.save(ids if saved == "bare" else {"input_ids": ids}, tmp_path / "ids.pt")
+    assert main(["inspect", str(tmp_path / "ids.pt")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "a file of token ids?" in err and "--ids FILE" in err
