@@ -128,3 +128,18 @@ def test_a_token_id_file_in_the_capture_folder_says_what_it_is(saved, tmp_path, 
     assert main(["inspect", str(tmp_path / "ids.pt")]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "a file of token ids?" in err and "--ids FILE" in err
+
+
+def test_a_report_whose_audit_could_not_run_says_so_on_its_first_screen(sample_data, tmp_path):
+    """The README's `hsf report data/ --draft D --engine sglang --engine-version pre-25454 --target-config C` on my
+    own captures: the audit (no --trainer) and the probe (no embedding) failed, and the header read "NO CLAIM: 2
+    files declare no slot identity" — the errors sat under a nav link at the bottom (exit 2 only)."""
+    cap = tmp_path / "capture.pt"
+    _generic_copy(sample_data / "speculators_v1" / "data_4.pt", cap)
+    rep = forensics.report([str(cap)], draft=str(sample_data / "draft_eagle3"), engine="sglang")
+    assert {e.where for e in rep.result.errors} == {"audit", "draft probe"}
+    v = rep.context["verdicts"]
+    assert v["sentence"].endswith("the wiring audit and the draft probe could not run (errors below).")
+    assert v["headline"][1].startswith("The wiring audit could not run: the trainer is needed")
+    assert v["headline"][2].startswith("The draft probe could not run: ")
+    assert rep.exit_code() == 2
