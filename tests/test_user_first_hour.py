@@ -143,3 +143,13 @@ def test_a_report_whose_audit_could_not_run_says_so_on_its_first_screen(sample_d
     assert v["headline"][1].startswith("The wiring audit could not run: the trainer is needed")
     assert v["headline"][2].startswith("The draft probe could not run: ")
     assert rep.exit_code() == 2
+
+
+def test_a_one_slot_capture_is_one_slot(sample_data, tmp_path, capsys):
+    """My EAGLE-3 `cat([L2, L15, L27])` file: "hidden 1728, 1 slots" in fingerprint and inspect."""
+    d = torch.load(sample_data / "speculators_v1" / "data_0.pt", weights_only=True)
+    torch.save({"input_ids": d["input_ids"], "hidden_states": d["hidden_states"][1]}, tmp_path / "one.pt")
+    for cmd in ("fingerprint", "inspect"):
+        main([cmd, str(tmp_path / "one.pt")])
+        out = capsys.readouterr().out
+        assert "1 slot," in out and "1 slots" not in out, out
