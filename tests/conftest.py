@@ -76,7 +76,8 @@ SLOW: dict[str, set[str] | None] = {
     "test_user_first_hour.py": {"test_key_numbers_say_audited_only_when_an_audit_ran",
                                 "test_a_short_capture_does_not_blame_a_working_draft",
                                 "test_a_speculators_file_without_its_layer_count_says_its_format_claim_is_unchecked",
-                                "test_a_report_whose_audit_could_not_run_says_so_on_its_first_screen"},
+                                "test_a_report_whose_audit_could_not_run_says_so_on_its_first_screen",
+                                "test_a_one_slot_capture_is_one_slot"},
 }
 
 
