@@ -153,3 +153,14 @@ def test_a_one_slot_capture_is_one_slot(sample_data, tmp_path, capsys):
         main([cmd, str(tmp_path / "one.pt")])
         out = capsys.readouterr().out
         assert "1 slot," in out and "1 slots" not in out, out
+
+
+def test_the_reports_no_token_ids_line_keeps_its_hint():
+    """`hsf report caps/ --model default` over my `torch.save(out.hidden_states)` file said "with --model, exact mode
+    cannot run: the capture has no token ids." — the hint "(--ids, --text)" was cut as an aside by the report's
+    plain words, and --ids takes one capture file only (a folder with --ids is refused)."""
+    from forensics.findings import FindingKind
+    from forensics.views.report.verdicts import plain
+
+    said = plain(FindingKind.NO_TOKEN_IDS)
+    assert "--ids FILE" in said and "one capture file" in said and "save input_ids" in said
