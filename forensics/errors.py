@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import re
 
-# C0/C1 control characters, line/paragraph separators, and the lone surrogates that stand for the undecodable
-# bytes of a non-UTF-8 file name (PEP 383 surrogateescape): none may reach a one-line message raw.
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+# C0/C1 control characters, line/paragraph separators, the bidirectional-text controls (Unicode's UAX #9: an
+# override U+202E shows "x\u202egnp.pt" as "xtp.png", the "Trojan Source" trick, CVE-2021-42574), and the
+# lone surrogates that stand for the undecodable bytes of a non-UTF-8 file name (PEP 383 surrogateescape): none
+# may reach a one-line message raw.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
 def _escape_char(m: re.Match) -> str:

@@ -175,6 +175,7 @@ class FindingKind(StrEnum):
     DATA_NO_REFERENCE_MATCH = "data_no_reference_match"
     DATA_NO_TOKEN_IDS = "data_no_token_ids"
     DATA_DUPLICATE = "data_duplicate"
+    DATA_CONCATENATED = "data_concatenated"
     DATA_ZERO_ROWS = "data_zero_rows"
     DATA_ROW_COUNT = "data_row_count"
     DATA_TOKEN_SHIFT = "data_token_shift"
@@ -396,13 +397,20 @@ def worst_verdict(verdicts: Iterable[Verdict | str | None]) -> Verdict | None:
     return max(vs, key=lambda v: v.rank) if vs else None
 
 
-OUTCOME_RANK = {"pass": 0, "identified": 0, "info": 0, "warn": 1, "cannot tell": 2, "fail": 3}
+UNREADABLE = "unreadable"
+"""The outcome word of a file that was not read (corrupt, not a capture, or not from ``--model``: ``ModelMismatch``):
+nothing about it was decided, so it is no fail of the data; the command exits 2 beside it."""
+
+OUTCOME_RANK = {"pass": 0, "identified": 0, "info": 0, "warn": 1, "cannot tell": 2, UNREADABLE: 3, "fail": 4}
 """The one ranking of outcome words that mix severities and verdicts (a report row, a check): worst is fail, then
-cannot tell, then warn; pass, identified and info rank lowest. Agrees with ``Severity.rank`` and ``Verdict.rank``.
+unreadable, then cannot tell, then warn; pass, identified and info rank lowest. Agrees with ``Severity.rank`` and
+``Verdict.rank``.
 
 The outcome of a file or slot is one of these words: ``pass`` (every claim holds), ``identified`` (nothing is
 claimed and the reference forward named every slot: exact r), ``info`` (nothing claimed, roles and depth order
-only; every view writes it NO CLAIM)."""
+only; every view writes it NO CLAIM), ``unreadable`` (a file that was not read: below a fail, so it never makes
+a FAIL, above every other word, so nothing beside it reads as a pass; a verdict over it is at best CANNOT TELL,
+:func:`decide`)."""
 
 _TIE = {"identified": 0}  # among the lowest: identified only when every word is; else the first word given
 
@@ -469,5 +477,5 @@ def decide(findings: Iterable[Finding | Mapping[str, Any]] = (), verdicts: Itera
 
 __all__ = ["decide",
            "Finding", "FindingKind", "finding_kind", "Severity", "Verdict", "severity", "verdict", "worst_severity",
-           "worst_verdict", "worst_outcome", "OUTCOME_RANK", "sort_findings", "exit_code", "EXIT_OK",
+           "worst_verdict", "worst_outcome", "OUTCOME_RANK", "UNREADABLE", "sort_findings", "exit_code", "EXIT_OK",
            "EXIT_FAIL", "EXIT_BAD_INPUT", "EXIT_CANNOT_TELL", "EXIT_CODES"]

@@ -199,18 +199,22 @@ def test_a_cannot_tell_probe_says_one_verdict_everywhere(inputs, sample_data, tm
     assert rep.result.audit.wiring != "mismatch" and not any(f.is_fail for f in rep.result.findings)
 
 
-def test_an_unreadable_input_is_a_fail_everywhere_and_exit_2(inputs, tmp_path, capsys):
-    """A report over a good and a corrupt file: the header says FAIL (the file counts as a fail), so do the result's
-    verdict and the JSON's; the exit code is 2 (an input was not read), never a PASS beside a red header."""
+def test_an_unreadable_input_is_unreadable_everywhere_and_exit_2(inputs, tmp_path, capsys):
+    """A report over a good and a corrupt file: the corrupt file is ``unreadable`` (its own word: nothing about it was
+    decided, so it is no FAIL), the verdict is CANNOT TELL (never a PASS beside a file not read), in the result, the
+    header and the JSON; the exit code is 2 (an input was not read)."""
     bad = tmp_path / "bad.pt"
     bad.write_bytes(b"not a torch file")
+    alone = analyse([inputs["train"]])
     res = analyse([inputs["train"], str(bad)])
-    assert (res.verdict.value, res.exit_code(), res.counts["fail"], res.overall) == ("fail", 2, 1, "fail")
+    assert alone.verdict.value == "pass" and alone.exit_code() == 0  # what was read passes by itself
+    assert (res.verdict.value, res.exit_code(), res.counts["fail"], res.counts["unreadable"], res.overall) == \
+        ("cannot tell", 2, 0, 1, "unreadable")
     page = Report.of(res).html
-    assert 'id="verdict-sentence">FAIL: 1 input could not be read.' in page
+    assert re.search(r'id="verdict-sentence">UNREADABLE: 1 input could not be read \([^)]*bad\.pt\)', page)
     code = main(["report", inputs["train"], str(bad), "-o", str(tmp_path / "r.html"), "--json"])
     doc = json.loads(capsys.readouterr().out)
-    assert (code, doc["verdict"], doc["unreadable"]) == (2, "fail", 1)
+    assert (code, doc["verdict"], doc["unreadable"]) == (2, "cannot tell", 1)
 
 
 def test_a_file_only_the_scan_reads_decides_the_report(inputs, tmp_path, monkeypatch, capsys):

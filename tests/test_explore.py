@@ -231,8 +231,8 @@ def test_bad_input_is_one_line_naming_the_file(sample_data, tmp_path):
     assert "data_9.pt" in str(e.value) and "\n" not in str(e.value).strip()
     shutil.copy(sample_data / "speculators_v1" / "data_0.pt", tmp_path / "data_0.pt")
     before = bad.read_bytes()
-    ex = forensics.explore(tmp_path, background=False)  # a folder: the bad file is listed as fail, shown as its error
-    assert [(f["name"], f["verdict"]) for f in ex.files][1] == ("data_9.pt", "fail")
+    ex = forensics.explore(tmp_path, background=False)  # a folder: the bad file listed unreadable, its error shown
+    assert [(f["name"], f["verdict"]) for f in ex.files][1] == ("data_9.pt", "unreadable")
     ex.file = 1
     assert "data_9.pt" in ex.status and ex.meta["error"] and ex.norms == b""
     ex.file = 0

@@ -65,10 +65,47 @@ def test_trainers_are_registry_data():
     """The trainer each format's data is for (the audit's default --trainer, the report's training files)."""
     assert {f.name: f.trainer for f in formats.REGISTRY if f.trainer} == {
         "speculators-v1": "speculators-v1", "speculators": "speculators", "specforge": "specforge"}
-    assert formats.trainer_of("speculators") == "speculators"
-    assert formats.trainer_of("generic") is None and formats.trainer_of("no-such") is None
     assert formats.format_of_trainer("specforge") == "specforge"
+    assert formats.format_of_trainer("speculators-legacy", "speculators-v1") == "speculators-v1"
     assert formats.format_of_trainer(None) is None and formats.format_of_trainer("eagle") is None
+
+
+def test_the_trainer_of_a_format_is_said_once_in_its_module(monkeypatch):
+    """One source of truth: the trainer ↔ format pairing the conventions registry uses (``System.data_format``,
+    ``of_format``: the audit's and the report's training files) is the one the format modules declare, so a format
+    that declared another trainer would change it there too."""
+    import importlib
+
+    from forensics.models import conventions as cv
+
+    sysmod = importlib.import_module("forensics.models.conventions.system")  # the module, not its system()
+
+    import dataclasses
+
+    declared = tuple(dataclasses.replace(f, trainer="eagle") if f.name == "specforge" else f for f in formats.REGISTRY)
+    monkeypatch.setattr(formats, "REGISTRY", declared)  # pretend the SpecForge module declared EAGLE's data
+    sysmod._data_format.cache_clear()
+    try:
+        assert cv.system("eagle").data_format == "specforge" and cv.system("specforge").data_format is None
+        assert cv.of_format("specforge") == cv.system("eagle")
+    finally:
+        monkeypatch.undo()
+        sysmod._data_format.cache_clear()
+    assert cv.system("specforge").data_format == "specforge"
+
+
+def test_command_help_imports_no_format_module():
+    """``hsf --help`` and a command's ``--help`` (which lists the trainers) load no capture format module: the
+    pairing is read from the format registry only when a trainer's format is asked."""
+    import subprocess
+    import sys
+
+    for argv in (["--help"], ["audit", "--help"], ["fingerprint", "--help"]):
+        p = subprocess.run([sys.executable, "-X", "importtime", "-m", "forensics.cli", *argv], capture_output=True,
+                           text=True, timeout=60)
+        assert p.returncode == 0, p.stderr[-500:]
+        mods = {line.split("|")[-1].strip() for line in p.stderr.splitlines() if "|" in line}
+        assert not {m for m in mods if m.startswith("forensics.io.formats")}, argv
 
 
 def test_writer_names_and_errors():

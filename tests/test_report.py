@@ -414,7 +414,8 @@ def test_report_result_is_typed_and_decides_each_slot(sample_data, tmp_path, cap
     assert list(doc) == ["verdict", "output", "bytes", "files", "unreadable", "verdicts", "overall", "sentence",
                          "audit", "command"]
     assert {k: doc[k] for k in ("verdict", "files", "unreadable", "verdicts", "overall", "audit")} == truth.to_dict()
-    assert doc["verdicts"] == {"fail": 0, "cannot tell": 3, "warn": 0, "pass": 1, "identified": 0, "info": 0}
+    assert doc["verdicts"] == {"fail": 0, "unreadable": 0, "cannot tell": 3, "warn": 0, "pass": 1, "identified": 0,
+                               "info": 0}
 
 
 def test_a_folder_report_without_scan_says_the_checks_across_files_were_not_run(tmp_path, capsys):

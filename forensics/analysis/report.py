@@ -3,9 +3,10 @@ probe and the dataset scan run with every piece of evidence given, and each slot
 :class:`ReportResult`, rendered by ``forensics.views.report``.
 
 A slot's outcome is one word of the report's vocabulary (``fail`` / ``cannot tell`` / ``warn`` / ``pass`` /
-``info``, ranked by ``forensics.findings.OUTCOME_RANK``), decided here from the fingerprint's claim verdict and the
-severity of the findings on that slot (set where they were made), with the one piece of evidence that decided it as
-data (:class:`Deciding`). The report's verdict and exit code are read from these typed fields.
+``info``; a file that was not read is ``unreadable``, ranked by ``forensics.findings.OUTCOME_RANK``), decided here
+from the fingerprint's claim verdict and the severity of the findings on that slot (set where they were made), with
+the one piece of evidence that decided it as data (:class:`Deciding`). The report's verdict and exit code are read
+from these typed fields.
 
 Example:
     >>> from forensics.analysis.report import report
@@ -32,6 +33,7 @@ from forensics.analysis.stats import summarize
 from forensics.display import render
 from forensics.errors import ForensicsError, ModelMismatch
 from forensics.findings import (
+    UNREADABLE,
     Finding,
     Severity,
     Verdict,
@@ -50,8 +52,9 @@ from forensics.models.target import model_tokenizer, resolve_model, target_facts
 from forensics.models.verifier import open_verifier
 
 MAX_ANALYSED_FILES = 64  # files fingerprinted one by one; a larger dataset is summarised by `forensics.scan`
-# a slot's or a file's outcome words, worst first (identified: nothing claimed, exact mode named it; info: no claim)
-OUTCOMES = ("fail", "cannot tell", "warn", "pass", "identified", "info")
+# a slot's or a file's outcome words, worst first (identified: nothing claimed, exact mode named it; info: no claim;
+# unreadable: a file not read, never a fail of the data)
+OUTCOMES = ("fail", UNREADABLE, "cannot tell", "warn", "pass", "identified", "info")
 # fingerprint ``decided_by`` names → the evidence signals that carry its number, best first
 DECIDED_ALIASES = {"exact": ("ladder_match", "exact_embedding", "exact_gamma")}
 MAX_EXPLORED_FILES = 24  # files in the report's explorer (its state is ≤ 16 B × slots × 4096 columns per file)
@@ -133,8 +136,8 @@ class FileReport:
     outcome: str = field(init=False, default="info")  # the file's one badge, everywhere the report shows the file
 
     def __post_init__(self) -> None:
-        if self.error is not None or self.stats is None:
-            self.outcome = "fail" if self.error is not None else "info"
+        if self.error is not None or self.stats is None:  # not read: nothing about it is decided, it fails nothing
+            self.outcome = UNREADABLE if self.error is not None else "info"
             return
         fp = self.fingerprint
         findings = list(fp.findings) if fp is not None else []
@@ -248,18 +251,25 @@ def load_tokens(cap: Any, errors: list[ReportError], model: Any = None) -> list[
     return file_tokens(cap, errors, model)[0]
 
 
-def file_tokens(cap: Any, errors: list[ReportError], model: Any = None) -> tuple[list[str] | None, Any]:
-    """:func:`load_tokens` and the tokenizer the text came from (None when there is no text)."""
+def file_tokens(cap: Any, notes: list[ReportError], model: Any = None) -> tuple[list[str] | None, Any]:
+    """:func:`load_tokens` and the tokenizer the text came from (None when there is no text).
+
+    A tokenizer that is broken or absent costs the token text, never the report: the token ids are shown instead and
+    ``notes`` gets one line naming the folder and why (once per reason), which decides nothing (no exit 2)."""
     if cap.input_ids is None:
         return None, None
     folder = find_tokenizer(cap.path, cap.meta)
     tok, why = load_tokenizer(folder)
+    named = cap.meta.get("tokenizer") if isinstance(cap.meta, dict) else None
+    if folder is None and isinstance(named, str) and named:  # capture.json names one that is not there
+        why = f"capture.json names the tokenizer folder {named!r}: absent (or outside the capture's folder)"
     if tok is None and model is not None:
         tok, why_model = model_tokenizer(model)
         why, folder = (why, folder) if why else (why_model, "of --model")
     if tok is None:
-        if why and not any(_message(e) == why for e in errors):
-            errors.append(ReportError(f"tokenizer {folder}", why))
+        why = f"{why}; token ids are shown instead of token text" if why else None
+        if why and not any(_message(e) == why for e in notes):
+            notes.append(ReportError("tokenizer", why))
         return None, None
     ids = [int(i) for i in cap.input_ids.tolist()]
     text = {}
@@ -329,7 +339,8 @@ class FileFact:
 class ReportResult:
     """What ``hsf report`` decided: every file's fingerprint and slot outcomes, the audit, the probe, the scan.
 
-    ``verdict`` (pass / fail / cannot tell), ``counts`` (slot outcomes; an unreadable file counts as one fail),
+    ``verdict`` (pass / fail / cannot tell), ``counts`` (slot outcomes; an unreadable file counts as one
+    ``unreadable``),
     ``overall`` (the worst outcome word anywhere: the report header's colour) and :meth:`exit_code` are read from
     these fields; views render them and decide nothing.
     """
@@ -341,6 +352,8 @@ class ReportResult:
     scan: Any = None  # ScanResult
     facts: dict | None = None  # the target model's facts (--model)
     errors: list[ReportError] = field(default_factory=list)
+    # what the report did without, deciding nothing (a tokenizer that does not load: token ids instead of text)
+    notes: list[ReportError] = field(default_factory=list)
     skipped: int = 0  # files beyond MAX_ANALYSED_FILES: covered by the dataset scan, not analysed one by one
     training: list[FileReport] = field(default_factory=list, repr=False)  # what the audit and the probe read
     settings: dict = field(default_factory=dict)  # what the user passed (layers, model, draft, engine, …)
@@ -359,11 +372,11 @@ class ReportResult:
 
     @property
     def counts(self) -> dict[str, int]:
-        """Slot outcomes by word (every word present, worst first); an unreadable file counts as one fail."""
+        """Slot outcomes by word (every word present, worst first); an unreadable file counts as one ``unreadable``."""
         counts = {k: 0 for k in OUTCOMES}
         for f in self.files:
             if f.error:
-                counts["fail"] += 1
+                counts[UNREADABLE] += 1
             for s in f.slots:
                 counts[s.outcome] += 1
         return counts
@@ -383,8 +396,8 @@ class ReportResult:
 
     @property
     def items(self) -> list[tuple[str, str]]:
-        """Everything the report decides, each once with its one outcome word: every file (its badge; an unreadable
-        file is a fail), the wiring audit (its wiring and its findings), the draft probe, the dataset scan."""
+        """Everything the report decides, each once with its one outcome word: every file (its badge; a file not
+        read is ``unreadable``), the wiring audit (its wiring and its findings), the draft probe, the dataset scan."""
         out = [(f.rel or f.path, f.outcome) for f in self.files]
         if self.audit is not None:
             out.append(("wiring audit", worst_outcome([self.audit.outcome.value] + [
@@ -431,7 +444,7 @@ class ReportResult:
         return any(f.error for f in self.files) or bool(self.errors)
 
     def _verdicts(self) -> list:
-        out: list = ["fail" for f in self.files if f.error]  # a file that cannot be read counts as a fail
+        out: list = []  # a file not read decides nothing (exit 2 and, in `decide`, no pass beside it)
         for f in self.files:
             if f.fingerprint is not None:
                 out += [s.verdict for s in f.fingerprint.slots]
@@ -451,13 +464,15 @@ class ReportResult:
                          fail_on=fail_on)
 
     def decide(self, fail_on: str = "fail") -> Verdict:
-        """The verdict over what was read, with ``fail_on`` (``"warn"``: a warn is a fail)."""
-        return {1: Verdict.FAIL, 3: Verdict.CANNOT_TELL}.get(self.exit_code(fail_on, decided_only=True), Verdict.PASS)
+        """The verdict over what was read, with ``fail_on`` (``"warn"``: a warn is a fail); never a pass beside a
+        file that was not read (``forensics.findings.decide``: CANNOT TELL, a FAIL of what was read stays)."""
+        got = {1: Verdict.FAIL, 3: Verdict.CANNOT_TELL}.get(self.exit_code(fail_on, decided_only=True), Verdict.PASS)
+        return Verdict.CANNOT_TELL if got is Verdict.PASS and any(f.error for f in self.files) else got
 
     @property
     def verdict(self) -> Verdict:
-        """pass / fail / cannot tell over every file, slot, the audit, the probe and the scan (an unreadable file is a
-        fail)."""
+        """pass / fail / cannot tell over every file, slot, the audit, the probe and the scan (a file that was not
+        read is no fail, and no pass either: CANNOT TELL at best)."""
         return self.decide()
 
     def to_dict(self, fail_on: str = "fail") -> dict:
@@ -593,6 +608,7 @@ def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,
         layers = ",".join(str(x) for x in layers)
     tick = progress or (lambda stage, done, total: None)
     errors: list[ReportError] = []
+    notes: list[ReportError] = []
     files: list[FileReport] = []
     found, bad = expand_paths(paths)
     files += [FileReport(path=e.path or "", error=error_text(e)) for e in bad]
@@ -612,7 +628,7 @@ def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,
     for fr in files:
         fr.rel = os.path.relpath(os.path.abspath(fr.path), root)
         if fr.capture is not None:
-            fr.tokens, fr.tokenizer = file_tokens(fr.capture, errors, model)
+            fr.tokens, fr.tokenizer = file_tokens(fr.capture, notes, model)
             fr.stamp = stamp_status(fr.capture.path)  # the file's stamp (fr.path is FILE#i for one of its samples)
             checked = getattr(fr.fingerprint, "stamp", None)
             if checked is not None and fr.stamp.get("status") == "stamped":  # the values, checked in the read
@@ -663,6 +679,6 @@ def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,
     given = {**settings, "model": model_arg, "target_config": target_config, "title": title}
     audited = audit_res is not None or probe_res is not None
     return ReportResult(inputs=paths, files=files, audit=audit_res, probe=probe_res, scan=scan_res, facts=facts,
-                        errors=errors, skipped=skipped, training=training if audited else [],
+                        errors=errors, notes=notes, skipped=skipped, training=training if audited else [],
                         settings=settings, argv=_argv(paths, given, scan), title=title,
                         max_analysed=MAX_ANALYSED_FILES)

@@ -27,6 +27,7 @@ def for_each_file(paths: Iterable[str], fn: Callable[[str], Any], out: Any = Non
     """
     from forensics.errors import ForensicsError
     from forensics.io.formats import expand_paths
+    from forensics.views.format import shown_name
 
     todo, bad = expand_paths(paths)
     entries: list[dict] = [error_entry(e.path or "", e) for e in bad]
@@ -44,7 +45,7 @@ def for_each_file(paths: Iterable[str], fn: Callable[[str], Any], out: Any = Non
             except ForensicsError as e:
                 entries.append(error_entry(f, e))
                 code = 2
-            step(os.path.basename(f))
+            step(shown_name(os.path.basename(f)))  # the bar is one line whatever the file's name
     finally:
         if steps is not None:
             steps.__exit__(None, None, None)
@@ -52,8 +53,12 @@ def for_each_file(paths: Iterable[str], fn: Callable[[str], Any], out: Any = Non
 
 
 def error_entry(path: str, e: Exception) -> dict:
+    """A file that was not read, as a command's JSON lists it: its ``error`` and the outcome word every view gives
+    it (``unreadable``: no fail of the data; the command exits 2)."""
+    from forensics.findings import UNREADABLE
+
     return {"path": str(path), "format": None, "num_tokens": None, "hidden_size": None, "error": str(e),
-            "slots": []}
+            "outcome": UNREADABLE, "slots": []}
 
 
 def positive_int(text: str) -> int:

@@ -66,6 +66,7 @@ def run(args) -> int:
     if args.json:
         print_json({"verdict": verdict_of(entries), "files": entries})
         return code
+    from forensics.views.format import shown_name
     from forensics.views.stats import table
 
     first = True
@@ -77,7 +78,7 @@ def run(args) -> int:
         first = False
         out.text(table(results[id(e)], width=out.width))
         for f in row_findings.get(id(e), []):
-            out.text(f"  {f.severity.value.upper()} {f.kind}: {f.message}")
+            out.text(shown_name(f"  {f.severity.value.upper()} {f.kind}: {f.message}"))
     bad = sum(1 for e in entries if e["error"])
     if bad and len(entries) > 1:
         out.note(f"{bad} of {len(entries)} files unreadable (see above)")

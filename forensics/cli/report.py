@@ -46,7 +46,9 @@ def check_arguments(args) -> None:
     from forensics.io.output import check_output
     from forensics.layers import parse_layer_list
 
-    check_output(args.output, args.paths)  # before the (slow) report: never over an input or a directory
+    given = [getattr(args, o) for o in ("draft", "served", "target_config", "model", "ids", "text")]
+    inputs = [*args.paths, *(p for p in given if p and p != "default")]
+    check_output(args.output, inputs)  # before the (slow) report: never over an input, its side files or a folder
     parse_layer_list(args.layers, "--layers")  # (--engine and --engine-version: checked by forensics.cli)
     for opt in ("draft", "served", "target_config", "model"):
         path = getattr(args, opt)
@@ -91,10 +93,15 @@ def run(args) -> int:
         print_json(doc)
     elif args.output != "-":  # with -o - stdout is the HTML itself
         c = res.counts
-        con.text(sentence or res.overall.upper())
+        from forensics.views.format import shown_name
+
+        con.text(shown_name(sentence or res.overall.upper()))  # it names files: one line whatever their names
         n = doc["files"]
-        words = [k for k in ("fail", "cannot tell", "warn", "pass", "identified", "info")
-                 if k in c and (c[k] or k != "identified")]  # identified: said when some slot is
+        from forensics.analysis.report import OUTCOMES
+        from forensics.findings import UNREADABLE
+
+        # identified: said when some slot is; an unreadable file is said beside the file count
+        words = [k for k in OUTCOMES if k in c and k != UNREADABLE and (c[k] or k != "identified")]
         con.text(f"  {n} file{'' if n == 1 else 's'}" + (f" ({doc['unreadable']} unreadable)" if doc["unreadable"]
                                                          else "") +
                  "; slots: " + ", ".join(f"{c[k]} {k}" for k in words) +
@@ -105,4 +112,6 @@ def run(args) -> int:
         con.text(f"report written: {args.output} ({size / 1e6:.2f} MB)")  # the path as the user gave it
     for e in res.errors:  # what could not be done is said here too, not only at the bottom of the HTML
         con.error(f"{e.where}: {e.message}")
+    for e in res.notes:  # what was done without (token text): said, decides nothing
+        con.note(f"note: {e.where}: {e.message}")
     return res.exit_code(args.fail_on)

@@ -55,8 +55,9 @@ def run(args) -> int:
                    progress=False if (args.no_progress or args.json or args.quiet) else None,
                    out_format=args.out_format, layers=args.layers, stamp_check=args.stamp_check)
     except KeyboardInterrupt:
-        if args.out:
+        if args.out:  # the one line (re-raised, the command's own "interrupted" followed it: two lines)
             args.console.error(f"interrupted; rows so far are in {args.out}: continue with --resume")
+            return 130
         raise
     if args.json:
         print_json(res.to_dict())

@@ -326,17 +326,18 @@ def resolve_samples(obj: Any, path: str, input_ids: Any = None, attention_mask: 
     """
     bt = batch_shape(obj, path, input_ids, attention_mask)
     if bt is None:
-        return [resolve(obj, path, input_ids)]
+        return [resolve(obj, path, input_ids, attention_mask)]
     return _resolve_batch(obj, path, bt, input_ids, attention_mask)
 
 
-def resolve(obj: Any, path: str, input_ids: Any = None) -> Resolved:
+def resolve(obj: Any, path: str, input_ids: Any = None, attention_mask: Any = None) -> Resolved:
     """The slots of ``obj`` (tensor, array, list, tuple or dict) in stored order.
 
-    ``input_ids`` (ids given from outside the file) decide ambiguous axes when the object carries none.
+    ``input_ids`` (ids given from outside the file) decide ambiguous axes when the object carries none; a
+    one-sample ``[T]`` ``attention_mask`` (given, or saved beside the states) cuts its pad rows as a batch's does.
     """
     notes: list[str] = []
-    obj, file_ids, mask, _, _, items = _entries(obj, path)
+    obj, file_ids, mask, attn, _, items = _entries(obj, path)
     ids = ids_1d(file_ids, path, "input_ids") if file_ids is not None else None
     if input_ids is not None:
         given = ids_1d(to_torch(input_ids), path, "input_ids")
@@ -352,18 +353,7 @@ def resolve(obj: Any, path: str, input_ids: Any = None) -> Resolved:
             notes.append(_metadata_note(key, v))
             continue
         if isinstance(v, (list, tuple)):
-            if not v:
-                raise ForensicsError(f"'{key or 'the list'}' is an empty list (no layers were captured)", path=path)
-            for i, t in enumerate(v):
-                t = to_torch(t)
-                nm = f"{key}[{i}]" if key else f"[{i}]"
-                if not _is_tensor(t):
-                    raise ForensicsError(f"{nm} is {type(t).__name__}, not a tensor; accepted layouts: "
-                                         f"{', '.join(ACCEPTED)}", path=path)
-                if t.dim() not in (2, 3) or (t.dim() == 3 and t.shape[0] != 1):
-                    raise ForensicsError(f"list element {nm} has shape {list(t.shape)}; a list holds one [T, H] or "
-                                         f"[1, T, H] tensor per layer; {RECIPE}", path=path)
-                parts.append(Part(nm, key or "list", t[0] if t.dim() == 3 else t))
+            parts += _list_parts(key, v, path)
             layouts.append("list of [1, T, H]" if to_torch(v[0]).dim() == 3 else "list of [T, H]")
             continue
         if not _is_tensor(v):
@@ -387,9 +377,80 @@ def resolve(obj: Any, path: str, input_ids: Any = None) -> Resolved:
                              f"{hint}; accepted layouts: {', '.join(ACCEPTED)}", path=path)
     if skipped:
         notes.append(f"skipped entries that are not float hidden states: {skipped[:8]}")
+    amask = attention_mask if attention_mask is not None else attn
+    if amask is not None:
+        parts, ids, mask = _cut_one(amask, parts, ids, mask, path, notes)
     key_layers = _key_layers(obj, items, parts, notes)
     layout = layouts[0] if len(set(layouts)) == 1 else ", ".join(layouts)
     return Resolved(parts, ids, mask, layout, notes, key_layers)
+
+
+def _list_parts(key: str, v: list | tuple, path: str) -> list[Part]:
+    """One part per element of a list of per-layer ``[T, H]`` (or ``[1, T, H]``) tensors."""
+    if not v:
+        raise ForensicsError(f"'{key or 'the list'}' is an empty list (no layers were captured)", path=path)
+    parts = []
+    for i, t in enumerate(v):
+        t = to_torch(t)
+        nm = f"{key}[{i}]" if key else f"[{i}]"
+        if not _is_tensor(t):
+            raise ForensicsError(f"{nm} is {type(t).__name__}, not a tensor; accepted layouts: "
+                                 f"{', '.join(ACCEPTED)}", path=path)
+        if t.dim() not in (2, 3) or (t.dim() == 3 and t.shape[0] != 1):
+            raise ForensicsError(f"list element {nm} has shape {list(t.shape)}; a list holds one [T, H] or "
+                                 f"[1, T, H] tensor per layer; {RECIPE}", path=path)
+        parts.append(Part(nm, key or "list", t[0] if t.dim() == 3 else t))
+    return parts
+
+
+def _cut_one(amask: Any, parts: list[Part], ids: Any, lmask: Any, path: str,
+             notes: list[str]) -> tuple[list[Part], Any, Any]:
+    """One sample's parts, ids and loss mask cut to the rows its ``[T]`` (or ``[1, T]``) attention mask keeps:
+    the mask is checked as a batch's is (0/1 values, its length T, at least one real token)."""
+    T = int(parts[0].tensor.shape[0])
+    amask = _as_tensor(amask, path, "attention_mask")
+    if amask.dim() == 2 and amask.shape[0] == 1:
+        amask = amask[0]
+    if amask.dim() != 1 or int(amask.shape[0]) != T:
+        raise ForensicsError(f"attention_mask has shape {list(amask.shape)} but the hidden states hold {T} tokens",
+                             path=path)
+    keep, note = _mask_keep(_mask01(amask, path), T, path, 0)
+    if note is None:
+        return parts, ids, lmask
+    notes.append(note)
+    parts = [Part(p.name, p.key, p.tensor[keep]) if int(p.tensor.shape[0]) == T else p for p in parts]
+    cut = (lambda t: t[keep] if t is not None and t.dim() == 1 and int(t.shape[0]) == T else t)
+    return parts, cut(ids), cut(_as_tensor(lmask, path, "loss_mask") if lmask is not None else None)
+
+
+def _mask01(amask: Any, path: str) -> Any:
+    """A 0/1 attention mask as booleans; a one-line error for other values (an additive mask, scores)."""
+    odd = ~((amask == 0) | (amask == 1))
+    if bool(odd.any()):  # an additive mask (0 keep, -inf or the dtype's min pad) read as != 0 inverts it
+        seen = list(dict.fromkeys(str(v) for v in amask[odd].reshape(-1)[:256].tolist()))[:4]
+        raise ForensicsError(f"attention_mask holds values other than 0 and 1 ({', '.join(seen)}): an additive "
+                             "mask (0 = keep, a large negative = pad) or scores? save the 0/1 mask "
+                             "(1 = real token)", path=path)
+    return amask != 0
+
+
+def _mask_keep(row: Any, T: int, path: str, b: int) -> tuple[Any, str | None]:
+    """``(rows kept, note)`` for one sample's boolean mask row (note None: nothing cut)."""
+    import torch
+
+    rows = torch.nonzero(row).reshape(-1)
+    if rows.numel() == 0:
+        raise ForensicsError(f"sample {b}: attention_mask marks no real token", path=path)
+    first, last = int(rows[0]), int(rows[-1])
+    keep: Any = slice(first, last + 1) if last - first + 1 == rows.numel() else rows
+    cut = T - int(rows.numel())
+    if not cut:
+        return slice(None), None
+    side = "right" if first == 0 else "left" if last == T - 1 else "both ends"
+    if not isinstance(keep, slice):  # zeros between real tokens: not padding
+        side = f"{last - first + 1 - int(rows.numel())} of them between real tokens, not padding"
+        return keep, f"{cut} row{'s' if cut != 1 else ''} removed by attention_mask ({side})"
+    return keep, f"{cut} pad row{'s' if cut != 1 else ''} removed by attention_mask ({side} padding)"
 
 
 def _key_layers(obj: Any, items: list, parts: list[Part], notes: list[str]) -> dict[int, int]:
@@ -497,13 +558,7 @@ def _resolve_batch(obj: Any, path: str, bt: tuple[int, int], input_ids: Any,  # 
         if tuple(amask.shape) != (B, T):
             raise ForensicsError(f"attention_mask has shape {list(amask.shape)} but the batch is [{B}, {T}]",
                                  path=path)
-        odd = ~((amask == 0) | (amask == 1))
-        if bool(odd.any()):  # an additive mask (0 keep, -inf or the dtype's min pad) read as != 0 inverts it
-            seen = list(dict.fromkeys(str(v) for v in amask[odd].reshape(-1)[:256].tolist()))[:4]
-            raise ForensicsError(f"attention_mask holds values other than 0 and 1 ({', '.join(seen)}): an additive "
-                                 "mask (0 = keep, a large negative = pad) or scores? save the 0/1 mask "
-                                 "(1 = real token)", path=path)
-        amask = amask != 0
+        amask = _mask01(amask, path)
     if lmask is not None:
         lmask = _as_tensor(lmask, path, "loss_mask")
         if lmask.dim() != 2 or tuple(lmask.shape) != (B, T):
@@ -536,19 +591,9 @@ def _resolve_batch(obj: Any, path: str, bt: tuple[int, int], input_ids: Any,  # 
         keep: Any = slice(None)
         pad_rows = None
         if amask is not None:
-            rows = torch.nonzero(amask[b]).reshape(-1)
-            if rows.numel() == 0:
-                raise ForensicsError(f"sample {b}: attention_mask marks no real token", path=path)
-            first, last = int(rows[0]), int(rows[-1])
-            keep = slice(first, last + 1) if last - first + 1 == rows.numel() else rows
-            cut = T - int(rows.numel())
-            if cut:
-                side = "right" if first == 0 else "left" if last == T - 1 else "both ends"
-                if not isinstance(keep, slice):  # zeros between real tokens: not padding
-                    side = f"{last - first + 1 - int(rows.numel())} of them between real tokens, not padding"
-                notes.append(f"{cut} pad row{'s' if cut != 1 else ''} removed by attention_mask ({side} padding)"
-                             if isinstance(keep, slice) else
-                             f"{cut} row{'s' if cut != 1 else ''} removed by attention_mask ({side})")
+            keep, note = _mask_keep(amask[b], T, path, b)
+            if note is not None:
+                notes.append(note)
         elif padding is not None and ids is not None:
             side, pid = padding
             v, n = _edge_run(ids[b], side)

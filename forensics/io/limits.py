@@ -53,7 +53,10 @@ MAX_RECORDS_PER_FILE = 1 << 16
 
 
 def records_per_file(n: int, path: str | None = None) -> int:
-    """``n`` when a file's sample count is within ``MAX_RECORDS_PER_FILE``, else a one-line error."""
+    """``n`` when a file's sample count is within ``MAX_RECORDS_PER_FILE``, else a one-line error (also for no
+    sample at all: a ``[0, T]`` batch or an empty record list is nothing to check, not a pass)."""
+    if n < 1:
+        raise ForensicsError(f"holds {n} samples (an empty batch or record list): nothing to read", path=path)
     if n > MAX_RECORDS_PER_FILE:
         raise ForensicsError(f"{n} samples in one file, more than the {MAX_RECORDS_PER_FILE} hsf reads from one file "
                              "(MAX_RECORDS_PER_FILE); split it", path=path)

@@ -42,6 +42,15 @@ from ..errors import ForensicsError
 from .tempfiles import clean_stale, temp_path
 
 CAPTURE_CONTAINERS = ("zip", "gzip", "safetensors", "pickle")  # what _io.sniff calls a possible capture
+# Files the readers take from an input's folder (or its parent: capture.json): the declared layers, stamps, the
+# speculators dataset markers, a tokenizer or chat template, a model's or draft's config. An output of one of
+# these names beside an input would change how that input reads (or destroy it), so it is refused there.
+READ_SIDE_NAMES = frozenset({
+    "capture.json", "data_config.json", "sample_lengths.json", "stamps.jsonl", "dataset_info.json", "state.json",
+    "config.json", "generation_config.json", "training.json", "model.safetensors.index.json", "tokenizer.json",
+    "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja", "chat_template.json", "vocab.json",
+    "merges.txt", "tokenizer.model", "added_tokens.json",
+})
 TEXT_ERRORS = "hsf-escape"  # codec error handler of text outputs (registered below)
 
 
@@ -182,6 +191,7 @@ def check_output(path: str | os.PathLike, inputs: Iterable[str | os.PathLike] = 
     kind, target = output_target(out)  # refuses a directory, a block device, a socket, a dangling link
     if kind == "through":
         return out
+    _refuse_side_file(out, inputs)
     parent = os.path.dirname(os.path.abspath(out))
     if os.path.exists(parent) and not os.path.isdir(parent):
         raise ForensicsError("output folder is not a directory", path=out)
@@ -207,6 +217,27 @@ def check_output(path: str | os.PathLike, inputs: Iterable[str | os.PathLike] = 
             raise ForensicsError(f"output exists and looks like a capture ({container} container); refusing to "
                                  "overwrite it", path=out)
     return out
+
+
+def _refuse_side_file(out: str, inputs: Iterable[str | os.PathLike]) -> None:
+    """A ForensicsError when ``out`` is named like a side file (:data:`READ_SIDE_NAMES`) and lies where an input
+    reads it: inside an input folder, or in an input file's folder or that folder's parent."""
+    real = os.path.realpath(out)
+    if os.path.basename(real) not in READ_SIDE_NAMES and os.path.basename(out) not in READ_SIDE_NAMES:
+        return
+    where = os.path.dirname(real)
+    for src in inputs:
+        src = os.fspath(src)
+        if not os.path.exists(src):
+            continue
+        root = os.path.realpath(src)
+        if os.path.isdir(src):
+            inside = (where + os.sep).startswith(root + os.sep)
+        else:
+            inside = where in (os.path.dirname(root), os.path.dirname(os.path.dirname(root)))
+        if inside:
+            raise ForensicsError(f"output is named like a side file the input {src} is read with "
+                                 f"({os.path.basename(real)}); refusing to write it there", path=out)
 
 
 @contextmanager

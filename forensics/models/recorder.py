@@ -59,6 +59,7 @@ class TextSample:
     input_ids: list[int]
     loss_mask: list[int]
     truncated_from: int | None = None
+    messages: tuple[int, int] | None = None  # a chat cut to the tokens captured: (messages rendered, messages)
 
 
 @dataclass
@@ -159,33 +160,20 @@ def tokenize(tokenizer, path: str, chat: bool, max_tokens: int) -> TextSample:
         if not getattr(tokenizer, "chat_template", None):
             raise ForensicsError("--chat given but the tokenizer has no chat template", path=path)
         msgs = content if isinstance(content, list) else [{"role": "user", "content": content}]
-        gen = msgs[-1]["role"] != "assistant"
-
-        def render(m, add_gen):
-            return tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=add_gen)
-
-        def render_all() -> tuple[str, list]:
-            text = render(msgs, gen)
-            spans = []
-            for i, m in enumerate(msgs):
-                if m["role"] == "assistant":
-                    pre, upto = render(msgs[:i], True), render(msgs[:i + 1], False)
-                    if text.startswith(upto) and upto.startswith(pre):  # the template renders turns as prefixes
-                        spans.append((len(pre), len(upto)))
-            return text, spans
-
-        # the template (the model folder's: untrusted) runs in a child with bounded time and memory; the text
-        # is at most a few times the conversation's (templates add headers per turn)
-        size = sum(len(str(m.get("content", ""))) for m in msgs if isinstance(m, dict))
-        try:
-            text, spans = bounded_call(render_all, "the chat template", seconds=RENDER_SECONDS + size / 1e6,
-                                       memory=RENDER_MEMORY_BYTES + 16 * size, output=RENDER_OUTPUT_BYTES + 8 * size)
-        except BoundExceeded as e:
-            raise ForensicsError(f"{e}; not captured", path=path) from None
-        spans = [(int(a), int(b)) for a, b in spans]
+        # only the conversation's first messages reach the max_tokens captured: render those (doubled while their
+        # tokens do not go past max_tokens), not thousands of turns (each assistant turn renders its prefix twice)
+        n = _messages_for(msgs, max_tokens)
+        while True:
+            text, spans = _render_chat(tokenizer, msgs[:n], n == len(msgs), path)
+            enc = _encode_prefix(tokenizer, text, max_tokens)
+            if n == len(msgs) or len(enc["input_ids"]) > max_tokens + 1:
+                break
+            n = min(len(msgs), 2 * n)
+        cut = (n, len(msgs)) if n < len(msgs) else None
     else:
-        text, spans = content, [(0, len(content))]
-    enc = _encode_prefix(tokenizer, text, max_tokens)
+        assert isinstance(content, str)  # a list is a chat (above)
+        spans, cut = [(0, len(content))], None
+        enc = _encode_prefix(tokenizer, content, max_tokens)
     ids = list(enc["input_ids"])
     mask = [int(any(s <= a < e for s, e in spans)) for a, _ in enc["offset_mapping"]]
     if not ids:
@@ -193,7 +181,49 @@ def tokenize(tokenizer, path: str, chat: bool, max_tokens: int) -> TextSample:
     truncated = None
     if len(ids) > max_tokens:
         truncated, ids, mask = len(ids), ids[:max_tokens], mask[:max_tokens]
-    return TextSample(path, sha, chat, ids, mask, truncated)
+    return TextSample(path, sha, chat, ids, mask, truncated, cut)
+
+
+def _messages_for(msgs: list[dict], max_tokens: int) -> int:
+    """How many of a chat's first messages to render for ``max_tokens`` tokens: enough content characters for
+    ``PREFIX_CHARS_PER_TOKEN × max_tokens`` (what ``_encode_prefix`` reads) and no more than one message per token;
+    :func:`tokenize` doubles it while the rendering gives too few tokens."""
+    budget, total = PREFIX_CHARS_PER_TOKEN * max(1, max_tokens), 0
+    for n, m in enumerate(msgs, 1):
+        total += len(m["content"]) + 1
+        if total >= budget or n > max_tokens:
+            return n
+    return len(msgs)
+
+
+def _render_chat(tokenizer: Any, msgs: list[dict], last: bool, path: str) -> tuple[str, list[tuple[int, int]]]:
+    """The chat ``msgs`` rendered by the tokenizer's template (the generation prompt after a last user turn, when
+    ``last``: the whole conversation) and the character spans of its assistant turns (where the template renders
+    turns as prefixes of each other)."""
+    gen = last and msgs[-1]["role"] != "assistant"
+
+    def render(m, add_gen):
+        return tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=add_gen)
+
+    def render_all() -> tuple[str, list]:
+        text = render(msgs, gen)
+        spans = []
+        for i, m in enumerate(msgs):
+            if m["role"] == "assistant":
+                pre, upto = render(msgs[:i], True), render(msgs[:i + 1], False)
+                if text.startswith(upto) and upto.startswith(pre):  # the template renders turns as prefixes
+                    spans.append((len(pre), len(upto)))
+        return text, spans
+
+    # the template (the model folder's: untrusted) runs in a child with bounded time and memory; the text
+    # is at most a few times the conversation's (templates add headers per turn)
+    size = sum(len(str(m.get("content", ""))) for m in msgs if isinstance(m, dict))
+    try:
+        text, spans = bounded_call(render_all, "the chat template", seconds=RENDER_SECONDS + size / 1e6,
+                                   memory=RENDER_MEMORY_BYTES + 16 * size, output=RENDER_OUTPUT_BYTES + 8 * size)
+    except BoundExceeded as e:
+        raise ForensicsError(f"{e}; not captured", path=path) from None
+    return text, [(int(a), int(b)) for a, b in spans]
 
 
 PREFIX_CHARS_PER_TOKEN = 64  # capture tokenizes the first 64 × max_tokens characters, not a whole huge text
@@ -336,6 +366,8 @@ def capture(texts: list[str], layers: str | list | None = None, fmt: str = DEFAU
     notes = check_layers(rs, fmt, L)
     samples = [tokenize(tok, t, chat, max_tokens) for t in texts]
     notes += [f"{s.text_file}: truncated from {s.truncated_from} to {max_tokens} tokens"
+              + (f" (the chat's first {s.messages[0]} of {s.messages[1]} messages rendered: the rest lies past the "
+                 "tokens captured)" if s.messages else "")
               for s in samples if s.truncated_from]
     folder = tokenizer_dir or os.path.join(out, "tokenizer")
     if tok is not None:

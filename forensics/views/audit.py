@@ -8,7 +8,7 @@ from forensics.analysis.audit.core import AuditResult
 from forensics.display import renders
 from forensics.findings import Severity, sort_findings
 from forensics.layers import r_label
-from forensics.views.format import TEXT_WIDTH, badge, columns, count, esc, fit, headline_word, html_table
+from forensics.views.format import TEXT_WIDTH, badge, columns, count, esc, fit, headline_word, html_table, shown_name
 
 
 @renders(AuditResult, "line")
@@ -134,7 +134,7 @@ def text(res, width: int = TEXT_WIDTH, verbose: bool = False) -> str:
                    f"{'needs' if len(other) == 1 else 'need'} fixing")
     out.append("")
     out += _wiring_lines(res, width)
-    return fit("\n".join(out).rstrip(), width)
+    return fit("\n".join(shown_name(line) for line in out).rstrip(), width)
 
 
 @renders(AuditResult, "explain")

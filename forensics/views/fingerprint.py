@@ -13,7 +13,7 @@ from forensics.display import renders
 from forensics.findings import Verdict, sort_findings
 from forensics.io.layout import unused_metadata
 from forensics.layers import r_label
-from forensics.views.format import Raw, Shown, badge, columns, count, esc, fit, headline_word, html_table
+from forensics.views.format import Raw, Shown, badge, columns, count, esc, fit, headline_word, html_table, shown_name
 
 MAX_MATRIX_SLOTS = 8  # print the k×k distance matrix up to this many slots (HTML: up to 16)
 
@@ -170,7 +170,8 @@ def text(fp: Fingerprint, width: int | None = None) -> str:
               f"({sf.claim.source.value if sf.claim else '?'}); {sf.verdict_why}"
               for sf in fp.slots if sf.verdict is Verdict.FAIL]
     lines += slot_lines(fp, width)
-    return fit("\n".join(lines), width) if width else "\n".join(lines)
+    text = "\n".join(shown_name(line) for line in lines)  # one line each: a file or slot name cannot split one
+    return fit(text, width) if width else text
 
 
 @renders(Fingerprint, "explain")
@@ -197,7 +198,8 @@ def explain(fp: Fingerprint, width: int | None = None) -> str:
     for sf in fp.slots:
         lines.append(f"    [{sf.index}] {sf.name} → {sf.role} ({sf.confidence:.2f})")
         lines += [f"      {e.line()}" for e in sf.evidence]
-    return Shown(fit("\n".join(lines), width) if width else "\n".join(lines))
+    text = "\n".join(shown_name(line) for line in lines)
+    return Shown(fit(text, width) if width else text)
 
 
 @renders(Fingerprint, "html")

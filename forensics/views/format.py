@@ -9,8 +9,10 @@ import textwrap
 from collections.abc import Iterable
 from typing import Any
 
+from forensics.errors import escape
+
 VERDICT_COLORS = {"pass": "#1b7837", "identified": "#2166ac", "warn": "#b35806", "fail": "#b2182b", "info": "#4d4d4d",
-                  "cannot tell": "#7b3294"}
+                  "cannot tell": "#7b3294", "unreadable": "#8c510a"}
 
 
 def finding_verdict(f: Any, fallback: dict | None = None) -> str:
@@ -21,6 +23,18 @@ def finding_verdict(f: Any, fallback: dict | None = None) -> str:
         return {"error": "fail", "warning": "warn"}.get(str(sev), str(sev))
     kind = f.get("kind") if isinstance(f, dict) else getattr(f, "kind", "")
     return (fallback or {}).get(kind, "warn")
+
+
+def shown_name(x: Any) -> str:
+    """A name from the data (a file path, a slot or key name, a message quoting them) as one line of text: control
+    characters, the newline and tab included, written as Python escapes (``forensics.errors.escape``), so a file
+    named ``a\\nb.pt`` cannot split a row of a text view into two. Every view that prints a path in text writes it
+    through this (HTML escapes with :func:`esc`; there a newline is only whitespace).
+
+    >>> shown_name("data/a\\nb.pt"), shown_name("\\x1b[2Jx.pt")
+    ('data/a\\\\nb.pt', '\\\\x1b[2Jx.pt')
+    """
+    return escape("" if x is None else str(x))
 
 
 def esc(x: Any) -> str:
@@ -180,7 +194,7 @@ def columns(headers: list[str], rows: list[list[Any]], width: int = TEXT_WIDTH, 
 
     Numbers should come formatted (:func:`num`); ``right`` columns are right-aligned.
     """
-    cells = [[str(c) for c in r] for r in rows]
+    cells = [[shown_name(c) for c in r] for r in rows]  # a cell is one line: a name from the data cannot split a row
     keep = list(range(len(headers)))
     right = set(right)
     gap = 2

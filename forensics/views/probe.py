@@ -9,7 +9,19 @@ import os
 
 from forensics.analysis.probe import TARGET_VERIFIER, ProbeResult
 from forensics.display import renders
-from forensics.views.format import TEXT_WIDTH, badge, columns, count, esc, fit, headline_word, html_table, num, pct
+from forensics.views.format import (
+    TEXT_WIDTH,
+    badge,
+    columns,
+    count,
+    esc,
+    fit,
+    headline_word,
+    html_table,
+    num,
+    pct,
+    shown_name,
+)
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
 
@@ -111,7 +123,7 @@ def text(res, width: int = TEXT_WIDTH, verbose: bool = False) -> str:
     if verbose:
         lines += [f"  note: {f.message}" for f in res.findings if f.severity.value == "info"]
         lines += [f"  note: {n}" for n in res.notes]
-    return fit("\n".join(lines), width)
+    return fit("\n".join(shown_name(line) for line in lines), width)  # a file name cannot split a line
 
 
 @renders(ProbeResult, "explain")

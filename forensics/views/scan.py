@@ -7,7 +7,7 @@ import os
 from forensics.analysis.scan.result import ScanResult
 from forensics.display import renders
 from forensics.findings import OUTCOME_RANK
-from forensics.views.format import TEXT_WIDTH, badge, esc, fit, headline_word, html_table, num, short_list
+from forensics.views.format import TEXT_WIDTH, badge, esc, fit, headline_word, html_table, num, short_list, shown_name
 
 MAX_LISTED_ANOMALIES = 200  # anomalies shown in repr/HTML (all are in .anomalies and to_dict())
 MAX_LISTED_SLOTS = 12  # slot lines per format in repr (a 32-slot ladder would drown the anomalies)
@@ -83,7 +83,7 @@ def text(res, width: int = TEXT_WIDTH) -> str:
         lines.append(f"  {a.kind}: {a.message}")
     if len(res.anomalies) > MAX_LISTED_ANOMALIES:
         lines.append(f"  … {len(res.anomalies) - MAX_LISTED_ANOMALIES} more anomalies (see to_dict())")
-    return fit("\n".join(lines), width)
+    return fit("\n".join(shown_name(line) for line in lines), width)  # a file or slot name cannot split a line
 
 
 @renders(ScanResult, "html")

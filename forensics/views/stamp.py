@@ -7,7 +7,7 @@ import os
 from forensics.analysis.stamp import StampResult, VerifyResult
 from forensics.display import renders
 from forensics.layers import r_label
-from forensics.views.format import count, headline_word
+from forensics.views.format import count, headline_word, shown_name
 
 
 @renders(StampResult, "line")
@@ -41,7 +41,7 @@ def stamp_text(res) -> str:
         where = "header __metadata__" if f.where.startswith("safetensors") else _rel(f.where)
         out.append(f"  {_rel(f.path)}: [{labels}] -> {where}")
         out += [f"    note: {n}" for n in f.notes]
-    return "\n".join(out)
+    return "\n".join(shown_name(line) for line in out)  # a file name cannot split a line
 
 
 def summary(stamp: dict | None) -> str | None:
@@ -72,4 +72,4 @@ def verify_text(res) -> str:
         out.append(line + (f"  {s}" if s else "") + ("" if f.status == "ok" else f": {f.message}")
                    + ("  (a version-1 stamp: its checksum misses swapped words and paired edits; re-stamp)"
                       if old else ""))
-    return "\n".join(out)
+    return "\n".join(shown_name(line) for line in out)  # a file name cannot split a line

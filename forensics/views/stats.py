@@ -7,7 +7,7 @@ import os
 from forensics.analysis.stats import SINK_RATIO, CaptureStats, NormSummary, SlotStats
 from forensics.display import renders
 from forensics.layers import r_label
-from forensics.views.format import columns, count, esc, fit, html_table, num, short_list
+from forensics.views.format import columns, count, esc, fit, html_table, num, short_list, shown_name
 
 HEADERS = ["#", "slot", "shape", "dtype", "declared", "‖x‖ mean", "std", "median", "p5", "p95", "token 0",
             "last", "mean excl. tok0", "flags"]
@@ -88,7 +88,7 @@ def table(res, width: int | None = None) -> str:
     lines = head + columns(HEADERS, table_rows(res), width=width, right=(0, 5, 6, 7, 8, 9, 10, 11, 12),
                            drop=TABLE_DROP)
     lines += [f"  note: {note}" for note in c.provenance.notes]
-    return fit("\n".join(line.rstrip() for line in lines), width)
+    return fit("\n".join(shown_name(line.rstrip()) for line in lines), width)
 
 
 @renders(CaptureStats, "html")

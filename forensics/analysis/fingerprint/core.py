@@ -21,7 +21,7 @@ import numpy as np
 from forensics.analysis.claims import Claim, Claims, capture_claims, user_claims
 from forensics.analysis.context import check_context, without_sink_starts
 from forensics.analysis.fingerprint.depth import DistanceSample, angular_distance_sample, settle_chain
-from forensics.analysis.fingerprint.exact import CONCAT_MAX_K, exact_checks, reference_ladder
+from forensics.analysis.fingerprint.exact import CONCAT_MAX_K, ConcatenatedWidth, exact_checks, reference_ladder
 from forensics.analysis.fingerprint.residual import sublayer_slots
 from forensics.analysis.fingerprint.rules import (
     BANDS,
@@ -57,7 +57,7 @@ from forensics.analysis.fingerprint.rules import (
     postnorm_signals,
     share_identical_labels,
 )
-from forensics.analysis.fingerprint.verdicts import judge
+from forensics.analysis.fingerprint.verdicts import judge, width_excludes
 from forensics.analysis.loss_mask import capture_loss_mask_findings
 from forensics.analysis.rows import RowHashTaps, check_rows
 from forensics.analysis.stamp import StampReader, stamp_claims
@@ -346,8 +346,8 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
                                                 *((release[i],) if i in release else ())])
     release_tensors(full)  # the rest behind the pass
     stamp = reader.check(full) if reader is not None else None
-    if model is not None:
-        reference = reference_ladder(capture, model)
+    reference, too_wide = _reference(capture, model, layers, expected_source, claims, num_layers)
+    model = None if too_wide is not None else model  # the claims fail on the width; the rest is read from the data
     # every row placed against the reference forward when there is a ladder (not streamed, ids given), else data only
     rows = check_rows(capture, full, reference=None if reference is None else reference[1],
                       norms=[s.norms for s in st_all.slots], hashes=hash_taps.hashes())
@@ -419,6 +419,7 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
                      massive_sinks=[i for i in range(k) if sig.massive[i]], rows=rows, stamp=stamp)
     find_duplicates(fp, tensors)
     fp.findings += judge(fp, claims)
+    fp.findings = width_excludes(fp, too_wide)
     if any(f.kind is FindingKind.NOT_RESIDUAL for f in fp.findings) or sublayer_slots(fp):
         # the data-only sequence start reads token 0's massive activation as the residual stream carries it; a
         # file whose capture path saved sub-layer outputs breaks that premise (a block's MLP writes the massive
@@ -428,6 +429,23 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
     share_identical_labels(fp, groups)
     capture.check_unchanged()  # nothing read from a file truncated or rewritten meanwhile reaches the verdict
     return fp
+
+
+def _reference(capture: Capture, model: Any, layers: Any, expected_source: str | None, claims: Claims | None,
+               num_layers: int | None) -> tuple[Any, ConcatenatedWidth | None]:
+    """The reference and its ladder (None without a model), or, when every slot is k·H wide against the model's H
+    and something is claimed, ``(None, the error)``: the width alone decides those claims (``width_excludes``).
+    Nothing claimed on such slots: the one-line error (exit 2, how to re-save them)."""
+    if model is None:
+        return None, None
+    try:
+        return reference_ladder(capture, model), None
+    except ConcatenatedWidth as e:
+        said = claims or (user_claims(layers, expected_source or "layers=") if layers is not None else None) \
+            or capture_claims(capture, num_layers or capture.num_layers)
+        if said is None or all(c is None for c in said.slots):
+            raise
+        return None, e
 
 
 def _constant(h: Any) -> bool:

@@ -330,6 +330,17 @@ def reference_ladder(capture: Capture, model: Any) -> tuple[Reference, dict | No
 CONCAT_MAX_K = 8  # EAGLE-3 concatenates 3 states; a few more leave room for other drafts' fc widths
 
 
+class ConcatenatedWidth(ModelMismatch):
+    """The capture's slots are ``k·H`` wide against a model of hidden size ``H``: no state of that model is one of
+    them (k states side by side, EAGLE-3's ``[T, k·H]`` aux states). Without a claim it is a capture that cannot be
+    checked as stored (exit 2, how to re-save it); the fingerprint turns a one-state claim on such a slot into a FAIL
+    (the width alone excludes it)."""
+
+    def __init__(self, message: str, path: str | None, k: int, hidden_size: int, width: int, model: str):
+        self.k, self.hidden_size, self.width, self.model = k, hidden_size, width, model
+        super().__init__(message, path=path)
+
+
 def check_sizes(capture: Capture, ref: Reference) -> None:
     """A one-line :class:`~forensics.errors.ModelMismatch` naming both numbers when the capture cannot come from
     the reference model: a slot of another hidden size, a declared layer count (``capture.json`` ``num_layers``)
@@ -341,11 +352,12 @@ def check_sizes(capture: Capture, ref: Reference) -> None:
         for s in capture.slots:
             k, rest = divmod(s.hidden_size, H)
             if not rest and 2 <= k <= CONCAT_MAX_K:  # k states side by side: EAGLE-3's [T, k·H] aux states
-                raise ModelMismatch(f"hidden size {s.hidden_size} (slot {s.index}, {s.name}) is {k} × {H}, the hidden "
-                                    f"size of the model {name}: {k} states concatenated on the last axis (EAGLE-3's "
-                                    f"[T, {k}·H] aux states)? save them as [T, {k}, H] (hs.view(T, {k}, {H})), read as "
-                                    f"{k} slots; if the slot is one state, the capture is not from {name}: pass the "
-                                    "model it was captured with (--model, model=)", path=capture.path)
+                raise ConcatenatedWidth(f"hidden size {s.hidden_size} (slot {s.index}, {s.name}) is {k} × {H}, the "
+                                        f"hidden size of the model {name}: {k} states concatenated on the last axis "
+                                        f"(EAGLE-3's [T, {k}·H] aux states)? save them as [T, {k}, H] "
+                                        f"(hs.view(T, {k}, {H})), read as {k} slots; if the slot is one state, the "
+                                        f"capture is not from {name}: pass the model it was captured with (--model, "
+                                        "model=)", capture.path, k, H, int(s.hidden_size), name)
             if s.hidden_size != H:
                 raise ModelMismatch(f"hidden size {s.hidden_size} (slot {s.index}, {s.name}) ≠ {H}, the hidden size "
                                     f"of the model {name}: the capture comes from another model; pass the model it was "
@@ -557,6 +569,7 @@ def logit_lens(net: Any, tensors: list, lad: dict, out: list) -> None:
 
 # the module's own names, and those it re-exports (callers import them from here)
 __all__ = ["POSTNORM_RMS_TOL", "EMBED_MATCH_FRACTION", "GAMMA_MIN_REL", "ExactMatch", "ExactResult", "Reference",
-           "reference_for", "embedding_check", "postnorm_check", "reference_ladder", "check_sizes", "ROW_SHIFT_SLACK",
+           "reference_for", "embedding_check", "postnorm_check", "reference_ladder", "check_sizes",
+           "ConcatenatedWidth", "ROW_SHIFT_SLACK",
            "exact_checks", "SUBLAYER_NAMES", "sublayer_match", "logit_lens", "BF16_COMPUTE_REL", "LADDER_MATCH_COS",
            "LADDER_MATCH_REL", "LADDER_SEPARATION", "LENS_NEAR", "LENS_ROWS", "decide", "ladder_entry", "ladder_match"]

@@ -197,6 +197,32 @@ def _judge_slot(fp: Fingerprint, i: int, c: Claim, L: int | None,  # noqa: C901 
     return Verdict.CANNOT_TELL, f"a layer output ({sf.role}, {sf.decided_by}); its exact r needs the reference", None
 
 
+def width_excludes(fp: Fingerprint, e: Any) -> list[Finding]:  # e: ConcatenatedWidth | None (None: fp.findings)
+    """The findings once ``--model`` fixed the hidden size H and every slot is ``k·H`` wide (``e``: the
+    :class:`~forensics.analysis.fingerprint.exact.ConcatenatedWidth` the reference raised): each claim of one state
+    on a slot is excluded by the width alone (no state of that model is k·H wide): FAIL ``concatenated`` with the
+    arithmetic; the data-only ``concatenated`` WARN it confirms is dropped."""
+    if e is None:
+        return fp.findings
+    claimed = [sf for sf in fp.slots if sf.claim is not None]
+    words = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight"}
+    k = words.get(e.k, str(e.k))
+    for sf in claimed:
+        sf.verdict, sf.settle, sf.label = Verdict.FAIL, None, None
+        sf.verdict_why = (f"width {e.width} = {e.k} × {e.hidden_size} (the hidden size of {e.model}): {k} layers "
+                          f"concatenated, claimed one ({sf.claim.label if sf.claim else '?'})")
+    keep = [f for f in fp.findings if not (f.kind is FindingKind.CONCATENATED and f.severity is Severity.WARN)]
+    return keep + [Finding(
+        FindingKind.CONCATENATED, Severity.FAIL, [sf.index for sf in claimed],
+        f"slot(s) {[sf.index for sf in claimed]} claimed "
+        f"[{', '.join(sf.claim.label for sf in claimed if sf.claim is not None)}] are {e.width} wide = {e.k} × "
+        f"{e.hidden_size}, the hidden size of {e.model}: {k} layers concatenated (EAGLE-3's [T, {e.k}·H] aux states), "
+        f"no one layer; the reference forward did not run on them; re-save as [T, {e.k}, H] (hs.view(T, {e.k}, "
+        f"{e.hidden_size})), read as {e.k} slots with {e.k} layers claimed",
+        {"width": e.width, "k": e.k, "hidden_size": e.hidden_size, "model": e.model,
+         "claimed": [sf.claim.label for sf in claimed if sf.claim is not None]})]
+
+
 def concatenated_cut(fp: Fingerprint, i: int) -> dict | None:
     """The ``concatenated`` finding's evidence (k, hidden_size, dims) when slot ``i`` looks like k states side by
     side and exact mode did not name it, else None."""

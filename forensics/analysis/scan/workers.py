@@ -134,7 +134,7 @@ def run_inline(batches: list[list[Item]], opts: dict) -> Generator[list[dict], N
 
 def _start_fork_server() -> None:
     """Start the fork server (and its resource tracker) importing what this process imports, never the current
-    directory's files.
+    directory's files, and with Python's warnings off (they are not the user's business, as in the command).
 
     The fork server is started as ``python -c ...``, which puts the current directory first on its ``sys.path``
     (CPython 3.11's ``forkserver.main`` ignores the caller's path it is handed): run from a folder holding a
@@ -144,8 +144,11 @@ def _start_fork_server() -> None:
     restored at once."""
     from multiprocessing import forkserver
 
-    saved = {k: os.environ.get(k) for k in ("PYTHONSAFEPATH", "PYTHONPATH")}
+    saved = {k: os.environ.get(k) for k in ("PYTHONSAFEPATH", "PYTHONPATH", "PYTHONWARNINGS")}
     os.environ["PYTHONSAFEPATH"] = "1"
+    # the resource tracker outlives a killed scan and then warned of "leaked semaphore objects" on the caller's
+    # stderr (two lines of a library's warning after the run; the semaphores are removed all the same)
+    os.environ["PYTHONWARNINGS"] = "ignore"
     os.environ["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p or os.curdir) for p in sys.path)
     try:
         with _main_not_reimported():
@@ -207,8 +210,22 @@ def run_pool(batches: list[list[Item]], opts: dict, workers: int) -> Generator[l
                 yield [row]
             else:
                 quarantine.extend([it] for b in inflight.values() for it in b)
+        except BaseException:  # Ctrl-C, SIGTERM, the caller closing the generator: stop the workers now
+            _stop_workers(ex)
+            raise
         finally:
             ex.shutdown(wait=False, cancel_futures=True)
+
+
+def _stop_workers(ex: Any) -> None:
+    """Kill a pool's worker processes. ``shutdown`` cancels only the files not started, and the interpreter's exit
+    joins the pool: a worker on a file that takes long (one stuck until the per-file budget) held a stopped scan
+    for minutes after its "interrupted" line."""
+    for p in list((getattr(ex, "_processes", None) or {}).values()):
+        try:
+            p.kill()
+        except (OSError, ValueError, AttributeError):
+            pass
 
 
 def run_dask(batches: list[list[Item]], opts: dict, workers: int, address: Any) -> Generator[list[dict], None, None]:

@@ -68,7 +68,7 @@ SIDE_FILES = {"token_freq.pt", "model.safetensors", "training_args.bin", "optimi
 SIDE_DIRS = {"tokenizer", ".git", "__pycache__", ".ipynb_checkpoints"}
 
 __all__ = ["load", "load_all", "iter_files", "detect_format", "FORMATS", "as_capture", "as_captures", "REGISTRY",
-           "CaptureFormat", "Writer", "format_named", "writer", "WRITERS", "WRITTEN_SIDE_FILES", "trainer_of",
+           "CaptureFormat", "Writer", "format_named", "writer", "WRITERS", "WRITTEN_SIDE_FILES",
            "format_of_trainer"]
 FORMATS = [f.name for f in REGISTRY]
 WRITERS = tuple(f.writer.name for f in REGISTRY if f.writer is not None)  # ``hsf capture --format`` choices
@@ -105,14 +105,11 @@ def writer(name: str) -> Writer:
     return found
 
 
-def trainer_of(format_name: str) -> str | None:
-    """The trainer whose training data a format is (None: no one trainer's, or not a registered format)."""
-    return next((f.trainer for f in REGISTRY if f.name == format_name), None)
-
-
-def format_of_trainer(trainer: str | None) -> str | None:
-    """The format a trainer's training data is in (None: none registered for that name)."""
-    return next((f.name for f in REGISTRY if trainer and f.trainer == trainer), None)
+def format_of_trainer(*spellings: str | None) -> str | None:
+    """The format whose ``trainer`` (declared in the format's own module: the one record of which trainer's data a
+    format is) is any of ``spellings``, a trainer's names; None when no registered format is that trainer's.
+    ``forensics.models.conventions`` asks it with a system's name and aliases (``System.data_format``)."""
+    return next((f.name for f in REGISTRY if f.trainer is not None and f.trainer in spellings), None)
 
 
 def detect_format(path: str) -> str:
@@ -194,6 +191,8 @@ def _read(path: str, input_ids, record: int | None) -> list[Capture]:
         caps = _guarded(fmt.name, path, fmt.samples, content, req)
     else:
         caps = [_guarded(fmt.name, path, fmt.read, content, req)]
+    if not caps:  # a reader that split the file into no sample: nothing was checked, which must not read as a pass
+        raise ForensicsError(f"holds no sample (a {fmt.name} file with an empty batch or record list)", path=path)
     if record and caps[0].provenance.record is None:
         raise ForensicsError(f"record {record} asked for, but a {caps[0].format} file holds one sample", path=path)
     for cap in caps:

@@ -17,8 +17,6 @@ from forensics.errors import ForensicsError
 from forensics.models.conventions import compute, names
 from forensics.models.conventions.rules import Rule, rules_for
 
-# trainers whose stored data layout is known (``forensics.io.formats``): the system → its data's format name
-_DATA_FORMATS = {"speculators-legacy": "speculators-v1", "speculators": "speculators", "specforge": "specforge"}
 # engines whose EAGLE-3 capture is modelled from their code line by line (``compute``); the others follow the
 # registry rules
 _CODE_MODELLED = ("sglang", "vllm")
@@ -46,8 +44,9 @@ class System:
 
     @property
     def data_format(self) -> str | None:
-        """The capture format this trainer's training data is written in (None: no stored layout known)."""
-        return _DATA_FORMATS.get(self.name)
+        """The capture format this trainer's training data is written in (None: no stored layout known): the format
+        whose module declares this system (any of its names) its trainer (``forensics.io.formats``, the one record)."""
+        return _data_format(self.name, self.aliases)
 
     @property
     def code_modelled(self) -> bool:
@@ -97,6 +96,15 @@ class System:
         if self.data_format is None:
             raise ForensicsError(f"unknown trainer {self.name!r}; expected one of {names.TRAINERS}")
         return names.trainer_view(self.data_format, num_slots)
+
+
+@functools.cache
+def _data_format(name: str, aliases: tuple[str, ...]) -> str | None:
+    # read when a trainer's format is first asked (a capture is being judged), not on import: the registry loads
+    # every format module, which `hsf --help` and the commands' own --help (they list the trainers) need not
+    from forensics.io.formats import format_of_trainer  # noqa: PLC0415 - every format module, on call
+
+    return format_of_trainer(name, *aliases)
 
 
 def _build(name: str) -> System:

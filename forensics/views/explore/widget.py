@@ -27,6 +27,7 @@ from forensics.analysis.explore import (
     with_tokenizer,
 )
 from forensics.errors import ForensicsError
+from forensics.findings import UNREADABLE
 from forensics.io.capture import Capture
 from forensics.io.formats import as_captures, iter_files
 from forensics.models.target import model_tokenizer
@@ -187,7 +188,7 @@ class Explorer(anywidget.AnyWidget):
         except ForensicsError as e:
             with self.hold_sync():
                 self.meta = {"name": self.items[k][0], "error": str(e), "names": [], "fingerprinted": True,
-                             "file_verdict": "fail"}
+                             "file_verdict": UNREADABLE}
                 self.starts = self.norms = self.cos_prev = self.cos_same = b""
                 self.tokens, self.ids, self.status = [], [], str(e)
             return
@@ -269,7 +270,7 @@ class Explorer(anywidget.AnyWidget):
             fp: Any = forensics.fingerprint(self.capture(k), layers=self.layers, model=self._model_spec)
             verdict = fp.outcome  # the word every view writes (info reads NO CLAIM)
         except ForensicsError as e:
-            fp, verdict = str(e), "fail"
+            fp, verdict = str(e), UNREADABLE  # not read against the model: no fail of the data (exit 2)
         with self._lock:
             self._fps[k] = fp
             if k in self._states:

@@ -88,8 +88,10 @@ class Report:
 
     def save(self, path: str | os.PathLike) -> str:
         """Write the report to ``path`` (parent folders created; written to a temporary file, then renamed) and
-        return the absolute path. A directory, or a file that looks like a capture, is refused."""
-        path = check_output(path)
+        return the absolute path. A directory, a file that looks like a capture, an input or an input's side file
+        (its ``capture.json``, a draft's ``config.json``) is refused."""
+        inputs = [a for a in self.result.argv if not a.startswith("--") and os.path.exists(a)]  # paths, option values
+        path = check_output(path, inputs)
         self.output = path
         text = self.html
         with atomic_output(path) as f:
@@ -179,6 +181,7 @@ def build_context(res: ReportResult, progress: Callable[[str, int, int], None] |
         "probe_html": fragment(res.probe),
         "scan_html": fragment(res.scan),
         "errors": res.errors,
+        "notes": res.notes,
         "skipped": res.skipped,
         "max_analysed": res.max_analysed,
     }

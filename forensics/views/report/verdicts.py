@@ -110,8 +110,8 @@ def build_verdicts(res: ReportResult) -> dict:
     rows: list[dict] = []
     for f in res.files:
         if f.error:
-            rows.append({"file": f.rel, "error": f.error, "verdict": "fail", "slots": [], "findings": [], "order": "",
-                         "claims": None,
+            rows.append({"file": f.rel, "error": f.error, "verdict": f.outcome, "slots": [], "findings": [],
+                         "order": "", "claims": None,
                          "collapsed": False, "labels": "", "format": "unreadable"})
             continue
         fp = f.fingerprint
@@ -245,8 +245,7 @@ def _sentence(c: dict) -> str:  # noqa: C901 - complexity 17, to be paid down
                      + (f"{count(nslots, 'slot')}: " if nslots else "")
                      + (_also(kinds) if kinds else "a claimed identity ≠ the inferred one") + "): "
                      + _short([r["file"] for r in failing], 3))
-    if bad:
-        fails.append(f"{count(len(bad), 'input')} could not be read")
+    not_read = f"{count(len(bad), 'input')} could not be read ({_short([r['file'] for r in bad], 3)})" if bad else ""
     if probe is not None and probe["verdict"] != "pass":
         (fails if probe["verdict"] == "fail" else open_).append(probe["says"])
     if scan is not None and scan["verdict"] == "fail":
@@ -266,7 +265,11 @@ def _sentence(c: dict) -> str:  # noqa: C901 - complexity 17, to be paid down
     if scan is not None and scan["verdict"] == "cannot tell" and not open_:  # the scan alone leaves it open
         open_.append(scan["says"])
     if fails:
-        return "FAIL: " + "; ".join(fails) + "."
+        return "FAIL: " + "; ".join(fails + ([not_read] if not_read else [])) + "."
+    if not_read:  # no fail in what was read; what was not read is no fail either, and no pass beside it
+        n = sum(1 for r in rows if not r["error"])
+        return f"{headline_word(c['overall'])}: {not_read}; " + ("; ".join(open_) if open_ else
+                                                                f"no failure in the {count(n, 'file')} read") + "."
     word = {"cannot tell": "CANNOT TELL", "warn": "WARN"}.get(c["overall"])
     if word or open_:
         return f"{word or 'WARN'}: no failure; " + ("; ".join(open_) or "see the findings below") + "."

@@ -6,7 +6,8 @@ const VIRIDIS = [[68, 1, 84], [72, 40, 120], [62, 74, 137], [49, 104, 142], [38,
   [53, 183, 121], [109, 205, 89], [180, 222, 44], [253, 231, 37]];
 const ZERO_RGB = [0, 0, 0];         // an all-zero row: log norm −∞
 const NONFINITE_RGB = [255, 0, 255];  // NaN / Inf
-const VERDICT_CLASS = { "pass": "pass", "fail": "fail", "cannot tell": "cannot", "warn": "warn", "identified": "identified" };
+const VERDICT_CLASS = { "pass": "pass", "fail": "fail", "cannot tell": "cannot", "warn": "warn", "identified": "identified",
+  "unreadable": "unreadable" };
 const LABEL_W = 118;   // y-axis label column, px
 const FILES_W = 250;   // file list, px
 const AXIS_H = 64;     // x-axis token labels, px
