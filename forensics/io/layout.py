@@ -367,8 +367,14 @@ def resolve(obj: Any, path: str, input_ids: Any = None, attention_mask: Any = No
         parts += [Part(nm, key, t) for nm, t in views]
         layouts.append(layout)
     if not parts:
-        raise ForensicsError(f"no floating-point hidden-state tensors found ({', '.join(skipped[:8]) or 'nothing'});"
-                             f" accepted layouts: {', '.join(ACCEPTED)}", path=path)
+        tensors = [v for _, v in items if _is_tensor(v)]
+        ids_only = not any(t.is_floating_point() or t.dim() > 2 for t in tensors) and (bool(tensors)
+                                                                                        or file_ids is not None)
+        # token ids saved apart (README: `--ids ids.pt`) and then found in a folder: say what they are for
+        hint = ("; integer tensors only: a file of token ids? give it to the capture saved without them "
+                "(--ids FILE) and keep it out of the folders given as captures") if ids_only else ""
+        raise ForensicsError(f"no floating-point hidden-state tensors found ({', '.join(skipped[:8]) or 'nothing'})"
+                             f"{hint}; accepted layouts: {', '.join(ACCEPTED)}", path=path)
     if skipped:
         notes.append(f"skipped entries that are not float hidden states: {skipped[:8]}")
     parts, ids, mask = _cut_one(attention_mask if attention_mask is not None else attn, parts, ids, mask, path, notes)
