@@ -5,7 +5,9 @@
 - foreign-row labels (vectorized) equal a per-row dictionary reference written here;
 - the duplicate-row test screened by the row hashes, with padding told from the row norms and whole rows
   compared by their bytes, equals a bytewise reference;
-- the distance sample without the NaN/Inf pass equals it with the pass on finite data;
+- the distance sample without the NaN/Inf pass equals it with the pass on finite data (and, in the whole
+  fingerprints below, its buffer centred and multiplied in chunks equals the one batched product:
+  ``test_fingerprint_fuse.py``);
 - a whole fingerprint (its ``to_dict``) is identical with every fast path and with the plain paths, on real SmolLM2
   captures (``sample_data`` and fresh ``hsf capture`` ones, clean and corrupted).
 """
@@ -17,6 +19,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from test_fingerprint_fuse import _old_distances_in_buffer
 
 import forensics
 from forensics.analysis import rows as R
@@ -206,6 +209,7 @@ def plain_paths(monkeypatch):
         monkeypatch.setattr(rules, "duplicate_rows", lambda h, ids, hashes=None, norms=None: real_dup(h, ids))
         monkeypatch.setattr(core, "angular_distance_sample",
                             lambda *a, finite=False, **k: real_dist(*a, **k))
+        monkeypatch.setattr(depth, "_distances_in_buffer", _old_distances_in_buffer)  # one batched product
     return plain
 
 

@@ -542,7 +542,7 @@ def screen_sims(ts: list, starts: np.ndarray, rows: np.ndarray, max_shift: int =
     bytes and converted to float32 once (centered on the counted rows' mean), one batched matmul per unordered
     pair of slots gives every row dot product both ways, and the cosines of the counted rows at each shift are
     summed in float64 in one weighted sum (the row norms divided out of the small ``[B, P, P]`` products, not
-    out of the rows)."""
+    out of the rows). The products are taken block by block, every pair of one block while its rows are in cache."""
     import torch
 
     R, m = CROSS_SCREEN_BLOCK_ROWS, max_shift
@@ -569,15 +569,22 @@ def screen_sims(ts: list, starts: np.ndarray, rows: np.ndarray, max_shift: int =
         xs.append(x)
         ns.append(torch.linalg.vector_norm(x, dim=-1).clamp_min(1e-30).to(torch.float64).numpy())  # [B, P]
     k = len(ts)
+    pairs = [(i, j) for i in range(k) for j in range(i + 1, k)]
+    # [pair, B, P, P]: row i · row j, block by block (every slot's rows of one block stay in cache for all its pairs;
+    # a block's product is the same as in one batched matmul over the blocks)
+    G = torch.empty(len(pairs), B, P, P, dtype=torch.float32)
+    for b in range(B):
+        for q, (i, j) in enumerate(pairs):
+            torch.bmm(xs[i][b:b + 1], xs[j][b:b + 1].transpose(1, 2), out=G[q, b:b + 1])
+    G64 = G.to(torch.float64).numpy()
     sims = np.zeros((k, k, 2 * m + 1))
-    for i in range(k):
-        for j in range(i + 1, k):
-            g = torch.bmm(xs[i], xs[j].transpose(1, 2)).to(torch.float64).numpy()  # [B, P, P]: row i · row j
-            g /= ns[i][:, :, None] * ns[j][:, None, :]  # cosines
-            # shift o - m: the counted rows t of slot i against rows t + o - m of slot j (a diagonal of g), and
-            # the counted rows of slot j against slot i's (the same diagonal of g transposed)
-            sims[i, j] = sel @ g.reshape(-1) / count
-            sims[j, i] = sel @ g.transpose(0, 2, 1).reshape(-1) / count
+    for q, (i, j) in enumerate(pairs):
+        g = G64[q]
+        g /= ns[i][:, :, None] * ns[j][:, None, :]  # cosines
+        # shift o - m: the counted rows t of slot i against rows t + o - m of slot j (a diagonal of g), and
+        # the counted rows of slot j against slot i's (the same diagonal of g transposed)
+        sims[i, j] = sel @ g.reshape(-1) / count
+        sims[j, i] = sel @ g.transpose(0, 2, 1).reshape(-1) / count
     return sims
 
 

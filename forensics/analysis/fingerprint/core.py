@@ -56,6 +56,7 @@ from forensics.analysis.fingerprint.rules import (
     order_chain,
     postnorm_signals,
     share_identical_labels,
+    token0_concentration,
 )
 from forensics.analysis.fingerprint.verdicts import judge, width_excludes
 from forensics.analysis.loss_mask import capture_loss_mask_findings
@@ -327,6 +328,7 @@ class _Signals:
     drop: list[int]
     mask: list[int]
     massive: list[bool]  # token 0 is a massive-activation sink (rules.massive_sink): a pre-norm decoder's signature
+    token0: list[float] = field(default_factory=list)  # each slot's rules.token0_concentration (read once)
 
 
 def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | None,
@@ -351,8 +353,8 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
     # every row placed against the reference forward when there is a ladder (not streamed, ids given), else data only
     rows = check_rows(capture, full, reference=None if reference is None else reference[1],
                       norms=[s.norms for s in st_all.slots], hashes=hash_taps.hashes())
-
-    release_tensors(full)
+    # data only, the row samples gave back each slot they read (rows.screen_sims); against the reference, every row
+    release_tensors(full if reference is not None else ())
     context = check_context(capture, full, st_all.slots, rows, net=None if reference is None else reference[0].net,
                             reference=None if reference is None else reference[1])
     view = good_rows_view(capture, full, rows)  # statistics and order from the rows that are their tokens'
@@ -373,8 +375,7 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
     mask = sorted({d for s in st.slots for d in s.massive_dims})
     finite = not any(s.nan or s.inf for s in st.slots)  # no NaN/Inf anywhere: nothing for the sample to zero
     sample = angular_distance_sample(tensors, drop, mask, finite=finite) if k > 1 else \
-        DistanceSample(np.zeros((1, 1)), np.zeros((1, 1)), 0, 0)
-    release_tensors(full)
+        DistanceSample(np.zeros((1, 1)), np.zeros((1, 1)), 0, 0)  # (gives back the pages it read)
     sig = _signals(view, st, tensors, drop, mask, rows.hashes if view is capture else None)
     release_tensors(full)
 
@@ -564,15 +565,16 @@ def _signals(capture: Capture, st: CaptureStats, tensors: list, drop: list[int],
     ev: list[list[Evidence]] = [[] for _ in range(k)]
     ids = capture.input_ids.reshape(-1) if capture.input_ids is not None else None
     meds = [s.norm_excl_sinks.median for s in st.slots]
-    embed_score = embedding_signals(st.slots, tensors, ids, meds, ev, hashes)
+    conc = [token0_concentration(t) for t in tensors]  # token 0's one-dim share, which four rules read
+    embed_score = embedding_signals(st.slots, tensors, ids, meds, ev, hashes, conc)
     release_tensors(tensors)  # the file pages each step maps (io/pages.py: only file pages are dropped)
     post_score, prenorm_of, post_why = postnorm_signals(st.slots, tensors, embed_score, meds, drop, ev,
-                                                        [s.claimed for s in capture.slots])
+                                                        [s.claimed for s in capture.slots], conc)
     is_post = [post_score[i] >= POSTNORM_DECIDED for i in range(k)]
     is_embed = [embed_score[i] >= EMBED_MIN_SCORE and not is_post[i] for i in range(k)]
-    massive = [massive_sink(s, t) for s, t in zip(st.slots, tensors, strict=True)]
+    massive = [massive_sink(s, t, c) for s, t, c in zip(st.slots, tensors, conc, strict=True)]
     return _Signals(st, tensors, ev, meds, embed_score, is_embed, post_score, is_post, post_why, prenorm_of,
-                    drop, mask, massive)
+                    drop, mask, massive, conc)
 
 
 def _exact(capture: Capture, tensors: list, model: Any, sig: _Signals, findings: list[Finding], rows: Any = None,
@@ -644,7 +646,7 @@ def _data_only_order(sample: Any, sig: _Signals) -> tuple[np.ndarray, list[int],
     anchor = sorted({j for j in sig.prenorm_of.values() if not is_embed[j] and not is_post[j]})
     chain = [i for i in range(k) if not is_embed[i] and not is_post[i] and i not in anchor]
     D = settle_chain(sample, tensors, sig.drop, sig.mask, chain).D  # all rows where the sample is a near-tie
-    quiet = maybe_normalised(chain, st.slots, tensors, meds)
+    quiet = maybe_normalised(chain, st.slots, tensors, meds, sig.token0 or None)
     anchors = [i for i in range(k) if sig.massive[i]]
     co = chain_order(D, chain, st.slots, meds, quiet, anchors)
     weak = [i for i in chain if 0 < post_score[i] < POSTNORM_DECIDED]

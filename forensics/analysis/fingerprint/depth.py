@@ -44,6 +44,8 @@ NEAR_PARALLEL_COS = 0.9999  # float32 cosines above this are recomputed in float
 # near 1: a float32 cosine of two near-duplicate slots is only good to ~1e-4 in the distance)
 CHAIN_TIE_SIGMAS = 3.0  # a best depth path ahead of the runner-up by at most this many standard errors of the
 # cost difference is settled on all rows (a near-tie is a coin flip on a sample)
+DISTANCE_CHUNK_ELEMENTS = 1 << 18  # float32 elements of the rows centred and multiplied at a time (1 MB: a core's L2
+# holds them; 8–16-row chunks of the Kimi-shaped sample were the fastest, 2026-12-05)
 DISTANCE_BUFFER_ELEMENTS = 1 << 23  # up to this many sampled elements (32 MB float32) are gathered once into one
 # buffer (Kimi: 128 rows × 4 × 7168 = 3.7 M); beyond, two passes over row blocks keep memory bounded
 DUP_KEY_COLS = 16  # consecutive columns hashed per row (one 32-byte run for bf16) before whole rows are compared
@@ -317,6 +319,7 @@ def angular_distance_sample(tensors: Sequence[torch.Tensor], drop_tokens: Sequen
         a = _angles(G)
         s1 += a.sum(0)
         s2 += (a * a).sum(0)
+    release_tensors(tensors)  # the file pages the sample mapped (as the one-buffer path does slot by slot)
     return _sample_result(s1, s2, n, population)
 
 
@@ -343,8 +346,16 @@ def _distances_in_buffer(tensors: Sequence[torch.Tensor], rows: torch.Tensor, ma
             X[:, i, m] = 0.0
     if not finite:
         torch.nan_to_num_(X, nan=0.0, posinf=0.0, neginf=0.0)
-    X.sub_(X.mean(0))  # float32 cascade sums: the mean is good to ~1e-7 relative
-    G = torch.bmm(X, X.transpose(1, 2)).to(torch.float64).numpy()
+    mu = X.mean(0)  # float32 cascade sums: the mean is good to ~1e-7 relative
+    # centred and multiplied a few rows at a time, while they are in cache (one pass over the buffer instead of
+    # three: the buffer is larger than a core's L2); each row's Gram is its own product, so the values are those
+    # of one batched matmul over all rows
+    G32 = torch.empty(n, k, k, dtype=torch.float32)
+    c = max(1, DISTANCE_CHUNK_ELEMENTS // max(1, k * H))
+    for s in range(0, n, c):
+        x = X[s:s + c].sub_(mu)
+        torch.bmm(x, x.transpose(1, 2), out=G32[s:s + c])
+    G = G32.to(torch.float64).numpy()
     d = np.sqrt(np.maximum(np.einsum("bii->bi", G), 0.0))
     with np.errstate(divide="ignore", invalid="ignore"):
         c = G / (d[:, :, None] * d[:, None, :])

@@ -199,10 +199,12 @@ def _shape_evidence(s: SlotStats) -> list[Evidence]:
 
 
 def embedding_signals(st_slots: Sequence[SlotStats], tensors: list, ids: Any, meds: list[float],
-                      ev: list[list[Evidence]], hashes: Sequence[np.ndarray] | None = None) -> list[float]:
+                      ev: list[list[Evidence]], hashes: Sequence[np.ndarray] | None = None,
+                      conc: Sequence[float] | None = None) -> list[float]:
     """Per-slot embedding score from duplicate rows and context-free norms; appends the evidence lines.
     ``hashes``: per-row hashes of ``tensors`` already computed (equal rows ⇒ equal hashes), screening the
-    duplicate-row test (:func:`~forensics.analysis.fingerprint.depth.duplicate_rows`)."""
+    duplicate-row test (:func:`~forensics.analysis.fingerprint.depth.duplicate_rows`). ``conc``: each slot's
+    :func:`token0_concentration` when already computed."""
     k = len(st_slots)
     embed_score = [0.0] * k
     for i, (s, h) in enumerate(zip(st_slots, tensors, strict=True)):
@@ -219,9 +221,9 @@ def embedding_signals(st_slots: Sequence[SlotStats], tensors: list, ids: Any, me
         ev[i].append(Evidence("norm_level", ratio, f"≤ {EMBED_NORM_RATIO} × next-smallest slot, no sink",
                               f"median ‖x‖ {meds[i]:.4g} (sinks excluded): "
                               + ("tiny, context-free norms" if tiny else "layer-scale norms")))
-        conc = token0_concentration(h)
+        c0 = token0_concentration(h) if conc is None else conc[i]
         if tiny and embed_score[i] == 0.0:
-            if conc >= TOKEN0_CONCENTRATION:  # a normalised sink keeps its one-dim direction; a lookup row does not
+            if c0 >= TOKEN0_CONCENTRATION:  # a normalised sink keeps its one-dim direction; a lookup row does not
                 ev[i][-1].verdict += " — but token 0 sits in one dim (a normalised sink), not a lookup"
             elif dup.get("groups") and ratio > EMBED_NORM_RATIO_UNIQUE_ROWS:
                 ev[i][-1].verdict += (f" — but repeated ids differ and the norm is not tiny enough (≤ "
@@ -230,8 +232,8 @@ def embedding_signals(st_slots: Sequence[SlotStats], tensors: list, ids: Any, me
                 embed_score[i] = 0.6 if dup.get("groups") else 0.7  # absolute-position models: no duplicates
                 if dup.get("groups"):
                     ev[i][-1].verdict += " — yet repeated ids differ: absolute position embeddings (GPT-2/OPT)?"
-        ev[i].append(Evidence("token0_concentration", conc, f"≥ {TOKEN0_CONCENTRATION} one-dim sink direction",
-                              "token 0 concentrated in one dim (sink direction)" if conc >= TOKEN0_CONCENTRATION
+        ev[i].append(Evidence("token0_concentration", c0, f"≥ {TOKEN0_CONCENTRATION} one-dim sink direction",
+                              "token 0 concentrated in one dim (sink direction)" if c0 >= TOKEN0_CONCENTRATION
                               else "token 0 spread over dims"))
         ev[i] += _shape_evidence(s)
     for i in range(k):
@@ -257,7 +259,8 @@ def _closest_prenorm(i: int, k: int, tensors: list, lookup: list[bool], embed_sc
 
 
 def _norm_collapse(i: int, s: SlotStats, k: int, tensors: list, embed_score: list[float], meds: list[float],
-                   claim_post: bool, ev_i: list[Evidence]) -> tuple[float, str] | None:
+                   claim_post: bool, ev_i: list[Evidence], conc: Sequence[float] | None = None,
+                   ) -> tuple[float, str] | None:
     """Post-norm ``(score, reason)`` of sinkless, non-lookup slot ``i`` that is no RMSNorm of another slot, from its
     token-norm spread, its norm against the layer slots' and the format's claim; None when it reads as pre-norm.
     Its evidence joins ``ev_i``."""
@@ -269,7 +272,7 @@ def _norm_collapse(i: int, s: SlotStats, k: int, tensors: list, embed_score: lis
                                  "post-norm final by the format, but the token norms spread like a layer's"))
         return None
     found: tuple[float, str] | None = None
-    conc = token0_concentration(tensors[i]) >= TOKEN0_CONCENTRATION
+    one_dim = (token0_concentration(tensors[i]) if conc is None else conc[i]) >= TOKEN0_CONCENTRATION
     layer_meds = [meds[j] for j in range(k) if j != i and embed_score[j] < EMBED_MIN_SCORE
                   and math.isfinite(meds[j]) and meds[j] > 0]
     ratio = meds[i] / max(layer_meds) if layer_meds else None
@@ -282,7 +285,7 @@ def _norm_collapse(i: int, s: SlotStats, k: int, tensors: list, embed_score: lis
             "post-norm final ⇒ post-final-norm"
     elif claim_post:
         verdict = "the format stores the post-norm final here, but its norm exceeds every layer slot's: pre-norm?"
-    elif dropped or (conc and (ratio is None or ratio <= POSTNORM_NORM_DROP_WEAK) and ordinary_token0(s)):
+    elif dropped or (one_dim and (ratio is None or ratio <= POSTNORM_NORM_DROP_WEAK) and ordinary_token0(s)):
         # a candidate only: SmolLM2's sinkless mid layers (r ≈ 10) are as tight and ≤ 0.2 × r = L; the depth
         # chain decides (collapsed_end)
         found = (POSTNORM_CANDIDATE, "norm_drop" if dropped else "sink_direction")
@@ -299,7 +302,7 @@ def _norm_collapse(i: int, s: SlotStats, k: int, tensors: list, embed_score: lis
 
 def postnorm_signals(st_slots: Sequence[SlotStats], tensors: list, embed_score: list[float], meds: list[float],
                      drop: list[int], ev: list[list[Evidence]], claimed: Sequence[str | None] | None = None,
-                     ) -> tuple[list[float], dict[int, int], list[str]]:
+                     conc: Sequence[float] | None = None) -> tuple[list[float], dict[int, int], list[str]]:
     """Per-slot post-norm score, ``{post slot: pre-norm slot}`` and what decided it (γ-free: B = γ ⊙ A/rms(A)
     makes B/A constant per dimension).
 
@@ -333,13 +336,14 @@ def postnorm_signals(st_slots: Sequence[SlotStats], tensors: list, embed_score: 
             continue
         if embed_score[i] >= EMBED_MIN_SCORE:
             continue
-        found = _norm_collapse(i, s, k, tensors, embed_score, meds, claim_post, ev[i])
+        found = _norm_collapse(i, s, k, tensors, embed_score, meds, claim_post, ev[i], conc)
         if found is not None:
             post_score[i], why[i] = found
     return post_score, prenorm_of, why
 
 
-def maybe_normalised(chain: Sequence[int], slots: Sequence[SlotStats], tensors: list, meds: list[float]) -> list[int]:
+def maybe_normalised(chain: Sequence[int], slots: Sequence[SlotStats], tensors: list, meds: list[float],
+                     conc: Sequence[float] | None = None) -> list[int]:
     """The chain slots whose norm may have been divided away: sinkless, token 0 concentrated in one dim (a sink's
     direction kept, its size gone: :func:`ordinary_token0`) and a median norm ≤ ``POSTNORM_NORM_DROP_WEAK`` × the
     chain's largest.
@@ -349,7 +353,7 @@ def maybe_normalised(chain: Sequence[int], slots: Sequence[SlotStats], tensors: 
     top = max((meds[i] for i in chain if math.isfinite(meds[i])), default=0.0)
     return [i for i in chain if not has_sink(slots[i]) and math.isfinite(meds[i]) and top > 0
             and meds[i] <= POSTNORM_NORM_DROP_WEAK * top and ordinary_token0(slots[i])
-            and token0_concentration(tensors[i]) >= TOKEN0_CONCENTRATION]
+            and (token0_concentration(tensors[i]) if conc is None else conc[i]) >= TOKEN0_CONCENTRATION]
 
 
 def off_line(D: np.ndarray, chain: list[int], quiet: Sequence[int], slots: Sequence[SlotStats], meds: list[float],
@@ -383,11 +387,11 @@ def off_line(D: np.ndarray, chain: list[int], quiet: Sequence[int], slots: Seque
     return out
 
 
-def massive_sink(s: SlotStats, h: Any) -> bool:
+def massive_sink(s: SlotStats, h: Any, conc: float | None = None) -> bool:
     """Token 0 of this slot is a massive-activation sink (``MASSIVE_TOKEN0_CONCENTRATION``): the signature of a
     pre-norm decoder's residual stream (Sun et al. 2024, "Massive Activations in Large Language Models")."""
     return math.isfinite(s.first_ratio) and s.first_ratio >= SINK_RATIO and \
-        token0_concentration(h) >= MASSIVE_TOKEN0_CONCENTRATION
+        (token0_concentration(h) if conc is None else conc) >= MASSIVE_TOKEN0_CONCENTRATION
 
 
 def ordinary_token0(s: SlotStats) -> bool:
