@@ -225,7 +225,8 @@ _MEANINGS: dict[FindingKind, str] = {
     FindingKind.CONSTANT: "every row of a slot is the same vector (a broadcast, one token copied): nothing per token",
     FindingKind.FEW_TOKENS: "too few tokens for the statistics to decide a slot's role",
     FindingKind.NO_REFERENCE_MATCH: "with --model, some slots equal no state of the reference forward",
-    FindingKind.NO_TOKEN_IDS: "with --model, exact mode cannot run: the capture has no token ids (--ids, --text)",
+    FindingKind.NO_TOKEN_IDS: "with --model, exact mode cannot run: the capture has no token ids; give them with "
+                              "--ids FILE or --text FILE for one capture file, or save input_ids with the states",
     FindingKind.DUPLICATE: "the same layer is captured (or fed to the fc) twice",
     FindingKind.CONCATENATED: "one slot looks like k states side by side ([T, k·H], EAGLE-3's concatenated aux states)",
     FindingKind.ZERO_ROWS: "some rows of a slot (or of every slot) are all zeros while its other rows are not",

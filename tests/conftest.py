@@ -75,7 +75,9 @@ SLOW: dict[str, set[str] | None] = {
     "test_tokens.py": {"test_a_model_of_the_same_shape_that_matches_nothing_is_named_and_lends_no_layer_count"},
     "test_user_first_hour.py": {"test_key_numbers_say_audited_only_when_an_audit_ran",
                                 "test_a_short_capture_does_not_blame_a_working_draft",
-                                "test_a_speculators_file_without_its_layer_count_says_its_format_claim_is_unchecked"},
+                                "test_a_speculators_file_without_its_layer_count_says_its_format_claim_is_unchecked",
+                                "test_a_report_whose_audit_could_not_run_says_so_on_its_first_screen",
+                                "test_a_one_slot_capture_is_one_slot"},
 }
 
 

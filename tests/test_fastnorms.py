@@ -112,3 +112,25 @@ def test_fingerprints_and_scan_rows_decide_the_same_with_either_kernel(tmp_path)
         with fastnorms.scope():
             b = forensics.fingerprint(p).to_dict()
         assert _strip(a) == _strip(b)
+
+
+def test_a_scan_uses_the_kernel_only_where_its_bytes_pay_for_loading_it(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    import forensics
+    from forensics.analysis.scan import core
+
+    assert not core.fused_norms_pay(core.FUSED_NORMS_MIN_BYTES - 1) and core.fused_norms_pay(core.FUSED_NORMS_MIN_BYTES)
+    paths = _bf16_captures(tmp_path)
+    code = ("import sys, forensics; forensics.scan(sys.argv[1], workers=0, progress=False); "
+            "print('numba' in sys.modules)")
+    small = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert small.stdout.strip().splitlines()[-1] == "False", small.stderr[-2000:]  # a small scan never imports numba
+
+    calls = []
+    real = fastnorms.bf16_norms
+    monkeypatch.setattr(fastnorms, "bf16_norms", lambda bits, out: calls.append(bits.shape) or real(bits, out))
+    monkeypatch.setattr(core, "FUSED_NORMS_MIN_BYTES", 0)
+    forensics.scan(str(tmp_path), workers=0, progress=False)
+    assert len(calls) >= len(paths) and not fastnorms.active()  # used inside the scan's batches, not after

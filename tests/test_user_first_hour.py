@@ -20,14 +20,23 @@ def _generic_copy(src, dst) -> None:
 def test_report_with_a_draft_on_a_capture_without_declared_layers(smollm2, sample_data, tmp_path):
     """``hsf report my_capture.pt --draft D --engine vllm --trainer speculators --model default`` ended in a
     traceback: the probe names a slot without a declared r ``slot0``, which the report's probe panel parsed as an
-    r. The headline also said "the wiring audit also finds" with nothing before it."""
+    r. Then the probe ranked ``slot0+slot1+slot2`` and said the capture "holds no state at embed, L3, L16" (re-capture
+    with hsf capture --layers 0,3,16) of a file whose fingerprint, in the same report, named exactly those. The
+    headline also said "the wiring audit also finds" with nothing before it."""
+    from forensics.views.report.verdicts import _probe_summary
+
     cap = tmp_path / "capture.pt"
     _generic_copy(sample_data / "speculators_v1" / "data_4.pt", cap)  # [embed, L3, L16, L28]
-    rep = forensics.report([str(cap)], model="default", draft=str(sample_data / "draft_eagle3"), engine="vllm",
-                           trainer="speculators")
+    draft = sample_data / "draft_eagle3"
+    # a slot nobody names stays slot{i}: the panel shows it (a loaded model: the probe runs no fingerprint itself)
+    res = forensics.probe(draft, cap, model=smollm2[0], candidates="slot0,slot1,slot2")
+    assert _probe_summary(res)["r"] == "[slot0, slot1, slot2]"
+    rep = forensics.report([str(cap)], model="default", draft=str(draft), engine="vllm", trainer="speculators")
     ctx = rep.context
-    assert ctx["verdicts"]["probe"]["r"].startswith("[slot0")
+    assert ctx["verdicts"]["probe"]["r"] == "[embed, L3, L16]"  # the report's exact fingerprint names the slots
+    assert ctx["verdicts"]["probe"]["served"].startswith("served by vllm: embed+L3+L16 acceptance length")
     assert rep.result.audit.wiring == "match"
+    assert forensics.probe(draft, cap, model="default").best.label == "embed+L3+L16"  # hsf probe --model default
     head = ctx["verdicts"]["sentence"]
     assert "also finds" not in head
     assert head.startswith("FAIL: the draft is served the layers it was trained on, but the wiring audit finds")
@@ -107,3 +116,51 @@ def test_a_speculators_file_without_its_layer_count_says_its_format_claim_is_unc
     assert "claims its last slot is the training target" in out and "pass --model or --num-layers" in out
     assert main(["fingerprint", str(tmp_path / "data_0.pt"), "--num-layers", "30"]) == 3  # the claim, now checked
     assert "claimed [L30]" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("saved", ["bare", "dict"])
+def test_a_token_id_file_in_the_capture_folder_says_what_it_is(saved, tmp_path, capsys):
+    """The README's `--ids ids.pt` file, kept beside the captures, made `hsf report folder/` FAIL with "1 input
+    could not be read: no floating-point hidden-state tensors found": the one line now says it is a file of token
+    ids and where it goes."""
+    ids = torch.arange(40)
+    torch.save(ids if saved == "bare" else {"input_ids": ids}, tmp_path / "ids.pt")
+    assert main(["inspect", str(tmp_path / "ids.pt")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "a file of token ids?" in err and "--ids FILE" in err
+
+
+def test_a_report_whose_audit_could_not_run_says_so_on_its_first_screen(sample_data, tmp_path):
+    """The README's `hsf report data/ --draft D --engine sglang --engine-version pre-25454 --target-config C` on my
+    own captures: the audit (no --trainer) and the probe (no embedding) failed, and the header read "NO CLAIM: 2
+    files declare no slot identity" — the errors sat under a nav link at the bottom (exit 2 only)."""
+    cap = tmp_path / "capture.pt"
+    _generic_copy(sample_data / "speculators_v1" / "data_4.pt", cap)
+    rep = forensics.report([str(cap)], draft=str(sample_data / "draft_eagle3"), engine="sglang")
+    assert {e.where for e in rep.result.errors} == {"audit", "draft probe"}
+    v = rep.context["verdicts"]
+    assert v["sentence"].endswith("the wiring audit and the draft probe could not run (errors below).")
+    assert v["headline"][1].startswith("The wiring audit could not run: the trainer is needed")
+    assert v["headline"][2].startswith("The draft probe could not run: ")
+    assert rep.exit_code() == 2
+
+
+def test_a_one_slot_capture_is_one_slot(sample_data, tmp_path, capsys):
+    """My EAGLE-3 `cat([L2, L15, L27])` file: "hidden 1728, 1 slots" in fingerprint and inspect."""
+    d = torch.load(sample_data / "speculators_v1" / "data_0.pt", weights_only=True)
+    torch.save({"input_ids": d["input_ids"], "hidden_states": d["hidden_states"][1]}, tmp_path / "one.pt")
+    for cmd in ("fingerprint", "inspect"):
+        main([cmd, str(tmp_path / "one.pt")])
+        out = capsys.readouterr().out
+        assert "1 slot," in out and "1 slots" not in out, out
+
+
+def test_the_reports_no_token_ids_line_keeps_its_hint():
+    """`hsf report caps/ --model default` over my `torch.save(out.hidden_states)` file said "with --model, exact mode
+    cannot run: the capture has no token ids." — the hint "(--ids, --text)" was cut as an aside by the report's
+    plain words, and --ids takes one capture file only (a folder with --ids is refused)."""
+    from forensics.findings import FindingKind
+    from forensics.views.report.verdicts import plain
+
+    said = plain(FindingKind.NO_TOKEN_IDS)
+    assert "--ids FILE" in said and "one capture file" in said and "save input_ids" in said

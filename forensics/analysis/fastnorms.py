@@ -8,10 +8,11 @@ Inf still propagate). The sums are float32 like torch's,
 in another order: the norms agree with a float64 reference to float32 accumulation error (≈ 1e-7 relative; a
 test checks ≤ 8 float32 ulps of the norm), not bit for bit with torch's.
 
-Only inside :func:`scope` (every scan batch, on every backend: pool workers, Dask workers, in-process) and only
-where numba is installed (the ``fast`` extra); everything else keeps torch's kernel. The scan's fork server
-compiles it once (:mod:`forensics.analysis.scan.warmup`), so forked workers start with it; numba caches the
-machine code beside this module (``cache=True``), so a later process loads it instead of compiling.
+Only inside :func:`scope` and only where numba is installed (the ``fast`` extra); everything else keeps torch's
+kernel. The scan enters the scope in every batch, on every backend, when its files hold at least
+``forensics.analysis.scan.core.FUSED_NORMS_MIN_BYTES`` (importing numba costs ~0.5 s a process, the kernel saves
+~0.1 ms of CPU a MB): the fork server then loads the kernel once (``scan/warmup_fused.py``), so forked workers start
+with it; numba caches the machine code beside ``_bf16_norms.py``, so a later process loads it instead of compiling.
 """
 
 from __future__ import annotations
@@ -20,40 +21,27 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
+
 _kernel: Any = None
 _tried = False
 _active = False
 
 
 def enable() -> bool:
-    """Import numba and compile (or load from numba's cache) the kernel, once per process; False where numba is
+    """Import numba and load (or compile, the first time) the kernel, once per process; False where numba is
     missing or fails (torch's kernel is kept)."""
     global _kernel, _tried
     if _kernel is not None or _tried:
         return _kernel is not None
     _tried = True
     try:
-        import numba  # noqa: PLC0415 - optional and heavy (~0.5 s): only where a scan asks for it
-        import numpy as np  # noqa: PLC0415
+        from forensics.analysis import _bf16_norms  # noqa: PLC0415 - imports numba (~0.5 s): only when asked
 
-        @numba.njit(cache=True, fastmath={"reassoc", "contract"}, nogil=True, boundscheck=False)
-        def bf16_norms(bits, out):  # pragma: no cover - compiled by numba
-            T, H = bits.shape
-            wide = np.empty(H, np.uint32)
-            f = wide.view(np.float32)
-            for i in range(T):
-                row = bits[i]
-                for j in range(H):
-                    wide[j] = np.uint32(row[j]) << np.uint32(16)
-                acc = np.float32(0.0)
-                for j in range(H):
-                    acc += f[j] * f[j]
-                out[i] = np.sqrt(acc)
-
-        bf16_norms(np.zeros((1, 2), np.uint16), np.empty(1, np.float32))  # compile or load now, not mid-file
+        _bf16_norms.bf16_norms(np.zeros((1, 2), np.uint16), np.empty(1, np.float32))  # load or compile now
     except Exception:  # noqa: BLE001 - an optional accelerator: any failure (no numba, no LLVM) keeps torch's kernel
         return False
-    _kernel = bf16_norms
+    _kernel = _bf16_norms.bf16_norms
     return True
 
 

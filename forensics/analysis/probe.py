@@ -29,13 +29,14 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, cast
 
 from forensics.analysis.acceptance import DRAFT_COST, length_interval, ratio_interval, speedup, units
 from forensics.analysis.claims import draft_ids_r
+from forensics.analysis.fingerprint.core import fingerprint
 from forensics.analysis.probe_chain import TARGET_NEXT, TARGET_VERIFIER, Tally, score_file, slot_refs
 from forensics.analysis.probe_wirings import (
     MAX_CANDIDATES,
@@ -251,6 +252,33 @@ def _captures(data) -> list[Capture]:
     if not files:
         raise ForensicsError("no capture files found", path=os.fspath(data))
     return [load(f) for f in files]
+
+
+def _named_by_reference(caps: list[Capture], model: Any, exact_r: list | None) -> list[Capture]:
+    """``caps`` with every slot the data declares no r for named by the reference forward instead (``exact_r``: per
+    capture, each slot's exact r or None, as the report's fingerprints found them; else, with a model given by
+    name or path, the exact fingerprint of each such capture). A capture saved without layer ids
+    (``{input_ids, hidden_states}``) was scored as ``slot0+slot1+…``, and the served wiring it holds was said
+    missing. Copies: the callers' captures are left as they are."""
+    todo = [i for i, c in enumerate(caps) if any(s.declared_r is None for s in c.slots)]
+    if not todo:
+        return caps
+    if exact_r is None:
+        if not isinstance(model, (str, os.PathLike)):  # a loaded model or Verifier: no second forward here
+            return caps
+        exact_r = [None] * len(caps)
+        for i in todo:
+            fp = fingerprint(caps[i], model=model, stamp_check=False)
+            exact_r[i] = [sf.r_exact for sf in fp.slots]
+    out = list(caps)
+    for i in todo:
+        rs = exact_r[i] if i < len(exact_r) else None
+        if rs is None or len(rs) != len(caps[i].slots):
+            continue
+        slots = [s if s.declared_r is not None or r is None else replace(s, declared_r=r)
+                 for s, r in zip(caps[i].slots, rs, strict=True)]
+        out[i] = replace(caps[i], slots=slots)
+    return out
 
 
 def _declared_r(d: Draft, L: int | None) -> tuple[list | None, str]:
@@ -581,7 +609,8 @@ def _served_cost(rows: list[ProbeRow], served: list | None, why: str, engine: st
 def probe(draft: str | os.PathLike | Draft, data: Any, candidates: str | list = "auto", model: Any = None,
           topk: int = TOPK, max_samples: int | None = None, use_loss_mask: bool = False,
           progress: Callable[[int, int], None] | None = None, steps: int = STEPS, engine: cv.SystemName | None = None,
-          engine_version: str | None = None, draft_cost: float = DRAFT_COST, stamp_check: bool = True) -> ProbeResult:
+          engine_version: str | None = None, draft_cost: float = DRAFT_COST, stamp_check: bool = True,
+          exact_r: list | None = None) -> ProbeResult:
     """Rank candidate wirings of ``draft`` by the acceptance length of greedy chain drafting on capture ``data``.
 
     Args:
@@ -605,6 +634,9 @@ def probe(draft: str | os.PathLike | Draft, data: Any, candidates: str | list = 
         draft_cost: the draft's cost per token over the target's (the speed-up's cost model).
         stamp_check: check each stamped capture file's stamp against its values (default): a file changed since
             it was stamped is a ``stamp_drift`` FAIL (the probe scored data that is not what was stamped).
+        exact_r: per capture of ``data``, each slot's r as exact mode named it (the report passes its
+            fingerprints'); a slot the data declares no r for takes it. Without it, a model given by name or
+            path names such slots by an exact fingerprint; else they are ``slot{i}``.
     """
     _check_options(topk, max_samples, steps, draft_cost)
     if candidates != "auto":
@@ -617,6 +649,8 @@ def probe(draft: str | os.PathLike | Draft, data: Any, candidates: str | list = 
         eng.version(engine_version)
     d = draft if isinstance(draft, Draft) else load_draft(draft)
     caps = _captures(data)[:max_samples] if max_samples else _captures(data)
+    if model is not None:
+        caps = _named_by_reference(caps, model, exact_r)
     v = _verifier(model)
     L, arch = _target_context(v, caps)
     can_post = v is not None and L is not None and L in slot_refs(caps[0])

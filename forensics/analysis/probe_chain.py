@@ -27,7 +27,8 @@ RANDOM_SEED = 0  # the random control's permutation of positions
 
 
 def slot_refs(cap: Capture) -> list:
-    """r of every slot (declared by the data); ``"slot{i}"`` where the data declares none."""
+    """r of every slot (declared by the data, or named by the reference forward: ``probe``'s ``exact_r``);
+    ``"slot{i}"`` where neither names it."""
     return [s.declared_r if s.declared_r is not None else f"slot{s.index}" for s in cap.slots]
 
 @dataclass

@@ -652,6 +652,8 @@ def report(paths: Any, layers: Any = None, model: Any = None, draft: Any = None,
         try:
             probe_res = probe(draft, [f.capture for f in training] or paths[0], model=model, engine=engine,
                               engine_version=engine_version, stamp_check=stamp_check,
+                              exact_r=[[sf.r_exact for sf in f.fingerprint.slots] if f.fingerprint is not None
+                                       else None for f in training] if training and model is not None else None,
                               progress=lambda done, total: tick("probe wirings × files", done, total))
         except ForensicsError as e:
             errors.append(ReportError("draft probe", error_text(e)))

@@ -367,13 +367,17 @@ def resolve(obj: Any, path: str, input_ids: Any = None, attention_mask: Any = No
         parts += [Part(nm, key, t) for nm, t in views]
         layouts.append(layout)
     if not parts:
-        raise ForensicsError(f"no floating-point hidden-state tensors found ({', '.join(skipped[:8]) or 'nothing'});"
-                             f" accepted layouts: {', '.join(ACCEPTED)}", path=path)
+        tensors = [v for _, v in items if _is_tensor(v)]
+        ids_only = not any(t.is_floating_point() or t.dim() > 2 for t in tensors) and (bool(tensors)
+                                                                                        or file_ids is not None)
+        # token ids saved apart (README: `--ids ids.pt`) and then found in a folder: say what they are for
+        hint = ("; integer tensors only: a file of token ids? give it to the capture saved without them "
+                "(--ids FILE) and keep it out of the folders given as captures") if ids_only else ""
+        raise ForensicsError(f"no floating-point hidden-state tensors found ({', '.join(skipped[:8]) or 'nothing'})"
+                             f"{hint}; accepted layouts: {', '.join(ACCEPTED)}", path=path)
     if skipped:
         notes.append(f"skipped entries that are not float hidden states: {skipped[:8]}")
-    amask = attention_mask if attention_mask is not None else attn
-    if amask is not None:
-        parts, ids, mask = _cut_one(amask, parts, ids, mask, path, notes)
+    parts, ids, mask = _cut_one(attention_mask if attention_mask is not None else attn, parts, ids, mask, path, notes)
     key_layers = _key_layers(obj, items, parts, notes)
     layout = layouts[0] if len(set(layouts)) == 1 else ", ".join(layouts)
     return Resolved(parts, ids, mask, layout, notes, key_layers)
@@ -400,7 +404,9 @@ def _list_parts(key: str, v: list | tuple, path: str) -> list[Part]:
 def _cut_one(amask: Any, parts: list[Part], ids: Any, lmask: Any, path: str,
              notes: list[str]) -> tuple[list[Part], Any, Any]:
     """One sample's parts, ids and loss mask cut to the rows its ``[T]`` (or ``[1, T]``) attention mask keeps:
-    the mask is checked as a batch's is (0/1 values, its length T, at least one real token)."""
+    the mask is checked as a batch's is (0/1 values, its length T, at least one real token); no mask: as given."""
+    if amask is None:
+        return parts, ids, lmask
     T = int(parts[0].tensor.shape[0])
     amask = _as_tensor(amask, path, "attention_mask")
     if amask.dim() == 2 and amask.shape[0] == 1:

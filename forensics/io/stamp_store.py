@@ -39,6 +39,11 @@ STAMPS_FILE = "stamps.jsonl"
 LEGACY_SIDECAR = "capture.json"
 LEGACY_SECTION = "stamps"
 MAX_STAMP_LINE = 1 << 20  # bytes; a longer line is not a stamp this tool wrote (it is skipped)
+# A stamps.jsonl is read whole once per process to index it (each scan worker too): its size bounds that time.
+# One stamp line is ~0.5-3 KB, so this holds a few million files' stamps; a file with holes (sparse: it claims
+# far more bytes than it stores) is never one this tool wrote, and costs nothing to make 1 TB long.
+MAX_STAMPS_BYTES = 8 << 30
+SPARSE_MIN_BYTES = 64 << 20  # a file this large that stores under half of its length is sparse
 COMPACT_MIN_LINES = 1024  # stamps.jsonl is compacted when it has this many lines and over half are superseded
 WRITE_ERRNOS = (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EXDEV,
                 errno.EBUSY, errno.ETXTBSY)
@@ -141,6 +146,12 @@ def _index(side: str) -> dict[str, tuple[int, int]]:
     version of the file). Lines that are not ``{"path": str, ...}`` JSON (a torn last line) are skipped."""
     st = os.stat(side)
     key = (side, st.st_ino, st.st_mtime_ns, st.st_size)
+    stored = getattr(st, "st_blocks", None)
+    if st.st_size > MAX_STAMPS_BYTES or (stored is not None and st.st_size > SPARSE_MIN_BYTES
+                                         and stored * 512 < st.st_size // 2):
+        what = (f"more than the {MAX_STAMPS_BYTES / (1 << 30):g} GiB a stamps file holds"
+                if st.st_size > MAX_STAMPS_BYTES else "a sparse file (holes), which hsf stamp never writes")
+        raise ForensicsError(f"{STAMPS_FILE} of {st.st_size} bytes is {what}; not read", path=side)
     if key not in _INDEX:
         if len(_INDEX) >= 4:
             _INDEX.pop(next(iter(_INDEX)))

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from forensics.errors import ForensicsError
+from forensics.io.limits import num_layers
 from forensics.io.safetensors import SafetensorsFile
 from forensics.models.draft_config import WEIGHT_FILES, read_draft
 
@@ -202,7 +203,7 @@ def load_draft(path: str | os.PathLike) -> Draft:
         raise ForensicsError("config has neither head_dim nor num_attention_heads", path=info.config_path)
     heads = q_out // head_dim
     ids, key = _declared_ids(info)
-    n_layers = 1 + max([int(k.split(".")[1]) for k in w if k.startswith("layers.") and k.split(".")[1].isdigit()] + [0])
+    n_layers = block_count(w, folder)
     t2d = w.get("t2d")
     return Draft(
         path=folder, config=cfg, scheme=scheme, weights=w, hidden_size=H, num_aux=fc_in // H,
@@ -235,7 +236,7 @@ def _check_eagle3(w: dict, folder: str) -> tuple[int, int]:
     if q_in != 2 * H:
         raise ForensicsError(f"first-layer q_proj takes {q_in} inputs, expected 2·H = {2 * H} "
                              "(cat([embeds, hidden]))", path=folder)
-    missing = [n for n in _layer_tensors(w) if n not in w]
+    missing = [n for n in _layer_tensors(w, folder) if n not in w]
     if missing:
         raise ForensicsError(f"not a complete EAGLE-3 draft: {len(missing)} tensor(s) the forward reads are missing, "
                              f"e.g. {missing[:4]}", path=folder)
@@ -253,7 +254,15 @@ def _declared_ids(info: Any) -> tuple[Any, str]:
     return ids, key
 
 
-def _layer_tensors(w: dict) -> list[str]:
+def block_count(w: dict, path: str | None = None) -> int:
+    """1 + the largest block index ``i`` among the ``layers.<i>.*`` weight names, bounded as a layer count. Only
+    ASCII digits are an index: ``str.isdigit`` also accepts ``²`` (``int`` then raises) and ``٣``."""
+    idx = [k.split(".")[1] for k in w if isinstance(k, str) and k.startswith("layers.")]
+    top = max([int(i) for i in idx if i.isascii() and i.isdigit() and len(i) <= 9] + [0])
+    return num_layers(1 + top, path, "draft block count (1 + the largest layers.<i> index of the weights)")
+
+
+def _layer_tensors(w: dict, path: str | None = None) -> list[str]:
     """Every tensor name the forward reads for the decoder layers present in ``w`` (layer 0 also its
     ``hidden_norm``), so a checkpoint missing one is refused at load, not with a KeyError mid-forward.
 
@@ -261,7 +270,7 @@ def _layer_tensors(w: dict) -> list[str]:
         >>> _layer_tensors({"layers.0.self_attn.q_proj.weight": None})[:2]
         ['layers.0.input_layernorm.weight', 'layers.0.post_attention_layernorm.weight']
     """
-    n = 1 + max([int(k.split(".")[1]) for k in w if k.startswith("layers.") and k.split(".")[1].isdigit()] + [0])
+    n = block_count(w, path)  # a name like layers.99999999999.x asked for 10^11 blocks' names (memory)
     per = ["input_layernorm.weight", "post_attention_layernorm.weight"] + \
         [f"self_attn.{p}_proj.weight" for p in "qkvo"] + [f"mlp.{p}_proj.weight" for p in ("gate", "up", "down")]
     return [f"layers.{i}.{t}" for i in range(n) for t in per] + ["layers.0.hidden_norm.weight"]

@@ -13,7 +13,7 @@ from forensics.display import renders
 from forensics.findings import Verdict, sort_findings
 from forensics.io.layout import unused_metadata
 from forensics.layers import r_label
-from forensics.views.format import Raw, Shown, badge, columns, esc, fit, headline_word, html_table, shown_name
+from forensics.views.format import Raw, Shown, badge, columns, count, esc, fit, headline_word, html_table, shown_name
 
 MAX_MATRIX_SLOTS = 8  # print the k×k distance matrix up to this many slots (HTML: up to 16)
 
@@ -42,7 +42,7 @@ def _head(fp: Fingerprint) -> str:
     elif fp.exact:
         ex = "; exact mode could not run (no token ids: give --ids FILE or --text FILE)"
     return (f"{os.path.basename(c.name)}: {c.format}, {c.num_tokens} tokens, hidden {c.hidden_size}, "
-            f"{len(fp.slots)} slots{L}{exp}{ex}")
+            f"{count(len(fp.slots), 'slot')}{L}{exp}{ex}")
 
 
 def stream_line(s: dict) -> str:

@@ -7,7 +7,7 @@ import os
 from forensics.analysis.stats import SINK_RATIO, CaptureStats, NormSummary, SlotStats
 from forensics.display import renders
 from forensics.layers import r_label
-from forensics.views.format import columns, esc, fit, html_table, num, short_list, shown_name
+from forensics.views.format import columns, count, esc, fit, html_table, num, short_list, shown_name
 
 HEADERS = ["#", "slot", "shape", "dtype", "declared", "‖x‖ mean", "std", "median", "p5", "p95", "token 0",
             "last", "mean excl. tok0", "flags"]
@@ -58,7 +58,7 @@ def slot_html(res) -> str:
 @renders(CaptureStats, "text")
 def text(res) -> str:
     head = (f"{os.path.basename(res.path)}: {res.capture.format}, {res.capture.num_tokens} tokens, "
-            f"hidden {res.capture.hidden_size}, {len(res.slots)} slots")
+            f"hidden {res.capture.hidden_size}, {count(len(res.slots), 'slot')}")
     return "\n".join([head] + ["  " + s.one_line() for s in res.slots])
 
 
@@ -83,7 +83,7 @@ def table(res, width: int | None = None) -> str:
     width = width or 10**6
     c = res.capture
     head = [f"{c.name}", f"  format {c.format}, {c.num_tokens} tokens, hidden {c.hidden_size}, "
-                         f"{len(res.slots)} slots" + (f", layout {c.provenance.layout}" if c.provenance.layout
+                         f"{count(len(res.slots), 'slot')}" + (f", layout {c.provenance.layout}" if c.provenance.layout
                                                       else "")]
     lines = head + columns(HEADERS, table_rows(res), width=width, right=(0, 5, 6, 7, 8, 9, 10, 11, 12),
                            drop=TABLE_DROP)

@@ -43,6 +43,15 @@ SAMPLE_SEED = 0  # --sample K draws the same K files every time
 # the statistics-based checks regardless). A fingerprint costs ~2× its file's statistics since the row-sampled
 # distances (1.8–1.97×, ~40 ms CPU per Kimi-sized sample, measured 2026-12-01; it was 0.5–4 s before).
 FINGERPRINT_FILES = 64
+# The fused bf16 norm kernel (analysis/fastnorms.py, numba) saves ≈ 0.1 ms of CPU a MB of bf16 states; loading it
+# (importing numba, the kernel from numba's cache) costs ≈ 1 s once a scan (the fork server's). Below this many bytes
+# to read it does not pay back, and the scan keeps torch's kernel.
+FUSED_NORMS_MIN_BYTES = 8 << 30
+
+
+def fused_norms_pay(total_bytes: int) -> bool:
+    """Whether a scan reading ``total_bytes`` uses the fused bf16 norm kernel (where numba is installed)."""
+    return total_bytes >= FUSED_NORMS_MIN_BYTES
 
 Item = tuple  # (absolute path, size in bytes, mtime in ns[, fingerprint this file?])
 
@@ -91,7 +100,7 @@ def parse_fingerprint_option(value: bool | int | str | None) -> bool | int:
         return True
     if which == "none":
         return False
-    if not which.isdigit():
+    if not (which.isascii() and which.isdigit()):  # "²".isdigit() is True, and int("²") raises
         raise ForensicsError(f"fingerprint takes all, none or a number of files, got {value!r}")
     return int(which)
 
@@ -206,6 +215,7 @@ def _scan(path: Any, items: list[Item], bad: list[dict], out: str | None, sink: 
         resumed = len(last)
     chosen = fingerprint_choice(len(items), fingerprint)
     todo = [(*it, chosen(i)) for i, it in enumerate(items) if i not in done and it[1] is not None]
+    opts.setdefault("fused_norms", fused_norms_pay(sum(it[1] for it in todo)))
     if os.environ.get("HSF_SCAN_TEST_DIE_ON"):  # test hook: simulate a worker being killed
         opts["_test_die_on"] = os.environ["HSF_SCAN_TEST_DIE_ON"]
     if os.environ.get("HSF_SCAN_TEST_SLEEP_ON"):  # test hook: a file that takes forever

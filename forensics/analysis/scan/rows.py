@@ -115,7 +115,7 @@ def scan_batch(items: list[tuple[str, int, int, bool]], opts: dict) -> list[dict
     sleep_on = opts.get("_test_sleep_on")  # test hook: a file that takes forever
     budget = opts.get("file_seconds", FILE_TIME_BUDGET_S)
     rows = []
-    with fastnorms.scope() if opts.get("fused_norms", True) else nullcontext():  # the same kernel on every backend
+    with fastnorms.scope() if opts.get("fused_norms") else nullcontext():  # one kernel a scan, on every backend
         for path, size, mtime_ns, use_fp in items:
             if die_on and path.endswith(die_on):
                 os._exit(3)

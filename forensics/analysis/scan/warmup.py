@@ -13,7 +13,6 @@ import gc
 import os
 import tempfile
 
-from forensics.analysis import fastnorms
 from forensics.analysis.scan.rows import file_row
 
 WARMUP_TOKENS, WARMUP_HIDDEN, WARMUP_SLOTS = 16, 64, 2  # tiny: the point is code paths, not bytes
@@ -33,8 +32,7 @@ def warm_up() -> None:
         path = os.path.join(d, "warmup.pt")
         torch.save(obj, path)
         st = os.stat(path)
-        with fastnorms.scope():  # numba compiles (or loads) the scan's bf16 norm kernel here, once for every worker
-            file_row(path, st.st_size, st.st_mtime_ns, use_fingerprint=False)
+        file_row(path, st.st_size, st.st_mtime_ns, use_fingerprint=False)
 
 
 try:  # a warm-up that fails costs speed only, never the scan

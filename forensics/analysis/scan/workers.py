@@ -172,7 +172,8 @@ def run_pool(batches: list[list[Item]], opts: dict, workers: int) -> Generator[l
     # tiny row there, so forked workers do not pay the first-file initialisation (40–110 ms → ~25 ms)
     ctx.set_forkserver_preload(["torch", "forensics.analysis.scan.rows", "forensics.io.formats",  # failed imports
                                 "forensics.analysis.stats", "forensics.analysis.fingerprint.core",  # are skipped
-                                "forensics.analysis.scan.warmup"])
+                                "forensics.analysis.scan.warmup",
+                                *(["forensics.analysis.scan.warmup_fused"] if opts.get("fused_norms") else [])])
     _start_fork_server()
     pending: deque = deque(batches)
     quarantine: deque = deque()

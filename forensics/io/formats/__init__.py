@@ -122,7 +122,8 @@ def split_record(path: str) -> tuple[str, int | None]:
     if os.path.exists(path) or RECORD_SEP not in path:
         return path, None
     base, _, tail = path.rpartition(RECORD_SEP)
-    return (base, int(tail)) if tail.isdigit() and os.path.exists(base) else (path, None)
+    ok = tail.isascii() and tail.isdigit()  # "#٣" or "#²" names no record (str.isdigit accepts both)
+    return (base, int(tail)) if ok and os.path.exists(base) else (path, None)
 
 
 def open_container(path: str) -> tuple[str, object]:

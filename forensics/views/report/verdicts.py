@@ -134,9 +134,22 @@ def build_verdicts(res: ReportResult) -> dict:
              for g in res.file_facts]
     ctx = {"rows": rows, "counts": counts, "audit": audit, "probe": probe, "scan": scan, "overall": overall,
            "facts": facts, "model": res.settings.get("model") is not None}
+    headline, sentence = _headline(ctx), _sentence(ctx)
+    # a section asked for (--draft, --engine, --scan, --model) that could not run is said on the first screen: the
+    # header's word is about the files, and a reader of it alone took the wiring for checked
+    missed = [e for e in res.errors if e.where in NOT_RUN]
+    if missed:
+        names = list(dict.fromkeys(NOT_RUN[e.where] for e in missed))
+        sentence = f"{sentence.rstrip('.')}; {' and '.join(names)} could not run (errors below)."
+        headline[1:1] = [f"{NOT_RUN[e.where][0].upper()}{NOT_RUN[e.where][1:]} could not run: {e.message}."
+                         for e in missed]
     return {"rows": [r for r in rows if r in shown], "hidden": hidden, "counts": counts, "audit": audit,
             "probe": probe, "overall": overall, "nfiles": len(rows), "facts": facts,
-            "tiles": _tiles(res), "headline": _headline(ctx), "sentence": _sentence(ctx)}
+            "tiles": _tiles(res), "headline": headline, "sentence": sentence}
+
+
+NOT_RUN = {"audit": "the wiring audit", "draft probe": "the draft probe", "scan": "the dataset scan",
+           "model facts": "reading the model"}  # ReportError.where of a section, as the reader calls it
 
 
 def plain(kind: Any) -> str:
