@@ -134,3 +134,12 @@ def test_a_scan_uses_the_kernel_only_where_its_bytes_pay_for_loading_it(tmp_path
     monkeypatch.setattr(core, "FUSED_NORMS_MIN_BYTES", 0)
     forensics.scan(str(tmp_path), workers=0, progress=False)
     assert len(calls) >= len(paths) and not fastnorms.active()  # used inside the scan's batches, not after
+
+
+def test_the_kernel_runs_after_llvm_pages_are_given_back():
+    from forensics.io.pages import release_libraries
+
+    h = torch.randn(50, 333).to(torch.bfloat16)
+    release_libraries(("llvmlite", "numba"))
+    ref = torch.linalg.vector_norm(h.double(), dim=-1).numpy()
+    assert _ulps(_norms(h), ref).max() <= 8

@@ -46,12 +46,13 @@ def enable() -> bool:
 
 
 @contextmanager
-def scope() -> Iterator[bool]:
+def scope(load: bool = True) -> Iterator[bool]:
     """Use the fused kernel (where it can be enabled) for bf16 norms inside the block; the previous choice after.
-    Yields whether it is in use."""
+    ``load=False``: only if this process already has it (a pool worker forked from a fork server that loaded it; a
+    worker that imported numba itself would pay ~1 s and ~100 MB of its own). Yields whether it is in use."""
     global _active
     before = _active
-    _active = enable()
+    _active = enable() if load else _kernel is not None
     try:
         yield _active
     finally:

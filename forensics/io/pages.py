@@ -90,6 +90,26 @@ def release(start: int, end: int) -> bool:
     return lib.madvise(a, b - a, _MADV_DONTNEED) == 0
 
 
+def release_libraries(names: tuple[str, ...]) -> int:
+    """Drop this process's mapping of the read-only pages of the shared libraries whose path holds one of ``names``
+    (their code and constants, clean copies of the file: faulted back from the page cache if ever run again), e.g.
+    LLVM's after the one kernel it compiled is loaded. Writable segments are left alone. Returns bytes released."""
+    freed = 0
+    try:
+        with open("/proc/self/maps") as f:
+            maps = f.read().splitlines()
+    except OSError:
+        return 0
+    for line in maps:
+        parts = line.split(None, 5)
+        if len(parts) < 6 or "w" in parts[1] or not any(n in parts[5] for n in names):
+            continue
+        a, b = (int(x, 16) for x in parts[0].split("-"))
+        if release(a, b):
+            freed += b - a
+    return freed
+
+
 class TrailingRelease:
     """Row-block tap releasing ``h``'s file pages behind a one-way pass (``tap(first_row, block)`` on each block
     in order; :meth:`finish` after the pass releases the rest), in runs of ``run`` bytes (at least

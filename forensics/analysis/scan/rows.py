@@ -86,6 +86,9 @@ def time_budget(seconds: float | None) -> Iterator[None]:
         _current_start = None
 
 
+_pool_worker = False  # set in the scan's pool workers (forked from its fork server)
+
+
 def init_worker(tune_malloc: bool = True) -> None:
     """Per-process set-up: one torch thread (processes give the parallelism) and, optionally, glibc
     thresholds that keep large freed blocks for reuse instead of ``munmap``-ing them (so fresh blocks
@@ -115,7 +118,8 @@ def scan_batch(items: list[tuple[str, int, int, bool]], opts: dict) -> list[dict
     sleep_on = opts.get("_test_sleep_on")  # test hook: a file that takes forever
     budget = opts.get("file_seconds", FILE_TIME_BUDGET_S)
     rows = []
-    with fastnorms.scope() if opts.get("fused_norms") else nullcontext():  # one kernel a scan, on every backend
+    # the fused kernel where the scan is large enough; a pool worker uses it only if its fork server loaded it
+    with fastnorms.scope(load=not _pool_worker) if opts.get("fused_norms") else nullcontext():
         for path, size, mtime_ns, use_fp in items:
             if die_on and path.endswith(die_on):
                 os._exit(3)
