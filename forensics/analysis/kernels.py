@@ -71,7 +71,7 @@ def _token_norms(h: torch.Tensor, block: int) -> torch.Tensor:
     import torch
 
     out = torch.empty(h.shape[0], dtype=torch.float32)
-    bits = _bits_view(h) if h.dtype == torch.bfloat16 else None
+    bits = _bits_view(h) if fastnorms.active() and h.dtype == torch.bfloat16 else None  # only inside the scan's scope
     if bits is not None and _fused(h, bits):
         fastnorms.bf16_norms(bits.view(np.uint16), out.numpy())
     elif h.dtype in (torch.bfloat16, torch.float16, torch.float32):

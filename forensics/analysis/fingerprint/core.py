@@ -348,7 +348,9 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
                                                 *((release[i],) if i in release else ())])
     release_tensors(full)  # the rest behind the pass
     stamp = reader.check(full) if reader is not None else None
-    reference, too_wide = _reference(capture, st_all, model, layers, expected_source, claims, num_layers)
+    if claims is None and layers is not None:
+        claims = user_claims(layers, expected_source or "layers=")
+    reference, too_wide = _reference(capture, st_all, model, claims, num_layers)
     model = None if too_wide is not None else model  # the claims fail on the width; the rest is read from the data
     # every row placed against the reference forward when there is a ladder (not streamed, ids given), else data only
     rows = check_rows(capture, full, reference=None if reference is None else reference[1],
@@ -360,8 +362,6 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
     view = good_rows_view(capture, full, rows)  # statistics and order from the rows that are their tokens'
     st = st_all if view is capture else summarize(view)
     tensors = [s.tensor() for s in view.slots]
-    if claims is None and layers is not None:
-        claims = user_claims(layers, expected_source or "layers=")
     findings, bad_rows = _anomalies(view, st)
     if view is not capture:  # a slot all zero or overflowing in the file, not only in its good rows
         whole = (FindingKind.ALL_ZERO, FindingKind.OVERFLOW, FindingKind.CONSTANT)
@@ -432,8 +432,8 @@ def _fingerprint(capture: Capture, layers: Any, model: Any, num_layers: int | No
     return fp
 
 
-def _reference(capture: Capture, st: CaptureStats, model: Any, layers: Any, expected_source: str | None,
-               claims: Claims | None, num_layers: int | None) -> tuple[Any, ConcatenatedWidth | None]:
+def _reference(capture: Capture, st: CaptureStats, model: Any, claims: Claims | None,
+               num_layers: int | None) -> tuple[Any, ConcatenatedWidth | None]:
     """The reference and its ladder (None without a model), or ``(None, the error)`` when the slots are k·H wide
     against the model's H, something is claimed, and the data shows every claimed slot is states side by side (its
     massive-activation dims repeat every H: the data-only ``concatenated`` rule, with the model's H): those claims
@@ -444,8 +444,7 @@ def _reference(capture: Capture, st: CaptureStats, model: Any, layers: Any, expe
     try:
         return reference_ladder(capture, model), None
     except ConcatenatedWidth as e:
-        said = claims or (user_claims(layers, expected_source or "layers=") if layers is not None else None) \
-            or capture_claims(capture, num_layers or capture.num_layers)
+        said = claims or capture_claims(capture, num_layers or capture.num_layers)
         claimed = [] if said is None or len(said.slots) != len(st.slots) else \
             [i for i, c in enumerate(said.slots) if c is not None]
         cuts = [concatenated(st.slots[i].massive_dims, e.width) for i in claimed]

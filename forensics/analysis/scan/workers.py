@@ -18,7 +18,6 @@ from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from forensics.analysis.scan import rows as rows_module
 from forensics.analysis.scan import rows as scan_rows  # the module: its _current_start changes while a file runs
 from forensics.analysis.scan.rows import FILE_TIME_BUDGET_S, HARD_STOP_GRACE_S, empty_row, init_worker, scan_batch
 from forensics.errors import ForensicsError, escape
@@ -96,7 +95,7 @@ def pool_worker_init(tune_malloc: bool, parent_pid: int, budget: float | None) -
     scanning process is gone (SIGKILL of ``hsf scan`` must not leave workers, and the fork server they keep
     alive, holding the caller's pipes), and when one file keeps it in native code past its time budget."""
     init_worker(tune_malloc)
-    rows_module._pool_worker = True  # the fused norm kernel only if the fork server loaded it (never imported here)
+    scan_rows._pool_worker = True  # the fused norm kernel only if the fork server loaded it (never imported here)
     warnings.simplefilter("ignore")  # library warnings stay off the caller's stderr (rows carry what matters)
     threading.Thread(target=_exit_with(parent_pid), daemon=True, name="hsf-parent-watch").start()
     if budget:
