@@ -13,6 +13,11 @@ shared memory: bit 61) and none is swapped out (bit 62). A page written since it
 copy-on-write copy under ``MAP_PRIVATE``) or any page of an in-memory tensor is anonymous and would be lost:
 a range holding one is left alone (a never-touched anonymous page is not present, and dropping it changes
 nothing). Non-contiguous views and every platform but 64-bit Linux are left alone too.
+
+That check reads 8 bytes a page of the range (~70 µs for an 18 MB Kimi-sized slot): a fingerprint releasing
+each slot after each of its stages made ~45 of them, 3 ms of its CPU (measured 2026-12-06). Inside
+:func:`checked_once` each tensor is checked once, on entry, and ranges inside a tensor found clean are released
+without reading the page table again: the code inside (hsf's own, reading only) writes nothing into a mapping.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from __future__ import annotations
 import mmap
 import os
 import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -30,6 +37,7 @@ _MADV_DONTNEED = 4
 # pagemap entry bits (Documentation/admin-guide/mm/pagemap.rst): present; swapped; file page or shared anon
 _PM_PRESENT, _PM_SWAPPED, _PM_FILE = np.uint64(1 << 63), np.uint64(1 << 62), np.uint64(1 << 61)
 _state: dict[str, Any] = {}
+_clean: list[tuple[int, int]] = []  # page ranges checked free of anonymous pages by an open checked_once
 
 
 def _libc() -> Any:
@@ -66,6 +74,8 @@ def _pagemap() -> int | None:
 def _only_file_pages(start: int, end: int) -> bool:
     """No page of ``[start, end)`` (page aligned) is a present anonymous page (a copy-on-write copy, an
     in-memory tensor's) or swapped out."""
+    if any(a <= start and end <= b for a, b in _clean):
+        return True
     n = (end - start) // PAGE
     fd = _pagemap()
     if fd is None:
@@ -78,6 +88,35 @@ def _only_file_pages(start: int, end: int) -> bool:
         return False
     e = np.frombuffer(raw, dtype=np.uint64)
     return not bool(np.any((((e & _PM_PRESENT) != 0) & ((e & _PM_FILE) == 0)) | ((e & _PM_SWAPPED) != 0)))
+
+
+def _page_range(h: Any) -> tuple[int, int] | None:
+    """The whole pages around a contiguous CPU tensor's bytes (None: not one)."""
+    try:
+        if h.device.type != "cpu" or not h.is_contiguous() or h.numel() == 0:
+            return None
+        base, nbytes = int(h.data_ptr()), int(h.numel()) * int(h.element_size())
+    except (AttributeError, RuntimeError, TypeError):
+        return None
+    return base // PAGE * PAGE, -(-(base + nbytes) // PAGE) * PAGE
+
+
+@contextmanager
+def checked_once(tensors: Sequence[Any]) -> Iterator[None]:
+    """Check each tensor's pages once, here, for pages that must not be dropped (see the module's docstring);
+    until the block ends, a release inside a tensor found clean reads no page table. For code that only reads
+    the tensors (a fingerprint, a scan row): nothing inside may write into them."""
+    added = []
+    for h in tensors:
+        rng = _page_range(h)
+        if rng is not None and _libc() is not None and _only_file_pages(*rng):
+            added.append(rng)
+    _clean.extend(added)
+    try:
+        yield
+    finally:
+        for rng in added:
+            _clean.remove(rng)
 
 
 def release(start: int, end: int) -> bool:
@@ -154,4 +193,4 @@ def release_tensors(tensors: Any) -> None:
         TrailingRelease(t).finish()
 
 
-__all__ = ["TrailingRelease", "release", "release_tensors", "RELEASE_BYTES"]
+__all__ = ["TrailingRelease", "checked_once", "release", "release_tensors", "RELEASE_BYTES"]

@@ -69,7 +69,7 @@ from forensics.findings import Finding, FindingKind, Severity, Verdict, worst_ve
 from forensics.io import limits, validate
 from forensics.io.capture import Capture, Slot, constant_getter
 from forensics.io.formats import as_captures
-from forensics.io.pages import TrailingRelease, release_tensors
+from forensics.io.pages import TrailingRelease, checked_once, release_tensors
 from forensics.jsonable import data_frame, json_safe
 from forensics.layers import FINAL_POST, R, r_label
 from forensics.models.target import resolve_model
@@ -306,7 +306,8 @@ def _one(capture: Capture, layers: Any, model: Any, num_layers: int | None, expe
     if small and model is None:
         torch.set_num_threads(1)  # tiny tensors: thread hand-offs cost 10× the work on a busy machine
     try:
-        return _fingerprint(capture, layers, model, num_layers, expected_source, claims, stamp_check)
+        with checked_once([s.tensor() for s in capture.slots]):  # its stages release pages: one page-table read
+            return _fingerprint(capture, layers, model, num_layers, expected_source, claims, stamp_check)
     finally:
         torch.set_num_threads(threads)
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -163,10 +164,18 @@ def _equal_groups(bits: np.ndarray, rows: np.ndarray, cols: np.ndarray,
 def _rows_differ(bits: np.ndarray, rows: np.ndarray, refs: np.ndarray) -> np.ndarray:
     """Per pair: row ``rows[i]`` differs from row ``refs[i]`` somewhere (whole rows, bit patterns).
 
-    One byte comparison per pair (``bytes ==`` is a ``memcmp`` that stops at the first difference): ~6× cheaper
-    than numpy's fancy-indexed ``!=`` on two gathered copies (0.7 vs 4.3 ms for 785 Kimi-sized rows, measured
-    2026-12-05), whose element loops and two copies cost more than the comparison itself."""
+    One ``memcmp`` of the two rows in place per pair (it stops at the first difference): no copy. Taking each
+    row's ``bytes`` first (a copy of both) cost 3.5–3.8 ms for 900 Kimi-sized pairs, ``memcmp`` 0.75 (measured
+    2026-12-06); numpy's fancy-indexed ``!=`` on two gathered copies 4.3 ms for 785. Where ``memcmp`` cannot be
+    called (no C library found, rows not contiguous) the bytes are compared."""
     out = np.zeros(rows.size, dtype=bool)
+    cmp = _memcmp()
+    nbytes = bits.shape[1] * bits.itemsize if bits.ndim == 2 else 0
+    if cmp is not None and nbytes and bits.strides[1] == bits.itemsize and rows.size:
+        base, stride = int(bits.ctypes.data), int(bits.strides[0])
+        for n, (r, f) in enumerate(zip(rows.tolist(), refs.tolist(), strict=True)):
+            out[n] = r != f and cmp(base + r * stride, base + f * stride, nbytes) != 0
+        return out
     ref_bytes: dict[int, bytes] = {}  # each reference row's bytes taken once (a repeated id's rows share one)
     for n, (r, f) in enumerate(zip(rows.tolist(), refs.tolist(), strict=True)):
         b = ref_bytes.get(f)
@@ -174,6 +183,28 @@ def _rows_differ(bits: np.ndarray, rows: np.ndarray, refs: np.ndarray) -> np.nda
             b = ref_bytes[f] = bits[f].tobytes()
         out[n] = bits[r].tobytes() != b
     return out
+
+
+_MEMCMP: list = []
+
+
+def _memcmp():
+    """The C library's ``memcmp`` (ctypes), or None where it cannot be loaded."""
+    if not _MEMCMP:
+        fn = None
+        try:
+            import ctypes
+            import ctypes.util
+
+            lib = ctypes.CDLL(None) if not sys.platform.startswith("win") else ctypes.CDLL(
+                ctypes.util.find_library("c") or "msvcrt")
+            fn = lib.memcmp
+            fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+            fn.restype = ctypes.c_int
+        except (OSError, AttributeError, TypeError):
+            fn = None
+        _MEMCMP.append(fn)
+    return _MEMCMP[0]
 
 
 def duplicate_rows(h: torch.Tensor, input_ids: torch.Tensor | None, hashes: np.ndarray | None = None,
