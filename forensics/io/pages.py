@@ -109,7 +109,8 @@ def checked_once(tensors: Sequence[Any]) -> Iterator[None]:
     added = []
     for h in tensors:
         rng = _page_range(h)
-        if rng is not None and _libc() is not None and _only_file_pages(*rng):
+        if rng is not None and _libc() is not None and not any(a <= rng[0] and rng[1] <= b for a, b in _clean) \
+                and _only_file_pages(*rng):  # (a block inside another's: checked there)
             added.append(rng)
     _clean.extend(added)
     try:

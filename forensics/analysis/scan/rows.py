@@ -35,7 +35,7 @@ from forensics.analysis.stats import summarize
 from forensics.errors import ForensicsError, escape, one_line
 from forensics.findings import worst_verdict
 from forensics.io.formats import load_all
-from forensics.io.pages import TrailingRelease
+from forensics.io.pages import TrailingRelease, checked_once
 from forensics.jsonable import json_safe
 from forensics.layers import r_label
 
@@ -226,6 +226,12 @@ def _fold_samples(row: dict, caps: list, use_fingerprint: bool, layers: Any, row
 
 
 def _fill_capture(row: dict, cap: Any, use_fingerprint: bool, layers: Any = None, row_checks: bool = True,
+                  stamp_check: bool = True) -> None:
+    with checked_once([s.tensor() for s in cap.slots]):  # its page releases read each slot's page table once
+        _fill_checked(row, cap, use_fingerprint, layers, row_checks, stamp_check)
+
+
+def _fill_checked(row: dict, cap: Any, use_fingerprint: bool, layers: Any = None, row_checks: bool = True,
                   stamp_check: bool = True) -> None:
     fp_fn = _fingerprint_fn() if use_fingerprint else None
     fp = fp_fn(cap, layers=layers, expected_source="--layers", stamp_check=stamp_check) if fp_fn is not None \
