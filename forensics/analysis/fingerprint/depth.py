@@ -53,7 +53,7 @@ CHAIN_TIE_SIGMAS = 3.0  # a best depth path ahead of the runner-up by at most th
 DISTANCE_CHUNK_ELEMENTS = 1 << 18  # float32 elements of the rows centred and multiplied at a time (1 MB: a core's L2
 # holds them; 8–16-row chunks of the Kimi-shaped sample were the fastest, 2026-12-05)
 DISTANCE_BUFFER_ELEMENTS = 1 << 23  # up to this many sampled elements (32 MB float32) are gathered once into one
-# buffer (Kimi: 128 rows × 4 × 7168 = 3.7 M); beyond, two passes over row blocks keep memory bounded
+# buffer (Kimi: 96 rows × 4 × 7168 = 2.8 M); beyond, two passes over row blocks keep memory bounded
 DUP_KEY_COLS = 16  # consecutive columns hashed per row (one 32-byte run for bf16) before whole rows are compared
 EXACT_PATH_MAX_SLOTS = 9  # brute-force the best path up to this many slots; heuristic above
 # The heuristic starts a nearest-neighbour path from every slot up to this many slots (a ladder capture of every
