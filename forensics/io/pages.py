@@ -90,13 +90,17 @@ def _only_file_pages(start: int, end: int) -> bool:
     return not bool(np.any((((e & _PM_PRESENT) != 0) & ((e & _PM_FILE) == 0)) | ((e & _PM_SWAPPED) != 0)))
 
 
-def _page_range(h: Any) -> tuple[int, int] | None:
-    """The whole pages around a contiguous CPU tensor's bytes (None: not one)."""
+def _page_range(h: Any, min_bytes: int = 1) -> tuple[int, int] | None:
+    """The whole pages around a contiguous CPU tensor's bytes (None: not one, or fewer than ``min_bytes`` bytes).
+    A mapping starts and ends on page boundaries, so the pages around the tensor's first and last byte are the
+    same mapping's (bytes of a neighbouring tensor there are checked like the tensor's own)."""
     try:
-        if h.device.type != "cpu" or not h.is_contiguous() or h.numel() == 0:
+        if h.device.type != "cpu" or not h.is_contiguous():
             return None
         base, nbytes = int(h.data_ptr()), int(h.numel()) * int(h.element_size())
     except (AttributeError, RuntimeError, TypeError):
+        return None
+    if nbytes < min_bytes:
         return None
     return base // PAGE * PAGE, -(-(base + nbytes) // PAGE) * PAGE
 
@@ -106,12 +110,8 @@ def checked_once(tensors: Sequence[Any]) -> Iterator[None]:
     """Check each tensor's pages once, here, for pages that must not be dropped (see the module's docstring);
     until the block ends, a release inside a tensor found clean reads no page table. For code that only reads
     the tensors (a fingerprint, a scan row): nothing inside may write into them."""
-    added = []
-    for h in tensors:
-        rng = _page_range(h)
-        if rng is not None and _libc() is not None and not any(a <= rng[0] and rng[1] <= b for a, b in _clean) \
-                and _only_file_pages(*rng):  # (a block inside another's: checked there)
-            added.append(rng)
+    # a tensor already inside an open block's range is answered from it, without a read (a fingerprint in a scan row)
+    added = [rng for h in tensors if (rng := _page_range(h)) is not None and _only_file_pages(*rng)]
     _clean.extend(added)
     try:
         yield
@@ -159,17 +159,10 @@ class TrailingRelease:
     def __init__(self, h: Any, run: int = 0):
         self.on = False
         self.run = max(RELEASE_BYTES, run)  # bytes behind the pass released at once (each call costs ~50 µs)
-        try:
-            base, nbytes = int(h.data_ptr()), int(h.numel()) * int(h.element_size())
-            contiguous = bool(h.is_contiguous()) and h.device.type == "cpu"
-        except (AttributeError, RuntimeError, TypeError):
-            return
-        if not contiguous or nbytes < 2 * RELEASE_BYTES or _libc() is None:
-            return
-        # whole pages: a mapping starts and ends on page boundaries, so the pages around the tensor's first and
-        # last byte are the same mapping's (bytes of a neighbouring tensor there are checked the same way)
-        self.done, self.end = base // PAGE * PAGE, -(-(base + nbytes) // PAGE) * PAGE
-        self.on = True
+        rng = _page_range(h, 2 * RELEASE_BYTES) if _libc() is not None else None
+        if rng is not None:
+            self.done, self.end = rng
+            self.on = True
 
     def __call__(self, first_row: int, block: Any) -> None:
         if not self.on:
