@@ -20,12 +20,13 @@ twice its statistics (``benchmarks/bench_fingerprint.py``).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -190,26 +191,21 @@ def _rows_differ(bits: np.ndarray, rows: np.ndarray, refs: np.ndarray) -> np.nda
     return out
 
 
-_MEMCMP: list = []
+@functools.cache
+def _memcmp() -> Any:
+    """The C library's ``memcmp`` (ctypes, loaded once), or None where it cannot be loaded."""
+    try:
+        import ctypes
+        import ctypes.util
 
-
-def _memcmp():
-    """The C library's ``memcmp`` (ctypes), or None where it cannot be loaded."""
-    if not _MEMCMP:
-        fn = None
-        try:
-            import ctypes
-            import ctypes.util
-
-            lib = ctypes.CDLL(None) if not sys.platform.startswith("win") else ctypes.CDLL(
-                ctypes.util.find_library("c") or "msvcrt")
-            fn = lib.memcmp
-            fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
-            fn.restype = ctypes.c_int
-        except (OSError, AttributeError, TypeError):
-            fn = None
-        _MEMCMP.append(fn)
-    return _MEMCMP[0]
+        lib = ctypes.CDLL(None) if not sys.platform.startswith("win") else ctypes.CDLL(
+            ctypes.util.find_library("c") or "msvcrt")
+        fn = lib.memcmp
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+        fn.restype = ctypes.c_int
+    except (OSError, AttributeError, TypeError):
+        return None
+    return fn
 
 
 def duplicate_rows(h: torch.Tensor, input_ids: torch.Tensor | None, hashes: np.ndarray | None = None,
