@@ -28,6 +28,17 @@ HIDDEN_DTYPES = ("float16", "bfloat16", "float32", "float64")  # what a hidden-s
 MAX_R = MAX_NUM_LAYERS + 1  # r = L + 1 at most (a post-norm final beyond the last block)
 
 
+def ascii_digits(text: str) -> bool:
+    """Whether ``text`` is a whole number written in ASCII digits: ``str.isdigit`` alone also accepts ``²`` (which
+    ``int`` refuses) and other scripts' digits such as ``٣``, which name no index or count here.
+
+    Example:
+        >>> ascii_digits("12"), ascii_digits("²"), ascii_digits("٣"), ascii_digits("")
+        (True, False, False, False)
+    """
+    return text.isascii() and text.isdigit()
+
+
 def _shown(value: Any) -> str:
     text = repr(value)
     return f"{type(value).__name__} {text[:40]}{'…' if len(text) > 40 else ''}"

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from forensics.errors import ForensicsError
+from forensics.io import validate
 from forensics.io.limits import num_layers
 from forensics.io.safetensors import SafetensorsFile
 from forensics.models.draft_config import WEIGHT_FILES, read_draft
@@ -258,7 +259,7 @@ def block_count(w: dict, path: str | None = None) -> int:
     """1 + the largest block index ``i`` among the ``layers.<i>.*`` weight names, bounded as a layer count. Only
     ASCII digits are an index: ``str.isdigit`` also accepts ``²`` (``int`` then raises) and ``٣``."""
     idx = [k.split(".")[1] for k in w if isinstance(k, str) and k.startswith("layers.")]
-    top = max([int(i) for i in idx if i.isascii() and i.isdigit() and len(i) <= 9] + [0])
+    top = max([int(i) for i in idx if validate.ascii_digits(i) and len(i) <= 9] + [0])
     return num_layers(1 + top, path, "draft block count (1 + the largest layers.<i> index of the weights)")
 
 

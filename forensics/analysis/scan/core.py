@@ -100,7 +100,7 @@ def parse_fingerprint_option(value: bool | int | str | None) -> bool | int:
         return True
     if which == "none":
         return False
-    if not (which.isascii() and which.isdigit()):  # "²".isdigit() is True, and int("²") raises
+    if not validate.ascii_digits(which):
         raise ForensicsError(f"fingerprint takes all, none or a number of files, got {value!r}")
     return int(which)
 

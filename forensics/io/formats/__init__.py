@@ -28,6 +28,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from forensics.errors import ForensicsError, escape
+from forensics.io import validate
 from forensics.io.capture import RECORD_SEP, Capture
 from forensics.io.formats import (
     eagle,
@@ -122,8 +123,7 @@ def split_record(path: str) -> tuple[str, int | None]:
     if os.path.exists(path) or RECORD_SEP not in path:
         return path, None
     base, _, tail = path.rpartition(RECORD_SEP)
-    ok = tail.isascii() and tail.isdigit()  # "#٣" or "#²" names no record (str.isdigit accepts both)
-    return (base, int(tail)) if ok and os.path.exists(base) else (path, None)
+    return (base, int(tail)) if validate.ascii_digits(tail) and os.path.exists(base) else (path, None)
 
 
 def open_container(path: str) -> tuple[str, object]:
