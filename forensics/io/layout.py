@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -383,14 +384,19 @@ def resolve(obj: Any, path: str, input_ids: Any = None, attention_mask: Any = No
     return Resolved(parts, ids, mask, layout, notes, key_layers)
 
 
-def _list_parts(key: str, v: list | tuple, path: str) -> list[Part]:
-    """One part per element of a list of per-layer ``[T, H]`` (or ``[1, T, H]``) tensors."""
+def _list_elements(key: str, v: list | tuple, path: str) -> Iterator[tuple[str, Any]]:
+    """``(name, element as torch)`` of a list of per-layer states, one at a time (``key[i]``, or ``[i]`` for a bare
+    list); an empty list is an error: no layers were captured."""
     if not v:
         raise ForensicsError(f"'{key or 'the list'}' is an empty list (no layers were captured)", path=path)
-    parts = []
     for i, t in enumerate(v):
-        t = to_torch(t)
-        nm = f"{key}[{i}]" if key else f"[{i}]"
+        yield (f"{key}[{i}]" if key else f"[{i}]"), to_torch(t)
+
+
+def _list_parts(key: str, v: list | tuple, path: str) -> list[Part]:
+    """One part per element of a list of per-layer ``[T, H]`` (or ``[1, T, H]``) tensors."""
+    parts = []
+    for nm, t in _list_elements(key, v, path):
         if not _is_tensor(t):
             raise ForensicsError(f"{nm} is {type(t).__name__}, not a tensor; accepted layouts: "
                                  f"{', '.join(ACCEPTED)}", path=path)
@@ -468,12 +474,8 @@ def _batch_views(key: str, v: Any, B: int, T: int, path: str) -> tuple[list[tupl
     if _metadata_list(key, v):
         return None
     if isinstance(v, (list, tuple)):
-        if not v:
-            raise ForensicsError(f"'{key or 'the list'}' is an empty list (no layers were captured)", path=path)
         out = []
-        for i, t in enumerate(v):
-            t = to_torch(t)
-            nm = f"{key}[{i}]" if key else f"[{i}]"
+        for nm, t in _list_elements(key, v, path):
             if not _is_tensor(t) or t.dim() != 3 or tuple(t.shape[:2]) != (B, T):
                 raise ForensicsError(f"list element {nm} has shape {_shape(t)}; with [{B}, {T}] token ids a list "
                                      f"holds one [B, T, H] = [{B}, {T}, H] tensor per layer", path=path)
