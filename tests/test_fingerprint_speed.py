@@ -295,3 +295,72 @@ def test_sign_agreement_on_bits_equals_the_float_definition(dtype):
     stack = torch.randn(20, 3, 64).to(torch.bfloat16)  # strided slots of a [T, k, H] stack
     rows = torch.arange(0, 20, 3)
     assert depth.sign_agreement(stack[:, 0], stack[:, 2], rows) == _sign_agreement_float(stack[:, 0], stack[:, 2], rows)
+
+
+def _fnv_reference(row_bytes: bytes) -> int:
+    """The row hash by definition, one Python int at a time: the hashed bytes as little-endian 64-bit words, FNV-style
+    (xor, then multiply modulo 2**64)."""
+    acc = 0
+    for j in range(0, len(row_bytes), 8):
+        acc = ((acc ^ int.from_bytes(row_bytes[j:j + 8], "little")) * 0x100000001B3) % (1 << 64)
+    return acc
+
+
+@pytest.mark.parametrize("H", [8, 20, 32, 33, 40, 100, 576, 7168])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
+def test_row_hash_runs_are_whole_words_and_the_taps_equal_the_definition(H, dtype):
+    """The hashed columns are ``HASH_RUNS`` runs of ``HASH_COLS / HASH_RUNS`` columns, each starting at a multiple of
+    its length (so each run is whole 64-bit words); the tap (words read from the tensor's rows, or from a block of
+    another tensor with the same bytes) and the strided read give the hash computed here from the bytes alone."""
+    from forensics.io.formats import as_capture
+
+    g = torch.Generator().manual_seed(H)
+    x = torch.randn(70, H, generator=g).to(dtype)
+    x[5] = x[3]
+    cols = R._hash_cols(H)
+    run = R.HASH_COLS // R.HASH_RUNS
+    if H <= R.HASH_COLS:
+        assert cols.tolist() == list(range(H))
+    else:
+        assert cols.size == R.HASH_COLS and (cols[::run] % run == 0).all()
+        assert all((cols[i:i + run] == cols[i] + np.arange(run)).all() for i in range(0, cols.size, run))
+    raw = x.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[x.element_size()]).numpy()
+    ref = np.array([_fnv_reference(raw[t, cols].tobytes()) if (cols.size * x.element_size()) % 8 == 0 else None
+                    for t in range(70)], dtype=object)
+    cap = as_capture([x, x.clone()])
+    ht = RowHashTaps(cap)
+    for i, t in ((0, cap.slots[0].tensor()), (1, x.clone())):  # slot 1: blocks of another tensor, same bytes
+        (tap,) = ht.taps(i)
+        for s in range(0, 70, 32):
+            tap(s, t[s:s + 32])
+    got = ht.hashes()
+    for h in (got[0], got[1], R._row_hashes(x)):
+        assert h is not None and h[5] == h[3] and np.unique(h).size == 69
+        if ref[0] is not None:
+            assert [int(v) for v in h] == list(ref)
+
+
+def test_duplicate_rows_ids_grouped_once_and_an_in_place_change_seen():
+    """The id grouping is shared by a capture's slots; an in-place change to the ids tensor (its version counter)
+    is not answered from the shared one. Counts checked against a reference computed here."""
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(0, 40, (300,), generator=g)
+    table = torch.randn(40, 64, generator=g).to(torch.bfloat16)
+    emb = table[ids]
+
+    def reference(ids_np):
+        groups = identical = 0
+        for v in np.unique(ids_np):
+            where = np.flatnonzero(ids_np == v)
+            if where.size > 1:
+                groups += 1
+                identical += all(torch.equal(emb[where[0]], emb[w]) for w in where[1:])
+        return groups, identical
+
+    a = depth.duplicate_rows(emb, ids)
+    assert (a["groups"], a["identical"]) == reference(ids.numpy())
+    b = depth.duplicate_rows(emb, ids)  # the shared grouping: the same answer
+    assert a == b
+    ids[1::7] = 39 - ids[1::7]  # in place: the rows no longer follow the ids there
+    c = depth.duplicate_rows(emb, ids)
+    assert (c["groups"], c["identical"]) == reference(ids.numpy()) and c["identical"] < a["identical"]

@@ -182,3 +182,22 @@ def test_release_in_longer_runs_holds_at_most_a_run_behind_the_pass(tmp_path, mo
     assert 2 <= mid <= (T * H * 2) // run and all(b - a >= run for a, b in calls[:mid])
     assert all(calls[i][1] == calls[i + 1][0] for i in range(len(calls) - 1))  # contiguous, nothing skipped
     assert _present(h) <= 2 and torch.equal(h, copies[2])
+
+
+def test_duplicate_rows_gives_back_the_pages_its_whole_row_compares_mapped(tmp_path, monkeypatch):
+    """An embedding slot's repeated rows are compared whole (their pages mapped): the slot's file pages are given
+    back right after, and the counts equal a bytewise reference."""
+    from forensics.analysis.fingerprint import depth
+
+    monkeypatch.setattr(pages, "RELEASE_BYTES", 64 << 10)
+    p, copies = _capture(tmp_path, seed=7)
+    cap = load(p)
+    h = cap.slots[0].tensor()
+    pages.release_tensors([h])
+    got = depth.duplicate_rows(h, cap.input_ids)
+    assert _present(h) <= 2  # given back (a partial page at either end may stay)
+    ids = cap.input_ids.numpy()
+    rep = [v for v in np.unique(ids) if (ids == v).sum() > 1]
+    same = sum(all(copies[0][np.flatnonzero(ids == v)[0]].view(torch.int16).equal(copies[0][w].view(torch.int16))
+                   for w in np.flatnonzero(ids == v)[1:]) for v in rep)
+    assert got["groups"] == len(rep) and got["identical"] == same > 0

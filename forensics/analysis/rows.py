@@ -48,8 +48,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 ROW_KINDS = ("zero_rows", "nonfinite", "row_count", "token_shift", "slot_misaligned", "foreign_rows")
 MAX_LISTED_RUNS = 32  # row runs listed per finding (the share and counts are always complete)
-HASH_COLS = 32  # columns (evenly strided) hashed per row: equal rows ⇒ equal hashes; distinct real rows never
-#                 agree on 32 values (bit patterns)
+HASH_COLS = 32  # columns hashed per row: equal rows ⇒ equal hashes; distinct real rows never agree on 32 values
+#                 (bit patterns) …
+HASH_RUNS = 4  # … read as this many runs of consecutive columns spread evenly over the row, each starting at a
+#                multiple of its length: 8 bf16 values are 16 bytes of one cache line, so a row costs 4 line reads
+#                instead of 32 strided ones, and the runs are read and mixed as 64-bit words
 MAX_SHIFT = 4  # token offsets tried around 0 (and around the ids-minus-rows gap for row_count): ±this many
 EMBED_MIN_TWINS = 3  # an embedding slot (rows a function of the id) has at least this many rows with a bit twin
 OFFSET_MIN_PAIRS = 3  # twin-row pairs needed to decide an offset from the embedding slot
@@ -289,12 +292,39 @@ def _zero_and_nonfinite(ts: list, rep: RowReport, norms: Sequence[np.ndarray] | 
 
 # ------------------------------------------------------------------------------------------- data only
 def _hash_cols(H: int) -> np.ndarray:
-    """The ``HASH_COLS`` evenly strided columns :func:`_row_hashes` reads."""
-    return np.unique(np.linspace(0, H - 1, min(H, HASH_COLS)).round().astype(np.int64))
+    """The ``HASH_COLS`` columns :func:`_row_hashes` reads: ``HASH_RUNS`` runs of consecutive columns, evenly spread,
+    each starting at a multiple of its length (every column when the row has no more)."""
+    run = HASH_COLS // HASH_RUNS
+    if H <= HASH_COLS:
+        return np.arange(H, dtype=np.int64)
+    starts = np.linspace(0, H - run, HASH_RUNS).astype(np.int64) // run * run
+    return np.unique((starts[:, None] + np.arange(run)[None, :]).ravel())
+
+
+def _row_words(bits: np.ndarray) -> np.ndarray | None:
+    """A 2-D array of stored bits with C-contiguous rows as ``[rows, bytes / 8]`` 64-bit words (None where a row is
+    not a whole number of words or the rows are not contiguous)."""
+    if bits.ndim != 2 or bits.strides[1] != bits.itemsize or (bits.shape[1] * bits.itemsize) % 8 or \
+            bits.strides[0] % 8:
+        return None
+    try:
+        return bits.view(np.uint64)
+    except ValueError:
+        return None
+
+
+def _hash_words(H: int, itemsize: int) -> np.ndarray:
+    """The 64-bit words of a row (as :func:`_row_words`) that hold exactly the columns of :func:`_hash_cols`."""
+    if H <= HASH_COLS:  # the whole row
+        return np.arange(H * itemsize // 8, dtype=np.int64)
+    cols = _hash_cols(H)
+    byte0 = cols[::HASH_COLS // HASH_RUNS] * itemsize  # each run's first byte: a multiple of 8
+    per = HASH_COLS // HASH_RUNS * itemsize // 8  # words in a run
+    return (byte0[:, None] // 8 + np.arange(per)[None, :]).ravel()
 
 
 def _row_hashes(h: Any) -> np.ndarray:
-    """A 64-bit hash of ``HASH_COLS`` evenly strided columns of every row (bit patterns)."""
+    """A 64-bit hash of the ``HASH_COLS`` columns of :func:`_hash_cols` of every row (bit patterns)."""
     import torch
 
     cols = _hash_cols(int(h.shape[1]))
@@ -308,9 +338,12 @@ def _row_hashes(h: Any) -> np.ndarray:
 
 
 def _mix_columns(bits: np.ndarray) -> np.ndarray:
-    """The hash of each row of the gathered ``[rows, cols]`` column bits (FNV-style, column by column)."""
+    """The hash of each row of the gathered ``[rows, cols]`` column bits (FNV-style): the row's bytes as 64-bit
+    words, word by word, where they make whole words (one word a value otherwise)."""
     acc = np.zeros(bits.shape[0], dtype=np.uint64)
-    b64 = bits.astype(np.int64).view(np.uint64)
+    b64 = _row_words(np.ascontiguousarray(bits)) if bits.shape[0] else None
+    if b64 is None:
+        b64 = bits.astype(np.int64).view(np.uint64)
     with np.errstate(over="ignore"):
         for j in range(b64.shape[1]):
             acc = (acc ^ b64[:, j]) * np.uint64(0x100000001B3)
@@ -334,6 +367,7 @@ class RowHashTaps:
 
     def __init__(self, capture: Capture) -> None:
         self._shapes = {s.index: (int(s.shape[0]), int(s.shape[1])) for s in capture.slots}
+        self._tensors = {s.index: s.tensor() for s in capture.slots}
         self._order = [s.index for s in capture.slots]
         self._cols: dict[int, np.ndarray | None] = {}
         self._next: dict[int, int] = {}
@@ -343,6 +377,31 @@ class RowHashTaps:
         cols = _hash_cols(H)
         self._next[slot] = 0
         self._cols[slot] = None
+        h = self._tensors.get(slot)
+        whole = _bits_view(h) if h is not None and h.dim() == 2 and tuple(h.shape) == (T, H) else None
+        words = _row_words(whole) if whole is not None else None
+        if words is not None and whole is not None and h is not None:
+            # the runs as 64-bit words, from the tensor's own rows (the block's bytes, in cache)
+            wcols = _hash_words(H, whole.itemsize)
+            base, row_bytes = int(h.data_ptr()), int(h.stride(0)) * h.element_size()
+            out_w = np.empty((T, wcols.size), dtype=np.uint64)
+
+            def tap_words(start: int, block: Any) -> None:
+                n = int(block.shape[0])
+                if self._next.get(slot, -1) != start:
+                    self._next[slot] = -1  # out of order: this slot's hashes are not trusted
+                    return
+                # the tensor's own rows (no view to make), else the block's
+                w = words[start:start + n] if int(block.data_ptr()) == base + start * row_bytes else \
+                    _row_words(b) if (b := _bits_view(block)) is not None else None
+                if w is None or w.shape != (n, words.shape[1]):
+                    self._next[slot] = -1
+                    return
+                self._cols[slot] = out_w
+                np.take(w, wcols, axis=1, out=out_w[start:start + n], mode="clip")
+                self._next[slot] = start + n
+
+            return [tap_words]
 
         def tap(start: int, block: Any) -> None:
             if self._next.get(slot, -1) != start:
@@ -671,8 +730,9 @@ def _embedding_like(ts: list, broken: np.ndarray, norms: Sequence[np.ndarray] | 
             if rows.size else rows
         if not rows.size:
             med.append(float("nan"))
-        elif norms is not None and len(norms[i]) == h.shape[0]:
-            med.append(float(torch.from_numpy(np.asarray(norms[i], dtype=np.float32)[rows]).median()))
+        elif norms is not None and len(norms[i]) == h.shape[0]:  # torch.median's lower median (no NaN: not broken)
+            x = np.asarray(norms[i], dtype=np.float32)[rows]
+            med.append(float(np.partition(x, (x.size - 1) // 2)[(x.size - 1) // 2]))
         else:
             med.append(float(torch.linalg.vector_norm(h[torch.from_numpy(rows)].float(), dim=-1).median()))
     out = set()
