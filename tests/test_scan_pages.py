@@ -201,3 +201,22 @@ def test_duplicate_rows_gives_back_the_pages_its_whole_row_compares_mapped(tmp_p
     same = sum(all(copies[0][np.flatnonzero(ids == v)[0]].view(torch.int16).equal(copies[0][w].view(torch.int16))
                    for w in np.flatnonzero(ids == v)[1:]) for v in rep)
     assert got["groups"] == len(rep) and got["identical"] == same > 0
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads /proc/self/maps")
+def test_nothing_keeps_a_fingerprinted_file_mapped(tmp_path):
+    """Once its fingerprint and capture are dropped, no cache of the fingerprint (the duplicate-row test's id
+    grouping, a buffer) holds a tensor of the file: the file is no longer mapped (a mapped file keeps its whole
+    size reserved, and a deleted one its disk space)."""
+    import forensics
+
+    p, _ = _capture(tmp_path, seed=9)
+
+    def mapped() -> int:
+        with open("/proc/self/maps") as f:
+            return sum(1 for line in f if str(p) in line)
+
+    fp = forensics.fingerprint(load(p))
+    assert fp.slots
+    del fp
+    assert mapped() == 0

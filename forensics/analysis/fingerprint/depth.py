@@ -24,6 +24,7 @@ import functools
 import itertools
 import math
 import sys
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -167,7 +168,8 @@ def _equal_groups(bits: np.ndarray, rows: np.ndarray, cols: np.ndarray,
     return out
 
 
-_ID_REPEATS: list = []  # [(key, the ids tensor, result)]: the last capture's, shared by its slots
+_ID_REPEATS: list = []  # [(key, a weak reference to the ids tensor, result)]: the last capture's, for its slots
+#                        (weak: a tensor of a mapped file keeps the whole file mapped while anything holds it)
 
 
 def _id_repeats(input_ids: torch.Tensor) -> tuple[np.ndarray, ...]:
@@ -175,7 +177,7 @@ def _id_repeats(input_ids: torch.Tensor) -> tuple[np.ndarray, ...]:
     row (a reference row is then compared with all its repeats in turn, while it is in cache), and that first row
     of each. Computed once per ids tensor, not once per slot (the tensor's version counter tells an in-place change)."""
     key = (id(input_ids), int(input_ids._version), int(input_ids.data_ptr()), int(input_ids.numel()))
-    if _ID_REPEATS and _ID_REPEATS[0][0] == key and _ID_REPEATS[0][1] is input_ids:
+    if _ID_REPEATS and _ID_REPEATS[0][0] == key and _ID_REPEATS[0][1]() is input_ids:
         return _ID_REPEATS[0][2]
     ids = input_ids.reshape(-1).numpy().astype(np.int64, copy=False)
     _, first, inv, cnt = np.unique(ids, return_index=True, return_inverse=True, return_counts=True)
@@ -184,7 +186,7 @@ def _id_repeats(input_ids: torch.Tensor) -> tuple[np.ndarray, ...]:
     out = (first, inv, cnt, rows, first[inv[rows]])  # ... and the first row of the same id
     for a in out:
         a.flags.writeable = False  # shared by the calls of every slot
-    _ID_REPEATS[:] = [(key, input_ids, out)]
+    _ID_REPEATS[:] = [(key, weakref.ref(input_ids), out)]
     return out
 
 
