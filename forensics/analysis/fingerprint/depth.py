@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from forensics.io.pages import release_tensors
+from forensics.io.pages import TrailingRelease, release_tensors
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -541,8 +541,16 @@ def normalizes(pre: torch.Tensor, post: torch.Tensor, drop_tokens: Sequence[int]
     Returns ``{"residual": ‖post − γ̂ ⊙ u‖ / ‖post‖, "gamma_rms": rms(γ̂)}`` with ``u = pre / rms(pre)``,
     on the row sample (:func:`sample_rows`, ``NORMALIZES_SAMPLE_ROWS`` rows by default); a residual at
     bf16 rounding level means ``post`` is RMSNorm(``pre``) exactly (RMSNorm definition, transformers
-    LlamaRMSNorm). Float64 arithmetic on row blocks of the sample.
+    LlamaRMSNorm). Float64 arithmetic on row blocks of the sample. The file pages the sample mapped are given back
+    (512 sampled rows map most of both slots).
     """
+    try:
+        return _normalizes(pre, post, drop_tokens, max_rows)
+    finally:
+        release_tensors([pre, post])
+
+
+def _normalizes(pre: torch.Tensor, post: torch.Tensor, drop_tokens: Sequence[int], max_rows: int | None) -> dict:
     import torch
 
     T = min(int(pre.shape[0]), int(post.shape[0]))
@@ -562,10 +570,15 @@ def normalizes(pre: torch.Tensor, post: torch.Tensor, drop_tokens: Sequence[int]
         return x.to(torch.float64) if x.element_size() >= 4 else x.to(torch.float32).to(torch.float64)
 
     def blocks():  # float64 row blocks of (u = pre / rms(pre), post): bounded memory on Kimi-sized slots
+        behind = [TrailingRelease(pre), TrailingRelease(post)]  # the sampled rows ascend: pages behind given back
         for s in range(0, int(rows.size), B):
             r = rows_t[s:s + B]
             a = f64(pre.index_select(0, r))
-            yield a / a.pow(2).mean(-1, keepdim=True).sqrt().clamp_min(1e-30), f64(post.index_select(0, r))
+            last = int(r[-1])
+            behind[0](last, pre[last:last + 1])
+            b = f64(post.index_select(0, r))
+            behind[1](last, post[last:last + 1])
+            yield a / a.pow(2).mean(-1, keepdim=True).sqrt().clamp_min(1e-30), b
 
     num, den = torch.zeros(H, dtype=torch.float64), torch.zeros(H, dtype=torch.float64)
     for u, b in blocks():  # least-squares γ̂ per dim: Σ b·u / Σ u²
@@ -599,7 +612,9 @@ def sign_agreement(pre: torch.Tensor, post: torch.Tensor, rows: torch.Tensor) ->
         # on the stored bits (integer ops: 0.14 vs 0.19 ms on 16 Kimi-sized rows, 2026-12-05): sign(x) is 0
         # for ±0, NaN for NaN (neither counts), else the sign bit, so the product is positive where both are
         # counted and the sign bits agree, negative where they differ
-        a, b = _row_bits(pre.index_select(0, rows)), _row_bits(post.index_select(0, rows))
+        a = _row_bits(pre.index_select(0, rows))
+        release_tensors([pre])  # a sampled row maps the page-cache folio around it (up to MBs): one slot at a time
+        b = _row_bits(post.index_select(0, rows))
         mag, exp = (np.array(m).astype(a.dtype) for m in masks)
         ma, mb = a & mag, b & mag
         counted = (ma != 0) & (mb != 0) & (ma <= exp) & (mb <= exp)
@@ -625,7 +640,9 @@ def _normalizes_screen(pre: torch.Tensor, post: torch.Tensor, rows: torch.Tensor
     for s in range(0, int(rows.numel()), B):
         r = rows[s:s + B]
         a = pre.index_select(0, r).to(torch.float32)
+        release_tensors([pre])  # one slot's folios mapped at a time
         b = post.index_select(0, r).to(torch.float32)
+        release_tensors([post])
         u = a.mul_(torch.rsqrt(a.pow(2).mean(-1, keepdim=True).clamp_min(1e-30)))
         num += (b * u).sum(0, dtype=torch.float64)
         den += u.pow_(2).sum(0, dtype=torch.float64)
