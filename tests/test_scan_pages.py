@@ -220,3 +220,28 @@ def test_nothing_keeps_a_fingerprinted_file_mapped(tmp_path):
     assert fp.slots
     del fp
     assert mapped() == 0
+
+
+def test_rmsnorm_identity_test_gives_back_the_pages_its_rows_mapped(tmp_path, monkeypatch):
+    """The RMSNorm identity test (sign screen, screening fit, full fit) leaves neither slot's file pages mapped,
+    with the same residual as on in-memory copies of the slots, on a pair that is RMSNorm and on one that is not."""
+    from forensics.analysis.fingerprint import depth
+
+    monkeypatch.setattr(pages, "RELEASE_BYTES", 64 << 10)
+    g = torch.Generator().manual_seed(11)
+    pre = torch.randn(T, H, generator=g) * 3
+    gamma = torch.rand(H, generator=g) + 0.5
+    post = pre / pre.pow(2).mean(-1, keepdim=True).sqrt() * gamma
+    other = torch.randn(T, H, generator=g)
+    hs = [t.to(torch.bfloat16) for t in (pre, post, other)]
+    f = tmp_path / "norm.pt"
+    torch.save({"input_ids": torch.arange(T), "hidden_states": hs}, f)
+    cap = load(f)
+    a, b, c = (s.tensor() for s in cap.slots)
+    for x, y, xc, yc in ((a, b, hs[0], hs[1]), (a, c, hs[0], hs[2])):
+        for max_rows in (depth.NORMALIZES_SCREEN_ROWS, None):
+            got = depth.normalizes(x, y, [0], max_rows)
+            assert _present(x) <= 2 and _present(y) <= 2
+            want = depth.normalizes(xc, yc, [0], max_rows)
+            assert got["residual"] == want["residual"]
+    assert depth.normalizes(a, b, [0])["residual"] <= depth.NORMALIZES_MAX_RESIDUAL  # the full fit ran on a pair
