@@ -245,3 +245,30 @@ def test_rmsnorm_identity_test_gives_back_the_pages_its_rows_mapped(tmp_path, mo
             want = depth.normalizes(xc, yc, [0], max_rows)
             assert got["residual"] == want["residual"]
     assert depth.normalizes(a, b, [0])["residual"] <= depth.NORMALIZES_MAX_RESIDUAL  # the full fit ran on a pair
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+def test_library_pages_given_back_and_faulted_back_on_use():
+    """What the scan's fork server does after its warm-up (scan/warmup.py): every shared library's read-only pages are
+    given back (the process's file-backed resident memory, read from /proc/self/status, drops), and code in them
+    still runs, with the same results, after."""
+    import subprocess
+
+    code = """
+import torch
+from forensics.io.pages import LIBRARY_PAGES, release_libraries
+def rss_file():
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("RssFile:"))
+x = torch.arange(4096, dtype=torch.float32).reshape(64, 64)
+before_val = float((x @ x).sum())
+before = rss_file()
+freed = release_libraries(LIBRARY_PAGES)
+after = rss_file()
+print(before, after, freed, before_val == float((x @ x).sum()))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    before, after, freed, same = out.stdout.split()
+    assert same == "True"
+    assert int(freed) > 20 << 20  # torch's libraries alone: tens of MB given back
+    assert int(before) - int(after) > 20 << 10  # kB: the process's own count agrees

@@ -130,6 +130,9 @@ def release(start: int, end: int) -> bool:
     return lib.madvise(a, b - a, _MADV_DONTNEED) == 0
 
 
+LIBRARY_PAGES = (".so",)  # release_libraries names: every shared library (Python's extension modules among them)
+
+
 def release_libraries(names: tuple[str, ...]) -> int:
     """Drop this process's mapping of the read-only pages of the shared libraries whose path holds one of ``names``
     (their code and constants, clean copies of the file: faulted back from the page cache if ever run again), e.g.
@@ -187,4 +190,5 @@ def release_tensors(tensors: Any) -> None:
         TrailingRelease(t).finish()
 
 
-__all__ = ["TrailingRelease", "checked_once", "release", "release_tensors", "RELEASE_BYTES"]
+__all__ = ["TrailingRelease", "checked_once", "release", "release_libraries", "release_tensors", "LIBRARY_PAGES",
+           "RELEASE_BYTES"]

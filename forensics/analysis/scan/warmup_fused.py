@@ -5,10 +5,11 @@
 from __future__ import annotations
 
 from forensics.analysis import fastnorms
-from forensics.io.pages import release_libraries
+from forensics.io.pages import LIBRARY_PAGES, release_libraries
 
 if fastnorms.enable():
     # LLVM (llvmlite's library, ~100 MB) was needed to load the kernel, not to run it: its read-only pages are given
     # back, so neither this fork server nor the workers forked from it hold them (measured: the fork server at the
     # peak of a 128-file scan 216 -> 144 MB PSS)
     release_libraries(("llvmlite", "numba"))
+    release_libraries(LIBRARY_PAGES)  # and every other library page importing numba touched (warmup.py)
