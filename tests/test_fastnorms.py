@@ -143,3 +143,29 @@ def test_the_kernel_runs_after_llvm_pages_are_given_back():
     release_libraries(("llvmlite", "numba"))
     ref = torch.linalg.vector_norm(h.double(), dim=-1).numpy()
     assert _ulps(_norms(h), ref).max() <= 8
+
+
+def test_the_fused_pass_reads_larger_blocks_and_gives_every_tap_each_row_once():
+    """Inside the scope the norm pass reads FUSED_BLOCK_ROWS-row blocks (no float32 copy to keep in cache): every tap
+    sees every row once, in order, the row hashes equal a strided read, the norms equal the kernel's on the whole
+    slot and the median |x| the one outside the scope (the same sample)."""
+    from forensics.analysis import kernels
+    from forensics.analysis.rows import RowHashTaps, _row_hashes
+    from forensics.analysis.stats import summarize
+    from forensics.io.formats import as_capture
+
+    g = torch.Generator().manual_seed(5)
+    h = (torch.randn(1000, 576, generator=g) * 3).to(torch.bfloat16)
+    cap = as_capture([h])
+    seen: list[tuple[int, int]] = []
+    ht = RowHashTaps(cap)
+    with fastnorms.scope():
+        st = summarize(cap, taps=lambda i: [*ht.taps(i), lambda s, b: seen.append((s, int(b.shape[0])))])
+    outside = summarize(as_capture([h]))
+    assert kernels.FUSED_BLOCK_ROWS > kernels.NORM_BLOCK_ROWS
+    assert [s for s, _ in seen] == list(range(0, 1000, kernels.FUSED_BLOCK_ROWS))
+    assert sum(n for _, n in seen) == 1000
+    np.testing.assert_array_equal(st.slots[0].norms, _norms(h))
+    assert st.slots[0].median_abs == outside.slots[0].median_abs
+    (got,) = ht.hashes()
+    assert got is not None and np.array_equal(got, _row_hashes(h))
