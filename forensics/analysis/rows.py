@@ -32,6 +32,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -291,14 +292,19 @@ def _zero_and_nonfinite(ts: list, rep: RowReport, norms: Sequence[np.ndarray] | 
 
 
 # ------------------------------------------------------------------------------------------- data only
+@functools.lru_cache(maxsize=64)
 def _hash_cols(H: int) -> np.ndarray:
     """The ``HASH_COLS`` columns :func:`_row_hashes` reads: ``HASH_RUNS`` runs of consecutive columns, evenly spread,
-    each starting at a multiple of its length (every column when the row has no more)."""
+    each starting at a multiple of its length (every column when the row has no more). One read-only array per
+    width (every slot and file of a scan asks again)."""
     run = HASH_COLS // HASH_RUNS
     if H <= HASH_COLS:
-        return np.arange(H, dtype=np.int64)
-    starts = np.linspace(0, H - run, HASH_RUNS).astype(np.int64) // run * run
-    return np.unique((starts[:, None] + np.arange(run)[None, :]).ravel())
+        cols = np.arange(H, dtype=np.int64)
+    else:
+        starts = np.linspace(0, H - run, HASH_RUNS).astype(np.int64) // run * run
+        cols = np.unique((starts[:, None] + np.arange(run)[None, :]).ravel())
+    cols.flags.writeable = False
+    return cols
 
 
 def _row_words(bits: np.ndarray) -> np.ndarray | None:
@@ -313,14 +319,17 @@ def _row_words(bits: np.ndarray) -> np.ndarray | None:
         return None
 
 
+@functools.lru_cache(maxsize=64)
 def _hash_words(H: int, itemsize: int) -> np.ndarray:
     """The 64-bit words of a row (as :func:`_row_words`) that hold exactly the columns of :func:`_hash_cols`."""
     if H <= HASH_COLS:  # the whole row
-        return np.arange(H * itemsize // 8, dtype=np.int64)
-    cols = _hash_cols(H)
-    byte0 = cols[::HASH_COLS // HASH_RUNS] * itemsize  # each run's first byte: a multiple of 8
-    per = HASH_COLS // HASH_RUNS * itemsize // 8  # words in a run
-    return (byte0[:, None] // 8 + np.arange(per)[None, :]).ravel()
+        words = np.arange(H * itemsize // 8, dtype=np.int64)
+    else:
+        byte0 = _hash_cols(H)[::HASH_COLS // HASH_RUNS] * itemsize  # each run's first byte: a multiple of 8
+        per = HASH_COLS // HASH_RUNS * itemsize // 8  # words in a run
+        words = (byte0[:, None] // 8 + np.arange(per)[None, :]).ravel()
+    words.flags.writeable = False
+    return words
 
 
 def _row_hashes(h: Any) -> np.ndarray:
