@@ -10,6 +10,6 @@ from forensics.io.pages import LIBRARY_PAGES, release_libraries
 if fastnorms.enable():
     # LLVM (llvmlite's library, ~100 MB) was needed to load the kernel, not to run it: its read-only pages are given
     # back, so neither this fork server nor the workers forked from it hold them (measured: the fork server at the
-    # peak of a 128-file scan 216 -> 144 MB PSS)
-    release_libraries(("llvmlite", "numba"))
-    release_libraries(LIBRARY_PAGES)  # and every other library page importing numba touched (warmup.py)
+    # peak of a 128-file scan 216 -> 144 MB PSS), with every other library page importing numba touched (warmup.py;
+    # LIBRARY_PAGES names every shared library, llvmlite's and numba's among them)
+    release_libraries(LIBRARY_PAGES)
