@@ -176,8 +176,8 @@ def _id_repeats(input_ids: torch.Tensor) -> tuple[np.ndarray, ...]:
     """``np.unique`` of the ids (first index, inverse, counts), the rows whose id repeats ordered by their id's first
     row (a reference row is then compared with all its repeats in turn, while it is in cache), and that first row
     of each. Computed once per ids tensor, not once per slot (the tensor's version counter tells an in-place change)."""
-    key = (id(input_ids), int(input_ids._version), int(input_ids.data_ptr()), int(input_ids.numel()))
-    if _ID_REPEATS and _ID_REPEATS[0][0] == key and _ID_REPEATS[0][1]() is input_ids:
+    key = (int(input_ids._version), int(input_ids.data_ptr()), int(input_ids.numel()))  # the tensor: by identity
+    if _ID_REPEATS and _ID_REPEATS[0][1]() is input_ids and _ID_REPEATS[0][0] == key:
         return _ID_REPEATS[0][2]
     ids = input_ids.reshape(-1).numpy().astype(np.int64, copy=False)
     _, first, inv, cnt = np.unique(ids, return_index=True, return_inverse=True, return_counts=True)
